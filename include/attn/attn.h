@@ -1,0 +1,11 @@
+// The whole public C++ API of attn.
+#pragma once
+
+#include <attn/attention.h>
+#include <attn/autograd.h>
+#include <attn/common.h>
+#include <attn/nn.h>
+#include <attn/ops.h>
+#include <attn/print.h>
+#include <attn/random.h>
+#include <attn/tensor.h>

@@ -1,0 +1,46 @@
+// Basic vocabulary shared by every layer of attn: dtypes, shapes and the error type.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace attn {
+
+// Element types. Float32 for values, Int64 for indices, Bool for masks (stored one byte each).
+enum class Dtype { Float32, Int64, Bool };
+
+// Size in bytes of one element of `dtype`.
+inline std::size_t itemsize(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::Float32: return 4;
+    case Dtype::Int64: return 8;
+    case Dtype::Bool: return 1;
+  }
+  return 0;
+}
+
+// PyTorch's name for a dtype: "torch.float32", "torch.int64", "torch.bool".
+std::string dtype_name(Dtype dtype);
+
+using Shape = std::vector<int64_t>;
+
+// "(2, 4, 8)", as PyTorch prints a tuple of sizes.
+std::string shape_str(const Shape& shape);
+
+// Every error attn raises on bad input. The message starts with the function name in brackets:
+//   [scaled_dot_product_attention] q (2, 4, 8, 16) and k (2, 4, 9, 32) differ in head dim
+// Python sees ValueError.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// An index out of range. Python sees IndexError.
+class IndexError : public Error {
+ public:
+  explicit IndexError(const std::string& what) : Error(what) {}
+};
+
+}  // namespace attn

@@ -1,0 +1,260 @@
+// Modules (attn::nn) and functional forms (attn::nn::functional), mirroring torch.nn.
+//
+// Modules own named parameters, buffers and submodules; state_dict() uses PyTorch's dotted names
+// so weights move between attn and PyTorch by name. Modules accept batched (B, L, E) and
+// unbatched (L, E) input like PyTorch's.
+#pragma once
+
+#include <attn/attention.h>
+#include <attn/random.h>
+#include <attn/tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attn::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  // Parameters are float32 tensors that require grad (unless registered with requires_grad false).
+  Tensor& register_parameter(const std::string& name, Tensor value, bool requires_grad = true);
+  // Buffers are state that is not trained (masks); non-persistent ones stay out of state_dict.
+  Tensor& register_buffer(const std::string& name, Tensor value, bool persistent = true);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+  NamedTensors named_parameters(bool recurse = true) const;
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  NamedTensors named_buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
+  // Parameters and persistent buffers, in registration order, with dotted names.
+  NamedTensors state_dict() const;
+  // Copies values in by name. strict: every key must match both ways. Shapes must match.
+  // Throws attn::Error listing missing / unexpected keys or the mismatching shapes.
+  void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+  Tensor parameter(const std::string& dotted_name) const;
+
+  virtual void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  virtual std::string name() const = 0;
+
+ protected:
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  bool training_ = true;
+
+ private:
+  struct Entry {
+    std::string name;
+    Tensor value;
+    bool persistent = true;
+  };
+  std::vector<Entry> params_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  friend class ModuleAccess;
+};
+
+// y = x @ W^T + b, W (out, in). Initialised like torch.nn.Linear: kaiming_uniform_(a=sqrt(5)) for
+// W and U(-1/sqrt(in), 1/sqrt(in)) for b, drawn from the generator in the same order.
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  std::string name() const override { return "Linear"; }
+  int64_t in_features, out_features;
+  Tensor weight;  // (out, in)
+  Tensor bias;    // (out) or undefined
+};
+
+// Lookup table (num_embeddings, embedding_dim) initialised N(0, 1) like torch.nn.Embedding.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  Tensor forward(const Tensor& indices) const;  // int64 (...) -> (..., embedding_dim)
+  Tensor operator()(const Tensor& indices) const { return forward(indices); }
+  std::string name() const override { return "Embedding"; }
+  int64_t num_embeddings, embedding_dim;
+  Tensor weight;
+};
+
+// Zeroes elements with probability p and scales survivors by 1/(1-p) in training; identity in eval.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  std::string name() const override { return "Dropout"; }
+  double p;
+};
+
+// ---- the seeds' attention classes ---------------------------------------------------------------
+
+// How raw weight matrices are initialised (seed 002 uses randn, seed 003 uses rand).
+enum class Init { Rand, Randn };
+
+// Self-attention with raw (d_in, d_out) parameter matrices W_query, W_key, W_value (seeds 002,
+// 003): context = softmax(x W_q (x W_k)^T / sqrt(d_out)) x W_v.
+class SelfAttentionV1 : public Module {
+ public:
+  SelfAttentionV1(int64_t d_in, int64_t d_out, Init init = Init::Rand, bool requires_grad = true);
+  Tensor forward(const Tensor& x) const;  // (L, d_in) or (B, L, d_in) -> (..., L, d_out)
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  // The attention weights (..., L, L) that forward uses.
+  Tensor attention_weights(const Tensor& x) const;
+  std::string name() const override { return "SelfAttentionV1"; }
+  Tensor W_query, W_key, W_value;
+};
+
+// Self-attention with Linear projections, bias optional (seeds 003, 004).
+class SelfAttentionV2 : public Module {
+ public:
+  SelfAttentionV2(int64_t d_in, int64_t d_out, bool qkv_bias = false);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor attention_weights(const Tensor& x) const;
+  std::string name() const override { return "SelfAttentionV2"; }
+  std::shared_ptr<Linear> W_query, W_key, W_value;
+};
+
+// Causal self-attention with a (context_length, context_length) mask buffer and dropout on the
+// weights (seed 003). Raw parameter matrices initialised with rand, as in the seed.
+class CausalAttention : public Module {
+ public:
+  CausalAttention(int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
+                  Init init = Init::Rand);
+  Tensor forward(const Tensor& x);  // (L, d_in) or (B, L, d_in), L <= context_length
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  Tensor attention_weights(const Tensor& x);  // after dropout, as forward uses them
+  std::string name() const override { return "CausalAttention"; }
+  int64_t context_length;
+  Tensor W_query, W_key, W_value;
+  Tensor mask;  // buffer: triu(ones, diagonal=1), 1 above the diagonal
+  std::shared_ptr<Dropout> dropout;
+};
+
+// One head of seed 004: Linear key/query/value (no bias), causal (decoder) or not (encoder).
+class Head : public Module {
+ public:
+  Head(int64_t n_embd, int64_t head_size, bool causal = true);
+  Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, head_size)
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor attention_weights(const Tensor& x) const;
+  std::string name() const override { return "Head"; }
+  int64_t head_size;
+  bool causal;
+  std::shared_ptr<Linear> key, query, value;
+};
+
+// Cross-attention (seed 004's notes): queries from x (L_q, d_in), keys and values from `context`
+// (L_k, d_context), which may differ in length and width.
+class CrossAttention : public Module {
+ public:
+  CrossAttention(int64_t d_in, int64_t d_context, int64_t d_out, bool qkv_bias = false);
+  Tensor forward(const Tensor& x, const Tensor& context) const;
+  Tensor attention_weights(const Tensor& x, const Tensor& context) const;
+  std::string name() const override { return "CrossAttention"; }
+  std::shared_ptr<Linear> W_query, W_key, W_value;
+};
+
+// Seed 001's step-by-step multi-head attention, each intermediate kept for printing.
+struct MultiHeadSteps {
+  Tensor Q, K, V;                    // (B, L, d_out)
+  Tensor Q_heads, K_heads, V_heads;  // (B, H, L, head_dim) after view + transpose
+  Tensor K_T;                        // (B, H, head_dim, L)
+  Tensor scores;                     // (B, H, L, L)
+  Tensor mask;                       // (L, L) bool, true above the diagonal
+  Tensor masked_scores;              // scores with -inf above the diagonal
+  Tensor weights;                    // softmax(masked / sqrt(head_dim))
+  Tensor dropped;                    // weights after dropout
+  Tensor context;                    // (B, H, L, head_dim)
+  Tensor context_t;                  // (B, L, H, head_dim)
+  Tensor output;                     // (B, L, d_out)
+};
+MultiHeadSteps multi_head_attention_steps(const Tensor& x, const Tensor& Wq, const Tensor& Wk,
+                                          const Tensor& Wv, int64_t num_heads, double dropout_p,
+                                          bool causal = true, Generator* gen = nullptr);
+
+// torch.nn.MultiheadAttention. Parameter names follow PyTorch: in_proj_weight (3E, E) and
+// in_proj_bias when kdim == vdim == embed_dim, else q_proj_weight, k_proj_weight, v_proj_weight;
+// out_proj.weight, out_proj.bias. add_bias_kv and add_zero_attn are not supported.
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
+                     std::optional<int64_t> kdim = std::nullopt,
+                     std::optional<int64_t> vdim = std::nullopt, bool batch_first = false);
+  struct Output {
+    Tensor output;   // (L, B, E) or (B, L, E) when batch_first, or (L, E) unbatched
+    Tensor weights;  // (B, L_q, L_k) averaged or (B, H, L_q, L_k); undefined unless need_weights
+  };
+  // key_padding_mask: (B, L_k) bool, true means "ignore this key" (PyTorch's convention), or
+  // float added. attn_mask: (L_q, L_k) or (B*H, L_q, L_k); bool true means "not allowed"
+  // (PyTorch's MultiheadAttention convention), float added. is_causal only with attn_mask unset.
+  Output forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                 const Tensor& key_padding_mask = Tensor(), bool need_weights = true,
+                 const Tensor& attn_mask = Tensor(), bool average_attn_weights = true,
+                 bool is_causal = false) const;
+  std::string name() const override { return "MultiheadAttention"; }
+  int64_t embed_dim, num_heads, head_dim, kdim, vdim;
+  double dropout;
+  bool batch_first, same_embed_dim;
+  Tensor in_proj_weight, in_proj_bias, q_proj_weight, k_proj_weight, v_proj_weight;
+  std::shared_ptr<Linear> out_proj;
+};
+
+// ---- vocabulary (seed 000)
+// -------------------------------------------------------------------------
+
+// Words of a sentence (commas removed, split on whitespace), sorted, each mapped to its index.
+class Vocabulary {
+ public:
+  explicit Vocabulary(const std::string& sentence);
+  const std::vector<std::string>& words() const { return words_; }  // sorted unique words
+  int64_t size() const { return int64_t(words_.size()); }
+  int64_t id(const std::string& word) const;         // attn::IndexError for unknown words
+  Tensor encode(const std::string& sentence) const;  // int64 (num_words)
+  // {'Life': 0, 'dessert': 1, ...} as Python prints the dict.
+  std::string repr() const;
+  static std::vector<std::string> tokenize(const std::string& sentence);
+
+ private:
+  std::vector<std::string> words_;
+  std::map<std::string, int64_t> ids_;
+};
+
+// ---- initialisation (torch.nn.init), drawing from the generator exactly as PyTorch does
+// ------------
+namespace init {
+Tensor& uniform_(Tensor& t, double a = 0.0, double b = 1.0, Generator* gen = nullptr);
+Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
+Tensor& zeros_(Tensor& t);
+Tensor& ones_(Tensor& t);
+// kaiming_uniform_(t, a, mode="fan_in", nonlinearity="leaky_relu"): U(-bound, bound) with
+// bound = sqrt(3) * gain / sqrt(fan_in), gain = sqrt(2 / (1 + a^2)).
+Tensor& kaiming_uniform_(Tensor& t, double a = 0.0, Generator* gen = nullptr);
+// xavier_uniform_: U(-b, b), b = gain * sqrt(6 / (fan_in + fan_out)).
+Tensor& xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+}  // namespace init
+
+// ---- functional
+// --------------------------------------------------------------------------------------
+namespace functional {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+// Same draws as torch.nn.functional.dropout on the CPU for the same generator state.
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
+Tensor softmax(const Tensor& x, int64_t dim);
+using attn::scaled_dot_product_attention;
+}  // namespace functional
+
+}  // namespace attn::nn

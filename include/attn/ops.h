@@ -1,0 +1,92 @@
+// Free functions mirroring torch's namespace: creation, random tensors, math, reductions.
+// Each validates its inputs and throws attn::Error naming itself and the offending shapes.
+#pragma once
+
+#include <attn/random.h>
+#include <attn/tensor.h>
+
+#include <optional>
+
+namespace attn {
+
+// ---- creation ---------------------------------------------------------------------------------------
+// torch.tensor: dtype inferred from the values (float32 if any float, else int64, bool if all bool)
+// unless given.
+Tensor tensor(const NestedList& data, std::optional<Dtype> dtype = std::nullopt);
+// A tensor that copies `values` into the given shape.
+Tensor from_vector(const std::vector<float>& values, Shape shape);
+Tensor empty(Shape shape, Dtype dtype = Dtype::Float32);
+Tensor zeros(Shape shape, Dtype dtype = Dtype::Float32);
+Tensor ones(Shape shape, Dtype dtype = Dtype::Float32);
+Tensor full(Shape shape, Scalar value, std::optional<Dtype> dtype = std::nullopt);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor empty_like(const Tensor& t);
+Tensor full_like(const Tensor& t, Scalar value);
+// torch.arange: int64 when every argument is an integer, else float32.
+Tensor arange(Scalar end);
+Tensor arange(Scalar start, Scalar end, Scalar step = 1);
+// Lower / upper triangle of the last two dims; `diagonal` shifts the boundary as in torch.
+Tensor tril(const Tensor& t, int64_t diagonal = 0);
+Tensor triu(const Tensor& t, int64_t diagonal = 0);
+// Wraps memory owned elsewhere (NumPy) without copying. `owner` keeps it alive.
+Tensor from_blob(void* data, Shape shape, Shape strides, Dtype dtype, std::shared_ptr<void> owner);
+
+// ---- random (bitwise identical to PyTorch's CPU generator for the same seed and call sequence) ------
+Tensor rand(Shape shape, Generator* gen = nullptr);
+Tensor randn(Shape shape, Generator* gen = nullptr);
+Tensor randint(int64_t low, int64_t high, Shape shape, Generator* gen = nullptr);
+Tensor randint(int64_t high, Shape shape, Generator* gen = nullptr);
+// In-place fills, as torch.Tensor.uniform_ / normal_ (contiguous and strided tensors).
+Tensor& uniform_(Tensor& t, double from = 0.0, double to = 1.0, Generator* gen = nullptr);
+Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
+Tensor& bernoulli_(Tensor& t, double p, Generator* gen = nullptr);
+
+// ---- math ---------------------------------------------------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, Scalar exponent);
+Tensor pow(Scalar base, const Tensor& exponent);
+Tensor exp(const Tensor& t);
+Tensor log(const Tensor& t);
+Tensor sqrt(const Tensor& t);
+Tensor abs(const Tensor& t);
+Tensor tanh(const Tensor& t);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+// where(cond, a, b): a where cond is true, else b (all broadcast together).
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor masked_fill(const Tensor& t, const Tensor& mask, Scalar value);
+Tensor sum(const Tensor& t);
+Tensor sum(const Tensor& t, Shape dims, bool keepdim = false);
+Tensor mean(const Tensor& t);
+Tensor mean(const Tensor& t, Shape dims, bool keepdim = false);
+Tensor var(const Tensor& t, bool unbiased = true);
+Tensor var(const Tensor& t, Shape dims, bool unbiased = true, bool keepdim = false);
+Tensor softmax(const Tensor& t, int64_t dim);
+Tensor log_softmax(const Tensor& t, int64_t dim);
+// torch.matmul: 1-D and 2-D products and batched products with broadcast batch dims. float32 goes
+// through BLAS, reading transposed and broadcast operands in place; int64 is exact integer
+// arithmetic (wrapping on overflow, as torch). Bool is refused.
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor dot(const Tensor& a, const Tensor& b);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// |a - b| <= atol + rtol * |b| elementwise (broadcast); NaNs are equal only with equal_nan.
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+              bool equal_nan = false);
+bool equal(const Tensor& a, const Tensor& b);  // same shape and identical elements
+
+// Shape both arguments broadcast to, or attn::Error naming `fn`.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* fn);
+
+// Threads used by attn's kernels and by OpenBLAS (torch.set_num_threads).
+void set_num_threads(int n);
+int get_num_threads();
+
+inline constexpr double inf = __builtin_inf();
+inline constexpr double nan = __builtin_nan("");
+
+}  // namespace attn

@@ -1,0 +1,303 @@
+// attn::Tensor: a strided view over shared storage, modelled on torch.Tensor.
+//
+// A Tensor is a cheap handle (a shared pointer to a TensorImpl). Views (view, transpose, permute,
+// slicing, ...) share storage with their base, exactly as in PyTorch, so writing through a view
+// writes the base. Every public function validates its arguments and throws attn::Error (or
+// attn::IndexError for indices) naming the function and the offending shapes.
+#pragma once
+
+#include <attn/common.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace attn {
+
+// A Python-like number: float, int or bool. Arithmetic between a tensor and a Scalar follows
+// PyTorch's promotion: an int64 tensor times a float scalar is float32, and so on.
+class Scalar {
+ public:
+  enum class Kind { Float, Int, Bool };
+  Scalar(double v) : kind_(Kind::Float), d_(v) {}                      // NOLINT
+  Scalar(float v) : kind_(Kind::Float), d_(v) {}                       // NOLINT
+  Scalar(int v) : kind_(Kind::Int), d_(v), i_(v) {}                    // NOLINT
+  Scalar(long v) : kind_(Kind::Int), d_(double(v)), i_(v) {}           // NOLINT
+  Scalar(long long v) : kind_(Kind::Int), d_(double(v)), i_(v) {}      // NOLINT
+  Scalar(bool v) : kind_(Kind::Bool), d_(v ? 1.0 : 0.0), i_(v) {}      // NOLINT
+  Kind kind() const { return kind_; }
+  bool is_floating() const { return kind_ == Kind::Float; }
+  double to_double() const { return d_; }
+  int64_t to_int() const { return kind_ == Kind::Float ? int64_t(d_) : i_; }
+
+ private:
+  Kind kind_;
+  double d_ = 0;
+  int64_t i_ = 0;
+};
+
+// A nested list of numbers, the C++ spelling of Python's [[1.0, 2.0], [3.0, 4.0]]:
+//   attn::tensor({{1.0, 2.0}, {3.0, 4.0}})
+// Integers only give int64, bools only give bool, any float gives float32 (as torch.tensor).
+class NestedList {
+ public:
+  NestedList(double v) : scalar_(v), is_leaf_(true) {}               // NOLINT
+  NestedList(float v) : scalar_(double(v)), is_leaf_(true) {}        // NOLINT
+  NestedList(int v) : scalar_(v), is_leaf_(true) {}                  // NOLINT
+  NestedList(long v) : scalar_(v), is_leaf_(true) {}                 // NOLINT
+  NestedList(long long v) : scalar_(v), is_leaf_(true) {}            // NOLINT
+  NestedList(bool v) : scalar_(v), is_leaf_(true) {}                 // NOLINT
+  NestedList(std::initializer_list<NestedList> items) : items_(items) {}
+  explicit NestedList(std::vector<NestedList> items) : items_(std::move(items)) {}
+  bool is_leaf() const { return is_leaf_; }
+  const Scalar& scalar() const { return scalar_; }
+  const std::vector<NestedList>& items() const { return items_; }
+
+ private:
+  Scalar scalar_ = 0.0;
+  bool is_leaf_ = false;
+  std::vector<NestedList> items_;
+};
+
+// Reference-counted raw memory. `owner` keeps it alive (our own allocation, or a NumPy array).
+struct Storage {
+  void* data = nullptr;
+  std::size_t nbytes = 0;
+  std::shared_ptr<void> owner;
+  // 64-byte aligned, zero-initialised memory.
+  static std::shared_ptr<Storage> allocate(std::size_t nbytes);
+};
+
+// Reserved for reverse-mode autograd (grad, grad_fn); the forward-only core keeps the hook so
+// that gradients can be added without changing the layout of TensorImpl.
+struct AutogradMeta;
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape sizes;
+  Shape strides;  // in elements
+  int64_t offset = 0;  // in elements
+  Dtype dtype = Dtype::Float32;
+  bool requires_grad = false;
+  std::shared_ptr<AutogradMeta> autograd;
+};
+
+class TensorIndex;
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined tensor
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  const std::shared_ptr<TensorImpl>& impl() const { return impl_; }
+  // True when both handles refer to the same TensorImpl (Python's `is`).
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  // ---- metadata -------------------------------------------------------------------------------
+  const Shape& shape() const;
+  const Shape& sizes() const { return shape(); }
+  int64_t size(int64_t dim) const;  // negative dims count from the end
+  const Shape& strides() const;
+  int64_t stride(int64_t dim) const;
+  int64_t storage_offset() const;
+  int64_t dim() const { return int64_t(shape().size()); }
+  int64_t ndim() const { return dim(); }
+  int64_t numel() const;
+  Dtype dtype() const;
+  bool is_floating_point() const { return dtype() == Dtype::Float32; }
+  bool is_contiguous() const;
+  // Pointer to element [0, 0, ...] (storage data plus offset). T must match dtype.
+  template <typename T>
+  T* data_ptr() const;
+  void* raw_data() const;
+
+  // ---- autograd flags (gradients themselves come with the autograd layer) ----------------------
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool value = true);
+  Tensor detach() const;  // shares storage, requires_grad false
+
+  // ---- conversion and copies -------------------------------------------------------------------
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(Dtype dtype) const;  // returns *this when the dtype already matches
+  Tensor float_() const { return to(Dtype::Float32); }
+  Tensor long_() const { return to(Dtype::Int64); }
+  Tensor bool_() const { return to(Dtype::Bool); }
+  // Copies `src` (broadcast to this shape, converted to this dtype) into this tensor's elements.
+  Tensor& copy_(const Tensor& src);
+  Tensor& fill_(Scalar value);
+  Tensor& zero_() { return fill_(0.0); }
+  // The single element of a one-element tensor.
+  template <typename T>
+  T item() const;
+  double item_double() const;
+  std::vector<float> to_float_vector() const;  // row-major copy of a float32 tensor
+
+  // ---- views (share storage) -------------------------------------------------------------------
+  Tensor view(Shape shape) const;     // one -1 allowed; fails if strides do not allow a view
+  Tensor reshape(Shape shape) const;  // a view when possible, else a copy
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor permute(Shape dims) const;
+  Tensor T() const;   // all dims reversed (a matrix transpose for 2-D)
+  Tensor mT() const;  // last two dims swapped
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor expand(Shape shape) const;  // -1 keeps a size; stride 0 for broadcast dims
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> stop,
+               int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  // x[i] (select along dim 0) and Python-style multi-indexing x[b, :t+1], x[..., None].
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor index(const std::vector<TensorIndex>& indices) const;
+  // x[indices] = value
+  Tensor& index_put_(const std::vector<TensorIndex>& indices, const Tensor& value);
+  Tensor& index_put_(const std::vector<TensorIndex>& indices, Scalar value);
+
+  // ---- elementwise ------------------------------------------------------------------------------
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor abs() const;
+  Tensor neg() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor ceil() const;
+  Tensor floor() const;
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor isfinite() const;
+  Tensor logical_not() const;
+  Tensor pow(Scalar exponent) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+  Tensor& masked_fill_(const Tensor& mask, Scalar value);
+  Tensor& add_(const Tensor& other);
+  Tensor& add_(Scalar other);
+  Tensor& sub_(const Tensor& other);
+  Tensor& sub_(Scalar other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(Scalar other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(Scalar other);
+  Tensor& operator+=(const Tensor& o) { return add_(o); }
+  Tensor& operator+=(Scalar o) { return add_(o); }
+  Tensor& operator-=(const Tensor& o) { return sub_(o); }
+  Tensor& operator-=(Scalar o) { return sub_(o); }
+  Tensor& operator*=(const Tensor& o) { return mul_(o); }
+  Tensor& operator*=(Scalar o) { return mul_(o); }
+  Tensor& operator/=(const Tensor& o) { return div_(o); }
+  Tensor& operator/=(Scalar o) { return div_(o); }
+
+  // ---- reductions (dims may be negative; keepdim keeps reduced dims with size 1) ----------------
+  Tensor sum() const;
+  Tensor sum(Shape dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(Shape dims, bool keepdim = false) const;
+  // Variance with Bessel's correction by default (torch's unbiased=True, correction=1).
+  Tensor var(bool unbiased = true) const;
+  Tensor var(Shape dims, bool unbiased = true, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  // (values, indices) along `dim`, as torch.max(x, dim).
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor amax(Shape dims, bool keepdim = false) const;
+  bool all() const;  // every element non-zero
+  bool any() const;
+
+  // ---- linear algebra and softmax ---------------------------------------------------------------
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor dot(const Tensor& other) const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+
+  // PyTorch's repr: tensor([[0.2996, 0.8053], ...]) with the current print options.
+  std::string repr() const;
+
+ private:
+  const TensorImpl& checked() const;
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// ---- indexing helpers, as in libtorch: x.index({b, Slice(None, t + 1)}) ---------------------------
+namespace indexing {
+struct Slice {
+  Slice(std::optional<int64_t> start = std::nullopt, std::optional<int64_t> stop = std::nullopt,
+        std::optional<int64_t> step = std::nullopt)
+      : start(start), stop(stop), step(step) {}
+  std::optional<int64_t> start, stop, step;
+};
+struct EllipsisIndexType {};
+inline constexpr EllipsisIndexType Ellipsis{};
+inline constexpr std::nullopt_t None = std::nullopt;  // a new axis of size 1 (or an open slice end)
+}  // namespace indexing
+
+class TensorIndex {
+ public:
+  enum class Kind { Integer, Slice, None, Ellipsis, Tensor };
+  TensorIndex(int v) : kind_(Kind::Integer), integer_(v) {}                        // NOLINT
+  TensorIndex(long v) : kind_(Kind::Integer), integer_(v) {}                       // NOLINT
+  TensorIndex(long long v) : kind_(Kind::Integer), integer_(v) {}                  // NOLINT
+  TensorIndex(indexing::Slice s) : kind_(Kind::Slice), slice_(s) {}               // NOLINT
+  TensorIndex(std::nullopt_t) : kind_(Kind::None) {}                               // NOLINT
+  TensorIndex(indexing::EllipsisIndexType) : kind_(Kind::Ellipsis) {}              // NOLINT
+  TensorIndex(Tensor t) : kind_(Kind::Tensor), tensor_(std::move(t)) {}            // NOLINT
+  Kind kind() const { return kind_; }
+  int64_t integer() const { return integer_; }
+  const indexing::Slice& slice() const { return slice_; }
+  const Tensor& tensor() const { return tensor_; }
+
+ private:
+  Kind kind_;
+  int64_t integer_ = 0;
+  indexing::Slice slice_;
+  Tensor tensor_;
+};
+
+// ---- operators (broadcasting, PyTorch type promotion) ---------------------------------------------
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);  // true division: ints give float32
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(Scalar a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, Scalar b);
+Tensor operator!=(const Tensor& a, Scalar b);
+Tensor operator<(const Tensor& a, Scalar b);
+Tensor operator<=(const Tensor& a, Scalar b);
+Tensor operator>(const Tensor& a, Scalar b);
+Tensor operator>=(const Tensor& a, Scalar b);
+Tensor operator&(const Tensor& a, const Tensor& b);  // logical and of bool tensors
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator~(const Tensor& a);  // logical not of a bool tensor
+
+}  // namespace attn

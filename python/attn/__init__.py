@@ -1,0 +1,183 @@
+"""attn: attention in C++ with PyTorch's names.
+
+The seeds' PyTorch code runs unchanged with ``import attn as torch``. Everything numeric happens in
+the C++ library (attn._C); this package only arranges torch's Python surface on top of it.
+"""
+import builtins as _builtins
+import contextlib as _contextlib
+import math as _math
+
+from . import _C
+from ._C import (Generator, Tensor, allclose, arange, cat, concat, default_generator, dot, empty,
+                 empty_like, equal, exp, from_numpy, full, full_like, get_num_threads,
+                 initial_seed, log, log_softmax, manual_seed, masked_fill, matmul, maximum,
+                 minimum, ones, ones_like, rand, randint, randn, set_num_threads,
+                 set_printoptions, softmax, sqrt, stack, tanh, tensor, tril, triu, where, zeros,
+                 zeros_like)
+from ._C import abs  # noqa: A004  (torch.abs shadows the builtin the same way)
+
+__version__ = "0.1.0"
+
+dtype = _C.dtype
+float32 = _C.dtype.float32
+float = float32  # noqa: A001
+int64 = _C.dtype.int64
+long = int64
+bool = _C.dtype.bool  # noqa: A001
+
+inf = _math.inf
+nan = _math.nan
+pi = _math.pi
+
+
+class Size(tuple):
+    """torch.Size: a tuple of ints that prints as ``torch.Size([6, 3])``."""
+
+    def __repr__(self):
+        return "torch.Size([" + ", ".join(str(s) for s in self) + "])"
+
+    __str__ = __repr__
+
+    def numel(self):
+        n = 1
+        for s in self:
+            n *= s
+        return n
+
+    def __getitem__(self, key):
+        r = tuple.__getitem__(self, key)
+        return Size(r) if isinstance(key, slice) else r
+
+
+class return_types(tuple):
+    """The (values, indices) pair returned by max(dim) / min(dim)."""
+
+    def __new__(cls, values, indices):
+        return tuple.__new__(cls, (values, indices))
+
+    @property
+    def values(self):
+        return self[0]
+
+    @property
+    def indices(self):
+        return self[1]
+
+    def __repr__(self):
+        return "torch.return_types.max(\nvalues=%r,\nindices=%r)" % (self[0], self[1])
+
+
+def _size(self, dim=None):
+    shape = self._shape
+    if dim is None:
+        return Size(shape)
+    n = len(shape)
+    if not -_builtins.max(n, 1) <= dim < _builtins.max(n, 1):
+        raise IndexError("[size] dimension out of range (expected to be in range of [%d, %d], "
+                         "but got %d)" % (-_builtins.max(n, 1), _builtins.max(n, 1) - 1, dim))
+    return shape[dim]
+
+
+Tensor.shape = property(lambda self: Size(self._shape))
+Tensor.size = _size
+Tensor.__array_priority__ = 1000  # numpy defers to our reflected operators
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
+
+def numel(input):
+    return input.numel()
+
+
+def sum(input, dim=None, keepdim=False, *, axis=None):  # noqa: A001
+    return input.sum(dim, keepdim, axis)
+
+
+def mean(input, dim=None, keepdim=False, *, axis=None):
+    return input.mean(dim, keepdim, axis)
+
+
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=None):
+    return input.var(dim, unbiased, keepdim, correction, axis)
+
+
+def max(input, dim=None, keepdim=False):  # noqa: A001
+    if isinstance(dim, Tensor):
+        return maximum(input, dim)
+    return input.max(dim, keepdim)
+
+
+def min(input, dim=None, keepdim=False):  # noqa: A001
+    if isinstance(dim, Tensor):
+        return minimum(input, dim)
+    return input.min(dim, keepdim)
+
+
+def argmax(input, dim=None, keepdim=False):
+    return input.argmax(dim, keepdim)
+
+
+def transpose(input, dim0, dim1):
+    return input.transpose(dim0, dim1)
+
+
+def permute(input, dims):
+    return input.permute(*dims)
+
+
+def reshape(input, shape):
+    return input.reshape(*shape)
+
+
+def unsqueeze(input, dim):
+    return input.unsqueeze(dim)
+
+
+def squeeze(input, dim=None):
+    return input.squeeze(dim)
+
+
+def flatten(input, start_dim=0, end_dim=-1):
+    return input.flatten(start_dim, end_dim)
+
+
+def pow(input, exponent):  # noqa: A001
+    if isinstance(input, Tensor):
+        return input.pow(exponent)
+    return exponent.__rpow__(input)
+
+
+def clone(input):
+    return input.clone()
+
+
+def isnan(input):
+    return input.isnan()
+
+
+def isinf(input):
+    return input.isinf()
+
+
+def isfinite(input):
+    return input.isfinite()
+
+
+class no_grad(_contextlib.ContextDecorator):
+    """Context manager (and decorator) that disables gradient tracking inside its block.
+
+    Gradients arrive with the autograd layer; the forward-only core records none, so this only
+    marks the block for code written against torch."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+from . import nn  # noqa: E402  (nn uses the names above)
+
+__all__ = [n for n in dir() if not n.startswith("_")]

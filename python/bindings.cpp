@@ -1,0 +1,810 @@
+// attn._C: thin pybind11 bindings over the C++ API. The Python package attn (python/attn) builds
+// torch's surface (Size, nn.Module, Parameter, ...) on top of these.
+#include <attn/attn.h>
+#include <pybind11/numpy.h>
+#include <pybind11/operators.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <sstream>
+
+namespace py = pybind11;
+using namespace attn;
+
+namespace {
+
+// ---- Python values -> C++ ---------------------------------------------------------------------------
+
+Scalar to_scalar(const py::handle& h) {
+  if (py::isinstance<py::bool_>(h)) return Scalar(h.cast<bool>());
+  if (py::isinstance<py::int_>(h)) return Scalar(h.cast<long long>());
+  if (py::isinstance<py::float_>(h)) return Scalar(h.cast<double>());
+  if (py::isinstance<Tensor>(h)) {
+    const Tensor& t = h.cast<const Tensor&>();
+    if (t.numel() != 1)
+      throw Error("[scalar] a tensor with " + std::to_string(t.numel()) +
+                  " elements cannot be used as a number");
+    switch (t.dtype()) {
+      case Dtype::Float32: return Scalar(t.item<double>());
+      case Dtype::Int64: return Scalar((long long)t.item<int64_t>());
+      case Dtype::Bool: return Scalar(t.item<bool>());
+    }
+  }
+  // numpy scalars and anything else with __float__ / __index__
+  if (py::hasattr(h, "dtype") && py::hasattr(h, "item")) return to_scalar(h.attr("item")());
+  throw Error(std::string("[scalar] expected a number, got ") +
+              std::string(py::str(py::type::handle_of(h).attr("__name__"))));
+}
+
+bool is_number(const py::handle& h) {
+  return py::isinstance<py::bool_>(h) || py::isinstance<py::int_>(h) ||
+         py::isinstance<py::float_>(h) ||
+         (py::hasattr(h, "dtype") && py::hasattr(h, "item") && !py::hasattr(h, "shape")) ||
+         (py::hasattr(h, "dtype") && py::hasattr(h, "shape") && py::len(h.attr("shape")) == 0 &&
+          !py::isinstance<Tensor>(h));
+}
+
+NestedList to_nested(const py::handle& h) {
+  if (py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h)) {
+    std::vector<NestedList> items;
+    for (auto item : h) items.push_back(to_nested(item));
+    return NestedList(std::move(items));
+  }
+  if (py::isinstance<Tensor>(h)) {
+    const Tensor& t = h.cast<const Tensor&>();
+    if (t.dim() == 0) {
+      Scalar s = to_scalar(h);
+      if (s.kind() == Scalar::Kind::Bool) return NestedList(s.to_double() != 0);
+      if (s.kind() == Scalar::Kind::Int) return NestedList((long long)s.to_int());
+      return NestedList(s.to_double());
+    }
+    std::vector<NestedList> items;
+    for (int64_t i = 0; i < t.size(0); ++i) items.push_back(to_nested(py::cast(t[i])));
+    return NestedList(std::move(items));
+  }
+  Scalar s = to_scalar(h);
+  if (s.kind() == Scalar::Kind::Bool) return NestedList(s.to_double() != 0);
+  if (s.kind() == Scalar::Kind::Int) return NestedList((long long)s.to_int());
+  return NestedList(s.to_double());
+}
+
+std::optional<Dtype> to_dtype(const py::object& o) {
+  if (o.is_none()) return std::nullopt;
+  return o.cast<Dtype>();
+}
+
+// Zero-copy view of a NumPy array when its dtype is one of ours; float64 and others are converted.
+Tensor from_numpy(py::array arr) {
+  py::dtype dt = arr.dtype();
+  Dtype d;
+  if (dt.is(py::dtype::of<float>())) {
+    d = Dtype::Float32;
+  } else if (dt.is(py::dtype::of<int64_t>())) {
+    d = Dtype::Int64;
+  } else if (dt.is(py::dtype::of<bool>())) {
+    d = Dtype::Bool;
+  } else if (dt.kind() == 'f') {
+    return from_numpy(py::array_t<float, py::array::c_style | py::array::forcecast>(arr));
+  } else if (dt.kind() == 'i' || dt.kind() == 'u') {
+    return from_numpy(py::array_t<int64_t, py::array::c_style | py::array::forcecast>(arr));
+  } else {
+    throw Error("[tensor] unsupported NumPy dtype " + std::string(py::str(dt)));
+  }
+  Shape shape, strides;
+  auto isz = int64_t(itemsize(d));
+  for (py::ssize_t i = 0; i < arr.ndim(); ++i) {
+    shape.push_back(arr.shape(i));
+    if (arr.strides(i) % isz != 0 || arr.strides(i) < 0)
+      return from_numpy(py::array::ensure(arr, py::array::c_style));
+    strides.push_back(arr.strides(i) / isz);
+  }
+  auto* keep = new py::object(arr);
+  std::shared_ptr<void> owner(keep, [](void* p) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<py::object*>(p);
+  });
+  return from_blob(const_cast<void*>(arr.data()), shape, strides, d, owner);
+}
+
+Tensor make_tensor(const py::object& data, const py::object& dtype, bool requires_grad) {
+  Tensor t;
+  if (py::isinstance<Tensor>(data)) {
+    t = data.cast<const Tensor&>().detach().clone();
+    if (auto d = to_dtype(dtype)) t = t.to(*d);
+  } else if (py::isinstance<py::array>(data)) {
+    t = from_numpy(data.cast<py::array>());
+    if (auto d = to_dtype(dtype)) t = t.to(*d);
+  } else {
+    t = tensor(to_nested(data), to_dtype(dtype));
+  }
+  if (requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+// Python-style size arguments: f(2, 3), f((2, 3)), f([2, 3]), f(size=(2, 3)).
+Shape to_shape(const py::args& args, const py::kwargs& kwargs) {
+  py::object src;
+  if (kwargs.contains("size")) {
+    src = kwargs["size"];
+  } else if (args.size() == 1 && !py::isinstance<py::int_>(args[0])) {
+    src = args[0];
+  } else {
+    src = args;
+  }
+  Shape s;
+  for (auto h : src) s.push_back(to_scalar(h).to_int());
+  return s;
+}
+
+Shape to_dims(const py::object& o) {
+  Shape dims;
+  if (py::isinstance<py::int_>(o)) {
+    dims.push_back(o.cast<int64_t>());
+  } else {
+    for (auto h : o) dims.push_back(h.cast<int64_t>());
+  }
+  return dims;
+}
+
+// Index expressions: x[1], x[b, :t+1], x[..., None], x[idx_tensor].
+TensorIndex to_index(const py::handle& h) {
+  if (h.is_none()) return TensorIndex(std::nullopt);
+  if (h.ptr() == Py_Ellipsis) return TensorIndex(indexing::Ellipsis);
+  if (py::isinstance<py::slice>(h)) {
+    auto sl = h.cast<py::slice>();
+    auto get = [&](const char* name) -> std::optional<int64_t> {
+      py::object v = sl.attr(name);
+      if (v.is_none()) return std::nullopt;
+      return to_scalar(v).to_int();
+    };
+    return TensorIndex(indexing::Slice(get("start"), get("stop"), get("step")));
+  }
+  if (py::isinstance<Tensor>(h)) return TensorIndex(h.cast<Tensor>());
+  if (py::isinstance<py::list>(h)) return TensorIndex(tensor(to_nested(h)));
+  if (py::isinstance<py::bool_>(h))
+    throw Error("[index] indexing with a Python bool is not supported");
+  return TensorIndex((long long)to_scalar(h).to_int());
+}
+
+std::vector<TensorIndex> to_indices(const py::object& key) {
+  std::vector<TensorIndex> out;
+  if (py::isinstance<py::tuple>(key)) {
+    for (auto h : key) out.push_back(to_index(h));
+  } else {
+    out.push_back(to_index(key));
+  }
+  return out;
+}
+
+Tensor as_tensor_like(const py::object& o, const Tensor& like) {
+  if (py::isinstance<Tensor>(o)) return o.cast<Tensor>();
+  if (py::isinstance<py::array>(o)) return from_numpy(o.cast<py::array>());
+  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) return tensor(to_nested(o));
+  Scalar s = to_scalar(o);
+  return full({}, s, like.dtype());
+}
+
+py::object to_list(const Tensor& t) {
+  if (t.dim() == 0) {
+    switch (t.dtype()) {
+      case Dtype::Float32: return py::float_(t.item<double>());
+      case Dtype::Int64: return py::int_(t.item<int64_t>());
+      case Dtype::Bool: return py::bool_(t.item<bool>());
+    }
+  }
+  py::list l;
+  for (int64_t i = 0; i < t.size(0); ++i) l.append(to_list(t[i]));
+  return l;
+}
+
+py::array to_numpy(const Tensor& t) {
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+  std::vector<py::ssize_t> strides;
+  auto isz = py::ssize_t(itemsize(t.dtype()));
+  for (auto s : t.strides()) strides.push_back(s * isz);
+  auto* keep = new Tensor(t);
+  py::capsule base(keep, [](void* p) { delete static_cast<Tensor*>(p); });
+  switch (t.dtype()) {
+    case Dtype::Float32:
+      return py::array(py::dtype::of<float>(), shape, strides, t.raw_data(), base);
+    case Dtype::Int64:
+      return py::array(py::dtype::of<int64_t>(), shape, strides, t.raw_data(), base);
+    case Dtype::Bool:
+      return py::array(py::dtype::of<bool>(), shape, strides, t.raw_data(), base);
+  }
+  return py::array();
+}
+
+// Binary operator with a tensor or a Python number on the right.
+template <typename TT, typename TS>
+py::object binop(const Tensor& a, const py::object& b, TT tt, TS ts) {
+  if (py::isinstance<Tensor>(b)) return py::cast(tt(a, b.cast<const Tensor&>()));
+  if (is_number(b)) return py::cast(ts(a, to_scalar(b)));
+  if (py::isinstance<py::array>(b)) return py::cast(tt(a, from_numpy(b.cast<py::array>())));
+  return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+}
+
+Tensor sum_like(const Tensor& t, const py::object& dim, bool keepdim, const py::object& axis,
+                int which) {
+  py::object d = dim.is_none() ? axis : dim;
+  if (d.is_none()) {
+    if (which == 0) return keepdim ? t.sum({}, true) : t.sum();
+    return keepdim ? t.mean({}, true) : t.mean();
+  }
+  return which == 0 ? t.sum(to_dims(d), keepdim) : t.mean(to_dims(d), keepdim);
+}
+
+Tensor var_like(const Tensor& t, const py::object& dim, const py::object& unbiased, bool keepdim,
+                const py::object& correction, const py::object& axis) {
+  bool unb = true;
+  if (!unbiased.is_none()) unb = unbiased.cast<bool>();
+  if (!correction.is_none()) {
+    auto c = correction.cast<int64_t>();
+    if (c != 0 && c != 1) throw Error("[var] only correction 0 or 1 is supported");
+    unb = c == 1;
+  }
+  py::object d = dim.is_none() ? axis : dim;
+  if (d.is_none()) return keepdim ? t.var({}, unb, true) : t.var(unb);
+  return t.var(to_dims(d), unb, keepdim);
+}
+
+py::object max_like(const Tensor& t, const py::object& dim, bool keepdim, bool is_max) {
+  if (dim.is_none()) return py::cast(is_max ? t.max() : t.min());
+  auto [v, i] = is_max ? t.max(dim.cast<int64_t>(), keepdim) : t.min(dim.cast<int64_t>(), keepdim);
+  py::module_ attn_mod = py::module_::import("attn");
+  return attn_mod.attr("return_types")(v, i);
+}
+
+Generator* gen_arg(const py::object& g) {
+  if (g.is_none()) return nullptr;
+  return g.cast<Generator*>();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "attn: attention in C++ with a PyTorch-like surface";
+
+  py::register_exception<IndexError>(m, "AttnIndexError", PyExc_IndexError);
+  py::register_exception<Error>(m, "AttnError", PyExc_ValueError);
+
+  py::enum_<Dtype>(m, "dtype")
+      .value("float32", Dtype::Float32)
+      .value("int64", Dtype::Int64)
+      .value("bool", Dtype::Bool)
+      .def("__repr__", [](Dtype d) { return dtype_name(d); })
+      .def("__str__", [](Dtype d) { return dtype_name(d); })
+      .def_property_readonly("is_floating_point", [](Dtype d) { return d == Dtype::Float32; })
+      .def_property_readonly("itemsize", [](Dtype d) { return itemsize(d); });
+
+  py::class_<Generator>(m, "Generator")
+      .def(py::init<uint64_t>(), py::arg("seed") = Generator::kDefaultSeed)
+      .def("manual_seed",
+           [](Generator& g, uint64_t s) -> Generator& {
+             g.manual_seed(s);
+             return g;
+           },
+           py::return_value_policy::reference)
+      .def("initial_seed", &Generator::initial_seed)
+      .def("get_state",
+           [](const Generator& g) {
+             auto s = g.get_state();
+             return py::bytes(reinterpret_cast<const char*>(s.data()), s.size());
+           })
+      .def("set_state", [](Generator& g, py::bytes b) {
+        std::string s = b;
+        g.set_state(std::vector<uint8_t>(s.begin(), s.end()));
+      });
+  m.def("default_generator", &default_generator, py::return_value_policy::reference);
+
+  py::class_<Tensor> T(m, "Tensor", py::dynamic_attr());
+  T.def(py::init([](const py::object& data) {
+         if (py::isinstance<Tensor>(data)) return data.cast<const Tensor&>().detach();
+         return make_tensor(data, py::none(), false);
+       }),
+       py::arg("data"))
+      .def("__repr__", &Tensor::repr)
+      .def("__str__", &Tensor::repr)
+      .def_property_readonly("_shape",
+                             [](const Tensor& t) {
+                               py::list l;
+                               for (auto s : t.shape()) l.append(s);
+                               return l;
+                             })
+      .def_property_readonly("dtype", &Tensor::dtype)
+      .def_property_readonly("ndim", &Tensor::dim)
+      .def_property_readonly("device", [](const Tensor&) { return std::string("cpu"); })
+      .def("dim", &Tensor::dim)
+      .def("ndimension", &Tensor::dim)
+      .def("numel", &Tensor::numel)
+      .def("nelement", &Tensor::numel)
+      .def("element_size", [](const Tensor& t) { return itemsize(t.dtype()); })
+      .def("stride",
+           [](const Tensor& t, const py::object& d) -> py::object {
+             if (d.is_none()) return py::tuple(py::cast(t.strides()));
+             return py::int_(t.stride(d.cast<int64_t>()));
+           },
+           py::arg("dim") = py::none())
+      .def("storage_offset", &Tensor::storage_offset)
+      .def("is_contiguous", &Tensor::is_contiguous)
+      .def("is_floating_point", &Tensor::is_floating_point)
+      .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); })
+      .def_property(
+          "requires_grad", [](const Tensor& t) { return t.requires_grad(); },
+          [](Tensor& t, bool v) { t.requires_grad_(v); })
+      .def("requires_grad_", [](Tensor& t, bool v) -> Tensor& { return t.requires_grad_(v); },
+           py::arg("requires_grad") = true, py::return_value_policy::reference_internal)
+      .def_property_readonly("is_leaf", [](const Tensor&) { return true; })
+      .def_property_readonly("grad_fn", [](const Tensor&) { return py::none(); })
+      .def("detach", &Tensor::detach)
+      .def("detach_", [](Tensor& t) -> Tensor& { return t.requires_grad_(false); },
+           py::return_value_policy::reference_internal)
+      .def_property(
+          "data", [](const Tensor& t) { return t.detach(); },
+          [](Tensor& t, const Tensor& v) { t.copy_(v); })
+      .def("contiguous", &Tensor::contiguous)
+      .def("clone", &Tensor::clone)
+      .def("float", &Tensor::float_)
+      .def("long", &Tensor::long_)
+      .def("bool", &Tensor::bool_)
+      .def("to", [](const Tensor& t, Dtype d) { return t.to(d); })
+      .def("type", [](const Tensor& t, Dtype d) { return t.to(d); })
+      .def("copy_", &Tensor::copy_, py::return_value_policy::reference_internal)
+      .def("fill_", [](Tensor& t, const py::object& v) -> Tensor& { return t.fill_(to_scalar(v)); },
+           py::return_value_policy::reference_internal)
+      .def("zero_", &Tensor::zero_, py::return_value_policy::reference_internal)
+      .def("item", [](const Tensor& t) -> py::object {
+        if (t.numel() != 1)
+          throw Error("[item] a Tensor with " + std::to_string(t.numel()) +
+                      " elements cannot be converted to a scalar");
+        return to_list(t.reshape({}));
+      })
+      .def("tolist", &to_list)
+      .def("numpy", &to_numpy)
+      .def("__array__", [](const Tensor& t, const py::object& dtype) -> py::object {
+             py::array a = to_numpy(t);
+             if (dtype.is_none()) return std::move(a);
+             return a.attr("astype")(dtype);
+           },
+           py::arg("dtype") = py::none())
+      .def("__len__",
+           [](const Tensor& t) {
+             if (t.dim() == 0) throw py::type_error("len() of a 0-d tensor");
+             return t.size(0);
+           })
+      .def("__iter__",
+           [](const Tensor& t) {
+             if (t.dim() == 0) throw py::type_error("iteration over a 0-d tensor");
+             py::list l;
+             for (int64_t i = 0; i < t.size(0); ++i) l.append(t[i]);
+             return py::iter(l);
+           })
+      .def("__bool__",
+           [](const Tensor& t) {
+             if (t.numel() != 1)
+               throw Error("[bool] the truth value of a tensor with " + std::to_string(t.numel()) +
+                           " elements is ambiguous");
+             return t.item<bool>() || t.item<double>() != 0;
+           })
+      .def("__float__", [](const Tensor& t) { return t.item<double>(); })
+      .def("__int__", [](const Tensor& t) { return t.item<int64_t>(); })
+      .def("__index__",
+           [](const Tensor& t) {
+             if (t.dtype() == Dtype::Float32 || t.numel() != 1)
+               throw py::type_error("only integer tensors of a single element can be an index");
+             return t.item<int64_t>();
+           })
+      .def("__hash__", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.impl().get()); })
+      // views
+      .def("view", [](const Tensor& t, py::args a, py::kwargs k) { return t.view(to_shape(a, k)); })
+      .def("reshape",
+           [](const Tensor& t, py::args a, py::kwargs k) { return t.reshape(to_shape(a, k)); })
+      .def("expand", [](const Tensor& t, py::args a, py::kwargs k) { return t.expand(to_shape(a, k)); })
+      .def("permute",
+           [](const Tensor& t, py::args a, py::kwargs k) { return t.permute(to_shape(a, k)); })
+      .def("flatten", &Tensor::flatten, py::arg("start_dim") = 0, py::arg("end_dim") = -1)
+      .def("transpose", &Tensor::transpose)
+      .def("t", [](const Tensor& t) {
+        if (t.dim() > 2)
+          throw Error("[t] expects a tensor with <= 2 dimensions, but self is " +
+                      std::to_string(t.dim()) + "D");
+        return t.T();
+      })
+      .def_property_readonly("T", &Tensor::T)
+      .def_property_readonly("mT", &Tensor::mT)
+      .def("unsqueeze", &Tensor::unsqueeze)
+      .def("squeeze",
+           [](const Tensor& t, const py::object& d) {
+             return d.is_none() ? t.squeeze() : t.squeeze(d.cast<int64_t>());
+           },
+           py::arg("dim") = py::none())
+      .def("select", &Tensor::select)
+      .def("narrow", &Tensor::narrow)
+      .def("__getitem__",
+           [](const Tensor& t, const py::object& key) { return t.index(to_indices(key)); })
+      .def("__setitem__",
+           [](Tensor& t, const py::object& key, const py::object& value) {
+             t.index_put_(to_indices(key), as_tensor_like(value, t));
+           })
+      // math
+      .def("exp", &Tensor::exp)
+      .def("log", &Tensor::log)
+      .def("sqrt", &Tensor::sqrt)
+      .def("rsqrt", &Tensor::rsqrt)
+      .def("abs", &Tensor::abs)
+      .def("neg", &Tensor::neg)
+      .def("tanh", &Tensor::tanh)
+      .def("sigmoid", &Tensor::sigmoid)
+      .def("relu", &Tensor::relu)
+      .def("ceil", &Tensor::ceil)
+      .def("floor", &Tensor::floor)
+      .def("isnan", &Tensor::isnan)
+      .def("isinf", &Tensor::isinf)
+      .def("isfinite", &Tensor::isfinite)
+      .def("logical_not", &Tensor::logical_not)
+      .def("pow", [](const Tensor& a, const py::object& e) {
+        if (py::isinstance<Tensor>(e)) return a.pow(e.cast<const Tensor&>());
+        return a.pow(to_scalar(e));
+      })
+      .def("masked_fill",
+           [](const Tensor& t, const Tensor& mask, const py::object& v) {
+             return t.masked_fill(mask, to_scalar(v));
+           })
+      .def("masked_fill_",
+           [](Tensor& t, const Tensor& mask, const py::object& v) -> Tensor& {
+             return t.masked_fill_(mask, to_scalar(v));
+           },
+           py::return_value_policy::reference_internal)
+      .def("sum",
+           [](const Tensor& t, const py::object& dim, bool keepdim, const py::object& axis) {
+             return sum_like(t, dim, keepdim, axis, 0);
+           },
+           py::arg("dim") = py::none(), py::arg("keepdim") = false, py::arg("axis") = py::none())
+      .def("mean",
+           [](const Tensor& t, const py::object& dim, bool keepdim, const py::object& axis) {
+             return sum_like(t, dim, keepdim, axis, 1);
+           },
+           py::arg("dim") = py::none(), py::arg("keepdim") = false, py::arg("axis") = py::none())
+      .def("var", &var_like, py::arg("dim") = py::none(), py::arg("unbiased") = py::none(),
+           py::arg("keepdim") = false, py::arg("correction") = py::none(),
+           py::arg("axis") = py::none())
+      .def("max",
+           [](const Tensor& t, const py::object& dim, bool keepdim) {
+             return max_like(t, dim, keepdim, true);
+           },
+           py::arg("dim") = py::none(), py::arg("keepdim") = false)
+      .def("min",
+           [](const Tensor& t, const py::object& dim, bool keepdim) {
+             return max_like(t, dim, keepdim, false);
+           },
+           py::arg("dim") = py::none(), py::arg("keepdim") = false)
+      .def("argmax",
+           [](const Tensor& t, const py::object& dim, bool keepdim) {
+             if (dim.is_none()) return t.reshape({-1}).argmax(0, false);
+             return t.argmax(dim.cast<int64_t>(), keepdim);
+           },
+           py::arg("dim") = py::none(), py::arg("keepdim") = false)
+      .def("all", [](const Tensor& t) { return full({}, t.all(), Dtype::Bool); })
+      .def("any", [](const Tensor& t) { return full({}, t.any(), Dtype::Bool); })
+      .def("softmax", [](const Tensor& t, int64_t dim) { return t.softmax(dim); }, py::arg("dim"))
+      .def("log_softmax", [](const Tensor& t, int64_t dim) { return t.log_softmax(dim); },
+           py::arg("dim"))
+      .def("matmul", &Tensor::matmul)
+      .def("dot", &Tensor::dot)
+      .def("tril", &Tensor::tril, py::arg("diagonal") = 0)
+      .def("triu", &Tensor::triu, py::arg("diagonal") = 0)
+      .def("uniform_",
+           [](Tensor& t, double a, double b, const py::object& g) -> Tensor& {
+             return uniform_(t, a, b, gen_arg(g));
+           },
+           py::arg("from") = 0.0, py::arg("to") = 1.0, py::arg("generator") = py::none(),
+           py::return_value_policy::reference_internal)
+      .def("normal_",
+           [](Tensor& t, double mean, double std, const py::object& g) -> Tensor& {
+             return normal_(t, mean, std, gen_arg(g));
+           },
+           py::arg("mean") = 0.0, py::arg("std") = 1.0, py::arg("generator") = py::none(),
+           py::return_value_policy::reference_internal)
+      .def("bernoulli_",
+           [](Tensor& t, double p, const py::object& g) -> Tensor& {
+             return bernoulli_(t, p, gen_arg(g));
+           },
+           py::arg("p") = 0.5, py::arg("generator") = py::none(),
+           py::return_value_policy::reference_internal)
+      .def("equal", [](const Tensor& a, const Tensor& b) { return equal(a, b); })
+      .def("allclose", [](const Tensor& a, const Tensor& b, double rtol, double atol,
+                          bool equal_nan) { return allclose(a, b, rtol, atol, equal_nan); },
+           py::arg("other"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8,
+           py::arg("equal_nan") = false)
+      // operators
+      .def("__neg__", [](const Tensor& a) { return -a; })
+      .def("__pos__", [](const Tensor& a) { return a; })
+      .def("__abs__", &Tensor::abs)
+      .def("__invert__", [](const Tensor& a) { return ~a; })
+      .def("__matmul__", [](const Tensor& a, const Tensor& b) { return matmul(a, b); })
+      .def("__rmatmul__", [](const Tensor& a, const Tensor& b) { return matmul(b, a); });
+
+#define ATTN_BINOP(PYNAME, EXPR_TT, EXPR_TS)                                                  \
+  T.def(PYNAME, [](const Tensor& a, const py::object& b) {                                    \
+    return binop(                                                                             \
+        a, b, [](const Tensor& x, const Tensor& y) { return EXPR_TT; },                       \
+        [](const Tensor& x, const Scalar& y) { return EXPR_TS; });                            \
+  });
+  ATTN_BINOP("__add__", x + y, x + y)
+  ATTN_BINOP("__radd__", y + x, y + x)
+  ATTN_BINOP("__sub__", x - y, x - y)
+  ATTN_BINOP("__rsub__", y - x, y - x)
+  ATTN_BINOP("__mul__", x * y, x * y)
+  ATTN_BINOP("__rmul__", y * x, y * x)
+  ATTN_BINOP("__truediv__", x / y, x / y)
+  ATTN_BINOP("__rtruediv__", y / x, y / x)
+  ATTN_BINOP("__pow__", x.pow(y), x.pow(y))
+  ATTN_BINOP("__rpow__", y.pow(x), attn::pow(y, x))
+  ATTN_BINOP("__eq__", x == y, x == y)
+  ATTN_BINOP("__ne__", x != y, x != y)
+  ATTN_BINOP("__lt__", x < y, x < y)
+  ATTN_BINOP("__le__", x <= y, x <= y)
+  ATTN_BINOP("__gt__", x > y, x > y)
+  ATTN_BINOP("__ge__", x >= y, x >= y)
+  ATTN_BINOP("__and__", x & y, x & full({}, y, Dtype::Bool))
+  ATTN_BINOP("__or__", x | y, x | full({}, y, Dtype::Bool))
+  ATTN_BINOP("add", x + y, x + y)
+  ATTN_BINOP("sub", x - y, x - y)
+  ATTN_BINOP("mul", x * y, x * y)
+  ATTN_BINOP("div", x / y, x / y)
+  ATTN_BINOP("maximum", attn::maximum(x, y), attn::maximum(x, full({}, y, x.dtype())))
+  ATTN_BINOP("minimum", attn::minimum(x, y), attn::minimum(x, full({}, y, x.dtype())))
+  ATTN_BINOP("eq", x == y, x == y)
+  ATTN_BINOP("ne", x != y, x != y)
+  ATTN_BINOP("lt", x < y, x < y)
+  ATTN_BINOP("le", x <= y, x <= y)
+  ATTN_BINOP("gt", x > y, x > y)
+  ATTN_BINOP("ge", x >= y, x >= y)
+#undef ATTN_BINOP
+
+#define ATTN_INPLACE(PYNAME, METHOD)                                                           \
+  T.def(                                                                                      \
+      PYNAME,                                                                                 \
+      [](Tensor& a, const py::object& b) -> Tensor& {                                         \
+        if (py::isinstance<Tensor>(b)) return a.METHOD(b.cast<const Tensor&>());              \
+        return a.METHOD(to_scalar(b));                                                        \
+      },                                                                                      \
+      py::return_value_policy::reference_internal);
+  ATTN_INPLACE("__iadd__", add_)
+  ATTN_INPLACE("__isub__", sub_)
+  ATTN_INPLACE("__imul__", mul_)
+  ATTN_INPLACE("__itruediv__", div_)
+  ATTN_INPLACE("add_", add_)
+  ATTN_INPLACE("sub_", sub_)
+  ATTN_INPLACE("mul_", mul_)
+  ATTN_INPLACE("div_", div_)
+#undef ATTN_INPLACE
+
+  // ---- creation and random ----------------------------------------------------------------------
+  m.def("tensor", &make_tensor, py::arg("data"), py::arg("dtype") = py::none(),
+        py::arg("requires_grad") = false);
+  m.def("from_numpy", [](py::array a) { return from_numpy(a); });
+  auto shaped = [&m](const char* name, auto fn) {
+    m.def(name, [fn](py::args a, py::kwargs k) {
+      Dtype d = Dtype::Float32;
+      if (k.contains("dtype") && !k["dtype"].is_none()) d = k["dtype"].cast<Dtype>();
+      py::kwargs rest;
+      for (auto item : k)
+        if (std::string(py::str(item.first)) == "size") rest["size"] = item.second;
+      Tensor t = fn(to_shape(a, rest), d);
+      if (k.contains("requires_grad") && k["requires_grad"].cast<bool>()) t.requires_grad_(true);
+      return t;
+    });
+  };
+  shaped("zeros", [](Shape s, Dtype d) { return zeros(s, d); });
+  shaped("ones", [](Shape s, Dtype d) { return ones(s, d); });
+  shaped("empty", [](Shape s, Dtype d) { return empty(s, d); });
+  m.def("full",
+        [](const py::object& size, const py::object& v, const py::object& dtype) {
+          Shape s;
+          for (auto h : size) s.push_back(h.cast<int64_t>());
+          return full(s, to_scalar(v), to_dtype(dtype));
+        },
+        py::arg("size"), py::arg("fill_value"), py::arg("dtype") = py::none());
+  m.def("zeros_like", &zeros_like);
+  m.def("ones_like", &ones_like);
+  m.def("empty_like", &empty_like);
+  m.def("full_like", [](const Tensor& t, const py::object& v) { return full_like(t, to_scalar(v)); });
+  m.def("arange",
+        [](const py::object& a, const py::object& b, const py::object& step,
+           const py::object& dtype) {
+          Tensor t = b.is_none() ? arange(to_scalar(a))
+                                 : arange(to_scalar(a), to_scalar(b), to_scalar(step));
+          if (auto d = to_dtype(dtype)) t = t.to(*d);
+          return t;
+        },
+        py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1,
+        py::arg("dtype") = py::none());
+  m.def("tril", &tril, py::arg("input"), py::arg("diagonal") = 0);
+  m.def("triu", &triu, py::arg("input"), py::arg("diagonal") = 0);
+  m.def("manual_seed", [](uint64_t s) -> Generator& {
+    manual_seed(s);
+    return default_generator();
+  }, py::return_value_policy::reference);
+  m.def("initial_seed", []() { return default_generator().initial_seed(); });
+  m.def("rand", [](py::args a, py::kwargs k) {
+    py::kwargs rest;
+    if (k.contains("size")) rest["size"] = k["size"];
+    Tensor t = rand(to_shape(a, rest), k.contains("generator") ? gen_arg(k["generator"]) : nullptr);
+    if (k.contains("requires_grad") && k["requires_grad"].cast<bool>()) t.requires_grad_(true);
+    return t;
+  });
+  m.def("randn", [](py::args a, py::kwargs k) {
+    py::kwargs rest;
+    if (k.contains("size")) rest["size"] = k["size"];
+    Tensor t = randn(to_shape(a, rest), k.contains("generator") ? gen_arg(k["generator"]) : nullptr);
+    if (k.contains("requires_grad") && k["requires_grad"].cast<bool>()) t.requires_grad_(true);
+    return t;
+  });
+  m.def("randint",
+        [](int64_t low, const py::object& high, const py::object& size, const py::object& g) {
+          // torch.randint(high, size) or torch.randint(low, high, size)
+          if (size.is_none()) {
+            Shape s;
+            for (auto h : high) s.push_back(h.cast<int64_t>());
+            return randint(0, low, s, gen_arg(g));
+          }
+          Shape s;
+          for (auto h : size) s.push_back(h.cast<int64_t>());
+          return randint(low, high.cast<int64_t>(), s, gen_arg(g));
+        },
+        py::arg("low"), py::arg("high"), py::arg("size") = py::none(),
+        py::arg("generator") = py::none());
+
+  // ---- math -----------------------------------------------------------------------------------------
+  m.def("softmax", [](const Tensor& t, int64_t dim) { return softmax(t, dim); }, py::arg("input"),
+        py::arg("dim"));
+  m.def("log_softmax", [](const Tensor& t, int64_t dim) { return log_softmax(t, dim); },
+        py::arg("input"), py::arg("dim"));
+  m.def("matmul", &matmul);
+  m.def("dot", &dot);
+  m.def("exp", &attn::exp);
+  m.def("log", &attn::log);
+  m.def("sqrt", &attn::sqrt);
+  m.def("abs", &attn::abs);
+  m.def("tanh", &attn::tanh);
+  m.def("where", &where);
+  m.def("maximum", &maximum);
+  m.def("minimum", &minimum);
+  m.def("masked_fill", [](const Tensor& t, const Tensor& mask, const py::object& v) {
+    return t.masked_fill(mask, to_scalar(v));
+  });
+  m.def("cat", &cat, py::arg("tensors"), py::arg("dim") = 0);
+  m.def("concat", &cat, py::arg("tensors"), py::arg("dim") = 0);
+  m.def("stack", &stack, py::arg("tensors"), py::arg("dim") = 0);
+  m.def("allclose", &allclose, py::arg("input"), py::arg("other"), py::arg("rtol") = 1e-5,
+        py::arg("atol") = 1e-8, py::arg("equal_nan") = false);
+  m.def("equal", &equal);
+  m.def("broadcast_shapes_", [](const Shape& a, const Shape& b) {
+    return broadcast_shapes(a, b, "broadcast_shapes");
+  });
+  m.def("set_num_threads", &set_num_threads);
+  m.def("get_num_threads", &get_num_threads);
+  m.def("set_printoptions",
+        [](const py::object& precision, const py::object& threshold, const py::object& edgeitems,
+           const py::object& linewidth, const py::object& profile, const py::object& sci_mode) {
+          auto opt_int = [](const py::object& o) -> std::optional<int64_t> {
+            if (o.is_none()) return std::nullopt;
+            return o.cast<int64_t>();
+          };
+          std::optional<int> prec;
+          if (!precision.is_none()) prec = precision.cast<int>();
+          std::optional<std::optional<bool>> sci;
+          // torch: sci_mode=None means "automatic"; it is always (re)set by set_printoptions.
+          sci = sci_mode.is_none() ? std::optional<bool>() : std::optional<bool>(sci_mode.cast<bool>());
+          std::optional<std::string> prof;
+          if (!profile.is_none()) prof = profile.cast<std::string>();
+          set_printoptions(prec, opt_int(threshold), opt_int(edgeitems), opt_int(linewidth), sci,
+                           prof);
+        },
+        py::arg("precision") = py::none(), py::arg("threshold") = py::none(),
+        py::arg("edgeitems") = py::none(), py::arg("linewidth") = py::none(),
+        py::arg("profile") = py::none(), py::arg("sci_mode") = py::none());
+
+  // ---- nn: functional and init -------------------------------------------------------------------
+  py::module_ fn = m.def_submodule("functional");
+  fn.def("linear",
+         [](const Tensor& x, const Tensor& w, const py::object& b) {
+           return nn::functional::linear(x, w, b.is_none() ? Tensor() : b.cast<Tensor>());
+         },
+         py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
+  fn.def("embedding", &nn::functional::embedding, py::arg("input"), py::arg("weight"));
+  fn.def("dropout",
+         [](const Tensor& x, double p, bool training, const py::object& g) {
+           return nn::functional::dropout(x, p, training, gen_arg(g));
+         },
+         py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true,
+         py::arg("generator") = py::none());
+  fn.def("scaled_dot_product_attention",
+         [](const Tensor& q, const Tensor& k, const Tensor& v, const py::object& attn_mask,
+            double dropout_p, bool is_causal, const py::object& scale, bool bottom_right,
+            bool reference, bool need_weights) -> py::object {
+           SdpaOptions o;
+           if (!attn_mask.is_none()) o.attn_mask = attn_mask.cast<Tensor>();
+           o.dropout_p = dropout_p;
+           o.is_causal = is_causal;
+           if (!scale.is_none()) o.scale = scale.cast<double>();
+           o.causal_align = bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft;
+           o.backend = reference ? SdpaBackend::Reference : SdpaBackend::Auto;
+           if (need_weights) {
+             auto [out, w] = scaled_dot_product_attention_with_weights(q, k, v, o);
+             return py::make_tuple(out, w);
+           }
+           return py::cast(scaled_dot_product_attention(q, k, v, o));
+         },
+         py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
+         py::arg("dropout_p") = 0.0, py::arg("is_causal") = false, py::arg("scale") = py::none(),
+         py::arg("causal_bottom_right") = false, py::arg("reference") = false,
+         py::arg("need_weights") = false);
+  fn.def("causal_mask", [](int64_t lq, int64_t lk, bool bottom_right) {
+    return causal_mask(lq, lk, bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft);
+  }, py::arg("L_q"), py::arg("L_k"), py::arg("bottom_right") = false);
+
+  py::module_ init = m.def_submodule("init");
+  init.def("uniform_", [](Tensor& t, double a, double b) -> Tensor& { return nn::init::uniform_(t, a, b); },
+           py::arg("tensor"), py::arg("a") = 0.0, py::arg("b") = 1.0,
+           py::return_value_policy::reference);
+  init.def("normal_", [](Tensor& t, double mean, double std) -> Tensor& {
+    return nn::init::normal_(t, mean, std);
+  }, py::arg("tensor"), py::arg("mean") = 0.0, py::arg("std") = 1.0,
+           py::return_value_policy::reference);
+  init.def("zeros_", [](Tensor& t) -> Tensor& { return nn::init::zeros_(t); },
+           py::return_value_policy::reference);
+  init.def("ones_", [](Tensor& t) -> Tensor& { return nn::init::ones_(t); },
+           py::return_value_policy::reference);
+  init.def("kaiming_uniform_", [](Tensor& t, double a) -> Tensor& {
+    return nn::init::kaiming_uniform_(t, a);
+  }, py::arg("tensor"), py::arg("a") = 0.0, py::return_value_policy::reference);
+  init.def("xavier_uniform_", [](Tensor& t, double gain) -> Tensor& {
+    return nn::init::xavier_uniform_(t, gain);
+  }, py::arg("tensor"), py::arg("gain") = 1.0, py::return_value_policy::reference);
+
+  // ---- C++ modules the Python modules wrap (their parameters are shared, not copied) -------------
+  py::module_ mods = m.def_submodule("modules");
+  py::class_<nn::Linear, std::shared_ptr<nn::Linear>>(mods, "Linear")
+      .def(py::init<int64_t, int64_t, bool>())
+      .def_readonly("weight", &nn::Linear::weight)
+      .def_readonly("bias", &nn::Linear::bias);
+  py::class_<nn::Embedding, std::shared_ptr<nn::Embedding>>(mods, "Embedding")
+      .def(py::init<int64_t, int64_t>())
+      .def_readonly("weight", &nn::Embedding::weight);
+  py::class_<nn::Dropout, std::shared_ptr<nn::Dropout>>(mods, "Dropout")
+      .def(py::init<double>());
+  py::class_<nn::MultiheadAttention, std::shared_ptr<nn::MultiheadAttention>>(mods,
+                                                                             "MultiheadAttention")
+      .def(py::init<int64_t, int64_t, double, bool, std::optional<int64_t>, std::optional<int64_t>,
+                    bool>())
+      .def_readonly("in_proj_weight", &nn::MultiheadAttention::in_proj_weight)
+      .def_readonly("in_proj_bias", &nn::MultiheadAttention::in_proj_bias)
+      .def_readonly("q_proj_weight", &nn::MultiheadAttention::q_proj_weight)
+      .def_readonly("k_proj_weight", &nn::MultiheadAttention::k_proj_weight)
+      .def_readonly("v_proj_weight", &nn::MultiheadAttention::v_proj_weight)
+      .def_property_readonly("out_proj_weight",
+                             [](const nn::MultiheadAttention& m) { return m.out_proj->weight; })
+      .def_property_readonly("out_proj_bias",
+                             [](const nn::MultiheadAttention& m) { return m.out_proj->bias; })
+      .def_readonly("head_dim", &nn::MultiheadAttention::head_dim)
+      .def("train", [](nn::MultiheadAttention& m, bool on) { m.train(on); })
+      .def("forward",
+           [](const nn::MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v,
+              const py::object& kpm, bool need_weights, const py::object& am, bool average,
+              bool is_causal) {
+             Tensor key_padding = kpm.is_none() ? Tensor() : kpm.cast<Tensor>();
+             Tensor attn_mask = am.is_none() ? Tensor() : am.cast<Tensor>();
+             auto out = m.forward(q, k, v, key_padding, need_weights, attn_mask, average, is_causal);
+             py::object w = out.weights.defined() ? py::cast(out.weights) : py::none();
+             return py::make_tuple(out.output, w);
+           });
+  py::class_<nn::Vocabulary>(mods, "Vocabulary")
+      .def(py::init<const std::string&>())
+      .def("words", &nn::Vocabulary::words)
+      .def("id", &nn::Vocabulary::id)
+      .def("encode", &nn::Vocabulary::encode)
+      .def("__repr__", &nn::Vocabulary::repr)
+      .def("__len__", &nn::Vocabulary::size);
+}

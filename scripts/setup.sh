@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages attn needs (only those missing; quiet when all are present) and
+# builds everything into build/.  Usage: scripts/setup.sh [--test]
+#   --test  also installs what the test suite needs (GoogleTest, pytest, and python3-torch, the
+#           oracle the Python tests compare against; attn itself never imports torch).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake g++ make pkg-config libopenblas-dev pybind11-dev python3-dev python3-numpy
+          libgtest-dev libbenchmark-dev)
+if [[ "${1:-}" == "--test" ]]; then
+  packages+=(python3-pytest python3-torch)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if (( ${#missing[@]} )); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [[ "$(id -u)" != 0 ]]; then sudo=sudo; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=/usr/bin/python3 >/dev/null
+cmake --build build -j"$(nproc)" 2>&1 | grep -v -E "^\[|lto-wrapper|Built target" || true
+test -x build/attn || { echo "setup: build failed" >&2; exit 1; }

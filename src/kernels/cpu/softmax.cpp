@@ -1,0 +1,29 @@
+#include "softmax.h"
+
+#include <cmath>
+
+namespace attn::kernels {
+
+void softmax_rows(const float* x, float* out, int64_t rows, int64_t cols, bool log) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = out + r * cols;
+    float m = -INFINITY;
+    for (int64_t c = 0; c < cols; ++c) m = std::fmax(m, xr[c]);
+    double s = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      float e = std::exp(xr[c] - m);
+      yr[c] = e;
+      s += e;
+    }
+    if (log) {
+      float ls = float(std::log(s));
+      for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - m - ls;
+    } else {
+      float inv = float(1.0 / s);
+      for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
+    }
+  }
+}
+
+}  // namespace attn::kernels

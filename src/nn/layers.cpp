@@ -1,0 +1,209 @@
+// Linear, Embedding, Dropout, torch.nn.init and the functional forms.
+#include <attn/autograd.h>
+#include <attn/nn.h>
+#include <attn/ops.h>
+
+#include <cmath>
+
+#include "../tensor/internal.h"
+
+namespace attn::nn {
+
+using detail::fail;
+
+// ---- init
+// ----------------------------------------------------------------------------------------
+namespace init {
+
+namespace {
+void check_defined(const Tensor& t, const char* fn) {
+  if (!t.defined()) fail(fn, "undefined tensor");
+}
+
+// torch.nn.init._calculate_fan_in_and_fan_out
+std::pair<int64_t, int64_t> fans(const Tensor& t, const char* fn) {
+  if (t.dim() < 2)
+    fail(fn, "fan in and fan out can not be computed for tensor ", shape_str(t.shape()),
+         " with fewer than 2 dimensions");
+  int64_t receptive = 1;
+  for (int64_t d = 2; d < t.dim(); ++d) receptive *= t.size(d);
+  return {t.size(1) * receptive, t.size(0) * receptive};
+}
+}  // namespace
+
+Tensor& uniform_(Tensor& t, double a, double b, Generator* gen) {
+  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
+  check_defined(t, "init.uniform_");
+  return attn::uniform_(t, a, b, gen);
+}
+
+Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
+  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
+  check_defined(t, "init.normal_");
+  return attn::normal_(t, mean, std, gen);
+}
+
+Tensor& zeros_(Tensor& t) {
+  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
+  check_defined(t, "init.zeros_");
+  return t.fill_(0.0);
+}
+
+Tensor& ones_(Tensor& t) {
+  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
+  check_defined(t, "init.ones_");
+  return t.fill_(1.0);
+}
+
+Tensor& kaiming_uniform_(Tensor& t, double a, Generator* gen) {
+  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
+  const char* fn = "init.kaiming_uniform_";
+  check_defined(t, fn);
+  if (t.numel() == 0) return t;  // torch: "Initializing zero-element tensors is a no-op"
+  auto [fan_in, fan_out] = fans(t, fn);
+  // Exactly torch.nn.init's double arithmetic: calculate_gain('leaky_relu', a), then the bound.
+  const double gain = std::sqrt(2.0 / (1 + std::pow(a, 2)));
+  const double std = gain / std::sqrt(double(fan_in));
+  const double bound = std::sqrt(3.0) * std;
+  return attn::uniform_(t, -bound, bound, gen);
+}
+
+Tensor& xavier_uniform_(Tensor& t, double gain, Generator* gen) {
+  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
+  const char* fn = "init.xavier_uniform_";
+  check_defined(t, fn);
+  auto [fan_in, fan_out] = fans(t, fn);
+  if (t.numel() == 0) return t;
+  const double std = gain * std::sqrt(2.0 / double(fan_in + fan_out));
+  const double a = std::sqrt(3.0) * std;
+  return attn::uniform_(t, -a, a, gen);
+}
+
+}  // namespace init
+
+// ---- functional
+// ----------------------------------------------------------------------------------
+namespace functional {
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const char* fn = "linear";
+  if (!x.defined() || !weight.defined()) fail(fn, "undefined input or weight");
+  if (x.dtype() != Dtype::Float32 || weight.dtype() != Dtype::Float32)
+    fail(fn, "input and weight must be float32, got ", dtype_name(x.dtype()), " and ",
+         dtype_name(weight.dtype()));
+  if (weight.dim() != 2) fail(fn, "weight ", shape_str(weight.shape()), " must be 2-D (out, in)");
+  if (x.dim() < 1) fail(fn, "input must have at least 1 dim, got a scalar");
+  if (x.size(-1) != weight.size(1))
+    fail(fn, "input ", shape_str(x.shape()), " has ", x.size(-1), " features but weight ",
+         shape_str(weight.shape()), " expects ", weight.size(1));
+  Tensor y = matmul(x, weight.T());
+  if (bias.defined()) {
+    if (bias.dtype() != Dtype::Float32) fail(fn, "bias must be float32");
+    if (bias.dim() != 1 || bias.size(0) != weight.size(0))
+      fail(fn, "bias ", shape_str(bias.shape()), " does not match weight ",
+           shape_str(weight.shape()), ": expected (", weight.size(0), ")");
+    y += bias;
+  }
+  return y;
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  const char* fn = "embedding";
+  if (!indices.defined() || !weight.defined()) fail(fn, "undefined indices or weight");
+  if (indices.dtype() != Dtype::Int64)
+    fail(fn, "indices must be int64, got ", dtype_name(indices.dtype()));
+  if (weight.dtype() != Dtype::Float32 || weight.dim() != 2)
+    fail(fn, "weight must be a 2-D float32 table, got ", detail::tensor_desc(weight));
+  const int64_t n = weight.size(0), dim = weight.size(1);
+  Shape out_shape = indices.shape();
+  out_shape.push_back(dim);
+  Tensor out = detail::make_tensor(out_shape, Dtype::Float32);
+  Tensor idx = indices.contiguous(), w = weight.contiguous();
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  const float* wp = w.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  for (int64_t i = 0, m = idx.numel(); i < m; ++i) {
+    const int64_t r = ip[i];
+    if (r < 0 || r >= n)
+      throw IndexError(detail::msg(fn, "index ", r, " is out of range for a table of ", n,
+                                   " embeddings (weight ", shape_str(weight.shape()), ")"));
+    std::copy(wp + r * dim, wp + (r + 1) * dim, op + i * dim);
+  }
+  return out;
+}
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  const char* fn = "dropout";
+  if (!x.defined()) fail(fn, "undefined input");
+  if (!(p >= 0.0 && p <= 1.0))
+    fail(fn, "dropout probability has to be between 0 and 1, but got ", p);
+  if (x.dtype() != Dtype::Float32) fail(fn, "input must be float32, got ", dtype_name(x.dtype()));
+  if (!training || p == 0.0) return x;  // torch returns the input itself, drawing nothing
+  // torch: noise = bernoulli_(1 - p) / (1 - p) over the elements in row-major order; x * noise.
+  Tensor scale = detail::make_tensor(x.shape(), Dtype::Float32);
+  fill_dropout_mask(scale.data_ptr<float>(), scale.numel(), p, gen ? *gen : default_generator());
+  return x * scale;
+}
+
+Tensor softmax(const Tensor& x, int64_t dim) { return attn::softmax(x, dim); }
+
+}  // namespace functional
+
+// ---- Linear
+// --------------------------------------------------------------------------------------
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
+    : in_features(in_features), out_features(out_features) {
+  if (in_features < 0 || out_features < 0)
+    fail("Linear", "features must be non-negative, got in_features ", in_features,
+         " and out_features ", out_features);
+  // torch.nn.Linear.reset_parameters, in its order: weight first, then bias.
+  weight = register_parameter("weight", empty({out_features, in_features}));
+  if (bias) this->bias = register_parameter("bias", empty({out_features}));
+  init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias) {
+    const double bound = in_features > 0 ? 1.0 / std::sqrt(double(in_features)) : 0.0;
+    init::uniform_(this->bias, -bound, bound);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  if (!x.defined()) fail("Linear", "undefined input");
+  if (x.dim() < 1 || x.size(-1) != in_features)
+    fail("Linear", "input ", shape_str(x.shape()), " must have ", in_features,
+         " features in its last dim (in_features=", in_features, ", out_features=", out_features,
+         ")");
+  return functional::linear(x, weight, bias);
+}
+
+// ---- Embedding
+// -----------------------------------------------------------------------------------
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim)
+    : num_embeddings(num_embeddings), embedding_dim(embedding_dim) {
+  if (num_embeddings < 0 || embedding_dim < 0)
+    fail("Embedding", "sizes must be non-negative, got num_embeddings ", num_embeddings,
+         " and embedding_dim ", embedding_dim);
+  weight = register_parameter("weight", empty({num_embeddings, embedding_dim}));
+  init::normal_(weight, 0.0, 1.0);  // torch.nn.Embedding.reset_parameters
+}
+
+Tensor Embedding::forward(const Tensor& indices) const {
+  if (!indices.defined()) fail("Embedding", "undefined indices");
+  if (indices.dtype() != Dtype::Int64)
+    fail("Embedding", "indices must be int64, got ", dtype_name(indices.dtype()), " ",
+         shape_str(indices.shape()));
+  return functional::embedding(indices, weight);
+}
+
+// ---- Dropout
+// -------------------------------------------------------------------------------------
+
+Dropout::Dropout(double p) : p(p) {
+  if (!(p >= 0.0 && p <= 1.0))
+    fail("Dropout", "dropout probability has to be between 0 and 1, but got ", p);
+}
+
+Tensor Dropout::forward(const Tensor& x) const { return functional::dropout(x, p, training_); }
+
+}  // namespace attn::nn

@@ -1,0 +1,540 @@
+// Broadcasting elementwise arithmetic, comparisons and unary math with PyTorch's type promotion.
+#include <attn/ops.h>
+
+#include <cmath>
+#include <cctype>
+#include <cstring>
+
+#include <attn/autograd.h>
+
+#include "../tensor/internal.h"
+
+namespace attn {
+
+using detail::fail;
+
+namespace detail {
+
+Dtype promote(Dtype a, Dtype b) {
+  if (a == Dtype::Float32 || b == Dtype::Float32) return Dtype::Float32;
+  if (a == Dtype::Int64 || b == Dtype::Int64) return Dtype::Int64;
+  return Dtype::Bool;
+}
+
+// A Python scalar only raises the category (bool < int < float), never the width.
+Dtype promote_scalar(Dtype a, const Scalar& s) {
+  if (s.kind() == Scalar::Kind::Float) return Dtype::Float32;
+  if (s.kind() == Scalar::Kind::Int && a == Dtype::Bool) return Dtype::Int64;
+  return a;
+}
+
+Tensor scalar_tensor(const Scalar& s, Dtype dtype) {
+  Tensor t = make_tensor({}, dtype);
+  switch (dtype) {
+    case Dtype::Float32: *t.data_ptr<float>() = float(s.to_double()); break;
+    case Dtype::Int64: *t.data_ptr<int64_t>() = s.to_int(); break;
+    case Dtype::Bool: *t.data_ptr<bool>() = s.to_double() != 0; break;
+  }
+  return t;
+}
+
+}  // namespace detail
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* fn) {
+  std::size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (x != y && x != 1 && y != 1)
+      fail(fn, "shapes ", shape_str(a), " and ", shape_str(b), " cannot be broadcast together",
+           " (size ", x, " vs ", y, " at dim ", i, ")");
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+namespace {
+
+enum class Op { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::Add: return "add";
+    case Op::Sub: return "sub";
+    case Op::Mul: return "mul";
+    case Op::Div: return "div";
+    case Op::Pow: return "pow";
+    case Op::Max: return "maximum";
+    case Op::Min: return "minimum";
+    case Op::Eq: return "eq";
+    case Op::Ne: return "ne";
+    case Op::Lt: return "lt";
+    case Op::Le: return "le";
+    case Op::Gt: return "gt";
+    case Op::Ge: return "ge";
+    case Op::And: return "logical_and";
+    case Op::Or: return "logical_or";
+  }
+  return "?";
+}
+
+bool is_comparison(Op op) { return op >= Op::Eq; }
+
+// PyTorch's backward-node name for `op`; `form` 0 tensor-tensor, 1 tensor-scalar, 2 scalar-tensor.
+const char* node_name(Op op, int form) {
+  switch (op) {
+    case Op::Add: return "AddBackward0";
+    case Op::Sub: return form == 2 ? "RsubBackward1" : "SubBackward0";
+    case Op::Mul: return "MulBackward0";
+    case Op::Div: return "DivBackward0";
+    case Op::Pow: return form == 0 ? "PowBackward1" : form == 1 ? "PowBackward0" : "PowBackward2";
+    case Op::Max: return "MaximumBackward0";
+    case Op::Min: return "MinimumBackward0";
+    default: return nullptr;
+  }
+}
+
+Tensor graph(Tensor out, Op op, int form, const Tensor* a, const Tensor* b) {
+  if (const char* name = node_name(op, form)) return detail::record(out, name, {a, b});
+  return out;
+}
+
+// torch's integer power (c10 powi): exponentiation by squaring with wrap-around on overflow;
+// a negative exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise.
+inline int64_t int_pow(int64_t a, int64_t b) {
+  if (b < 0) {
+    if (a == 1) return 1;
+    if (a == -1) return (-b) % 2 ? -1 : 1;
+    return 0;
+  }
+  uint64_t result = 1, base = uint64_t(a);
+  while (b) {
+    if (b & 1) result *= base;
+    b /= 2;
+    base *= base;
+  }
+  return int64_t(result);
+}
+
+template <typename T>
+T apply(Op op, T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    switch (op) {
+      case Op::Add:
+      case Op::Max: return a || b;
+      case Op::Mul:
+      case Op::Min: return a && b;
+      default: return false;
+    }
+  } else {
+    if constexpr (std::is_same_v<T, int64_t>) {
+      // Two's-complement wrap-around on overflow, as torch (and without signed-overflow UB).
+      switch (op) {
+        case Op::Add: return int64_t(uint64_t(a) + uint64_t(b));
+        case Op::Sub: return int64_t(uint64_t(a) - uint64_t(b));
+        case Op::Mul: return int64_t(uint64_t(a) * uint64_t(b));
+        default: break;
+      }
+    }
+    switch (op) {
+      case Op::Add: return a + b;
+      case Op::Sub: return a - b;
+      case Op::Mul: return a * b;
+      case Op::Div: return a / b;
+      case Op::Pow:
+        if constexpr (std::is_same_v<T, float>) {
+          return std::pow(a, b);
+        } else {
+          return int_pow(a, b);
+        }
+      case Op::Max:
+        if constexpr (std::is_same_v<T, float>)
+          if (std::isnan(a) || std::isnan(b)) return a + b;
+        return a > b ? a : b;
+      case Op::Min:
+        if constexpr (std::is_same_v<T, float>)
+          if (std::isnan(a) || std::isnan(b)) return a + b;
+        return a < b ? a : b;
+      default: return T(0);
+    }
+  }
+}
+
+template <typename T>
+bool compare(Op op, T a, T b) {
+  switch (op) {
+    case Op::Eq: return a == b;
+    case Op::Ne: return a != b;
+    case Op::Lt: return a < b;
+    case Op::Le: return a <= b;
+    case Op::Gt: return a > b;
+    case Op::Ge: return a >= b;
+    case Op::And: return a != T(0) && b != T(0);
+    case Op::Or: return a != T(0) || b != T(0);
+    default: return false;
+  }
+}
+
+// out[i] = a[i] op b[i] with a, b already of compute type T (broadcast views allowed).
+template <typename T>
+void run_binary(Op op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const T* pa = detail::base_ptr<T>(a);
+  const T* pb = detail::base_ptr<T>(b);
+  Shape sa = detail::broadcast_strides(a, out.shape());
+  Shape sb = detail::broadcast_strides(b, out.shape());
+  if (is_comparison(op)) {
+    bool* po = detail::base_ptr<bool>(out);
+    detail::strided_loop<3>(
+        out.shape(), {&out.strides(), &sa, &sb},
+        {out.storage_offset(), a.storage_offset(), b.storage_offset()},
+        [&](const std::array<int64_t, 3>& o) { po[o[0]] = compare(op, pa[o[1]], pb[o[2]]); });
+  } else {
+    T* po = detail::base_ptr<T>(out);
+    detail::strided_loop<3>(
+        out.shape(), {&out.strides(), &sa, &sb},
+        {out.storage_offset(), a.storage_offset(), b.storage_offset()},
+        [&](const std::array<int64_t, 3>& o) { po[o[0]] = apply(op, pa[o[1]], pb[o[2]]); });
+  }
+}
+
+Dtype compute_type(Op op, Dtype a, Dtype b) {
+  Dtype t = detail::promote(a, b);
+  if (op == Op::Div) return Dtype::Float32;  // true division
+  if (t == Dtype::Bool && (op == Op::Add || op == Op::Mul || op == Op::Max || op == Op::Min))
+    return Dtype::Bool;
+  if (t == Dtype::Bool && !is_comparison(op)) return Dtype::Int64;
+  return t;
+}
+
+// Computes into `out` if given (in-place forms), else a new tensor.
+Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Tensor()) {
+  const char* fn = op_name(op);
+  if (!a.defined() || !b.defined()) fail(fn, "undefined tensor argument");
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), fn);
+  // As torch's sub_check: any bool operand (a Python scalar counts as its tensor) is refused.
+  if (op == Op::Sub && (a.dtype() == Dtype::Bool || b.dtype() == Dtype::Bool))
+    fail(fn,
+         "subtraction, the `-` operator, with a bool tensor is not supported; use ~ or "
+         "logical_not() to invert a mask");
+  Tensor ca = a.to(ct), cb = b.to(ct);
+  Dtype out_dtype = is_comparison(op) ? Dtype::Bool : ct;
+  if (out.defined()) {
+    if (shape != out.shape())
+      fail(fn, "output with shape ", shape_str(out.shape()), " doesn't match the broadcast shape ",
+           shape_str(shape));
+    if (out.dtype() != out_dtype && !(out.dtype() == Dtype::Float32))
+      fail(fn, "result type ", dtype_name(out_dtype), " can't be cast to the desired output type ",
+           dtype_name(out.dtype()));
+    Tensor tmp = detail::make_tensor(shape, out_dtype);
+    switch (ct) {
+      case Dtype::Float32: run_binary<float>(op, ca, cb, tmp); break;
+      case Dtype::Int64: run_binary<int64_t>(op, ca, cb, tmp); break;
+      case Dtype::Bool: run_binary<bool>(op, ca, cb, tmp); break;
+    }
+    out.copy_(tmp);
+    return out;
+  }
+  Tensor res = detail::make_tensor(shape, out_dtype);
+  switch (ct) {
+    case Dtype::Float32: run_binary<float>(op, ca, cb, res); break;
+    case Dtype::Int64: run_binary<int64_t>(op, ca, cb, res); break;
+    case Dtype::Bool: run_binary<bool>(op, ca, cb, res); break;
+  }
+  return res;
+}
+
+Tensor binary_tt(Op op, const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) fail(op_name(op), "undefined tensor argument");
+  if (op == Op::Pow && a.dtype() == Dtype::Bool && b.dtype() == Dtype::Bool)
+    fail("pow", "not implemented for two bool tensors ", detail::tensor_desc(a), " and ",
+         detail::tensor_desc(b));
+  // A 0-dim tensor behaves like a scalar of its category (as in PyTorch's promotion).
+  Dtype ct;
+  if (a.dim() == 0 && b.dim() > 0 && a.dtype() != Dtype::Float32)
+    ct = compute_type(op, b.dtype(), b.dtype() == Dtype::Bool ? a.dtype() : b.dtype());
+  else if (b.dim() == 0 && a.dim() > 0 && b.dtype() != Dtype::Float32)
+    ct = compute_type(op, a.dtype(), a.dtype() == Dtype::Bool ? b.dtype() : a.dtype());
+  else
+    ct = compute_type(op, a.dtype(), b.dtype());
+  return graph(binary(op, a, b, ct), op, 0, &a, &b);
+}
+
+Tensor binary_ts(Op op, const Tensor& a, const Scalar& s) {
+  if (!a.defined()) fail(op_name(op), "undefined tensor argument");
+  Dtype st = detail::promote_scalar(a.dtype(), s);
+  Dtype ct = compute_type(op, a.dtype(), st);
+  // Only a tensor ** negative Python int is refused; tensor exponents follow int_pow.
+  if (op == Op::Pow && ct == Dtype::Int64 && s.to_int() < 0)
+    fail("pow", "integers to negative integer powers are not allowed (exponent ", s.to_int(), ")");
+  return graph(binary(op, a, detail::scalar_tensor(s, ct), ct), op, 1, &a, nullptr);
+}
+
+Tensor binary_st(Op op, const Scalar& s, const Tensor& b) {
+  if (!b.defined()) fail(op_name(op), "undefined tensor argument");
+  Dtype st = detail::promote_scalar(b.dtype(), s);
+  Dtype ct = compute_type(op, st, b.dtype());
+  return graph(binary(op, detail::scalar_tensor(s, ct), b, ct), op, 2, &b, nullptr);
+}
+
+Tensor& inplace(Op op, Tensor& self, const Tensor& other) {
+  Dtype ct = compute_type(op, self.dtype(), other.dtype());
+  if (ct == Dtype::Float32 && self.dtype() != Dtype::Float32)
+    fail(op_name(op), "result type Float can't be cast to the desired output type ",
+         dtype_name(self.dtype()));
+  binary(op, self, other, ct, self);
+  if (const char* name = node_name(op, 0)) detail::record_inplace(self, name, {&self, &other});
+  return self;
+}
+
+Tensor& inplace_s(Op op, Tensor& self, const Scalar& s) {
+  Dtype ct = compute_type(op, self.dtype(), detail::promote_scalar(self.dtype(), s));
+  if (ct == Dtype::Float32 && self.dtype() != Dtype::Float32)
+    fail(op_name(op), "result type Float can't be cast to the desired output type ",
+         dtype_name(self.dtype()));
+  binary(op, self, detail::scalar_tensor(s, ct), ct, self);
+  if (const char* name = node_name(op, 1)) detail::record_inplace(self, name, {&self});
+  return self;
+}
+
+template <typename F>
+Tensor unary_float(const Tensor& t, const char* fn, F f) {
+  if (!t.defined()) fail(fn, "undefined tensor argument");
+  Tensor src = t.to(Dtype::Float32);
+  Tensor out = detail::make_tensor(t.shape(), Dtype::Float32);
+  float* po = out.data_ptr<float>();
+  const float* ps = detail::base_ptr<float>(src);
+  int64_t i = 0;
+  detail::strided_loop<1>(src.shape(), {&src.strides()}, {src.storage_offset()},
+                          [&](const std::array<int64_t, 1>& o) { po[i++] = f(ps[o[0]]); });
+  std::string node = fn;
+  node[0] = char(std::toupper(node[0]));
+  return detail::record(out, node + "Backward0", {&t});
+}
+
+template <typename F>
+Tensor unary_pred(const Tensor& t, const char* fn, F f) {
+  Tensor src = t.to(Dtype::Float32);
+  Tensor out = detail::make_tensor(t.shape(), Dtype::Bool);
+  bool* po = out.data_ptr<bool>();
+  const float* ps = detail::base_ptr<float>(src);
+  int64_t i = 0;
+  (void)fn;
+  detail::strided_loop<1>(src.shape(), {&src.strides()}, {src.storage_offset()},
+                          [&](const std::array<int64_t, 1>& o) { po[i++] = f(ps[o[0]]); });
+  return out;
+}
+
+}  // namespace
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return binary_tt(Op::Add, a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return binary_tt(Op::Sub, a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return binary_tt(Op::Mul, a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return binary_tt(Op::Div, a, b); }
+Tensor operator+(const Tensor& a, Scalar b) { return binary_ts(Op::Add, a, b); }
+Tensor operator-(const Tensor& a, Scalar b) { return binary_ts(Op::Sub, a, b); }
+Tensor operator*(const Tensor& a, Scalar b) { return binary_ts(Op::Mul, a, b); }
+Tensor operator/(const Tensor& a, Scalar b) { return binary_ts(Op::Div, a, b); }
+Tensor operator+(Scalar a, const Tensor& b) { return binary_st(Op::Add, a, b); }
+Tensor operator-(Scalar a, const Tensor& b) { return binary_st(Op::Sub, a, b); }
+Tensor operator*(Scalar a, const Tensor& b) { return binary_st(Op::Mul, a, b); }
+Tensor operator/(Scalar a, const Tensor& b) { return binary_st(Op::Div, a, b); }
+Tensor operator-(const Tensor& a) { return a.neg(); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return binary_tt(Op::Eq, a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return binary_tt(Op::Ne, a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return binary_tt(Op::Lt, a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return binary_tt(Op::Le, a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return binary_tt(Op::Gt, a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return binary_tt(Op::Ge, a, b); }
+Tensor operator==(const Tensor& a, Scalar b) { return binary_ts(Op::Eq, a, b); }
+Tensor operator!=(const Tensor& a, Scalar b) { return binary_ts(Op::Ne, a, b); }
+Tensor operator<(const Tensor& a, Scalar b) { return binary_ts(Op::Lt, a, b); }
+Tensor operator<=(const Tensor& a, Scalar b) { return binary_ts(Op::Le, a, b); }
+Tensor operator>(const Tensor& a, Scalar b) { return binary_ts(Op::Gt, a, b); }
+Tensor operator>=(const Tensor& a, Scalar b) { return binary_ts(Op::Ge, a, b); }
+Tensor operator&(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != Dtype::Bool || b.dtype() != Dtype::Bool)
+    fail("logical_and", "expects bool tensors, got ", detail::tensor_desc(a), " and ",
+         detail::tensor_desc(b));
+  return binary_tt(Op::And, a, b);
+}
+Tensor operator|(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != Dtype::Bool || b.dtype() != Dtype::Bool)
+    fail("logical_or", "expects bool tensors, got ", detail::tensor_desc(a), " and ",
+         detail::tensor_desc(b));
+  return binary_tt(Op::Or, a, b);
+}
+Tensor operator~(const Tensor& a) {
+  if (a.dtype() != Dtype::Bool)
+    fail("bitwise_not", "only bool tensors are supported, got ", detail::tensor_desc(a));
+  return a.logical_not();
+}
+
+Tensor add(const Tensor& a, const Tensor& b) { return a + b; }
+Tensor sub(const Tensor& a, const Tensor& b) { return a - b; }
+Tensor mul(const Tensor& a, const Tensor& b) { return a * b; }
+Tensor div(const Tensor& a, const Tensor& b) { return a / b; }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary_tt(Op::Max, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary_tt(Op::Min, a, b); }
+Tensor pow(const Tensor& a, Scalar e) { return a.pow(e); }
+Tensor pow(Scalar base, const Tensor& e) { return binary_st(Op::Pow, base, e); }
+Tensor exp(const Tensor& t) { return t.exp(); }
+Tensor log(const Tensor& t) { return t.log(); }
+Tensor sqrt(const Tensor& t) { return t.sqrt(); }
+Tensor abs(const Tensor& t) { return t.abs(); }
+Tensor tanh(const Tensor& t) { return t.tanh(); }
+
+Tensor& Tensor::add_(const Tensor& o) { return inplace(Op::Add, *this, o); }
+Tensor& Tensor::add_(Scalar o) { return inplace_s(Op::Add, *this, o); }
+Tensor& Tensor::sub_(const Tensor& o) { return inplace(Op::Sub, *this, o); }
+Tensor& Tensor::sub_(Scalar o) { return inplace_s(Op::Sub, *this, o); }
+Tensor& Tensor::mul_(const Tensor& o) { return inplace(Op::Mul, *this, o); }
+Tensor& Tensor::mul_(Scalar o) { return inplace_s(Op::Mul, *this, o); }
+Tensor& Tensor::div_(const Tensor& o) { return inplace(Op::Div, *this, o); }
+Tensor& Tensor::div_(Scalar o) { return inplace_s(Op::Div, *this, o); }
+
+Tensor Tensor::pow(Scalar e) const { return binary_ts(Op::Pow, *this, e); }
+Tensor Tensor::pow(const Tensor& e) const { return binary_tt(Op::Pow, *this, e); }
+
+Tensor Tensor::exp() const {
+  return unary_float(*this, "exp", [](float x) { return std::exp(x); });
+}
+Tensor Tensor::log() const {
+  return unary_float(*this, "log", [](float x) { return std::log(x); });
+}
+Tensor Tensor::sqrt() const {
+  return unary_float(*this, "sqrt", [](float x) { return std::sqrt(x); });
+}
+Tensor Tensor::rsqrt() const {
+  return unary_float(*this, "rsqrt", [](float x) { return 1.0f / std::sqrt(x); });
+}
+Tensor Tensor::tanh() const {
+  return unary_float(*this, "tanh", [](float x) { return std::tanh(x); });
+}
+Tensor Tensor::sigmoid() const {
+  return unary_float(*this, "sigmoid", [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+}
+Tensor Tensor::abs() const {
+  if (dtype() == Dtype::Bool) fail("abs", "not implemented for bool tensors");
+  if (dtype() == Dtype::Int64) return where(*this < Scalar(0), -*this, *this);
+  return unary_float(*this, "abs", [](float x) { return std::fabs(x); });
+}
+Tensor Tensor::neg() const {
+  if (dtype() == Dtype::Bool)
+    fail("neg", "negation, the `-` operator, on a bool tensor is not supported; use ~");
+  if (dtype() == Dtype::Int64) return binary_st(Op::Sub, Scalar(0), *this);
+  return unary_float(*this, "neg", [](float x) { return -x; });
+}
+Tensor Tensor::relu() const {
+  if (dtype() != Dtype::Float32) return where(*this > Scalar(0), *this, zeros_like(*this));
+  return unary_float(*this, "relu", [](float x) { return x > 0 ? x : (std::isnan(x) ? x : 0.f); });
+}
+Tensor Tensor::ceil() const {
+  if (dtype() != Dtype::Float32) return clone();
+  return unary_float(*this, "ceil", [](float x) { return std::ceil(x); });
+}
+Tensor Tensor::floor() const {
+  if (dtype() != Dtype::Float32) return clone();
+  return unary_float(*this, "floor", [](float x) { return std::floor(x); });
+}
+Tensor Tensor::isnan() const {
+  return unary_pred(*this, "isnan", [](float x) { return std::isnan(x); });
+}
+Tensor Tensor::isinf() const {
+  return unary_pred(*this, "isinf", [](float x) { return std::isinf(x); });
+}
+Tensor Tensor::isfinite() const {
+  return unary_pred(*this, "isfinite", [](float x) { return std::isfinite(x); });
+}
+Tensor Tensor::logical_not() const { return *this == Scalar(0); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  if (cond.dtype() != Dtype::Bool)
+    fail("where", "condition must be a bool tensor, got ", detail::tensor_desc(cond));
+  Shape s =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Dtype dt = detail::promote(a.dtype(), b.dtype());
+  Tensor out = detail::make_tensor(s, dt);
+  out.copy_(b.to(dt).expand(s));
+  Tensor c = cond.expand(s).contiguous();
+  Tensor av = a.to(dt).expand(s).contiguous();
+  const bool* pc = c.data_ptr<bool>();
+  std::size_t isz = itemsize(dt);
+  char* po = static_cast<char*>(out.raw_data());
+  const char* pa = static_cast<const char*>(av.raw_data());
+  for (int64_t i = 0; i < out.numel(); ++i)
+    if (pc[i]) std::memcpy(po + i * isz, pa + i * isz, isz);
+  return detail::record(out, "WhereBackward0", {&a, &b});
+}
+
+Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
+  if (!mask.defined() || mask.dtype() != Dtype::Bool)
+    fail("masked_fill_", "mask must be a bool tensor, got ",
+         mask.defined() ? detail::tensor_desc(mask) : std::string("undefined"));
+  Shape s;
+  try {
+    s = broadcast_shapes(shape(), mask.shape(), "masked_fill_");
+  } catch (const Error&) {
+    s = {};
+  }
+  if (s != shape())
+    fail("masked_fill_", "mask ", shape_str(mask.shape()), " does not broadcast to the tensor ",
+         shape_str(shape()));
+  if (dtype() != Dtype::Float32 && value.is_floating() && !std::isfinite(value.to_double()))
+    fail("masked_fill_", "value ", value.to_double(), " cannot be converted to ",
+         dtype_name(dtype()), " without overflow");
+  Tensor m = mask.expand(shape()).contiguous();
+  Tensor v = detail::scalar_tensor(value, dtype());
+  const bool* pm = m.data_ptr<bool>();
+  std::size_t isz = itemsize(dtype());
+  const char* pv = static_cast<const char*>(v.raw_data());
+  char* base = static_cast<char*>(impl()->storage->data);
+  int64_t i = 0;
+  detail::strided_loop<1>(shape(), {&strides()}, {storage_offset()},
+                          [&](const std::array<int64_t, 1>& o) {
+                            if (pm[i++]) std::memcpy(base + o[0] * isz, pv, isz);
+                          });
+  detail::record_inplace(*this, "MaskedFillBackward0", {this});
+  return *this;
+}
+
+Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
+  if (!mask.defined() || mask.dtype() != Dtype::Bool)
+    fail("masked_fill", "mask must be a bool tensor, got ",
+         mask.defined() ? detail::tensor_desc(mask) : std::string("undefined"));
+  Shape s = broadcast_shapes(shape(), mask.shape(), "masked_fill");
+  Tensor out = expand(s).clone();
+  out.masked_fill_(mask, value);
+  return out;
+}
+
+Tensor masked_fill(const Tensor& t, const Tensor& mask, Scalar value) {
+  return t.masked_fill(mask, value);
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+  Shape s = broadcast_shapes(a.shape(), b.shape(), "allclose");
+  Tensor x = a.to(Dtype::Float32).expand(s).contiguous();
+  Tensor y = b.to(Dtype::Float32).expand(s).contiguous();
+  const float* px = x.data_ptr<float>();
+  const float* py = y.data_ptr<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    double u = px[i], v = py[i];
+    if (std::isnan(u) || std::isnan(v)) {
+      if (equal_nan && std::isnan(u) && std::isnan(v)) continue;
+      return false;
+    }
+    if (u == v) continue;  // equal infinities
+    // As torch's isclose: the difference must be finite (inf vs -inf is never close).
+    double diff = std::fabs(u - v);
+    if (!std::isfinite(diff) || !(diff <= atol + std::fabs(rtol * v))) return false;
+  }
+  return true;
+}
+
+bool equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  return (a == b).all();
+}
+
+}  // namespace attn

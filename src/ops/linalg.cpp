@@ -1,0 +1,322 @@
+// matmul (through OpenBLAS), dot, cat/stack and the thread setting.
+#include <attn/ops.h>
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include <attn/autograd.h>
+
+#include "../tensor/internal.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace attn {
+
+using detail::fail;
+
+namespace {
+
+// A (rows, cols) float matrix view usable by BLAS without a copy: unit stride on one axis.
+struct BlasMat {
+  const float* data;
+  CBLAS_TRANSPOSE trans;
+  int64_t ld;
+};
+
+// A strided (rows, cols) matrix: element (i, j) at data[i * rs + j * cs].
+template <typename T>
+struct Mat {
+  const T* data;
+  int64_t rows, cols, rs, cs;
+};
+
+// Row-major storage (unit column stride) or column-major storage (unit row stride), with a
+// leading dimension BLAS accepts. Size-1 dims may carry any stride.
+bool blas_layout(const Mat<float>& m, BlasMat* out) {
+  if ((m.cs == 1 || m.cols == 1) && (m.rs >= std::max<int64_t>(m.cols, 1) || m.rows == 1)) {
+    *out = {m.data, CblasNoTrans, std::max<int64_t>({m.rs, m.cols, 1})};
+    return true;
+  }
+  if ((m.rs == 1 || m.rows == 1) && (m.cs >= std::max<int64_t>(m.rows, 1) || m.cols == 1)) {
+    *out = {m.data, CblasTrans, std::max<int64_t>({m.cs, m.rows, 1})};
+    return true;
+  }
+  return false;
+}
+
+// A contiguous copy of a strided matrix, for the rare layouts BLAS cannot read.
+std::vector<float> pack(const Mat<float>& m) {
+  std::vector<float> buf(std::size_t(m.rows * m.cols));
+  for (int64_t i = 0; i < m.rows; ++i)
+    for (int64_t j = 0; j < m.cols; ++j) buf[i * m.cols + j] = m.data[i * m.rs + j * m.cs];
+  return buf;
+}
+
+// Products this small cost less than a BLAS call. Each dot product is a plain left-to-right float
+// sum of rounded products (no FMA: this file is compiled with -ffp-contract=off), the order of a
+// textbook loop; it reproduces the seeds' printed values where OpenBLAS's FMA kernels differ in the
+// last bit (seed 001's attention score -294.6534).
+constexpr int64_t kSmallGemmFlops = 1 << 15;
+
+void gemm_small(const Mat<float>& a, const Mat<float>& b, float* out) {
+  const int64_t M = a.rows, K = a.cols, N = b.cols;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const float prod = a.data[i * a.rs + k * a.cs] * b.data[k * b.rs + j * b.cs];
+        acc += prod;
+      }
+      out[i * N + j] = acc;
+    }
+}
+
+// out (M, N) contiguous = a (M, K) @ b (K, N), through sgemm.
+void gemm(const Mat<float>& a, const Mat<float>& b, float* out) {
+  const int64_t M = a.rows, K = a.cols, N = b.cols;
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    std::fill(out, out + M * N, 0.f);
+    return;
+  }
+  if (M * N * K <= kSmallGemmFlops) {
+    gemm_small(a, b, out);
+    return;
+  }
+  std::vector<float> abuf, bbuf;
+  BlasMat A, B;
+  if (!blas_layout(a, &A)) {
+    abuf = pack(a);
+    A = {abuf.data(), CblasNoTrans, K};
+  }
+  if (!blas_layout(b, &B)) {
+    bbuf = pack(b);
+    B = {bbuf.data(), CblasNoTrans, N};
+  }
+  cblas_sgemm(CblasRowMajor, A.trans, B.trans, int(M), int(N), int(K), 1.0f, A.data, int(A.ld),
+              B.data, int(B.ld), 0.0f, out, int(N));
+}
+
+// out (M, N) contiguous = a (M, K) @ b (K, N) in exact int64 arithmetic (wrapping on overflow,
+// as torch), a plain i-k-j loop.
+void gemm_int(const Mat<int64_t>& a, const Mat<int64_t>& b, int64_t* out) {
+  const int64_t M = a.rows, K = a.cols, N = b.cols;
+  std::vector<uint64_t> row(static_cast<std::size_t>(N));
+  for (int64_t i = 0; i < M; ++i) {
+    std::fill(row.begin(), row.end(), 0);
+    for (int64_t k = 0; k < K; ++k) {
+      const uint64_t x = uint64_t(a.data[i * a.rs + k * a.cs]);
+      const int64_t* bk = b.data + k * b.rs;
+      for (int64_t j = 0; j < N; ++j) row[j] += x * uint64_t(bk[j * b.cs]);
+    }
+    for (int64_t j = 0; j < N; ++j) out[i * N + j] = int64_t(row[j]);
+  }
+}
+
+// Stride of the dims [0, n) of (sizes, strides) merged into one, or nullopt when they do not
+// merge without a copy. Size-1 dims are ignored.
+std::optional<int64_t> merged_stride(const Shape& sizes, const Shape& strides, int64_t n) {
+  std::optional<int64_t> inner;
+  int64_t span = 1;  // elements covered by the dims after the current one
+  for (int64_t i = n - 1; i >= 0; --i) {
+    if (sizes[i] == 1) continue;
+    if (!inner) {
+      inner = strides[i];
+    } else if (strides[i] != *inner * span) {
+      return std::nullopt;
+    }
+    span *= sizes[i];
+  }
+  return inner.value_or(1);
+}
+
+template <typename T>
+Mat<T> matrix_at(const Tensor& t, int64_t offset) {
+  const int64_t n = t.dim();
+  return {detail::base_ptr<T>(t) + offset, t.shape()[n - 2], t.shape()[n - 1], t.strides()[n - 2],
+          t.strides()[n - 1]};
+}
+
+template <typename T>
+void batched_matmul(const Tensor& a, const Tensor& b, const Shape& batch, Tensor& out) {
+  // a: (..., M, K), b: (..., K, N), out: (batch..., M, N) contiguous. No operand is copied:
+  // broadcast batch dims get stride 0 and each product reads its matrices in place.
+  const int64_t nbd = int64_t(batch.size());
+  const int64_t M = a.size(-2), N = b.size(-1);
+  const int64_t nb = detail::shape_numel(batch);
+  T* po = out.data_ptr<T>();
+  auto run = [&](const Mat<T>& ma, const Mat<T>& mb, T* dst) {
+    if constexpr (std::is_same_v<T, float>)
+      gemm(ma, mb, dst);
+    else
+      gemm_int(ma, mb, dst);
+  };
+  // b shared by every batch and a's (batch..., M) rows mergeable: one big (nb * M, K) product.
+  bool b_shared = true;
+  for (int64_t i = 0; i < b.dim() - 2; ++i) b_shared &= b.shape()[i] == 1;
+  if (nb > 1 && b_shared && a.dim() - 2 == nbd) {
+    if (auto rs = merged_stride(a.shape(), a.strides(), a.dim() - 1)) {
+      Mat<T> ma = matrix_at<T>(a, a.storage_offset());
+      ma.rows = nb * M;
+      ma.rs = *rs;
+      run(ma, matrix_at<T>(b, b.storage_offset()), po);
+      return;
+    }
+  }
+  Shape bsa(nbd, 0), bsb(nbd, 0);  // batch strides broadcast to `batch`
+  for (int64_t i = 0; i < a.dim() - 2; ++i) {
+    int64_t j = nbd - (a.dim() - 2) + i;
+    bsa[j] = a.shape()[i] == 1 ? 0 : a.strides()[i];
+  }
+  for (int64_t i = 0; i < b.dim() - 2; ++i) {
+    int64_t j = nbd - (b.dim() - 2) + i;
+    bsb[j] = b.shape()[i] == 1 ? 0 : b.strides()[i];
+  }
+  Shape idx(nbd, 0);
+  int64_t oa = a.storage_offset(), ob = b.storage_offset();
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    run(matrix_at<T>(a, oa), matrix_at<T>(b, ob), po + bi * M * N);
+    for (int64_t d = nbd - 1; d >= 0; --d) {  // next batch index, row-major
+      oa += bsa[d];
+      ob += bsb[d];
+      if (++idx[d] < batch[d]) break;
+      oa -= bsa[d] * batch[d];
+      ob -= bsb[d] * batch[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  if (!a_in.defined() || !b_in.defined()) fail("matmul", "undefined tensor argument");
+  if (a_in.dim() == 0 || b_in.dim() == 0)
+    fail("matmul", "both arguments need at least 1 dimension, got ", shape_str(a_in.shape()),
+         " and ", shape_str(b_in.shape()));
+  if (a_in.dtype() != b_in.dtype())
+    fail("matmul", "expected both arguments to have the same dtype, got ", dtype_name(a_in.dtype()),
+         " and ", dtype_name(b_in.dtype()));
+  if (a_in.dtype() == Dtype::Bool)
+    fail("matmul", "not implemented for bool tensors ", shape_str(a_in.shape()), " and ",
+         shape_str(b_in.shape()));
+  Tensor a = a_in, b = b_in;
+  const bool a1 = a.dim() == 1, b1 = b.dim() == 1;
+  if (a1) a = a.unsqueeze(0);
+  if (b1) b = b.unsqueeze(-1);
+  const int64_t M = a.size(-2), K = a.size(-1), K2 = b.size(-2), N = b.size(-1);
+  if (K != K2)
+    fail("matmul", "shapes ", shape_str(a_in.shape()), " and ", shape_str(b_in.shape()),
+         " cannot be multiplied (", M, "x", K, " and ", K2, "x", N, ")");
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch;
+  try {
+    batch = broadcast_shapes(ba, bb, "matmul");
+  } catch (const Error&) {
+    fail("matmul", "batch dims of ", shape_str(a_in.shape()), " and ", shape_str(b_in.shape()),
+         " cannot be broadcast together");
+  }
+  Shape out_shape = batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Tensor out = detail::make_tensor(out_shape, a.dtype());
+  if (a.dtype() == Dtype::Float32)
+    batched_matmul<float>(a, b, batch, out);
+  else
+    batched_matmul<int64_t>(a, b, batch, out);
+  Shape final_shape = batch;
+  if (!a1) final_shape.push_back(M);
+  if (!b1) final_shape.push_back(N);
+  // PyTorch's node names for the matmul variants (2.x: 1-D @ 2-D is a squeezed mm).
+  const char* node = a1 && b1                          ? "DotBackward0"
+                     : a1 && b_in.dim() == 2           ? "SqueezeBackward4"
+                     : a_in.dim() == 2 && b1           ? "MvBackward0"
+                     : a_in.dim() == 2 && b_in.dim() == 2 ? "MmBackward0"
+                                                          : "UnsafeViewBackward0";
+  return detail::record(out.view(final_shape), node, {&a_in, &b_in});
+}
+
+Tensor Tensor::matmul(const Tensor& other) const { return attn::matmul(*this, other); }
+
+Tensor dot(const Tensor& a, const Tensor& b) {
+  if (a.dim() != 1 || b.dim() != 1)
+    fail("dot", "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors ",
+         shape_str(a.shape()), " and ", shape_str(b.shape()));
+  if (a.numel() != b.numel())
+    fail("dot", "inconsistent tensor size, expected tensor ", shape_str(a.shape()), " and src ",
+         shape_str(b.shape()), " to have the same number of elements");
+  if (a.dtype() != b.dtype())
+    fail("dot", "expected both vectors to have same dtype, but found ", dtype_name(a.dtype()),
+         " and ", dtype_name(b.dtype()));
+  return matmul(a, b);
+}
+Tensor Tensor::dot(const Tensor& other) const { return attn::dot(*this, other); }
+
+Tensor cat(const std::vector<Tensor>& all, int64_t dim) {
+  if (all.empty()) fail("cat", "expected a non-empty list of tensors");
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (!all[i].defined()) fail("cat", "undefined tensor at position ", i);
+  // As torch: 1-D empty tensors (shape (0,)) are skipped, whatever the others' shapes, but
+  // still take part in the result dtype.
+  Dtype dt = all[0].dtype();
+  std::vector<Tensor> ts;
+  for (const auto& t : all) {
+    dt = detail::promote(dt, t.dtype());
+    if (!(t.dim() == 1 && t.numel() == 0)) ts.push_back(t);
+  }
+  if (ts.empty()) return detail::make_tensor({0}, dt);
+  const Tensor& first = ts[0];
+  if (first.dim() == 0) fail("cat", "zero-dimensional tensor cannot be concatenated");
+  int64_t d = detail::wrap_dim(dim, first.dim(), "cat");
+  Shape shape = first.shape();
+  int64_t total = 0;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    const Tensor& t = ts[i];
+    if (t.dim() != first.dim())
+      fail("cat", "tensors must have the same number of dimensions: got ", shape_str(first.shape()),
+           " and ", shape_str(t.shape()));
+    for (int64_t k = 0; k < t.dim(); ++k)
+      if (k != d && t.shape()[k] != shape[k])
+        fail("cat", "sizes of tensors must match except in dimension ", d, ": got ",
+             shape_str(first.shape()), " and ", shape_str(t.shape()));
+    total += t.shape()[d];
+  }
+  shape[d] = total;
+  Tensor out = detail::make_tensor(shape, dt);
+  int64_t at = 0;
+  for (const auto& t : ts) {
+    out.slice(d, at, at + t.shape()[d]).copy_(t);
+    at += t.shape()[d];
+  }
+  std::vector<const Tensor*> inputs;
+  for (const auto& t : all) inputs.push_back(&t);
+  return detail::record(out, "CatBackward0", inputs);
+}
+
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
+  if (ts.empty()) fail("stack", "expected a non-empty list of tensors");
+  for (std::size_t i = 0; i < ts.size(); ++i)
+    if (!ts[i].defined()) fail("stack", "undefined tensor at position ", i);
+  int64_t d = detail::wrap_dim(dim, ts[0].dim() + 1, "stack");
+  std::vector<Tensor> us;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].shape() != ts[0].shape())
+      fail("stack", "stack expects each tensor to be equal size, but got ",
+           shape_str(ts[0].shape()), " at entry 0 and ", shape_str(ts[i].shape()), " at entry ", i);
+    us.push_back(ts[i].unsqueeze(d));
+  }
+  return cat(us, d);
+}
+
+void set_num_threads(int n) {
+  if (n < 1) fail("set_num_threads", "expected a positive number of threads, got ", n);
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+int get_num_threads() { return omp_get_max_threads(); }
+
+}  // namespace attn

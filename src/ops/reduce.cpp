@@ -1,0 +1,359 @@
+// Reductions (sum, mean, var, max, min, argmax) and softmax.
+#include <attn/ops.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "../kernels/cpu/softmax.h"
+#include <attn/autograd.h>
+
+#include "../tensor/internal.h"
+
+namespace attn {
+
+using detail::fail;
+
+namespace {
+
+struct Plan {
+  Shape out_shape;  // with keepdim applied
+  Tensor arranged;  // contiguous, reduced dims moved last: (outer, inner)
+  int64_t outer = 1, inner = 1;
+  bool innermost_reduced = true;  // the tensor's last dim is reduced (PyTorch's "inner" sum)
+};
+
+Plan plan(const Tensor& t, Shape dims, bool keepdim, const char* fn) {
+  if (!t.defined()) fail(fn, "undefined tensor argument");
+  int64_t nd = t.dim();
+  std::vector<bool> red(std::max<int64_t>(nd, 1), false);
+  if (dims.empty())
+    for (int64_t i = 0; i < nd; ++i) red[i] = true;
+  for (auto d : dims) {
+    int64_t w = detail::wrap_dim(d, nd, fn);
+    if (nd > 0 && red[w] && !dims.empty()) {
+      int count = 0;
+      for (auto e : dims) count += detail::wrap_dim(e, nd, fn) == w;
+      if (count > 1) fail(fn, "dim ", w, " appears multiple times in the list of dims");
+    }
+    if (nd > 0) red[w] = true;
+  }
+  Plan p;
+  Shape perm, kept;
+  for (int64_t i = 0; i < nd; ++i)
+    if (!red[i]) {
+      perm.push_back(i);
+      p.outer *= t.shape()[i];
+    }
+  for (int64_t i = 0; i < nd; ++i)
+    if (red[i]) {
+      perm.push_back(i);
+      p.inner *= t.shape()[i];
+    }
+  for (int64_t i = 0; i < nd; ++i) {
+    if (!red[i])
+      p.out_shape.push_back(t.shape()[i]);
+    else if (keepdim)
+      p.out_shape.push_back(1);
+  }
+  p.innermost_reduced = nd == 0 || red[nd - 1];
+  p.arranged = (nd == 0 ? t : t.permute(perm)).contiguous();
+  return p;
+}
+
+// f(x, n, innermost_reduced) reduces one output's n contiguous inputs.
+template <typename F>
+Tensor reduce_float(const Tensor& t, Shape dims, bool keepdim, const char* fn, F f) {
+  Plan p = plan(t, std::move(dims), keepdim, fn);
+  Tensor src = p.arranged.to(Dtype::Float32);
+  Tensor out = detail::make_tensor(p.out_shape, Dtype::Float32);
+  const float* ps = src.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  for (int64_t o = 0; o < p.outer; ++o)
+    po[o] = f(ps + o * p.inner, p.inner, p.innermost_reduced);
+  return out;
+}
+
+double sum_of(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+// Float32 summation in PyTorch's order (its CPU cascade sum: four interleaved partial sums, each
+// a cascade of levels of 16 additions; rows of at least 8 floats are summed as 8-lane vectors),
+// so that sums round exactly as PyTorch's do (a softmax row sums to 1.0000, not 1.).
+// `lanes` values are summed per lane (lane l holds x[i * lanes + l]).
+template <int64_t Lanes, int64_t Ilp = 4>
+std::array<std::array<float, Lanes>, Ilp> multi_row_sum(const float* x, int64_t rows) {
+  constexpr int64_t kLevels = 4;
+  int64_t ceil_log2 = 0;
+  while ((int64_t(1) << ceil_log2) < rows) ++ceil_log2;
+  const int64_t level_power = std::max<int64_t>(4, ceil_log2 / kLevels);
+  const int64_t level_step = int64_t(1) << level_power;
+  const int64_t level_mask = level_step - 1;
+  // acc[level][ilp][lane]; a "row" is Ilp groups of Lanes floats.
+  std::array<std::array<std::array<float, Lanes>, Ilp>, kLevels> acc{};
+  auto add_row = [&](int64_t i) {
+    const float* r = x + i * Ilp * Lanes;
+    for (int64_t k = 0; k < Ilp; ++k)
+      for (int64_t l = 0; l < Lanes; ++l) acc[0][k][l] += r[k * Lanes + l];
+  };
+  int64_t i = 0;
+  while (i + level_step <= rows) {
+    for (int64_t j = 0; j < level_step; ++j, ++i) add_row(i);
+    for (int64_t j = 1; j < kLevels; ++j) {
+      for (int64_t k = 0; k < Ilp; ++k)
+        for (int64_t l = 0; l < Lanes; ++l) {
+          acc[j][k][l] += acc[j - 1][k][l];
+          acc[j - 1][k][l] = 0;
+        }
+      if ((i & (level_mask << (j * level_power))) != 0) break;
+    }
+  }
+  for (; i < rows; ++i) add_row(i);
+  for (int64_t j = 1; j < kLevels; ++j)
+    for (int64_t k = 0; k < Ilp; ++k)
+      for (int64_t l = 0; l < Lanes; ++l) acc[0][k][l] += acc[j][k][l];
+  return acc[0];
+}
+
+// PyTorch's order when the reduced dim is not the innermost one: one cascade per output.
+float cascade_sum(const float* x, int64_t n) { return multi_row_sum<1, 1>(x, n)[0][0]; }
+
+// PyTorch's row_sum: groups of 4 (interleaved), the remainder added to the first partial sum.
+template <int64_t Lanes>
+std::array<float, Lanes> row_sum(const float* x, int64_t n_groups) {
+  const int64_t rows = n_groups / 4;
+  auto partial = multi_row_sum<Lanes>(x, rows);
+  for (int64_t g = rows * 4; g < n_groups; ++g)
+    for (int64_t l = 0; l < Lanes; ++l) partial[0][l] += x[g * Lanes + l];
+  for (int64_t k = 1; k < 4; ++k)
+    for (int64_t l = 0; l < Lanes; ++l) partial[0][l] += partial[k][l];
+  return partial[0];
+}
+
+float torch_sum(const float* x, int64_t n) {
+  constexpr int64_t kVec = 8;  // floats per AVX2 vector
+  if (n < kVec) return row_sum<1>(x, n)[0];
+  const int64_t vecs = n / kVec;
+  auto lanes = row_sum<kVec>(x, vecs);
+  float acc = 0;
+  for (int64_t k = vecs * kVec; k < n; ++k) acc += x[k];
+  for (int64_t l = 0; l < kVec; ++l) acc += lanes[l];
+  return acc;
+}
+
+}  // namespace
+
+Tensor Tensor::sum(Shape dims, bool keepdim) const {
+  if (dtype() != Dtype::Float32) {
+    Plan p = plan(*this, std::move(dims), keepdim, "sum");
+    Tensor src = p.arranged.to(Dtype::Int64);
+    Tensor out = detail::make_tensor(p.out_shape, Dtype::Int64);
+    const int64_t* ps = src.data_ptr<int64_t>();
+    int64_t* po = out.data_ptr<int64_t>();
+    for (int64_t o = 0; o < p.outer; ++o) {
+      int64_t s = 0;
+      for (int64_t i = 0; i < p.inner; ++i) s += ps[o * p.inner + i];
+      po[o] = s;
+    }
+    return out;
+  }
+  const char* node = dims.empty() ? "SumBackward0" : "SumBackward1";
+  return detail::record(reduce_float(*this, std::move(dims), keepdim, "sum",
+                      [](const float* x, int64_t n, bool inner) {
+                        return inner ? torch_sum(x, n) : cascade_sum(x, n);
+                      }),
+                        node, {this});
+}
+Tensor Tensor::sum() const { return sum({}, false); }
+
+Tensor Tensor::mean(Shape dims, bool keepdim) const {
+  if (dtype() != Dtype::Float32)
+    fail("mean", "could not infer output dtype: input dtype must be floating point, got ",
+         dtype_name(dtype()));
+  const char* node = dims.empty() ? "MeanBackward0" : "MeanBackward1";
+  return detail::record(reduce_float(*this, std::move(dims), keepdim, "mean",
+                      [](const float* x, int64_t n, bool inner) {
+                        if (n == 0) return std::numeric_limits<float>::quiet_NaN();
+                        return (inner ? torch_sum(x, n) : cascade_sum(x, n)) / float(n);
+                      }),
+                        node, {this});
+}
+Tensor Tensor::mean() const { return mean({}, false); }
+
+Tensor Tensor::var(Shape dims, bool unbiased, bool keepdim) const {
+  if (dtype() != Dtype::Float32)
+    fail("var", "expects a floating point tensor, got ", dtype_name(dtype()));
+  return detail::record(reduce_float(*this, std::move(dims), keepdim, "var",
+                      [unbiased](const float* x, int64_t n, bool) {
+                        int64_t denom = n - (unbiased ? 1 : 0);
+                        if (denom <= 0) return std::numeric_limits<float>::quiet_NaN();
+                        double m = sum_of(x, n) / double(n), s = 0;
+                        for (int64_t i = 0; i < n; ++i) s += (x[i] - m) * (x[i] - m);
+                        return float(s / double(denom));
+                      }),
+                        "VarBackward0", {this});
+}
+Tensor Tensor::var(bool unbiased) const { return var({}, unbiased, false); }
+
+namespace {
+
+template <typename T>
+bool is_nan(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return std::isnan(x);
+  else
+    return false;
+}
+
+// For each of p.outer rows of p.inner values: the max (or min) and its first index; the first
+// NaN wins, as in torch.
+template <typename T>
+void extreme_rows(const Plan& p, bool is_max, const Tensor& vals, const Tensor& idx) {
+  const T* ps = p.arranged.data_ptr<T>();
+  T* pv = vals.data_ptr<T>();
+  int64_t* pi = idx.data_ptr<int64_t>();
+  for (int64_t o = 0; o < p.outer; ++o) {
+    const T* x = ps + o * p.inner;
+    int64_t best = 0;
+    for (int64_t i = 1; i < p.inner; ++i) {
+      if (is_nan(x[best])) break;
+      if (is_nan(x[i]) || (is_max ? x[i] > x[best] : x[i] < x[best])) best = i;
+    }
+    pv[o] = x[best];
+    pi[o] = best;
+  }
+}
+
+// Values and first index of the max (or min) along one dim; NaN wins, as in torch.
+std::tuple<Tensor, Tensor> extreme(const Tensor& t, int64_t dim, bool keepdim, bool is_max,
+                                   const char* fn) {
+  int64_t d = detail::wrap_dim(dim, t.dim(), fn);
+  if (t.dim() > 0 && t.shape()[d] == 0)
+    throw IndexError(detail::msg(fn, "expected reduction dim ", d, " of ", shape_str(t.shape()),
+                                 " to have a non-zero size"));
+  Plan p = plan(t, {dim}, keepdim, fn);
+  // Computed in the input's own dtype: int64 values above 2^24 would not survive float32.
+  Tensor vals = detail::make_tensor(p.out_shape, t.dtype());
+  Tensor idx = detail::make_tensor(p.out_shape, Dtype::Int64);
+  switch (t.dtype()) {
+    case Dtype::Float32: extreme_rows<float>(p, is_max, vals, idx); break;
+    case Dtype::Int64: extreme_rows<int64_t>(p, is_max, vals, idx); break;
+    case Dtype::Bool: extreme_rows<bool>(p, is_max, vals, idx); break;
+  }
+  return {vals, idx};
+}
+
+Tensor extreme_all(const Tensor& t, bool is_max, const char* fn) {
+  if (t.numel() == 0)
+    fail(fn, "operation does not have an identity, so it cannot reduce an empty tensor ",
+         shape_str(t.shape()));
+  return std::get<0>(extreme(t.reshape({-1}), 0, false, is_max, fn));
+}
+
+}  // namespace
+
+Tensor Tensor::max() const {
+  return detail::record(extreme_all(*this, true, "max"), "MaxBackward1", {this});
+}
+Tensor Tensor::min() const {
+  return detail::record(extreme_all(*this, false, "min"), "MinBackward1", {this});
+}
+std::tuple<Tensor, Tensor> Tensor::max(int64_t dim, bool keepdim) const {
+  auto [v, i] = extreme(*this, dim, keepdim, true, "max");
+  return {detail::record(v, "MaxBackward0", {this}), i};
+}
+std::tuple<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const {
+  auto [v, i] = extreme(*this, dim, keepdim, false, "min");
+  return {detail::record(v, "MinBackward0", {this}), i};
+}
+Tensor Tensor::argmax(int64_t dim, bool keepdim) const {
+  return std::get<1>(extreme(*this, dim, keepdim, true, "argmax"));
+}
+namespace {
+template <typename T>
+void amax_rows(const Plan& p, const Tensor& out) {
+  const T* ps = p.arranged.data_ptr<T>();
+  T* po = out.data_ptr<T>();
+  for (int64_t o = 0; o < p.outer; ++o) {
+    const T* x = ps + o * p.inner;
+    T m = x[0];
+    for (int64_t i = 1; i < p.inner && !is_nan(m); ++i)
+      if (is_nan(x[i]) || x[i] > m) m = x[i];
+    po[o] = m;
+  }
+}
+}  // namespace
+
+Tensor Tensor::amax(Shape dims, bool keepdim) const {
+  Plan p = plan(*this, dims, keepdim, "amax");
+  if (p.inner == 0 && p.outer > 0)
+    throw IndexError(detail::msg("amax", "expected the reduced dims ", shape_str(dims), " of ",
+                                 shape_str(shape()), " to have a non-zero size"));
+  Tensor out = detail::make_tensor(p.out_shape, dtype());
+  switch (dtype()) {
+    case Dtype::Float32: amax_rows<float>(p, out); break;
+    case Dtype::Int64: amax_rows<int64_t>(p, out); break;
+    case Dtype::Bool: amax_rows<bool>(p, out); break;
+  }
+  return out;
+}
+
+bool Tensor::all() const {
+  Tensor b = to(Dtype::Bool).contiguous();
+  const bool* p = b.data_ptr<bool>();
+  for (int64_t i = 0; i < b.numel(); ++i)
+    if (!p[i]) return false;
+  return true;
+}
+bool Tensor::any() const {
+  Tensor b = to(Dtype::Bool).contiguous();
+  const bool* p = b.data_ptr<bool>();
+  for (int64_t i = 0; i < b.numel(); ++i)
+    if (p[i]) return true;
+  return false;
+}
+
+Tensor sum(const Tensor& t) { return t.sum(); }
+Tensor sum(const Tensor& t, Shape dims, bool keepdim) { return t.sum(std::move(dims), keepdim); }
+Tensor mean(const Tensor& t) { return t.mean(); }
+Tensor mean(const Tensor& t, Shape dims, bool keepdim) { return t.mean(std::move(dims), keepdim); }
+Tensor var(const Tensor& t, bool unbiased) { return t.var(unbiased); }
+Tensor var(const Tensor& t, Shape dims, bool unbiased, bool keepdim) {
+  return t.var(std::move(dims), unbiased, keepdim);
+}
+
+// ---- softmax ------------------------------------------------------------------------------------
+
+namespace {
+Tensor softmax_impl(const Tensor& t, int64_t dim, bool log, const char* fn) {
+  if (!t.defined()) fail(fn, "undefined tensor argument");
+  if (t.dtype() != Dtype::Float32)
+    fail(fn, "expects a float32 tensor, got ", dtype_name(t.dtype()),
+         " (convert with .float() first)");
+  int64_t d = detail::wrap_dim(dim, t.dim(), fn);
+  if (t.dim() == 0) {
+    Tensor out = detail::make_tensor({}, Dtype::Float32);
+    *out.data_ptr<float>() = log ? 0.f : 1.f;
+    return detail::record(out, log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", {&t});
+  }
+  // Move `dim` last, run the row kernel, move it back.
+  Tensor x = t.transpose(d, -1).contiguous();
+  Tensor out = detail::make_tensor(x.shape(), Dtype::Float32);
+  int64_t cols = x.size(-1), rows = cols ? x.numel() / cols : 0;
+  kernels::softmax_rows(x.data_ptr<float>(), out.data_ptr<float>(), rows, cols, log);
+  return detail::record(out.transpose(d, -1).contiguous(),
+                        log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", {&t});
+}
+}  // namespace
+
+Tensor Tensor::softmax(int64_t dim) const { return softmax_impl(*this, dim, false, "softmax"); }
+Tensor Tensor::log_softmax(int64_t dim) const {
+  return softmax_impl(*this, dim, true, "log_softmax");
+}
+Tensor softmax(const Tensor& t, int64_t dim) { return t.softmax(dim); }
+Tensor log_softmax(const Tensor& t, int64_t dim) { return t.log_softmax(dim); }
+
+}  // namespace attn

@@ -1,0 +1,80 @@
+// Helpers shared by the tensor and ops layers (not installed).
+#pragma once
+
+#include <attn/tensor.h>
+
+#include <array>
+#include <sstream>
+#include <string>
+
+namespace attn::detail {
+
+// Builds an error message: fail("view", "shape ", shape_str(s), " is invalid").
+template <typename... Args>
+std::string msg(const char* fn, const Args&... args) {
+  std::ostringstream os;
+  os << "[" << fn << "] ";
+  (os << ... << args);
+  return os.str();
+}
+template <typename... Args>
+[[noreturn]] void fail(const char* fn, const Args&... args) {
+  throw Error(msg(fn, args...));
+}
+
+// Wraps a negative dim and checks the range; `ndim` 0 accepts dims -1 and 0 like torch.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* fn);
+Shape contiguous_strides(const Shape& shape);
+int64_t shape_numel(const Shape& shape);
+// A new contiguous tensor (zero-filled).
+Tensor make_tensor(const Shape& shape, Dtype dtype);
+Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset);
+// Type of a binary arithmetic result (PyTorch promotion, with Python scalars as weak types).
+Dtype promote(Dtype a, Dtype b);
+Dtype promote_scalar(Dtype a, const Scalar& s);
+Tensor scalar_tensor(const Scalar& s, Dtype dtype);
+std::string tensor_desc(const Tensor& t);  // "(2, 3) float32" for messages
+
+// Calls f(offsets) for every element of `shape` in row-major order, where offsets[k] is the
+// element offset of operand k given its strides (broadcast dims have stride 0).
+template <std::size_t N, typename F>
+void strided_loop(const Shape& shape, const std::array<const Shape*, N>& strides,
+                  std::array<int64_t, N> base, F&& f) {
+  const int64_t nd = int64_t(shape.size());
+  for (int64_t d = 0; d < nd; ++d)
+    if (shape[d] == 0) return;
+  if (nd == 0) {
+    f(base);
+    return;
+  }
+  std::vector<int64_t> idx(nd, 0);
+  std::array<int64_t, N> inner;
+  for (std::size_t k = 0; k < N; ++k) inner[k] = (*strides[k])[nd - 1];
+  const int64_t n_inner = shape[nd - 1];
+  while (true) {
+    std::array<int64_t, N> off = base;
+    for (int64_t i = 0; i < n_inner; ++i) {
+      f(off);
+      for (std::size_t k = 0; k < N; ++k) off[k] += inner[k];
+    }
+    int64_t d = nd - 2;
+    for (; d >= 0; --d) {
+      ++idx[d];
+      for (std::size_t k = 0; k < N; ++k) base[k] += (*strides[k])[d];
+      if (idx[d] < shape[d]) break;
+      for (std::size_t k = 0; k < N; ++k) base[k] -= (*strides[k])[d] * shape[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+// Strides of `t` broadcast to `shape` (0 where t's dim is 1 or missing). Assumes compatibility.
+Shape broadcast_strides(const Tensor& t, const Shape& shape);
+
+template <typename T>
+inline T* base_ptr(const Tensor& t) {
+  return static_cast<T*>(t.impl()->storage->data);
+}
+
+}  // namespace attn::detail

@@ -1,0 +1,913 @@
+// Tensor metadata, storage, views, indexing, copies and creation functions.
+#include <attn/ops.h>
+#include <attn/print.h>
+#include <attn/tensor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ostream>
+
+#include <attn/autograd.h>
+
+#include "internal.h"
+
+namespace attn {
+
+using detail::fail;
+using detail::wrap_dim;
+
+std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes) {
+  auto s = std::make_shared<Storage>();
+  std::size_t padded = ((nbytes + 63) / 64) * 64;
+  if (padded == 0) padded = 64;
+  void* p = std::aligned_alloc(64, padded);
+  if (!p) throw Error("[Storage] out of memory allocating " + std::to_string(nbytes) + " bytes");
+  std::memset(p, 0, padded);
+  s->data = p;
+  s->nbytes = nbytes;
+  s->owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return s;
+}
+
+namespace detail {
+
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* fn) {
+  int64_t n = std::max<int64_t>(ndim, 1);
+  if (dim < -n || dim >= n)
+    throw IndexError(msg(fn, "dimension out of range (expected to be in range of [", -n, ", ",
+                         n - 1, "], but got ", dim, ")"));
+  return dim < 0 ? dim + n : dim;
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape st(shape.size());
+  int64_t acc = 1;
+  for (int64_t i = int64_t(shape.size()) - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= std::max<int64_t>(shape[i], 1);
+  }
+  return st;
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+Tensor make_tensor(const Shape& shape, Dtype dtype) {
+  for (auto s : shape)
+    if (s < 0) fail("empty", "negative dimension in shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::allocate(std::size_t(shape_numel(shape)) * itemsize(dtype));
+  impl->sizes = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  return Tensor(impl);
+}
+
+Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.impl()->storage;
+  impl->sizes = std::move(sizes);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  impl->requires_grad = base.requires_grad();
+  return Tensor(impl);
+}
+
+Shape broadcast_strides(const Tensor& t, const Shape& shape) {
+  Shape st(shape.size(), 0);
+  int64_t off = int64_t(shape.size()) - t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i)
+    st[off + i] = (t.shape()[i] == 1 && shape[off + i] != 1) ? 0 : t.strides()[i];
+  return st;
+}
+
+std::string tensor_desc(const Tensor& t) {
+  return shape_str(t.shape()) + " " + dtype_name(t.dtype()).substr(6);
+}
+
+}  // namespace detail
+
+// ---- metadata -----------------------------------------------------------------------------------
+
+const TensorImpl& Tensor::checked() const {
+  if (!impl_) throw Error("[Tensor] use of an undefined tensor");
+  return *impl_;
+}
+const Shape& Tensor::shape() const { return checked().sizes; }
+const Shape& Tensor::strides() const { return checked().strides; }
+int64_t Tensor::size(int64_t d) const {
+  if (dim() == 0)
+    throw IndexError(
+        detail::msg("size", "dimension specified as ", d, " but tensor has no dimensions"));
+  return shape()[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  if (dim() == 0)
+    throw IndexError(
+        detail::msg("stride", "dimension specified as ", d, " but tensor has no dimensions"));
+  return strides()[wrap_dim(d, dim(), "stride")];
+}
+int64_t Tensor::storage_offset() const { return checked().offset; }
+int64_t Tensor::numel() const { return detail::shape_numel(shape()); }
+Dtype Tensor::dtype() const { return checked().dtype; }
+
+bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // as torch: an empty tensor is contiguous whatever its strides
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  const auto& im = checked();
+  return static_cast<char*>(im.storage->data) + im.offset * int64_t(itemsize(im.dtype));
+}
+
+template <typename T>
+T* Tensor::data_ptr() const {
+  constexpr Dtype want = std::is_same_v<T, float>     ? Dtype::Float32
+                         : std::is_same_v<T, int64_t> ? Dtype::Int64
+                                                      : Dtype::Bool;
+  if (dtype() != want)
+    fail("data_ptr", "tensor has dtype ", dtype_name(dtype()), ", asked for ", dtype_name(want));
+  return static_cast<T*>(raw_data());
+}
+template float* Tensor::data_ptr<float>() const;
+template int64_t* Tensor::data_ptr<int64_t>() const;
+template bool* Tensor::data_ptr<bool>() const;
+
+bool Tensor::requires_grad() const { return checked().requires_grad; }
+Tensor& Tensor::requires_grad_(bool value) {
+  if (value && dtype() != Dtype::Float32)
+    fail("requires_grad_", "only float32 tensors can require gradients, got ", dtype_name(dtype()));
+  impl_->requires_grad = value;
+  return *this;
+}
+Tensor Tensor::detach() const {
+  Tensor t = detail::make_view(*this, shape(), strides(), storage_offset());
+  t.impl()->requires_grad = false;
+  return t;
+}
+
+// ---- copies and conversion ----------------------------------------------------------------------
+
+namespace {
+
+template <typename To, typename From>
+void convert_loop(const Tensor& dst, const Tensor& src) {
+  To* d = detail::base_ptr<To>(dst);
+  const From* s = detail::base_ptr<From>(src);
+  Shape sst = detail::broadcast_strides(src, dst.shape());
+  detail::strided_loop<2>(dst.shape(), {&dst.strides(), &sst},
+                          {dst.storage_offset(), src.storage_offset()},
+                          [&](const std::array<int64_t, 2>& o) {
+                            if constexpr (std::is_same_v<To, bool>)
+                              d[o[0]] = s[o[1]] != From(0);
+                            else
+                              d[o[0]] = To(s[o[1]]);
+                          });
+}
+
+template <typename To>
+void convert_from(const Tensor& dst, const Tensor& src) {
+  switch (src.dtype()) {
+    case Dtype::Float32: convert_loop<To, float>(dst, src); break;
+    case Dtype::Int64: convert_loop<To, int64_t>(dst, src); break;
+    case Dtype::Bool: convert_loop<To, bool>(dst, src); break;
+  }
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) { return a.impl()->storage == b.impl()->storage; }
+
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& src_in) {
+  checked();
+  if (!src_in.defined()) fail("copy_", "source tensor is undefined");
+  try {
+    Shape b = broadcast_shapes(shape(), src_in.shape(), "copy_");
+    if (b != shape()) throw Error("");
+  } catch (const Error&) {
+    fail("copy_", "source ", shape_str(src_in.shape()), " does not broadcast to destination ",
+         shape_str(shape()));
+  }
+  Tensor src = overlaps(*this, src_in) ? src_in.clone() : src_in;
+  switch (dtype()) {
+    case Dtype::Float32: convert_from<float>(*this, src); break;
+    case Dtype::Int64: convert_from<int64_t>(*this, src); break;
+    case Dtype::Bool: convert_from<bool>(*this, src); break;
+  }
+  if (src_in.requires_grad()) detail::record_inplace(*this, "CopyBackwards", {this, &src_in});
+  return *this;
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = detail::make_tensor(shape(), dtype());
+  out.copy_(*this);
+  return detail::record(out, "CloneBackward0", {this});
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::to(Dtype dt) const {
+  if (dt == dtype()) return *this;
+  Tensor out = detail::make_tensor(shape(), dt);
+  out.copy_(*this);
+  return out;
+}
+
+Tensor& Tensor::fill_(Scalar value) { return copy_(detail::scalar_tensor(value, dtype())); }
+
+template <typename T>
+T Tensor::item() const {
+  if (numel() != 1)
+    fail("item", "a Tensor with ", numel(), " elements cannot be converted to a scalar");
+  Tensor c = contiguous();
+  switch (dtype()) {
+    case Dtype::Float32: return T(*static_cast<float*>(c.raw_data()));
+    case Dtype::Int64: return T(*static_cast<int64_t*>(c.raw_data()));
+    case Dtype::Bool: return T(*static_cast<bool*>(c.raw_data()));
+  }
+  return T();
+}
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+template int64_t Tensor::item<int64_t>() const;
+template bool Tensor::item<bool>() const;
+double Tensor::item_double() const { return item<double>(); }
+
+std::vector<float> Tensor::to_float_vector() const {
+  Tensor c = to(Dtype::Float32).contiguous();
+  const float* p = c.data_ptr<float>();
+  return std::vector<float>(p, p + c.numel());
+}
+
+// ---- views --------------------------------------------------------------------------------------
+
+namespace {
+
+// Resolves a single -1 and checks the element count.
+Shape infer_shape(const Shape& shape, int64_t numel, const char* fn, const Shape& from) {
+  Shape out = shape;
+  int64_t known = 1, infer = -1;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      if (infer >= 0) fail(fn, "only one dimension can be inferred in shape ", shape_str(shape));
+      infer = int64_t(i);
+    } else if (out[i] < 0) {
+      fail(fn, "invalid shape dimension ", out[i], " in ", shape_str(shape));
+    } else {
+      known *= out[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || numel % known != 0)
+      fail(fn, "shape ", shape_str(shape), " is invalid for input of size ", numel, " ",
+           shape_str(from));
+    out[infer] = numel / known;
+  } else if (known != numel) {
+    fail(fn, "shape ", shape_str(shape), " is invalid for input of size ", numel, " ",
+         shape_str(from));
+  }
+  return out;
+}
+
+// PyTorch's computeStride: strides for viewing (old sizes, old strides) as new sizes, or nullopt.
+std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strides,
+                                  const Shape& new_sizes) {
+  Shape ns(new_sizes.size(), 0);
+  if (old_sizes.empty()) {
+    std::fill(ns.begin(), ns.end(), 1);
+    return ns;
+  }
+  int64_t numel = detail::shape_numel(old_sizes);
+  if (numel == 0) return detail::contiguous_strides(new_sizes);
+  int64_t view_d = int64_t(new_sizes.size()) - 1;
+  int64_t chunk_base_stride = old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t td = int64_t(old_sizes.size()) - 1; td >= 0; --td) {
+    tensor_numel *= old_sizes[td];
+    if (td == 0 ||
+        (old_sizes[td - 1] != 1 && old_strides[td - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[view_d] == 1)) {
+        ns[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_sizes[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (td > 0) {
+        chunk_base_stride = old_strides[td - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return ns;
+}
+
+}  // namespace
+
+Tensor Tensor::view(Shape s) const {
+  Shape ns = infer_shape(s, numel(), "view", shape());
+  auto st = view_strides(shape(), strides(), ns);
+  if (!st)
+    fail("view", "view size ", shape_str(ns),
+         " is not compatible with input tensor's size and stride ", shape_str(shape()), " ",
+         shape_str(strides()),
+         " (at least one dimension spans across two contiguous subspaces); "
+         "use reshape instead");
+  return detail::record(detail::make_view(*this, ns, *st, storage_offset()), "ViewBackward0", {this});
+}
+
+Tensor Tensor::reshape(Shape s) const {
+  Shape ns = infer_shape(s, numel(), "reshape", shape());
+  if (auto st = view_strides(shape(), strides(), ns))
+    return detail::record(detail::make_view(*this, ns, *st, storage_offset()), "ViewBackward0", {this});
+  return clone().view(ns);
+}
+
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  if (dim() == 0) return reshape({1});
+  int64_t s = wrap_dim(start_dim, dim(), "flatten"), e = wrap_dim(end_dim, dim(), "flatten");
+  if (s > e) fail("flatten", "start_dim ", start_dim, " cannot come after end_dim ", end_dim);
+  Shape ns(shape().begin(), shape().begin() + s);
+  int64_t m = 1;
+  for (int64_t i = s; i <= e; ++i) m *= shape()[i];
+  ns.push_back(m);
+  ns.insert(ns.end(), shape().begin() + e + 1, shape().end());
+  return reshape(ns);
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  if (dim() == 0) {
+    wrap_dim(d0, 0, "transpose");
+    wrap_dim(d1, 0, "transpose");
+    return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()), "TransposeBackward0", {this});
+  }
+  d0 = wrap_dim(d0, dim(), "transpose");
+  d1 = wrap_dim(d1, dim(), "transpose");
+  Shape sz = shape(), st = strides();
+  std::swap(sz[d0], sz[d1]);
+  std::swap(st[d0], st[d1]);
+  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "TransposeBackward0", {this});
+}
+
+Tensor Tensor::permute(Shape dims) const {
+  if (int64_t(dims.size()) != dim())
+    fail("permute", "number of dims ", dims.size(), " in ", shape_str(dims),
+         " does not match the tensor's ", dim(), " dims ", shape_str(shape()));
+  Shape sz(dims.size()), st(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    int64_t d = wrap_dim(dims[i], dim(), "permute");
+    if (seen[d]) fail("permute", "repeated dim in ", shape_str(dims));
+    seen[d] = true;
+    sz[i] = shape()[d];
+    st[i] = strides()[d];
+  }
+  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "PermuteBackward0", {this});
+}
+
+Tensor Tensor::T() const {
+  Shape dims(dim());
+  for (int64_t i = 0; i < dim(); ++i) dims[i] = dim() - 1 - i;
+  return permute(dims);
+}
+
+Tensor Tensor::mT() const {
+  if (dim() < 2) fail("mT", "tensor of shape ", shape_str(shape()), " has fewer than 2 dims");
+  return transpose(-2, -1);
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = wrap_dim(d, dim() + 1, "unsqueeze");
+  Shape sz = shape(), st = strides();
+  int64_t new_stride = d < dim() ? sz[d] * st[d] : 1;
+  sz.insert(sz.begin() + d, 1);
+  st.insert(st.begin() + d, new_stride);
+  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "UnsqueezeBackward0", {this});
+}
+
+Tensor Tensor::squeeze() const {
+  Shape sz, st;
+  for (int64_t i = 0; i < dim(); ++i)
+    if (shape()[i] != 1) {
+      sz.push_back(shape()[i]);
+      st.push_back(strides()[i]);
+    }
+  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "SqueezeBackward0", {this});
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  if (dim() == 0) {
+    wrap_dim(d, 0, "squeeze");
+    return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()), "SqueezeBackward1", {this});
+  }
+  d = wrap_dim(d, dim(), "squeeze");
+  if (shape()[d] != 1) return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()), "SqueezeBackward1", {this});
+  Shape sz = shape(), st = strides();
+  sz.erase(sz.begin() + d);
+  st.erase(st.begin() + d);
+  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "SqueezeBackward1", {this});
+}
+
+Tensor Tensor::expand(Shape s) const {
+  if (int64_t(s.size()) < dim())
+    fail("expand", "the number of sizes provided ", shape_str(s),
+         " must be greater or equal to the number of dimensions of ", shape_str(shape()));
+  Shape sz(s.size()), st(s.size());
+  int64_t off = int64_t(s.size()) - dim();
+  for (int64_t i = int64_t(s.size()) - 1; i >= 0; --i) {
+    int64_t j = i - off;
+    if (j >= 0) {
+      int64_t want = s[i] == -1 ? shape()[j] : s[i];
+      if (shape()[j] == want) {
+        sz[i] = want;
+        st[i] = strides()[j];
+      } else if (shape()[j] == 1 && want >= 0) {
+        sz[i] = want;
+        st[i] = 0;
+      } else {
+        fail("expand", "the expanded size ", shape_str(s), " must match the existing size ",
+             shape_str(shape()), " at non-singleton dimension ", i);
+      }
+    } else {
+      if (s[i] < 0) fail("expand", "the expanded size -1 is not allowed in a leading, new dim");
+      sz[i] = s[i];
+      st[i] = 0;
+    }
+  }
+  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "ExpandBackward0", {this});
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  if (dim() == 0) fail("select", "select() cannot be applied to a 0-dim tensor");
+  d = wrap_dim(d, dim(), "select");
+  int64_t n = shape()[d];
+  if (index < -n || index >= n)
+    throw IndexError(detail::msg("select", "index ", index, " is out of bounds for dimension ", d,
+                                 " with size ", n));
+  if (index < 0) index += n;
+  Shape sz = shape(), st = strides();
+  int64_t off = storage_offset() + index * st[d];
+  sz.erase(sz.begin() + d);
+  st.erase(st.begin() + d);
+  return detail::record(detail::make_view(*this, sz, st, off), "SelectBackward0", {this});
+}
+
+Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> stop,
+                     int64_t step) const {
+  if (dim() == 0) fail("slice", "cannot slice a 0-dim tensor");
+  d = wrap_dim(d, dim(), "slice");
+  if (step <= 0) fail("slice", "step must be positive, got ", step);
+  int64_t n = shape()[d];
+  int64_t s = start.value_or(0), e = stop.value_or(n);
+  if (s < 0) s += n;
+  if (e < 0) e += n;
+  s = std::clamp<int64_t>(s, 0, n);
+  e = std::clamp<int64_t>(e, 0, n);
+  int64_t len = e > s ? (e - s + step - 1) / step : 0;
+  Shape sz = shape(), st = strides();
+  int64_t off = storage_offset() + s * st[d];
+  sz[d] = len;
+  st[d] *= step;
+  return detail::record(detail::make_view(*this, sz, st, off), "SliceBackward0", {this});
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  d = wrap_dim(d, dim(), "narrow");
+  int64_t n = shape()[d];
+  if (start < 0) start += n;
+  if (start < 0 || length < 0 || start + length > n)
+    throw IndexError(detail::msg("narrow", "start ", start, " and length ", length,
+                                 " are out of range for dimension ", d, " of size ", n));
+  return slice(d, start, start + length);
+}
+
+namespace {
+
+// A validated 1-D int64 index tensor (contiguous), or an IndexError naming `fn`.
+Tensor checked_index_tensor(const Tensor& t, const char* fn) {
+  if (t.dtype() == Dtype::Bool)
+    fail(fn, "boolean mask indexing is not supported; use masked_fill or where");
+  if (t.dtype() != Dtype::Int64)
+    throw IndexError(detail::msg(fn, "tensors used as indices must be long tensors, got ",
+                                 dtype_name(t.dtype())));
+  if (t.dim() != 1)
+    fail(fn, "only 1-D integer index tensors are supported, got ", shape_str(t.shape()));
+  return t.contiguous();
+}
+
+// Entry i of a validated index tensor, wrapped into [0, n), or an IndexError.
+int64_t wrap_index(int64_t k, int64_t n, int64_t d, const char* fn) {
+  if (k < -n || k >= n)
+    throw IndexError(
+        detail::msg(fn, "index ", k, " is out of bounds for dimension ", d, " with size ", n));
+  return k < 0 ? k + n : k;
+}
+
+// The basic-indexing part of x[indices]: a view of `self` where integers, slices, None and the
+// Ellipsis are applied, and a 1-D index tensor (at most one) is left as a full dimension whose
+// position in the view is `tensor_dim` (-1 when there is none).
+struct Indexed {
+  Tensor view;
+  int64_t tensor_dim = -1;
+  Tensor index;  // the 1-D int64 index tensor, when tensor_dim >= 0
+};
+
+Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indices, const char* fn) {
+  // Count the dims consumed, to expand an Ellipsis.
+  int64_t consumed = 0, ellipses = 0;
+  for (const auto& ix : indices) {
+    if (ix.kind() == TensorIndex::Kind::Integer || ix.kind() == TensorIndex::Kind::Slice ||
+        ix.kind() == TensorIndex::Kind::Tensor)
+      ++consumed;
+    if (ix.kind() == TensorIndex::Kind::Ellipsis) ++ellipses;
+  }
+  if (ellipses > 1) throw IndexError(detail::msg(fn, "an index can only have a single ellipsis"));
+  if (consumed > self.dim())
+    throw IndexError(detail::msg(fn, "too many indices for tensor of dimension ", self.dim(),
+                                 " (got ", consumed, ")"));
+  Indexed r;
+  Tensor out = detail::make_view(self, self.shape(), self.strides(), self.storage_offset());
+  int64_t d = 0;  // current dim in `out`
+  for (const auto& ix : indices) {
+    switch (ix.kind()) {
+      case TensorIndex::Kind::Integer:
+        out = out.select(d, wrap_index(ix.integer(), out.shape()[d], d, fn));
+        break;
+      case TensorIndex::Kind::Slice: {
+        const auto& s = ix.slice();
+        int64_t step = s.step.value_or(1);
+        if (step == 0) fail(fn, "slice step cannot be zero");
+        if (step < 0) fail(fn, "negative slice steps are not supported, got ", step);
+        out = out.slice(d, s.start, s.stop, step);
+        ++d;
+        break;
+      }
+      case TensorIndex::Kind::None:
+        out = out.unsqueeze(d);
+        ++d;
+        break;
+      case TensorIndex::Kind::Ellipsis: d += self.dim() - consumed; break;
+      case TensorIndex::Kind::Tensor: {
+        const Tensor& t = ix.tensor();
+        if (!t.defined()) fail(fn, "undefined index tensor");
+        if (t.dim() == 0 && t.dtype() == Dtype::Int64) {
+          out = out.select(d, wrap_index(t.item<int64_t>(), out.shape()[d], d, fn));
+          break;
+        }
+        Tensor idx = checked_index_tensor(t, fn);
+        if (r.tensor_dim >= 0)
+          fail(fn, "indexing with more than one index tensor is not supported");
+        const int64_t* ip = idx.data_ptr<int64_t>();
+        for (int64_t i = 0; i < idx.numel(); ++i) wrap_index(ip[i], out.shape()[d], d, fn);
+        r.tensor_dim = d;
+        r.index = idx;
+        ++d;
+        break;
+      }
+    }
+  }
+  r.view = out;
+  return r;
+}
+
+}  // namespace
+
+Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
+  Indexed ix = apply_indices(*this, indices, "index");
+  if (ix.tensor_dim < 0) return ix.view;
+  // Advanced indexing with a 1-D index tensor: a copy, as in torch.
+  const Tensor& v = ix.view;
+  const int64_t d = ix.tensor_dim, n = v.shape()[d];
+  Shape sz = v.shape();
+  sz[d] = ix.index.numel();
+  Tensor out = detail::make_tensor(sz, dtype());
+  const int64_t* ip = ix.index.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ix.index.numel(); ++i)
+    out.select(d, i).copy_(v.select(d, wrap_index(ip[i], n, d, "index")));
+  return out;
+}
+
+Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor& value_in) {
+  if (!value_in.defined()) fail("index_put_", "undefined value tensor");
+  Indexed ix = apply_indices(*this, indices, "index_put_");
+  if (ix.tensor_dim < 0) {
+    Shape b = broadcast_shapes(ix.view.shape(), value_in.shape(), "index_put_");
+    if (b != ix.view.shape())
+      fail("index_put_", "shape mismatch: value tensor of shape ", shape_str(value_in.shape()),
+           " cannot be broadcast to indexing result of shape ", shape_str(ix.view.shape()));
+    ix.view.copy_(value_in);
+    return *this;
+  }
+  // x[..., idx, ...] = value: value broadcasts to the shape x[..., idx, ...] would have.
+  const Tensor& v = ix.view;
+  const int64_t d = ix.tensor_dim, n = v.shape()[d];
+  Shape result = v.shape();
+  result[d] = ix.index.numel();
+  Shape b = broadcast_shapes(result, value_in.shape(), "index_put_");
+  if (b != result)
+    fail("index_put_", "shape mismatch: value tensor of shape ", shape_str(value_in.shape()),
+         " cannot be broadcast to indexing result of shape ", shape_str(result));
+  Tensor value = value_in.impl()->storage == impl()->storage ? value_in.clone() : value_in;
+  Tensor ve = value.expand(result);
+  const int64_t* ip = ix.index.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ix.index.numel(); ++i)
+    v.select(d, wrap_index(ip[i], n, d, "index_put_")).copy_(ve.select(d, i));
+  return *this;
+}
+
+Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar value) {
+  return index_put_(indices, detail::scalar_tensor(value, dtype()));
+}
+
+// ---- printing -----------------------------------------------------------------------------------
+
+std::string Tensor::repr() const {
+  if (!defined()) return "tensor(undefined)";
+  Tensor c = contiguous();
+  std::vector<std::string> suffixes;
+  if (auto fn = grad_fn(*this))
+    suffixes.push_back("grad_fn=<" + fn->name + ">");
+  else if (requires_grad())
+    suffixes.push_back("requires_grad=True");
+  return format_tensor(c.shape(), c.dtype(), c.raw_data(), suffixes);
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.repr(); }
+
+// ---- creation -----------------------------------------------------------------------------------
+
+namespace {
+
+void nested_shape(const NestedList& l, int64_t depth, Shape& shape, bool& any_float,
+                  bool& all_bool) {
+  if (l.is_leaf()) {
+    if (depth != int64_t(shape.size()))
+      fail("tensor", "expected a sequence at depth ", depth, " but found a number");
+    any_float |= l.scalar().kind() == Scalar::Kind::Float;
+    all_bool &= l.scalar().kind() == Scalar::Kind::Bool;
+    return;
+  }
+  int64_t n = int64_t(l.items().size());
+  if (depth == int64_t(shape.size())) {
+    shape.push_back(n);
+  } else if (depth > int64_t(shape.size()) || shape[depth] != n) {
+    fail("tensor", "expected sequence of length ", depth < int64_t(shape.size()) ? shape[depth] : 0,
+         " at dim ", depth, " (got ", n, ")");
+  }
+  for (const auto& it : l.items()) nested_shape(it, depth + 1, shape, any_float, all_bool);
+}
+
+template <typename T>
+void nested_fill(const NestedList& l, T*& out) {
+  if (l.is_leaf()) {
+    if constexpr (std::is_same_v<T, bool>)
+      *out++ = l.scalar().to_double() != 0;
+    else if constexpr (std::is_same_v<T, int64_t>)
+      *out++ = l.scalar().to_int();
+    else
+      *out++ = T(l.scalar().to_double());
+    return;
+  }
+  for (const auto& it : l.items()) nested_fill(it, out);
+}
+
+}  // namespace
+
+Tensor tensor(const NestedList& data, std::optional<Dtype> dtype) {
+  Shape shape;
+  bool any_float = false, all_bool = true;
+  // First pass fixes the shape from the first path; a leaf at the top is a 0-dim tensor.
+  {
+    const NestedList* p = &data;
+    while (!p->is_leaf()) {
+      shape.push_back(int64_t(p->items().size()));
+      if (p->items().empty()) break;
+      p = &p->items()[0];
+    }
+  }
+  Shape checked;
+  nested_shape(data, 0, checked, any_float, all_bool);
+  if (checked != shape) fail("tensor", "ragged nested sequence: expected shape ", shape_str(shape));
+  bool empty = detail::shape_numel(shape) == 0;
+  Dtype dt = dtype.value_or(empty || any_float ? Dtype::Float32
+                            : all_bool         ? Dtype::Bool
+                                               : Dtype::Int64);
+  Tensor out = detail::make_tensor(shape, dt);
+  switch (dt) {
+    case Dtype::Float32: {
+      float* p = out.data_ptr<float>();
+      nested_fill(data, p);
+      break;
+    }
+    case Dtype::Int64: {
+      int64_t* p = out.data_ptr<int64_t>();
+      nested_fill(data, p);
+      break;
+    }
+    case Dtype::Bool: {
+      bool* p = out.data_ptr<bool>();
+      nested_fill(data, p);
+      break;
+    }
+  }
+  return out;
+}
+
+Tensor from_vector(const std::vector<float>& values, Shape shape) {
+  if (int64_t(values.size()) != detail::shape_numel(shape))
+    fail("from_vector", values.size(), " values do not fill shape ", shape_str(shape));
+  Tensor out = detail::make_tensor(shape, Dtype::Float32);
+  std::copy(values.begin(), values.end(), out.data_ptr<float>());
+  return out;
+}
+
+namespace {
+void check_shape(const Shape& s, const char* fn) {
+  for (auto d : s)
+    if (d < 0) fail(fn, "negative dimension in shape ", shape_str(s));
+}
+}  // namespace
+
+Tensor empty(Shape shape, Dtype dtype) {
+  check_shape(shape, "empty");
+  return detail::make_tensor(shape, dtype);
+}
+Tensor zeros(Shape shape, Dtype dtype) {
+  check_shape(shape, "zeros");
+  return detail::make_tensor(shape, dtype);
+}
+Tensor ones(Shape shape, Dtype dtype) {
+  check_shape(shape, "ones");
+  return full(shape, 1, dtype);
+}
+Tensor full(Shape shape, Scalar value, std::optional<Dtype> dtype) {
+  check_shape(shape, "full");
+  Dtype dt = dtype.value_or(value.kind() == Scalar::Kind::Float  ? Dtype::Float32
+                            : value.kind() == Scalar::Kind::Bool ? Dtype::Bool
+                                                                 : Dtype::Int64);
+  Tensor out = detail::make_tensor(shape, dt);
+  out.fill_(value);
+  return out;
+}
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype()); }
+Tensor full_like(const Tensor& t, Scalar value) { return full(t.shape(), value, t.dtype()); }
+
+Tensor arange(Scalar end) { return arange(0, end, 1); }
+Tensor arange(Scalar start, Scalar end, Scalar step) {
+  bool integral = !start.is_floating() && !end.is_floating() && !step.is_floating();
+  double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  if (st == 0) fail("arange", "step must be nonzero");
+  if (!std::isfinite(s) || !std::isfinite(e)) fail("arange", "unsupported range: ", s, " -> ", e);
+  if ((st > 0 && e < s) || (st < 0 && e > s))
+    fail("arange", "upper bound and larger bound inconsistent with step sign");
+  int64_t n = int64_t(std::ceil((e - s) / st));
+  if (integral) {
+    Tensor out = detail::make_tensor({n}, Dtype::Int64);
+    int64_t* p = out.data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = start.to_int() + i * step.to_int();
+    return out;
+  }
+  Tensor out = detail::make_tensor({n}, Dtype::Float32);
+  float* p = out.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = float(s + double(i) * st);
+  return out;
+}
+
+namespace {
+Tensor triangle(const Tensor& t, int64_t diagonal, bool lower, const char* fn) {
+  if (t.dim() < 2)
+    fail(fn, "input tensor must have at least 2 dimensions, got ", shape_str(t.shape()));
+  Tensor out = t.clone();
+  if (out.numel() == 0) return out;  // (-1, R, C) below would be ambiguous for 0 elements
+  int64_t R = t.size(-2), C = t.size(-1);
+  Tensor flat = out.reshape({-1, R, C});
+  Tensor zero = detail::scalar_tensor(0, t.dtype());
+  for (int64_t i = 0; i < R; ++i) {
+    // lower keeps j <= i + diagonal; upper keeps j >= i + diagonal.
+    int64_t lo = lower ? i + diagonal + 1 : 0;
+    int64_t hi = lower ? C : i + diagonal;
+    lo = std::clamp<int64_t>(lo, 0, C);
+    hi = std::clamp<int64_t>(hi, 0, C);
+    if (lo < hi) flat.select(1, i).slice(1, lo, hi).copy_(zero);
+  }
+  return out;
+}
+}  // namespace
+
+Tensor tril(const Tensor& t, int64_t diagonal) { return triangle(t, diagonal, true, "tril"); }
+Tensor triu(const Tensor& t, int64_t diagonal) { return triangle(t, diagonal, false, "triu"); }
+Tensor Tensor::tril(int64_t diagonal) const { return attn::tril(*this, diagonal); }
+Tensor Tensor::triu(int64_t diagonal) const { return attn::triu(*this, diagonal); }
+
+Tensor from_blob(void* data, Shape shape, Shape strides, Dtype dtype, std::shared_ptr<void> owner) {
+  if (shape.size() != strides.size())
+    fail("from_blob", "shape ", shape_str(shape), " and strides ", shape_str(strides),
+         " differ in length");
+  auto st = std::make_shared<Storage>();
+  st->data = data;
+  int64_t span = 1;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (strides[i] < 0) fail("from_blob", "negative strides are not supported");
+    if (shape[i] == 0) span = 0;
+    if (span) span += (shape[i] - 1) * strides[i];
+  }
+  st->nbytes = std::size_t(span) * itemsize(dtype);
+  st->owner = std::move(owner);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = st;
+  impl->sizes = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->dtype = dtype;
+  return Tensor(impl);
+}
+
+// ---- random tensors -----------------------------------------------------------------------------
+
+namespace {
+Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
+}  // namespace
+
+Tensor rand(Shape shape, Generator* gen) {
+  check_shape(shape, "rand");
+  Tensor out = detail::make_tensor(shape, Dtype::Float32);
+  fill_uniform(out.data_ptr<float>(), out.numel(), 0.0, 1.0, gen_or_default(gen));
+  return out;
+}
+
+Tensor randn(Shape shape, Generator* gen) {
+  check_shape(shape, "randn");
+  Tensor out = detail::make_tensor(shape, Dtype::Float32);
+  fill_normal(out.data_ptr<float>(), out.numel(), 0.0, 1.0, gen_or_default(gen));
+  return out;
+}
+
+Tensor randint(int64_t low, int64_t high, Shape shape, Generator* gen) {
+  check_shape(shape, "randint");
+  if (low >= high) fail("randint", "low ", low, " must be less than high ", high);
+  Tensor out = detail::make_tensor(shape, Dtype::Int64);
+  fill_randint(out.data_ptr<int64_t>(), out.numel(), low, high, gen_or_default(gen));
+  return out;
+}
+Tensor randint(int64_t high, Shape shape, Generator* gen) { return randint(0, high, shape, gen); }
+
+namespace {
+// Runs a contiguous fill on t directly, or on a contiguous temporary copied back.
+template <typename F>
+Tensor& fill_float(Tensor& t, const char* fn, F&& f) {
+  if (t.dtype() != Dtype::Float32)
+    fail(fn, "expects a float32 tensor, got ", dtype_name(t.dtype()));
+  if (t.is_contiguous()) {
+    f(t.data_ptr<float>(), t.numel(), true);
+  } else {
+    Tensor tmp = detail::make_tensor(t.shape(), Dtype::Float32);
+    f(tmp.data_ptr<float>(), tmp.numel(), false);
+    t.copy_(tmp);
+  }
+  return t;
+}
+}  // namespace
+
+Tensor& uniform_(Tensor& t, double from, double to, Generator* gen) {
+  if (!(from <= to)) fail("uniform_", "expects from <= to, but got from=", from, " > to=", to);
+  return fill_float(t, "uniform_", [&](float* p, int64_t n, bool) {
+    fill_uniform(p, n, from, to, gen_or_default(gen));
+  });
+}
+
+Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
+  if (!(std >= 0)) fail("normal_", "expects std >= 0.0, but found std ", std);
+  return fill_float(t, "normal_", [&](float* p, int64_t n, bool contiguous) {
+    if (contiguous)
+      fill_normal(p, n, mean, std, gen_or_default(gen));
+    else
+      fill_normal_serial(p, n, mean, std, gen_or_default(gen));
+  });
+}
+
+Tensor& bernoulli_(Tensor& t, double p, Generator* gen) {
+  if (!(p >= 0 && p <= 1)) fail("bernoulli_", "expects 0 <= p <= 1, but got p=", p);
+  return fill_float(t, "bernoulli_", [&](float* d, int64_t n, bool) {
+    fill_bernoulli(d, n, p, gen_or_default(gen));
+  });
+}
+
+}  // namespace attn

@@ -1,0 +1,192 @@
+// The `attn` command-line tool.
+//
+//   attn walkthrough [SEED]   the seed documents replayed step by step
+//   attn --help | --version
+//
+// Subcommands live in one table (kCommands below): a name, a usage line, a summary and a handler
+// that receives the arguments after the subcommand name. New subcommands (train, generate,
+// heatmap) are one handler and one table row each.
+//
+// Exit codes: 0 success, 1 an attn::Error (or any other failure) reported as "attn: error: ...",
+// 2 a usage error (unknown command, option or argument). The tool never aborts: every exception
+// is caught in cli_main.
+//
+// tests/cpp/test_walkthrough.cpp compiles this file with ATTN_CLI_NO_MAIN defined to test
+// cli_main without a process.
+#include <attn/attn.h>
+
+#include <cctype>
+#include <exception>
+#include <iostream>
+#include <ostream>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "walkthrough.h"
+
+namespace attn::tools {
+
+// Keep in sync with project(attn VERSION ...) in CMakeLists.txt.
+inline constexpr const char* kVersion = "0.1.0";
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+
+// A mistake in the command line: reported with a hint to --help, exit code 2.
+class UsageError : public std::runtime_error {
+ public:
+  explicit UsageError(const std::string& what) : std::runtime_error(what) {}
+};
+
+using Args = std::span<const std::string>;
+
+struct Command {
+  const char* name;
+  const char* usage;    // arguments, e.g. "[SEED]"
+  const char* summary;  // one line for the command list
+  const char* help;     // further lines for `attn NAME --help`
+  int (*run)(Args args, std::ostream& out);
+};
+
+// ---- attn walkthrough [SEED] --------------------------------------------------------------------
+
+int cmd_walkthrough(Args args, std::ostream& out) {
+  std::string seed;
+  for (const std::string& arg : args) {
+    if (arg.size() > 1 && arg[0] == '-')
+      throw UsageError("walkthrough: unknown option '" + arg + "'");
+    if (!seed.empty())
+      throw UsageError("walkthrough: expected at most one SEED, got '" + seed + "' and '" + arg +
+                       "'");
+    bool known = false;
+    for (const SeedInfo& s : walkthrough_seeds()) known = known || s.id == arg;
+    if (!known) {
+      std::string ids;
+      for (const SeedInfo& s : walkthrough_seeds()) ids += " " + s.id;
+      throw UsageError("walkthrough: unknown seed '" + arg + "' (expected one of" + ids + ")");
+    }
+    seed = arg;
+  }
+  run_walkthrough(seed, out);
+  return kExitOk;
+}
+
+// ---- the command table --------------------------------------------------------------------------
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {"walkthrough", "[SEED]", "replay the seed documents step by step, computed live by attn",
+       "  SEED is one of 000 001 002 003 004; without it all five are printed in order.\n"
+       "  Each step gives a one-line explanation and its result printed as PyTorch prints it.\n",
+       cmd_walkthrough},
+  };
+  return table;
+}
+
+const Command* find_command(std::string_view name) {
+  for (const Command& c : commands())
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+void print_usage(std::ostream& os) {
+  os << "usage: attn <command> [arguments]\n"
+        "       attn --help | --version\n"
+        "\n"
+        "attn is a C++ attention library; this tool shows it at work.\n"
+        "\n"
+        "commands:\n";
+  for (const Command& c : commands()) {
+    std::string left = std::string(c.name) + " " + c.usage;
+    os << "  " << left << std::string(left.size() < 22 ? 22 - left.size() : 1, ' ') << c.summary
+       << "\n";
+  }
+  os << "\n"
+        "options:\n"
+        "  -h, --help            show this help (or `attn <command> --help`) and exit\n"
+        "  --version             print the version and exit\n";
+}
+
+void print_command_help(const Command& c, std::ostream& os) {
+  std::string summary = c.summary;
+  if (!summary.empty()) summary[0] = char(std::toupper(static_cast<unsigned char>(summary[0])));
+  os << "usage: attn " << c.name << " " << c.usage << "\n\n" << summary << ".\n" << c.help;
+}
+
+int dispatch(Args args, std::ostream& out) {
+  if (args.empty()) throw UsageError("no command given");
+  const std::string& first = args[0];
+  if (first == "-h" || first == "--help" || first == "help") {
+    if (args.size() == 1) {
+      print_usage(out);
+      return kExitOk;
+    }
+    const Command* c = find_command(args[1]);
+    if (!c || args.size() > 2) throw UsageError("help: unknown command '" + args[1] + "'");
+    print_command_help(*c, out);
+    return kExitOk;
+  }
+  if (first == "--version") {
+    if (args.size() > 1) throw UsageError("--version takes no arguments");
+    out << "attn " << kVersion << "\n";
+    return kExitOk;
+  }
+  const Command* c = find_command(first);
+  if (!c) {
+    if (first.size() > 1 && first[0] == '-') throw UsageError("unknown option '" + first + "'");
+    throw UsageError("unknown command '" + first + "'");
+  }
+  Args rest = args.subspan(1);
+  for (const std::string& arg : rest) {
+    if (arg == "-h" || arg == "--help") {
+      print_command_help(*c, out);
+      return kExitOk;
+    }
+  }
+  return c->run(rest, out);
+}
+
+// Runs `body`, turning every exception into a message on `err` and an exit code.
+template <typename F>
+int guarded(F&& body, std::ostream& err) {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    err << "attn: " << e.what() << "\n"
+        << "Try 'attn --help' for more information.\n";
+    return kExitUsage;
+  } catch (const Error& e) {
+    err << "attn: error: " << e.what() << "\n";
+    return kExitError;
+  } catch (const std::exception& e) {
+    err << "attn: error: " << e.what() << "\n";
+    return kExitError;
+  } catch (...) {
+    err << "attn: error: unknown exception\n";
+    return kExitError;
+  }
+}
+
+// The whole tool: `args` are the arguments after the program name.
+int cli_main(Args args, std::ostream& out, std::ostream& err) {
+  int code = guarded([&] { return dispatch(args, out); }, err);
+  out.flush();
+  if (!out) {
+    err << "attn: error: could not write the output\n";
+    return kExitError;
+  }
+  return code;
+}
+
+}  // namespace attn::tools
+
+#ifndef ATTN_CLI_NO_MAIN
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  return attn::tools::cli_main(args, std::cout, std::cerr);
+}
+#endif
