@@ -28,5 +28,9 @@ if (( ${#missing[@]} )); then
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=/usr/bin/python3 >/dev/null
-cmake --build build -j"$(nproc)" 2>&1 | grep -v -E "^\[|lto-wrapper|Built target" || true
-test -x build/attn || { echo "setup: build failed" >&2; exit 1; }
+# Quiet on success; on failure the compiler's diagnostics are shown.
+if ! cmake --build build -j"$(nproc)" > build/build.log 2>&1; then
+  grep -v -E "^\[ *[0-9]+%\]|lto-wrapper" build/build.log >&2
+  echo "setup: build failed (full log: build/build.log)" >&2
+  exit 1
+fi

@@ -4,7 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
-# cmake --build prints errors but grep hides its exit status: build the test targets explicitly.
-cmake --build build -j"$(nproc)" >/dev/null
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
 PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
