@@ -33,7 +33,9 @@ int main() {
     std::cout << x << "\n";
 
     // 4. Three trainable projections. Queries and keys must share a size (here 2) because we take
-    //    their dot products; values may have another size (here 4).
+    //    their dot products; values may have another size (here 4). They require grad, so every
+    //    result computed from them records the op that made it and prints it, as PyTorch does:
+    //    tensor(1.2903, grad_fn=<DotBackward0>).
     attn::manual_seed(123);
     const int64_t d = x.size(1), d_q = 2, d_k = 2, d_v = 4;
     attn::Tensor W_query = attn::rand({d, d_q}).requires_grad_();
@@ -59,7 +61,6 @@ int main() {
     //    mixes in what the sentence says around the word.
     attn::Tensor context_2 = attn::matmul(weights_2, values);
     std::cout << "context vector of 'is':    " << context_2 << "\n";
-    // (PyTorch also prints grad_fn=<...> for these, because W_query etc. require gradients.)
     return 0;
   } catch (const attn::Error& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -21,7 +21,8 @@ int main() {
                                         {0.05, 0.80, 0.55}});  // step
     const int64_t d_in = inputs.size(1), d_out = 2;
 
-    // The weights are Parameters: random now (N(0, 1), seed 1), learned in training later.
+    // The weights are Parameters: random now (N(0, 1), seed 1), learned in training later. The
+    // seed creates them with requires_grad=False (not trained yet), so no result records a grad_fn.
     attn::manual_seed(1);
     attn::Tensor W_q = attn::randn({d_in, d_out});
     attn::Tensor W_k = attn::randn({d_in, d_out});

@@ -6,6 +6,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
+#include <limits>
+#include <random>
 #include <sstream>
 
 namespace py = pybind11;
@@ -70,6 +73,9 @@ NestedList to_nested(const py::handle& h) {
 
 std::optional<Dtype> to_dtype(const py::object& o) {
   if (o.is_none()) return std::nullopt;
+  if (!py::isinstance<Dtype>(o))
+    throw Error("[dtype] expected attn.float32, attn.int64 or attn.bool, got " +
+                std::string(py::repr(o)));
   return o.cast<Dtype>();
 }
 
@@ -146,6 +152,15 @@ Shape to_dims(const py::object& o) {
   return dims;
 }
 
+// An integer index (Python int, NumPy integer, anything with __index__); floats are refused.
+int64_t to_index_int(const py::handle& h) {
+  if (py::isinstance<py::bool_>(h) || !PyIndex_Check(h.ptr()))
+    throw IndexError(std::string("[index] only integers, slices (`:`), ellipsis (`...`), None "
+                                 "and long or bool tensors are valid indices (got ") +
+                     std::string(py::str(py::type::handle_of(h).attr("__name__"))) + ")");
+  return py::reinterpret_steal<py::int_>(PyNumber_Index(h.ptr())).cast<int64_t>();
+}
+
 // Index expressions: x[1], x[b, :t+1], x[..., None], x[idx_tensor].
 TensorIndex to_index(const py::handle& h) {
   if (h.is_none()) return TensorIndex(std::nullopt);
@@ -155,7 +170,7 @@ TensorIndex to_index(const py::handle& h) {
     auto get = [&](const char* name) -> std::optional<int64_t> {
       py::object v = sl.attr(name);
       if (v.is_none()) return std::nullopt;
-      return to_scalar(v).to_int();
+      return to_index_int(v);
     };
     return TensorIndex(indexing::Slice(get("start"), get("stop"), get("step")));
   }
@@ -163,7 +178,7 @@ TensorIndex to_index(const py::handle& h) {
   if (py::isinstance<py::list>(h)) return TensorIndex(tensor(to_nested(h)));
   if (py::isinstance<py::bool_>(h))
     throw Error("[index] indexing with a Python bool is not supported");
-  return TensorIndex((long long)to_scalar(h).to_int());
+  return TensorIndex((long long)to_index_int(h));
 }
 
 std::vector<TensorIndex> to_indices(const py::object& key) {
@@ -255,9 +270,143 @@ py::object max_like(const Tensor& t, const py::object& dim, bool keepdim, bool i
   return attn_mod.attr("return_types")(v, i);
 }
 
+py::object dtype_obj(const Tensor& t) {
+  // The enum's own members, so that `x.dtype is attn.float32` holds as in torch.
+  py::object cls = py::type::of<Dtype>();
+  switch (t.dtype()) {
+    case Dtype::Float32: return cls.attr("float32");
+    case Dtype::Int64: return cls.attr("int64");
+    case Dtype::Bool: return cls.attr("bool");
+  }
+  return py::none();
+}
+
+Tensor& set_requires_grad(Tensor& t, bool v, const char* fn) {
+  if (!v && grad_fn(t))
+    throw Error(std::string("[") + fn +
+                "] you can only change requires_grad flags of leaf variables; use detach() to "
+                "get a tensor that does not require grad");
+  return t.requires_grad_(v);
+}
+
+// where()'s value arguments: a tensor, or a Python number made a 0-dim tensor of the dtype torch
+// gives the result (a float number turns an integer or bool tensor float32).
+Tensor where_operand(const py::object& o, const py::object& other) {
+  if (py::isinstance<Tensor>(o)) return o.cast<Tensor>();
+  if (py::isinstance<py::array>(o)) return from_numpy(o.cast<py::array>());
+  Scalar s = to_scalar(o);
+  Dtype d = s.kind() == Scalar::Kind::Float ? Dtype::Float32
+            : s.kind() == Scalar::Kind::Int ? Dtype::Int64
+                                            : Dtype::Bool;
+  if (py::isinstance<Tensor>(other)) {
+    Dtype od = other.cast<const Tensor&>().dtype();
+    if (od == Dtype::Float32 || d == Dtype::Bool || (d == Dtype::Int64 && od == Dtype::Int64))
+      d = od;
+  } else if (!py::isinstance<Tensor>(o) && is_number(other)) {
+    Scalar so = to_scalar(other);
+    if (so.kind() == Scalar::Kind::Float) d = Dtype::Float32;
+    else if (so.kind() == Scalar::Kind::Int && d == Dtype::Bool) d = Dtype::Int64;
+  }
+  return full({}, s, d);
+}
+
+// The keyword arguments torch's factory functions take: size, dtype, device, requires_grad and
+// (random ones) generator. Anything else is an error rather than silently ignored.
+struct FactoryKwargs {
+  py::kwargs size;  // {"size": ...} when given by keyword
+  std::optional<Dtype> dtype;
+  bool requires_grad = false;
+  Generator* generator = nullptr;
+};
+
+Generator* gen_arg(const py::object& g);
+
+FactoryKwargs factory_kwargs(const py::kwargs& k, const char* fn, bool random,
+                             std::initializer_list<const char*> extra = {}) {
+  FactoryKwargs f;
+  for (auto item : k) {
+    std::string key = py::str(item.first);
+    py::object v = py::reinterpret_borrow<py::object>(item.second);
+    bool is_extra = false;
+    for (const char* e : extra) is_extra = is_extra || key == e;
+    if (is_extra) continue;
+    if (key == "size") {
+      f.size["size"] = v;
+    } else if (key == "dtype") {
+      f.dtype = to_dtype(v);
+    } else if (key == "device") {
+      if (!v.is_none() && std::string(py::str(v)) != "cpu")
+        throw Error(std::string("[") + fn + "] only the cpu device is supported, got " +
+                    std::string(py::str(v)));
+    } else if (key == "requires_grad") {
+      f.requires_grad = v.cast<bool>();
+    } else if (key == "generator" && random) {
+      f.generator = gen_arg(v);
+    } else {
+      throw py::type_error(std::string(fn) + "() got an unexpected keyword argument '" + key + "'");
+    }
+  }
+  return f;
+}
+
 Generator* gen_arg(const py::object& g) {
   if (g.is_none()) return nullptr;
+  if (!py::isinstance<Generator>(g))
+    throw Error(std::string("[generator] expected an attn.Generator, got ") +
+                std::string(py::str(py::type::handle_of(g).attr("__name__"))));
   return g.cast<Generator*>();
+}
+
+// torch.manual_seed accepts any Python int and keeps it modulo 2**64 (negative seeds wrap).
+uint64_t to_seed(const py::int_& s) {
+  py::int_ wrapped = py::reinterpret_steal<py::int_>(
+      PyNumber_And(s.ptr(), py::int_(std::numeric_limits<uint64_t>::max()).ptr()));
+  if (!wrapped) throw py::error_already_set();
+  return wrapped.cast<uint64_t>();
+}
+
+// The generator state as torch returns it: 5056 bytes, here a NumPy uint8 array (attn has no
+// uint8 dtype); torch.from_numpy / torch.tensor turn it into torch's ByteTensor.
+py::array state_array(const Generator& g) {
+  auto s = g.get_state();
+  py::array_t<uint8_t> out(py::ssize_t(s.size()));
+  std::memcpy(out.mutable_data(), s.data(), s.size());
+  return std::move(out);
+}
+
+// A state from bytes / bytearray, a NumPy uint8 array, torch's ByteTensor (anything NumPy can
+// read as uint8) or an attn int64 tensor of values 0..255.
+std::vector<uint8_t> state_bytes(const py::object& state, const std::string& fn) {
+  if (py::isinstance<py::bytes>(state) || py::isinstance<py::bytearray>(state)) {
+    std::string s = py::isinstance<py::bytes>(state)
+                        ? std::string(state.cast<py::bytes>())
+                        : std::string(state.cast<py::bytearray>());
+    return std::vector<uint8_t>(s.begin(), s.end());
+  }
+  py::object obj = state;
+  if (py::isinstance<Tensor>(state)) {
+    const Tensor& t = state.cast<const Tensor&>();
+    if (t.dtype() != Dtype::Int64)
+      throw Error("[" + fn + "] expects a state of bytes, got a " + dtype_name(t.dtype()) +
+                  " tensor");
+    obj = py::cast(t.contiguous()).attr("numpy")();
+  }
+  py::array arr = py::module_::import("numpy").attr("asarray")(obj);
+  if (arr.ndim() != 1 || arr.dtype().kind() == 'f' || arr.dtype().kind() == 'b' ||
+      arr.dtype().kind() == 'O')
+    throw Error("[" + fn + "] expects a 1-D array of bytes (torch.get_rng_state()), got " +
+                std::string(py::str(arr.attr("dtype"))) + " of shape " +
+                std::string(py::str(arr.attr("shape"))));
+  auto ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>(arr);
+  std::vector<uint8_t> out(std::size_t(ints.size()));
+  for (py::ssize_t i = 0; i < ints.size(); ++i) {
+    int64_t v = ints.data()[i];
+    if (v < 0 || v > 255)
+      throw Error("[" + fn + "] state element " + std::to_string(i) + " is " + std::to_string(v) +
+                  ", not a byte");
+    out[std::size_t(i)] = uint8_t(v);
+  }
+  return out;
 }
 
 }  // namespace
@@ -265,8 +414,10 @@ Generator* gen_arg(const py::object& g) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "attn: attention in C++ with a PyTorch-like surface";
 
-  py::register_exception<IndexError>(m, "AttnIndexError", PyExc_IndexError);
+  // pybind11 tries exception translators in reverse order of registration, so the base class
+  // (Error -> ValueError) goes first and its subclass (IndexError -> IndexError) last.
   py::register_exception<Error>(m, "AttnError", PyExc_ValueError);
+  py::register_exception<IndexError>(m, "AttnIndexError", PyExc_IndexError);
 
   py::enum_<Dtype>(m, "dtype")
       .value("float32", Dtype::Float32)
@@ -278,29 +429,42 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("itemsize", [](Dtype d) { return itemsize(d); });
 
   py::class_<Generator>(m, "Generator")
-      .def(py::init<uint64_t>(), py::arg("seed") = Generator::kDefaultSeed)
+      .def(py::init([](const py::object& device) {
+             if (!device.is_none() && std::string(py::str(device)) != "cpu")
+               throw Error("[Generator] only the cpu device is supported, got " +
+                           std::string(py::str(device)));
+             return Generator();
+           }),
+           py::arg("device") = py::none())
       .def("manual_seed",
-           [](Generator& g, uint64_t s) -> Generator& {
-             g.manual_seed(s);
+           [](Generator& g, const py::int_& s) -> Generator& {
+             g.manual_seed(to_seed(s));
              return g;
            },
-           py::return_value_policy::reference)
+           py::arg("seed"), py::return_value_policy::reference)
       .def("initial_seed", &Generator::initial_seed)
-      .def("get_state",
-           [](const Generator& g) {
-             auto s = g.get_state();
-             return py::bytes(reinterpret_cast<const char*>(s.data()), s.size());
-           })
-      .def("set_state", [](Generator& g, py::bytes b) {
-        std::string s = b;
-        g.set_state(std::vector<uint8_t>(s.begin(), s.end()));
-      });
-  m.def("default_generator", &default_generator, py::return_value_policy::reference);
+      .def_property_readonly("device", [](const Generator&) { return std::string("cpu"); })
+      .def("get_state", &state_array)
+      .def("set_state",
+           [](Generator& g, const py::object& state) -> Generator& {
+             g.set_state(state_bytes(state, "Generator.set_state"));
+             return g;
+           },
+           py::arg("new_state"), py::return_value_policy::reference);
+  m.attr("default_generator") = py::cast(&default_generator(), py::return_value_policy::reference);
+  m.def("get_rng_state", []() { return state_array(default_generator()); });
+  m.def("set_rng_state",
+        [](const py::object& state) {
+          default_generator().set_state(state_bytes(state, "set_rng_state"));
+        },
+        py::arg("new_state"));
 
   py::class_<Tensor> T(m, "Tensor", py::dynamic_attr());
+  // torch.Tensor(data): a float32 copy of a list or array (a tensor argument is shared, detached;
+  // nn.Parameter relies on that).
   T.def(py::init([](const py::object& data) {
          if (py::isinstance<Tensor>(data)) return data.cast<const Tensor&>().detach();
-         return make_tensor(data, py::none(), false);
+         return make_tensor(data, py::cast(Dtype::Float32), false);
        }),
        py::arg("data"))
       .def("__repr__", &Tensor::repr)
@@ -311,7 +475,7 @@ PYBIND11_MODULE(_C, m) {
                                for (auto s : t.shape()) l.append(s);
                                return l;
                              })
-      .def_property_readonly("dtype", &Tensor::dtype)
+      .def_property_readonly("dtype", &dtype_obj)
       .def_property_readonly("ndim", &Tensor::dim)
       .def_property_readonly("device", [](const Tensor&) { return std::string("cpu"); })
       .def("dim", &Tensor::dim)
@@ -331,23 +495,42 @@ PYBIND11_MODULE(_C, m) {
       .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); })
       .def_property(
           "requires_grad", [](const Tensor& t) { return t.requires_grad(); },
-          [](Tensor& t, bool v) { t.requires_grad_(v); })
-      .def("requires_grad_", [](Tensor& t, bool v) -> Tensor& { return t.requires_grad_(v); },
+          [](Tensor& t, bool v) { set_requires_grad(t, v, "requires_grad"); })
+      .def("requires_grad_",
+           [](Tensor& t, bool v) -> Tensor& { return set_requires_grad(t, v, "requires_grad_"); },
            py::arg("requires_grad") = true, py::return_value_policy::reference_internal)
-      .def_property_readonly("is_leaf", [](const Tensor&) { return true; })
-      .def_property_readonly("grad_fn", [](const Tensor&) { return py::none(); })
+      // A leaf is a tensor no recorded op produced (torch's is_leaf); grad_fn's name is wrapped
+      // into a grad_fn object by the Python package.
+      .def_property_readonly("is_leaf", [](const Tensor& t) { return grad_fn(t) == nullptr; })
+      .def_property_readonly("_grad_fn_name",
+                             [](const Tensor& t) -> py::object {
+                               if (auto fn = grad_fn(t)) return py::str(fn->name);
+                               return py::none();
+                             })
       .def("detach", &Tensor::detach)
-      .def("detach_", [](Tensor& t) -> Tensor& { return t.requires_grad_(false); },
+      .def("detach_",
+           [](Tensor& t) -> Tensor& {
+             t.impl()->autograd.reset();
+             t.impl()->requires_grad = false;
+             return t;
+           },
            py::return_value_policy::reference_internal)
       .def_property(
           "data", [](const Tensor& t) { return t.detach(); },
-          [](Tensor& t, const Tensor& v) { t.copy_(v); })
+          [](Tensor& t, const Tensor& v) {
+            // torch swaps in v's storage; attn copies, so the shape and dtype must match.
+            if (t.shape() != v.shape() || t.dtype() != v.dtype())
+              throw Error("[data] cannot assign a " + dtype_name(v.dtype()) + " tensor of shape " +
+                          shape_str(v.shape()) + " to the data of a " + dtype_name(t.dtype()) +
+                          " tensor of shape " + shape_str(t.shape()));
+            t.detach().copy_(v.detach());
+          })
       .def("contiguous", &Tensor::contiguous)
       .def("clone", &Tensor::clone)
       .def("float", &Tensor::float_)
       .def("long", &Tensor::long_)
       .def("bool", &Tensor::bool_)
-      .def("to", [](const Tensor& t, Dtype d) { return t.to(d); })
+      .def("_to_dtype", [](const Tensor& t, Dtype d) { return t.to(d); })
       .def("type", [](const Tensor& t, Dtype d) { return t.to(d); })
       .def("copy_", &Tensor::copy_, py::return_value_policy::reference_internal)
       .def("fill_", [](Tensor& t, const py::object& v) -> Tensor& { return t.fill_(to_scalar(v)); },
@@ -585,14 +768,12 @@ PYBIND11_MODULE(_C, m) {
         py::arg("requires_grad") = false);
   m.def("from_numpy", [](py::array a) { return from_numpy(a); });
   auto shaped = [&m](const char* name, auto fn) {
-    m.def(name, [fn](py::args a, py::kwargs k) {
-      Dtype d = Dtype::Float32;
-      if (k.contains("dtype") && !k["dtype"].is_none()) d = k["dtype"].cast<Dtype>();
-      py::kwargs rest;
-      for (auto item : k)
-        if (std::string(py::str(item.first)) == "size") rest["size"] = item.second;
-      Tensor t = fn(to_shape(a, rest), d);
-      if (k.contains("requires_grad") && k["requires_grad"].cast<bool>()) t.requires_grad_(true);
+    m.def(name, [fn, name](py::args a, py::kwargs k) {
+      FactoryKwargs f = factory_kwargs(k, name, false);
+      if (a.empty() && !f.size.contains("size"))
+        throw py::type_error(std::string(name) + "() missing its size, e.g. " + name + "(2, 3)");
+      Tensor t = fn(to_shape(a, f.size), f.dtype.value_or(Dtype::Float32));
+      if (f.requires_grad) t.requires_grad_(true);
       return t;
     });
   };
@@ -622,39 +803,63 @@ PYBIND11_MODULE(_C, m) {
         py::arg("dtype") = py::none());
   m.def("tril", &tril, py::arg("input"), py::arg("diagonal") = 0);
   m.def("triu", &triu, py::arg("input"), py::arg("diagonal") = 0);
-  m.def("manual_seed", [](uint64_t s) -> Generator& {
-    manual_seed(s);
+  m.def("manual_seed", [](const py::int_& s) -> Generator& {
+    manual_seed(to_seed(s));
     return default_generator();
-  }, py::return_value_policy::reference);
+  }, py::arg("seed"), py::return_value_policy::reference);
+  m.def("seed", []() -> uint64_t {
+    // torch.seed(): a non-deterministic 64-bit seed, set and returned.
+    std::random_device rd;
+    uint64_t s = (uint64_t(rd()) << 32) | rd();
+    manual_seed(s);
+    return s;
+  });
   m.def("initial_seed", []() { return default_generator().initial_seed(); });
-  m.def("rand", [](py::args a, py::kwargs k) {
-    py::kwargs rest;
-    if (k.contains("size")) rest["size"] = k["size"];
-    Tensor t = rand(to_shape(a, rest), k.contains("generator") ? gen_arg(k["generator"]) : nullptr);
-    if (k.contains("requires_grad") && k["requires_grad"].cast<bool>()) t.requires_grad_(true);
+  // rand / randn: float32 only (the dtype torch draws these bits for).
+  auto random_shaped = [&m](const char* name, auto fn) {
+    m.def(name, [fn, name](py::args a, py::kwargs k) {
+      FactoryKwargs f = factory_kwargs(k, name, true);
+      if (a.empty() && !f.size.contains("size"))
+        throw py::type_error(std::string(name) + "() missing its size, e.g. " + name + "(2, 3)");
+      if (f.dtype && *f.dtype != Dtype::Float32)
+        throw Error(std::string("[") + name + "] only dtype torch.float32 is supported, got " +
+                    dtype_name(*f.dtype));
+      Tensor t = fn(to_shape(a, f.size), f.generator);
+      if (f.requires_grad) t.requires_grad_(true);
+      return t;
+    });
+  };
+  random_shaped("rand", [](Shape s, Generator* g) { return rand(s, g); });
+  random_shaped("randn", [](Shape s, Generator* g) { return randn(s, g); });
+  // torch.randint(high, size) or torch.randint(low, high, size), int64 unless dtype says otherwise.
+  m.def("randint", [](py::args a, py::kwargs k) {
+    py::object low = py::int_(0), high, size;
+    FactoryKwargs f = factory_kwargs(k, "randint", true, {"low", "high"});
+    std::vector<py::object> pos;
+    for (auto h : a) pos.push_back(py::reinterpret_borrow<py::object>(h));
+    if (k.contains("low")) pos.insert(pos.begin(), k["low"]);
+    if (k.contains("high")) pos.insert(pos.begin() + (k.contains("low") ? 1 : 0), k["high"]);
+    if (!f.size.contains("size") && !pos.empty()) {
+      f.size["size"] = pos.back();
+      pos.pop_back();
+    }
+    if (pos.size() == 1) {
+      high = pos[0];
+    } else if (pos.size() == 2) {
+      low = pos[0];
+      high = pos[1];
+    } else {
+      throw Error("[randint] expects (high, size) or (low, high, size), got " +
+                  std::to_string(pos.size()) + " numbers");
+    }
+    if (!f.size.contains("size") || py::isinstance<py::int_>(f.size["size"]))
+      throw Error("[randint] size must be a tuple of ints, e.g. randint(10, (3,))");
+    Tensor t = randint(to_scalar(low).to_int(), to_scalar(high).to_int(),
+                       to_shape(py::args(), f.size), f.generator);
+    if (f.dtype) t = t.to(*f.dtype);
+    if (f.requires_grad) t.requires_grad_(true);
     return t;
   });
-  m.def("randn", [](py::args a, py::kwargs k) {
-    py::kwargs rest;
-    if (k.contains("size")) rest["size"] = k["size"];
-    Tensor t = randn(to_shape(a, rest), k.contains("generator") ? gen_arg(k["generator"]) : nullptr);
-    if (k.contains("requires_grad") && k["requires_grad"].cast<bool>()) t.requires_grad_(true);
-    return t;
-  });
-  m.def("randint",
-        [](int64_t low, const py::object& high, const py::object& size, const py::object& g) {
-          // torch.randint(high, size) or torch.randint(low, high, size)
-          if (size.is_none()) {
-            Shape s;
-            for (auto h : high) s.push_back(h.cast<int64_t>());
-            return randint(0, low, s, gen_arg(g));
-          }
-          Shape s;
-          for (auto h : size) s.push_back(h.cast<int64_t>());
-          return randint(low, high.cast<int64_t>(), s, gen_arg(g));
-        },
-        py::arg("low"), py::arg("high"), py::arg("size") = py::none(),
-        py::arg("generator") = py::none());
 
   // ---- math -----------------------------------------------------------------------------------------
   m.def("softmax", [](const Tensor& t, int64_t dim) { return softmax(t, dim); }, py::arg("input"),
@@ -668,7 +873,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("sqrt", &attn::sqrt);
   m.def("abs", &attn::abs);
   m.def("tanh", &attn::tanh);
-  m.def("where", &where);
+  m.def("where",
+        [](const Tensor& cond, const py::object& a, const py::object& b) {
+          return where(cond, where_operand(a, b), where_operand(b, a));
+        },
+        py::arg("condition"), py::arg("input"), py::arg("other"));
   m.def("maximum", &maximum);
   m.def("minimum", &minimum);
   m.def("masked_fill", [](const Tensor& t, const Tensor& mask, const py::object& v) {
@@ -683,6 +892,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("broadcast_shapes_", [](const Shape& a, const Shape& b) {
     return broadcast_shapes(a, b, "broadcast_shapes");
   });
+  m.def("is_grad_enabled", &is_grad_enabled);
+  m.def("_set_grad_enabled", &set_grad_enabled, py::arg("mode"));
   m.def("set_num_threads", &set_num_threads);
   m.def("get_num_threads", &get_num_threads);
   m.def("set_printoptions",
@@ -789,6 +1000,37 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("out_proj_bias",
                              [](const nn::MultiheadAttention& m) { return m.out_proj->bias; })
       .def_readonly("head_dim", &nn::MultiheadAttention::head_dim)
+      // The Python module hands its current parameters (and dropout) over before each forward,
+      // so that reassigned Parameters are the ones used. Shapes are checked here because the C++
+      // forward trusts them.
+      .def("_set_parameters",
+           [](nn::MultiheadAttention& m, const py::object& in_w, const py::object& q_w,
+              const py::object& k_w, const py::object& v_w, const py::object& in_b,
+              const py::object& out_w, const py::object& out_b, double dropout) {
+             auto take = [](const py::object& o, const Tensor& current, const char* name) {
+               if (current.defined() == o.is_none())
+                 throw Error(std::string("[MultiheadAttention] parameter ") + name +
+                             (o.is_none() ? " is missing" : " is not expected"));
+               if (o.is_none()) return Tensor();
+               Tensor t = o.cast<Tensor>();
+               if (t.shape() != current.shape() || t.dtype() != current.dtype())
+                 throw Error(std::string("[MultiheadAttention] parameter ") + name +
+                             " must be float32 of shape " + shape_str(current.shape()) +
+                             ", got " + dtype_name(t.dtype()) + " " + shape_str(t.shape()));
+               return t;
+             };
+             if (!(dropout >= 0 && dropout <= 1))
+               throw Error("[MultiheadAttention] dropout probability has to be between 0 and 1, "
+                           "but got " + std::to_string(dropout));
+             m.in_proj_weight = take(in_w, m.in_proj_weight, "in_proj_weight");
+             m.q_proj_weight = take(q_w, m.q_proj_weight, "q_proj_weight");
+             m.k_proj_weight = take(k_w, m.k_proj_weight, "k_proj_weight");
+             m.v_proj_weight = take(v_w, m.v_proj_weight, "v_proj_weight");
+             m.in_proj_bias = take(in_b, m.in_proj_bias, "in_proj_bias");
+             m.out_proj->weight = take(out_w, m.out_proj->weight, "out_proj.weight");
+             m.out_proj->bias = take(out_b, m.out_proj->bias, "out_proj.bias");
+             m.dropout = dropout;
+           })
       .def("train", [](nn::MultiheadAttention& m, bool on) { m.train(on); })
       .def("forward",
            [](const nn::MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v,

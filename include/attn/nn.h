@@ -135,7 +135,8 @@ class CausalAttention : public Module {
                   Init init = Init::Rand);
   Tensor forward(const Tensor& x);  // (L, d_in) or (B, L, d_in), L <= context_length
   Tensor operator()(const Tensor& x) { return forward(x); }
-  Tensor attention_weights(const Tensor& x);  // after dropout, as forward uses them
+  // After dropout, as forward uses them (in training each call draws new dropout factors).
+  Tensor attention_weights(const Tensor& x);
   std::string name() const override { return "CausalAttention"; }
   int64_t context_length;
   Tensor W_query, W_key, W_value;
@@ -197,9 +198,16 @@ class MultiheadAttention : public Module {
     Tensor output;   // (L, B, E) or (B, L, E) when batch_first, or (L, E) unbatched
     Tensor weights;  // (B, L_q, L_k) averaged or (B, H, L_q, L_k); undefined unless need_weights
   };
-  // key_padding_mask: (B, L_k) bool, true means "ignore this key" (PyTorch's convention), or
-  // float added. attn_mask: (L_q, L_k) or (B*H, L_q, L_k); bool true means "not allowed"
-  // (PyTorch's MultiheadAttention convention), float added. is_causal only with attn_mask unset.
+  // key_padding_mask: (B, L_k) ((L_k) unbatched) bool, true means "ignore this key" (PyTorch's
+  // convention), or float added. attn_mask: (L_q, L_k) or (B*H, L_q, L_k) ((H, L_q, L_k)
+  // unbatched); bool true means "not allowed" (PyTorch's MultiheadAttention convention), float
+  // added. Both masks are turned into additive float masks and summed, as PyTorch 2.x does.
+  // is_causal applies the top-left causal mask; PyTorch 2.x treats it as a hint that attn_mask is
+  // that mask, so with a causal attn_mask the result is the same as PyTorch's. Dropout (training
+  // and dropout > 0) draws over the weights (B, H, L_q, L_k) in row-major order, as torch does
+  // over (B*H, L_q, L_k). A query whose keys are all masked gives zero attention (out_proj's bias
+  // alone) and zero weights where torch gives NaN. Throws attn::Error naming MultiheadAttention
+  // and the shapes for wrong ranks, widths, lengths, batch sizes, mask shapes or dtypes.
   Output forward(const Tensor& query, const Tensor& key, const Tensor& value,
                  const Tensor& key_padding_mask = Tensor(), bool need_weights = true,
                  const Tensor& attn_mask = Tensor(), bool average_attn_weights = true,
@@ -212,14 +220,15 @@ class MultiheadAttention : public Module {
   std::shared_ptr<Linear> out_proj;
 };
 
-// ---- vocabulary (seed 000)
-// -------------------------------------------------------------------------
+// ---- vocabulary (seed 000) ----------------------------------------------------------------------
 
 // Words of a sentence (commas removed, split on whitespace), sorted, each mapped to its index.
 class Vocabulary {
  public:
   explicit Vocabulary(const std::string& sentence);
-  const std::vector<std::string>& words() const { return words_; }  // sorted unique words
+  // Sorted unique words. A repeated word gets one id, so ids are 0..size()-1 (the seed's dict
+  // comprehension would give it the index of its last copy, leaving gaps; its sentence has none).
+  const std::vector<std::string>& words() const { return words_; }
   int64_t size() const { return int64_t(words_.size()); }
   int64_t id(const std::string& word) const;         // attn::IndexError for unknown words
   Tensor encode(const std::string& sentence) const;  // int64 (num_words)
@@ -232,8 +241,7 @@ class Vocabulary {
   std::map<std::string, int64_t> ids_;
 };
 
-// ---- initialisation (torch.nn.init), drawing from the generator exactly as PyTorch does
-// ------------
+// ---- initialisation (torch.nn.init), drawing from the generator exactly as PyTorch does ---------
 namespace init {
 Tensor& uniform_(Tensor& t, double a = 0.0, double b = 1.0, Generator* gen = nullptr);
 Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
@@ -246,8 +254,7 @@ Tensor& kaiming_uniform_(Tensor& t, double a = 0.0, Generator* gen = nullptr);
 Tensor& xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 }  // namespace init
 
-// ---- functional
-// --------------------------------------------------------------------------------------
+// ---- functional ---------------------------------------------------------------------------------
 namespace functional {
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 Tensor embedding(const Tensor& indices, const Tensor& weight);

@@ -10,15 +10,18 @@ import math as _math
 from . import _C
 from ._C import (Generator, Tensor, allclose, arange, cat, concat, default_generator, dot, empty,
                  empty_like, equal, exp, from_numpy, full, full_like, get_num_threads,
-                 initial_seed, log, log_softmax, manual_seed, masked_fill, matmul, maximum,
-                 minimum, ones, ones_like, rand, randint, randn, set_num_threads,
-                 set_printoptions, softmax, sqrt, stack, tanh, tensor, tril, triu, where, zeros,
-                 zeros_like)
+                 get_rng_state, initial_seed, is_grad_enabled, log, log_softmax, manual_seed,
+                 masked_fill, matmul, maximum, minimum, ones, ones_like, rand, randint, randn,
+                 seed, set_num_threads, set_printoptions, set_rng_state, softmax, sqrt, stack,
+                 tanh, tensor, tril, triu, where, zeros, zeros_like)
 from ._C import abs  # noqa: A004  (torch.abs shadows the builtin the same way)
 
 __version__ = "0.1.0"
 
 dtype = _C.dtype
+_dtype_names = {int(v): "torch." + k for k, v in dtype.__members__.items()}
+dtype.__repr__ = lambda self: _dtype_names[int(self)]
+dtype.__str__ = dtype.__repr__
 float32 = _C.dtype.float32
 float = float32  # noqa: A001
 int64 = _C.dtype.int64
@@ -78,8 +81,66 @@ def _size(self, dim=None):
     return shape[dim]
 
 
+class _GradFn:
+    """A tensor's grad_fn: the op that produced it, named as PyTorch names its backward node.
+
+    Only the name is known (gradients arrive with the autograd layer); type(t.grad_fn).__name__
+    and t.grad_fn.name() give it, as in torch."""
+
+    __slots__ = ()
+
+    def name(self):
+        return type(self).__name__
+
+    def __repr__(self):
+        return "<%s object at %#x>" % (type(self).__name__, id(self))
+
+
+_grad_fn_types = {}
+
+
+def _grad_fn(self):
+    name = self._grad_fn_name
+    if name is None:
+        return None
+    cls = _grad_fn_types.get(name)
+    if cls is None:
+        cls = _grad_fn_types[name] = type(name, (_GradFn,), {"__slots__": ()})
+    return cls()
+
+
+def _is_device(obj):
+    return isinstance(obj, str) or type(obj).__name__ == "device"
+
+
+def _check_device(fn, device):
+    if device is not None and str(device) != "cpu":
+        raise ValueError("[%s] only the cpu device is supported, got %s" % (fn, device))
+
+
+def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False):
+    """Tensor.to(dtype), .to("cpu"), .to(other), .to("cpu", dtype): a new tensor only when the
+    dtype changes (or copy=True), as in torch."""
+    args = list(args)
+    if args and isinstance(args[0], Tensor):
+        dtype = args.pop(0).dtype
+    if args and _is_device(args[0]):
+        device = args.pop(0)
+    if args and isinstance(args[0], _C.dtype):
+        dtype = args.pop(0)
+    if args:
+        raise ValueError("[to] unexpected arguments %r (expected a dtype, a device or a tensor)"
+                         % (args,))
+    _check_device("to", device)
+    out = self if dtype is None or dtype == self.dtype else self._to_dtype(dtype)
+    return out.clone() if copy and out is self else out
+
+
 Tensor.shape = property(lambda self: Size(self._shape))
 Tensor.size = _size
+Tensor.grad_fn = property(_grad_fn)
+Tensor.to = _to
+Tensor.cpu = lambda self: self
 Tensor.__array_priority__ = 1000  # numpy defers to our reflected operators
 
 
@@ -165,17 +226,43 @@ def isfinite(input):
     return input.isfinite()
 
 
-class no_grad(_contextlib.ContextDecorator):
-    """Context manager (and decorator) that disables gradient tracking inside its block.
-
-    Gradients arrive with the autograd layer; the forward-only core records none, so this only
-    marks the block for code written against torch."""
+class _GradMode(_contextlib.ContextDecorator):
+    _mode = True
 
     def __enter__(self):
+        self._prev = is_grad_enabled()
+        _C._set_grad_enabled(self._mode)
         return self
 
     def __exit__(self, *exc):
+        _C._set_grad_enabled(self._prev)
         return False
+
+
+class no_grad(_GradMode):
+    """Context manager (and decorator): ops inside record no graph, so their results have no
+    grad_fn and do not require grad (torch.no_grad)."""
+
+    _mode = False
+
+
+class enable_grad(_GradMode):
+    """Context manager (and decorator) that turns graph recording back on (torch.enable_grad)."""
+
+    _mode = True
+
+
+class set_grad_enabled(_GradMode):
+    """torch.set_grad_enabled(mode): sets the mode now; used as a context manager, restores the
+    previous mode on exit."""
+
+    def __init__(self, mode):
+        self._prev = is_grad_enabled()
+        self._mode = _builtins.bool(mode)
+        _C._set_grad_enabled(self._mode)
+
+    def __enter__(self):
+        return self
 
 
 from . import nn  # noqa: E402  (nn uses the names above)

@@ -38,8 +38,7 @@ Tensor weights_of(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
 
 }  // namespace
 
-// ---- SelfAttentionV1
-// -------------------------------------------------------------------------------
+// ---- SelfAttentionV1 ----------------------------------------------------------------------------
 
 SelfAttentionV1::SelfAttentionV1(int64_t d_in, int64_t d_out, Init init, bool requires_grad) {
   check_dims("SelfAttentionV1", {{"d_in", d_in}, {"d_out", d_out}});
@@ -60,8 +59,7 @@ Tensor SelfAttentionV1::attention_weights(const Tensor& x) const {
   return weights_of(matmul(x, W_query), matmul(x, W_key), matmul(x, W_value), {});
 }
 
-// ---- SelfAttentionV2
-// -------------------------------------------------------------------------------
+// ---- SelfAttentionV2 ----------------------------------------------------------------------------
 
 SelfAttentionV2::SelfAttentionV2(int64_t d_in, int64_t d_out, bool qkv_bias) {
   check_dims("SelfAttentionV2", {{"d_in", d_in}, {"d_out", d_out}});
@@ -80,8 +78,7 @@ Tensor SelfAttentionV2::attention_weights(const Tensor& x) const {
   return weights_of((*W_query)(x), (*W_key)(x), (*W_value)(x), {});
 }
 
-// ---- CausalAttention
-// -------------------------------------------------------------------------------
+// ---- CausalAttention ----------------------------------------------------------------------------
 
 CausalAttention::CausalAttention(int64_t d_in, int64_t d_out, int64_t context_length,
                                  double dropout_p, Init init)
@@ -138,8 +135,7 @@ Tensor CausalAttention::attention_weights(const Tensor& x) {
   return w;
 }
 
-// ---- Head
-// ------------------------------------------------------------------------------------------
+// ---- Head ---------------------------------------------------------------------------------------
 
 Head::Head(int64_t n_embd, int64_t head_size, bool causal) : head_size(head_size), causal(causal) {
   check_dims("Head", {{"n_embd", n_embd}, {"head_size", head_size}});
@@ -168,8 +164,7 @@ Tensor Head::attention_weights(const Tensor& x) const {
   return weights_of((*query)(x), (*key)(x), (*value)(x), head_options(*this));
 }
 
-// ---- CrossAttention
-// --------------------------------------------------------------------------------
+// ---- CrossAttention -----------------------------------------------------------------------------
 
 CrossAttention::CrossAttention(int64_t d_in, int64_t d_context, int64_t d_out, bool qkv_bias) {
   check_dims("CrossAttention", {{"d_in", d_in}, {"d_context", d_context}, {"d_out", d_out}});
@@ -198,8 +193,7 @@ Tensor CrossAttention::attention_weights(const Tensor& x, const Tensor& context)
   return weights_of((*W_query)(x), (*W_key)(context), (*W_value)(context), {});
 }
 
-// ---- seed 001, step by step
-// ------------------------------------------------------------------------
+// ---- seed 001, step by step ---------------------------------------------------------------------
 
 MultiHeadSteps multi_head_attention_steps(const Tensor& x, const Tensor& Wq, const Tensor& Wk,
                                           const Tensor& Wv, int64_t num_heads, double dropout_p,

@@ -11,8 +11,7 @@ namespace attn::nn {
 
 using detail::fail;
 
-// ---- init
-// ----------------------------------------------------------------------------------------
+// ---- init ---------------------------------------------------------------------------------------
 namespace init {
 
 namespace {
@@ -81,8 +80,7 @@ Tensor& xavier_uniform_(Tensor& t, double gain, Generator* gen) {
 
 }  // namespace init
 
-// ---- functional
-// ----------------------------------------------------------------------------------
+// ---- functional ---------------------------------------------------------------------------------
 namespace functional {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -139,18 +137,19 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
     fail(fn, "dropout probability has to be between 0 and 1, but got ", p);
   if (x.dtype() != Dtype::Float32) fail(fn, "input must be float32, got ", dtype_name(x.dtype()));
   if (!training || p == 0.0) return x;  // torch returns the input itself, drawing nothing
-  // torch: noise = bernoulli_(1 - p) / (1 - p) over the elements in row-major order; x * noise.
-  Tensor scale = detail::make_tensor(x.shape(), Dtype::Float32);
-  fill_dropout_mask(scale.data_ptr<float>(), scale.numel(), p, gen ? *gen : default_generator());
-  return x * scale;
+  // torch: noise = empty_like(x).bernoulli_(1 - p).div_(1 - p); x * noise. The draws follow the
+  // logical row-major order of x whatever its strides (checked against torch 1.13 for transposed,
+  // permuted, sliced and expanded inputs).
+  Tensor noise = detail::make_tensor(x.shape(), Dtype::Float32);
+  fill_dropout_mask(noise.data_ptr<float>(), noise.numel(), p, gen ? *gen : default_generator());
+  return x * noise;
 }
 
 Tensor softmax(const Tensor& x, int64_t dim) { return attn::softmax(x, dim); }
 
 }  // namespace functional
 
-// ---- Linear
-// --------------------------------------------------------------------------------------
+// ---- Linear -------------------------------------------------------------------------------------
 
 Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
     : in_features(in_features), out_features(out_features) {
@@ -176,8 +175,7 @@ Tensor Linear::forward(const Tensor& x) const {
   return functional::linear(x, weight, bias);
 }
 
-// ---- Embedding
-// -----------------------------------------------------------------------------------
+// ---- Embedding ----------------------------------------------------------------------------------
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim)
     : num_embeddings(num_embeddings), embedding_dim(embedding_dim) {
@@ -196,8 +194,7 @@ Tensor Embedding::forward(const Tensor& indices) const {
   return functional::embedding(indices, weight);
 }
 
-// ---- Dropout
-// -------------------------------------------------------------------------------------
+// ---- Dropout ------------------------------------------------------------------------------------
 
 Dropout::Dropout(double p) : p(p) {
   if (!(p >= 0.0 && p <= 1.0))

@@ -110,7 +110,7 @@ MultiheadAttention::Output MultiheadAttention::forward(
     fail(fn, "query ", shape_str(query.shape()), " and key ", shape_str(key.shape()),
          " differ in batch size");
 
-  // ---- masks, merged into one additive float mask broadcastable to (B, H, L_q, L_k) ------------
+  // ---- masks, merged into one additive float mask broadcastable to (B, H, L_q, L_k) -------------
   Tensor mask;
   if (attn_mask.defined()) {
     if (attn_mask.dtype() != Dtype::Bool && attn_mask.dtype() != Dtype::Float32)
@@ -152,8 +152,7 @@ MultiheadAttention::Output MultiheadAttention::forward(
   }
   if (mask.defined()) o.attn_mask = mask;
 
-  // ---- projections
-  // -------------------------------------------------------------------------------
+  // ---- projections ------------------------------------------------------------------------------
   Tensor w_q, w_k, w_v, b_q, b_k, b_v;
   if (same_embed_dim) {
     w_q = in_proj_weight.narrow(0, 0, E);
@@ -175,8 +174,7 @@ MultiheadAttention::Output MultiheadAttention::forward(
   Tensor k = heads(functional::linear(k_in, w_k, b_k), L_k);
   Tensor v = heads(functional::linear(v_in, w_v, b_v), L_k);
 
-  // ---- attention (dropout on the weights only while training, as torch)
-  // --------------------------
+  // ---- attention (dropout on the weights only while training, as torch) -------------------------
   const double p = training_ ? dropout : 0.0;
   const bool drop_all = p == 1.0;  // torch's dropout(p=1) zeroes every weight without drawing
   o.dropout_p = drop_all ? 0.0 : p;
@@ -187,7 +185,8 @@ MultiheadAttention::Output MultiheadAttention::forward(
     ctx = scaled_dot_product_attention(q, k, v, o);
   }
   if (drop_all) {  // weights * 0, as torch's dropout(p=1)
-    if (!weights.defined()) weights = std::get<1>(scaled_dot_product_attention_with_weights(q, k, v, o));
+    if (!weights.defined())
+      weights = std::get<1>(scaled_dot_product_attention_with_weights(q, k, v, o));
     weights = weights * 0.0;
     ctx = matmul(weights, v);
   }

@@ -87,7 +87,7 @@ const char* node_name(Op op, int form) {
     case Op::Add: return "AddBackward0";
     case Op::Sub: return form == 2 ? "RsubBackward1" : "SubBackward0";
     case Op::Mul: return "MulBackward0";
-    case Op::Div: return "DivBackward0";
+    case Op::Div: return form == 2 ? "MulBackward0" : "DivBackward0";  // 2 / x: x.reciprocal() * 2
     case Op::Pow: return form == 0 ? "PowBackward1" : form == 1 ? "PowBackward0" : "PowBackward2";
     case Op::Max: return "MaximumBackward0";
     case Op::Min: return "MinimumBackward0";
@@ -427,7 +427,7 @@ Tensor Tensor::neg() const {
 }
 Tensor Tensor::relu() const {
   if (dtype() != Dtype::Float32) return where(*this > Scalar(0), *this, zeros_like(*this));
-  return unary_float(*this, "relu", [](float x) { return x > 0 ? x : (std::isnan(x) ? x : 0.f); });
+  return unary_float(*this, "relu", [](float x) { return x < 0 ? 0.f : x; });  // torch: -0, NaN kept
 }
 Tensor Tensor::ceil() const {
   if (dtype() != Dtype::Float32) return clone();

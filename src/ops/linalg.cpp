@@ -231,10 +231,15 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (!a1) final_shape.push_back(M);
   if (!b1) final_shape.push_back(N);
   // PyTorch's node names for the matmul variants (2.x: 1-D @ 2-D is a squeezed mm).
-  const char* node = a1 && b1                          ? "DotBackward0"
-                     : a1 && b_in.dim() == 2           ? "SqueezeBackward4"
-                     : a_in.dim() == 2 && b1           ? "MvBackward0"
+  // A 2-D a that requires grad times a batched b is folded into one mm of b.mT() and a.t(),
+  // transposed back and made contiguous: a clone, unless the transposed result is contiguous.
+  const bool folded_2d = a_in.dim() == 2 && b_in.dim() >= 3 && a_in.requires_grad();
+  const char* node = a1 && b1                             ? "DotBackward0"
+                     : a1 && b_in.dim() == 2              ? "SqueezeBackward4"
+                     : a_in.dim() == 2 && b1              ? "MvBackward0"
                      : a_in.dim() == 2 && b_in.dim() == 2 ? "MmBackward0"
+                     : folded_2d && (M == 1 || N == 1)    ? "TransposeBackward0"
+                     : folded_2d                          ? "CloneBackward0"
                                                           : "UnsafeViewBackward0";
   return detail::record(out.view(final_shape), node, {&a_in, &b_in});
 }
@@ -308,7 +313,9 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
            shape_str(ts[0].shape()), " at entry 0 and ", shape_str(ts[i].shape()), " at entry ", i);
     us.push_back(ts[i].unsqueeze(d));
   }
-  return cat(us, d);
+  std::vector<const Tensor*> inputs;
+  for (const auto& t : ts) inputs.push_back(&t);
+  return detail::record(cat(us, d), "StackBackward0", inputs);
 }
 
 void set_num_threads(int n) {

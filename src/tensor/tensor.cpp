@@ -207,7 +207,9 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     case Dtype::Int64: convert_from<int64_t>(*this, src); break;
     case Dtype::Bool: convert_from<bool>(*this, src); break;
   }
-  if (src_in.requires_grad()) detail::record_inplace(*this, "CopyBackwards", {this, &src_in});
+  // Only float32 tensors take part in the graph: x.long() or a copy into an int64 tensor does not.
+  if (src_in.requires_grad() && dtype() == Dtype::Float32)
+    detail::record_inplace(*this, "CopyBackwards", {this, &src_in});
   return *this;
 }
 
@@ -337,7 +339,9 @@ Tensor Tensor::reshape(Shape s) const {
   Shape ns = infer_shape(s, numel(), "reshape", shape());
   if (auto st = view_strides(shape(), strides(), ns))
     return detail::record(detail::make_view(*this, ns, *st, storage_offset()), "ViewBackward0", {this});
-  return clone().view(ns);
+  // Not viewable: a copy, recorded as PyTorch's _unsafe_view of the clone.
+  Tensor copy = clone();
+  return detail::record(copy.view(ns), "UnsafeViewBackward0", {&copy});
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -543,8 +547,8 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
     throw IndexError(detail::msg(fn, "too many indices for tensor of dimension ", self.dim(),
                                  " (got ", consumed, ")"));
   Indexed r;
-  Tensor out = detail::make_view(self, self.shape(), self.strides(), self.storage_offset());
-  int64_t d = 0;  // current dim in `out`
+  Tensor out = self;  // each view below records its node on top of self's
+  int64_t d = 0;      // current dim in `out`
   for (const auto& ix : indices) {
     switch (ix.kind()) {
       case TensorIndex::Kind::Integer:
@@ -591,6 +595,9 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
 
 Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
   Indexed ix = apply_indices(*this, indices, "index");
+  if (ix.tensor_dim < 0 && ix.view.is_same(*this))  // x[...]: an alias, as torch's
+    return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()),
+                          "AliasBackward0", {this});
   if (ix.tensor_dim < 0) return ix.view;
   // Advanced indexing with a 1-D index tensor: a copy, as in torch.
   const Tensor& v = ix.view;
@@ -797,7 +804,8 @@ Tensor triangle(const Tensor& t, int64_t diagonal, bool lower, const char* fn) {
   if (t.dim() < 2)
     fail(fn, "input tensor must have at least 2 dimensions, got ", shape_str(t.shape()));
   Tensor out = t.clone();
-  if (out.numel() == 0) return out;  // (-1, R, C) below would be ambiguous for 0 elements
+  const char* node = lower ? "TrilBackward0" : "TriuBackward0";
+  if (out.numel() == 0) return detail::record(out, node, {&t});  // (-1, R, C) would be ambiguous
   int64_t R = t.size(-2), C = t.size(-1);
   Tensor flat = out.reshape({-1, R, C});
   Tensor zero = detail::scalar_tensor(0, t.dtype());
@@ -809,7 +817,7 @@ Tensor triangle(const Tensor& t, int64_t diagonal, bool lower, const char* fn) {
     hi = std::clamp<int64_t>(hi, 0, C);
     if (lo < hi) flat.select(1, i).slice(1, lo, hi).copy_(zero);
   }
-  return out;
+  return detail::record(out, node, {&t});
 }
 }  // namespace
 

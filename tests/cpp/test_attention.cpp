@@ -16,8 +16,7 @@ using attn::SdpaOptions;
 using attn::Shape;
 using attn::Tensor;
 
-// ---- the naive reference: plain loops in double over (B, H, L_q, L_k)
-// -------------------------------
+// ---- the naive reference: plain loops in double over (B, H, L_q, L_k) ---------------------------
 
 // Element [b, h, i, j] of a tensor broadcast (by its strides) to 4-D (B, H, R, C).
 double at4(const Tensor& t4, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -107,8 +106,7 @@ void expect_error(F&& f, const std::string& fn, const std::string& part = "") {
   }
 }
 
-// ---- the table
-// ------------------------------------------------------------------------------------
+// ---- the table ----------------------------------------------------------------------------------
 
 enum class MaskCase { None, BoolRow, BoolKeyPad, FloatPerHead, FloatFull, TopLeft, BottomRight };
 
@@ -201,8 +199,7 @@ TEST_P(SdpaTable, MatchesNaiveLoops) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SdpaTable, testing::ValuesIn(table()), case_name);
 
-// ---- layouts and broadcasting
-// -----------------------------------------------------------------------
+// ---- layouts and broadcasting -------------------------------------------------------------------
 
 TEST(Sdpa, BroadcastBatchDimsAndRanks) {
   attn::Generator g(5);
@@ -253,6 +250,24 @@ TEST(Sdpa, NonUnitInnerStrideIsHandled) {
   EXPECT_TRUE(attn::equal(out, ref));
 }
 
+TEST(Sdpa, NonContiguousMaskAndThreadCountIndependence) {
+  attn::Generator g(19);
+  Tensor q = attn::randn({2, 4, 33, 16}, &g), k = attn::randn({2, 4, 40, 16}, &g);
+  Tensor v = attn::randn({2, 4, 40, 8}, &g);
+  Tensor mask = attn::randn({40, 33}, &g).T();  // (L_q, L_k) view with strides (1, 33)
+  SdpaOptions o;
+  o.attn_mask = mask;
+  Naive want = naive_sdpa(q, k, v, mask, false, CausalAlign::TopLeft, 0.25);
+  const int threads = attn::get_num_threads();
+  attn::set_num_threads(1);
+  Tensor one = attn::scaled_dot_product_attention(q, k, v, o);
+  attn::set_num_threads(4);
+  Tensor four = attn::scaled_dot_product_attention(q, k, v, o);
+  attn::set_num_threads(threads);
+  EXPECT_TRUE(attn::equal(one, four));  // rows are independent: bitwise the same
+  EXPECT_LE(worst(one, want.out, 2e-6, 2e-5), 1.0);
+}
+
 TEST(Sdpa, GroupedQueryAttention) {
   attn::Generator g(9);
   Tensor q = attn::randn({2, 6, 5, 8}, &g), k = attn::randn({2, 2, 7, 8}, &g);
@@ -296,8 +311,7 @@ TEST(Sdpa, MatchesCompositionOfOps) {
   EXPECT_TRUE(attn::allclose(attn::scaled_dot_product_attention(q, k, v, o), ref, 1e-5, 1e-6));
 }
 
-// ---- edge cases
-// --------------------------------------------------------------------------------------
+// ---- edge cases ---------------------------------------------------------------------------------
 
 TEST(Sdpa, FullyMaskedRowsGiveZerosNeverNaN) {
   attn::Generator g(12);
@@ -398,8 +412,7 @@ TEST(CausalMask, TopLeftAndBottomRight) {
   }
 }
 
-// ---- dropout
-// -------------------------------------------------------------------------------------------
+// ---- dropout ------------------------------------------------------------------------------------
 
 TEST(SdpaDropout, FractionDroppedAndSurvivorsScaled) {
   attn::Generator g(15);
@@ -467,8 +480,34 @@ TEST(SdpaDropout, ZeroProbabilityDrawsNothing) {
   EXPECT_EQ(g.random(), ref.random());
 }
 
-// ---- every error path
-// ----------------------------------------------------------------------------------
+// ---- autograd graph -----------------------------------------------------------------------------
+
+TEST(SdpaAutograd, RecordsPyTorchMathBackendNodeNames) {
+  attn::Generator g(18);
+  Tensor q = attn::randn({2, 3, 4}, &g), k = attn::randn({2, 5, 4}, &g),
+         v = attn::randn({2, 5, 2}, &g);
+  EXPECT_FALSE(attn::scaled_dot_product_attention(q, k, v).requires_grad());
+  Tensor qg = q.clone().requires_grad_();
+  Tensor out = attn::scaled_dot_product_attention(qg, k, v);
+  EXPECT_TRUE(out.requires_grad());
+  ASSERT_TRUE(attn::grad_fn(out) != nullptr);
+  EXPECT_EQ(attn::grad_fn(out)->name, "UnsafeViewBackward0");  // matmul(weights, v), 3-D
+  auto [o2, w2] = attn::scaled_dot_product_attention_with_weights(qg[0], k[0], v[0]);
+  EXPECT_EQ(attn::grad_fn(o2)->name, "MmBackward0");
+  EXPECT_EQ(attn::grad_fn(w2)->name, "SoftmaxBackward0");
+  SdpaOptions d;
+  d.dropout_p = 0.5;
+  EXPECT_EQ(attn::grad_fn(std::get<1>(attn::scaled_dot_product_attention_with_weights(qg, k, v, d)))
+                ->name,
+            "MulBackward0");
+  SdpaOptions m;  // a float mask that requires grad also makes the output require grad
+  m.attn_mask = attn::zeros({3, 5}).requires_grad_();
+  EXPECT_TRUE(attn::scaled_dot_product_attention(q, k, v, m).requires_grad());
+  attn::NoGradGuard no_grad;
+  EXPECT_FALSE(attn::scaled_dot_product_attention(qg, k, v).requires_grad());
+}
+
+// ---- every error path ---------------------------------------------------------------------------
 
 TEST(SdpaErrors, EveryInvalidInputThrows) {
   const std::string fn = "scaled_dot_product_attention";

@@ -21,8 +21,7 @@ using attn::Tensor;
 namespace nn = attn::nn;
 namespace F = attn::nn::functional;
 
-// ---- reading the seeds' printed tensors
-// -------------------------------------------------------------
+// ---- reading the seeds' printed tensors ---------------------------------------------------------
 
 std::string seed_text(const std::string& prefix) {
   namespace fs = std::filesystem;
@@ -151,8 +150,7 @@ std::vector<std::string> keys_of(const nn::NamedTensors& named) {
   return k;
 }
 
-// ---- seed 000: vocabulary, embedding, attention for one query
-// ------------------------------------------
+// ---- seed 000: vocabulary, embedding, attention for one query -----------------------------------
 
 TEST(Seed000, VocabularyEmbeddingAndContextVector) {
   const std::string text = seed_text("000_");
@@ -190,8 +188,7 @@ TEST(Seed000, VocabularyEmbeddingAndContextVector) {
   expect_printed(ctx, printed_after(text, "print(context_vector_2)"), "context_vector_2");
 }
 
-// ---- seed 002: SelfAttentionV1 with randn and manual_seed(1)
-// -------------------------------------------
+// ---- seed 002: SelfAttentionV1 with randn and manual_seed(1) ------------------------------------
 
 TEST(Seed002, SelfAttentionV1Randn) {
   const std::string text = seed_text("002_");
@@ -211,8 +208,7 @@ TEST(Seed002, SelfAttentionV1Randn) {
   EXPECT_TRUE(attn::allclose(batched[1], sa(inputs), 1e-6, 1e-7));
 }
 
-// ---- seed 003: SelfAttention_v1 (rand, manual_seed(123)), causal weights, CausalAttention
-// ---------------
+// ---- seed 003: SelfAttention_v1 (rand, manual_seed(123)), causal weights, CausalAttention -------
 
 TEST(Seed003, SelfAttentionV1AndCausalWeights) {
   const std::string text = seed_text("003_");
@@ -252,8 +248,7 @@ TEST(Seed003, SelfAttentionV1AndCausalWeights) {
   EXPECT_TRUE(attn::allclose(ca.attention_weights(inputs), w, 1e-6, 1e-7));
 }
 
-// ---- seed 004: bag of words as uniform causal attention, and one Head
-// --------------------------------
+// ---- seed 004: bag of words as uniform causal attention, and one Head ---------------------------
 
 TEST(Seed004, BagOfWordsAndHead) {
   const std::string text = seed_text("004_");
@@ -300,8 +295,7 @@ TEST(Seed004, BagOfWordsAndHead) {
             (std::vector<std::string>{"key.weight", "query.weight", "value.weight"}));
 }
 
-// ---- seed 001: multi-head attention step by step
-// ----------------------------------------------------------
+// ---- seed 001: multi-head attention step by step ------------------------------------------------
 
 TEST(Seed001, MultiHeadAttentionSteps) {
   const std::string text = seed_text("001_");
@@ -337,8 +331,7 @@ TEST(Seed001, MultiHeadAttentionSteps) {
   EXPECT_TRUE(attn::allclose(ctx, s.context, 1e-5, 1e-5));
 }
 
-// ---- Module registry and state_dict
-// ---------------------------------------------------------------------
+// ---- Module registry and state_dict -------------------------------------------------------------
 
 TEST(Module, StateDictNamesFollowPyTorch) {
   nn::Linear lin(3, 2);
@@ -484,8 +477,7 @@ TEST(Module, LoadStateDictRoundTripAndErrors) {
   EXPECT_TRUE(attn::equal(ca.mask, attn::zeros({3, 3})));
 }
 
-// ---- Linear, Embedding, Dropout, init
-// ------------------------------------------------------------------
+// ---- Linear, Embedding, Dropout, init -----------------------------------------------------------
 
 TEST(Layers, LinearInitDrawOrderAndForward) {
   attn::manual_seed(5);
@@ -604,6 +596,16 @@ TEST(Layers, DropoutStatisticsAndModes) {
   EXPECT_TRUE(attn::equal(F::dropout(x, 1.0), attn::zeros({200, 100})));
   attn::Generator g1(3), g2(3);
   EXPECT_TRUE(attn::equal(F::dropout(x, 0.5, true, &g1), F::dropout(x, 0.5, true, &g2)));
+  // Draws follow the logical row-major order whatever the strides, as torch 1.13 does (checked
+  // there for transposed, permuted, sliced and expanded inputs).
+  Tensor base = attn::randn({3, 5}, &g1);
+  attn::Generator g3(4), g4(4);
+  EXPECT_TRUE(attn::equal(F::dropout(base.T(), 0.5, true, &g3),
+                          F::dropout(base.T().contiguous(), 0.5, true, &g4)));
+  Tensor row = attn::randn({1, 5}, &g1);
+  attn::Generator g5(6), g6(6);
+  EXPECT_TRUE(attn::equal(F::dropout(row.expand({3, 5}), 0.5, true, &g5),
+                          F::dropout(row.expand({3, 5}).contiguous(), 0.5, true, &g6)));
   for (double p : {-0.1, 1.1, attn::nan}) {
     expect_error([&] { nn::Dropout d(p); }, "Dropout", "between 0 and 1");
     expect_error([&] { F::dropout(x, p); }, "dropout", "between 0 and 1");
@@ -637,8 +639,7 @@ TEST(Layers, LinearErrors) {
       "linear", "bias must be float32");
 }
 
-// ---- the seeds' attention modules
-// ------------------------------------------------------------------------
+// ---- the seeds' attention modules ---------------------------------------------------------------
 
 TEST(AttentionModules, SelfAttentionV2HeadCrossAgreeWithOps) {
   attn::manual_seed(21);
@@ -777,8 +778,7 @@ TEST(AttentionModules, Errors) {
   expect_error([&] { nn::multi_head_attention_steps(x, W, W, W, 2, 1.5); }, fn, "between 0 and 1");
 }
 
-// ---- MultiheadAttention against a naive composition of ops
-// ----------------------------------------------
+// ---- MultiheadAttention against a naive composition of ops --------------------------------------
 
 // torch's MultiheadAttention, written out head by head with narrow/matmul/softmax (batch first).
 // attn_mask: undefined, (L_q, L_k) or (B*H, L_q, L_k); bool true = not allowed, float added.
@@ -1050,8 +1050,7 @@ TEST(MultiheadAttention, Errors) {
       fn, "attn_mask must be bool or float32");
 }
 
-// ---- Vocabulary
-// -----------------------------------------------------------------------------------------
+// ---- Vocabulary ---------------------------------------------------------------------------------
 
 TEST(Vocabulary, TokenizeEncodeReprAndErrors) {
   EXPECT_EQ(nn::Vocabulary::tokenize("  a,b  c\td\n"), (std::vector<std::string>{"ab", "c", "d"}));

@@ -182,6 +182,29 @@ def test_sdpa_dropout_uses_torch_draws():
     assert abs(frac - p) < 5 * math.sqrt(p * (1 - p) / ours_w.size)
 
 
+def test_functional_dropout_draws_like_torch_for_strided_inputs():
+    base = torch.randn(6, 10, generator=torch.Generator().manual_seed(6))
+    for view in (lambda t: t, lambda t: t.T, lambda t: t[:, ::3],
+                 lambda t: t[:1].expand(4, 10)):
+        torch.manual_seed(31)
+        want = torch.nn.functional.dropout(view(base), 0.4)
+        attn.manual_seed(31)
+        got = AF.dropout(view_attn(to_attn(base), view), 0.4)
+        np.testing.assert_array_equal(to_np(got), want.double().numpy())
+
+
+def view_attn(a, view):
+    """Applies the same view to an attn tensor (transpose, step slice, expand)."""
+    probe = view(torch.zeros(6, 10))
+    if probe.shape == (6, 10):
+        return a
+    if probe.shape == (10, 6):
+        return a.T
+    if probe.shape == (6, 4):
+        return a[:, ::3]
+    return a[:1].expand(4, 10)
+
+
 def test_sdpa_errors_are_value_errors():
     q = attn.zeros(2, 4, 8, 16)
     with pytest.raises(ValueError, match=r"\[scaled_dot_product_attention\] q \(2, 4, 8, 16\) and k "

@@ -5,9 +5,9 @@
 // is described in walkthrough.h; tests/cpp/test_walkthrough.cpp checks every printed result
 // against the documents.
 //
-// About grad_fn: in the documents some weights are trainable Parameters, so PyTorch prints the
-// autograd node that produced a result ("grad_fn=<MmBackward0>"). attn's forward pass does not
-// record a graph, so the walkthrough names the node PyTorch records for that operation.
+// Trainable weights are created as the documents create them (tensors that require grad, or
+// parameters of the nn classes), so results computed from them print the autograd node that
+// produced them ("grad_fn=<MmBackward0>"), from the graph the library records.
 #include "walkthrough.h"
 
 #include <attn/attn.h>
@@ -37,36 +37,10 @@ std::string size_repr(const Tensor& t) {
   return s.str();
 }
 
-// repr of a tensor that PyTorch's autograd produced with node `grad_fn`.
-std::string grad_repr(const Tensor& t, const std::string& grad_fn) {
-  Tensor c = t.detach().contiguous();
-  return format_tensor(c.shape(), c.dtype(), c.raw_data(), {"grad_fn=<" + grad_fn + ">"});
-}
-
 // repr of a torch.nn.Parameter.
 std::string param_repr(const Tensor& p) { return "Parameter containing:\n" + p.repr(); }
 
 std::string py_bool(bool b) { return b ? "True" : "False"; }
-
-// a @ b for (..., M, K) @ (..., K, N) with equal leading dims, each dot product accumulated in
-// double and rounded once to float: the correctly rounded result, to compare BLAS's with.
-Tensor correctly_rounded_matmul(const Tensor& a, const Tensor& b) {
-  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
-  const std::vector<float> av = a.to_float_vector(), bv = b.to_float_vector();
-  const int64_t batches = a.numel() / (M * K);
-  std::vector<float> out(static_cast<std::size_t>(batches * M * N));
-  for (int64_t t = 0; t < batches; ++t)
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        double acc = 0;
-        for (int64_t k = 0; k < K; ++k)
-          acc += double(av[(t * M + i) * K + k]) * double(bv[(t * K + k) * N + j]);
-        out[(t * M + i) * N + j] = float(acc);
-      }
-  Shape shape = a.shape();
-  shape.back() = N;
-  return from_vector(out, shape);
-}
 
 // Writes the seed headers, numbered steps and results in the format of walkthrough.h.
 class Walk {
@@ -92,9 +66,7 @@ class Walk {
   void extra(const std::string& expr, const std::string& text) { result(expr, kExtraTag, text); }
   void extra(const std::string& expr, const Tensor& t) { extra(expr, t.repr()); }
   // A result the document prints with values that cannot be reproduced.
-  void differs(const std::string& expr, const std::string& text) {
-    result(expr, kDiffersTag, text);
-  }
+  void differs(const std::string& expr, const Tensor& t) { result(expr, kDiffersTag, t.repr()); }
 
  private:
   void result(const std::string& expr, const std::string& tag, const std::string& text) {
@@ -131,10 +103,12 @@ void seed_000(Walk& w) {
   manual_seed(123);
   const int64_t d = embedded_sentence.size(1);
   const int64_t d_q = 2, d_k = 2, d_v = 4;
-  Tensor W_query = rand({d, d_q});
-  Tensor W_key = rand({d, d_k});
-  Tensor W_value = rand({d, d_v});
-  for (Tensor* W : {&W_query, &W_key, &W_value}) W->requires_grad_(true);
+  // torch.nn.Parameter(torch.rand(d, d_q)): a trainable tensor, one that requires grad.
+  Tensor W_query = rand({d, d_q}).requires_grad_();
+  Tensor W_key = rand({d, d_k}).requires_grad_();
+  Tensor W_value = rand({d, d_v}).requires_grad_();
+  w.note(
+      "They require grad: results computed from them record their op, printed as grad_fn=<...>.");
   w.extra("W_query", param_repr(W_query));
   w.extra("W_key", param_repr(W_key));
   w.extra("W_value", param_repr(W_value));
@@ -156,20 +130,20 @@ void seed_000(Walk& w) {
 
   w.step("Unnormalised weight omega_24: how strongly x_2's query matches the fifth key.");
   Tensor omega_24 = query_2.dot(keys[4]);
-  w.show("omega_24", grad_repr(omega_24, "DotBackward0"));
+  w.show("omega_24", omega_24);
 
   w.step("All of x_2's unnormalised weights in one product: omega_2 = query_2 @ keys.T.");
   Tensor omega_2 = matmul(query_2, keys.T());
-  w.show("omega_2", grad_repr(omega_2, "SqueezeBackward4"));
+  w.show("omega_2", omega_2);
 
   w.step("Normalise: softmax of omega_2 / sqrt(d_k); the six weights are positive and sum to 1.");
   Tensor attention_weights_2 = softmax(omega_2 / std::pow(double(d_k), 0.5), 0);
-  w.show("attention_weights_2", grad_repr(attention_weights_2, "SoftmaxBackward0"));
+  w.show("attention_weights_2", attention_weights_2);
 
   w.step("Context vector of x_2: the values averaged with those weights (4-d, like a value).");
   Tensor context_vector_2 = matmul(attention_weights_2, values);
   w.show("context_vector_2.shape", size_repr(context_vector_2));
-  w.show("context_vector_2", grad_repr(context_vector_2, "SqueezeBackward4"));
+  w.show("context_vector_2", context_vector_2);
 }
 
 // ---- seed 001: multi-head attention in 13 steps -------------------------------------------------
@@ -221,10 +195,6 @@ void seed_001(Walk& w) {
   w.show("K_T", s.K_T);
 
   w.step("Attention scores Q @ K_T: one 3 x 3 table of query-key dot products per head.");
-  if (correctly_rounded_matmul(s.Q_heads, s.K_T).repr() != s.scores.repr()) {
-    w.note("(BLAS rounds some of these dot products differently from the correctly rounded value,");
-    w.note(" visible in the last printed digit; the document shows the correctly rounded one.)");
-  }
   w.show("attention_scores.shape", size_repr(s.scores));
   w.show("attention_scores", s.scores);
 
@@ -271,10 +241,12 @@ void seed_002(Walk& w) {
   w.extra("x_2", x_2);
 
   w.step("Seed 1; W_q, W_k, W_v are 3 x 2 Parameters drawn from N(0, 1), not trained yet.");
+  w.note("Created with requires_grad=False, so no result below records a grad_fn.");
   manual_seed(1);
-  Tensor W_q = randn({3, 2});
-  Tensor W_k = randn({3, 2});
-  Tensor W_v = randn({3, 2});
+  // torch.nn.Parameter(torch.randn(3, 2), requires_grad=False)
+  Tensor W_q = randn({3, 2}).requires_grad_(false);
+  Tensor W_k = randn({3, 2}).requires_grad_(false);
+  Tensor W_v = randn({3, 2}).requires_grad_(false);
   w.show("W_q", param_repr(W_q));
   w.show("W_k", param_repr(W_k));
   w.show("W_v", param_repr(W_v));
@@ -306,10 +278,6 @@ void seed_002(Walk& w) {
 
   w.step("Check: every row of weights sums to 1.");
   Tensor row_sums = attention_weights.sum({-1});
-  if ((row_sums == 1.0).all()) {
-    w.note("(attn's sums are exactly 1 and print as '1.'; the document's float32 sums are 1 +- 1");
-    w.note(" ulp in some rows, which PyTorch prints as '1.0000'.)");
-  }
   w.show("attention_weights.sum(dim=-1)", row_sums);
 
   w.step("Context vectors: attention_weights @ values, one 2-d vector per input.");
@@ -348,7 +316,8 @@ void seed_003(Walk& w) {
   w.step("SelfAttention_v1 with seed 123: W_query, W_key, W_value from U(0, 1), scaled softmax.");
   manual_seed(123);
   nn::SelfAttentionV1 sa_v1(inputs.size(1), 2);
-  w.show("sa_v1(inputs)", grad_repr(sa_v1(inputs), "MmBackward0"));
+  w.note("Its weights are Parameters that require grad, so results show their last op (grad_fn).");
+  w.show("sa_v1(inputs)", sa_v1(inputs));
 
   w.step("Its attention weights, unmasked: every input attends to all six.");
   Tensor queries = matmul(inputs, sa_v1.W_query);
@@ -356,20 +325,20 @@ void seed_003(Walk& w) {
   attn_scores = matmul(queries, keys.T());
   const double scale = std::pow(double(keys.size(-1)), 0.5);
   attn_weights = softmax(attn_scores / scale, -1);
-  w.show("attn_weights", grad_repr(attn_weights, "SoftmaxBackward0"));
+  w.show("attn_weights", attn_weights);
 
   const int64_t context_length = attn_scores.size(0);
   w.step("Causal mask, way 1: zero the weights above the diagonal (tril), then renormalise rows.");
   Tensor mask_simple = tril(ones({context_length, context_length}));
   Tensor masked_simple = attn_weights * mask_simple;
   Tensor masked_simple_norm = masked_simple / masked_simple.sum({-1}, /*keepdim=*/true);
-  w.extra("masked_simple_norm", grad_repr(masked_simple_norm, "DivBackward0"));
+  w.extra("masked_simple_norm", masked_simple_norm);
 
   w.step("Causal mask, way 2: scores above the diagonal become -inf before the softmax.");
   Tensor mask = triu(ones({context_length, context_length}), 1);
   Tensor masked = attn_scores.masked_fill(mask.bool_(), -inf);
   Tensor causal_weights = softmax(masked / scale, 1);
-  w.show("attn_weights", grad_repr(causal_weights, "SoftmaxBackward0"));
+  w.show("attn_weights", causal_weights);
   w.extra("torch.allclose(masked_simple_norm, attn_weights)",
           py_bool(allclose(masked_simple_norm, causal_weights)));
 
@@ -379,7 +348,7 @@ void seed_003(Walk& w) {
   nn::CausalAttention ca(inputs.size(1), 2, inputs.size(0), 0.2);
   Tensor context_vecs = ca(inputs);
   w.show("context_vecs.shape", size_repr(context_vecs));
-  w.extra("context_vecs", grad_repr(context_vecs, "MmBackward0"));
+  w.extra("context_vecs", context_vecs);
 }
 
 // ---- seed 004: the averaging trick, one head, encoder/decoder, cross-attention, peakiness -------
@@ -452,9 +421,8 @@ void seed_004(Walk& w) {
   w.show("out.shape", size_repr(out));
 
   w.step("The head's attention weights: each row mixes only the current and earlier tokens.");
-  w.note("The document's In [68] output came from hidden notebook state and cannot be reproduced;");
-  w.note("these are the weights of the cell above, run from seed 42.");
-  w.differs("weights", grad_repr(weights, "SoftmaxBackward0"));
+  w.note("The document's In [68] came from unseen notebook state; these are the weights above.");
+  w.differs("weights", weights);
 
   w.step("The same head as a module: nn::Head(32, 16) built from the same generator state.");
   default_generator().set_state(before_layers);
@@ -465,8 +433,7 @@ void seed_004(Walk& w) {
   default_generator().set_state(before_layers);
   nn::Head encoder(C, head_size, /*causal=*/false);
   w.note("Same weights as the decoder head: only the last row, which sees every token, agrees.");
-  w.extra("encoder.attention_weights(x)[0]",
-          grad_repr(encoder.attention_weights(x)[0], "SelectBackward0"));
+  w.extra("encoder.attention_weights(x)[0]", encoder.attention_weights(x)[0]);
 
   w.step(
       "Cross-attention: queries from x, keys and values from another source (5 tokens, 24 wide).");
@@ -476,7 +443,7 @@ void seed_004(Walk& w) {
   Tensor cross_weights = cross.attention_weights(x, context);
   w.extra("cross_out.shape", size_repr(cross_out));
   w.extra("cross_weights.shape", size_repr(cross_weights));
-  w.extra("cross_weights[0]", grad_repr(cross_weights[0], "SelectBackward0"));
+  w.extra("cross_weights[0]", cross_weights[0]);
 
   w.step("Why scale by head_size**-0.5: q . k of unit-variance vectors has variance head_size.");
   w.note("q_rand, k_rand: fresh (4, 8, 16) tensors from N(0, 1), continuing the stream.");

@@ -42,7 +42,11 @@ def dropout(input, p=0.5, training=True, inplace=False):
 
 
 def relu(input, inplace=False):
-    return input.relu()
+    out = input.relu()
+    if inplace:
+        input.copy_(out)
+        return input
+    return out
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,

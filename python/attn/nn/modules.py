@@ -254,9 +254,19 @@ class Module:
         return self
 
     def to(self, *args, **kwargs):
+        """Module.to(device / dtype): attn modules live on the cpu in float32, so only those are
+        accepted (anything else raises instead of being silently ignored)."""
+        for a in list(args) + list(kwargs.values()):
+            if a is None or isinstance(a, bool) or str(a) in ("cpu", "torch.float32"):
+                continue
+            raise ValueError("[Module.to] attn modules are float32 on the cpu; cannot move to "
+                             "{!r}".format(a))
         return self
 
     def cpu(self):
+        return self
+
+    def float(self):
         return self
 
     def forward(self, *args, **kwargs):
@@ -450,7 +460,12 @@ class MultiheadAttention(Module):
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
-        self._impl.train(self.training)
+        impl = self._impl
+        impl.train(self.training)
+        # The current Parameters (they may have been reassigned since construction).
+        impl._set_parameters(self.in_proj_weight, self.q_proj_weight, self.k_proj_weight,
+                             self.v_proj_weight, self.in_proj_bias, self.out_proj.weight,
+                             self.out_proj.bias, float(self.dropout))
         return self._impl.forward(query, key, value, key_padding_mask, need_weights, attn_mask,
                                   average_attn_weights, is_causal)
 

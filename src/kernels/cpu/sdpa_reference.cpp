@@ -15,8 +15,9 @@ namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // One query row (b, h, i): scores, softmax, optional dropout, weighted sum of values.
-//   s       scratch of L_k doubles
-void attend_row(const SdpaParams& p, int64_t b, int64_t h, int64_t i, double* s) {
+//   s    scratch of L_k doubles (the score row, then the weights)
+//   acc  scratch of D_v doubles (the output row)
+void attend_row(const SdpaParams& p, int64_t b, int64_t h, int64_t i, double* s, double* acc) {
   const int64_t L_k = p.L_k, D = p.D, D_v = p.D_v;
   const int64_t h_kv = h / (p.H / p.H_kv);  // grouped-query attention: H / H_kv heads share k, v
   const int64_t row = (b * p.H + h) * p.L_q + i;  // index of this row in (B, H, L_q)
@@ -35,7 +36,7 @@ void attend_row(const SdpaParams& p, int64_t b, int64_t h, int64_t i, double* s)
     j_end = std::clamp<int64_t>(i + shift + 1, 0, L_k);
   }
 
-  // ---- s[j] = scale * q . k_j (+ mask) -------------------------------------------------------
+  // ---- s[j] = scale * q . k_j (+ mask) ----------------------------------------------------------
   const double scale = p.scale;
   for (int64_t j = 0; j < j_end; ++j) {
     const float* kj = k + j * p.k_row_stride;
@@ -56,7 +57,7 @@ void attend_row(const SdpaParams& p, int64_t b, int64_t h, int64_t i, double* s)
     }
   }
 
-  // ---- softmax: subtract the row max so every exponent is <= 0 ---------------------------------
+  // ---- softmax: subtract the row max so every exponent is <= 0 ----------------------------------
   // A NaN score propagates (m becomes NaN and so does every weight), as in PyTorch.
   double m = kNegInf;
   for (int64_t j = 0; j < L_k; ++j)
@@ -83,12 +84,15 @@ void attend_row(const SdpaParams& p, int64_t b, int64_t h, int64_t i, double* s)
     if (w_out) w_out[j] = w;
     s[j] = w;
   }
-  // out[e] = sum_j p[j] * v[j, e], accumulated in double one output element at a time.
-  for (int64_t e = 0; e < D_v; ++e) {
-    double acc = 0;
-    for (int64_t j = 0; j < L_k; ++j) acc += s[j] * double(v[j * p.v_row_stride + e]);
-    out[e] = float(acc);
+  // out[e] = sum_j p[j] * v[j, e], accumulated in double over value rows (row-wise, so v is read
+  // contiguously); keys with zero weight (masked or dropped) are skipped.
+  std::fill(acc, acc + D_v, 0.0);
+  for (int64_t j = 0; j < L_k; ++j) {
+    if (s[j] == 0.0) continue;
+    const float* vj = v + j * p.v_row_stride;
+    for (int64_t e = 0; e < D_v; ++e) acc[e] += s[j] * double(vj[e]);
   }
+  for (int64_t e = 0; e < D_v; ++e) out[e] = float(acc[e]);
 }
 
 }  // namespace
@@ -103,12 +107,13 @@ void sdpa_reference_forward(const SdpaParams& p) {
   const bool parallel = rows * (p.L_k + 1) * (p.D + p.D_v + 1) > (int64_t(1) << 15);
 #pragma omp parallel if (parallel)
   {
-    std::vector<double> scratch(size_t(std::max<int64_t>(p.L_k, 1)));  // one score row
+    std::vector<double> scores(size_t(std::max<int64_t>(p.L_k, 1)));  // one score row
+    std::vector<double> acc(size_t(std::max<int64_t>(p.D_v, 1)));     // one output row
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = r % p.L_q;
       const int64_t bh = r / p.L_q;
-      attend_row(p, bh / p.H, bh % p.H, i, scratch.data());
+      attend_row(p, bh / p.H, bh % p.H, i, scores.data(), acc.data());
     }
   }
 }

@@ -24,6 +24,9 @@
 // Subtracting the row max m makes the softmax exact for huge scores (seed 001 has -318 before
 // scaling): every exponent is <= 0, and the largest is exactly 1.
 //
+// A key whose weight is exactly zero (masked, or dropped by dropout) contributes nothing, even if
+// its value row holds inf or NaN (PyTorch's math backend would form 0 * inf = NaN).
+//
 // A row in which every key is masked (m == -inf) has no well-defined softmax. PyTorch's math
 // backend returns NaN there; attn returns a zero output row, zero weights and lse = -inf, so a
 // padded or causally empty row never poisons the rest of a computation.
@@ -49,7 +52,7 @@ enum class MaskKind {
 };
 
 struct SdpaParams {
-  // ---- inputs ---------------------------------------------------------------------------------
+  // ---- inputs -----------------------------------------------------------------------------------
   const float* q = nullptr;  // (B, H,    L_q, D)
   const float* k = nullptr;  // (B, H_kv, L_k, D)
   const float* v = nullptr;  // (B, H_kv, L_k, D_v)
@@ -57,14 +60,14 @@ struct SdpaParams {
   int64_t k_batch_stride = 0, k_head_stride = 0, k_row_stride = 0;
   int64_t v_batch_stride = 0, v_head_stride = 0, v_row_stride = 0;
 
-  // ---- output ---------------------------------------------------------------------------------
+  // ---- output -----------------------------------------------------------------------------------
   float* out = nullptr;  // (B, H, L_q, D_v)
   int64_t out_batch_stride = 0, out_head_stride = 0, out_row_stride = 0;
 
-  // ---- sizes ----------------------------------------------------------------------------------
+  // ---- sizes ------------------------------------------------------------------------------------
   int64_t B = 1, H = 1, H_kv = 1, L_q = 0, L_k = 0, D = 0, D_v = 0;
 
-  // ---- scores ---------------------------------------------------------------------------------
+  // ---- scores -----------------------------------------------------------------------------------
   double scale = 1.0;                // multiplies q . k (typically 1 / sqrt(D))
   bool causal = false;               // hide keys "in the future" of each query
   bool causal_bottom_right = false;  // alignment of the causal diagonal (see above)
@@ -78,8 +81,7 @@ struct SdpaParams {
   // its factor before the weighted sum of values (torch's dropout on the materialised weights).
   const float* dropout_scale = nullptr;
 
-  // ---- optional extra outputs
-  // --------------------------------------------------------------------
+  // ---- optional extra outputs -------------------------------------------------------------------
   float* weights = nullptr;  // contiguous (B, H, L_q, L_k): the weights after dropout
   float* lse = nullptr;      // contiguous (B, H, L_q): log-sum-exp of each score row
 };
