@@ -50,9 +50,14 @@ namespace detail {
 // Marks `out` as produced by op `name` from `inputs` when grad mode is on and any input requires
 // grad: out.requires_grad becomes true and its grad_fn a new Node. Returns `out`.
 Tensor record(Tensor out, const std::string& name, const std::vector<const Tensor*>& inputs);
-// The in-place form: `self` was modified by op `name` reading `inputs` (self included). Throws
-// attn::Error for a leaf that requires grad, as PyTorch does.
-void record_inplace(Tensor& self, const std::string& name, const std::vector<const Tensor*>& inputs);
+// Throws attn::Error naming `op` when `self` is a leaf that requires grad and grad mode is on:
+// modifying it in place would lose the value its gradient refers to (PyTorch refuses too).
+// In-place ops call it before they touch any element, so a refused call changes nothing.
+void check_inplace(const Tensor& self, const char* op);
+// The in-place form: `self` was modified by op `name` reading `inputs` (self included). Callers
+// run check_inplace first.
+void record_inplace(Tensor& self, const std::string& name,
+                    const std::vector<const Tensor*>& inputs);
 }  // namespace detail
 
 }  // namespace attn

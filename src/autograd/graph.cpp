@@ -52,10 +52,15 @@ Tensor record(Tensor out, const std::string& name, const std::vector<const Tenso
   return out;
 }
 
-void record_inplace(Tensor& self, const std::string& name, const std::vector<const Tensor*>& inputs) {
+void check_inplace(const Tensor& self, const char* op) {
+  if (grad_enabled && self.defined() && self.requires_grad() && !grad_fn(self))
+    fail(op, "a leaf tensor that requires grad (", shape_str(self.shape()),
+         ") is being used in an in-place operation; use detach() or attn::NoGradGuard");
+}
+
+void record_inplace(Tensor& self, const std::string& name,
+                    const std::vector<const Tensor*>& inputs) {
   if (!grad_enabled || !any_requires_grad(inputs)) return;
-  if (self.requires_grad() && !grad_fn(self))
-    fail(name.c_str(), "a leaf tensor that requires grad is being used in an in-place operation");
   auto node = make_node(name, inputs);
   self.impl()->requires_grad = true;
   if (!self.impl()->autograd) self.impl()->autograd = std::make_shared<AutogradMeta>();

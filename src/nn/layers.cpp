@@ -127,7 +127,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
                                    " embeddings (weight ", shape_str(weight.shape()), ")"));
     std::copy(wp + r * dim, wp + (r + 1) * dim, op + i * dim);
   }
-  return out;
+  return detail::record(out, "EmbeddingBackward0", {&weight});
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {

@@ -113,12 +113,14 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_child
 
 NamedTensors Module::state_dict() const {
   // PyTorch's Module._save_to_state_dict: own parameters, then own persistent buffers, then each
-  // child with its name as prefix.
+  // child with its name as prefix. Values are detached: they share storage with the module's
+  // tensors but are outside the graph, as in PyTorch.
   NamedTensors out;
   ModuleAccess::walk(*this, "", true, [&](const Module& m, const std::string& prefix) {
-    for (const auto& e : ModuleAccess::params(m)) out.emplace_back(prefix + e.name, e.value);
+    for (const auto& e : ModuleAccess::params(m))
+      out.emplace_back(prefix + e.name, e.value.detach());
     for (const auto& e : ModuleAccess::buffers(m))
-      if (e.persistent) out.emplace_back(prefix + e.name, e.value);
+      if (e.persistent) out.emplace_back(prefix + e.name, e.value.detach());
   });
   return out;
 }

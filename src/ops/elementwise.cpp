@@ -278,6 +278,7 @@ Tensor binary_st(Op op, const Scalar& s, const Tensor& b) {
 }
 
 Tensor& inplace(Op op, Tensor& self, const Tensor& other) {
+  detail::check_inplace(self, (std::string(op_name(op)) + "_").c_str());
   Dtype ct = compute_type(op, self.dtype(), other.dtype());
   if (ct == Dtype::Float32 && self.dtype() != Dtype::Float32)
     fail(op_name(op), "result type Float can't be cast to the desired output type ",
@@ -288,6 +289,7 @@ Tensor& inplace(Op op, Tensor& self, const Tensor& other) {
 }
 
 Tensor& inplace_s(Op op, Tensor& self, const Scalar& s) {
+  detail::check_inplace(self, (std::string(op_name(op)) + "_").c_str());
   Dtype ct = compute_type(op, self.dtype(), detail::promote_scalar(self.dtype(), s));
   if (ct == Dtype::Float32 && self.dtype() != Dtype::Float32)
     fail(op_name(op), "result type Float can't be cast to the desired output type ",
@@ -427,7 +429,7 @@ Tensor Tensor::neg() const {
 }
 Tensor Tensor::relu() const {
   if (dtype() != Dtype::Float32) return where(*this > Scalar(0), *this, zeros_like(*this));
-  return unary_float(*this, "relu", [](float x) { return x < 0 ? 0.f : x; });  // torch: -0, NaN kept
+  return unary_float(*this, "relu", [](float x) { return x < 0 ? 0.f : x; });  // -0, NaN kept
 }
 Tensor Tensor::ceil() const {
   if (dtype() != Dtype::Float32) return clone();
@@ -468,6 +470,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
+  detail::check_inplace(*this, "masked_fill_");
   if (!mask.defined() || mask.dtype() != Dtype::Bool)
     fail("masked_fill_", "mask must be a bool tensor, got ",
          mask.defined() ? detail::tensor_desc(mask) : std::string("undefined"));

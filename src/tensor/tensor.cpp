@@ -193,6 +193,7 @@ bool overlaps(const Tensor& a, const Tensor& b) { return a.impl()->storage == b.
 
 Tensor& Tensor::copy_(const Tensor& src_in) {
   checked();
+  detail::check_inplace(*this, "copy_");
   if (!src_in.defined()) fail("copy_", "source tensor is undefined");
   try {
     Shape b = broadcast_shapes(shape(), src_in.shape(), "copy_");
@@ -612,6 +613,7 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
 }
 
 Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor& value_in) {
+  detail::check_inplace(*this, "index_put_");
   if (!value_in.defined()) fail("index_put_", "undefined value tensor");
   Indexed ix = apply_indices(*this, indices, "index_put_");
   if (ix.tensor_dim < 0) {
