@@ -16,7 +16,8 @@ using namespace attn;
 
 namespace {
 
-// ---- Python values -> C++ ---------------------------------------------------------------------------
+// ---- Python values -> C++
+// ---------------------------------------------------------------------------
 
 Scalar to_scalar(const py::handle& h) {
   if (py::isinstance<py::bool_>(h)) return Scalar(h.cast<bool>());
@@ -79,7 +80,8 @@ std::optional<Dtype> to_dtype(const py::object& o) {
   return o.cast<Dtype>();
 }
 
-// Zero-copy view of a NumPy array when its dtype is one of ours; float64 and others are converted.
+// Zero-copy view of a NumPy array when its dtype is one of ours (and it is writable); float64 and
+// other dtypes are converted, a copy.
 Tensor from_numpy(py::array arr) {
   py::dtype dt = arr.dtype();
   Dtype d;
@@ -96,6 +98,9 @@ Tensor from_numpy(py::array arr) {
   } else {
     throw Error("[tensor] unsupported NumPy dtype " + std::string(py::str(dt)));
   }
+  // A read-only array (np.frombuffer of bytes, a broadcast view) is copied: attn tensors are
+  // always writable, and writing through one must not change memory NumPy declared immutable.
+  if (!arr.writeable()) return from_numpy(py::array(arr.attr("copy")()));
   Shape shape, strides;
   auto isz = int64_t(itemsize(d));
   for (py::ssize_t i = 0; i < arr.ndim(); ++i) {
@@ -127,18 +132,50 @@ Tensor make_tensor(const py::object& data, const py::object& dtype, bool require
   return t;
 }
 
+// An integer index or size (Python int, NumPy integer, anything with __index__); floats are
+// refused.
+int64_t to_index_int(const py::handle& h, bool is_size = false) {
+  if (py::isinstance<py::bool_>(h) || !PyIndex_Check(h.ptr())) {
+    std::string type = py::str(py::type::handle_of(h).attr("__name__"));
+    if (is_size) throw Error("[shape] sizes must be integers, got " + type);
+    throw IndexError(std::string("[index] only integers, slices (`:`), ellipsis (`...`), None "
+                                 "and long or bool tensors are valid indices (got ") +
+                     type + ")");
+  }
+  py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(h.ptr()));
+  if (!i) throw py::error_already_set();
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (overflow) {
+    std::string msg = std::string(is_size ? "[shape] " : "[index] ") + std::string(py::str(i)) +
+                      " does not fit in 64 bits";
+    if (is_size) throw Error(msg);
+    throw IndexError(msg);
+  }
+  return v;
+}
+
 // Python-style size arguments: f(2, 3), f((2, 3)), f([2, 3]), f(size=(2, 3)).
 Shape to_shape(const py::args& args, const py::kwargs& kwargs) {
   py::object src;
   if (kwargs.contains("size")) {
     src = kwargs["size"];
-  } else if (args.size() == 1 && !py::isinstance<py::int_>(args[0])) {
+  } else if (args.size() == 1 &&
+             (py::isinstance<py::tuple>(args[0]) || py::isinstance<py::list>(args[0]))) {
     src = args[0];
   } else {
     src = args;
   }
   Shape s;
-  for (auto h : src) s.push_back(to_scalar(h).to_int());
+  for (auto h : src) s.push_back(to_index_int(h, true));
+  // The C++ library does not guard against element counts that overflow int64 (a crash, not an
+  // error, when such a tensor is filled or printed); refuse them here. -1 (inferred) is skipped.
+  int64_t numel = 1;
+  for (auto d : s) {
+    if (d < 0) continue;
+    if (__builtin_mul_overflow(numel, d, &numel) || numel > std::numeric_limits<int64_t>::max() / 8)
+      throw Error("[shape] " + shape_str(s) + " has more elements than memory can address");
+  }
   return s;
 }
 
@@ -150,15 +187,6 @@ Shape to_dims(const py::object& o) {
     for (auto h : o) dims.push_back(h.cast<int64_t>());
   }
   return dims;
-}
-
-// An integer index (Python int, NumPy integer, anything with __index__); floats are refused.
-int64_t to_index_int(const py::handle& h) {
-  if (py::isinstance<py::bool_>(h) || !PyIndex_Check(h.ptr()))
-    throw IndexError(std::string("[index] only integers, slices (`:`), ellipsis (`...`), None "
-                                 "and long or bool tensors are valid indices (got ") +
-                     std::string(py::str(py::type::handle_of(h).attr("__name__"))) + ")");
-  return py::reinterpret_steal<py::int_>(PyNumber_Index(h.ptr())).cast<int64_t>();
 }
 
 // Index expressions: x[1], x[b, :t+1], x[..., None], x[idx_tensor].
@@ -224,8 +252,7 @@ py::array to_numpy(const Tensor& t) {
       return py::array(py::dtype::of<float>(), shape, strides, t.raw_data(), base);
     case Dtype::Int64:
       return py::array(py::dtype::of<int64_t>(), shape, strides, t.raw_data(), base);
-    case Dtype::Bool:
-      return py::array(py::dtype::of<bool>(), shape, strides, t.raw_data(), base);
+    case Dtype::Bool: return py::array(py::dtype::of<bool>(), shape, strides, t.raw_data(), base);
   }
   return py::array();
 }
@@ -304,8 +331,10 @@ Tensor where_operand(const py::object& o, const py::object& other) {
       d = od;
   } else if (!py::isinstance<Tensor>(o) && is_number(other)) {
     Scalar so = to_scalar(other);
-    if (so.kind() == Scalar::Kind::Float) d = Dtype::Float32;
-    else if (so.kind() == Scalar::Kind::Int && d == Dtype::Bool) d = Dtype::Int64;
+    if (so.kind() == Scalar::Kind::Float)
+      d = Dtype::Float32;
+    else if (so.kind() == Scalar::Kind::Int && d == Dtype::Bool)
+      d = Dtype::Int64;
   }
   return full({}, s, d);
 }
@@ -320,6 +349,15 @@ struct FactoryKwargs {
 };
 
 Generator* gen_arg(const py::object& g);
+
+// A Python bool is a bool tensor to torch, and bool tensors cannot be subtracted.
+const Scalar& sub_operand(const Scalar& s) {
+  if (s.kind() == Scalar::Kind::Bool)
+    throw Error(
+        "[sub] subtraction, the `-` operator, with a bool is not supported; use ~ or "
+        "logical_not() to invert a mask");
+  return s;
+}
 
 FactoryKwargs factory_kwargs(const py::kwargs& k, const char* fn, bool random,
                              std::initializer_list<const char*> extra = {}) {
@@ -359,6 +397,13 @@ Generator* gen_arg(const py::object& g) {
 
 // torch.manual_seed accepts any Python int and keeps it modulo 2**64 (negative seeds wrap).
 uint64_t to_seed(const py::int_& s) {
+  // torch accepts [-2**63, 2**64): negative seeds are taken modulo 2**64.
+  if (s < py::int_(std::numeric_limits<int64_t>::min()) ||
+      s > py::int_(std::numeric_limits<uint64_t>::max()))
+    throw Error(
+        "[manual_seed] seed must be in [-0x8000_0000_0000_0000, "
+        "0xffff_ffff_ffff_ffff], got " +
+        std::string(py::repr(s)));
   py::int_ wrapped = py::reinterpret_steal<py::int_>(
       PyNumber_And(s.ptr(), py::int_(std::numeric_limits<uint64_t>::max()).ptr()));
   if (!wrapped) throw py::error_already_set();
@@ -378,9 +423,8 @@ py::array state_array(const Generator& g) {
 // read as uint8) or an attn int64 tensor of values 0..255.
 std::vector<uint8_t> state_bytes(const py::object& state, const std::string& fn) {
   if (py::isinstance<py::bytes>(state) || py::isinstance<py::bytearray>(state)) {
-    std::string s = py::isinstance<py::bytes>(state)
-                        ? std::string(state.cast<py::bytes>())
-                        : std::string(state.cast<py::bytearray>());
+    std::string s = py::isinstance<py::bytes>(state) ? std::string(state.cast<py::bytes>())
+                                                     : std::string(state.cast<py::bytearray>());
     return std::vector<uint8_t>(s.begin(), s.end());
   }
   py::object obj = state;
@@ -436,37 +480,40 @@ PYBIND11_MODULE(_C, m) {
              return Generator();
            }),
            py::arg("device") = py::none())
-      .def("manual_seed",
-           [](Generator& g, const py::int_& s) -> Generator& {
-             g.manual_seed(to_seed(s));
-             return g;
-           },
-           py::arg("seed"), py::return_value_policy::reference)
+      .def(
+          "manual_seed",
+          [](Generator& g, const py::int_& s) -> Generator& {
+            g.manual_seed(to_seed(s));
+            return g;
+          },
+          py::arg("seed"), py::return_value_policy::reference)
       .def("initial_seed", &Generator::initial_seed)
       .def_property_readonly("device", [](const Generator&) { return std::string("cpu"); })
       .def("get_state", &state_array)
-      .def("set_state",
-           [](Generator& g, const py::object& state) -> Generator& {
-             g.set_state(state_bytes(state, "Generator.set_state"));
-             return g;
-           },
-           py::arg("new_state"), py::return_value_policy::reference);
+      .def(
+          "set_state",
+          [](Generator& g, const py::object& state) -> Generator& {
+            g.set_state(state_bytes(state, "Generator.set_state"));
+            return g;
+          },
+          py::arg("new_state"), py::return_value_policy::reference);
   m.attr("default_generator") = py::cast(&default_generator(), py::return_value_policy::reference);
   m.def("get_rng_state", []() { return state_array(default_generator()); });
-  m.def("set_rng_state",
-        [](const py::object& state) {
-          default_generator().set_state(state_bytes(state, "set_rng_state"));
-        },
-        py::arg("new_state"));
+  m.def(
+      "set_rng_state",
+      [](const py::object& state) {
+        default_generator().set_state(state_bytes(state, "set_rng_state"));
+      },
+      py::arg("new_state"));
 
   py::class_<Tensor> T(m, "Tensor", py::dynamic_attr());
   // torch.Tensor(data): a float32 copy of a list or array (a tensor argument is shared, detached;
   // nn.Parameter relies on that).
   T.def(py::init([](const py::object& data) {
-         if (py::isinstance<Tensor>(data)) return data.cast<const Tensor&>().detach();
-         return make_tensor(data, py::cast(Dtype::Float32), false);
-       }),
-       py::arg("data"))
+          if (py::isinstance<Tensor>(data)) return data.cast<const Tensor&>().detach();
+          return make_tensor(data, py::cast(Dtype::Float32), false);
+        }),
+        py::arg("data"))
       .def("__repr__", &Tensor::repr)
       .def("__str__", &Tensor::repr)
       .def_property_readonly("_shape",
@@ -477,18 +524,18 @@ PYBIND11_MODULE(_C, m) {
                              })
       .def_property_readonly("dtype", &dtype_obj)
       .def_property_readonly("ndim", &Tensor::dim)
-      .def_property_readonly("device", [](const Tensor&) { return std::string("cpu"); })
       .def("dim", &Tensor::dim)
       .def("ndimension", &Tensor::dim)
       .def("numel", &Tensor::numel)
       .def("nelement", &Tensor::numel)
       .def("element_size", [](const Tensor& t) { return itemsize(t.dtype()); })
-      .def("stride",
-           [](const Tensor& t, const py::object& d) -> py::object {
-             if (d.is_none()) return py::tuple(py::cast(t.strides()));
-             return py::int_(t.stride(d.cast<int64_t>()));
-           },
-           py::arg("dim") = py::none())
+      .def(
+          "stride",
+          [](const Tensor& t, const py::object& d) -> py::object {
+            if (d.is_none()) return py::tuple(py::cast(t.strides()));
+            return py::int_(t.stride(d.cast<int64_t>()));
+          },
+          py::arg("dim") = py::none())
       .def("storage_offset", &Tensor::storage_offset)
       .def("is_contiguous", &Tensor::is_contiguous)
       .def("is_floating_point", &Tensor::is_floating_point)
@@ -496,9 +543,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property(
           "requires_grad", [](const Tensor& t) { return t.requires_grad(); },
           [](Tensor& t, bool v) { set_requires_grad(t, v, "requires_grad"); })
-      .def("requires_grad_",
-           [](Tensor& t, bool v) -> Tensor& { return set_requires_grad(t, v, "requires_grad_"); },
-           py::arg("requires_grad") = true, py::return_value_policy::reference_internal)
+      .def(
+          "requires_grad_",
+          [](Tensor& t, bool v) -> Tensor& { return set_requires_grad(t, v, "requires_grad_"); },
+          py::arg("requires_grad") = true, py::return_value_policy::reference_internal)
       // A leaf is a tensor no recorded op produced (torch's is_leaf); grad_fn's name is wrapped
       // into a grad_fn object by the Python package.
       .def_property_readonly("is_leaf", [](const Tensor& t) { return grad_fn(t) == nullptr; })
@@ -507,14 +555,42 @@ PYBIND11_MODULE(_C, m) {
                                if (auto fn = grad_fn(t)) return py::str(fn->name);
                                return py::none();
                              })
+      // Autograd: .grad (None until a backward pass reaches this leaf; assignable, None clears),
+      // .backward() and the storage's version counter.
+      .def_property(
+          "grad",
+          [](const Tensor& t) -> py::object {
+            Tensor g = t.grad();
+            if (!g.defined()) return py::none();
+            return py::cast(g);
+          },
+          [](Tensor& t, const py::object& g) {
+            t.set_grad(g.is_none() ? Tensor() : g.cast<Tensor>());
+          })
+      .def(
+          "backward",
+          [](const Tensor& t, const py::object& gradient, const py::object& retain_graph,
+             bool create_graph) {
+            if (create_graph)
+              throw Error("[backward] create_graph=True (higher-order gradients) is not supported");
+            Tensor g;
+            if (!gradient.is_none()) g = gradient.cast<Tensor>();
+            std::optional<bool> retain;
+            if (!retain_graph.is_none()) retain = retain_graph.cast<bool>();
+            t.backward(g, retain);
+          },
+          py::arg("gradient") = py::none(), py::arg("retain_graph") = py::none(),
+          py::arg("create_graph") = false)
+      .def_property_readonly("_version", &Tensor::version)
       .def("detach", &Tensor::detach)
-      .def("detach_",
-           [](Tensor& t) -> Tensor& {
-             t.impl()->autograd.reset();
-             t.impl()->requires_grad = false;
-             return t;
-           },
-           py::return_value_policy::reference_internal)
+      .def(
+          "detach_",
+          [](Tensor& t) -> Tensor& {
+            t.impl()->autograd.reset();
+            t.impl()->requires_grad = false;
+            return t;
+          },
+          py::return_value_policy::reference_internal)
       .def_property(
           "data", [](const Tensor& t) { return t.detach(); },
           [](Tensor& t, const Tensor& v) {
@@ -533,23 +609,29 @@ PYBIND11_MODULE(_C, m) {
       .def("_to_dtype", [](const Tensor& t, Dtype d) { return t.to(d); })
       .def("type", [](const Tensor& t, Dtype d) { return t.to(d); })
       .def("copy_", &Tensor::copy_, py::return_value_policy::reference_internal)
-      .def("fill_", [](Tensor& t, const py::object& v) -> Tensor& { return t.fill_(to_scalar(v)); },
-           py::return_value_policy::reference_internal)
+      .def(
+          "fill_", [](Tensor& t, const py::object& v) -> Tensor& { return t.fill_(to_scalar(v)); },
+          py::return_value_policy::reference_internal)
       .def("zero_", &Tensor::zero_, py::return_value_policy::reference_internal)
-      .def("item", [](const Tensor& t) -> py::object {
-        if (t.numel() != 1)
-          throw Error("[item] a Tensor with " + std::to_string(t.numel()) +
-                      " elements cannot be converted to a scalar");
-        return to_list(t.reshape({}));
-      })
+      .def("item",
+           [](const Tensor& t) -> py::object {
+             if (t.numel() != 1)
+               throw Error("[item] a Tensor with " + std::to_string(t.numel()) +
+                           " elements cannot be converted to a scalar");
+             return to_list(t.reshape({}));
+           })
       .def("tolist", &to_list)
       .def("numpy", &to_numpy)
-      .def("__array__", [](const Tensor& t, const py::object& dtype) -> py::object {
-             py::array a = to_numpy(t);
-             if (dtype.is_none()) return std::move(a);
-             return a.attr("astype")(dtype);
-           },
-           py::arg("dtype") = py::none())
+      // np.asarray(t) views the tensor's memory; a dtype or copy=True asks for a copy.
+      .def(
+          "__array__",
+          [](const Tensor& t, const py::object& dtype, const py::object& copy) -> py::object {
+            py::array a = to_numpy(t);
+            if (!dtype.is_none()) return a.attr("astype")(dtype);
+            if (!copy.is_none() && copy.cast<bool>()) return a.attr("copy")();
+            return std::move(a);
+          },
+          py::arg("dtype") = py::none(), py::arg("copy") = py::none())
       .def("__len__",
            [](const Tensor& t) {
              if (t.dim() == 0) throw py::type_error("len() of a 0-d tensor");
@@ -582,25 +664,28 @@ PYBIND11_MODULE(_C, m) {
       .def("view", [](const Tensor& t, py::args a, py::kwargs k) { return t.view(to_shape(a, k)); })
       .def("reshape",
            [](const Tensor& t, py::args a, py::kwargs k) { return t.reshape(to_shape(a, k)); })
-      .def("expand", [](const Tensor& t, py::args a, py::kwargs k) { return t.expand(to_shape(a, k)); })
+      .def("expand",
+           [](const Tensor& t, py::args a, py::kwargs k) { return t.expand(to_shape(a, k)); })
       .def("permute",
            [](const Tensor& t, py::args a, py::kwargs k) { return t.permute(to_shape(a, k)); })
       .def("flatten", &Tensor::flatten, py::arg("start_dim") = 0, py::arg("end_dim") = -1)
       .def("transpose", &Tensor::transpose)
-      .def("t", [](const Tensor& t) {
-        if (t.dim() > 2)
-          throw Error("[t] expects a tensor with <= 2 dimensions, but self is " +
-                      std::to_string(t.dim()) + "D");
-        return t.T();
-      })
+      .def("t",
+           [](const Tensor& t) {
+             if (t.dim() > 2)
+               throw Error("[t] expects a tensor with <= 2 dimensions, but self is " +
+                           std::to_string(t.dim()) + "D");
+             return t.T();
+           })
       .def_property_readonly("T", &Tensor::T)
       .def_property_readonly("mT", &Tensor::mT)
       .def("unsqueeze", &Tensor::unsqueeze)
-      .def("squeeze",
-           [](const Tensor& t, const py::object& d) {
-             return d.is_none() ? t.squeeze() : t.squeeze(d.cast<int64_t>());
-           },
-           py::arg("dim") = py::none())
+      .def(
+          "squeeze",
+          [](const Tensor& t, const py::object& d) {
+            return d.is_none() ? t.squeeze() : t.squeeze(d.cast<int64_t>());
+          },
+          py::arg("dim") = py::none())
       .def("select", &Tensor::select)
       .def("narrow", &Tensor::narrow)
       .def("__getitem__",
@@ -625,80 +710,99 @@ PYBIND11_MODULE(_C, m) {
       .def("isinf", &Tensor::isinf)
       .def("isfinite", &Tensor::isfinite)
       .def("logical_not", &Tensor::logical_not)
-      .def("pow", [](const Tensor& a, const py::object& e) {
-        if (py::isinstance<Tensor>(e)) return a.pow(e.cast<const Tensor&>());
-        return a.pow(to_scalar(e));
-      })
-      .def("masked_fill",
-           [](const Tensor& t, const Tensor& mask, const py::object& v) {
-             return t.masked_fill(mask, to_scalar(v));
+      .def("pow",
+           [](const Tensor& a, const py::object& e) {
+             if (py::isinstance<Tensor>(e)) return a.pow(e.cast<const Tensor&>());
+             return a.pow(to_scalar(e));
            })
-      .def("masked_fill_",
-           [](Tensor& t, const Tensor& mask, const py::object& v) -> Tensor& {
-             return t.masked_fill_(mask, to_scalar(v));
-           },
-           py::return_value_policy::reference_internal)
-      .def("sum",
-           [](const Tensor& t, const py::object& dim, bool keepdim, const py::object& axis) {
-             return sum_like(t, dim, keepdim, axis, 0);
-           },
-           py::arg("dim") = py::none(), py::arg("keepdim") = false, py::arg("axis") = py::none())
-      .def("mean",
-           [](const Tensor& t, const py::object& dim, bool keepdim, const py::object& axis) {
-             return sum_like(t, dim, keepdim, axis, 1);
-           },
-           py::arg("dim") = py::none(), py::arg("keepdim") = false, py::arg("axis") = py::none())
+      .def("masked_fill", [](const Tensor& t, const Tensor& mask,
+                             const py::object& v) { return t.masked_fill(mask, to_scalar(v)); })
+      .def(
+          "masked_fill_",
+          [](Tensor& t, const Tensor& mask, const py::object& v) -> Tensor& {
+            return t.masked_fill_(mask, to_scalar(v));
+          },
+          py::return_value_policy::reference_internal)
+      .def(
+          "sum",
+          [](const Tensor& t, const py::object& dim, bool keepdim, const py::object& axis) {
+            return sum_like(t, dim, keepdim, axis, 0);
+          },
+          py::arg("dim") = py::none(), py::arg("keepdim") = false, py::arg("axis") = py::none())
+      .def(
+          "mean",
+          [](const Tensor& t, const py::object& dim, bool keepdim, const py::object& axis) {
+            return sum_like(t, dim, keepdim, axis, 1);
+          },
+          py::arg("dim") = py::none(), py::arg("keepdim") = false, py::arg("axis") = py::none())
       .def("var", &var_like, py::arg("dim") = py::none(), py::arg("unbiased") = py::none(),
            py::arg("keepdim") = false, py::arg("correction") = py::none(),
            py::arg("axis") = py::none())
-      .def("max",
-           [](const Tensor& t, const py::object& dim, bool keepdim) {
-             return max_like(t, dim, keepdim, true);
-           },
-           py::arg("dim") = py::none(), py::arg("keepdim") = false)
-      .def("min",
-           [](const Tensor& t, const py::object& dim, bool keepdim) {
-             return max_like(t, dim, keepdim, false);
-           },
-           py::arg("dim") = py::none(), py::arg("keepdim") = false)
-      .def("argmax",
-           [](const Tensor& t, const py::object& dim, bool keepdim) {
-             if (dim.is_none()) return t.reshape({-1}).argmax(0, false);
-             return t.argmax(dim.cast<int64_t>(), keepdim);
-           },
-           py::arg("dim") = py::none(), py::arg("keepdim") = false)
+      .def(
+          "max",
+          [](const Tensor& t, const py::object& dim, bool keepdim) {
+            return max_like(t, dim, keepdim, true);
+          },
+          py::arg("dim") = py::none(), py::arg("keepdim") = false)
+      .def(
+          "min",
+          [](const Tensor& t, const py::object& dim, bool keepdim) {
+            return max_like(t, dim, keepdim, false);
+          },
+          py::arg("dim") = py::none(), py::arg("keepdim") = false)
+      .def(
+          "amax",
+          [](const Tensor& t, const py::object& dim, bool keepdim) {
+            return t.amax(to_dims(dim), keepdim);
+          },
+          py::arg("dim") = py::tuple(), py::arg("keepdim") = false)
+      .def(
+          "argmax",
+          [](const Tensor& t, const py::object& dim, bool keepdim) {
+            if (dim.is_none()) return t.reshape({-1}).argmax(0, false);
+            return t.argmax(dim.cast<int64_t>(), keepdim);
+          },
+          py::arg("dim") = py::none(), py::arg("keepdim") = false)
       .def("all", [](const Tensor& t) { return full({}, t.all(), Dtype::Bool); })
       .def("any", [](const Tensor& t) { return full({}, t.any(), Dtype::Bool); })
-      .def("softmax", [](const Tensor& t, int64_t dim) { return t.softmax(dim); }, py::arg("dim"))
-      .def("log_softmax", [](const Tensor& t, int64_t dim) { return t.log_softmax(dim); },
-           py::arg("dim"))
+      .def(
+          "softmax", [](const Tensor& t, int64_t dim) { return t.softmax(dim); }, py::arg("dim"))
+      .def(
+          "log_softmax", [](const Tensor& t, int64_t dim) { return t.log_softmax(dim); },
+          py::arg("dim"))
       .def("matmul", &Tensor::matmul)
       .def("dot", &Tensor::dot)
       .def("tril", &Tensor::tril, py::arg("diagonal") = 0)
       .def("triu", &Tensor::triu, py::arg("diagonal") = 0)
-      .def("uniform_",
-           [](Tensor& t, double a, double b, const py::object& g) -> Tensor& {
-             return uniform_(t, a, b, gen_arg(g));
-           },
-           py::arg("from") = 0.0, py::arg("to") = 1.0, py::arg("generator") = py::none(),
-           py::return_value_policy::reference_internal)
-      .def("normal_",
-           [](Tensor& t, double mean, double std, const py::object& g) -> Tensor& {
-             return normal_(t, mean, std, gen_arg(g));
-           },
-           py::arg("mean") = 0.0, py::arg("std") = 1.0, py::arg("generator") = py::none(),
-           py::return_value_policy::reference_internal)
-      .def("bernoulli_",
-           [](Tensor& t, double p, const py::object& g) -> Tensor& {
-             return bernoulli_(t, p, gen_arg(g));
-           },
-           py::arg("p") = 0.5, py::arg("generator") = py::none(),
-           py::return_value_policy::reference_internal)
+      .def(
+          "uniform_",
+          [](Tensor& t, double a, double b, const py::object& g) -> Tensor& {
+            return uniform_(t, a, b, gen_arg(g));
+          },
+          py::arg("from") = 0.0, py::arg("to") = 1.0, py::arg("generator") = py::none(),
+          py::return_value_policy::reference_internal)
+      .def(
+          "normal_",
+          [](Tensor& t, double mean, double std, const py::object& g) -> Tensor& {
+            return normal_(t, mean, std, gen_arg(g));
+          },
+          py::arg("mean") = 0.0, py::arg("std") = 1.0, py::arg("generator") = py::none(),
+          py::return_value_policy::reference_internal)
+      .def(
+          "bernoulli_",
+          [](Tensor& t, double p, const py::object& g) -> Tensor& {
+            return bernoulli_(t, p, gen_arg(g));
+          },
+          py::arg("p") = 0.5, py::arg("generator") = py::none(),
+          py::return_value_policy::reference_internal)
       .def("equal", [](const Tensor& a, const Tensor& b) { return equal(a, b); })
-      .def("allclose", [](const Tensor& a, const Tensor& b, double rtol, double atol,
-                          bool equal_nan) { return allclose(a, b, rtol, atol, equal_nan); },
-           py::arg("other"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8,
-           py::arg("equal_nan") = false)
+      .def(
+          "allclose",
+          [](const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+            return allclose(a, b, rtol, atol, equal_nan);
+          },
+          py::arg("other"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8,
+          py::arg("equal_nan") = false)
       // operators
       .def("__neg__", [](const Tensor& a) { return -a; })
       .def("__pos__", [](const Tensor& a) { return a; })
@@ -707,20 +811,21 @@ PYBIND11_MODULE(_C, m) {
       .def("__matmul__", [](const Tensor& a, const Tensor& b) { return matmul(a, b); })
       .def("__rmatmul__", [](const Tensor& a, const Tensor& b) { return matmul(b, a); });
 
-#define ATTN_BINOP(PYNAME, EXPR_TT, EXPR_TS)                                                  \
-  T.def(PYNAME, [](const Tensor& a, const py::object& b) {                                    \
-    return binop(                                                                             \
-        a, b, [](const Tensor& x, const Tensor& y) { return EXPR_TT; },                       \
-        [](const Tensor& x, const Scalar& y) { return EXPR_TS; });                            \
+#define ATTN_BINOP(PYNAME, EXPR_TT, EXPR_TS)                            \
+  T.def(PYNAME, [](const Tensor& a, const py::object& b) {              \
+    return binop(                                                       \
+        a, b, [](const Tensor& x, const Tensor& y) { return EXPR_TT; }, \
+        [](const Tensor& x, const Scalar& y) { return EXPR_TS; });      \
   });
   ATTN_BINOP("__add__", x + y, x + y)
   ATTN_BINOP("__radd__", y + x, y + x)
-  ATTN_BINOP("__sub__", x - y, x - y)
-  ATTN_BINOP("__rsub__", y - x, y - x)
+  ATTN_BINOP("__sub__", x - y, x - sub_operand(y))
+  ATTN_BINOP("__rsub__", y - x, sub_operand(y) - x)
   ATTN_BINOP("__mul__", x * y, x * y)
   ATTN_BINOP("__rmul__", y * x, y * x)
   ATTN_BINOP("__truediv__", x / y, x / y)
-  ATTN_BINOP("__rtruediv__", y / x, y / x)
+  // torch's Tensor.__rtruediv__ is `self.reciprocal() * other`: two roundings, reproduced.
+  ATTN_BINOP("__rtruediv__", y / x, (Scalar(1.0) / x) * y)
   ATTN_BINOP("__pow__", x.pow(y), x.pow(y))
   ATTN_BINOP("__rpow__", y.pow(x), attn::pow(y, x))
   ATTN_BINOP("__eq__", x == y, x == y)
@@ -732,7 +837,7 @@ PYBIND11_MODULE(_C, m) {
   ATTN_BINOP("__and__", x & y, x & full({}, y, Dtype::Bool))
   ATTN_BINOP("__or__", x | y, x | full({}, y, Dtype::Bool))
   ATTN_BINOP("add", x + y, x + y)
-  ATTN_BINOP("sub", x - y, x - y)
+  ATTN_BINOP("sub", x - y, x - sub_operand(y))
   ATTN_BINOP("mul", x * y, x * y)
   ATTN_BINOP("div", x / y, x / y)
   ATTN_BINOP("maximum", attn::maximum(x, y), attn::maximum(x, full({}, y, x.dtype())))
@@ -745,13 +850,13 @@ PYBIND11_MODULE(_C, m) {
   ATTN_BINOP("ge", x >= y, x >= y)
 #undef ATTN_BINOP
 
-#define ATTN_INPLACE(PYNAME, METHOD)                                                           \
-  T.def(                                                                                      \
-      PYNAME,                                                                                 \
-      [](Tensor& a, const py::object& b) -> Tensor& {                                         \
-        if (py::isinstance<Tensor>(b)) return a.METHOD(b.cast<const Tensor&>());              \
-        return a.METHOD(to_scalar(b));                                                        \
-      },                                                                                      \
+#define ATTN_INPLACE(PYNAME, METHOD)                                             \
+  T.def(                                                                         \
+      PYNAME,                                                                    \
+      [](Tensor& a, const py::object& b) -> Tensor& {                            \
+        if (py::isinstance<Tensor>(b)) return a.METHOD(b.cast<const Tensor&>()); \
+        return a.METHOD(to_scalar(b));                                           \
+      },                                                                         \
       py::return_value_policy::reference_internal);
   ATTN_INPLACE("__iadd__", add_)
   ATTN_INPLACE("__isub__", sub_)
@@ -780,33 +885,42 @@ PYBIND11_MODULE(_C, m) {
   shaped("zeros", [](Shape s, Dtype d) { return zeros(s, d); });
   shaped("ones", [](Shape s, Dtype d) { return ones(s, d); });
   shaped("empty", [](Shape s, Dtype d) { return empty(s, d); });
-  m.def("full",
-        [](const py::object& size, const py::object& v, const py::object& dtype) {
-          Shape s;
-          for (auto h : size) s.push_back(h.cast<int64_t>());
-          return full(s, to_scalar(v), to_dtype(dtype));
-        },
-        py::arg("size"), py::arg("fill_value"), py::arg("dtype") = py::none());
+  m.def(
+      "full",
+      [](const py::object& size, const py::object& v, py::kwargs k) {
+        FactoryKwargs f = factory_kwargs(k, "full", false);
+        py::kwargs sk;
+        sk["size"] = size;
+        Tensor t = full(to_shape(py::args(), sk), to_scalar(v), f.dtype);
+        if (f.requires_grad) t.requires_grad_(true);
+        return t;
+      },
+      py::arg("size"), py::arg("fill_value"));
   m.def("zeros_like", &zeros_like);
   m.def("ones_like", &ones_like);
   m.def("empty_like", &empty_like);
-  m.def("full_like", [](const Tensor& t, const py::object& v) { return full_like(t, to_scalar(v)); });
-  m.def("arange",
-        [](const py::object& a, const py::object& b, const py::object& step,
-           const py::object& dtype) {
-          Tensor t = b.is_none() ? arange(to_scalar(a))
-                                 : arange(to_scalar(a), to_scalar(b), to_scalar(step));
-          if (auto d = to_dtype(dtype)) t = t.to(*d);
-          return t;
-        },
-        py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1,
-        py::arg("dtype") = py::none());
+  m.def("full_like",
+        [](const Tensor& t, const py::object& v) { return full_like(t, to_scalar(v)); });
+  m.def(
+      "arange",
+      [](const py::object& a, const py::object& b, const py::object& step,
+         const py::object& dtype) {
+        Tensor t = b.is_none() ? arange(to_scalar(a))
+                               : arange(to_scalar(a), to_scalar(b), to_scalar(step));
+        if (auto d = to_dtype(dtype)) t = t.to(*d);
+        return t;
+      },
+      py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1,
+      py::arg("dtype") = py::none());
   m.def("tril", &tril, py::arg("input"), py::arg("diagonal") = 0);
   m.def("triu", &triu, py::arg("input"), py::arg("diagonal") = 0);
-  m.def("manual_seed", [](const py::int_& s) -> Generator& {
-    manual_seed(to_seed(s));
-    return default_generator();
-  }, py::arg("seed"), py::return_value_policy::reference);
+  m.def(
+      "manual_seed",
+      [](const py::int_& s) -> Generator& {
+        manual_seed(to_seed(s));
+        return default_generator();
+      },
+      py::arg("seed"), py::return_value_policy::reference);
   m.def("seed", []() -> uint64_t {
     // torch.seed(): a non-deterministic 64-bit seed, set and returned.
     std::random_device rd;
@@ -861,11 +975,14 @@ PYBIND11_MODULE(_C, m) {
     return t;
   });
 
-  // ---- math -----------------------------------------------------------------------------------------
-  m.def("softmax", [](const Tensor& t, int64_t dim) { return softmax(t, dim); }, py::arg("input"),
-        py::arg("dim"));
-  m.def("log_softmax", [](const Tensor& t, int64_t dim) { return log_softmax(t, dim); },
-        py::arg("input"), py::arg("dim"));
+  // ---- math
+  // -----------------------------------------------------------------------------------------
+  m.def(
+      "softmax", [](const Tensor& t, int64_t dim) { return softmax(t, dim); }, py::arg("input"),
+      py::arg("dim"));
+  m.def(
+      "log_softmax", [](const Tensor& t, int64_t dim) { return log_softmax(t, dim); },
+      py::arg("input"), py::arg("dim"));
   m.def("matmul", &matmul);
   m.def("dot", &dot);
   m.def("exp", &attn::exp);
@@ -873,11 +990,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("sqrt", &attn::sqrt);
   m.def("abs", &attn::abs);
   m.def("tanh", &attn::tanh);
-  m.def("where",
-        [](const Tensor& cond, const py::object& a, const py::object& b) {
-          return where(cond, where_operand(a, b), where_operand(b, a));
-        },
-        py::arg("condition"), py::arg("input"), py::arg("other"));
+  m.def(
+      "where",
+      [](const Tensor& cond, const py::object& a, const py::object& b) {
+        return where(cond, where_operand(a, b), where_operand(b, a));
+      },
+      py::arg("condition"), py::arg("input"), py::arg("other"));
   m.def("maximum", &maximum);
   m.def("minimum", &minimum);
   m.def("masked_fill", [](const Tensor& t, const Tensor& mask, const py::object& v) {
@@ -889,93 +1007,115 @@ PYBIND11_MODULE(_C, m) {
   m.def("allclose", &allclose, py::arg("input"), py::arg("other"), py::arg("rtol") = 1e-5,
         py::arg("atol") = 1e-8, py::arg("equal_nan") = false);
   m.def("equal", &equal);
-  m.def("broadcast_shapes_", [](const Shape& a, const Shape& b) {
-    return broadcast_shapes(a, b, "broadcast_shapes");
-  });
+  m.def("broadcast_shapes_",
+        [](const Shape& a, const Shape& b) { return broadcast_shapes(a, b, "broadcast_shapes"); });
   m.def("is_grad_enabled", &is_grad_enabled);
   m.def("_set_grad_enabled", &set_grad_enabled, py::arg("mode"));
   m.def("set_num_threads", &set_num_threads);
   m.def("get_num_threads", &get_num_threads);
-  m.def("set_printoptions",
-        [](const py::object& precision, const py::object& threshold, const py::object& edgeitems,
-           const py::object& linewidth, const py::object& profile, const py::object& sci_mode) {
-          auto opt_int = [](const py::object& o) -> std::optional<int64_t> {
-            if (o.is_none()) return std::nullopt;
-            return o.cast<int64_t>();
-          };
-          std::optional<int> prec;
-          if (!precision.is_none()) prec = precision.cast<int>();
-          std::optional<std::optional<bool>> sci;
-          // torch: sci_mode=None means "automatic"; it is always (re)set by set_printoptions.
-          sci = sci_mode.is_none() ? std::optional<bool>() : std::optional<bool>(sci_mode.cast<bool>());
-          std::optional<std::string> prof;
-          if (!profile.is_none()) prof = profile.cast<std::string>();
-          set_printoptions(prec, opt_int(threshold), opt_int(edgeitems), opt_int(linewidth), sci,
-                           prof);
-        },
-        py::arg("precision") = py::none(), py::arg("threshold") = py::none(),
-        py::arg("edgeitems") = py::none(), py::arg("linewidth") = py::none(),
-        py::arg("profile") = py::none(), py::arg("sci_mode") = py::none());
+  m.def(
+      "set_printoptions",
+      [](const py::object& precision, const py::object& threshold, const py::object& edgeitems,
+         const py::object& linewidth, const py::object& profile, const py::object& sci_mode) {
+        auto opt_int = [](const py::object& o) -> std::optional<int64_t> {
+          if (o.is_none()) return std::nullopt;
+          return o.cast<int64_t>();
+        };
+        std::optional<int> prec;
+        if (!precision.is_none()) prec = precision.cast<int>();
+        std::optional<std::optional<bool>> sci;
+        // torch: sci_mode=None means "automatic"; it is always (re)set by set_printoptions.
+        sci =
+            sci_mode.is_none() ? std::optional<bool>() : std::optional<bool>(sci_mode.cast<bool>());
+        std::optional<std::string> prof;
+        if (!profile.is_none()) prof = profile.cast<std::string>();
+        set_printoptions(prec, opt_int(threshold), opt_int(edgeitems), opt_int(linewidth), sci,
+                         prof);
+      },
+      py::arg("precision") = py::none(), py::arg("threshold") = py::none(),
+      py::arg("edgeitems") = py::none(), py::arg("linewidth") = py::none(),
+      py::arg("profile") = py::none(), py::arg("sci_mode") = py::none());
 
-  // ---- nn: functional and init -------------------------------------------------------------------
+  // ---- nn: functional and init
+  // -------------------------------------------------------------------
   py::module_ fn = m.def_submodule("functional");
-  fn.def("linear",
-         [](const Tensor& x, const Tensor& w, const py::object& b) {
-           return nn::functional::linear(x, w, b.is_none() ? Tensor() : b.cast<Tensor>());
-         },
-         py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
+  fn.def(
+      "linear",
+      [](const Tensor& x, const Tensor& w, const py::object& b) {
+        return nn::functional::linear(x, w, b.is_none() ? Tensor() : b.cast<Tensor>());
+      },
+      py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
   fn.def("embedding", &nn::functional::embedding, py::arg("input"), py::arg("weight"));
-  fn.def("dropout",
-         [](const Tensor& x, double p, bool training, const py::object& g) {
-           return nn::functional::dropout(x, p, training, gen_arg(g));
-         },
-         py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true,
-         py::arg("generator") = py::none());
-  fn.def("scaled_dot_product_attention",
-         [](const Tensor& q, const Tensor& k, const Tensor& v, const py::object& attn_mask,
-            double dropout_p, bool is_causal, const py::object& scale, bool bottom_right,
-            bool reference, bool need_weights) -> py::object {
-           SdpaOptions o;
-           if (!attn_mask.is_none()) o.attn_mask = attn_mask.cast<Tensor>();
-           o.dropout_p = dropout_p;
-           o.is_causal = is_causal;
-           if (!scale.is_none()) o.scale = scale.cast<double>();
-           o.causal_align = bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft;
-           o.backend = reference ? SdpaBackend::Reference : SdpaBackend::Auto;
-           if (need_weights) {
-             auto [out, w] = scaled_dot_product_attention_with_weights(q, k, v, o);
-             return py::make_tuple(out, w);
-           }
-           return py::cast(scaled_dot_product_attention(q, k, v, o));
-         },
-         py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
-         py::arg("dropout_p") = 0.0, py::arg("is_causal") = false, py::arg("scale") = py::none(),
-         py::arg("causal_bottom_right") = false, py::arg("reference") = false,
-         py::arg("need_weights") = false);
-  fn.def("causal_mask", [](int64_t lq, int64_t lk, bool bottom_right) {
-    return causal_mask(lq, lk, bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft);
-  }, py::arg("L_q"), py::arg("L_k"), py::arg("bottom_right") = false);
+  fn.def(
+      "dropout",
+      [](const Tensor& x, double p, bool training, const py::object& g) {
+        return nn::functional::dropout(x, p, training, gen_arg(g));
+      },
+      py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true,
+      py::arg("generator") = py::none());
+  fn.def(
+      "scaled_dot_product_attention",
+      [](const Tensor& q, const Tensor& k, const Tensor& v, const py::object& attn_mask,
+         double dropout_p, bool is_causal, const py::object& scale, bool bottom_right,
+         bool reference, bool need_weights, bool enable_gqa, int64_t window_left,
+         int64_t window_right, const py::object& key_padding_mask) -> py::object {
+        SdpaOptions o;
+        o.enable_gqa = enable_gqa;
+        o.window_left = window_left;
+        o.window_right = window_right;
+        if (!key_padding_mask.is_none()) o.key_padding_mask = key_padding_mask.cast<Tensor>();
+        if (!attn_mask.is_none()) o.attn_mask = attn_mask.cast<Tensor>();
+        o.dropout_p = dropout_p;
+        o.is_causal = is_causal;
+        if (!scale.is_none()) o.scale = scale.cast<double>();
+        o.causal_align = bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft;
+        o.backend = reference ? SdpaBackend::Reference : SdpaBackend::Auto;
+        if (need_weights) {
+          auto [out, w] = scaled_dot_product_attention_with_weights(q, k, v, o);
+          return py::make_tuple(out, w);
+        }
+        return py::cast(scaled_dot_product_attention(q, k, v, o));
+      },
+      py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
+      py::arg("dropout_p") = 0.0, py::arg("is_causal") = false, py::arg("scale") = py::none(),
+      py::arg("causal_bottom_right") = false, py::arg("reference") = false,
+      py::arg("need_weights") = false, py::arg("enable_gqa") = false, py::arg("window_left") = -1,
+      py::arg("window_right") = -1, py::arg("key_padding_mask") = py::none());
+  fn.def(
+      "causal_mask",
+      [](int64_t lq, int64_t lk, bool bottom_right) {
+        return causal_mask(lq, lk, bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft);
+      },
+      py::arg("L_q"), py::arg("L_k"), py::arg("bottom_right") = false);
 
   py::module_ init = m.def_submodule("init");
-  init.def("uniform_", [](Tensor& t, double a, double b) -> Tensor& { return nn::init::uniform_(t, a, b); },
-           py::arg("tensor"), py::arg("a") = 0.0, py::arg("b") = 1.0,
-           py::return_value_policy::reference);
-  init.def("normal_", [](Tensor& t, double mean, double std) -> Tensor& {
-    return nn::init::normal_(t, mean, std);
-  }, py::arg("tensor"), py::arg("mean") = 0.0, py::arg("std") = 1.0,
-           py::return_value_policy::reference);
-  init.def("zeros_", [](Tensor& t) -> Tensor& { return nn::init::zeros_(t); },
-           py::return_value_policy::reference);
-  init.def("ones_", [](Tensor& t) -> Tensor& { return nn::init::ones_(t); },
-           py::return_value_policy::reference);
-  init.def("kaiming_uniform_", [](Tensor& t, double a) -> Tensor& {
-    return nn::init::kaiming_uniform_(t, a);
-  }, py::arg("tensor"), py::arg("a") = 0.0, py::return_value_policy::reference);
-  init.def("xavier_uniform_", [](Tensor& t, double gain) -> Tensor& {
-    return nn::init::xavier_uniform_(t, gain);
-  }, py::arg("tensor"), py::arg("gain") = 1.0, py::return_value_policy::reference);
+  init.def(
+      "uniform_",
+      [](Tensor& t, double a, double b) -> Tensor& { return nn::init::uniform_(t, a, b); },
+      py::arg("tensor"), py::arg("a") = 0.0, py::arg("b") = 1.0,
+      py::return_value_policy::reference);
+  init.def(
+      "normal_",
+      [](Tensor& t, double mean, double std) -> Tensor& { return nn::init::normal_(t, mean, std); },
+      py::arg("tensor"), py::arg("mean") = 0.0, py::arg("std") = 1.0,
+      py::return_value_policy::reference);
+  init.def(
+      "zeros_", [](Tensor& t) -> Tensor& { return nn::init::zeros_(t); },
+      py::return_value_policy::reference);
+  init.def(
+      "ones_", [](Tensor& t) -> Tensor& { return nn::init::ones_(t); },
+      py::return_value_policy::reference);
+  init.def(
+      "kaiming_uniform_",
+      [](Tensor& t, double a) -> Tensor& { return nn::init::kaiming_uniform_(t, a); },
+      py::arg("tensor"), py::arg("a") = 0.0, py::return_value_policy::reference);
+  init.def(
+      "xavier_uniform_",
+      [](Tensor& t, double gain) -> Tensor& { return nn::init::xavier_uniform_(t, gain); },
+      py::arg("tensor"), py::arg("gain") = 1.0, py::return_value_policy::reference);
 
-  // ---- C++ modules the Python modules wrap (their parameters are shared, not copied) -------------
+  // ---- C++ modules the Python modules wrap (their parameters are shared, not copied)
+  // -------------
   py::module_ mods = m.def_submodule("modules");
   py::class_<nn::Linear, std::shared_ptr<nn::Linear>>(mods, "Linear")
       .def(py::init<int64_t, int64_t, bool>())
@@ -984,10 +1124,9 @@ PYBIND11_MODULE(_C, m) {
   py::class_<nn::Embedding, std::shared_ptr<nn::Embedding>>(mods, "Embedding")
       .def(py::init<int64_t, int64_t>())
       .def_readonly("weight", &nn::Embedding::weight);
-  py::class_<nn::Dropout, std::shared_ptr<nn::Dropout>>(mods, "Dropout")
-      .def(py::init<double>());
+  py::class_<nn::Dropout, std::shared_ptr<nn::Dropout>>(mods, "Dropout").def(py::init<double>());
   py::class_<nn::MultiheadAttention, std::shared_ptr<nn::MultiheadAttention>>(mods,
-                                                                             "MultiheadAttention")
+                                                                              "MultiheadAttention")
       .def(py::init<int64_t, int64_t, double, bool, std::optional<int64_t>, std::optional<int64_t>,
                     bool>())
       .def_readonly("in_proj_weight", &nn::MultiheadAttention::in_proj_weight)
@@ -1015,13 +1154,15 @@ PYBIND11_MODULE(_C, m) {
                Tensor t = o.cast<Tensor>();
                if (t.shape() != current.shape() || t.dtype() != current.dtype())
                  throw Error(std::string("[MultiheadAttention] parameter ") + name +
-                             " must be float32 of shape " + shape_str(current.shape()) +
-                             ", got " + dtype_name(t.dtype()) + " " + shape_str(t.shape()));
+                             " must be float32 of shape " + shape_str(current.shape()) + ", got " +
+                             dtype_name(t.dtype()) + " " + shape_str(t.shape()));
                return t;
              };
              if (!(dropout >= 0 && dropout <= 1))
-               throw Error("[MultiheadAttention] dropout probability has to be between 0 and 1, "
-                           "but got " + std::to_string(dropout));
+               throw Error(
+                   "[MultiheadAttention] dropout probability has to be between 0 and 1, "
+                   "but got " +
+                   std::to_string(dropout));
              m.in_proj_weight = take(in_w, m.in_proj_weight, "in_proj_weight");
              m.q_proj_weight = take(q_w, m.q_proj_weight, "q_proj_weight");
              m.k_proj_weight = take(k_w, m.k_proj_weight, "k_proj_weight");
@@ -1032,16 +1173,15 @@ PYBIND11_MODULE(_C, m) {
              m.dropout = dropout;
            })
       .def("train", [](nn::MultiheadAttention& m, bool on) { m.train(on); })
-      .def("forward",
-           [](const nn::MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v,
-              const py::object& kpm, bool need_weights, const py::object& am, bool average,
-              bool is_causal) {
-             Tensor key_padding = kpm.is_none() ? Tensor() : kpm.cast<Tensor>();
-             Tensor attn_mask = am.is_none() ? Tensor() : am.cast<Tensor>();
-             auto out = m.forward(q, k, v, key_padding, need_weights, attn_mask, average, is_causal);
-             py::object w = out.weights.defined() ? py::cast(out.weights) : py::none();
-             return py::make_tuple(out.output, w);
-           });
+      .def("forward", [](const nn::MultiheadAttention& m, const Tensor& q, const Tensor& k,
+                         const Tensor& v, const py::object& kpm, bool need_weights,
+                         const py::object& am, bool average, bool is_causal) {
+        Tensor key_padding = kpm.is_none() ? Tensor() : kpm.cast<Tensor>();
+        Tensor attn_mask = am.is_none() ? Tensor() : am.cast<Tensor>();
+        auto out = m.forward(q, k, v, key_padding, need_weights, attn_mask, average, is_causal);
+        py::object w = out.weights.defined() ? py::cast(out.weights) : py::none();
+        return py::make_tuple(out.output, w);
+      });
   py::class_<nn::Vocabulary>(mods, "Vocabulary")
       .def(py::init<const std::string&>())
       .def("words", &nn::Vocabulary::words)

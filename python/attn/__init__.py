@@ -84,8 +84,8 @@ def _size(self, dim=None):
 class _GradFn:
     """A tensor's grad_fn: the op that produced it, named as PyTorch names its backward node.
 
-    Only the name is known (gradients arrive with the autograd layer); type(t.grad_fn).__name__
-    and t.grad_fn.name() give it, as in torch."""
+    type(t.grad_fn).__name__ and t.grad_fn.name() give the node's name, as in torch; the
+    gradients themselves are computed by t.backward()."""
 
     __slots__ = ()
 
@@ -109,8 +109,32 @@ def _grad_fn(self):
     return cls()
 
 
+class device:
+    """torch.device: attn computes on the cpu only, so that is the one device there is."""
+
+    def __init__(self, type="cpu", index=None):  # noqa: A002
+        type = str(type)
+        if type != "cpu" or index not in (None, 0):
+            raise ValueError("[device] only the cpu device is supported, got {}{}".format(
+                type, "" if index is None else ":{}".format(index)))
+        self.type = type
+        self.index = None
+
+    def __repr__(self):
+        return "device(type='cpu')"
+
+    def __str__(self):
+        return "cpu"
+
+    def __eq__(self, other):
+        return str(other) == "cpu"
+
+    def __hash__(self):
+        return hash("cpu")
+
+
 def _is_device(obj):
-    return isinstance(obj, str) or type(obj).__name__ == "device"
+    return isinstance(obj, (str, device)) or type(obj).__name__ == "device"
 
 
 def _check_device(fn, device):
@@ -140,6 +164,7 @@ Tensor.shape = property(lambda self: Size(self._shape))
 Tensor.size = _size
 Tensor.grad_fn = property(_grad_fn)
 Tensor.to = _to
+Tensor.device = property(lambda self: device("cpu"))
 Tensor.cpu = lambda self: self
 Tensor.__array_priority__ = 1000  # numpy defers to our reflected operators
 
@@ -164,6 +189,10 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None, axis=
     return input.var(dim, unbiased, keepdim, correction, axis)
 
 
+def amax(input, dim=(), keepdim=False):
+    return input.amax(dim, keepdim)
+
+
 def max(input, dim=None, keepdim=False):  # noqa: A001
     if isinstance(dim, Tensor):
         return maximum(input, dim)
@@ -178,6 +207,17 @@ def min(input, dim=None, keepdim=False):  # noqa: A001
 
 def argmax(input, dim=None, keepdim=False):
     return input.argmax(dim, keepdim)
+
+
+def mm(input, mat2):
+    """torch.mm: the product of two matrices (no broadcasting, both 2-D)."""
+    if input.dim() != 2 or mat2.dim() != 2:
+        raise ValueError("[mm] expects two 2-D tensors, got shapes {} and {}".format(
+            tuple(input.shape), tuple(mat2.shape)))
+    return matmul(input, mat2)
+
+
+Tensor.mm = mm
 
 
 def transpose(input, dim0, dim1):

@@ -50,23 +50,31 @@ def relu(input, inplace=False):
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, *, causal_bottom_right=False,
-                                 reference=False):
+                                 is_causal=False, scale=None, enable_gqa=False, *,
+                                 causal_bottom_right=False, reference=False, window=(-1, -1),
+                                 key_padding_mask=None):
     """torch.nn.functional.scaled_dot_product_attention (PyTorch 2.x semantics).
 
-    attn_mask: bool (True = may attend) or float (added). causal_bottom_right aligns the causal
-    diagonal so the last query sees the last key when L_q != L_k. reference selects the naive
-    kernel. A fully masked query row gives zeros, not NaN."""
+    attn_mask: bool (True = may attend) or float (added). enable_gqa: key/value may have fewer
+    heads than query (torch 2.5). causal_bottom_right aligns the causal diagonal so the last query
+    sees the last key when L_q != L_k. reference selects the naive kernel. window=(left, right)
+    restricts each query to keys within left before / right after its diagonal (-1: unbounded).
+    key_padding_mask: bool (B, L_k), True = ignore that key. A fully masked query row gives zeros,
+    not NaN. Dropout on the fused path uses a counter-based mask (regenerated in the backward);
+    the reference path with weights uses torch's Dropout stream."""
     return _F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
-                                           scale, causal_bottom_right, reference, False)
+                                           scale, causal_bottom_right, reference, False,
+                                           enable_gqa, window[0], window[1], key_padding_mask)
 
 
 def scaled_dot_product_attention_with_weights(query, key, value, attn_mask=None, dropout_p=0.0,
-                                              is_causal=False, scale=None, *,
-                                              causal_bottom_right=False):
+                                              is_causal=False, scale=None, enable_gqa=False,
+                                              *, causal_bottom_right=False, window=(-1, -1),
+                                              key_padding_mask=None):
     """As scaled_dot_product_attention, also returning the attention weights (after dropout)."""
     return _F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
-                                           scale, causal_bottom_right, True, True)
+                                           scale, causal_bottom_right, True, True, enable_gqa,
+                                           window[0], window[1], key_padding_mask)
 
 
 def causal_mask(L_q, L_k, bottom_right=False):

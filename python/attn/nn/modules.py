@@ -12,6 +12,18 @@ from .._C import Tensor
 from . import functional as F
 
 
+class _C_no_grad:
+    """Grad mode off for a block (the nn package cannot import attn.no_grad: attn imports it)."""
+
+    def __enter__(self):
+        self._prev = _C.is_grad_enabled()
+        _C._set_grad_enabled(False)
+
+    def __exit__(self, *exc):
+        _C._set_grad_enabled(self._prev)
+        return False
+
+
 class Parameter(Tensor):
     """A Tensor that a Module registers as a parameter. Shares storage with `data`."""
 
@@ -241,6 +253,19 @@ class Module:
 
     def eval(self):
         return self.train(False)
+
+    def zero_grad(self, set_to_none=True):
+        """Resets the gradients of every parameter: None (the default, as torch's
+        set_to_none=True) or zeros."""
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                g = p.grad
+                with _C_no_grad():
+                    g.zero_()
 
     def requires_grad_(self, requires_grad=True):
         for p in self.parameters():

@@ -1,0 +1,81 @@
+"""Shared set-up for the Python tests: attn next to the oracle (python3-torch 1.13).
+
+Run with the built module on the path:
+    PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python
+
+Every test starts from the default print options and grad mode, and leaves them that way, so that
+tests can run in any order (and the generator is re-seeded by the tests that use it).
+"""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def _reset_global_state():
+    """Default print options and grad mode before and after every test (attn and torch)."""
+    import attn
+
+    def reset():
+        attn.set_printoptions(profile="default")
+        attn._C._set_grad_enabled(True)
+        if "torch" in sys.modules:
+            torch = sys.modules["torch"]
+            torch.set_printoptions(profile="default")
+            torch.set_grad_enabled(True)
+
+    reset()
+    yield
+    reset()
+
+
+# ---- helpers shared by the test files (imported as `from conftest import ...`) -------------------
+
+def to_attn(t):
+    """A torch tensor as an attn tensor holding the same values (a copy; float64 -> float32)."""
+    import attn
+    a = t.detach().cpu().numpy()
+    if a.dtype == np.float64:
+        a = a.astype(np.float32)
+    return attn.from_numpy(np.array(a, copy=True))
+
+
+def to_np(t):
+    """The values of an attn or torch tensor as a fresh NumPy array."""
+    if hasattr(t, "detach") and type(t).__module__.startswith("torch"):
+        return t.detach().cpu().numpy().copy()
+    return np.array(t.numpy(), copy=True)
+
+
+def bits(t):
+    """The raw bits of a tensor's values (float32 as uint32, int64 as int64, bool as uint8).
+
+    Every float32 NaN is mapped to the one canonical quiet NaN: which NaN a kernel produces (sign,
+    payload) is an artefact of its instruction sequence (torch's vectorised max gives 0xffffffff,
+    its scalar code 0x7fc00000), not a value. Signed zeros and everything else stay distinct."""
+    a = np.ascontiguousarray(to_np(t))
+    if a.dtype == np.float32:
+        u = a.view(np.uint32).copy()
+        u[np.isnan(a)] = 0x7FC00000
+        return u
+    if a.dtype == np.bool_:
+        return a.view(np.uint8)
+    return a
+
+
+def assert_same_bits(ours, theirs, what=""):
+    """Same shape, same dtype and bit-identical values (NaN payloads and -0.0 included)."""
+    a, b = to_np(ours), to_np(theirs)
+    assert a.shape == b.shape, "{}: shape {} != torch's {}".format(what, a.shape, b.shape)
+    assert a.dtype == b.dtype, "{}: dtype {} != torch's {}".format(what, a.dtype, b.dtype)
+    ba, bb = bits(ours), bits(theirs)
+    if not np.array_equal(ba, bb):
+        diff = np.flatnonzero(ba.reshape(-1) != bb.reshape(-1))
+        i = diff[0]
+        raise AssertionError("{}: {} of {} elements differ from torch's bits; first at flat index "
+                             "{}: {!r} vs torch {!r}".format(what, diff.size, ba.size, i,
+                                                              a.reshape(-1)[i], b.reshape(-1)[i]))
