@@ -44,6 +44,9 @@ class Module {
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
   Tensor parameter(const std::string& dotted_name) const;
 
+  // Resets the gradients of every parameter: undefined (set_to_none, PyTorch's default) or zero.
+  void zero_grad(bool set_to_none = true);
+
   virtual void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }

@@ -69,6 +69,8 @@ struct Storage {
   void* data = nullptr;
   std::size_t nbytes = 0;
   std::shared_ptr<void> owner;
+  // Bumped by every in-place write (autograd's version counter, shared by all views).
+  uint64_t version = 0;
   // 64-byte aligned, zero-initialised memory.
   static std::shared_ptr<Storage> allocate(std::size_t nbytes);
 };
@@ -117,10 +119,25 @@ class Tensor {
   T* data_ptr() const;
   void* raw_data() const;
 
-  // ---- autograd flags (gradients themselves come with the autograd layer) ----------------------
+  // ---- autograd (include/attn/autograd.h) ------------------------------------------------------
   bool requires_grad() const;
+  // Sets the flag on a leaf; on a result (a tensor with a grad_fn) only true is accepted (a no-op).
   Tensor& requires_grad_(bool value = true);
-  Tensor detach() const;  // shares storage, requires_grad false
+  Tensor detach() const;  // shares storage, requires_grad false, outside the graph
+  // No recorded op produced it (tensors that do not require grad are leaves too).
+  bool is_leaf() const;
+  // The gradient that backward passes accumulated into this leaf; undefined before the first pass
+  // (and for results, as PyTorch's .grad of a non-leaf is None).
+  Tensor grad() const;
+  // Replaces the accumulated gradient; an undefined tensor clears it (Python's `t.grad = None`).
+  // The gradient must be float32 with this tensor's shape.
+  void set_grad(const Tensor& grad);
+  // Runs the backward pass from this tensor (attn::backward): gradient defaults to 1 for a
+  // one-element tensor; retain_graph defaults to false (the graph's saved tensors are freed).
+  void backward(const Tensor& gradient = Tensor(),
+                std::optional<bool> retain_graph = std::nullopt) const;
+  // The storage's version counter (torch's t._version): how many in-place writes it has seen.
+  uint64_t version() const;
 
   // ---- conversion and copies -------------------------------------------------------------------
   Tensor contiguous() const;

@@ -1,71 +1,409 @@
+// The autograd graph (recording, in-place ops through views, version checks) and the engine that
+// runs the backward pass. The backward formulas live next to their ops.
 #include <attn/autograd.h>
+#include <attn/ops.h>
+
+#include <algorithm>
+#include <unordered_map>
 
 #include "../tensor/internal.h"
 
 namespace attn {
 
+using detail::fail;
+
 namespace {
 thread_local bool grad_enabled = true;
+
+// Where a tensor's elements sit in its storage.
+struct Geometry {
+  Shape sizes, strides;
+  int64_t offset = 0;
+};
+
+Geometry geometry_of(const TensorImpl& t) { return {t.sizes, t.strides, t.offset}; }
+
+// One past the last storage element the geometry touches (its offset when it has no elements).
+int64_t extent(const Geometry& g) {
+  int64_t e = g.offset;
+  for (std::size_t i = 0; i < g.sizes.size(); ++i) {
+    if (g.sizes[i] == 0) return g.offset;
+    e += (g.sizes[i] - 1) * g.strides[i];
+  }
+  return e + 1;
 }
+
+// A zero float32 tensor laid out in a fresh storage of `storage_numel` elements with geometry g,
+// so that a view geometry of the same original storage lines up with it.
+Tensor strided_zeros(const Geometry& g, int64_t storage_numel) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::allocate(std::size_t(storage_numel) * sizeof(float));
+  impl->sizes = g.sizes;
+  impl->strides = g.strides;
+  impl->offset = g.offset;
+  impl->dtype = Dtype::Float32;
+  return Tensor(impl);
+}
+
+Tensor view_on(const Tensor& t, const Geometry& g) {
+  return detail::make_view(t, g.sizes, g.strides, g.offset);
+}
+
+// The edge to the current history of `t` (its node, or t itself when it is a leaf that requires
+// grad), or an empty edge.
+Edge edge_to(const std::shared_ptr<TensorImpl>& t) {
+  Edge e;
+  e.shape = t->sizes;
+  if (!t->requires_grad) return e;
+  if (t->autograd && t->autograd->grad_fn)
+    e.fn = t->autograd->grad_fn;
+  else
+    e.leaf = t;
+  return e;
+}
+
+void link(Node& node) {
+  node.next.clear();
+  node.leaves.clear();
+  for (const Edge& e : node.inputs) {
+    if (e.fn)
+      node.next.push_back(e.fn);
+    else if (e.leaf)
+      node.leaves.push_back(e.leaf);
+  }
+}
+
+// A detached alias of t (same storage and geometry, no history), with t's current version.
+SavedTensor save(const Tensor& t) {
+  if (!t.defined()) return {};
+  auto impl = std::make_shared<TensorImpl>();
+  const TensorImpl& s = *t.impl();
+  impl->storage = s.storage;
+  impl->sizes = s.sizes;
+  impl->strides = s.strides;
+  impl->offset = s.offset;
+  impl->dtype = s.dtype;
+  return {Tensor(impl), s.storage->version};
+}
+
+std::shared_ptr<Node> make_node(const std::string& name, const std::vector<const Tensor*>& inputs,
+                                BackwardFn backward, std::vector<Tensor> saved) {
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  for (const Tensor* t : inputs) {
+    Edge e;
+    if (t && t->defined()) {
+      e.shape = t->shape();
+      if (t->requires_grad()) {
+        if (auto fn = grad_fn(*t))
+          e.fn = fn;
+        else
+          e.leaf = t->impl();
+      }
+    }
+    node->inputs.push_back(std::move(e));
+  }
+  link(*node);
+  node->backward = std::move(backward);
+  for (const Tensor& t : saved) node->saved.push_back(save(t));
+  return node;
+}
+
+// "AsStridedBackward0": the view `vg` of a base (geometry bg, history `base_edge`) whose history
+// was rewritten by an in-place op. Its gradient is scattered into zeros shaped like the base.
+std::shared_ptr<Node> as_strided_node(Edge base_edge, const Geometry& bg, const Geometry& vg) {
+  auto node = std::make_shared<Node>();
+  node->name = "AsStridedBackward0";
+  node->inputs.push_back(std::move(base_edge));
+  link(*node);
+  const int64_t n = std::max(extent(bg), extent(vg));
+  node->backward = [bg, vg, n](const Node&, const Tensor& grad) {
+    Tensor result = strided_zeros(bg, n);
+    view_on(result, vg).copy_(grad);
+    return std::vector<Tensor>{result};
+  };
+  return node;
+}
+
+AutogradMeta& meta_of(TensorImpl& t) {
+  if (!t.autograd) t.autograd = std::make_shared<AutogradMeta>();
+  return *t.autograd;
+}
+
+void accumulate(TensorImpl& leaf, const Tensor& grad) {
+  AutogradMeta& m = meta_of(leaf);
+  if (!m.grad.defined())
+    m.grad = grad.clone();  // never alias a gradient that other edges may still hold
+  else
+    m.grad.add_(grad);
+}
+
+}  // namespace
 
 bool is_grad_enabled() { return grad_enabled; }
 void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
 
 std::shared_ptr<Node> grad_fn(const Tensor& t) {
   if (!t.defined() || !t.impl()->autograd) return nullptr;
+  detail::refresh_view(*t.impl());
   return t.impl()->autograd->grad_fn;
+}
+
+Tensor Node::saved_tensor(std::size_t i) const {
+  if (released)
+    fail("backward", "trying to backward through the graph a second time (or to use saved tensors ",
+         "after they have been freed) at ", name,
+         ": saved intermediate values are freed by backward(); pass retain_graph=true to "
+         "backward through the graph again");
+  if (i >= saved.size()) return Tensor();
+  const SavedTensor& s = saved[i];
+  if (s.tensor.defined() && s.tensor.impl()->storage->version != s.version)
+    fail("backward",
+         "one of the variables needed for gradient computation has been modified by an inplace "
+         "operation: the ",
+         detail::tensor_desc(s.tensor), " tensor saved by ", name, " is at version ",
+         s.tensor.impl()->storage->version, "; expected version ", s.version,
+         " instead. Clone it before modifying it in place");
+  return s.tensor;
 }
 
 namespace detail {
 
-namespace {
-bool any_requires_grad(const std::vector<const Tensor*>& inputs) {
+bool should_record(const std::vector<const Tensor*>& inputs) {
+  if (!grad_enabled) return false;
   for (const Tensor* t : inputs)
     if (t && t->defined() && t->requires_grad()) return true;
   return false;
 }
 
-std::shared_ptr<Node> make_node(const std::string& name, const std::vector<const Tensor*>& inputs) {
-  auto node = std::make_shared<Node>();
-  node->name = name;
-  for (const Tensor* t : inputs) {
-    if (!t || !t->defined() || !t->requires_grad()) continue;
-    if (auto fn = grad_fn(*t))
-      node->next.push_back(fn);
-    else
-      node->leaves.push_back(t->impl());
-  }
-  return node;
+void bump_version(const Tensor& t) {
+  if (t.defined()) ++t.impl()->storage->version;
 }
-}  // namespace
 
-Tensor record(Tensor out, const std::string& name, const std::vector<const Tensor*>& inputs) {
-  if (!grad_enabled || !any_requires_grad(inputs)) {
-    // A result that does not depend on anything trainable is a plain tensor (views of a leaf
-    // that requires grad are handled by the caller passing the base as an input).
-    if (out.impl()->requires_grad && !out.impl()->autograd) out.impl()->requires_grad = false;
+Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  const int64_t lead = grad.dim() - int64_t(shape.size());
+  if (lead < 0)
+    fail("sum_to", "gradient ", shape_str(grad.shape()), " has fewer dims than ", shape_str(shape));
+  Shape dims;
+  for (int64_t i = 0; i < lead; ++i) dims.push_back(i);
+  for (int64_t i = 0; i < int64_t(shape.size()); ++i)
+    if (shape[i] == 1 && grad.shape()[lead + i] != 1) dims.push_back(lead + i);
+  Tensor r = dims.empty() ? grad : grad.sum(dims, true);
+  return r.reshape(shape);
+}
+
+void refresh_view(TensorImpl& impl) {
+  AutogradMeta* m = impl.autograd.get();
+  if (!m || !m->base) return;
+  const uint64_t v = impl.storage->version;
+  if (m->version == v) return;
+  m->version = v;
+  if (impl.requires_grad && !m->grad_fn) return;  // a leaf keeps its own identity
+  const TensorImpl& b = *m->base;
+  if (impl.dtype != Dtype::Float32 || !b.autograd || !b.autograd->grad_fn) return;
+  m->grad_fn = as_strided_node(edge_to(m->base), geometry_of(b), geometry_of(impl));
+  impl.requires_grad = true;
+}
+
+Tensor record(Tensor out, const std::string& name, const std::vector<const Tensor*>& inputs,
+              BackwardFn backward, std::vector<Tensor> saved) {
+  TensorImpl& im = *out.impl();
+  if (im.autograd && im.autograd->base) {
+    // Only the results of view ops (which share an input's storage) are views for autograd; an
+    // op that returns a view of its own fresh buffer (matmul's out.view(...)) is not.
+    bool view = false;
+    for (const Tensor* t : inputs)
+      if (t && t->defined() && t->impl()->storage == im.storage) view = true;
+    if (!view) im.autograd->base = nullptr;
+  }
+  if (!should_record(inputs)) {
+    // A result that does not depend on anything trainable is a plain tensor (a view of a leaf
+    // inherits requires_grad from make_view and loses it here when nothing was recorded).
+    if (!im.autograd || !im.autograd->grad_fn) im.requires_grad = false;
     return out;
   }
-  out.impl()->requires_grad = true;
-  out.impl()->autograd = std::make_shared<AutogradMeta>();
-  out.impl()->autograd->grad_fn = make_node(name, inputs);
+  AutogradMeta& m = meta_of(im);
+  m.grad_fn = make_node(name, inputs, std::move(backward), std::move(saved));
+  m.version = im.storage->version;
+  im.requires_grad = true;
   return out;
 }
 
 void check_inplace(const Tensor& self, const char* op) {
-  if (grad_enabled && self.defined() && self.requires_grad() && !grad_fn(self))
+  if (!grad_enabled || !self.defined() || !self.requires_grad()) return;
+  if (!grad_fn(self))
     fail(op, "a leaf tensor that requires grad (", shape_str(self.shape()),
+         ") is being used in an in-place operation; use detach() or attn::NoGradGuard");
+  const AutogradMeta* m = self.impl()->autograd.get();
+  if (m && m->base && m->base->requires_grad && !(m->base->autograd && m->base->autograd->grad_fn))
+    fail(op, "a view (", shape_str(self.shape()), ") of a leaf tensor that requires grad (",
+         shape_str(m->base->sizes),
          ") is being used in an in-place operation; use detach() or attn::NoGradGuard");
 }
 
-void record_inplace(Tensor& self, const std::string& name,
-                    const std::vector<const Tensor*>& inputs) {
-  if (!grad_enabled || !any_requires_grad(inputs)) return;
-  auto node = make_node(name, inputs);
-  self.impl()->requires_grad = true;
-  if (!self.impl()->autograd) self.impl()->autograd = std::make_shared<AutogradMeta>();
-  self.impl()->autograd->grad_fn = node;
+void record_inplace(Tensor& self, const std::string& name, const std::vector<const Tensor*>& inputs,
+                    BackwardFn backward, std::vector<Tensor> saved) {
+  if (!should_record(inputs)) return;
+  auto node = make_node(name, inputs, std::move(backward), std::move(saved));
+  TensorImpl& im = *self.impl();
+  AutogradMeta& m = meta_of(im);
+  const uint64_t version = im.storage->version;
+  if (!m.base) {
+    m.grad_fn = node;
+    m.version = version;
+    im.requires_grad = true;
+    return;
+  }
+  // Written through a view: the base's history becomes CopySlices(base's old history, node),
+  // and the view a view of that.
+  const std::shared_ptr<TensorImpl> base = m.base;
+  const Geometry bg = geometry_of(*base), vg = geometry_of(im);
+  const int64_t n = std::max(extent(bg), extent(vg));
+  auto cs = std::make_shared<Node>();
+  cs->name = "CopySlices";
+  cs->inputs.push_back(edge_to(base));
+  for (std::size_t i = 1; i < node->inputs.size(); ++i) cs->inputs.push_back(node->inputs[i]);
+  link(*cs);
+  cs->saved = node->saved;
+  cs->backward = [fn = node->backward, name, bg, vg, n](const Node& self_node, const Tensor& grad) {
+    if (!fn) fail("backward", name, " has no backward formula");
+    Tensor result = strided_zeros(bg, n);
+    result.copy_(grad);
+    Tensor viewed = view_on(result, vg);
+    // The op's formula sees the gradient of the viewed elements; what it returns for the old
+    // value of self replaces them, the base's other elements pass through unchanged.
+    std::vector<Tensor> grads = fn(self_node, viewed.clone());
+    if (grads.empty()) fail("backward", name, " returned no gradients");
+    if (grads[0].defined())
+      viewed.copy_(grads[0]);
+    else
+      viewed.zero_();
+    grads[0] = result;
+    return grads;
+  };
+  AutogradMeta& bm = meta_of(*base);
+  bm.grad_fn = cs;
+  bm.version = version;
+  base->requires_grad = true;
+  m.grad_fn = as_strided_node(edge_to(base), bg, vg);
+  m.version = version;
+  im.requires_grad = true;
 }
 
 }  // namespace detail
+
+// ---- the engine -----------------------------------------------------------------------------
+
+void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> retain_graph) {
+  if (!root.defined()) fail("backward", "called on an undefined tensor");
+  if (!root.requires_grad())
+    fail("backward", "element 0 of tensors does not require grad and does not have a grad_fn (",
+         detail::tensor_desc(root), ")");
+  Tensor grad = gradient;
+  if (!grad.defined()) {
+    if (root.numel() != 1)
+      fail("backward", "grad can be implicitly created only for scalar outputs; the output has ",
+           "shape ", shape_str(root.shape()), ": pass a gradient of that shape");
+    grad = ones(root.shape());
+  } else {
+    if (grad.dtype() != Dtype::Float32)
+      fail("backward", "gradient must be float32, got ", detail::tensor_desc(grad));
+    if (grad.shape() != root.shape())
+      fail("backward", "gradient has shape ", shape_str(grad.shape()),
+           " but the output it belongs to has shape ", shape_str(root.shape()));
+  }
+  NoGradGuard no_grad;
+  std::shared_ptr<Node> start = grad_fn(root);
+  if (!start) {  // a leaf: its gradient is the given one
+    accumulate(*root.impl(), grad);
+    return;
+  }
+
+  // Dependency counts: how many edges from nodes reachable from `start` point at each node.
+  std::unordered_map<Node*, int64_t> deps;
+  std::vector<std::shared_ptr<Node>> nodes{start};
+  deps[start.get()] = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    for (const Edge& e : nodes[i]->inputs) {
+      if (!e.fn) continue;
+      auto [it, inserted] = deps.try_emplace(e.fn.get(), 0);
+      if (inserted) nodes.push_back(e.fn);
+      ++it->second;
+    }
+
+  std::unordered_map<Node*, Tensor> pending;
+  pending[start.get()] = grad;
+  std::vector<Node*> ready{start.get()};
+  while (!ready.empty()) {
+    Node* node = ready.back();
+    ready.pop_back();
+    Tensor g = std::move(pending[node]);
+    pending.erase(node);
+    std::vector<Tensor> grads;
+    if (g.defined()) {
+      if (!node->backward) fail("backward", node->name, " has no backward formula");
+      grads = node->backward(*node, g);
+      if (grads.size() != node->inputs.size())
+        fail("backward", node->name, " returned ", grads.size(), " gradients for ",
+             node->inputs.size(), " inputs");
+    }
+    for (std::size_t i = 0; i < node->inputs.size(); ++i) {
+      const Edge& e = node->inputs[i];
+      if (!e.defined()) continue;
+      if (i < grads.size() && grads[i].defined()) {
+        const Tensor& gi = grads[i];
+        if (gi.shape() != e.shape || gi.dtype() != Dtype::Float32)
+          fail("backward", node->name, " returned a gradient ", detail::tensor_desc(gi),
+               " for its input ", i, " of shape ", shape_str(e.shape));
+        if (e.leaf) {
+          accumulate(*e.leaf, gi);
+        } else {
+          Tensor& p = pending[e.fn.get()];
+          p = p.defined() ? p + gi : gi;
+        }
+      }
+      if (e.fn && --deps[e.fn.get()] == 0) ready.push_back(e.fn.get());
+    }
+  }
+
+  if (!retain_graph.value_or(false))
+    for (const auto& n : nodes) {
+      bool any = false;
+      for (const SavedTensor& s : n->saved) any |= s.tensor.defined();
+      if (any) {
+        n->saved.clear();
+        n->released = true;
+      }
+    }
+}
+
+// ---- Tensor's autograd methods ----------------------------------------------------------------
+
+bool Tensor::is_leaf() const { return grad_fn(*this) == nullptr; }
+
+Tensor Tensor::grad() const {
+  if (!defined()) fail("grad", "undefined tensor");
+  const TensorImpl& im = *impl();
+  return im.autograd ? im.autograd->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& g) {
+  if (!defined()) fail("set_grad", "undefined tensor");
+  if (g.defined()) {
+    if (g.dtype() != Dtype::Float32 || g.shape() != shape())
+      fail("set_grad", "assigned grad ", detail::tensor_desc(g), " must be float32 of shape ",
+           shape_str(shape()));
+    meta_of(*impl()).grad = g.detach();
+  } else if (impl()->autograd) {
+    impl()->autograd->grad = Tensor();
+  }
+}
+
+void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph) const {
+  attn::backward(*this, gradient, retain_graph);
+}
+
+uint64_t Tensor::version() const { return impl()->storage->version; }
+
 }  // namespace attn

@@ -127,7 +127,21 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
                                    " embeddings (weight ", shape_str(weight.shape()), ")"));
     std::copy(wp + r * dim, wp + (r + 1) * dim, op + i * dim);
   }
-  return detail::record(out, "EmbeddingBackward0", {&weight});
+  // The gradient of each looked-up row is added to its row of the table (repeats add up).
+  return detail::record(out, "EmbeddingBackward0", {&weight},
+                        [n, dim](const Node& node, const Tensor& g) {
+                          const Tensor idx = node.saved_tensor(0);
+                          const Tensor gc = g.contiguous();
+                          Tensor dw = zeros({n, dim});
+                          const int64_t* ip = idx.data_ptr<int64_t>();
+                          const float* gp = gc.data_ptr<float>();
+                          float* dp = dw.data_ptr<float>();
+                          for (int64_t i = 0, m = idx.numel(); i < m; ++i)
+                            for (int64_t j = 0; j < dim; ++j)
+                              dp[ip[i] * dim + j] += gp[i * dim + j];
+                          return std::vector<Tensor>{dw};
+                        },
+                        {idx});
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {

@@ -61,6 +61,8 @@ Tensor& Module::register_parameter(const std::string& name, Tensor value, bool r
   if (!value.defined()) fail(fn, "parameter \"", name, "\" is an undefined tensor");
   if (value.dtype() != Dtype::Float32)
     fail(fn, "parameter \"", name, "\" must be float32, got ", dtype_name(value.dtype()));
+  // A parameter is a leaf, as nn.Parameter(t) is: a computed tensor is detached first.
+  if (grad_fn(value)) value = value.detach();
   value.requires_grad_(requires_grad);
   params_.push_back({name, std::move(value), true});
   return params_.back().value;
@@ -178,6 +180,19 @@ Tensor Module::parameter(const std::string& dotted_name) const {
   std::string known;
   for (const auto& [name, t] : named_parameters()) known += (known.empty() ? "" : ", ") + name;
   fail("Module.parameter", name(), " has no parameter \"", dotted_name, "\" (it has: ", known, ")");
+}
+
+void Module::zero_grad(bool set_to_none) {
+  for (auto& [name, t] : named_parameters()) {
+    Tensor g = t.grad();
+    if (!g.defined()) continue;
+    if (set_to_none) {
+      t.set_grad(Tensor());
+    } else {
+      NoGradGuard no_grad;
+      g.zero_();
+    }
+  }
 }
 
 void Module::train(bool on) {

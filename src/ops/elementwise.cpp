@@ -1,11 +1,10 @@
 // Broadcasting elementwise arithmetic, comparisons and unary math with PyTorch's type promotion.
+#include <attn/autograd.h>
 #include <attn/ops.h>
 
-#include <cmath>
 #include <cctype>
+#include <cmath>
 #include <cstring>
-
-#include <attn/autograd.h>
 
 #include "../tensor/internal.h"
 
@@ -95,9 +94,115 @@ const char* node_name(Op op, int form) {
   }
 }
 
-Tensor graph(Tensor out, Op op, int form, const Tensor* a, const Tensor* b) {
-  if (const char* name = node_name(op, form)) return detail::record(out, name, {a, b});
-  return out;
+// ---- backward formulas of the arithmetic ops
+// ------------------------------------------------------
+//
+// form 0: a op b with tensors a, b (slots 0, 1); form 1: a op s; form 2: s op b (the tensor is in
+// slot 0). Saved tensors: slot 0 the first tensor operand, slot 1 the second (form 0), slot 2 the
+// result. Gradients of broadcast operands are summed back to their shapes.
+std::vector<Tensor> binary_grads(Op op, int form, const Scalar& s, const Node& n, const Tensor& g,
+                                 const Shape& sa, const Shape& sb) {
+  const bool need_a = n.needs_input_grad(0), need_b = form == 0 && n.needs_input_grad(1);
+  Tensor ga, gb;
+  if (form == 1) {  // a op s
+    switch (op) {
+      case Op::Add:
+      case Op::Sub: ga = g; break;
+      case Op::Mul: ga = g * s; break;
+      case Op::Div: ga = g / s; break;
+      case Op::Pow:  // PowBackward0: e * x^(e-1), zero for e == 0
+        ga = s.to_double() == 0.0 ? zeros(g.shape())
+                                  : g * (n.saved_tensor(0).pow(Scalar(s.to_double() - 1.0)) * s);
+        break;
+      default: break;
+    }
+    return {ga, Tensor()};
+  }
+  if (form == 2) {  // s op b, b in slot 0
+    const Tensor x = n.saved_tensor(0), r = n.saved_tensor(2);
+    switch (op) {
+      case Op::Add: ga = g; break;
+      case Op::Sub: ga = -g; break;
+      case Op::Mul: ga = g * s; break;
+      case Op::Div: ga = -(g * s) / (x * x); break;  // s / x
+      case Op::Pow: {  // PowBackward2: s^x log(s), 0 where s == 0, x >= 0
+        Tensor d = g * r * std::log(s.to_double());
+        ga = s.to_double() == 0.0 ? where(x >= Scalar(0), zeros(d.shape()), d) : d;
+        break;
+      }
+      default: break;
+    }
+    return {ga, Tensor()};
+  }
+  const Tensor a = n.saved_tensor(0), b = n.saved_tensor(1);
+  switch (op) {
+    case Op::Add:
+      ga = g;
+      gb = g;
+      break;
+    case Op::Sub:
+      ga = g;
+      if (need_b) gb = -g;
+      break;
+    case Op::Mul:
+      if (need_a) ga = g * b;
+      if (need_b) gb = g * a;
+      break;
+    case Op::Div:
+      if (need_a) ga = g / b;
+      if (need_b) gb = -(g * a) / (b * b);
+      break;
+    case Op::Pow: {  // PowBackward1
+      if (need_a) ga = where(b == Scalar(0), zeros(g.shape()), g * b * a.pow(b - Scalar(1)));
+      if (need_b) {
+        Tensor d = g * n.saved_tensor(2) * a.log();
+        gb = where((a == Scalar(0)) & (b >= Scalar(0)), zeros(d.shape()), d);
+      }
+      break;
+    }
+    case Op::Max:
+    case Op::Min: {  // ties split the gradient in halves, as torch.maximum's backward
+      Tensor shared = where(a == b, g / 2.0, g);
+      if (need_a) ga = shared.masked_fill(op == Op::Max ? a < b : a > b, 0.0);
+      if (need_b) gb = shared.masked_fill(op == Op::Max ? a > b : a < b, 0.0);
+      break;
+    }
+    default: break;
+  }
+  if (ga.defined()) ga = detail::sum_to(ga, sa);
+  if (gb.defined()) gb = detail::sum_to(gb, sb);
+  return {need_a ? ga : Tensor(), need_b ? gb : Tensor()};
+}
+
+Tensor graph(Tensor out, Op op, int form, const Tensor* a, const Tensor* b, const Scalar& s = 0) {
+  const char* name = node_name(op, form);
+  if (!name) return out;
+  if (!detail::should_record({a, b})) return detail::record(out, name, {a, b});
+  // Save only what the formulas read (an operand is read for the other operand's gradient).
+  std::vector<Tensor> saved(3);
+  if (form == 0) {
+    const bool ra = a->requires_grad(), rb = b->requires_grad();
+    switch (op) {
+      case Op::Mul: saved = {rb ? *a : Tensor(), ra ? *b : Tensor(), Tensor()}; break;
+      case Op::Div: saved = {rb ? *a : Tensor(), *b, Tensor()}; break;
+      case Op::Pow: saved = {*a, *b, rb ? out : Tensor()}; break;
+      case Op::Max:
+      case Op::Min: saved = {*a, *b, Tensor()}; break;
+      default: break;
+    }
+  } else if (form == 1) {
+    if (op == Op::Pow) saved[0] = *a;
+  } else {
+    if (op == Op::Div || (op == Op::Pow && s.to_double() == 0.0)) saved[0] = *a;
+    if (op == Op::Pow) saved[2] = out;
+  }
+  const Shape sa = a->shape(), sb = b ? b->shape() : Shape{};
+  return detail::record(
+      out, name, {a, b},
+      [op, form, s, sa, sb](const Node& n, const Tensor& g) {
+        return binary_grads(op, form, s, n, g, sa, sb);
+      },
+      std::move(saved));
 }
 
 // torch's integer power (c10 powi): exponentiation by squaring with wrap-around on overflow;
@@ -267,14 +372,14 @@ Tensor binary_ts(Op op, const Tensor& a, const Scalar& s) {
   // Only a tensor ** negative Python int is refused; tensor exponents follow int_pow.
   if (op == Op::Pow && ct == Dtype::Int64 && s.to_int() < 0)
     fail("pow", "integers to negative integer powers are not allowed (exponent ", s.to_int(), ")");
-  return graph(binary(op, a, detail::scalar_tensor(s, ct), ct), op, 1, &a, nullptr);
+  return graph(binary(op, a, detail::scalar_tensor(s, ct), ct), op, 1, &a, nullptr, s);
 }
 
 Tensor binary_st(Op op, const Scalar& s, const Tensor& b) {
   if (!b.defined()) fail(op_name(op), "undefined tensor argument");
   Dtype st = detail::promote_scalar(b.dtype(), s);
   Dtype ct = compute_type(op, st, b.dtype());
-  return graph(binary(op, detail::scalar_tensor(s, ct), b, ct), op, 2, &b, nullptr);
+  return graph(binary(op, detail::scalar_tensor(s, ct), b, ct), op, 2, &b, nullptr, s);
 }
 
 Tensor& inplace(Op op, Tensor& self, const Tensor& other) {
@@ -283,8 +388,44 @@ Tensor& inplace(Op op, Tensor& self, const Tensor& other) {
   if (ct == Dtype::Float32 && self.dtype() != Dtype::Float32)
     fail(op_name(op), "result type Float can't be cast to the desired output type ",
          dtype_name(self.dtype()));
-  binary(op, self, other, ct, self);
-  if (const char* name = node_name(op, 0)) detail::record_inplace(self, name, {&self, &other});
+  const char* name = node_name(op, 0);
+  const bool rec = name && detail::should_record({&self, &other});
+  // Mul and div read the other operand for self's gradient and the old self for other's: save
+  // them before self is overwritten (other too when it shares self's storage).
+  Tensor other_saved, self_old;
+  if (rec && (op == Op::Mul || op == Op::Div)) {
+    NoGradGuard no_grad;
+    other_saved = other.impl()->storage == self.impl()->storage ? other.clone() : other;
+    if (other.requires_grad()) self_old = self.clone();
+  }
+  {
+    NoGradGuard no_grad;  // the internal copy into self is not part of the graph
+    binary(op, self, other, ct, self);
+  }
+  if (!rec) return self;
+  const Shape other_shape = other.shape();
+  detail::record_inplace(self, name, {&self, &other},
+                         [op, other_shape](const Node& n, const Tensor& g) {
+                           Tensor gs, go;
+                           const Tensor o = n.saved_tensor(0), old = n.saved_tensor(1);
+                           switch (op) {
+                             case Op::Add: gs = g, go = g; break;
+                             case Op::Sub: gs = g, go = -g; break;
+                             case Op::Mul:
+                               if (n.needs_input_grad(0)) gs = g * o;
+                               if (n.needs_input_grad(1)) go = g * old;
+                               break;
+                             case Op::Div:
+                               if (n.needs_input_grad(0)) gs = g / o;
+                               if (n.needs_input_grad(1)) go = -(g * old) / (o * o);
+                               break;
+                             default: break;
+                           }
+                           return std::vector<Tensor>{
+                               n.needs_input_grad(0) ? gs : Tensor(),
+                               n.needs_input_grad(1) ? detail::sum_to(go, other_shape) : Tensor()};
+                         },
+                         {other_saved, self_old});
   return self;
 }
 
@@ -294,13 +435,24 @@ Tensor& inplace_s(Op op, Tensor& self, const Scalar& s) {
   if (ct == Dtype::Float32 && self.dtype() != Dtype::Float32)
     fail(op_name(op), "result type Float can't be cast to the desired output type ",
          dtype_name(self.dtype()));
-  binary(op, self, detail::scalar_tensor(s, ct), ct, self);
-  if (const char* name = node_name(op, 1)) detail::record_inplace(self, name, {&self});
+  {
+    NoGradGuard no_grad;  // the internal copy into self is not part of the graph
+    binary(op, self, detail::scalar_tensor(s, ct), ct, self);
+  }
+  if (const char* name = node_name(op, 1))
+    detail::record_inplace(self, name, {&self}, [op, s](const Node&, const Tensor& g) {
+      return std::vector<Tensor>{op == Op::Mul ? g * s : op == Op::Div ? g / s : g};
+    });
   return self;
 }
 
+// The gradient of a unary op from the output gradient g, the input x and the result y (each
+// saved only when the formula reads it).
+using UnaryGrad = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& y);
+enum Saves { kSaveInput = 1, kSaveResult = 2 };
+
 template <typename F>
-Tensor unary_float(const Tensor& t, const char* fn, F f) {
+Tensor unary_float(const Tensor& t, const char* fn, F f, UnaryGrad grad, int saves) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
   Tensor src = t.to(Dtype::Float32);
   Tensor out = detail::make_tensor(t.shape(), Dtype::Float32);
@@ -311,8 +463,15 @@ Tensor unary_float(const Tensor& t, const char* fn, F f) {
                           [&](const std::array<int64_t, 1>& o) { po[i++] = f(ps[o[0]]); });
   std::string node = fn;
   node[0] = char(std::toupper(node[0]));
-  return detail::record(out, node + "Backward0", {&t});
+  return detail::record(out, node + "Backward0", {&t},
+                        [grad](const Node& n, const Tensor& g) {
+                          return std::vector<Tensor>{grad(g, n.saved_tensor(0), n.saved_tensor(1))};
+                        },
+                        {saves & kSaveInput ? t : Tensor(), saves & kSaveResult ? out : Tensor()});
 }
+
+// sign(x) as float: -1, 0 or 1 (abs's derivative, 0 at 0 as torch's).
+Tensor sign(const Tensor& x) { return (x > Scalar(0)).float_() - (x < Scalar(0)).float_(); }
 
 template <typename F>
 Tensor unary_pred(const Tensor& t, const char* fn, F f) {
@@ -399,45 +558,71 @@ Tensor Tensor::pow(Scalar e) const { return binary_ts(Op::Pow, *this, e); }
 Tensor Tensor::pow(const Tensor& e) const { return binary_tt(Op::Pow, *this, e); }
 
 Tensor Tensor::exp() const {
-  return unary_float(*this, "exp", [](float x) { return std::exp(x); });
+  return unary_float(
+      *this, "exp", [](float x) { return std::exp(x); },
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y; }, kSaveResult);
 }
 Tensor Tensor::log() const {
-  return unary_float(*this, "log", [](float x) { return std::log(x); });
+  return unary_float(
+      *this, "log", [](float x) { return std::log(x); },
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g / x; }, kSaveInput);
 }
 Tensor Tensor::sqrt() const {
-  return unary_float(*this, "sqrt", [](float x) { return std::sqrt(x); });
+  return unary_float(
+      *this, "sqrt", [](float x) { return std::sqrt(x); },
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g / (y * 2.0); }, kSaveResult);
 }
 Tensor Tensor::rsqrt() const {
-  return unary_float(*this, "rsqrt", [](float x) { return 1.0f / std::sqrt(x); });
+  return unary_float(
+      *this, "rsqrt", [](float x) { return 1.0f / std::sqrt(x); },
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y * y * y) * -0.5; },
+      kSaveResult);
 }
 Tensor Tensor::tanh() const {
-  return unary_float(*this, "tanh", [](float x) { return std::tanh(x); });
+  return unary_float(
+      *this, "tanh", [](float x) { return std::tanh(x); },
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (1.0 - y * y); },
+      kSaveResult);
 }
 Tensor Tensor::sigmoid() const {
-  return unary_float(*this, "sigmoid", [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+  return unary_float(
+      *this, "sigmoid", [](float x) { return 1.0f / (1.0f + std::exp(-x)); },
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y * (1.0 - y)); },
+      kSaveResult);
 }
 Tensor Tensor::abs() const {
   if (dtype() == Dtype::Bool) fail("abs", "not implemented for bool tensors");
   if (dtype() == Dtype::Int64) return where(*this < Scalar(0), -*this, *this);
-  return unary_float(*this, "abs", [](float x) { return std::fabs(x); });
+  return unary_float(
+      *this, "abs", [](float x) { return std::fabs(x); },
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * sign(x); }, kSaveInput);
 }
 Tensor Tensor::neg() const {
   if (dtype() == Dtype::Bool)
     fail("neg", "negation, the `-` operator, on a bool tensor is not supported; use ~");
   if (dtype() == Dtype::Int64) return binary_st(Op::Sub, Scalar(0), *this);
-  return unary_float(*this, "neg", [](float x) { return -x; });
+  return unary_float(
+      *this, "neg", [](float x) { return -x; },
+      [](const Tensor& g, const Tensor&, const Tensor&) { return -g; }, 0);
 }
 Tensor Tensor::relu() const {
   if (dtype() != Dtype::Float32) return where(*this > Scalar(0), *this, zeros_like(*this));
-  return unary_float(*this, "relu", [](float x) { return x < 0 ? 0.f : x; });  // -0, NaN kept
+  return unary_float(
+      *this, "relu", [](float x) { return x < 0 ? 0.f : x; },
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y > Scalar(0)).float_(); },
+      kSaveResult);  // -0, NaN kept
 }
 Tensor Tensor::ceil() const {
   if (dtype() != Dtype::Float32) return clone();
-  return unary_float(*this, "ceil", [](float x) { return std::ceil(x); });
+  return unary_float(
+      *this, "ceil", [](float x) { return std::ceil(x); },
+      [](const Tensor& g, const Tensor&, const Tensor&) { return zeros(g.shape()); }, 0);
 }
 Tensor Tensor::floor() const {
   if (dtype() != Dtype::Float32) return clone();
-  return unary_float(*this, "floor", [](float x) { return std::floor(x); });
+  return unary_float(
+      *this, "floor", [](float x) { return std::floor(x); },
+      [](const Tensor& g, const Tensor&, const Tensor&) { return zeros(g.shape()); }, 0);
 }
 Tensor Tensor::isnan() const {
   return unary_pred(*this, "isnan", [](float x) { return std::isnan(x); });
@@ -450,13 +635,16 @@ Tensor Tensor::isfinite() const {
 }
 Tensor Tensor::logical_not() const { return *this == Scalar(0); }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+namespace {
+
+Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor& b) {
   if (cond.dtype() != Dtype::Bool)
     fail("where", "condition must be a bool tensor, got ", detail::tensor_desc(cond));
   Shape s =
       broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Dtype dt = detail::promote(a.dtype(), b.dtype());
   Tensor out = detail::make_tensor(s, dt);
+  NoGradGuard no_grad;  // the internal copies are not part of the graph
   out.copy_(b.to(dt).expand(s));
   Tensor c = cond.expand(s).contiguous();
   Tensor av = a.to(dt).expand(s).contiguous();
@@ -466,7 +654,24 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const char* pa = static_cast<const char*>(av.raw_data());
   for (int64_t i = 0; i < out.numel(); ++i)
     if (pc[i]) std::memcpy(po + i * isz, pa + i * isz, isz);
-  return detail::record(out, "WhereBackward0", {&a, &b});
+  return out;
+}
+
+}  // namespace
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  Tensor out = where_impl(cond, a, b);
+  // Each operand gets the gradient where it was picked, summed back to its shape.
+  return detail::record(
+      out, "WhereBackward0", {&a, &b},
+      [sa = a.shape(), sb = b.shape()](const Node& n, const Tensor& g) {
+        const Tensor c = n.saved_tensor(0);
+        const Tensor z = zeros(g.shape());
+        return std::vector<Tensor>{
+            n.needs_input_grad(0) ? detail::sum_to(where(c, g, z), sa) : Tensor(),
+            n.needs_input_grad(1) ? detail::sum_to(where(c, z, g), sb) : Tensor()};
+      },
+      {cond});
 }
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
@@ -497,7 +702,13 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
                           [&](const std::array<int64_t, 1>& o) {
                             if (pm[i++]) std::memcpy(base + o[0] * isz, pv, isz);
                           });
-  detail::record_inplace(*this, "MaskedFillBackward0", {this});
+  detail::bump_version(*this);
+  // The filled elements no longer depend on the old value.
+  detail::record_inplace(*this, "MaskedFillBackward0", {this},
+                         [](const Node& n, const Tensor& g) {
+                           return std::vector<Tensor>{g.masked_fill(n.saved_tensor(0), 0.0)};
+                         },
+                         {mask});
   return *this;
 }
 

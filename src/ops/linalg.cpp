@@ -1,4 +1,5 @@
 // matmul (through OpenBLAS), dot, cat/stack and the thread setting.
+#include <attn/autograd.h>
 #include <attn/ops.h>
 #include <cblas.h>
 #include <omp.h>
@@ -6,8 +7,6 @@
 #include <algorithm>
 #include <optional>
 #include <vector>
-
-#include <attn/autograd.h>
 
 #include "../tensor/internal.h"
 
@@ -59,6 +58,7 @@ std::vector<float> pack(const Mat<float>& m) {
 // sum of rounded products (no FMA: this file is compiled with -ffp-contract=off), the order of a
 // textbook loop; it reproduces the seeds' printed values where OpenBLAS's FMA kernels differ in the
 // last bit (seed 001's attention score -294.6534).
+// Long dot products (K > 64) always go to BLAS, whose blocked sums are more accurate.
 constexpr int64_t kSmallGemmFlops = 1 << 15;
 
 void gemm_small(const Mat<float>& a, const Mat<float>& b, float* out) {
@@ -82,7 +82,7 @@ void gemm(const Mat<float>& a, const Mat<float>& b, float* out) {
     std::fill(out, out + M * N, 0.f);
     return;
   }
-  if (M * N * K <= kSmallGemmFlops) {
+  if (K <= 64 && M * N * K <= kSmallGemmFlops) {
     gemm_small(a, b, out);
     return;
   }
@@ -190,6 +190,34 @@ void batched_matmul(const Tensor& a, const Tensor& b, const Shape& batch, Tensor
   }
 }
 
+// MmBackward0 and friends, for every matmul variant: with a 1-D operand promoted to a matrix
+// (a (K) -> (1, K), b (K) -> (K, 1)) and the output gradient shaped accordingly,
+//   da = g @ b^T   and   db = a^T @ g,
+// each summed over the batch dims its operand was broadcast along.
+// Each operand is saved only when the other one's gradient needs it (as PyTorch's MmBackward0).
+Tensor record_matmul(Tensor out, const char* node, const Tensor& a_in, const Tensor& b_in) {
+  const Shape sa = a_in.shape(), sb = b_in.shape();
+  auto backward = [sa, sb](const Node& n, const Tensor& grad) {
+    Tensor a = n.saved_tensor(0), b = n.saved_tensor(1), g = grad;
+    Shape ma = sa, mb = sb;  // the operands' shapes as matrices
+    if (sb.size() == 1) {
+      mb.push_back(1);
+      g = g.unsqueeze(-1);
+    }
+    if (sa.size() == 1) {
+      ma.insert(ma.begin(), 1);
+      g = g.unsqueeze(-2);
+    }
+    Tensor da, db;
+    if (n.needs_input_grad(0)) da = detail::sum_to(matmul(g, b.reshape(mb).mT()), ma).reshape(sa);
+    if (n.needs_input_grad(1)) db = detail::sum_to(matmul(a.reshape(ma).mT(), g), mb).reshape(sb);
+    return std::vector<Tensor>{da, db};
+  };
+  return detail::record(
+      out, node, {&a_in, &b_in}, backward,
+      {b_in.requires_grad() ? a_in : Tensor(), a_in.requires_grad() ? b_in : Tensor()});
+}
+
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
@@ -223,6 +251,12 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   out_shape.push_back(M);
   out_shape.push_back(N);
   Tensor out = detail::make_tensor(out_shape, a.dtype());
+  if (a1 && b1 && K > 64 && a.dtype() == Dtype::Float32) {
+    // A long dot product: OpenBLAS's sdot (several accumulators), as torch.dot uses.
+    *out.data_ptr<float>() = cblas_sdot(int(K), a_in.data_ptr<float>(), int(a_in.stride(0)),
+                                        b_in.data_ptr<float>(), int(b_in.stride(0)));
+    return record_matmul(out.view({}), "DotBackward0", a_in, b_in);
+  }
   if (a.dtype() == Dtype::Float32)
     batched_matmul<float>(a, b, batch, out);
   else
@@ -241,7 +275,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
                      : folded_2d && (M == 1 || N == 1)    ? "TransposeBackward0"
                      : folded_2d                          ? "CloneBackward0"
                                                           : "UnsafeViewBackward0";
-  return detail::record(out.view(final_shape), node, {&a_in, &b_in});
+  return record_matmul(out.view(final_shape), node, a_in, b_in);
 }
 
 Tensor Tensor::matmul(const Tensor& other) const { return attn::matmul(*this, other); }
@@ -291,14 +325,34 @@ Tensor cat(const std::vector<Tensor>& all, int64_t dim) {
   }
   shape[d] = total;
   Tensor out = detail::make_tensor(shape, dt);
-  int64_t at = 0;
-  for (const auto& t : ts) {
-    out.slice(d, at, at + t.shape()[d]).copy_(t);
-    at += t.shape()[d];
+  {
+    NoGradGuard no_grad;  // the copies into the result are internal
+    int64_t at = 0;
+    for (const auto& t : ts) {
+      out.slice(d, at, at + t.shape()[d]).copy_(t);
+      at += t.shape()[d];
+    }
   }
+  // Each input's gradient is its slice of the result's (skipped 1-D empty inputs get empty ones).
   std::vector<const Tensor*> inputs;
-  for (const auto& t : all) inputs.push_back(&t);
-  return detail::record(out, "CatBackward0", inputs);
+  std::vector<int64_t> starts, lengths;
+  int64_t at = 0;
+  for (const auto& t : all) {
+    inputs.push_back(&t);
+    const bool skipped = t.dim() == 1 && t.numel() == 0;
+    starts.push_back(skipped ? -1 : at);
+    lengths.push_back(skipped ? 0 : t.shape()[d]);
+    if (!skipped) at += t.shape()[d];
+  }
+  return detail::record(
+      out, "CatBackward0", inputs, [d, starts, lengths](const Node& n, const Tensor& g) {
+        std::vector<Tensor> grads(starts.size());
+        for (std::size_t i = 0; i < starts.size(); ++i) {
+          if (!n.needs_input_grad(i)) continue;
+          grads[i] = starts[i] < 0 ? zeros({0}) : g.narrow(d, starts[i], lengths[i]);
+        }
+        return grads;
+      });
 }
 
 Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
@@ -315,7 +369,18 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
   }
   std::vector<const Tensor*> inputs;
   for (const auto& t : ts) inputs.push_back(&t);
-  return detail::record(cat(us, d), "StackBackward0", inputs);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = cat(us, d);
+  }
+  // Input i's gradient is the result's gradient at index i along the new dim.
+  return detail::record(out, "StackBackward0", inputs, [d](const Node& n, const Tensor& g) {
+    std::vector<Tensor> grads(n.inputs.size());
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      if (n.needs_input_grad(i)) grads[i] = g.select(d, int64_t(i));
+    return grads;
+  });
 }
 
 void set_num_threads(int n) {

@@ -1,13 +1,13 @@
 // Reductions (sum, mean, var, max, min, argmax) and softmax.
+#include <attn/autograd.h>
 #include <attn/ops.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 
 #include "../kernels/cpu/softmax.h"
-#include <attn/autograd.h>
-
 #include "../tensor/internal.h"
 
 namespace attn {
@@ -21,10 +21,12 @@ struct Plan {
   Tensor arranged;  // contiguous, reduced dims moved last: (outer, inner)
   int64_t outer = 1, inner = 1;
   bool innermost_reduced = true;  // the tensor's last dim is reduced (PyTorch's "inner" sum)
+  int64_t columns = 1;            // elements of the kept dims after the last reduced dim
 };
 
 Plan plan(const Tensor& t, Shape dims, bool keepdim, const char* fn) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
+  NoGradGuard no_grad;  // the rearranged copy is internal, not part of the graph
   int64_t nd = t.dim();
   std::vector<bool> red(std::max<int64_t>(nd, 1), false);
   if (dims.empty())
@@ -57,21 +59,9 @@ Plan plan(const Tensor& t, Shape dims, bool keepdim, const char* fn) {
       p.out_shape.push_back(1);
   }
   p.innermost_reduced = nd == 0 || red[nd - 1];
+  for (int64_t i = nd - 1; i >= 0 && !red[i]; --i) p.columns *= t.shape()[i];
   p.arranged = (nd == 0 ? t : t.permute(perm)).contiguous();
   return p;
-}
-
-// f(x, n, innermost_reduced) reduces one output's n contiguous inputs.
-template <typename F>
-Tensor reduce_float(const Tensor& t, Shape dims, bool keepdim, const char* fn, F f) {
-  Plan p = plan(t, std::move(dims), keepdim, fn);
-  Tensor src = p.arranged.to(Dtype::Float32);
-  Tensor out = detail::make_tensor(p.out_shape, Dtype::Float32);
-  const float* ps = src.data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  for (int64_t o = 0; o < p.outer; ++o)
-    po[o] = f(ps + o * p.inner, p.inner, p.innermost_reduced);
-  return out;
 }
 
 double sum_of(const float* x, int64_t n) {
@@ -118,7 +108,9 @@ std::array<std::array<float, Lanes>, Ilp> multi_row_sum(const float* x, int64_t 
   return acc[0];
 }
 
-// PyTorch's order when the reduced dim is not the innermost one: one cascade per output.
+// PyTorch's order when the reduced dim is not the innermost one (its "outer" sum over `columns`
+// contiguous outputs): columns go in blocks (32 when there are at least 8 columns, else 4), each
+// column of a full block summed by one cascade; the leftover columns use the interleaved row_sum.
 float cascade_sum(const float* x, int64_t n) { return multi_row_sum<1, 1>(x, n)[0][0]; }
 
 // PyTorch's row_sum: groups of 4 (interleaved), the remainder added to the first partial sum.
@@ -144,6 +136,132 @@ float torch_sum(const float* x, int64_t n) {
   return acc;
 }
 
+enum class SumOrder { Inner, OuterRow, OuterCascade };
+
+float sum_in_order(const float* x, int64_t n, SumOrder order) {
+  switch (order) {
+    case SumOrder::Inner: return torch_sum(x, n);
+    case SumOrder::OuterRow: return row_sum<1>(x, n)[0];
+    case SumOrder::OuterCascade: return cascade_sum(x, n);
+  }
+  return 0;
+}
+
+// f(x, n, order) reduces one output's n contiguous inputs; `order` is the summation order PyTorch
+// uses for that output (see sum_in_order).
+template <typename F>
+Tensor reduce_float(const Tensor& t, Shape dims, bool keepdim, const char* fn, F f) {
+  Plan p = plan(t, std::move(dims), keepdim, fn);
+  Tensor src = p.arranged.to(Dtype::Float32);
+  Tensor out = detail::make_tensor(p.out_shape, Dtype::Float32);
+  const float* ps = src.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  const int64_t block = p.columns >= 8 ? 32 : 4;
+  const int64_t blocked = (p.columns / block) * block;
+  for (int64_t o = 0; o < p.outer; ++o) {
+    const SumOrder order = p.innermost_reduced        ? SumOrder::Inner
+                           : o % p.columns >= blocked ? SumOrder::OuterRow
+                                                      : SumOrder::OuterCascade;
+    po[o] = f(ps + o * p.inner, p.inner, order);
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- backward formulas of the reductions
+// ----------------------------------------------------------
+namespace {
+
+// The dims a reduction over `dims` of an nd-dim tensor reduces (every dim when `dims` is empty),
+// wrapped and sorted.
+Shape reduced_dims(const Shape& dims, int64_t nd) {
+  Shape red;
+  if (dims.empty() || nd == 0) {
+    for (int64_t i = 0; i < nd; ++i) red.push_back(i);
+    return red;
+  }
+  // Invalid dims are skipped: the forward, which runs next, reports them with its own name.
+  for (int64_t d : dims)
+    if (d >= -nd && d < nd) red.push_back(d < 0 ? d + nd : d);
+  std::sort(red.begin(), red.end());
+  red.erase(std::unique(red.begin(), red.end()), red.end());
+  return red;
+}
+
+// A reduction's result (or its gradient) broadcast back over the reduced dims of `in_shape`.
+Tensor expand_back(const Tensor& r, const Shape& in_shape, const Shape& red, bool keepdim) {
+  Tensor t = r;
+  if (!keepdim)
+    for (int64_t d : red) t = t.unsqueeze(d);
+  return t.expand(in_shape);
+}
+
+int64_t reduced_count(const Shape& in_shape, const Shape& red) {
+  int64_t n = 1;
+  for (int64_t d : red) n *= in_shape[d];
+  return n;
+}
+
+std::vector<Tensor> one(Tensor g) { return {std::move(g)}; }
+
+// Sum: the gradient is copied to every reduced element; mean also divides by their count.
+BackwardFn sum_backward(const Tensor& t, const Shape& dims, bool keepdim, bool mean) {
+  const Shape in_shape = t.shape(), red = reduced_dims(dims, t.dim());
+  const double count = double(reduced_count(in_shape, red));
+  return [in_shape, red, keepdim, mean, count](const Node&, const Tensor& g) {
+    Tensor e = expand_back(g, in_shape, red, keepdim);
+    return one(mean ? e / count : e);
+  };
+}
+
+// var = sum((x - mean)^2) / (n - correction): d/dx = 2 (x - mean) / (n - correction).
+BackwardFn var_backward(const Tensor& t, const Shape& dims, bool unbiased, bool keepdim) {
+  const Shape in_shape = t.shape(), red = reduced_dims(dims, t.dim());
+  const double denom = double(reduced_count(in_shape, red) - (unbiased ? 1 : 0));
+  return [in_shape, red, keepdim, denom](const Node& n, const Tensor& g) {
+    const Tensor x = n.saved_tensor(0);
+    Tensor centered = red.empty() ? x - x : x - x.mean(red, true);
+    return one(expand_back(g, in_shape, red, keepdim) * centered * (2.0 / denom));
+  };
+}
+
+// max() / min() / amax: the gradient is shared evenly by the elements equal to the result (NaN
+// results select the NaN elements), as torch's evenly_distribute_backward and amax's backward.
+BackwardFn evenly_backward(const Tensor& t, const Shape& dims, bool keepdim) {
+  const Shape in_shape = t.shape(), red = reduced_dims(dims, t.dim());
+  return [in_shape, red, keepdim](const Node& n, const Tensor& g) {
+    const Tensor x = n.saved_tensor(0), r = expand_back(n.saved_tensor(1), in_shape, red, keepdim);
+    Tensor mask = where(r.isnan(), x.isnan(), x == r).float_();
+    Tensor count = red.empty() ? mask : mask.sum(red, true);
+    return one(expand_back(g, in_shape, red, keepdim) * mask / count);
+  };
+}
+
+// max(dim) / min(dim): the gradient goes to the selected index of each reduced row.
+BackwardFn select_backward(const Tensor& t, int64_t dim, bool keepdim) {
+  const Shape in_shape = t.shape();
+  const int64_t nd = t.dim(), d = detail::wrap_dim(dim, nd, "max");
+  return [in_shape, nd, d, keepdim](const Node& n, const Tensor& g) {
+    if (nd == 0) return one(g.reshape(in_shape));
+    Tensor gk = (keepdim ? g : g.unsqueeze(d)).contiguous();
+    Tensor ik = n.saved_tensor(0);
+    ik = (keepdim ? ik : ik.unsqueeze(d)).contiguous();
+    Tensor z = zeros(in_shape);
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < d; ++i) outer *= in_shape[i];
+    for (int64_t i = d + 1; i < nd; ++i) inner *= in_shape[i];
+    const int64_t len = in_shape[d];
+    const float* gp = gk.data_ptr<float>();
+    const int64_t* ip = ik.data_ptr<int64_t>();
+    float* zp = z.data_ptr<float>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i)
+        zp[(o * len + ip[o * inner + i]) * inner + i] += gp[o * inner + i];
+    return one(z);
+  };
+}
+
 }  // namespace
 
 Tensor Tensor::sum(Shape dims, bool keepdim) const {
@@ -161,11 +279,12 @@ Tensor Tensor::sum(Shape dims, bool keepdim) const {
     return out;
   }
   const char* node = dims.empty() ? "SumBackward0" : "SumBackward1";
+  BackwardFn backward = sum_backward(*this, dims, keepdim, false);
   return detail::record(reduce_float(*this, std::move(dims), keepdim, "sum",
-                      [](const float* x, int64_t n, bool inner) {
-                        return inner ? torch_sum(x, n) : cascade_sum(x, n);
-                      }),
-                        node, {this});
+                                     [](const float* x, int64_t n, SumOrder order) {
+                                       return sum_in_order(x, n, order);
+                                     }),
+                        node, {this}, std::move(backward));
 }
 Tensor Tensor::sum() const { return sum({}, false); }
 
@@ -174,27 +293,30 @@ Tensor Tensor::mean(Shape dims, bool keepdim) const {
     fail("mean", "could not infer output dtype: input dtype must be floating point, got ",
          dtype_name(dtype()));
   const char* node = dims.empty() ? "MeanBackward0" : "MeanBackward1";
+  BackwardFn backward = sum_backward(*this, dims, keepdim, true);
   return detail::record(reduce_float(*this, std::move(dims), keepdim, "mean",
-                      [](const float* x, int64_t n, bool inner) {
-                        if (n == 0) return std::numeric_limits<float>::quiet_NaN();
-                        return (inner ? torch_sum(x, n) : cascade_sum(x, n)) / float(n);
-                      }),
-                        node, {this});
+                                     [](const float* x, int64_t n, SumOrder order) {
+                                       if (n == 0) return std::numeric_limits<float>::quiet_NaN();
+                                       return sum_in_order(x, n, order) / float(n);
+                                     }),
+                        node, {this}, std::move(backward));
 }
 Tensor Tensor::mean() const { return mean({}, false); }
 
 Tensor Tensor::var(Shape dims, bool unbiased, bool keepdim) const {
   if (dtype() != Dtype::Float32)
     fail("var", "expects a floating point tensor, got ", dtype_name(dtype()));
+  BackwardFn backward = var_backward(*this, dims, unbiased, keepdim);
   return detail::record(reduce_float(*this, std::move(dims), keepdim, "var",
-                      [unbiased](const float* x, int64_t n, bool) {
-                        int64_t denom = n - (unbiased ? 1 : 0);
-                        if (denom <= 0) return std::numeric_limits<float>::quiet_NaN();
-                        double m = sum_of(x, n) / double(n), s = 0;
-                        for (int64_t i = 0; i < n; ++i) s += (x[i] - m) * (x[i] - m);
-                        return float(s / double(denom));
-                      }),
-                        "VarBackward0", {this});
+                                     [unbiased](const float* x, int64_t n, SumOrder) {
+                                       int64_t denom = n - (unbiased ? 1 : 0);
+                                       if (denom <= 0)
+                                         return std::numeric_limits<float>::quiet_NaN();
+                                       double m = sum_of(x, n) / double(n), s = 0;
+                                       for (int64_t i = 0; i < n; ++i) s += (x[i] - m) * (x[i] - m);
+                                       return float(s / double(denom));
+                                     }),
+                        "VarBackward0", {this}, std::move(backward), {*this});
 }
 Tensor Tensor::var(bool unbiased) const { return var({}, unbiased, false); }
 
@@ -256,18 +378,20 @@ Tensor extreme_all(const Tensor& t, bool is_max, const char* fn) {
 }  // namespace
 
 Tensor Tensor::max() const {
-  return detail::record(extreme_all(*this, true, "max"), "MaxBackward1", {this});
+  Tensor r = extreme_all(*this, true, "max");
+  return detail::record(r, "MaxBackward1", {this}, evenly_backward(*this, {}, false), {*this, r});
 }
 Tensor Tensor::min() const {
-  return detail::record(extreme_all(*this, false, "min"), "MinBackward1", {this});
+  Tensor r = extreme_all(*this, false, "min");
+  return detail::record(r, "MinBackward1", {this}, evenly_backward(*this, {}, false), {*this, r});
 }
 std::tuple<Tensor, Tensor> Tensor::max(int64_t dim, bool keepdim) const {
   auto [v, i] = extreme(*this, dim, keepdim, true, "max");
-  return {detail::record(v, "MaxBackward0", {this}), i};
+  return {detail::record(v, "MaxBackward0", {this}, select_backward(*this, dim, keepdim), {i}), i};
 }
 std::tuple<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const {
   auto [v, i] = extreme(*this, dim, keepdim, false, "min");
-  return {detail::record(v, "MinBackward0", {this}), i};
+  return {detail::record(v, "MinBackward0", {this}, select_backward(*this, dim, keepdim), {i}), i};
 }
 Tensor Tensor::argmax(int64_t dim, bool keepdim) const {
   return std::get<1>(extreme(*this, dim, keepdim, true, "argmax"));
@@ -298,7 +422,8 @@ Tensor Tensor::amax(Shape dims, bool keepdim) const {
     case Dtype::Int64: amax_rows<int64_t>(p, out); break;
     case Dtype::Bool: amax_rows<bool>(p, out); break;
   }
-  return out;
+  return detail::record(out, "AmaxBackward0", {this}, evenly_backward(*this, dims, keepdim),
+                        {*this, out});
 }
 
 bool Tensor::all() const {
@@ -334,18 +459,32 @@ Tensor softmax_impl(const Tensor& t, int64_t dim, bool log, const char* fn) {
     fail(fn, "expects a float32 tensor, got ", dtype_name(t.dtype()),
          " (convert with .float() first)");
   int64_t d = detail::wrap_dim(dim, t.dim(), fn);
+  // One fused node: the backward runs the row kernel's gradient on the saved result.
+  BackwardFn backward = [d, log](const Node& n, const Tensor& g) {
+    const Tensor y = n.saved_tensor(0);
+    if (y.dim() == 0) return std::vector<Tensor>{zeros({})};  // softmax of a scalar is constant
+    Tensor yt = y.transpose(d, -1).contiguous(), gt = g.transpose(d, -1).contiguous();
+    Tensor dx = detail::make_tensor(yt.shape(), Dtype::Float32);
+    int64_t cols = yt.size(-1), rows = cols ? yt.numel() / cols : 0;
+    kernels::softmax_backward_rows(yt.data_ptr<float>(), gt.data_ptr<float>(), dx.data_ptr<float>(),
+                                   rows, cols, log);
+    return std::vector<Tensor>{dx.transpose(d, -1).contiguous()};
+  };
+  const char* node = log ? "LogSoftmaxBackward0" : "SoftmaxBackward0";
+  Tensor out;
   if (t.dim() == 0) {
-    Tensor out = detail::make_tensor({}, Dtype::Float32);
+    out = detail::make_tensor({}, Dtype::Float32);
     *out.data_ptr<float>() = log ? 0.f : 1.f;
-    return detail::record(out, log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", {&t});
+  } else {
+    // Move `dim` last, run the row kernel, move it back.
+    NoGradGuard no_grad;
+    Tensor x = t.transpose(d, -1).contiguous();
+    Tensor rows_out = detail::make_tensor(x.shape(), Dtype::Float32);
+    int64_t cols = x.size(-1), rows = cols ? x.numel() / cols : 0;
+    kernels::softmax_rows(x.data_ptr<float>(), rows_out.data_ptr<float>(), rows, cols, log);
+    out = rows_out.transpose(d, -1).contiguous();
   }
-  // Move `dim` last, run the row kernel, move it back.
-  Tensor x = t.transpose(d, -1).contiguous();
-  Tensor out = detail::make_tensor(x.shape(), Dtype::Float32);
-  int64_t cols = x.size(-1), rows = cols ? x.numel() / cols : 0;
-  kernels::softmax_rows(x.data_ptr<float>(), out.data_ptr<float>(), rows, cols, log);
-  return detail::record(out.transpose(d, -1).contiguous(),
-                        log ? "LogSoftmaxBackward0" : "SoftmaxBackward0", {&t});
+  return detail::record(out, node, {&t}, std::move(backward), {out});
 }
 }  // namespace
 

@@ -1,4 +1,5 @@
 // Tensor metadata, storage, views, indexing, copies and creation functions.
+#include <attn/autograd.h>
 #include <attn/ops.h>
 #include <attn/print.h>
 #include <attn/tensor.h>
@@ -8,8 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ostream>
-
-#include <attn/autograd.h>
 
 #include "internal.h"
 
@@ -53,15 +52,20 @@ Shape contiguous_strides(const Shape& shape) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (auto s : shape) n *= s;
+  for (auto s : shape)
+    if (__builtin_mul_overflow(n, s, &n))
+      throw Error("[shape] the number of elements of " + shape_str(shape) + " overflows int64");
   return n;
 }
 
 Tensor make_tensor(const Shape& shape, Dtype dtype) {
   for (auto s : shape)
     if (s < 0) fail("empty", "negative dimension in shape ", shape_str(shape));
+  const int64_t numel = shape_numel(shape);
+  if (numel > (int64_t(1) << 58))
+    fail("empty", "shape ", shape_str(shape), " is too large to allocate");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::allocate(std::size_t(shape_numel(shape)) * itemsize(dtype));
+  impl->storage = Storage::allocate(std::size_t(numel) * itemsize(dtype));
   impl->sizes = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
@@ -76,6 +80,12 @@ Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset)
   impl->offset = offset;
   impl->dtype = base.dtype();
   impl->requires_grad = base.requires_grad();
+  // Remember the tensor this one views (never itself a view), for in-place ops through views.
+  const auto& bm = base.impl()->autograd;
+  auto meta = std::make_shared<AutogradMeta>();
+  meta->base = bm && bm->base ? bm->base : base.impl();
+  meta->version = impl->storage->version;
+  impl->autograd = std::move(meta);
   return Tensor(impl);
 }
 
@@ -146,16 +156,30 @@ template float* Tensor::data_ptr<float>() const;
 template int64_t* Tensor::data_ptr<int64_t>() const;
 template bool* Tensor::data_ptr<bool>() const;
 
-bool Tensor::requires_grad() const { return checked().requires_grad; }
+bool Tensor::requires_grad() const {
+  const TensorImpl& im = checked();
+  if (im.autograd && im.autograd->base) detail::refresh_view(*impl_);
+  return im.requires_grad;
+}
 Tensor& Tensor::requires_grad_(bool value) {
   if (value && dtype() != Dtype::Float32)
     fail("requires_grad_", "only float32 tensors can require gradients, got ", dtype_name(dtype()));
+  if (grad_fn(*this)) {
+    if (!value)
+      fail("requires_grad_",
+           "you can only change requires_grad flags of leaf variables; use detach() to get a "
+           "tensor that does not require grad");
+    return *this;  // a result already requires grad
+  }
   impl_->requires_grad = value;
+  // A leaf stands for itself: in-place ops on a tensor it was viewed from do not rewrite it.
+  if (value && impl_->autograd) impl_->autograd->base = nullptr;
   return *this;
 }
 Tensor Tensor::detach() const {
   Tensor t = detail::make_view(*this, shape(), strides(), storage_offset());
   t.impl()->requires_grad = false;
+  t.impl()->autograd = nullptr;  // shares storage (and its version counter), not history
   return t;
 }
 
@@ -202,22 +226,39 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     fail("copy_", "source ", shape_str(src_in.shape()), " does not broadcast to destination ",
          shape_str(shape()));
   }
-  Tensor src = overlaps(*this, src_in) ? src_in.clone() : src_in;
+  Tensor src;
+  {
+    NoGradGuard no_grad;
+    src = overlaps(*this, src_in) ? src_in.clone() : src_in;
+  }
   switch (dtype()) {
     case Dtype::Float32: convert_from<float>(*this, src); break;
     case Dtype::Int64: convert_from<int64_t>(*this, src); break;
     case Dtype::Bool: convert_from<bool>(*this, src); break;
   }
+  detail::bump_version(*this);
   // Only float32 tensors take part in the graph: x.long() or a copy into an int64 tensor does not.
-  if (src_in.requires_grad() && dtype() == Dtype::Float32)
-    detail::record_inplace(*this, "CopyBackwards", {this, &src_in});
+  // The old value of self is overwritten (zero gradient); src, broadcast to self, gets the rest.
+  if (dtype() == Dtype::Float32 && (src_in.requires_grad() || requires_grad())) {
+    const Shape src_shape = src_in.shape();
+    detail::record_inplace(*this, "CopyBackwards", {this, &src_in},
+                           [src_shape](const Node& n, const Tensor& g) {
+                             return std::vector<Tensor>{
+                                 n.needs_input_grad(0) ? zeros(g.shape()) : Tensor(),
+                                 n.needs_input_grad(1) ? detail::sum_to(g, src_shape) : Tensor()};
+                           });
+  }
   return *this;
 }
 
 Tensor Tensor::clone() const {
   Tensor out = detail::make_tensor(shape(), dtype());
-  out.copy_(*this);
-  return detail::record(out, "CloneBackward0", {this});
+  {
+    NoGradGuard no_grad;
+    out.copy_(*this);
+  }
+  return detail::record(out, "CloneBackward0", {this},
+                        [](const Node&, const Tensor& g) { return std::vector<Tensor>{g}; });
 }
 
 Tensor Tensor::contiguous() const {
@@ -261,6 +302,18 @@ std::vector<float> Tensor::to_float_vector() const {
 // ---- views --------------------------------------------------------------------------------------
 
 namespace {
+
+// Backward formulas of the view ops: each maps the gradient of the view back to the input's shape.
+std::vector<Tensor> one(Tensor g) { return {std::move(g)}; }
+
+BackwardFn reshape_back(Shape in_shape) {
+  return [in_shape](const Node&, const Tensor& g) { return one(g.reshape(in_shape)); };
+}
+BackwardFn transpose_back(int64_t d0, int64_t d1) {
+  return [d0, d1](const Node&, const Tensor& g) {
+    return one(g.dim() == 0 ? g : g.transpose(d0, d1));
+  };
+}
 
 // Resolves a single -1 and checks the element count.
 Shape infer_shape(const Shape& shape, int64_t numel, const char* fn, const Shape& from) {
@@ -333,16 +386,23 @@ Tensor Tensor::view(Shape s) const {
          shape_str(strides()),
          " (at least one dimension spans across two contiguous subspaces); "
          "use reshape instead");
-  return detail::record(detail::make_view(*this, ns, *st, storage_offset()), "ViewBackward0", {this});
+  return detail::record(detail::make_view(*this, ns, *st, storage_offset()), "ViewBackward0",
+                        {this}, reshape_back(shape()));
 }
 
 Tensor Tensor::reshape(Shape s) const {
   Shape ns = infer_shape(s, numel(), "reshape", shape());
   if (auto st = view_strides(shape(), strides(), ns))
-    return detail::record(detail::make_view(*this, ns, *st, storage_offset()), "ViewBackward0", {this});
+    return detail::record(detail::make_view(*this, ns, *st, storage_offset()), "ViewBackward0",
+                          {this}, reshape_back(shape()));
   // Not viewable: a copy, recorded as PyTorch's _unsafe_view of the clone.
   Tensor copy = clone();
-  return detail::record(copy.view(ns), "UnsafeViewBackward0", {&copy});
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = copy.view(ns);
+  }
+  return detail::record(out, "UnsafeViewBackward0", {&copy}, reshape_back(shape()));
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -361,14 +421,16 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   if (dim() == 0) {
     wrap_dim(d0, 0, "transpose");
     wrap_dim(d1, 0, "transpose");
-    return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()), "TransposeBackward0", {this});
+    return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()),
+                          "TransposeBackward0", {this}, transpose_back(0, 0));
   }
   d0 = wrap_dim(d0, dim(), "transpose");
   d1 = wrap_dim(d1, dim(), "transpose");
   Shape sz = shape(), st = strides();
   std::swap(sz[d0], sz[d1]);
   std::swap(st[d0], st[d1]);
-  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "TransposeBackward0", {this});
+  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "TransposeBackward0",
+                        {this}, transpose_back(d0, d1));
 }
 
 Tensor Tensor::permute(Shape dims) const {
@@ -384,7 +446,12 @@ Tensor Tensor::permute(Shape dims) const {
     sz[i] = shape()[d];
     st[i] = strides()[d];
   }
-  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "PermuteBackward0", {this});
+  Shape inverse(dims.size());
+  for (std::size_t i = 0; i < dims.size(); ++i)
+    inverse[wrap_dim(dims[i], dim(), "permute")] = int64_t(i);
+  return detail::record(
+      detail::make_view(*this, sz, st, storage_offset()), "PermuteBackward0", {this},
+      [inverse](const Node&, const Tensor& g) { return one(g.permute(inverse)); });
 }
 
 Tensor Tensor::T() const {
@@ -404,7 +471,8 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   int64_t new_stride = d < dim() ? sz[d] * st[d] : 1;
   sz.insert(sz.begin() + d, 1);
   st.insert(st.begin() + d, new_stride);
-  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "UnsqueezeBackward0", {this});
+  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "UnsqueezeBackward0",
+                        {this}, [d](const Node&, const Tensor& g) { return one(g.squeeze(d)); });
 }
 
 Tensor Tensor::squeeze() const {
@@ -414,20 +482,25 @@ Tensor Tensor::squeeze() const {
       sz.push_back(shape()[i]);
       st.push_back(strides()[i]);
     }
-  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "SqueezeBackward0", {this});
+  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "SqueezeBackward0",
+                        {this}, reshape_back(shape()));
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
   if (dim() == 0) {
     wrap_dim(d, 0, "squeeze");
-    return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()), "SqueezeBackward1", {this});
+    return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()),
+                          "SqueezeBackward1", {this}, reshape_back(shape()));
   }
   d = wrap_dim(d, dim(), "squeeze");
-  if (shape()[d] != 1) return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()), "SqueezeBackward1", {this});
+  if (shape()[d] != 1)
+    return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()),
+                          "SqueezeBackward1", {this}, reshape_back(shape()));
   Shape sz = shape(), st = strides();
   sz.erase(sz.begin() + d);
   st.erase(st.begin() + d);
-  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "SqueezeBackward1", {this});
+  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "SqueezeBackward1",
+                        {this}, reshape_back(shape()));
 }
 
 Tensor Tensor::expand(Shape s) const {
@@ -456,7 +529,10 @@ Tensor Tensor::expand(Shape s) const {
       st[i] = 0;
     }
   }
-  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "ExpandBackward0", {this});
+  return detail::record(detail::make_view(*this, sz, st, storage_offset()), "ExpandBackward0",
+                        {this}, [in_shape = shape()](const Node&, const Tensor& g) {
+                          return one(detail::sum_to(g, in_shape));
+                        });
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -471,7 +547,12 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   int64_t off = storage_offset() + index * st[d];
   sz.erase(sz.begin() + d);
   st.erase(st.begin() + d);
-  return detail::record(detail::make_view(*this, sz, st, off), "SelectBackward0", {this});
+  return detail::record(detail::make_view(*this, sz, st, off), "SelectBackward0", {this},
+                        [in_shape = shape(), d, index](const Node&, const Tensor& g) {
+                          Tensor z = zeros(in_shape);
+                          z.select(d, index).copy_(g);
+                          return one(z);
+                        });
 }
 
 Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> stop,
@@ -490,7 +571,12 @@ Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int6
   int64_t off = storage_offset() + s * st[d];
   sz[d] = len;
   st[d] *= step;
-  return detail::record(detail::make_view(*this, sz, st, off), "SliceBackward0", {this});
+  return detail::record(detail::make_view(*this, sz, st, off), "SliceBackward0", {this},
+                        [in_shape = shape(), d, s, e, step](const Node&, const Tensor& g) {
+                          Tensor z = zeros(in_shape);
+                          z.slice(d, s, e, step).copy_(g);
+                          return one(z);
+                        });
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
@@ -598,7 +684,8 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
   Indexed ix = apply_indices(*this, indices, "index");
   if (ix.tensor_dim < 0 && ix.view.is_same(*this))  // x[...]: an alias, as torch's
     return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()),
-                          "AliasBackward0", {this});
+                          "AliasBackward0", {this},
+                          [](const Node&, const Tensor& g) { return one(g); });
   if (ix.tensor_dim < 0) return ix.view;
   // Advanced indexing with a 1-D index tensor: a copy, as in torch.
   const Tensor& v = ix.view;
@@ -606,10 +693,23 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
   Shape sz = v.shape();
   sz[d] = ix.index.numel();
   Tensor out = detail::make_tensor(sz, dtype());
-  const int64_t* ip = ix.index.data_ptr<int64_t>();
-  for (int64_t i = 0; i < ix.index.numel(); ++i)
-    out.select(d, i).copy_(v.select(d, wrap_index(ip[i], n, d, "index")));
-  return out;
+  {
+    NoGradGuard no_grad;
+    const int64_t* ip = ix.index.data_ptr<int64_t>();
+    for (int64_t i = 0; i < ix.index.numel(); ++i)
+      out.select(d, i).copy_(v.select(d, wrap_index(ip[i], n, d, "index")));
+  }
+  // The gradient of each picked slice is added back where it came from (repeats add up).
+  return detail::record(out, "IndexBackward0", {&v},
+                        [in_shape = v.shape(), d, n](const Node& node, const Tensor& g) {
+                          Tensor idx = node.saved_tensor(0);
+                          Tensor z = zeros(in_shape);
+                          const int64_t* ip = idx.data_ptr<int64_t>();
+                          for (int64_t i = 0; i < idx.numel(); ++i)
+                            z.select(d, ip[i] < 0 ? ip[i] + n : ip[i]).add_(g.select(d, i));
+                          return one(z);
+                        },
+                        {ix.index});
 }
 
 Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor& value_in) {
@@ -805,21 +905,29 @@ namespace {
 Tensor triangle(const Tensor& t, int64_t diagonal, bool lower, const char* fn) {
   if (t.dim() < 2)
     fail(fn, "input tensor must have at least 2 dimensions, got ", shape_str(t.shape()));
-  Tensor out = t.clone();
   const char* node = lower ? "TrilBackward0" : "TriuBackward0";
-  if (out.numel() == 0) return detail::record(out, node, {&t});  // (-1, R, C) would be ambiguous
-  int64_t R = t.size(-2), C = t.size(-1);
-  Tensor flat = out.reshape({-1, R, C});
-  Tensor zero = detail::scalar_tensor(0, t.dtype());
-  for (int64_t i = 0; i < R; ++i) {
-    // lower keeps j <= i + diagonal; upper keeps j >= i + diagonal.
-    int64_t lo = lower ? i + diagonal + 1 : 0;
-    int64_t hi = lower ? C : i + diagonal;
-    lo = std::clamp<int64_t>(lo, 0, C);
-    hi = std::clamp<int64_t>(hi, 0, C);
-    if (lo < hi) flat.select(1, i).slice(1, lo, hi).copy_(zero);
+  // The gradient keeps the same triangle.
+  auto backward = [diagonal, lower](const Node&, const Tensor& g) {
+    return std::vector<Tensor>{lower ? g.tril(diagonal) : g.triu(diagonal)};
+  };
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = t.clone();
+    const int64_t R = t.size(-2), C = t.size(-1);
+    // An empty tensor has nothing to zero ((-1, R, C) would be ambiguous).
+    Tensor flat = out.numel() == 0 ? out : out.reshape({-1, R, C});
+    Tensor zero = detail::scalar_tensor(0, t.dtype());
+    for (int64_t i = 0; i < R && out.numel() > 0; ++i) {
+      // lower keeps j <= i + diagonal; upper keeps j >= i + diagonal.
+      int64_t lo = lower ? i + diagonal + 1 : 0;
+      int64_t hi = lower ? C : i + diagonal;
+      lo = std::clamp<int64_t>(lo, 0, C);
+      hi = std::clamp<int64_t>(hi, 0, C);
+      if (lo < hi) flat.select(1, i).slice(1, lo, hi).copy_(zero);
+    }
   }
-  return detail::record(out, node, {&t});
+  return detail::record(out, node, {&t}, backward);
 }
 }  // namespace
 
@@ -885,13 +993,30 @@ template <typename F>
 Tensor& fill_float(Tensor& t, const char* fn, F&& f) {
   if (t.dtype() != Dtype::Float32)
     fail(fn, "expects a float32 tensor, got ", dtype_name(t.dtype()));
+  detail::check_inplace(t, fn);
   if (t.is_contiguous()) {
     f(t.data_ptr<float>(), t.numel(), true);
-  } else {
-    Tensor tmp = detail::make_tensor(t.shape(), Dtype::Float32);
-    f(tmp.data_ptr<float>(), tmp.numel(), false);
-    t.copy_(tmp);
+    detail::bump_version(t);
+    // Random values do not depend on the old ones: a zero gradient for them.
+    detail::record_inplace(t, "CopyBackwards", {&t}, [](const Node&, const Tensor& g) {
+      return std::vector<Tensor>{zeros(g.shape())};
+    });
+    return t;
   }
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.shape()[d] > 1 && t.strides()[d] == 0)
+      fail(fn, "more than one element of the written-to tensor ", shape_str(t.shape()),
+           " with strides ", shape_str(t.strides()),
+           " refers to a single memory location; clone() it first");
+  // PyTorch draws the numbers in memory order: visit the dims by decreasing stride.
+  Shape perm(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) perm[d] = d;
+  std::stable_sort(perm.begin(), perm.end(),
+                   [&](int64_t a, int64_t b) { return t.strides()[a] > t.strides()[b]; });
+  Tensor in_memory_order = t.permute(perm);
+  Tensor tmp = detail::make_tensor(in_memory_order.shape(), Dtype::Float32);
+  f(tmp.data_ptr<float>(), tmp.numel(), false);
+  in_memory_order.copy_(tmp);
   return t;
 }
 }  // namespace

@@ -26,4 +26,21 @@ void softmax_rows(const float* x, float* out, int64_t rows, int64_t cols, bool l
   }
 }
 
+void softmax_backward_rows(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols,
+                           bool log) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* yr = y + r * cols;
+    const float* gr = dy + r * cols;
+    float* dr = dx + r * cols;
+    double s = 0;
+    if (log) {
+      for (int64_t c = 0; c < cols; ++c) s += gr[c];
+      for (int64_t c = 0; c < cols; ++c) dr[c] = float(gr[c] - std::exp(double(yr[c])) * s);
+    } else {
+      for (int64_t c = 0; c < cols; ++c) s += double(gr[c]) * yr[c];
+      for (int64_t c = 0; c < cols; ++c) dr[c] = float(yr[c] * (gr[c] - s));
+    }
+  }
+}
+
 }  // namespace attn::kernels

@@ -9,4 +9,12 @@ namespace attn::kernels {
 // Stable: the row max is subtracted first. A row that is entirely -inf gives NaN, as in PyTorch.
 void softmax_rows(const float* x, float* out, int64_t rows, int64_t cols, bool log);
 
+// The gradient of softmax_rows. In the forward pass this was y = softmax(x) (or log_softmax(x))
+// row by row; given y and dy (both `rows` contiguous rows of `cols`) it writes dx:
+//   softmax:      dx[c] = y[c] * (dy[c] - sum_c' dy[c'] y[c'])
+//   log_softmax:  dx[c] = dy[c] - exp(y[c]) * sum_c' dy[c']
+// The row sums are accumulated in double.
+void softmax_backward_rows(const float* y, const float* dy, float* dx, int64_t rows, int64_t cols,
+                           bool log);
+
 }  // namespace attn::kernels
