@@ -26,9 +26,15 @@ namespace attn {
 enum class CausalAlign { TopLeft, BottomRight };
 
 // Which implementation computes attention.
-//   Reference: the naive kernel that materialises the (L_q, L_k) scores; it defines the meaning.
-//   Auto:      the best available kernel (the reference until the fused kernel lands).
-enum class SdpaBackend { Auto, Reference };
+//   Auto:      Fused, except where attention weights are requested (then Reference).
+//   Fused:     the FlashAttention-2-style kernel (Dao, 2023): tiled, online softmax, O(L * D)
+//              memory (the (L_q, L_k) matrix is never formed), vectorised (AVX-512 or AVX2 + FMA,
+//              chosen at run time, with a portable fallback), multithreaded with OpenMP and
+//              bitwise reproducible for any number of threads. fp32 throughout, so it agrees with
+//              Reference to fp32 rounding, not bitwise.
+//   Reference: the naive kernel that materialises each (L_k) score row in double precision; it
+//              defines the meaning, and is the only kernel that can return the weights.
+enum class SdpaBackend { Auto, Fused, Reference };
 
 struct SdpaOptions {
   // Optional mask broadcastable to (..., L_q, L_k) (it may not enlarge the output's batch dims).
@@ -42,6 +48,14 @@ struct SdpaOptions {
   // Grouped-query attention (torch 2.5's enable_gqa): q (..., H, L_q, D) with k, v
   // (..., H_kv, L_k, D) where H % H_kv == 0; query head h uses key/value head h / (H / H_kv).
   bool enable_gqa = false;
+  // Sliding window (local attention): with off = L_k - L_q under BottomRight alignment (else 0),
+  // query i sees only keys j with i + off - window_left <= j <= i + off + window_right.
+  // -1 leaves that side unbounded; combined with is_causal the right side is at most 0.
+  int64_t window_left = -1, window_right = -1;
+  // Optional bool (B, L_k) mask of keys to ignore (true = padding; PyTorch's key_padding_mask
+  // convention, the opposite of attn_mask's). B is the batch dim just before the heads (q's
+  // dim -4 for (B, H, L_q, D) inputs); (1, L_k) or (L_k) applies to every batch.
+  Tensor key_padding_mask;
   Generator* generator = nullptr;  // for dropout; default_generator() when null
   SdpaBackend backend = SdpaBackend::Auto;
 };
@@ -49,23 +63,52 @@ struct SdpaOptions {
 // torch.nn.functional.scaled_dot_product_attention (PyTorch 2.x semantics):
 //   q (..., L_q, D), k (..., L_k, D), v (..., L_k, D_v) float32, rank >= 2 each, whose leading
 //   dims broadcast together to "..."; returns out (..., L_q, D_v), contiguous.
-// A query row whose keys are all masked gives a zero output row (never NaN; PyTorch's math
-// backend gives NaN). Stable for huge scores (the softmax subtracts the row max).
-// Dropout (dropout_p > 0) multiplies the weights (..., L_q, L_k) by factors drawn with
-// fill_dropout_mask in row-major order over the weights of q @ k^T's broadcast shape, so for the
-// same generator state the result equals torch's dropout applied to the materialised weights;
+// A query row whose keys are all masked (by attn_mask, causal masking, the window or key padding)
+// gives a zero output row (never NaN; PyTorch's math backend gives NaN). Stable for huge scores
+// (the softmax subtracts the row max).
+// Dropout (dropout_p > 0) zeroes each weight with probability dropout_p and scales the others by
+// 1 / (1 - dropout_p). Here (Fused or Reference backend) the mask is counter-based: weight
+// (..., i, j) is kept iff kernels::dropout_keep(seed, 0, flat index) (SplitMix64 of the seed and
+// the weight's row-major index over (..., L_q, L_k)), with the seed drawn once per call from the
+// generator (one random64()), so results are reproducible under manual_seed and a backward pass
+// regenerates the mask instead of storing it. This is NOT the stream torch's dropout draws: for
+// torch-identical dropout use scaled_dot_product_attention_with_weights (below).
 // dropout_p == 0 draws nothing.
 // Throws attn::Error naming the function and the shapes for: undefined or non-float32 q/k/v,
 // rank < 2, differing head dims, k/v length mismatch, batch dims that do not broadcast, a mask
 // that is not bool/float32 or does not broadcast to (..., L_q, L_k), is_causal with attn_mask,
-// dropout_p outside [0, 1), a scale that is not finite and positive, and bad GQA head counts.
+// dropout_p outside [0, 1), a scale that is not finite and positive, bad GQA head counts (not a
+// multiple), a window side below -1, and a key_padding_mask that is not bool (B, L_k).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const SdpaOptions& options = {});
 
 // The same computation, also returning the attention weights (..., L_q, L_k) after dropout, as the
-// seeds print them. Always uses the reference kernel.
+// seeds print them. Always uses the reference kernel. Its dropout is torch's: factors drawn with
+// fill_dropout_mask in row-major order over the weights of q @ k^T's broadcast shape, so for the
+// same generator state the weights equal torch's dropout applied to the materialised weights
+// (and differ from scaled_dot_product_attention's counter-based mask).
 std::tuple<Tensor, Tensor> scaled_dot_product_attention_with_weights(
     const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& options = {});
+
+// Forward and backward at the Tensor level, for autograd and for tests. The forward also returns
+// the per-row log-sum-exp (B..., H, L_q) that the backward needs; the backward recomputes the
+// scores (never stores the (L_q, L_k) matrix on the fused path) and, with dropout, regenerates
+// the mask from the same seed: pass the `dropout_seed` the forward reported.
+// The forward takes the same options and validation as scaled_dot_product_attention (backend
+// Auto = Fused; counter-based dropout) and records no autograd node.
+struct SdpaForwardResult {
+  Tensor out;  // (..., H, L_q, D_v)
+  Tensor lse;  // (..., H, L_q), float32; -inf for fully masked rows
+  // The counter-based dropout mask used (see scaled_dot_product_attention): the seed drawn from
+  // the generator and the offset of index 0 (0 and 0 when dropout_p == 0).
+  uint64_t dropout_seed = 0, dropout_offset = 0;
+};
+SdpaForwardResult scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
+                                                       const Tensor& v,
+                                                       const SdpaOptions& options = {});
+std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
+    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+    const SdpaForwardResult& forward, const SdpaOptions& options = {});
 
 // The boolean (L_q, L_k) mask of positions a query may attend under causal masking:
 // TopLeft is torch.ones(L_q, L_k).tril(0).bool(), BottomRight is .tril(L_k - L_q).

@@ -1,10 +1,12 @@
-// scaled_dot_product_attention: validation at the boundary, then the reference kernel.
+// scaled_dot_product_attention: validation at the boundary, then the fused kernel (or the
+// reference kernel when weights are requested or SdpaBackend::Reference is chosen).
 #include <attn/attention.h>
 #include <attn/autograd.h>
 #include <attn/ops.h>
 
 #include <cmath>
 
+#include "../kernels/cpu/sdpa_fused.h"
 #include "../kernels/cpu/sdpa_reference.h"
 #include "../tensor/internal.h"
 
@@ -38,10 +40,11 @@ Tensor unit_inner(const Tensor& t) {
 }
 
 struct Prepared {
-  Tensor q, k, v;    // expanded to the output batch shape (k, v with H_kv heads under GQA)
-  Tensor mask;       // expanded to S + (L_q, L_k), or undefined
-  Shape S;           // output batch shape: out is S + (L_q, D_v)
-  Shape drop_batch;  // batch shape of q @ k^T, over which dropout draws (torch's order)
+  Tensor q, k, v;      // expanded to the output batch shape (k, v with H_kv heads under GQA)
+  Tensor mask;         // expanded to S + (L_q, L_k), or undefined
+  Tensor key_padding;  // bool (B, L_k) or (1, L_k), contiguous; B = S[-2]; or undefined
+  Shape S;             // output batch shape: out is S + (L_q, D_v)
+  Shape drop_batch;    // batch shape of q @ k^T, over which dropout draws (torch's order)
   int64_t L_q, L_k, D, D_v, H_kv_ratio = 1;
   double scale;
 };
@@ -104,6 +107,11 @@ Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, con
     p.H_kv_ratio = H_kv == 0 ? 1 : H / H_kv;
     p.drop_batch = S;
   } else {
+    if (!qb.empty() && !kb.empty() && kb.back() > 1 && qb.back() != kb.back() &&
+        qb.back() % kb.back() == 0)
+      fail(fn, "q ", shape_str(q.shape()), " has ", qb.back(), " heads and k ",
+           shape_str(k.shape()), " has ", kb.back(),
+           ": set enable_gqa for grouped-query attention");
     S = broadcast3(qb, kb, vb, q, k, v, fn);
     Sk = S;
     p.drop_batch = broadcast_shapes(qb, kb, fn);
@@ -128,6 +136,26 @@ Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, con
            shape_str(target), " of q ", shape_str(q.shape()), " and k ", shape_str(k.shape()));
     p.mask = m.expand(target);
   }
+
+  for (auto [w, name] : {std::pair{o.window_left, "window_left"}, {o.window_right, "window_right"}})
+    if (w < -1)
+      fail(fn, name, " must be -1 (unbounded) or >= 0, got ", w, " (q ", shape_str(q.shape()),
+           ", k ", shape_str(k.shape()), ")");
+  if (o.key_padding_mask.defined()) {
+    // (B, L_k) with B the batch dim just before the heads (S[-2]), or (1, L_k) / (L_k) for all.
+    const Tensor& kp = o.key_padding_mask;
+    const int64_t r = int64_t(S.size());
+    const int64_t B = r >= 2 ? S[r - 2] : 1;
+    if (kp.dtype() != Dtype::Bool)
+      fail(fn, "key_padding_mask must be bool (true = ignore that key), got ",
+           dtype_name(kp.dtype()), " ", shape_str(kp.shape()));
+    const bool ok = (kp.dim() == 1 && kp.size(0) == p.L_k) ||
+                    (kp.dim() == 2 && (kp.size(0) == B || kp.size(0) == 1) && kp.size(1) == p.L_k);
+    if (!ok)
+      fail(fn, "key_padding_mask ", shape_str(kp.shape()), " should be (", B, ", ", p.L_k,
+           ") (batch, L_k) for q ", shape_str(q.shape()), " and k ", shape_str(k.shape()));
+    p.key_padding = kp.reshape({kp.dim() == 2 ? kp.size(0) : 1, p.L_k}).contiguous();
+  }
   return p;
 }
 
@@ -138,35 +166,21 @@ int64_t outer_offset(const Tensor& t, const Shape& idx) {
   return off;
 }
 
-// Runs the kernel over the batch shape S: its last two dims become the kernel's (B, H) and any
-// dims before them are looped over here.
-void run(const Prepared& p, const SdpaOptions& o, Tensor& out, Tensor* weights) {
+// The kernel parameters of prepared inputs over the batch shape S: its last two dims become the
+// kernel's (B, H); any dims before them are looped over by the caller, which sets the data
+// pointers of each call (call_pointers). out (and lse) are contiguous S + (L_q, D_v) (S + (L_q)).
+kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o) {
   const Shape& S = p.S;
   const int64_t r = int64_t(S.size());
   const int64_t B = r >= 2 ? S[r - 2] : 1, H = r >= 1 ? S[r - 1] : 1;
-  const Shape outer(S.begin(), S.begin() + std::max<int64_t>(r - 2, 0));
-  const int64_t n_outer = detail::shape_numel(outer);
   auto bstride = [&](const Tensor& t) { return r >= 2 ? t.stride(r - 2) : 0; };
   auto hstride = [&](const Tensor& t) { return r >= 1 ? t.stride(r - 1) : 0; };
-
-  // Dropout factors over q @ k^T's weights in row-major order, then broadcast to S if v enlarged
-  // it.
-  Tensor drop;
-  if (o.dropout_p > 0.0) {
-    Shape ds = concat(p.drop_batch, {p.L_q, p.L_k});
-    drop = detail::make_tensor(ds, Dtype::Float32);
-    fill_dropout_mask(drop.data_ptr<float>(), drop.numel(), o.dropout_p,
-                      o.generator ? *o.generator : default_generator());
-    Shape full = concat(S, {p.L_q, p.L_k});
-    if (ds != full) drop = drop.expand(full).contiguous();
-  }
-
   kernels::SdpaParams kp;
-  kp.q_batch_stride = bstride(p.q), kp.q_head_stride = hstride(p.q),
+  kp.q_batch_stride = bstride(p.q), kp.q_head_stride = hstride(p.q);
   kp.q_row_stride = p.q.stride(r);
-  kp.k_batch_stride = bstride(p.k), kp.k_head_stride = hstride(p.k),
+  kp.k_batch_stride = bstride(p.k), kp.k_head_stride = hstride(p.k);
   kp.k_row_stride = p.k.stride(r);
-  kp.v_batch_stride = bstride(p.v), kp.v_head_stride = hstride(p.v),
+  kp.v_batch_stride = bstride(p.v), kp.v_head_stride = hstride(p.v);
   kp.v_row_stride = p.v.stride(r);
   kp.out_batch_stride = H * p.L_q * p.D_v, kp.out_head_stride = p.L_q * p.D_v;
   kp.out_row_stride = p.D_v;
@@ -175,42 +189,184 @@ void run(const Prepared& p, const SdpaOptions& o, Tensor& out, Tensor* weights) 
   kp.scale = p.scale;
   kp.causal = o.is_causal;
   kp.causal_bottom_right = o.causal_align == CausalAlign::BottomRight;
+  kp.window_left = o.window_left, kp.window_right = o.window_right;
   if (p.mask.defined()) {
     kp.mask_kind =
         p.mask.dtype() == Dtype::Bool ? kernels::MaskKind::Bool : kernels::MaskKind::Float;
     kp.mask_batch_stride = bstride(p.mask), kp.mask_head_stride = hstride(p.mask);
     kp.mask_row_stride = p.mask.stride(r), kp.mask_col_stride = p.mask.stride(r + 1);
   }
+  if (p.key_padding.defined()) {
+    kp.key_padding = reinterpret_cast<const uint8_t*>(p.key_padding.raw_data());
+    kp.key_padding_batch_stride = p.key_padding.size(0) == 1 ? 0 : p.L_k;
+  }
+  return kp;
+}
 
-  const int64_t per_call_out = B * H * p.L_q * p.D_v, per_call_w = B * H * p.L_q * p.L_k;
+// Sets the q, k, v, mask pointers of call number c (outer index idx) and its dropout offset.
+void call_pointers(const Prepared& p, const Shape& idx, int64_t c, uint64_t dropout_offset,
+                   kernels::SdpaParams& kp) {
+  kp.q = p.q.data_ptr<float>() + outer_offset(p.q, idx);
+  kp.k = p.k.data_ptr<float>() + outer_offset(p.k, idx);
+  kp.v = p.v.data_ptr<float>() + outer_offset(p.v, idx);
+  if (p.mask.defined())
+    kp.mask = static_cast<const char*>(p.mask.raw_data()) +
+              outer_offset(p.mask, idx) * int64_t(itemsize(p.mask.dtype()));
+  // The counter-based dropout index runs over all of S + (L_q, L_k).
+  kp.dropout_offset = dropout_offset + uint64_t(c * kp.B * kp.H * p.L_q * p.L_k);
+}
+
+// The counter-based dropout factors (keep ? 1 / (1 - p) : 0) over S + (L_q, L_k), materialised:
+// only for the composed (materialised) backward of the autograd graph.
+Tensor counter_dropout_factors(const Prepared& p, double drop_p, uint64_t seed, uint64_t offset) {
+  Tensor f = detail::make_tensor(concat(p.S, {p.L_q, p.L_k}), Dtype::Float32);
+  float* d = f.data_ptr<float>();
+  const float keep = kernels::dropout_keep_scale(drop_p);
+  for (int64_t i = 0, n = f.numel(); i < n; ++i)
+    d[i] = kernels::dropout_keep(seed, offset, uint64_t(i), drop_p) ? keep : 0.0f;
+  return f;
+}
+
+struct RunResult {
+  uint64_t dropout_seed = 0, dropout_offset = 0;  // counter-based dropout (0, 0 without)
+};
+
+// Runs a kernel over the batch shape S.
+//   weights != null: the reference kernel, which also writes the weights; dropout factors drawn
+//                    with fill_dropout_mask (torch-identical), returned through drop_out.
+//   weights == null: the fused kernel (the reference with SdpaBackend::Reference); dropout is
+//                    counter-based, its seed drawn once from the generator; drop_out (when given
+//                    and dropout is on) receives the same mask materialised, for autograd.
+// lse, when given, receives the per-row log-sum-exp S + (L_q).
+RunResult run(const Prepared& p, const SdpaOptions& o, Tensor& out, Tensor* weights,
+              Tensor* drop_out = nullptr, Tensor* lse = nullptr) {
+  const Shape& S = p.S;
+  const int64_t r = int64_t(S.size());
+  const Shape outer(S.begin(), S.begin() + std::max<int64_t>(r - 2, 0));
+  const int64_t n_outer = detail::shape_numel(outer);
+  kernels::SdpaParams kp = kernel_params(p, o);
+  const bool fused = weights == nullptr && o.backend != SdpaBackend::Reference;
+  Generator& gen = o.generator ? *o.generator : default_generator();
+
+  RunResult rr;
+  Tensor drop;
+  if (o.dropout_p > 0.0 && weights) {
+    // Factors over q @ k^T's weights in row-major order, then broadcast to S if v enlarged it.
+    Shape ds = concat(p.drop_batch, {p.L_q, p.L_k});
+    drop = detail::make_tensor(ds, Dtype::Float32);
+    fill_dropout_mask(drop.data_ptr<float>(), drop.numel(), o.dropout_p, gen);
+    Shape full = concat(S, {p.L_q, p.L_k});
+    if (ds != full) drop = drop.expand(full).contiguous();
+  } else if (o.dropout_p > 0.0) {
+    rr.dropout_seed = gen.random64();
+    kp.dropout_p = o.dropout_p, kp.dropout_seed = rr.dropout_seed;
+    if (drop_out) drop = counter_dropout_factors(p, o.dropout_p, rr.dropout_seed, 0);
+  }
+  if (drop_out) *drop_out = drop;
+
+  const int64_t per_call_out = kp.B * kp.H * p.L_q * p.D_v,
+                per_call_w = kp.B * kp.H * p.L_q * p.L_k;
+  const int64_t per_call_rows = kp.B * kp.H * p.L_q;
   Shape idx(outer.size(), 0);
   for (int64_t c = 0; c < n_outer; ++c) {
-    kp.q = p.q.data_ptr<float>() + outer_offset(p.q, idx);
-    kp.k = p.k.data_ptr<float>() + outer_offset(p.k, idx);
-    kp.v = p.v.data_ptr<float>() + outer_offset(p.v, idx);
+    call_pointers(p, idx, c, rr.dropout_offset, kp);
     kp.out = out.data_ptr<float>() + c * per_call_out;
-    if (p.mask.defined())
-      kp.mask = static_cast<const char*>(p.mask.raw_data()) +
-                outer_offset(p.mask, idx) * int64_t(itemsize(p.mask.dtype()));
-    kp.dropout_scale = drop.defined() ? drop.data_ptr<float>() + c * per_call_w : nullptr;
-    kp.weights = weights ? weights->data_ptr<float>() + c * per_call_w : nullptr;
-    kernels::sdpa_reference_forward(kp);
+    kp.lse = lse ? lse->data_ptr<float>() + c * per_call_rows : nullptr;
+    if (weights) {
+      kp.dropout_scale = drop.defined() ? drop.data_ptr<float>() + c * per_call_w : nullptr;
+      kp.weights = weights->data_ptr<float>() + c * per_call_w;
+      kernels::sdpa_reference_forward(kp);
+    } else if (fused) {
+      kernels::sdpa_fused_forward(kp);
+    } else {
+      kernels::sdpa_reference_forward(kp);
+    }
     for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {  // next outer index, row-major
       if (++idx[d] < outer[d]) break;
       idx[d] = 0;
     }
   }
+  return rr;
+}
+
+// The gradient of attention through its materialised weights (the reference path). In the
+// forward pass this was, over the broadcast batch shape S (k, v repeated over each group of
+// H / H_kv query heads under GQA):
+//   s = scale * q k^T + mask,  P = softmax(s) (zero rows where every key is masked),
+//   W = P * drop (the dropout factors, saved),  out = W v.
+// Given dout and/or dW (the gradient of the returned weights):
+//   dW += dout v^T,  dv = W^T dout,  dP = dW * drop,  ds = P * (dP - rowsum(dP * P)),
+//   dq = scale * ds k,  dk = scale * ds^T q,  dmask = ds,
+// each summed back over the dims its input was broadcast along (and the GQA groups). P is
+// recomputed by the reference kernel from the saved q, k, v and mask.
+std::vector<Tensor> sdpa_composed_backward(const Node& n, const Tensor& dout, const Tensor& dw,
+                                           SdpaOptions o, double scale, int64_t ratio) {
+  const Tensor q = n.saved_tensor(0), k = n.saved_tensor(1), v = n.saved_tensor(2);
+  const Tensor drop = n.saved_tensor(4);
+  o.attn_mask = n.saved_tensor(3);
+  o.dropout_p = 0.0;
+  o.backend = SdpaBackend::Reference;
+  const Tensor P = std::get<1>(scaled_dot_product_attention_with_weights(q, k, v, o));
+  const Tensor W = drop.defined() ? P * drop : P;
+  // (..., H_kv, L, D) -> (..., H, L, D) with each key/value head repeated for its query heads,
+  // and back by summing each group.
+  auto repeat = [ratio](const Tensor& t) {
+    if (ratio == 1) return t;
+    Shape s = t.shape();
+    s.insert(s.end() - 2, ratio);
+    Shape merged = t.shape();
+    merged[merged.size() - 3] *= ratio;
+    return t.unsqueeze(-3).expand(s).reshape(merged);
+  };
+  auto group_sum = [ratio](const Tensor& t) {
+    if (ratio == 1) return t;
+    Shape s = t.shape();
+    s[s.size() - 3] /= ratio;
+    s.insert(s.end() - 2, ratio);
+    return t.reshape(s).sum({-3});
+  };
+  const Tensor kk = repeat(k), vv = repeat(v);
+  Tensor dW = dw;
+  Tensor dq, dk, dv, dmask;
+  if (dout.defined()) {
+    Tensor from_out = matmul(dout, vv.mT());
+    dW = dW.defined() ? dW + from_out : from_out;
+    if (n.needs_input_grad(2)) dv = detail::sum_to(group_sum(matmul(W.mT(), dout)), v.shape());
+  }
+  const Tensor dP = drop.defined() ? dW * drop : dW;
+  const Tensor ds = P * (dP - (dP * P).sum({-1}, true));
+  if (n.needs_input_grad(0)) dq = detail::sum_to(matmul(ds, kk) * scale, q.shape());
+  if (n.needs_input_grad(1)) dk = detail::sum_to(group_sum(matmul(ds.mT(), q) * scale), k.shape());
+  if (n.needs_input_grad(3)) dmask = detail::sum_to(ds, o.attn_mask.shape());
+  return {dq, dk, dv, dmask};
 }
 
 // Records the results in the autograd graph under the names PyTorch 2.0's math backend gives them:
 // out = matmul(weights, v) and weights = softmax(...), or dropout(softmax(...)) = weights * noise.
+// Each result's node differentiates the whole attention (sdpa_composed_backward).
 void record(Tensor& out, Tensor* weights, const Tensor& q, const Tensor& k, const Tensor& v,
-            const SdpaOptions& o) {
+            const SdpaOptions& o, const Prepared& p, const Tensor& drop) {
   const std::vector<const Tensor*> inputs{&q, &k, &v, &o.attn_mask};
-  out = detail::record(out, out.dim() == 2 ? "MmBackward0" : "UnsafeViewBackward0", inputs);
+  if (!detail::should_record(inputs)) return;
+  SdpaOptions opts = o;
+  opts.attn_mask = Tensor();  // saved (with its version) instead
+  opts.generator = nullptr;
+  const double scale = p.scale;
+  const int64_t ratio = p.H_kv_ratio;
+  const std::vector<Tensor> saved{q, k, v, o.attn_mask, drop};
+  out = detail::record(
+      out, out.dim() == 2 ? "MmBackward0" : "UnsafeViewBackward0", inputs,
+      [opts, scale, ratio](const Node& n, const Tensor& g) {
+        return sdpa_composed_backward(n, g, Tensor(), opts, scale, ratio);
+      },
+      saved);
   if (weights)
-    *weights =
-        detail::record(*weights, o.dropout_p > 0.0 ? "MulBackward0" : "SoftmaxBackward0", inputs);
+    *weights = detail::record(
+        *weights, o.dropout_p > 0.0 ? "MulBackward0" : "SoftmaxBackward0", inputs,
+        [opts, scale, ratio](const Node& n, const Tensor& g) {
+          return sdpa_composed_backward(n, Tensor(), g, opts, scale, ratio);
+        },
+        saved);
 }
 
 }  // namespace
@@ -218,11 +374,56 @@ void record(Tensor& out, Tensor* weights, const Tensor& q, const Tensor& k, cons
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention";
+  const std::vector<const Tensor*> inputs{&q, &k, &v, &options.attn_mask};
+  const bool recording = detail::should_record(inputs);
+  if (recording && !(options.attn_mask.defined() && options.attn_mask.requires_grad())) {
+    // One graph node whose backward is scaled_dot_product_attention_backward: the forward saves
+    // out and the per-row log-sum-exp, the backward recomputes the scores and regenerates the
+    // dropout mask from the forward's seed (nothing (L_q, L_k)-sized is kept). A trainable float
+    // mask takes the composed path below, whose backward also yields the mask's gradient.
+    SdpaForwardResult fwd = scaled_dot_product_attention_forward(q, k, v, options);
+    SdpaOptions opts = options;
+    opts.attn_mask = Tensor();  // saved (with its version) instead
+    opts.generator = nullptr;
+    const uint64_t seed = fwd.dropout_seed, offset = fwd.dropout_offset;
+    Tensor out = fwd.out;
+    return detail::record(out, out.dim() == 2 ? "MmBackward0" : "UnsafeViewBackward0", inputs,
+                          [opts, seed, offset](const Node& n, const Tensor& g) {
+                            SdpaOptions o = opts;
+                            o.attn_mask = n.saved_tensor(3);
+                            SdpaForwardResult f;
+                            f.out = n.saved_tensor(4);
+                            f.lse = n.saved_tensor(5);
+                            f.dropout_seed = seed, f.dropout_offset = offset;
+                            auto [dq, dk, dv] = scaled_dot_product_attention_backward(
+                                g, n.saved_tensor(0), n.saved_tensor(1), n.saved_tensor(2), f, o);
+                            return std::vector<Tensor>{n.needs_input_grad(0) ? dq : Tensor(),
+                                                       n.needs_input_grad(1) ? dk : Tensor(),
+                                                       n.needs_input_grad(2) ? dv : Tensor(),
+                                                       Tensor()};
+                          },
+                          {q, k, v, options.attn_mask, out, fwd.lse});
+  }
   Prepared p = prepare(q, k, v, options, fn);
   Tensor out = detail::make_tensor(concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
-  run(p, options, out, nullptr);  // Auto and Reference are the same kernel for now
-  record(out, nullptr, q, k, v, options);
+  // The materialised dropout mask is only needed by the autograd graph's composed backward.
+  Tensor drop;
+  run(p, options, out, nullptr, recording ? &drop : nullptr);
+  record(out, nullptr, q, k, v, options, p, drop);
   return out;
+}
+
+SdpaForwardResult scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
+                                                       const Tensor& v,
+                                                       const SdpaOptions& options) {
+  const char* fn = "scaled_dot_product_attention_forward";
+  Prepared p = prepare(q, k, v, options, fn);
+  SdpaForwardResult r;
+  r.out = detail::make_tensor(concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
+  r.lse = detail::make_tensor(concat(p.S, {p.L_q}), Dtype::Float32);
+  const RunResult rr = run(p, options, r.out, nullptr, nullptr, &r.lse);
+  r.dropout_seed = rr.dropout_seed, r.dropout_offset = rr.dropout_offset;
+  return r;
 }
 
 std::tuple<Tensor, Tensor> scaled_dot_product_attention_with_weights(const Tensor& q,
@@ -233,8 +434,9 @@ std::tuple<Tensor, Tensor> scaled_dot_product_attention_with_weights(const Tenso
   Prepared p = prepare(q, k, v, options, fn);
   Tensor out = detail::make_tensor(concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
   Tensor weights = detail::make_tensor(concat(p.S, {p.L_q, p.L_k}), Dtype::Float32);
-  run(p, options, out, &weights);
-  record(out, &weights, q, k, v, options);
+  Tensor drop;
+  run(p, options, out, &weights, &drop);
+  record(out, &weights, q, k, v, options, p, drop);
   return {out, weights};
 }
 
@@ -247,6 +449,93 @@ Tensor causal_mask(int64_t L_q, int64_t L_k, CausalAlign align) {
   for (int64_t i = 0; i < L_q; ++i)
     for (int64_t j = 0; j < L_k; ++j) d[i * L_k + j] = j <= i + shift;
   return m;
+}
+
+// =================================================================================================
+// scaled_dot_product_attention_backward: the gradient at the Tensor level. This section belongs
+// with the backward kernels (sdpa_backward.cpp, sdpa_fused_backward.cpp); it reuses prepare() from
+// above so that the backward validates and broadcasts exactly as the forward did.
+// =================================================================================================
+}  // namespace attn
+
+#include "../kernels/cpu/sdpa_fused_backward.h"
+
+namespace attn {
+
+namespace {
+
+// dout, forward.out and forward.lse must have exactly the shapes the forward produced.
+void check_backward_input(const Tensor& t, const char* name, const Shape& want, const char* fn) {
+  if (!t.defined()) fail(fn, name, " is an undefined tensor");
+  if (t.dtype() != Dtype::Float32)
+    fail(fn, name, " must be float32, got ", dtype_name(t.dtype()), " ", shape_str(t.shape()));
+  if (t.shape() != want)
+    fail(fn, name, " has shape ", shape_str(t.shape()), " but the forward produced ",
+         shape_str(want));
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
+    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+    const SdpaForwardResult& forward, const SdpaOptions& o) {
+  const char* fn = "scaled_dot_product_attention_backward";
+  const Prepared p = prepare(q, k, v, o, fn);
+  const Shape& S = p.S;  // out is S + (L_q, D_v)
+  check_backward_input(dout, "dout", concat(S, {p.L_q, p.D_v}), fn);
+  check_backward_input(forward.out, "forward.out", concat(S, {p.L_q, p.D_v}), fn);
+  check_backward_input(forward.lse, "forward.lse", concat(S, {p.L_q}), fn);
+  NoGradGuard no_grad;  // a gradient pass records nothing
+
+  const Tensor g = unit_inner(dout), out = unit_inner(forward.out), lse = forward.lse.contiguous();
+  const Shape Sk = leading(p.k);  // S, with H_kv heads under GQA
+  // Gradients at the broadcast shapes; summed down to the inputs' shapes at the end.
+  Tensor dq = detail::make_tensor(concat(S, {p.L_q, p.D}), Dtype::Float32);
+  Tensor dk = detail::make_tensor(concat(Sk, {p.L_k, p.D}), Dtype::Float32);
+  Tensor dv = detail::make_tensor(concat(Sk, {p.L_k, p.D_v}), Dtype::Float32);
+
+  // The forward's kernel parameters (kernel_params, call_pointers: same strides, masks, window,
+  // key padding and dropout counters), plus the saved out and lse, dout and the gradients.
+  const int64_t r = int64_t(S.size());
+  const Shape outer(S.begin(), S.begin() + std::max<int64_t>(r - 2, 0));
+  const int64_t n_outer = detail::shape_numel(outer);
+  auto bstride = [&](const Tensor& t) { return r >= 2 ? t.stride(r - 2) : 0; };
+  auto hstride = [&](const Tensor& t) { return r >= 1 ? t.stride(r - 1) : 0; };
+  kernels::SdpaBackwardParams bp;
+  kernels::SdpaParams& kp = bp.fwd;
+  kp = kernel_params(p, o);
+  kp.out_batch_stride = bstride(out), kp.out_head_stride = hstride(out);
+  kp.out_row_stride = out.stride(r);
+  bp.dout_batch_stride = bstride(g), bp.dout_head_stride = hstride(g);
+  bp.dout_row_stride = g.stride(r);
+  bp.dq_batch_stride = bstride(dq), bp.dq_head_stride = hstride(dq), bp.dq_row_stride = p.D;
+  bp.dk_batch_stride = bstride(dk), bp.dk_head_stride = hstride(dk), bp.dk_row_stride = p.D;
+  bp.dv_batch_stride = bstride(dv), bp.dv_head_stride = hstride(dv), bp.dv_row_stride = p.D_v;
+  // Dropout: the forward's counter-based mask, regenerated from its seed and offset.
+  if (o.dropout_p > 0.0) kp.dropout_p = o.dropout_p, kp.dropout_seed = forward.dropout_seed;
+
+  const int64_t per_call_rows = kp.B * kp.H * p.L_q;
+  Shape idx(outer.size(), 0);
+  for (int64_t c = 0; c < n_outer; ++c) {
+    call_pointers(p, idx, c, forward.dropout_offset, kp);
+    kp.out = const_cast<float*>(out.data_ptr<float>()) + outer_offset(out, idx);
+    kp.lse = const_cast<float*>(lse.data_ptr<float>()) + c * per_call_rows;
+    bp.dout = g.data_ptr<float>() + outer_offset(g, idx);
+    bp.dq = dq.data_ptr<float>() + outer_offset(dq, idx);
+    bp.dk = dk.data_ptr<float>() + outer_offset(dk, idx);
+    bp.dv = dv.data_ptr<float>() + outer_offset(dv, idx);
+    if (o.backend == SdpaBackend::Reference)
+      kernels::sdpa_reference_backward(bp);
+    else
+      kernels::sdpa_fused_backward(bp);
+    for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {  // next outer index, row-major
+      if (++idx[d] < outer[d]) break;
+      idx[d] = 0;
+    }
+  }
+  // Inputs that were broadcast get their gradient summed over the broadcast dims.
+  return {detail::sum_to(dq, q.shape()), detail::sum_to(dk, k.shape()),
+          detail::sum_to(dv, v.shape())};
 }
 
 }  // namespace attn

@@ -680,11 +680,27 @@ TEST(AttentionModules, CausalAttentionDropoutMatchesSeedComposition) {
   Tensor scores = attn::matmul(q, k.mT()).masked_fill(
       ca.mask.slice(0, 0, 6).slice(1, 0, 6).to(Dtype::Bool), -attn::inf);
   Tensor w = attn::softmax(scores / std::sqrt(2.0), -1);
+  // Without dropout (eval mode) the module is exactly the seed's composition.
+  ca.eval();
+  EXPECT_TRUE(attn::allclose(ca(x), attn::matmul(w, v), 1e-5, 1e-6));
+  // Training: the module runs the fused kernel, whose dropout mask is counter-based (drawn from
+  // the generator's seed once per call), so it equals scaled_dot_product_attention with the same
+  // generator state rather than torch's per-element Dropout stream.
+  ca.train();
   attn::manual_seed(7);
-  Tensor expected = attn::matmul(F::dropout(w, 0.5), v);
+  attn::SdpaOptions opt;
+  opt.is_causal = true;
+  opt.dropout_p = 0.5;
+  opt.scale = 1.0 / std::sqrt(2.0);
+  Tensor expected = attn::scaled_dot_product_attention(q, k, v, opt);
   attn::manual_seed(7);
   Tensor got = ca(x);
   EXPECT_TRUE(attn::allclose(got, expected, 1e-5, 1e-6));
+  // The materialised-weights path keeps torch's Dropout stream: weights after dropout.
+  attn::manual_seed(7);
+  Tensor expected_w = F::dropout(w, 0.5);
+  attn::manual_seed(7);
+  EXPECT_TRUE(attn::allclose(ca.attention_weights(x), expected_w, 1e-5, 1e-6));
   // dropout p = 1 in training: every weight dropped, zeros out.
   nn::CausalAttention all(3, 2, 8, 1.0);
   EXPECT_TRUE(attn::equal(all(x), attn::zeros({2, 6, 2})));
@@ -909,7 +925,7 @@ TEST(MultiheadAttention, CrossKdimVdimBatchFirstMasksPerHeadWeights) {
   // need_weights = false: same output, no weights.
   auto r2 = m.forward(q, k, v, kpm, false, am);
   EXPECT_FALSE(r2.weights.defined());
-  EXPECT_TRUE(attn::equal(r2.output, r.output));
+  EXPECT_TRUE(attn::allclose(r2.output, r.output, 1e-5, 1e-6));
 }
 
 TEST(MultiheadAttention, BoolThreeDimMaskFloatPaddingUnbatchedNoBias) {

@@ -376,3 +376,39 @@ def test_mha_errors_are_value_errors():
         m(attn.zeros(5, 2, 7), attn.zeros(5, 2, 8), attn.zeros(5, 2, 8))
     with pytest.raises(ValueError, match=r"Missing key\(s\)"):
         m.load_state_dict({"in_proj_weight": torch.zeros(24, 8)})
+
+
+# ---- sliding window and key padding (fused kernel vs an fp64 torch composition) -----------------
+
+@pytest.mark.parametrize("window,bottom_right", [((3, 0), False), ((2, 1), True), ((-1, 4), False)])
+def test_sdpa_window_and_key_padding_vs_torch(window, bottom_right):
+    rng = np.random.default_rng(7)
+    B, H, Lq, Lk, D = 2, 3, 9, 13, 8
+    q = rng.standard_normal((B, H, Lq, D)).astype(np.float32)
+    k = rng.standard_normal((B, H, Lk, D)).astype(np.float32)
+    v = rng.standard_normal((B, H, Lk, D)).astype(np.float32)
+    pad = np.zeros((B, Lk), dtype=bool)
+    pad[0, -3:] = True
+    out = attn.nn.functional.scaled_dot_product_attention(
+        attn.tensor(q), attn.tensor(k), attn.tensor(v), window=window,
+        causal_bottom_right=bottom_right, key_padding_mask=attn.tensor(pad))
+    # fp64 reference: visible iff inside the window around the (aligned) diagonal and not padding
+    off = Lk - Lq if bottom_right else 0
+    i = np.arange(Lq)[:, None]
+    j = np.arange(Lk)[None, :]
+    visible = np.ones((Lq, Lk), dtype=bool)
+    if window[0] >= 0:
+        visible &= j >= i + off - window[0]
+    if window[1] >= 0:
+        visible &= j <= i + off + window[1]
+    allowed = visible[None, None] & ~pad[:, None, None, :]
+    s = torch.tensor(q, dtype=torch.float64) @ torch.tensor(k, dtype=torch.float64).mT / D ** 0.5
+    s = s.masked_fill(~torch.tensor(allowed), float("-inf"))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    ref = (w @ torch.tensor(v, dtype=torch.float64)).numpy()
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
+    # the reference kernel agrees
+    out_ref = attn.nn.functional.scaled_dot_product_attention(
+        attn.tensor(q), attn.tensor(k), attn.tensor(v), window=window,
+        causal_bottom_right=bottom_right, key_padding_mask=attn.tensor(pad), reference=True)
+    np.testing.assert_allclose(out.numpy(), out_ref.numpy(), rtol=1e-5, atol=1e-6)

@@ -29,31 +29,40 @@ void attend_row(const SdpaParams& p, int64_t b, int64_t h, int64_t i, double* s,
   float* w_out = p.weights ? p.weights + row * L_k : nullptr;                   // (L_k)
   const float* drop = p.dropout_scale ? p.dropout_scale + row * L_k : nullptr;  // (L_k)
 
-  // Keys j >= j_end are hidden by causal masking.
-  int64_t j_end = L_k;
-  if (p.causal) {
-    const int64_t shift = p.causal_bottom_right ? L_k - p.L_q : 0;
-    j_end = std::clamp<int64_t>(i + shift + 1, 0, L_k);
-  }
+  // Keys outside [j_begin, j_end) are hidden by causal masking or the sliding window:
+  // with off = L_k - L_q for bottom-right alignment (else 0), row i sees keys
+  // [i + off - window_left, i + off + window_right], causal meaning window_right = 0.
+  const int64_t off = p.causal_bottom_right ? L_k - p.L_q : 0;
+  int64_t wr = p.window_right;
+  if (p.causal) wr = wr >= 0 ? std::min<int64_t>(wr, 0) : 0;
+  const int64_t j_begin =
+      p.window_left >= 0 ? std::clamp<int64_t>(i + off - p.window_left, 0, L_k) : 0;
+  const int64_t j_end = wr >= 0 ? std::clamp<int64_t>(i + off + wr + 1, j_begin, L_k) : L_k;
 
   // ---- s[j] = scale * q . k_j (+ mask) ----------------------------------------------------------
   const double scale = p.scale;
-  for (int64_t j = 0; j < j_end; ++j) {
+  for (int64_t j = 0; j < j_begin; ++j) s[j] = kNegInf;
+  for (int64_t j = j_begin; j < j_end; ++j) {
     const float* kj = k + j * p.k_row_stride;
     double dot = 0;
     for (int64_t d = 0; d < D; ++d) dot += double(q[d]) * double(kj[d]);
     s[j] = dot * scale;
   }
   for (int64_t j = j_end; j < L_k; ++j) s[j] = kNegInf;
+  if (p.key_padding) {
+    const uint8_t* pad = p.key_padding + b * p.key_padding_batch_stride;  // (L_k)
+    for (int64_t j = j_begin; j < j_end; ++j)
+      if (pad[j]) s[j] = kNegInf;
+  }
   if (p.mask_kind != MaskKind::None) {
     const int64_t base = b * p.mask_batch_stride + h * p.mask_head_stride + i * p.mask_row_stride;
     if (p.mask_kind == MaskKind::Bool) {
       const auto* m = static_cast<const uint8_t*>(p.mask) + base;  // (L_k), stride mask_col_stride
-      for (int64_t j = 0; j < j_end; ++j)
+      for (int64_t j = j_begin; j < j_end; ++j)
         if (!m[j * p.mask_col_stride]) s[j] = kNegInf;
     } else {
       const auto* m = static_cast<const float*>(p.mask) + base;
-      for (int64_t j = 0; j < j_end; ++j) s[j] += double(m[j * p.mask_col_stride]);
+      for (int64_t j = j_begin; j < j_end; ++j) s[j] += double(m[j * p.mask_col_stride]);
     }
   }
 
@@ -78,9 +87,15 @@ void attend_row(const SdpaParams& p, int64_t b, int64_t h, int64_t i, double* s,
 
   // ---- weights (rounded to float like a materialised fp32 softmax), dropout, and p @ v ----------
   const double inv_sum = 1.0 / sum;
+  const bool counter_dropout = !drop && p.dropout_p > 0.0;
+  const float keep_scale = counter_dropout ? dropout_keep_scale(p.dropout_p) : 1.0f;
   for (int64_t j = 0; j < L_k; ++j) {
     float w = float(s[j] * inv_sum);
     if (drop) w *= drop[j];  // torch: dropout(weights) == weights * factor, in float
+    if (counter_dropout)
+      w = dropout_keep(p.dropout_seed, p.dropout_offset, uint64_t(row * L_k + j), p.dropout_p)
+              ? w * keep_scale
+              : 0.0f;
     if (w_out) w_out[j] = w;
     s[j] = w;
   }

@@ -1,0 +1,237 @@
+// Google Benchmark harness for attn's attention kernels, with OpenBLAS sgemm 1024^3 as the anchor.
+//
+//   build/bench/bench_attention                        # everything, 2 threads
+//   build/bench/bench_attention --threads=1            # attn and OpenBLAS on 1 thread
+//   build/bench/bench_attention --benchmark_filter='fwd/fused.*L1024'
+//
+// Counter: GFLOP (a rate, printed "GFLOP=123.4/s") with attention FLOPs counted as in DESIGN.md
+// ("Performance habits"):
+//   forward  = 4 * B * H * L_q * L_k * D   (half of it when causal)
+//   backward = 2.5 x forward, forward+backward = 3.5 x forward.
+// Kernels: "reference" (SdpaBackend::Reference, the naive kernel) and "fused" (SdpaBackend::Fused
+// when the enum has it, else SdpaBackend::Auto, reported as "auto"). Forward+backward and backward
+// runs are registered only when scaled_dot_product_attention_forward/_backward are linked into
+// libattn (probed through weak references, so this file builds before and after they land).
+// These are figures, not tests: bench/compare.py times attn against PyTorch in the same run.
+#include <attn/attn.h>
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+// Weak re-declarations: null at run time when libattn does not define them yet.
+namespace attn {
+__attribute__((weak)) SdpaForwardResult scaled_dot_product_attention_forward(const Tensor& q,
+                                                                             const Tensor& k,
+                                                                             const Tensor& v,
+                                                                             const SdpaOptions& o);
+__attribute__((weak)) std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
+    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+    const SdpaForwardResult& forward, const SdpaOptions& o);
+}  // namespace attn
+
+namespace {
+
+// SdpaBackend::Fused once the fused kernel declares it; Auto before.
+template <class E>
+constexpr bool has_fused_enum = requires {
+  E::Fused;
+};
+
+template <class E = attn::SdpaBackend>
+E fused_backend() {
+  if constexpr (has_fused_enum<E>) {
+    return E::Fused;
+  } else {
+    return E::Auto;
+  }
+}
+const char* fused_name() { return has_fused_enum<attn::SdpaBackend> ? "fused" : "auto"; }
+
+bool have_forward() { return &attn::scaled_dot_product_attention_forward != nullptr; }
+bool have_backward() { return &attn::scaled_dot_product_attention_backward != nullptr; }
+
+struct Shape {
+  const char* tag;
+  int64_t B, H, H_kv, L_q, L_k, D;
+  bool causal;
+};
+
+double forward_flops(const Shape& s) {
+  double f = 4.0 * s.B * s.H * double(s.L_q) * double(s.L_k) * s.D;
+  return s.causal ? f / 2 : f;
+}
+
+struct Inputs {
+  attn::Tensor q, k, v, dout;
+};
+
+Inputs make_inputs(const Shape& s) {
+  attn::Generator gen(0);
+  Inputs in;
+  in.q = attn::randn({s.B, s.H, s.L_q, s.D}, &gen);
+  in.k = attn::randn({s.B, s.H_kv, s.L_k, s.D}, &gen);
+  in.v = attn::randn({s.B, s.H_kv, s.L_k, s.D}, &gen);
+  in.dout = attn::randn({s.B, s.H, s.L_q, s.D}, &gen);
+  return in;
+}
+
+attn::SdpaOptions options(const Shape& s, attn::SdpaBackend backend) {
+  attn::SdpaOptions o;
+  o.is_causal = s.causal;
+  // Decoding (L_q < L_k) sees the whole cache: bottom-right alignment.
+  o.causal_align = s.L_q < s.L_k ? attn::CausalAlign::BottomRight : attn::CausalAlign::TopLeft;
+  o.enable_gqa = s.H != s.H_kv;
+  o.backend = backend;
+  return o;
+}
+
+void set_gflops(benchmark::State& state, double flops) {
+  // Shown as "GFLOP=123.4/s": flops / 1e9 per iteration, as a rate.
+  state.counters["GFLOP"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void bm_forward(benchmark::State& state, Shape s, attn::SdpaBackend backend) {
+  Inputs in = make_inputs(s);
+  attn::SdpaOptions o = options(s, backend);
+  for (auto _ : state) {
+    attn::Tensor out = attn::scaled_dot_product_attention(in.q, in.k, in.v, o);
+    benchmark::DoNotOptimize(out.raw_data());
+  }
+  set_gflops(state, forward_flops(s));
+}
+
+void bm_forward_backward(benchmark::State& state, Shape s, attn::SdpaBackend backend) {
+  Inputs in = make_inputs(s);
+  attn::SdpaOptions o = options(s, backend);
+  for (auto _ : state) {
+    attn::SdpaForwardResult f = attn::scaled_dot_product_attention_forward(in.q, in.k, in.v, o);
+    auto [dq, dk, dv] =
+        attn::scaled_dot_product_attention_backward(in.dout, in.q, in.k, in.v, f, o);
+    benchmark::DoNotOptimize(dq.raw_data());
+    benchmark::DoNotOptimize(dv.raw_data());
+  }
+  set_gflops(state, 3.5 * forward_flops(s));
+}
+
+void bm_backward(benchmark::State& state, Shape s, attn::SdpaBackend backend) {
+  Inputs in = make_inputs(s);
+  attn::SdpaOptions o = options(s, backend);
+  attn::SdpaForwardResult f = attn::scaled_dot_product_attention_forward(in.q, in.k, in.v, o);
+  for (auto _ : state) {
+    auto [dq, dk, dv] =
+        attn::scaled_dot_product_attention_backward(in.dout, in.q, in.k, in.v, f, o);
+    benchmark::DoNotOptimize(dq.raw_data());
+    benchmark::DoNotOptimize(dv.raw_data());
+  }
+  set_gflops(state, 2.5 * forward_flops(s));
+}
+
+void bm_sgemm(benchmark::State& state) {
+  const int n = 1024;
+  std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = float(i % 97) / 97.0f - 0.5f;
+    b[i] = float(i % 89) / 89.0f - 0.5f;
+  }
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_gflops(state, 2.0 * n * double(n) * n);
+}
+
+std::string shape_name(const Shape& s) {
+  char buf[160];
+  if (s.H != s.H_kv) {
+    std::snprintf(buf, sizeof buf, "%s/B%lld_H%lld_Hkv%lld_Lq%lld_Lk%lld_D%lld/%s", s.tag,
+                  (long long)s.B, (long long)s.H, (long long)s.H_kv, (long long)s.L_q,
+                  (long long)s.L_k, (long long)s.D, s.causal ? "causal" : "full");
+  } else if (s.L_q != s.L_k) {
+    std::snprintf(buf, sizeof buf, "%s/B%lld_H%lld_Lq%lld_Lk%lld_D%lld/%s", s.tag, (long long)s.B,
+                  (long long)s.H, (long long)s.L_q, (long long)s.L_k, (long long)s.D,
+                  s.causal ? "causal" : "full");
+  } else {
+    std::snprintf(buf, sizeof buf, "%s/B%lld_H%lld_L%lld_D%lld/%s", s.tag, (long long)s.B,
+                  (long long)s.H, (long long)s.L_q, (long long)s.D, s.causal ? "causal" : "full");
+  }
+  return buf;
+}
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> v;
+  for (bool causal : {false, true}) {
+    for (int64_t L : {512, 1024, 2048, 4096}) v.push_back({"sweep", 1, 12, 12, L, L, 64, causal});
+    v.push_back({"batch", 4, 12, 12, 1024, 1024, 64, causal});
+    v.push_back({"gqa", 1, 12, 4, 2048, 2048, 64, causal});
+  }
+  v.push_back({"decode", 1, 12, 12, 1, 4096, 64, false});
+  return v;
+}
+
+// --threads=N (default 2) is ours; everything else goes to Google Benchmark.
+int take_threads_flag(int& argc, char** argv) {
+  int threads = 2;
+  if (const char* env = std::getenv("ATTN_BENCH_THREADS")) threads = std::atoi(env);
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      threads = std::atoi(argv[i] + 10);
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  argc = out;
+  return threads < 1 ? 1 : threads;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = take_threads_flag(argc, argv);
+  attn::set_num_threads(threads);  // OpenMP and OpenBLAS alike
+  benchmark::AddCustomContext("attn_threads", std::to_string(threads));
+  benchmark::AddCustomContext("attn_fused_backend", fused_name());
+  benchmark::AddCustomContext("attn_backward", have_backward() ? "linked" : "not yet in libattn");
+
+  benchmark::RegisterBenchmark("sgemm/1024x1024x1024", bm_sgemm)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+
+  const bool fwd_bwd = have_forward() && have_backward();
+  struct Kernel {
+    const char* name;
+    attn::SdpaBackend backend;
+  };
+  const Kernel kernels[] = {{"reference", attn::SdpaBackend::Reference},
+                            {fused_name(), fused_backend()}};
+  for (const Kernel& kernel : kernels) {
+    for (const Shape& s : shapes()) {
+      const std::string name = shape_name(s);
+      auto reg = [&](const char* dir, auto fn) {
+        benchmark::RegisterBenchmark((std::string(dir) + "/" + kernel.name + "/" + name).c_str(),
+                                     fn, s, kernel.backend)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      };
+      reg("fwd", bm_forward);
+      if (fwd_bwd) {
+        reg("fwdbwd", bm_forward_backward);
+        reg("bwd", bm_backward);
+      }
+    }
+  }
+
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

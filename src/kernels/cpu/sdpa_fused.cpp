@@ -1,0 +1,233 @@
+// The fused attention forward: run-time choice of instruction set, work partition, threads.
+// The kernel itself is sdpa_fused_kernel.inc, compiled here once per instruction set.
+#include "sdpa_fused.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <new>
+
+#include "simd.h"
+
+// GCC 12 warns about the deliberately undefined pass-through operand inside the AVX-512
+// intrinsics (GCC bug 105593); it is not a bug in this file.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace attn::kernels {
+
+namespace {
+
+// Per-thread scratch for one block of query rows; sized for the largest tile shape.
+struct Workspace {
+  float* qt = nullptr;            // (D, BR)    the block's queries, transposed and scaled
+  float* st = nullptr;            // (BC, BR)   S^T then P^T for one key tile
+  float* ot = nullptr;            // (D_v, BR)  the running output, transposed
+  int64_t* lane_h = nullptr;      // (BR)       query head of each lane
+  int32_t* lane_i = nullptr;      // (BR)       query row of each lane
+  int64_t* mask_off = nullptr;    // (BR)   offset of each lane's mask row
+  uint64_t* drop_base = nullptr;  // (BR)   dropout generator state of each lane at key 0
+
+  // Sized for the block kernel (BR lanes) and for the row kernel (rows_max rows of W lanes).
+  Workspace(int64_t D, int64_t D_v, int BR, int BC, int W, int rows_max) {
+    auto round_up = [](size_t bytes) { return (bytes + 63) / 64 * 64; };
+    auto pad = [&](int64_t n) { return size_t((std::max<int64_t>(n, 1) + W - 1) / W * W); };
+    const size_t sizes[] = {round_up(sizeof(float) * std::max(pad(D) * BR, pad(D) * rows_max)),
+                            round_up(sizeof(float) * std::max(size_t(BC) * BR, pad(BC) * rows_max)),
+                            round_up(sizeof(float) * std::max(pad(D_v) * BR, pad(D_v) * rows_max)),
+                            round_up(sizeof(int64_t) * BR),
+                            round_up(sizeof(int32_t) * BR),
+                            round_up(sizeof(int64_t) * BR),
+                            round_up(sizeof(uint64_t) * std::max(BR, W * rows_max))};
+    size_t total = 0;
+    for (size_t s : sizes) total += s;
+    buffer_.reset(static_cast<char*>(::operator new(total, std::align_val_t(64))));
+    char* at = buffer_.get();
+    auto take = [&](size_t s) {
+      char* r = at;
+      at += s;
+      return r;
+    };
+    qt = reinterpret_cast<float*>(take(sizes[0]));
+    st = reinterpret_cast<float*>(take(sizes[1]));
+    ot = reinterpret_cast<float*>(take(sizes[2]));
+    lane_h = reinterpret_cast<int64_t*>(take(sizes[3]));
+    lane_i = reinterpret_cast<int32_t*>(take(sizes[4]));
+    mask_off = reinterpret_cast<int64_t*>(take(sizes[5]));
+    drop_base = reinterpret_cast<uint64_t*>(take(sizes[6]));
+  }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { ::operator delete(p, std::align_val_t(64)); }
+  };
+  std::unique_ptr<char, Free> buffer_;
+};
+
+}  // namespace
+
+// ---- the kernel, once per instruction set ------------------------------------------------------
+// Tile shapes: NV vectors of W lanes make a block of BR = NV * W query rows; RQK keys and RPV value
+// columns are the register blocks of the two micro-kernels (RQK x NV and RPV x NV accumulators:
+// 24 of AVX-512's 32 registers, 8 and 12 of AVX2's 16); BC keys per tile.
+
+namespace fused_scalar {
+using V = simd::Scalar;
+constexpr int NV = 2, RQK = 4, RPV = 4, BC = 64, ROWS_MAX = 2;
+#define KTARGET
+#include "sdpa_fused_kernel.inc"
+#undef KTARGET
+}  // namespace fused_scalar
+
+#if ATTN_SIMD_X86
+namespace fused_avx2 {
+using V = simd::Avx2;
+constexpr int NV = 4, RQK = 3, RPV = 3, BC = 64, ROWS_MAX = 4;
+#define KTARGET ATTN_TARGET_AVX2
+#include "sdpa_fused_kernel.inc"
+#undef KTARGET
+}  // namespace fused_avx2
+
+namespace fused_avx512 {
+using V = simd::Avx512;
+constexpr int NV = 4, RQK = 6, RPV = 6, BC = 64, ROWS_MAX = 4;
+#define KTARGET ATTN_TARGET_AVX512
+#include "sdpa_fused_kernel.inc"
+#undef KTARGET
+}  // namespace fused_avx512
+#endif  // ATTN_SIMD_X86
+
+namespace {
+
+struct Impl {
+  FusedIsa isa;
+  int BR, BC, W, rows_max;
+  void (*block)(const SdpaParams&, int64_t b, int64_t h_kv, int rows, Workspace& ws);
+  void (*exp2)(const float* x, float* y, int64_t n);
+};
+
+#define ATTN_IMPL(ns, isa) \
+  Impl { isa, ns::BR, ns::BC, ns::W, ns::ROWS_MAX, ns::forward_block, ns::exp2_array }
+const Impl kScalar = ATTN_IMPL(fused_scalar, FusedIsa::Scalar);
+#if ATTN_SIMD_X86
+const Impl kAvx2 = ATTN_IMPL(fused_avx2, FusedIsa::Avx2);
+const Impl kAvx512 = ATTN_IMPL(fused_avx512, FusedIsa::Avx512);
+#endif
+#undef ATTN_IMPL
+
+std::atomic<FusedIsa> g_override{FusedIsa::Auto};
+
+FusedIsa best_isa() {
+  static const FusedIsa best = fused_isa_supported(FusedIsa::Avx512) ? FusedIsa::Avx512
+                               : fused_isa_supported(FusedIsa::Avx2) ? FusedIsa::Avx2
+                                                                     : FusedIsa::Scalar;
+  return best;
+}
+
+const Impl& impl_of(FusedIsa isa) {
+#if ATTN_SIMD_X86
+  if (isa == FusedIsa::Avx512) return kAvx512;
+  if (isa == FusedIsa::Avx2) return kAvx2;
+#endif
+  return kScalar;
+}
+
+}  // namespace
+
+bool fused_isa_supported(FusedIsa isa) {
+  switch (isa) {
+    case FusedIsa::Auto:
+    case FusedIsa::Scalar: return true;
+#if ATTN_SIMD_X86
+    case FusedIsa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case FusedIsa::Avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("fma");
+#else
+    case FusedIsa::Avx2:
+    case FusedIsa::Avx512: return false;
+#endif
+  }
+  return false;
+}
+
+FusedIsa fused_isa() {
+  const FusedIsa o = g_override.load(std::memory_order_relaxed);
+  return o == FusedIsa::Auto ? best_isa() : o;
+}
+
+bool set_fused_isa(FusedIsa isa) {
+  if (!fused_isa_supported(isa)) return false;
+  g_override.store(isa, std::memory_order_relaxed);
+  return true;
+}
+
+const char* fused_isa_name(FusedIsa isa) {
+  switch (isa) {
+    case FusedIsa::Auto: return "auto";
+    case FusedIsa::Scalar: return "scalar";
+    case FusedIsa::Avx2: return "avx2";
+    case FusedIsa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+void fused_exp2(const float* x, float* y, int64_t n) { impl_of(fused_isa()).exp2(x, y, n); }
+
+void sdpa_fused_forward(const SdpaParams& p) {
+  assert(p.B >= 0 && p.H >= 1 && p.H_kv >= 1 && p.H % p.H_kv == 0);
+  assert(p.L_q >= 0 && p.L_k >= 0 && p.D >= 0 && p.D_v >= 0);
+  assert(p.L_q < (int64_t(1) << 31));
+  assert(p.mask_kind == MaskKind::None || p.mask != nullptr);
+  assert(p.weights == nullptr && p.dropout_scale == nullptr);
+  if (p.B * p.H * p.L_q == 0) return;
+  const Impl& impl = impl_of(fused_isa());
+  const int BR = impl.BR;
+
+  // Work partition of the G = H / H_kv query heads sharing each key/value head:
+  //   L_q > BR / 2: each head's rows are cut into blocks of BR;
+  //   otherwise:    each block holds all L_q rows of up to BR / L_q heads (decoding, GQA).
+  const int64_t G = p.H / p.H_kv;
+  int64_t heads_per_block = 1, blocks_per_head = (p.L_q + BR - 1) / BR;
+  if (2 * p.L_q <= BR && G > 1) {
+    heads_per_block = std::min<int64_t>(G, BR / p.L_q);
+    blocks_per_head = 1;
+  }
+  const int64_t blocks_per_kv = (G + heads_per_block - 1) / heads_per_block * blocks_per_head;
+  const int64_t items = p.B * p.H_kv * blocks_per_kv;
+
+  const double work = double(p.B * p.H * p.L_q) * double(p.L_k + 1) * double(p.D + p.D_v + 1);
+  const bool parallel = items > 1 && work > double(1 << 18);
+#pragma omp parallel if (parallel)
+  {
+    Workspace ws(p.D, p.D_v, BR, impl.BC, impl.W, impl.rows_max);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t b = item / (p.H_kv * blocks_per_kv);
+      const int64_t h_kv = item / blocks_per_kv % p.H_kv;
+      const int64_t blk = item % blocks_per_kv;
+      int rows = 0;
+      if (heads_per_block == 1) {
+        const int64_t h = h_kv * G + blk / blocks_per_head;
+        const int64_t i0 = blk % blocks_per_head * BR;
+        rows = int(std::min<int64_t>(BR, p.L_q - i0));
+        for (int lane = 0; lane < rows; ++lane)
+          ws.lane_h[lane] = h, ws.lane_i[lane] = int32_t(i0 + lane);
+      } else {
+        const int64_t g0 = blk * heads_per_block;
+        const int64_t n_heads = std::min<int64_t>(heads_per_block, G - g0);
+        for (int64_t g = 0; g < n_heads; ++g)
+          for (int64_t i = 0; i < p.L_q; ++i, ++rows)
+            ws.lane_h[rows] = h_kv * G + g0 + g, ws.lane_i[rows] = int32_t(i);
+      }
+      for (int lane = rows; lane < BR; ++lane)
+        ws.lane_h[lane] = ws.lane_h[0], ws.lane_i[lane] = ws.lane_i[0];
+      impl.block(p, b, h_kv, rows, ws);
+    }
+  }
+}
+
+}  // namespace attn::kernels

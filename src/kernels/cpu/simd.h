@@ -1,0 +1,320 @@
+// Vector backends for the fused attention kernel: one struct per instruction set, all with the same
+// static interface, so the kernel (sdpa_fused_kernel.inc) is written once and compiled three times.
+//
+//   Scalar  portable C++ on W = 8 lanes held in an array (any x86-64 or other CPU)
+//   Avx2    AVX2 + FMA, W = 8 lanes in a __m256
+//   Avx512  AVX-512 F/DQ/BW/VL, W = 16 lanes in a __m512
+//
+// The library is compiled for the baseline ISA; only functions marked ATTN_TARGET_AVX2 /
+// ATTN_TARGET_AVX512 use the wider instructions, and sdpa_fused.cpp calls them only after
+// __builtin_cpu_supports has said the CPU has them. On other architectures only Scalar exists.
+//
+// Interface of a backend V (T is one vector of W floats; kRegs vector registers):
+//   load, store, set1, zero, add, sub, mul, fmadd(a, b, c) = a * b + c, max
+//   load_partial(p, n)      the first n floats at p, zeros after (reads nothing past p + n)
+//   reduce_add, reduce_max  horizontal sum / max of the lanes
+//   exp2(x)                 2^x for x <= 127, accurate to about 1 ulp, 0 for x <= -127 and -inf
+//   zero_if_neginf(x)       x with -inf lanes replaced by 0
+//   mask_rows(s, i, lo, hi) s with lanes whose row index i[lane] (int32) is outside [lo, hi] set to
+//                           -inf
+//   dropout(p, base, add, threshold, keep_scale)
+//                           p * keep_scale where the lane is kept, 0 where it is dropped; lane l is
+//                           kept iff dropout_bits_from_state(base[l] + add) >> 32 >= threshold
+//                           (see dropout_keep in sdpa_reference.h)
+#pragma once
+
+#if defined(__x86_64__) || defined(__i386__)
+#define ATTN_SIMD_X86 1
+#include <immintrin.h>
+#else
+#define ATTN_SIMD_X86 0
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "sdpa_reference.h"
+
+#define ATTN_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define ATTN_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+#define ATTN_ALWAYS_INLINE inline __attribute__((always_inline))
+
+namespace attn::kernels::simd {
+
+// 2^f = 1 + f * (c1 + f * (c2 + f * (c3 + f * (c4 + f * (c5 + f * c6))))) on f in [-1/2, 1/2]:
+// a near-minimax fit of the relative error (2e-9 in exact arithmetic, far below float's 6e-8),
+// with the constant term exactly 1 so that 2^0 == 1 (an unchanged running max rescales by exactly
+// 1). With x = n + f, n = round(x), 2^x = 2^n * 2^f and 2^n is built in the exponent bits.
+inline constexpr float kExp2C1 = 0.6931472035320722f, kExp2C2 = 0.2402264801106379f,
+                       kExp2C3 = 0.055503316168044145f, kExp2C4 = 0.009618426086612486f,
+                       kExp2C5 = 0.001339911648654465f, kExp2C6 = 0.00015356390775861652f;
+
+// Scalar 2^x with the same range reduction and polynomial (no FMA, so it may differ by an ulp).
+inline float exp2_scalar(float x) {
+  if (!(x >= -127.0f)) return std::isnan(x) ? x : 0.0f;  // -inf and tiny results flush to 0
+  if (x > 127.0f) x = 127.0f;
+  const float n = std::nearbyint(x);
+  const float f = x - n;
+  float p = kExp2C6;
+  p = p * f + kExp2C5;
+  p = p * f + kExp2C4;
+  p = p * f + kExp2C3;
+  p = p * f + kExp2C2;
+  p = p * f + kExp2C1;
+  p = p * f + 1.0f;
+  const int32_t e = (int32_t(n) + 127) << 23;  // 2^n; n == -127 gives +0
+  float scale;
+  __builtin_memcpy(&scale, &e, sizeof scale);
+  return p * scale;
+}
+
+inline constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
+
+// ---- portable
+// -------------------------------------------------------------------------------------
+
+struct Scalar {
+  static constexpr int W = 8;
+  static constexpr int kRegs = 16;  // vector registers
+  struct T {
+    float v[W];
+  };
+  static ATTN_ALWAYS_INLINE T load(const float* p) {
+    T r;
+    for (int l = 0; l < W; ++l) r.v[l] = p[l];
+    return r;
+  }
+  static ATTN_ALWAYS_INLINE void store(float* p, const T& a) {
+    for (int l = 0; l < W; ++l) p[l] = a.v[l];
+  }
+  static ATTN_ALWAYS_INLINE T set1(float x) {
+    T r;
+    for (int l = 0; l < W; ++l) r.v[l] = x;
+    return r;
+  }
+  static ATTN_ALWAYS_INLINE T zero() { return set1(0.0f); }
+  static ATTN_ALWAYS_INLINE T load_partial(const float* p, int n) {
+    T r;
+    for (int l = 0; l < W; ++l) r.v[l] = l < n ? p[l] : 0.0f;
+    return r;
+  }
+  static ATTN_ALWAYS_INLINE float reduce_add(const T& a) {
+    float s = 0.0f;
+    for (int l = 0; l < W; ++l) s += a.v[l];
+    return s;
+  }
+  static ATTN_ALWAYS_INLINE float reduce_max(const T& a) {
+    float s = a.v[0];
+    for (int l = 1; l < W; ++l) s = a.v[l] > s ? a.v[l] : s;
+    return s;
+  }
+#define ATTN_SCALAR_BINARY(name, expr)                \
+  static ATTN_ALWAYS_INLINE T name(T a, const T& b) { \
+    for (int l = 0; l < W; ++l) a.v[l] = (expr);      \
+    return a;                                         \
+  }
+  ATTN_SCALAR_BINARY(add, a.v[l] + b.v[l])
+  ATTN_SCALAR_BINARY(sub, a.v[l] - b.v[l])
+  ATTN_SCALAR_BINARY(mul, a.v[l] * b.v[l])
+  // NaN in b propagates, as with the x86 max instructions' operand order used below.
+  ATTN_SCALAR_BINARY(max, a.v[l] > b.v[l] ? a.v[l] : b.v[l])
+#undef ATTN_SCALAR_BINARY
+  static ATTN_ALWAYS_INLINE T fmadd(const T& a, const T& b, T c) {
+    for (int l = 0; l < W; ++l) c.v[l] = a.v[l] * b.v[l] + c.v[l];
+    return c;
+  }
+  static ATTN_ALWAYS_INLINE T exp2(T x) {
+    for (int l = 0; l < W; ++l) x.v[l] = exp2_scalar(x.v[l]);
+    return x;
+  }
+  static ATTN_ALWAYS_INLINE T zero_if_neginf(T x) {
+    for (int l = 0; l < W; ++l)
+      if (x.v[l] == kNegInfF) x.v[l] = 0.0f;
+    return x;
+  }
+  static ATTN_ALWAYS_INLINE T mask_rows(T s, const int32_t* i, int32_t lo, int32_t hi) {
+    for (int l = 0; l < W; ++l)
+      if (i[l] < lo || i[l] > hi) s.v[l] = kNegInfF;
+    return s;
+  }
+  static ATTN_ALWAYS_INLINE T dropout(T p, const uint64_t* base, uint64_t add, uint32_t threshold,
+                                      float keep_scale) {
+    for (int l = 0; l < W; ++l)
+      p.v[l] = uint32_t(dropout_mix(base[l] + add) >> 32) >= threshold ? p.v[l] * keep_scale : 0.0f;
+    return p;
+  }
+};
+
+#if ATTN_SIMD_X86
+// ---- AVX2 + FMA
+// -----------------------------------------------------------------------------------
+
+struct Avx2 {
+  static constexpr int W = 8;
+  static constexpr int kRegs = 16;  // vector registers
+  using T = __m256;
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T load(const float* p) { return _mm256_loadu_ps(p); }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE void store(float* p, T a) { _mm256_storeu_ps(p, a); }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T set1(float x) { return _mm256_set1_ps(x); }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T zero() { return _mm256_setzero_ps(); }
+  // The first n (0 <= n <= W) floats at p, zeros after them; nothing past p + n is read.
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T load_partial(const float* p, int n) {
+    const __m256i live =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_maskload_ps(p, live);
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE float reduce_add(T a) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE float reduce_max(T a) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_max_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T add(T a, T b) { return _mm256_add_ps(a, b); }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T sub(T a, T b) { return _mm256_sub_ps(a, b); }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  // maxps returns its second operand when either is NaN: a NaN in b propagates.
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T fmadd(T a, T b, T c) {
+    return _mm256_fmadd_ps(a, b, c);
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T exp2(T x) {
+    x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);  // NaN stays NaN (second operand)
+    x = _mm256_min_ps(_mm256_set1_ps(127.0f), x);
+    const T n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const T f = _mm256_sub_ps(x, n);
+    T p = _mm256_set1_ps(kExp2C6);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2C5));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2C4));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2C3));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2C2));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2C1));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    const __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T zero_if_neginf(T x) {
+    const T is_inf = _mm256_cmp_ps(x, _mm256_set1_ps(kNegInfF), _CMP_EQ_OQ);
+    return _mm256_andnot_ps(is_inf, x);
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T mask_rows(T s, const int32_t* i, int32_t lo,
+                                                         int32_t hi) {
+    const __m256i iv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(i));
+    const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), iv),
+                                        _mm256_cmpgt_epi32(iv, _mm256_set1_epi32(hi)));
+    return _mm256_blendv_ps(s, _mm256_set1_ps(kNegInfF), _mm256_castsi256_ps(out));
+  }
+  // a * c mod 2^64 for four 64-bit lanes (AVX2 has only 32 x 32 -> 64-bit multiplies).
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE __m256i mul64(__m256i a, uint64_t c) {
+    const __m256i c_lo = _mm256_set1_epi64x(int64_t(c & 0xffffffffu));
+    const __m256i c_hi = _mm256_set1_epi64x(int64_t(c >> 32));
+    const __m256i lo = _mm256_mul_epu32(a, c_lo);
+    const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), c_lo),
+                                           _mm256_mul_epu32(a, c_hi));
+    return _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32));
+  }
+  // The high 32 bits of dropout_mix for four 64-bit states, in the low 128 bits.
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE __m128i mix_hi(__m256i z) {
+    z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), kDropoutMul1);
+    z = mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), kDropoutMul2);
+    z = _mm256_srli_epi64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 31)), 32);
+    z = _mm256_permutevar8x32_epi32(z, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+    return _mm256_castsi256_si128(z);
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T dropout(T p, const uint64_t* base, uint64_t add,
+                                                       uint32_t threshold, float keep_scale) {
+    const __m256i a = _mm256_set1_epi64x(int64_t(add));
+    const __m256i z0 =
+        _mm256_add_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base)), a);
+    const __m256i z1 =
+        _mm256_add_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + 4)), a);
+    const __m256i r = _mm256_inserti128_si256(_mm256_castsi128_si256(mix_hi(z0)), mix_hi(z1), 1);
+    // r >= threshold (unsigned)  <=>  max(r, threshold) == r
+    const __m256i keep =
+        _mm256_cmpeq_epi32(_mm256_max_epu32(r, _mm256_set1_epi32(int32_t(threshold))), r);
+    return _mm256_and_ps(_mm256_castsi256_ps(keep), _mm256_mul_ps(p, _mm256_set1_ps(keep_scale)));
+  }
+};
+
+// ---- AVX-512
+// --------------------------------------------------------------------------------------
+
+struct Avx512 {
+  static constexpr int W = 16;
+  static constexpr int kRegs = 32;  // vector registers
+  using T = __m512;
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T load(const float* p) { return _mm512_loadu_ps(p); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE void store(float* p, T a) { _mm512_storeu_ps(p, a); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T set1(float x) { return _mm512_set1_ps(x); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T zero() { return _mm512_setzero_ps(); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T load_partial(const float* p, int n) {
+    return _mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p);
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE float reduce_add(T a) {
+    return _mm512_reduce_add_ps(a);
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE float reduce_max(T a) {
+    return _mm512_reduce_max_ps(a);
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T add(T a, T b) { return _mm512_add_ps(a, b); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T fmadd(T a, T b, T c) {
+    return _mm512_fmadd_ps(a, b, c);
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T exp2(T x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x);  // NaN stays NaN (second operand)
+    x = _mm512_min_ps(_mm512_set1_ps(127.0f), x);
+    const T n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const T f = _mm512_sub_ps(x, n);
+    T p = _mm512_set1_ps(kExp2C6);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2C5));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2C4));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2C3));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2C2));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2C1));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    const __m512i e =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T zero_if_neginf(T x) {
+    const __mmask16 is_inf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kNegInfF), _CMP_EQ_OQ);
+    return _mm512_mask_mov_ps(x, is_inf, _mm512_setzero_ps());
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T mask_rows(T s, const int32_t* i, int32_t lo,
+                                                           int32_t hi) {
+    const __m512i iv = _mm512_loadu_si512(i);
+    const __mmask16 out = _mm512_cmplt_epi32_mask(iv, _mm512_set1_epi32(lo)) |
+                          _mm512_cmpgt_epi32_mask(iv, _mm512_set1_epi32(hi));
+    return _mm512_mask_mov_ps(s, out, _mm512_set1_ps(kNegInfF));
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE __m256i mix_hi(__m512i z) {
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
+                           _mm512_set1_epi64(int64_t(kDropoutMul1)));
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
+                           _mm512_set1_epi64(int64_t(kDropoutMul2)));
+    z = _mm512_srli_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 31)), 32);
+    return _mm512_cvtepi64_epi32(z);
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T dropout(T p, const uint64_t* base, uint64_t add,
+                                                         uint32_t threshold, float keep_scale) {
+    const __m512i a = _mm512_set1_epi64(int64_t(add));
+    const __m512i z0 = _mm512_add_epi64(_mm512_loadu_si512(base), a);
+    const __m512i z1 = _mm512_add_epi64(_mm512_loadu_si512(base + 8), a);
+    const __m512i r = _mm512_inserti64x4(_mm512_castsi256_si512(mix_hi(z0)), mix_hi(z1), 1);
+    const __mmask16 keep = _mm512_cmpge_epu32_mask(r, _mm512_set1_epi32(int32_t(threshold)));
+    return _mm512_maskz_mul_ps(keep, p, _mm512_set1_ps(keep_scale));
+  }
+};
+#endif  // ATTN_SIMD_X86
+
+}  // namespace attn::kernels::simd
