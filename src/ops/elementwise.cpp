@@ -475,12 +475,12 @@ Tensor sign(const Tensor& x) { return (x > Scalar(0)).float_() - (x < Scalar(0))
 
 template <typename F>
 Tensor unary_pred(const Tensor& t, const char* fn, F f) {
+  if (!t.defined()) fail(fn, "undefined tensor argument");
   Tensor src = t.to(Dtype::Float32);
   Tensor out = detail::make_tensor(t.shape(), Dtype::Bool);
   bool* po = out.data_ptr<bool>();
   const float* ps = detail::base_ptr<float>(src);
   int64_t i = 0;
-  (void)fn;
   detail::strided_loop<1>(src.shape(), {&src.strides()}, {src.storage_offset()},
                           [&](const std::array<int64_t, 1>& o) { po[i++] = f(ps[o[0]]); });
   return out;
