@@ -1,6 +1,9 @@
 // attn._C: thin pybind11 bindings over the C++ API. The Python package attn (python/attn) builds
 // torch's surface (Size, nn.Module, Parameter, ...) on top of these.
 #include <attn/attn.h>
+#include <attn/gpt.h>
+#include <attn/optim.h>
+#include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/operators.h>
 #include <pybind11/pybind11.h>
@@ -514,6 +517,10 @@ PYBIND11_MODULE(_C, m) {
           return make_tensor(data, py::cast(Dtype::Float32), false);
         }),
         py::arg("data"))
+      // Tensor(t, True): the same tensor (one autograd leaf), for parameters that C++ modules
+      // use directly (attn.nn.GPT).
+      .def(py::init([](const Tensor& t, bool alias) { return alias ? t : t.detach(); }),
+           py::arg("data"), py::arg("alias"))
       .def("__repr__", &Tensor::repr)
       .def("__str__", &Tensor::repr)
       .def_property_readonly("_shape",
@@ -1047,6 +1054,18 @@ PYBIND11_MODULE(_C, m) {
       py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
   fn.def("embedding", &nn::functional::embedding, py::arg("input"), py::arg("weight"));
   fn.def(
+      "layer_norm",
+      [](const Tensor& x, int64_t n, const py::object& w, const py::object& b, double eps) {
+        return nn::functional::layer_norm(x, n, w.is_none() ? Tensor() : w.cast<Tensor>(),
+                                          b.is_none() ? Tensor() : b.cast<Tensor>(), eps);
+      },
+      py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
+      py::arg("bias") = py::none(), py::arg("eps") = 1e-5);
+  fn.def("gelu", &nn::functional::gelu, py::arg("input"), py::arg("approximate") = "none");
+  fn.def("cross_entropy", &nn::functional::cross_entropy, py::arg("input"), py::arg("target"),
+         py::arg("reduction") = "mean", py::arg("ignore_index") = -100);
+
+  fn.def(
       "dropout",
       [](const Tensor& x, double p, bool training, const py::object& g) {
         return nn::functional::dropout(x, p, training, gen_arg(g));
@@ -1182,6 +1201,83 @@ PYBIND11_MODULE(_C, m) {
         py::object w = out.weights.defined() ? py::cast(out.weights) : py::none();
         return py::make_tuple(out.output, w);
       });
+  py::class_<nn::GPTConfig>(mods, "GPTConfig")
+      .def(py::init<>())
+      .def_readwrite("vocab_size", &nn::GPTConfig::vocab_size)
+      .def_readwrite("block_size", &nn::GPTConfig::block_size)
+      .def_readwrite("n_layer", &nn::GPTConfig::n_layer)
+      .def_readwrite("n_head", &nn::GPTConfig::n_head)
+      .def_readwrite("n_embd", &nn::GPTConfig::n_embd)
+      .def_readwrite("dropout", &nn::GPTConfig::dropout)
+      .def_readwrite("bias", &nn::GPTConfig::bias);
+  py::class_<nn::GPT, std::shared_ptr<nn::GPT>>(mods, "GPT")
+      .def(py::init([](const nn::GPTConfig& c, const py::object& g) {
+             return std::make_shared<nn::GPT>(c, gen_arg(g));
+           }),
+           py::arg("config"), py::arg("generator") = py::none())
+      .def("named_parameters",
+           [](const nn::GPT& m) {
+             std::vector<std::pair<std::string, Tensor>> out;
+             for (auto& [n, t] : m.named_parameters()) out.emplace_back(n, t);
+             return out;
+           })
+      .def("train", [](nn::GPT& m, bool on) { m.train(on); })
+      .def("forward", [](const nn::GPT& m, const Tensor& idx) { return m.forward(idx); })
+      .def("forward_loss",
+           [](const nn::GPT& m, const Tensor& idx, const Tensor& targets) {
+             auto out = m.forward(idx, targets);
+             return py::make_tuple(out.logits, out.loss);
+           })
+      .def("forward_cached", [](const nn::GPT& m, const Tensor& idx,
+                                nn::KVCache& cache) { return m.forward_cached(idx, cache); })
+      .def(
+          "generate",
+          [](const nn::GPT& m, const Tensor& idx, int64_t max_new_tokens, double temperature,
+             const py::object& top_k, bool use_cache, const py::object& g,
+             const py::object& callback) {
+            nn::GPT::GenerateOptions o;
+            o.max_new_tokens = max_new_tokens;
+            o.temperature = temperature;
+            o.top_k = top_k.is_none() ? 0 : top_k.cast<int64_t>();
+            o.use_cache = use_cache;
+            std::function<void(const Tensor&)> cb;
+            if (!callback.is_none()) cb = [&callback](const Tensor& t) { callback(t); };
+            return m.generate(idx, o, gen_arg(g), cb);
+          },
+          py::arg("idx"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0,
+          py::arg("top_k") = py::none(), py::arg("use_cache") = true,
+          py::arg("generator") = py::none(), py::arg("callback") = py::none());
+  py::class_<nn::KVCache>(mods, "KVCache")
+      .def(py::init<>())
+      .def_readonly("length", &nn::KVCache::length);
+
+  // ---- optim
+  // -----------------------------------------------------------------------------------------
+  py::module_ opt = m.def_submodule("optim");
+  py::class_<optim::AdamW>(opt, "AdamW")
+      .def(py::init([](const std::vector<std::pair<std::vector<Tensor>, double>>& groups, double lr,
+                       double beta1, double beta2, double eps) {
+             std::vector<optim::ParamGroup> gs;
+             for (auto& [params, wd] : groups) gs.push_back(optim::ParamGroup{params, wd});
+             optim::AdamWOptions o;
+             o.lr = lr;
+             o.beta1 = beta1;
+             o.beta2 = beta2;
+             o.eps = eps;
+             return optim::AdamW(std::move(gs), o);
+           }),
+           py::arg("groups"), py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"))
+      .def("step", &optim::AdamW::step)
+      .def("zero_grad", &optim::AdamW::zero_grad, py::arg("set_to_none") = true)
+      .def("set_lr", &optim::AdamW::set_lr)
+      .def("lr", &optim::AdamW::lr)
+      .def("state_dict", &optim::AdamW::state_dict)
+      .def("load_state_dict", &optim::AdamW::load_state_dict);
+  opt.def("clip_grad_norm_", &optim::clip_grad_norm_, py::arg("parameters"), py::arg("max_norm"),
+          py::arg("error_if_nonfinite") = false);
+  opt.def("cosine_lr", &optim::cosine_lr, py::arg("it"), py::arg("lr"), py::arg("min_lr"),
+          py::arg("warmup_iters"), py::arg("lr_decay_iters"));
+
   py::class_<nn::Vocabulary>(mods, "Vocabulary")
       .def(py::init<const std::string&>())
       .def("words", &nn::Vocabulary::words)

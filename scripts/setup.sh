@@ -6,8 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# fortunes: the default training corpus of `attn train` (/usr/share/games/fortunes/songs-poems).
 packages=(cmake g++ make pkg-config libopenblas-dev pybind11-dev python3-dev python3-numpy
-          libgtest-dev libbenchmark-dev)
+          libgtest-dev libbenchmark-dev libpng-dev nlohmann-json3-dev fortunes)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3-pytest python3-torch)
 fi

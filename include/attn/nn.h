@@ -67,6 +67,21 @@ class Module {
   friend class ModuleAccess;
 };
 
+// torch.nn.ModuleList: children named "0", "1", ... in order.
+class ModuleList : public Module {
+ public:
+  template <typename M>
+  std::shared_ptr<M> append(std::shared_ptr<M> module) {
+    add_child(std::to_string(size_++), module);
+    return module;
+  }
+  int64_t size() const { return size_; }
+  std::string name() const override { return "ModuleList"; }
+
+ private:
+  int64_t size_ = 0;
+};
+
 // y = x @ W^T + b, W (out, in). Initialised like torch.nn.Linear: kaiming_uniform_(a=sqrt(5)) for
 // W and U(-1/sqrt(in), 1/sqrt(in)) for b, drawn from the generator in the same order.
 class Linear : public Module {
@@ -99,6 +114,30 @@ class Dropout : public Module {
   Tensor operator()(const Tensor& x) const { return forward(x); }
   std::string name() const override { return "Dropout"; }
   double p;
+};
+
+// torch.nn.LayerNorm over the last dim: (x - mean) / sqrt(var + eps) * weight + bias, with the
+// biased variance. weight ones, bias zeros (bias optional, as nanoGPT's LayerNorm).
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+                     bool bias = true);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  std::string name() const override { return "LayerNorm"; }
+  int64_t normalized_shape;
+  double eps;
+  Tensor weight, bias;  // (normalized_shape) or undefined
+};
+
+// torch.nn.GELU: x * Phi(x) with the exact erf ("none") or the tanh approximation ("tanh").
+class GELU : public Module {
+ public:
+  explicit GELU(std::string approximate = "none");
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  std::string name() const override { return "GELU"; }
+  std::string approximate;
 };
 
 // ---- the seeds' attention classes ---------------------------------------------------------------
@@ -264,6 +303,18 @@ Tensor embedding(const Tensor& indices, const Tensor& weight);
 // Same draws as torch.nn.functional.dropout on the CPU for the same generator state.
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true, Generator* gen = nullptr);
 Tensor softmax(const Tensor& x, int64_t dim);
+// Normalises over the last dim (normalized_shape must equal x.size(-1)). One fused kernel forward
+// and backward (NativeLayerNormBackward0).
+Tensor layer_norm(const Tensor& x, int64_t normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// approximate: "none" (erf) or "tanh". GeluBackward0.
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+// Mean (or "sum" / "none") negative log-likelihood of targets under softmax(input):
+// input (N, C) float logits, target (N) int64 class ids; entries equal to ignore_index do not
+// count. Fused log-softmax and NLL (NllLossBackward0 after LogSoftmaxBackward0 in torch; one
+// node here). Throws attn::IndexError for a target outside [0, C).
+Tensor cross_entropy(const Tensor& input, const Tensor& target,
+                     const std::string& reduction = "mean", int64_t ignore_index = -100);
 using attn::scaled_dot_product_attention;
 }  // namespace functional
 

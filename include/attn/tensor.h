@@ -24,12 +24,12 @@ namespace attn {
 class Scalar {
  public:
   enum class Kind { Float, Int, Bool };
-  Scalar(double v) : kind_(Kind::Float), d_(v) {}                      // NOLINT
-  Scalar(float v) : kind_(Kind::Float), d_(v) {}                       // NOLINT
-  Scalar(int v) : kind_(Kind::Int), d_(v), i_(v) {}                    // NOLINT
-  Scalar(long v) : kind_(Kind::Int), d_(double(v)), i_(v) {}           // NOLINT
-  Scalar(long long v) : kind_(Kind::Int), d_(double(v)), i_(v) {}      // NOLINT
-  Scalar(bool v) : kind_(Kind::Bool), d_(v ? 1.0 : 0.0), i_(v) {}      // NOLINT
+  Scalar(double v) : kind_(Kind::Float), d_(v) {}                  // NOLINT
+  Scalar(float v) : kind_(Kind::Float), d_(v) {}                   // NOLINT
+  Scalar(int v) : kind_(Kind::Int), d_(v), i_(v) {}                // NOLINT
+  Scalar(long v) : kind_(Kind::Int), d_(double(v)), i_(v) {}       // NOLINT
+  Scalar(long long v) : kind_(Kind::Int), d_(double(v)), i_(v) {}  // NOLINT
+  Scalar(bool v) : kind_(Kind::Bool), d_(v ? 1.0 : 0.0), i_(v) {}  // NOLINT
   Kind kind() const { return kind_; }
   bool is_floating() const { return kind_ == Kind::Float; }
   double to_double() const { return d_; }
@@ -46,12 +46,12 @@ class Scalar {
 // Integers only give int64, bools only give bool, any float gives float32 (as torch.tensor).
 class NestedList {
  public:
-  NestedList(double v) : scalar_(v), is_leaf_(true) {}               // NOLINT
-  NestedList(float v) : scalar_(double(v)), is_leaf_(true) {}        // NOLINT
-  NestedList(int v) : scalar_(v), is_leaf_(true) {}                  // NOLINT
-  NestedList(long v) : scalar_(v), is_leaf_(true) {}                 // NOLINT
-  NestedList(long long v) : scalar_(v), is_leaf_(true) {}            // NOLINT
-  NestedList(bool v) : scalar_(v), is_leaf_(true) {}                 // NOLINT
+  NestedList(double v) : scalar_(v), is_leaf_(true) {}         // NOLINT
+  NestedList(float v) : scalar_(double(v)), is_leaf_(true) {}  // NOLINT
+  NestedList(int v) : scalar_(v), is_leaf_(true) {}            // NOLINT
+  NestedList(long v) : scalar_(v), is_leaf_(true) {}           // NOLINT
+  NestedList(long long v) : scalar_(v), is_leaf_(true) {}      // NOLINT
+  NestedList(bool v) : scalar_(v), is_leaf_(true) {}           // NOLINT
   NestedList(std::initializer_list<NestedList> items) : items_(items) {}
   explicit NestedList(std::vector<NestedList> items) : items_(std::move(items)) {}
   bool is_leaf() const { return is_leaf_; }
@@ -71,8 +71,9 @@ struct Storage {
   std::shared_ptr<void> owner;
   // Bumped by every in-place write (autograd's version counter, shared by all views).
   uint64_t version = 0;
-  // 64-byte aligned, zero-initialised memory.
-  static std::shared_ptr<Storage> allocate(std::size_t nbytes);
+  // 64-byte aligned memory, zero-initialised unless `zero` is false (kernels that write every
+  // element skip the memset).
+  static std::shared_ptr<Storage> allocate(std::size_t nbytes, bool zero = true);
 };
 
 // Reserved for reverse-mode autograd (grad, grad_fn); the forward-only core keeps the hook so
@@ -82,7 +83,7 @@ struct AutogradMeta;
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape sizes;
-  Shape strides;  // in elements
+  Shape strides;       // in elements
   int64_t offset = 0;  // in elements
   Dtype dtype = Dtype::Float32;
   bool requires_grad = false;
@@ -252,7 +253,8 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
-// ---- indexing helpers, as in libtorch: x.index({b, Slice(None, t + 1)}) ---------------------------
+// ---- indexing helpers, as in libtorch: x.index({b, Slice(None, t + 1)})
+// ---------------------------
 namespace indexing {
 struct Slice {
   Slice(std::optional<int64_t> start = std::nullopt, std::optional<int64_t> stop = std::nullopt,
@@ -268,13 +270,13 @@ inline constexpr std::nullopt_t None = std::nullopt;  // a new axis of size 1 (o
 class TensorIndex {
  public:
   enum class Kind { Integer, Slice, None, Ellipsis, Tensor };
-  TensorIndex(int v) : kind_(Kind::Integer), integer_(v) {}                        // NOLINT
-  TensorIndex(long v) : kind_(Kind::Integer), integer_(v) {}                       // NOLINT
-  TensorIndex(long long v) : kind_(Kind::Integer), integer_(v) {}                  // NOLINT
-  TensorIndex(indexing::Slice s) : kind_(Kind::Slice), slice_(s) {}               // NOLINT
-  TensorIndex(std::nullopt_t) : kind_(Kind::None) {}                               // NOLINT
-  TensorIndex(indexing::EllipsisIndexType) : kind_(Kind::Ellipsis) {}              // NOLINT
-  TensorIndex(Tensor t) : kind_(Kind::Tensor), tensor_(std::move(t)) {}            // NOLINT
+  TensorIndex(int v) : kind_(Kind::Integer), integer_(v) {}              // NOLINT
+  TensorIndex(long v) : kind_(Kind::Integer), integer_(v) {}             // NOLINT
+  TensorIndex(long long v) : kind_(Kind::Integer), integer_(v) {}        // NOLINT
+  TensorIndex(indexing::Slice s) : kind_(Kind::Slice), slice_(s) {}      // NOLINT
+  TensorIndex(std::nullopt_t) : kind_(Kind::None) {}                     // NOLINT
+  TensorIndex(indexing::EllipsisIndexType) : kind_(Kind::Ellipsis) {}    // NOLINT
+  TensorIndex(Tensor t) : kind_(Kind::Tensor), tensor_(std::move(t)) {}  // NOLINT
   Kind kind() const { return kind_; }
   int64_t integer() const { return integer_; }
   const indexing::Slice& slice() const { return slice_; }
@@ -287,7 +289,8 @@ class TensorIndex {
   Tensor tensor_;
 };
 
-// ---- operators (broadcasting, PyTorch type promotion) ---------------------------------------------
+// ---- operators (broadcasting, PyTorch type promotion)
+// ---------------------------------------------
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);

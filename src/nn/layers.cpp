@@ -2,6 +2,7 @@
 #include <attn/autograd.h>
 #include <attn/nn.h>
 #include <attn/ops.h>
+#include <cblas.h>
 
 #include <cmath>
 
@@ -83,6 +84,8 @@ Tensor& xavier_uniform_(Tensor& t, double gain, Generator* gen) {
 // ---- functional ---------------------------------------------------------------------------------
 namespace functional {
 
+Tensor linear_rows(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const char* fn = "linear";
   if (!x.defined() || !weight.defined()) fail(fn, "undefined input or weight");
@@ -94,15 +97,87 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (x.size(-1) != weight.size(1))
     fail(fn, "input ", shape_str(x.shape()), " has ", x.size(-1), " features but weight ",
          shape_str(weight.shape()), " expects ", weight.size(1));
-  Tensor y = matmul(x, weight.T());
   if (bias.defined()) {
     if (bias.dtype() != Dtype::Float32) fail(fn, "bias must be float32");
     if (bias.dim() != 1 || bias.size(0) != weight.size(0))
       fail(fn, "bias ", shape_str(bias.shape()), " does not match weight ",
            shape_str(weight.shape()), ": expected (", weight.size(0), ")");
-    y += bias;
   }
-  return y;
+  if (x.dim() == 1) {  // a vector: matmul's (K) @ (K, N) path, then the bias
+    Tensor y = matmul(x, weight.T());
+    if (bias.defined()) y = y + bias;
+    return y;
+  }
+  return linear_rows(x, weight, bias);
+}
+
+// x (..., K) as (M, K) rows: y = x W^T + b with one sgemm, and one node whose backward is
+//   dx = g W,  dW = g^T x,  db = column sums of g
+// (two sgemms and a reduction; no batched products, no broadcast sums). Named as PyTorch names
+// the node for that input: AddmmBackward0 / MmBackward0 for 2-D, ViewBackward0 /
+// UnsafeViewBackward0 for 3-D, AddBackward0 / UnsafeViewBackward0 beyond.
+Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias) {
+  const int64_t K = weight.size(1), N = weight.size(0);
+  Tensor x = x_in.contiguous(), w = weight.contiguous();
+  const int64_t M = K ? x.numel() / K : x.numel() / std::max<int64_t>(1, x.size(-1));
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  Tensor y = detail::make_tensor(out_shape, Dtype::Float32, false);
+  float* yp = y.data_ptr<float>();
+  if (K <= 64 && M * N * K <= (int64_t(1) << 15)) {
+    // Products this small go through matmul's plain left-to-right loop (ops/linalg.cpp), whose
+    // rounding reproduces the seeds' printed numbers; the bias is added after, as before.
+    NoGradGuard no_grad;
+    Tensor r = matmul(x.reshape({M, K}), w.T());
+    if (bias.defined()) r = r + bias;
+    y = r.reshape(out_shape);
+  } else if (M > 0 && N > 0) {
+    if (bias.defined()) {
+      Tensor b = bias.contiguous();
+      const float* bp = b.data_ptr<float>();
+      for (int64_t i = 0; i < M; ++i) std::copy(bp, bp + N, yp + i * N);
+    }
+    if (K > 0) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f,
+                  x.data_ptr<float>(), int(K), w.data_ptr<float>(), int(K),
+                  bias.defined() ? 1.0f : 0.0f, yp, int(N));
+    } else if (!bias.defined()) {
+      std::fill(yp, yp + M * N, 0.f);
+    }
+  }
+  const int64_t nd = x_in.dim();
+  const bool has_bias = bias.defined();
+  const char* node = nd == 2    ? (has_bias ? "AddmmBackward0" : "MmBackward0")
+                     : has_bias ? (nd == 3 ? "ViewBackward0" : "AddBackward0")
+                                : "UnsafeViewBackward0";
+  auto backward = [M, N, K, has_bias, x_shape = x.shape()](const Node& n, const Tensor& grad) {
+    Tensor x = n.saved_tensor(0), w = n.saved_tensor(1), g = grad.contiguous();
+    Tensor dx, dw, db;
+    const float* gp = g.data_ptr<float>();
+    if (n.needs_input_grad(0)) {
+      dx = detail::make_tensor(x_shape, Dtype::Float32, K == 0 || N == 0);
+      if (M > 0 && K > 0 && N > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), 1.0f, gp,
+                    int(N), w.data_ptr<float>(), int(K), 0.0f, dx.data_ptr<float>(), int(K));
+    }
+    if (n.needs_input_grad(1)) {
+      dw = detail::make_tensor({N, K}, Dtype::Float32, M == 0);
+      if (M > 0 && K > 0 && N > 0)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(N), int(K), int(M), 1.0f, gp,
+                    int(N), x.data_ptr<float>(), int(K), 0.0f, dw.data_ptr<float>(), int(K));
+    }
+    if (has_bias && n.needs_input_grad(2)) {
+      db = detail::make_tensor({N}, Dtype::Float32);
+      float* dbp = db.data_ptr<float>();
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) dbp[j] += gp[i * N + j];
+    }
+    return std::vector<Tensor>{dx, dw, db};
+  };
+  // x is needed for dW only, W for dx only.
+  const bool save_x = weight.requires_grad(), save_w = x_in.requires_grad();
+  return detail::record(y, node, {&x_in, &weight, &bias}, backward,
+                        {save_x ? x : Tensor(), save_w ? w : Tensor()});
 }
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {

@@ -170,9 +170,18 @@ MultiheadAttention::Output MultiheadAttention::forward(
   auto heads = [&](const Tensor& t, int64_t L) {
     return t.reshape({B, L, H, head_dim}).transpose(1, 2);
   };
-  Tensor q = heads(functional::linear(q_in, w_q, b_q), L_q);
-  Tensor k = heads(functional::linear(k_in, w_k, b_k), L_k);
-  Tensor v = heads(functional::linear(v_in, w_v, b_v), L_k);
+  Tensor q, k, v;
+  if (same_embed_dim && query.impl() == key.impl() && key.impl() == value.impl()) {
+    // Self-attention: one (B L, E) x (E, 3E) product for q, k and v together, as PyTorch does.
+    Tensor qkv = functional::linear(q_in, in_proj_weight, in_proj_bias)
+                     .reshape({B, L_q, 3, H, head_dim})
+                     .permute({2, 0, 3, 1, 4});  // (3, B, H, L, head_dim)
+    q = qkv[0], k = qkv[1], v = qkv[2];
+  } else {
+    q = heads(functional::linear(q_in, w_q, b_q), L_q);
+    k = heads(functional::linear(k_in, w_k, b_k), L_k);
+    v = heads(functional::linear(v_in, w_v, b_v), L_k);
+  }
 
   // ---- attention (dropout on the weights only while training, as torch) -------------------------
   const double p = training_ ? dropout : 0.0;

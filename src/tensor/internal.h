@@ -26,8 +26,9 @@ template <typename... Args>
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* fn);
 Shape contiguous_strides(const Shape& shape);
 int64_t shape_numel(const Shape& shape);
-// A new contiguous tensor (zero-filled).
-Tensor make_tensor(const Shape& shape, Dtype dtype);
+// A new contiguous tensor, zero-filled unless `zero` is false (for kernels that write every
+// element).
+Tensor make_tensor(const Shape& shape, Dtype dtype, bool zero = true);
 Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset);
 // Type of a binary arithmetic result (PyTorch promotion, with Python scalars as weak types).
 Dtype promote(Dtype a, Dtype b);

@@ -17,13 +17,13 @@ namespace attn {
 using detail::fail;
 using detail::wrap_dim;
 
-std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes) {
+std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
   auto s = std::make_shared<Storage>();
   std::size_t padded = ((nbytes + 63) / 64) * 64;
   if (padded == 0) padded = 64;
   void* p = std::aligned_alloc(64, padded);
   if (!p) throw Error("[Storage] out of memory allocating " + std::to_string(nbytes) + " bytes");
-  std::memset(p, 0, padded);
+  if (zero) std::memset(p, 0, padded);
   s->data = p;
   s->nbytes = nbytes;
   s->owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
@@ -58,14 +58,14 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
-Tensor make_tensor(const Shape& shape, Dtype dtype) {
+Tensor make_tensor(const Shape& shape, Dtype dtype, bool zero) {
   for (auto s : shape)
     if (s < 0) fail("empty", "negative dimension in shape ", shape_str(shape));
   const int64_t numel = shape_numel(shape);
   if (numel > (int64_t(1) << 58))
     fail("empty", "shape ", shape_str(shape), " is too large to allocate");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::allocate(std::size_t(numel) * itemsize(dtype));
+  impl->storage = Storage::allocate(std::size_t(numel) * itemsize(dtype), zero);
   impl->sizes = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

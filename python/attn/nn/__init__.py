@@ -1,9 +1,10 @@
 """attn.nn: modules with torch.nn's names (Module, Parameter, Linear, Embedding, Dropout,
 MultiheadAttention, ...). Numeric work and initialisation happen in C++."""
-from . import functional, init
-from .modules import (Dropout, Embedding, Identity, Linear, Module, ModuleList,
-                      MultiheadAttention, NonDynamicallyQuantizableLinear, Parameter, Sequential)
+from . import functional, init, utils
+from .modules import (GELU, GPT, Dropout, Embedding, Identity, LayerNorm, Linear, Module,
+                      ModuleList, MultiheadAttention, NonDynamicallyQuantizableLinear, Parameter,
+                      Sequential)
 
-__all__ = ["Dropout", "Embedding", "Identity", "Linear", "Module", "ModuleList",
-           "MultiheadAttention", "NonDynamicallyQuantizableLinear", "Parameter", "Sequential",
-           "functional", "init"]
+__all__ = ["GELU", "GPT", "LayerNorm", "Dropout", "Embedding", "Identity", "Linear", "Module",
+           "ModuleList", "MultiheadAttention", "NonDynamicallyQuantizableLinear", "Parameter", "Sequential",
+           "functional", "init", "utils"]

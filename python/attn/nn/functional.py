@@ -80,3 +80,35 @@ def scaled_dot_product_attention_with_weights(query, key, value, attn_mask=None,
 def causal_mask(L_q, L_k, bottom_right=False):
     """The bool (L_q, L_k) mask of allowed positions under causal masking."""
     return _F.causal_mask(L_q, L_k, bottom_right)
+
+
+def _normalized_dim(normalized_shape, fn):
+    if isinstance(normalized_shape, int):
+        return normalized_shape
+    shape = tuple(normalized_shape)
+    if len(shape) != 1:
+        raise ValueError("[{}] only normalisation over the last dim is supported, got "
+                         "normalized_shape {}".format(fn, shape))
+    return int(shape[0])
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """torch.nn.functional.layer_norm over the last dim (one fused kernel each way)."""
+    return _F.layer_norm(input, _normalized_dim(normalized_shape, "layer_norm"), weight, bias,
+                         float(eps))
+
+
+def gelu(input, approximate="none"):
+    """torch.nn.functional.gelu: exact (erf) or approximate="tanh"."""
+    return _F.gelu(input, approximate)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0):
+    """torch.nn.functional.cross_entropy for (N, C) or (C) logits and int64 class targets."""
+    if weight is not None or size_average is not None or reduce is not None:
+        raise ValueError("[cross_entropy] weight, size_average and reduce are not supported")
+    if label_smoothing != 0.0:
+        raise ValueError("[cross_entropy] label_smoothing is not supported, got {}".format(
+            label_smoothing))
+    return _F.cross_entropy(input, target, reduction, int(ignore_index))

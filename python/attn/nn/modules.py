@@ -27,10 +27,13 @@ class _C_no_grad:
 class Parameter(Tensor):
     """A Tensor that a Module registers as a parameter. Shares storage with `data`."""
 
-    def __init__(self, data=None, requires_grad=True):
+    def __init__(self, data=None, requires_grad=True, _alias=False):
         if data is None:
             data = _C.empty(0)
-        Tensor.__init__(self, data)
+        if _alias:  # the very tensor a C++ module computes with (its gradients land here)
+            Tensor.__init__(self, data, True)
+        else:
+            Tensor.__init__(self, data)
         if requires_grad:
             self.requires_grad_(True)
 
@@ -496,3 +499,108 @@ class MultiheadAttention(Module):
 
     def extra_repr(self):
         return ""
+
+
+class LayerNorm(Module):
+    """torch.nn.LayerNorm over the last dim; bias optional (bias=False as in torch 2.1+)."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True,
+                 device=None, dtype=None):
+        super().__init__()
+        n = F._normalized_dim(normalized_shape, "LayerNorm")
+        if n <= 0:
+            raise ValueError("[LayerNorm] normalized_shape must be positive, got {}".format(n))
+        self.normalized_shape = (n,)
+        self.eps = float(eps)
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(_C.ones(n))
+            if bias:
+                self.bias = Parameter(_C.zeros(n))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, input):
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return "{}, eps={}, elementwise_affine={}".format(self.normalized_shape, self.eps,
+                                                          self.elementwise_affine)
+
+
+class GELU(Module):
+    def __init__(self, approximate="none"):
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError("[GELU] approximate must be 'none' or 'tanh', got {!r}".format(
+                approximate))
+        self.approximate = approximate
+
+    def forward(self, input):
+        return F.gelu(input, self.approximate)
+
+    def extra_repr(self):
+        return "approximate={!r}".format(self.approximate)
+
+
+class GPT(Module):
+    """nanoGPT's GPT (include/attn/gpt.h) over the C++ model. Parameters share the C++ storage and
+    carry its dotted names (wte.weight, h.0.attn.in_proj_weight, ...); load weights with
+    load_state_dict (in-place copies). forward(idx, targets=None) returns (logits, loss) as nanoGPT
+    does; generate() samples with a key/value cache."""
+
+    def __init__(self, vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128,
+                 dropout=0.0, bias=True, generator=None):
+        super().__init__()
+        c = _C.modules.GPTConfig()
+        c.vocab_size, c.block_size, c.n_layer = int(vocab_size), int(block_size), int(n_layer)
+        c.n_head, c.n_embd, c.dropout, c.bias = int(n_head), int(n_embd), float(dropout), bool(bias)
+        object.__setattr__(self, "_impl", _C.modules.GPT(c, generator))
+        object.__setattr__(self, "config", dict(vocab_size=c.vocab_size, block_size=c.block_size,
+                                                n_layer=c.n_layer, n_head=c.n_head,
+                                                n_embd=c.n_embd, dropout=c.dropout, bias=c.bias))
+        for name, t in self._impl.named_parameters():
+            *path, leaf = name.split(".")
+            owner = self
+            for part in path:
+                child = owner._modules.get(part)
+                if child is None:
+                    child = _Container()
+                    owner.add_module(part, child)
+                owner = child
+            owner.register_parameter(leaf, Parameter(t, _alias=True))
+
+    def forward(self, idx, targets=None):
+        if targets is None:
+            return self._impl.forward(idx), None
+        return self._impl.forward_loss(idx, targets)
+
+    def train(self, mode=True):
+        super().train(mode)
+        self._impl.train(bool(mode))
+        return self
+
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True,
+                 generator=None, callback=None):
+        """Samples max_new_tokens tokens after idx (B, T); callback(tokens (B,)) streams them."""
+        return self._impl.generate(idx, int(max_new_tokens), float(temperature), top_k,
+                                   bool(use_cache), generator, callback)
+
+    def get_num_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, eps=1e-8):
+        """AdamW with nanoGPT's groups: 2-D parameters decay, the others do not."""
+        from ..optim import AdamW
+        decay = [p for p in self.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.parameters() if p.dim() < 2]
+        return AdamW([{"params": decay, "weight_decay": weight_decay},
+                      {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate, betas=betas,
+                     eps=eps)
+
+
+class _Container(Module):
+    """A plain node of GPT's parameter tree (named like the C++ submodules)."""

@@ -1,0 +1,116 @@
+// A GPT language model (nanoGPT's architecture) built from attn's modules, with key/value-cached
+// generation.
+//
+//   x = wte(idx) + wpe(0..T-1), dropout
+//   each of n_layer blocks:  x = x + attn(ln_1(x))   (causal MultiheadAttention, fused kernel)
+//                            x = x + mlp(ln_2(x))    (Linear 4C, GELU, Linear C, dropout)
+//   logits = ln_f(x) @ wte.weight^T                  (output weights tied to the token table)
+//
+// Initialisation follows nanoGPT: every Linear and Embedding weight N(0, 0.02), biases zero,
+// LayerNorm weight one / bias zero, and the residual projections (attn.out_proj.weight,
+// mlp.c_proj.weight) N(0, 0.02 / sqrt(2 n_layer)). Draws come from the given generator in
+// parameter registration order.
+//
+// state_dict names: wte.weight, wpe.weight, h.{i}.ln_1.{weight,bias}, h.{i}.attn.in_proj_weight,
+// h.{i}.attn.in_proj_bias, h.{i}.attn.out_proj.{weight,bias}, h.{i}.ln_2.*, h.{i}.mlp.c_fc.*,
+// h.{i}.mlp.c_proj.*, ln_f.*. The tied output layer has no entry of its own.
+#pragma once
+
+#include <attn/nn.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attn::nn {
+
+struct GPTConfig {
+  int64_t vocab_size = 65;
+  int64_t block_size = 64;  // longest context
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+  double dropout = 0.0;
+  bool bias = true;  // biases in Linear layers and LayerNorms
+  // Throws attn::Error naming `fn` and the offending field for sizes < 1, n_embd not divisible by
+  // n_head, or dropout outside [0, 1).
+  void validate(const char* fn) const;
+  bool operator==(const GPTConfig&) const = default;
+};
+
+class MLP : public Module {
+ public:
+  MLP(int64_t n_embd, bool bias, double dropout);
+  Tensor forward(const Tensor& x) const;
+  std::string name() const override { return "MLP"; }
+  std::shared_ptr<Linear> c_fc, c_proj;
+  std::shared_ptr<Dropout> dropout;
+};
+
+class Block : public Module {
+ public:
+  explicit Block(const GPTConfig& config);
+  Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+  std::string name() const override { return "Block"; }
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<MultiheadAttention> attn;
+  std::shared_ptr<MLP> mlp;
+};
+
+// Keys and values of every layer for the tokens decoded so far (incremental decoding).
+struct KVCache {
+  std::vector<Tensor> k, v;  // per layer: (B, H, capacity, head_dim); first `length` rows valid
+  int64_t length = 0;
+};
+
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTConfig& config, Generator* gen = nullptr);
+
+  // idx: int64 (B, T) with T <= block_size and ids in [0, vocab_size). Returns logits (B, T, V).
+  Tensor forward(const Tensor& idx) const;
+  // Mean cross-entropy of the logits against targets (int64 (B, T)), and the logits.
+  struct Output {
+    Tensor logits, loss;
+  };
+  Output forward(const Tensor& idx, const Tensor& targets) const;
+
+  // Logits (B, T_new, V) of new tokens idx (B, T_new) that follow the cache's tokens; appends
+  // their keys and values to the cache. The cache starts empty (KVCache{}) and holds at most
+  // block_size tokens. Runs without recording gradients.
+  Tensor forward_cached(const Tensor& idx, KVCache& cache) const;
+
+  struct GenerateOptions {
+    int64_t max_new_tokens = 100;
+    double temperature = 1.0;  // > 0
+    int64_t top_k = 0;         // 0: no top-k filtering
+    bool use_cache = true;     // false: recompute the whole (cropped) sequence every step
+  };
+  // Samples max_new_tokens continuations of idx (B, T) (int64) and returns (B, T + new). Each new
+  // token is drawn with torch.multinomial's rule from softmax(logits / temperature) restricted to
+  // the top_k largest logits. When the sequence outgrows block_size the context is cropped to
+  // the last block_size tokens (the cache is rebuilt from the cropped context). on_token, if set,
+  // is called with each new (B) column as it is produced (streaming).
+  Tensor generate(const Tensor& idx, const GenerateOptions& options, Generator* gen = nullptr,
+                  const std::function<void(const Tensor&)>& on_token = nullptr) const;
+
+  // nanoGPT's optimizer groups: 2-D parameters (matrices, embeddings) decay, the rest do not.
+  std::vector<Tensor> decay_parameters() const;
+  std::vector<Tensor> no_decay_parameters() const;
+  int64_t num_parameters() const;
+
+  std::string name() const override { return "GPT"; }
+  const GPTConfig& config() const { return config_; }
+
+  std::shared_ptr<Embedding> wte, wpe;
+  std::vector<std::shared_ptr<Block>> h;
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Dropout> drop;
+
+ private:
+  GPTConfig config_;
+};
+
+}  // namespace attn::nn

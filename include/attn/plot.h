@@ -1,0 +1,161 @@
+// attn::plot: a small raster plotting library. RGB images, a built-in bitmap font, PNG files
+// through libpng, and line charts (linear or logarithmic axes) for training curves and benchmarks.
+//
+//   attn::plot::LineChart chart;
+//   chart.title = "training loss";
+//   chart.x_label = "step";
+//   chart.y_label = "loss";
+//   chart.series.push_back({"train", steps, train_loss});
+//   chart.series.push_back({"val", val_steps, val_loss});
+//   attn::plot::save(chart, "loss.png");
+//
+// Coordinates are pixels with (0, 0) the top-left corner, x to the right and y down. Every drawing
+// call clips to the image: nothing is ever written outside it. Errors throw attn::Error.
+#pragma once
+
+#include <attn/common.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attn::plot {
+
+struct Rgb {
+  uint8_t r = 0, g = 0, b = 0;
+  friend bool operator==(const Rgb&, const Rgb&) = default;
+};
+
+namespace colors {
+inline constexpr Rgb kWhite{255, 255, 255};
+inline constexpr Rgb kBlack{0, 0, 0};
+inline constexpr Rgb kInk{30, 30, 30};       // text
+inline constexpr Rgb kAxis{70, 70, 70};      // axes and tick marks
+inline constexpr Rgb kGrid{228, 228, 228};   // grid lines
+inline constexpr Rgb kFrame{170, 170, 170};  // legend border
+}  // namespace colors
+
+// The default colour of series number `i` (a colour-blind friendly cycle of 8).
+Rgb palette(std::size_t i);
+// A perceptually ordered colour scale for heatmaps: t = 0 dark violet, 0.5 teal, 1 yellow
+// (t is clamped to [0, 1]; NaN gives grey).
+Rgb colormap(double t);
+// Linear blend: t = 0 gives a, t = 1 gives b.
+Rgb mix(Rgb a, Rgb b, double t);
+
+// ---- the bitmap font -------------------------------------------------------------------------
+// Glyphs are kGlyphW x kGlyphH cells: rows 0..6 hold capitals and digits, rows 7..8 descenders.
+// Printable ASCII (32..126) is covered; any other byte draws as '?'.
+inline constexpr int kGlyphW = 5;
+inline constexpr int kGlyphH = 9;
+inline constexpr int kGlyphAdvance = kGlyphW + 1;  // one blank column between glyphs
+
+// Whether cell (col, row) of the glyph for `ch` is ink. Out-of-range cells are blank.
+bool glyph_pixel(char ch, int col, int row);
+// Size in pixels of `s` drawn at `scale`.
+int text_width(std::string_view s, int scale = 1);
+inline int text_height(int scale = 1) { return kGlyphH * scale; }
+
+// ---- images ------------------------------------------------------------------------------------
+struct Image {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;  // row-major, 3 bytes per pixel
+
+  Image() = default;
+  // A width x height image (each 1..16384) filled with `background`.
+  Image(int width, int height, Rgb background = colors::kWhite);
+
+  bool contains(int x, int y) const { return x >= 0 && y >= 0 && x < width && y < height; }
+  // Sets one pixel; outside the image it does nothing.
+  void set(int x, int y, Rgb c);
+  // Reads one pixel; outside the image it throws attn::IndexError.
+  Rgb get(int x, int y) const;
+  void fill(Rgb c);
+  // Filled rectangle with inclusive corners (in any order), clipped to the image.
+  void fill_rect(int x0, int y0, int x1, int y1, Rgb c);
+  // 1-pixel rectangle outline, inclusive corners.
+  void stroke_rect(int x0, int y0, int x1, int y1, Rgb c);
+  // A straight line between pixel centres (fractional coordinates are rounded per step),
+  // `thickness` 1..8 pixels: each step fills a thickness x thickness square whose top-left is
+  // (round(x) - (thickness - 1) / 2, round(y) - (thickness - 1) / 2). Clipped; a line with a
+  // non-finite coordinate draws nothing.
+  void line(double x0, double y0, double x1, double y1, Rgb c, int thickness = 1);
+  // Filled disc of radius r (r = 0: one pixel) centred on pixel (cx, cy).
+  void disc(int cx, int cy, int r, Rgb c);
+  // Text with the top-left corner of its first glyph at (x, y); each font cell is scale x scale
+  // pixels (scale 1..64).
+  void text(int x, int y, std::string_view s, Rgb c, int scale = 1);
+  // Text rotated a quarter turn counter-clockwise (it reads bottom to top), occupying the box
+  // x .. x + text_height(scale) - 1, y - text_width(s, scale) + 1 .. y: (x, y) is the bottom-left.
+  void text_up(int x, int y, std::string_view s, Rgb c, int scale = 1);
+};
+
+// ---- PNG
+// ----------------------------------------------------------------------------------------- An
+// 8-bit RGB PNG of the image.
+std::string encode_png(const Image& image);
+// Writes encode_png(image) to `path` atomically (a temporary file beside it, fsync, rename).
+void write_png(const std::string& path, const Image& image);
+// Decodes a PNG (gray, gray+alpha, palette, RGB or RGBA; 1..16 bits; interlaced or not) to RGB8.
+// Alpha is dropped. Throws attn::Error on anything that is not a valid PNG.
+Image decode_png(std::string_view bytes);
+
+// ---- line charts
+// -----------------------------------------------------------------------------------
+struct Series {
+  std::string name;          // legend entry; series with an empty name are not listed
+  std::vector<double> x, y;  // same length; points with a non-finite coordinate are gaps
+  std::optional<Rgb> color;  // default: palette(index of the series)
+  bool markers = false;      // a dot at every point
+};
+
+struct LineChart {
+  std::string title, x_label, y_label;
+  bool log_x = false, log_y = false;
+  std::vector<Series> series;
+  std::optional<double> y_min, y_max;  // fixed ends of the y axis (default: from the data)
+};
+
+// Where render() puts things, and the data -> pixel mapping it uses. A data point (x, y) is drawn
+// at pixel (lround(x_to_px(x)), lround(y_to_px(y))).
+struct ChartLayout {
+  int width = 0, height = 0;
+  int scale = 1;                        // font scale
+  int plot_left = 0, plot_top = 0;      // the data area, inclusive pixel bounds; the axes are
+  int plot_right = 0, plot_bottom = 0;  // drawn on plot_left and plot_bottom
+  double x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;  // data values at the edges of the data area
+  bool log_x = false, log_y = false;
+  std::vector<double> x_ticks, y_ticks;  // labelled tick values (inside [lo, hi])
+  std::vector<std::string> x_tick_labels, y_tick_labels;
+  // The legend box, inclusive bounds (all -1 when there is no legend). layout_chart() places it
+  // top-right; render() moves it to whichever corner of the data area hides the fewest drawn
+  // pixels and reports where through its `layout` argument.
+  int legend_left = -1, legend_top = -1, legend_right = -1, legend_bottom = -1;
+
+  double x_to_px(double x) const;
+  double y_to_px(double y) const;
+};
+
+// Validates the chart and computes its layout. Throws attn::Error for a size outside 64..8192, an
+// x/y length mismatch, a log axis with a value <= 0, or a bad y_min/y_max.
+ChartLayout layout_chart(const LineChart& chart, int width = 800, int height = 500);
+// Draws the chart. When `layout` is given, the layout used (legend position included) is stored.
+Image render(const LineChart& chart, int width = 800, int height = 500,
+             ChartLayout* layout = nullptr);
+// write_png(path, render(chart, width, height)).
+void save(const LineChart& chart, const std::string& path, int width = 800, int height = 500);
+
+// Tick values for a linear axis: multiples of 1, 2 or 5 x 10^k covering [lo, hi] with at most
+// `max_intervals` steps. When snap is true the first/last tick lie at or beyond lo/hi (the axis
+// should be widened to them); otherwise only ticks inside [lo, hi] are returned.
+std::vector<double> nice_ticks(double lo, double hi, int max_intervals, bool snap);
+// Tick values for a logarithmic axis over [lo, hi] (0 < lo < hi): powers of 2 for ranges at or
+// above 1, powers of 10 (with 2 and 5 in between for short ranges) otherwise; linear nice ticks
+// when the range is too short for either.
+std::vector<double> log_ticks(double lo, double hi, int max_ticks);
+// A short label for a tick value: "0", "2.5", "-0.001", "16384", "1e-06", "2e+09".
+std::string format_tick(double v);
+
+}  // namespace attn::plot

@@ -1,0 +1,284 @@
+// GPT: nanoGPT's architecture on attn's modules, and cached generation.
+#include <attn/autograd.h>
+#include <attn/gpt.h>
+#include <attn/ops.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "../tensor/internal.h"
+
+namespace attn::nn {
+
+using detail::fail;
+
+void GPTConfig::validate(const char* fn) const {
+  auto positive = [&](int64_t v, const char* what) {
+    if (v < 1) fail(fn, what, " must be at least 1, got ", v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(block_size, "block_size");
+  positive(n_layer, "n_layer");
+  positive(n_head, "n_head");
+  positive(n_embd, "n_embd");
+  if (n_embd % n_head != 0) fail(fn, "n_embd ", n_embd, " must be divisible by n_head ", n_head);
+  if (!(dropout >= 0.0 && dropout < 1.0)) fail(fn, "dropout must be in [0, 1), got ", dropout);
+}
+
+// ---- modules
+// ----------------------------------------------------------------------------------------
+
+MLP::MLP(int64_t n_embd, bool bias, double p) {
+  c_fc = register_module("c_fc", std::make_shared<Linear>(n_embd, 4 * n_embd, bias));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(4 * n_embd, n_embd, bias));
+  dropout = register_module("dropout", std::make_shared<Dropout>(p));
+}
+
+Tensor MLP::forward(const Tensor& x) const {
+  Tensor h = functional::gelu((*c_fc)(x));
+  h = (*c_proj)(h);
+  return dropout->p > 0.0 ? (*dropout)(h) : h;
+}
+
+Block::Block(const GPTConfig& c) {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, 1e-5, true, c.bias));
+  attn = register_module("attn", std::make_shared<MultiheadAttention>(
+                                     c.n_embd, c.n_head, c.dropout, c.bias, std::nullopt,
+                                     std::nullopt, /*batch_first=*/true));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, 1e-5, true, c.bias));
+  mlp = register_module("mlp", std::make_shared<MLP>(c.n_embd, c.bias, c.dropout));
+}
+
+Tensor Block::forward(const Tensor& x) const {
+  Tensor h = (*ln_1)(x);
+  Tensor a = attn->forward(h, h, h, Tensor(), /*need_weights=*/false, Tensor(),
+                           /*average_attn_weights=*/true, /*is_causal=*/true)
+                 .output;
+  Tensor y = x + a;
+  return y + mlp->forward((*ln_2)(y));
+}
+
+GPT::GPT(const GPTConfig& config, Generator* gen) : config_(config) {
+  config.validate("GPT");
+  const GPTConfig& c = config_;
+  wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
+  wpe = register_module("wpe", std::make_shared<Embedding>(c.block_size, c.n_embd));
+  drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
+  auto blocks = register_module("h", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < c.n_layer; ++i) h.push_back(blocks->append(std::make_shared<Block>(c)));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, 1e-5, true, c.bias));
+
+  // nanoGPT's initialisation, in parameter registration order.
+  NoGradGuard no_grad;
+  const double std_resid = 0.02 / std::sqrt(2.0 * double(c.n_layer));
+  for (auto& [name, p] : named_parameters()) {
+    const bool resid = name.ends_with("out_proj.weight") || name.ends_with("c_proj.weight");
+    if (p.dim() == 2) {
+      init::normal_(p, 0.0, resid ? std_resid : 0.02, gen);
+    } else if (name.find(".ln_") != std::string::npos || name.starts_with("ln_f")) {
+      if (name.ends_with("weight"))
+        init::ones_(p);
+      else
+        init::zeros_(p);
+    } else {
+      init::zeros_(p);  // Linear and in-projection biases
+    }
+  }
+}
+
+namespace {
+
+void check_idx(const Tensor& idx, const GPTConfig& c, const char* fn, int64_t offset = 0) {
+  if (!idx.defined()) fail(fn, "idx is an undefined tensor");
+  if (idx.dtype() != Dtype::Int64)
+    fail(fn, "idx must be int64 token ids, got ", detail::tensor_desc(idx));
+  if (idx.dim() != 2) fail(fn, "idx ", shape_str(idx.shape()), " must be 2-D (batch, time)");
+  if (idx.size(1) < 1) fail(fn, "idx ", shape_str(idx.shape()), " has no tokens");
+  if (offset + idx.size(1) > c.block_size)
+    fail(fn, "cannot process a sequence of length ", offset + idx.size(1), ": block_size is only ",
+         c.block_size);
+  Tensor ic = idx.contiguous();
+  const int64_t* p = ic.data_ptr<int64_t>();
+  for (int64_t i = 0, n = ic.numel(); i < n; ++i)
+    if (p[i] < 0 || p[i] >= c.vocab_size)
+      throw IndexError(detail::msg(fn, "token id ", p[i], " at position ", i,
+                                   " is outside the vocabulary [0, ", c.vocab_size, ")"));
+}
+
+}  // namespace
+
+Tensor GPT::forward(const Tensor& idx) const {
+  check_idx(idx, config_, "GPT");
+  const int64_t T = idx.size(1);
+  Tensor x = (*wte)(idx) + wpe->weight.narrow(0, 0, T);
+  if (drop->p > 0.0) x = (*drop)(x);
+  for (const auto& block : h) x = block->forward(x);
+  x = (*ln_f)(x);
+  return functional::linear(x, wte->weight);  // tied output weights
+}
+
+GPT::Output GPT::forward(const Tensor& idx, const Tensor& targets) const {
+  const char* fn = "GPT";
+  Tensor logits = forward(idx);
+  if (!targets.defined() || targets.dtype() != Dtype::Int64 || targets.shape() != idx.shape())
+    fail(fn, "targets must be int64 with idx's shape ", shape_str(idx.shape()), ", got ",
+         targets.defined() ? detail::tensor_desc(targets) : std::string("undefined"));
+  const int64_t V = config_.vocab_size;
+  Tensor loss = functional::cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
+  return {logits, loss};
+}
+
+Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) const {
+  const char* fn = "GPT.forward_cached";
+  NoGradGuard no_grad;
+  const GPTConfig& c = config_;
+  check_idx(idx, c, fn, cache.length);
+  const int64_t B = idx.size(0), T = idx.size(1), C = c.n_embd, H = c.n_head, D = C / H;
+  const int64_t L0 = cache.length, L = L0 + T;
+  if (cache.length == 0) {
+    cache.k.assign(std::size_t(c.n_layer), Tensor());
+    cache.v.assign(std::size_t(c.n_layer), Tensor());
+  }
+  if (cache.k.size() != std::size_t(c.n_layer) || cache.v.size() != std::size_t(c.n_layer))
+    fail(fn, "the cache holds ", cache.k.size(), " layers, the model has ", c.n_layer);
+  Tensor x = (*wte)(idx) + wpe->weight.narrow(0, L0, T);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const Block& blk = *h[std::size_t(l)];
+    const MultiheadAttention& mha = *blk.attn;
+    Tensor& kc = cache.k[std::size_t(l)];
+    Tensor& vc = cache.v[std::size_t(l)];
+    if (!kc.defined()) {
+      kc = zeros({B, H, c.block_size, D});
+      vc = zeros({B, H, c.block_size, D});
+    } else if (kc.size(0) != B) {
+      fail(fn, "batch size ", B, " differs from the cache's ", kc.size(0));
+    }
+    Tensor hdn = (*blk.ln_1)(x);
+    Tensor qkv = functional::linear(hdn, mha.in_proj_weight, mha.in_proj_bias);  // (B, T, 3C)
+    Tensor heads = qkv.reshape({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});        // (3, B, H, T, D)
+    kc.narrow(2, L0, T).copy_(heads[1]);
+    vc.narrow(2, L0, T).copy_(heads[2]);
+    SdpaOptions o;
+    o.is_causal = true;
+    o.causal_align = CausalAlign::BottomRight;  // the new queries are the last T of L positions
+    Tensor ctx = scaled_dot_product_attention(heads[0], kc.narrow(2, 0, L), vc.narrow(2, 0, L), o);
+    Tensor a = (*mha.out_proj)(ctx.transpose(1, 2).reshape({B, T, C}));
+    x = x + a;
+    x = x + blk.mlp->forward((*blk.ln_2)(x));
+  }
+  cache.length = L;
+  x = (*ln_f)(x);
+  return functional::linear(x, wte->weight);
+}
+
+Tensor GPT::generate(const Tensor& idx_in, const GenerateOptions& opt, Generator* gen,
+                     const std::function<void(const Tensor&)>& on_token) const {
+  const char* fn = "GPT.generate";
+  if (!(opt.temperature > 0.0) || !std::isfinite(opt.temperature))
+    fail(fn, "temperature must be positive and finite, got ", opt.temperature);
+  if (opt.top_k < 0) fail(fn, "top_k must be >= 0 (0 = off), got ", opt.top_k);
+  if (opt.max_new_tokens < 0) fail(fn, "max_new_tokens must be >= 0, got ", opt.max_new_tokens);
+  if (!idx_in.defined() || idx_in.dtype() != Dtype::Int64 || idx_in.dim() != 2 ||
+      idx_in.size(1) < 1)
+    fail(fn, "idx must be int64 (batch, time) with at least one token, got ",
+         idx_in.defined() ? detail::tensor_desc(idx_in) : std::string("undefined"));
+  NoGradGuard no_grad;
+  Generator& g = gen ? *gen : default_generator();
+  const GPTConfig& c = config_;
+  const int64_t B = idx_in.size(0), V = c.vocab_size;
+  // The sequences so far, row-major (B, len).
+  std::vector<std::vector<int64_t>> seq(static_cast<std::size_t>(B));
+  {
+    Tensor ic = idx_in.contiguous();
+    const int64_t T0 = ic.size(1);
+    for (int64_t b = 0; b < B; ++b)
+      seq[std::size_t(b)].assign(ic.data_ptr<int64_t>() + b * T0,
+                                 ic.data_ptr<int64_t>() + (b + 1) * T0);
+  }
+  auto window = [&](int64_t from) {  // tokens [from, len) of every row as (B, len - from)
+    const int64_t len = int64_t(seq[0].size()), n = len - from;
+    Tensor t = detail::make_tensor({B, n}, Dtype::Int64, false);
+    for (int64_t b = 0; b < B; ++b)
+      std::copy(seq[std::size_t(b)].begin() + from, seq[std::size_t(b)].end(),
+                t.data_ptr<int64_t>() + b * n);
+    return t;
+  };
+  KVCache cache;
+  std::vector<float> probs(static_cast<std::size_t>(V));
+  std::vector<int64_t> order(static_cast<std::size_t>(V));
+  for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
+    const int64_t len = int64_t(seq[0].size());
+    Tensor logits;  // (B, V): the last position's
+    if (opt.use_cache && cache.length > 0 && len <= c.block_size) {
+      logits = forward_cached(window(len - 1), cache);
+    } else if (opt.use_cache) {
+      // Empty cache, or the context outgrew block_size: the positions of every kept token
+      // change, so the cache is rebuilt from the cropped context.
+      cache = KVCache{};
+      logits = forward_cached(window(std::max<int64_t>(0, len - c.block_size)), cache);
+    } else {
+      logits = forward(window(std::max<int64_t>(0, len - c.block_size)));
+    }
+    logits = logits.select(1, logits.size(1) - 1).contiguous();
+    Tensor next = detail::make_tensor({B, 1}, Dtype::Int64, false);
+    for (int64_t b = 0; b < B; ++b) {
+      const float* lr = logits.data_ptr<float>() + b * V;
+      // top_k: keep the logits >= the k-th largest (ties kept, as nanoGPT's filter).
+      float threshold = -INFINITY;
+      if (opt.top_k > 0 && opt.top_k < V) {
+        std::iota(order.begin(), order.end(), 0);
+        std::nth_element(order.begin(), order.begin() + (opt.top_k - 1), order.end(),
+                         [&](int64_t i, int64_t j) { return lr[i] > lr[j]; });
+        threshold = lr[order[std::size_t(opt.top_k - 1)]];
+      }
+      double m = -INFINITY;
+      for (int64_t v = 0; v < V; ++v)
+        if (lr[v] >= threshold) m = std::max(m, double(lr[v]) / opt.temperature);
+      double total = 0.0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double p = lr[v] >= threshold ? std::exp(double(lr[v]) / opt.temperature - m) : 0.0;
+        probs[std::size_t(v)] = float(p);
+        total += p;
+      }
+      if (!(total > 0.0) || !std::isfinite(total))
+        fail(fn, "the model produced non-finite logits at step ", step);
+      // Inverse-CDF sampling with one 53-bit uniform draw.
+      const double u = double(g.random64() >> 11) * (1.0 / 9007199254740992.0) * total;
+      double acc = 0.0;
+      int64_t pick = -1;
+      for (int64_t v = 0; v < V; ++v) {
+        if (probs[std::size_t(v)] <= 0.f) continue;
+        acc += double(probs[std::size_t(v)]);
+        pick = v;
+        if (u < acc) break;
+      }
+      next.data_ptr<int64_t>()[b] = pick;
+      seq[std::size_t(b)].push_back(pick);
+    }
+    if (on_token) on_token(next.reshape({B}));
+  }
+  return window(0);
+}
+
+std::vector<Tensor> GPT::decay_parameters() const {
+  std::vector<Tensor> out;
+  for (const Tensor& p : parameters())
+    if (p.dim() >= 2) out.push_back(p);
+  return out;
+}
+
+std::vector<Tensor> GPT::no_decay_parameters() const {
+  std::vector<Tensor> out;
+  for (const Tensor& p : parameters())
+    if (p.dim() < 2) out.push_back(p);
+  return out;
+}
+
+int64_t GPT::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace attn::nn

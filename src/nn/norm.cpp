@@ -1,0 +1,399 @@
+// LayerNorm, GELU and cross-entropy: one fused kernel each way, recorded as one autograd node.
+//
+// The element loops are plain C++ compiled three times (AVX-512, AVX2+FMA, baseline) with
+// target_clones; the library itself is built for baseline x86-64. exp and erfc are evaluated by
+// branch-free polynomials (kernels/cpu/vmath.h) so that those loops vectorise.
+#include <attn/autograd.h>
+#include <attn/nn.h>
+#include <attn/ops.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "../kernels/cpu/vmath.h"
+#include "../tensor/internal.h"
+
+namespace attn::nn {
+
+using detail::fail;
+namespace vm = kernels::vmath;
+
+namespace {
+
+// Rows x cols problems smaller than this run on one thread (a parallel region costs more).
+constexpr int64_t kParallelElems = 1 << 15;
+
+int threads_for(int64_t elems) { return elems >= kParallelElems ? omp_get_max_threads() : 1; }
+
+// ---- LayerNorm ----------------------------------------------------------------------------------
+
+ATTN_VMATH_CLONES
+void layer_norm_rows(const float* x, const float* w, const float* b, float* y, float* mean_out,
+                     float* rstd_out, int64_t r0, int64_t r1, int64_t C, float eps) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * C;
+    float* yr = y + r * C;
+    double s = 0.0;
+    for (int64_t c = 0; c < C; ++c) s += xr[c];
+    const double mean = s / double(C);
+    double ss = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      const double d = xr[c] - mean;
+      ss += d * d;
+    }
+    const float rstd = float(1.0 / std::sqrt(ss / double(C) + double(eps)));
+    const float m = float(mean);
+    if (w && b) {
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd * w[c] + b[c];
+    } else if (w) {
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd * w[c];
+    } else {
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd;
+    }
+    mean_out[r] = m;
+    rstd_out[r] = rstd;
+  }
+}
+
+// dx for rows [r0, r1); dw, db (when not null) accumulate this range's contribution.
+ATTN_VMATH_CLONES
+void layer_norm_backward_rows(const float* x, const float* w, const float* mean, const float* rstd,
+                              const float* dy, float* dx, float* dw, float* db, int64_t r0,
+                              int64_t r1, int64_t C) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * C;
+    const float* gr = dy + r * C;
+    const float m = mean[r], rs = rstd[r];
+    if (dw || db) {
+      for (int64_t c = 0; c < C; ++c) {
+        const float xh = (xr[c] - m) * rs;
+        if (dw) dw[c] += gr[c] * xh;
+        if (db) db[c] += gr[c];
+      }
+    }
+    if (!dx) continue;
+    float a = 0.f, bsum = 0.f;  // sums of dy*w and dy*w*xhat
+    for (int64_t c = 0; c < C; ++c) {
+      const float gw = w ? gr[c] * w[c] : gr[c];
+      a += gw;
+      bsum += gw * (xr[c] - m) * rs;
+    }
+    a /= float(C);
+    bsum /= float(C);
+    float* dxr = dx + r * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const float gw = w ? gr[c] * w[c] : gr[c];
+      dxr[c] = rs * (gw - a - (xr[c] - m) * rs * bsum);
+    }
+  }
+}
+
+// ---- GELU ---------------------------------------------------------------------------------------
+
+constexpr float kSqrt1_2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kBeta = 0.79788456080286536f;  // sqrt(2 / pi)
+constexpr float kKappa = 0.044715f;
+
+// Phi(x), the standard normal CDF, with small relative error on both tails.
+inline float normal_cdf(float x) {
+  const float e = 0.5f * vm::erfc_pos(std::fabs(x) * kSqrt1_2);
+  return x < 0.f ? e : 1.f - e;
+}
+
+ATTN_VMATH_CLONES
+void gelu_fwd(const float* x, float* y, int64_t n, bool tanh_approx) {
+  if (tanh_approx) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      const float inner = kBeta * (v + kKappa * v * v * v);
+      y[i] = 0.5f * v * (1.f + vm::tanh(inner));
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * normal_cdf(x[i]);
+  }
+}
+
+ATTN_VMATH_CLONES
+void gelu_bwd(const float* x, const float* g, float* dx, int64_t n, bool tanh_approx) {
+  if (tanh_approx) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      const float inner = kBeta * (v + kKappa * v * v * v);
+      const float t = vm::tanh(inner);
+      const float left = 0.5f * v, right = 1.f + t;
+      const float inner_d = kBeta * (1.f + 3.f * kKappa * v * v);
+      dx[i] = g[i] * (0.5f * right + left * (1.f - t * t) * inner_d);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      const float pdf = vm::exp(-0.5f * v * v) * kInvSqrt2Pi;
+      dx[i] = g[i] * (normal_cdf(v) + v * pdf);
+    }
+  }
+}
+
+// ---- cross-entropy
+// --------------------------------------------------------------------------------
+
+// The row max m and log(sum exp(x - m)) (accumulated in double), kept apart so that
+// x - m - log_sum stays exact for large logits (m + log_sum would round at m's magnitude).
+struct RowLse {
+  float max, log_sum;
+};
+RowLse row_logsumexp(const float* x, int64_t C) {
+  float m = -INFINITY;
+  for (int64_t c = 0; c < C; ++c) m = std::max(m, x[c]);
+  if (std::isinf(m)) return {m, 0.f};  // all -inf (or a +inf logit)
+  double s = 0.0;
+  for (int64_t c = 0; c < C; ++c) s += std::exp(double(x[c] - m));
+  return {m, float(std::log(s))};
+}
+
+void check_float(const Tensor& t, const char* what, const char* fn) {
+  if (!t.defined()) fail(fn, what, " is an undefined tensor");
+  if (t.dtype() != Dtype::Float32) fail(fn, what, " must be float32, got ", detail::tensor_desc(t));
+}
+
+// Runs body(r0, r1) over [0, rows) split evenly across `nt` threads.
+template <typename F>
+void parallel_rows(int64_t rows, int nt, F&& body) {
+  if (nt <= 1 || rows < 2) {
+    body(int64_t(0), rows);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    const int64_t r0 = rows * t / n, r1 = rows * (t + 1) / n;
+    body(r0, r1);
+  }
+}
+
+}  // namespace
+
+namespace functional {
+
+Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  const char* fn = "layer_norm";
+  check_float(x_in, "input", fn);
+  if (x_in.dim() < 1 || x_in.size(-1) != normalized_shape)
+    fail(fn, "input ", shape_str(x_in.shape()), " does not end in normalized_shape (",
+         normalized_shape, ")");
+  for (const auto& [t, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
+    if (!t->defined()) continue;
+    check_float(*t, what, fn);
+    if (t->dim() != 1 || t->size(0) != normalized_shape)
+      fail(fn, what, " ", shape_str(t->shape()), " must have shape (", normalized_shape, ")");
+  }
+  if (!(eps >= 0.0)) fail(fn, "eps must be non-negative, got ", eps);
+  const int64_t C = normalized_shape, rows = C ? x_in.numel() / C : 0;
+  Tensor x = x_in.contiguous();
+  Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  Tensor y = detail::make_tensor(x.shape(), Dtype::Float32, false);
+  Tensor mean = detail::make_tensor({rows}, Dtype::Float32, false);
+  Tensor rstd = detail::make_tensor({rows}, Dtype::Float32, false);
+  if (rows && C) {
+    const float* xp = x.data_ptr<float>();
+    const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
+    const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+    float *yp = y.data_ptr<float>(), *mp = mean.data_ptr<float>(), *rp = rstd.data_ptr<float>();
+    parallel_rows(rows, threads_for(rows * C), [&](int64_t r0, int64_t r1) {
+      layer_norm_rows(xp, wp, bp, yp, mp, rp, r0, r1, C, float(eps));
+    });
+  } else if (C == 0) {
+    // Nothing to normalise; y is empty.
+  }
+  const bool has_w = weight.defined(), has_b = bias.defined();
+  auto backward = [C, rows, has_w, has_b](const Node& n, const Tensor& grad) {
+    Tensor x = n.saved_tensor(0), w = n.saved_tensor(1), mean = n.saved_tensor(2),
+           rstd = n.saved_tensor(3);
+    Tensor g = grad.contiguous();
+    Tensor dx, dw, db;
+    const bool need_x = n.needs_input_grad(0), need_w = has_w && n.needs_input_grad(1),
+               need_b = has_b && n.needs_input_grad(2);
+    if (need_x) dx = detail::make_tensor(x.shape(), Dtype::Float32, false);
+    const int nt = threads_for(rows * C);
+    // Per-thread partial sums of dw and db, added up in thread order (deterministic).
+    std::vector<float> part(std::size_t(nt) * 2 * std::size_t(C), 0.f);
+    const float* xp = x.data_ptr<float>();
+    const float* wp = has_w ? w.data_ptr<float>() : nullptr;
+    const float* gp = g.data_ptr<float>();
+    float* dxp = need_x ? dx.data_ptr<float>() : nullptr;
+    if (rows && C) {
+      const int64_t chunks = std::min<int64_t>(nt, rows);
+      auto body = [&](int64_t t) {
+        const int64_t r0 = rows * t / chunks, r1 = rows * (t + 1) / chunks;
+        float* pw = part.data() + t * 2 * C;
+        layer_norm_backward_rows(xp, wp, mean.data_ptr<float>(), rstd.data_ptr<float>(), gp, dxp,
+                                 need_w ? pw : nullptr, need_b ? pw + C : nullptr, r0, r1, C);
+      };
+      if (chunks > 1) {
+#pragma omp parallel for num_threads(int(chunks))
+        for (int64_t t = 0; t < chunks; ++t) body(t);
+      } else {
+        body(0);
+      }
+      if (need_w || need_b) {
+        if (need_w) dw = detail::make_tensor({C}, Dtype::Float32);
+        if (need_b) db = detail::make_tensor({C}, Dtype::Float32);
+        for (int64_t t = 0; t < chunks; ++t) {
+          const float* pw = part.data() + t * 2 * C;
+          for (int64_t c = 0; c < C; ++c) {
+            if (need_w) dw.data_ptr<float>()[c] += pw[c];
+            if (need_b) db.data_ptr<float>()[c] += pw[C + c];
+          }
+        }
+      }
+    } else {
+      if (need_w) dw = zeros({C});
+      if (need_b) db = zeros({C});
+    }
+    return std::vector<Tensor>{dx, dw, db};
+  };
+  return detail::record(y, "NativeLayerNormBackward0", {&x_in, &weight, &bias}, backward,
+                        {x, w, mean, rstd});
+}
+
+Tensor gelu(const Tensor& x_in, const std::string& approximate) {
+  const char* fn = "gelu";
+  check_float(x_in, "input", fn);
+  if (approximate != "none" && approximate != "tanh")
+    fail(fn, "approximate must be 'none' or 'tanh', got '", approximate, "'");
+  const bool tanh_approx = approximate == "tanh";
+  Tensor x = x_in.contiguous();
+  Tensor y = detail::make_tensor(x.shape(), Dtype::Float32, false);
+  const int64_t n = x.numel();
+  const float* xp = x.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  parallel_rows(n, threads_for(n),
+                [&](int64_t i0, int64_t i1) { gelu_fwd(xp + i0, yp + i0, i1 - i0, tanh_approx); });
+  auto backward = [tanh_approx](const Node& nd, const Tensor& grad) {
+    Tensor x = nd.saved_tensor(0), g = grad.contiguous();
+    Tensor dx = detail::make_tensor(x.shape(), Dtype::Float32, false);
+    const int64_t n = x.numel();
+    const float *xp = x.data_ptr<float>(), *gp = g.data_ptr<float>();
+    float* dp = dx.data_ptr<float>();
+    parallel_rows(n, threads_for(n), [&](int64_t i0, int64_t i1) {
+      gelu_bwd(xp + i0, gp + i0, dp + i0, i1 - i0, tanh_approx);
+    });
+    return std::vector<Tensor>{dx};
+  };
+  return detail::record(y, "GeluBackward0", {&x_in}, backward, {x});
+}
+
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::string& reduction,
+                     int64_t ignore_index) {
+  const char* fn = "cross_entropy";
+  check_float(input, "input", fn);
+  if (!target.defined()) fail(fn, "target is an undefined tensor");
+  if (target.dtype() != Dtype::Int64)
+    fail(fn, "target must be int64 class indices, got ", detail::tensor_desc(target));
+  if (reduction != "mean" && reduction != "sum" && reduction != "none")
+    fail(fn, "reduction must be 'mean', 'sum' or 'none', got '", reduction, "'");
+  const bool batched = input.dim() == 2;
+  if (!batched && input.dim() != 1)
+    fail(fn, "input ", shape_str(input.shape()), " must be (N, C) logits or (C) for one sample");
+  if (batched ? (target.dim() != 1 || target.size(0) != input.size(0)) : target.dim() != 0)
+    fail(fn, "target ", shape_str(target.shape()), " does not match input ",
+         shape_str(input.shape()), ": expected ", batched ? shape_str({input.size(0)}) : "()");
+  const int64_t N = batched ? input.size(0) : 1, C = input.size(-1);
+  if (C == 0) fail(fn, "input ", shape_str(input.shape()), " has no classes");
+  Tensor x = input.contiguous(), t = target.contiguous();
+  const float* xp = x.data_ptr<float>();
+  const int64_t* tp = t.data_ptr<int64_t>();
+  for (int64_t r = 0; r < N; ++r)
+    if (tp[r] != ignore_index && (tp[r] < 0 || tp[r] >= C))
+      throw IndexError(detail::msg(fn, "target ", tp[r], " at position ", r,
+                                   " is out of bounds for ", C, " classes"));
+  // Per row: the max and the log of the shifted sum (for the backward), and the loss.
+  Tensor lse = detail::make_tensor({N, 2}, Dtype::Float32, false);
+  Tensor losses = detail::make_tensor({N}, Dtype::Float32);
+  float* lp = lse.data_ptr<float>();
+  float* lossp = losses.data_ptr<float>();
+  parallel_rows(N, threads_for(N * C), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const RowLse l = row_logsumexp(xp + r * C, C);
+      lp[2 * r] = l.max;
+      lp[2 * r + 1] = l.log_sum;
+      lossp[r] = tp[r] == ignore_index ? 0.f : (l.max - xp[r * C + tp[r]]) + l.log_sum;
+    }
+  });
+  int64_t count = 0;
+  double total = 0.0;
+  for (int64_t r = 0; r < N; ++r) {
+    if (tp[r] == ignore_index) continue;
+    ++count;
+    total += lossp[r];
+  }
+  Tensor out;
+  if (reduction == "none") {
+    out = batched ? losses : losses.reshape({});
+  } else {
+    out = detail::make_tensor({}, Dtype::Float32);
+    // mean over the counted targets; no target counted gives NaN, as PyTorch.
+    *out.data_ptr<float>() = reduction == "sum" ? float(total)
+                             : count            ? float(total / double(count))
+                                                : NAN;
+  }
+  const std::string red = reduction;
+  auto backward = [N, C, red, count, ignore_index](const Node& n, const Tensor& grad) {
+    Tensor x = n.saved_tensor(0), t = n.saved_tensor(1), lse = n.saved_tensor(2);
+    Tensor g = grad.contiguous();
+    Tensor dx = detail::make_tensor(x.shape(), Dtype::Float32, false);
+    const float *xp = x.data_ptr<float>(), *lp = lse.data_ptr<float>(), *gp = g.data_ptr<float>();
+    const int64_t* tp = t.data_ptr<int64_t>();
+    float* dp = dx.data_ptr<float>();
+    const float scale = red == "mean" ? (count ? 1.f / float(count) : NAN) : 1.f;
+    parallel_rows(N, threads_for(N * C), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* d = dp + r * C;
+        if (tp[r] == ignore_index) {
+          std::fill(d, d + C, 0.f);
+          continue;
+        }
+        const float gr = (red == "none" ? gp[r] : gp[0]) * scale;
+        const float* xr = xp + r * C;
+        const float m = lp[2 * r], log_sum = lp[2 * r + 1];
+        for (int64_t c = 0; c < C; ++c) d[c] = gr * std::exp((xr[c] - m) - log_sum);
+        d[tp[r]] -= gr;
+      }
+    });
+    return std::vector<Tensor>{dx, Tensor()};
+  };
+  return detail::record(out, "NllLossBackward0", {&input, &target}, backward, {x, t, lse});
+}
+
+}  // namespace functional
+
+// ---- modules
+// ----------------------------------------------------------------------------------------
+
+LayerNorm::LayerNorm(int64_t normalized_shape, double eps, bool elementwise_affine, bool bias)
+    : normalized_shape(normalized_shape), eps(eps) {
+  if (normalized_shape <= 0)
+    fail("LayerNorm", "normalized_shape must be positive, got ", normalized_shape);
+  if (!(eps >= 0.0)) fail("LayerNorm", "eps must be non-negative, got ", eps);
+  if (elementwise_affine) {
+    weight = register_parameter("weight", ones({normalized_shape}));
+    if (bias) this->bias = register_parameter("bias", zeros({normalized_shape}));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const {
+  return functional::layer_norm(x, normalized_shape, weight, bias, eps);
+}
+
+GELU::GELU(std::string approximate) : approximate(std::move(approximate)) {
+  if (this->approximate != "none" && this->approximate != "tanh")
+    fail("GELU", "approximate must be 'none' or 'tanh', got '", this->approximate, "'");
+}
+
+Tensor GELU::forward(const Tensor& x) const { return functional::gelu(x, approximate); }
+
+}  // namespace attn::nn

@@ -1,0 +1,1059 @@
+// attn::plot: images, the bitmap font, PNG through libpng, and line charts.
+#include <attn/plot.h>
+#include <fcntl.h>
+#include <png.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "../tensor/internal.h"
+
+namespace attn::plot {
+
+using detail::fail;
+
+// ---- colours -----------------------------------------------------------------------------------
+
+Rgb palette(std::size_t i) {
+  static constexpr std::array<Rgb, 8> kCycle = {{
+      {0, 114, 178},    // blue
+      {213, 94, 0},     // vermillion
+      {0, 158, 115},    // green
+      {204, 121, 167},  // pink
+      {230, 159, 0},    // orange
+      {86, 180, 233},   // sky
+      {110, 110, 110},  // grey
+      {150, 60, 20},    // brown
+  }};
+  return kCycle[i % kCycle.size()];
+}
+
+Rgb mix(Rgb a, Rgb b, double t) {
+  if (!(t >= 0)) t = 0;  // NaN too
+  if (t > 1) t = 1;
+  auto lerp = [t](uint8_t u, uint8_t v) {
+    return static_cast<uint8_t>(std::lround(double(u) + (double(v) - double(u)) * t));
+  };
+  return {lerp(a.r, b.r), lerp(a.g, b.g), lerp(a.b, b.b)};
+}
+
+Rgb colormap(double t) {
+  if (std::isnan(t)) return {128, 128, 128};
+  // Anchors chosen by eye: dark violet -> indigo -> teal -> green -> yellow, with a monotone
+  // lightness ramp so the scale still reads in greyscale.
+  static constexpr std::array<Rgb, 6> kStops = {
+      {{66, 4, 82}, {62, 70, 136}, {40, 126, 142}, {34, 170, 128}, {120, 206, 86}, {250, 230, 40}}};
+  t = std::clamp(t, 0.0, 1.0);
+  const double pos = t * double(kStops.size() - 1);
+  const std::size_t i = std::min<std::size_t>(std::size_t(pos), kStops.size() - 2);
+  return mix(kStops[i], kStops[i + 1], pos - double(i));
+}
+
+// ---- font --------------------------------------------------------------------------------------
+namespace {
+
+// One glyph per printable ASCII character: up to kGlyphH rows of kGlyphW cells, '#' = ink,
+// rows separated by spaces; missing rows at the bottom are blank.
+struct GlyphDef {
+  char ch;
+  const char* rows;
+};
+constexpr GlyphDef kGlyphDefs[] = {
+    {' ', ""},
+    {'!', "..#.. ..#.. ..#.. ..#.. ..#.. ..... ..#.."},
+    {'"', ".#.#. .#.#. .#.#."},
+    {'#', ".#.#. .#.#. ##### .#.#. ##### .#.#. .#.#."},
+    {'$', "..#.. .#### #.#.. .###. ..#.# ####. ..#.."},
+    {'%', "##..# ##.#. ...#. ..#.. .#... .#.## #..##"},
+    {'&', ".##.. #..#. #.#.. .#... #.#.# #..#. .##.#"},
+    {'\'', "..#.. ..#.. .#..."},
+    {'(', "...#. ..#.. .#... .#... .#... ..#.. ...#."},
+    {')', ".#... ..#.. ...#. ...#. ...#. ..#.. .#..."},
+    {'*', "..... ..#.. #.#.# .###. #.#.# ..#.. ....."},
+    {'+', "..... ..#.. ..#.. ##### ..#.. ..#.. ....."},
+    {',', "..... ..... ..... ..... ..... .##.. ..#.. .#..."},
+    {'-', "..... ..... ..... ##### ..... ..... ....."},
+    {'.', "..... ..... ..... ..... ..... .##.. .##.."},
+    {'/', "....# ....# ...#. ..#.. .#... #.... #...."},
+    {'0', ".###. #...# #..## #.#.# ##..# #...# .###."},
+    {'1', "..#.. .##.. ..#.. ..#.. ..#.. ..#.. .###."},
+    {'2', ".###. #...# ....# ..##. .#... #.... #####"},
+    {'3', ".###. #...# ....# ..##. ....# #...# .###."},
+    {'4', "...#. ..##. .#.#. #..#. ##### ...#. ...#."},
+    {'5', "##### #.... ####. ....# ....# #...# .###."},
+    {'6', "..##. .#... #.... ####. #...# #...# .###."},
+    {'7', "##### ....# ...#. ..#.. .#... .#... .#..."},
+    {'8', ".###. #...# #...# .###. #...# #...# .###."},
+    {'9', ".###. #...# #...# .#### ....# ...#. .##.."},
+    {':', "..... .##.. .##.. ..... .##.. .##.. ....."},
+    {';', "..... .##.. .##.. ..... .##.. .##.. ..#.. .#..."},
+    {'<', "...#. ..#.. .#... #.... .#... ..#.. ...#."},
+    {'=', "..... ..... ##### ..... ##### ..... ....."},
+    {'>', ".#... ..#.. ...#. ....# ...#. ..#.. .#..."},
+    {'?', ".###. #...# ....# ...#. ..#.. ..... ..#.."},
+    {'@', ".###. #...# #.### #.#.# #.##. #.... .####"},
+    {'A', "..#.. .#.#. #...# #...# ##### #...# #...#"},
+    {'B', "####. #...# #...# ####. #...# #...# ####."},
+    {'C', ".###. #...# #.... #.... #.... #...# .###."},
+    {'D', "###.. #..#. #...# #...# #...# #..#. ###.."},
+    {'E', "##### #.... #.... ####. #.... #.... #####"},
+    {'F', "##### #.... #.... ####. #.... #.... #...."},
+    {'G', ".###. #...# #.... #.### #...# #...# .####"},
+    {'H', "#...# #...# #...# ##### #...# #...# #...#"},
+    {'I', ".###. ..#.. ..#.. ..#.. ..#.. ..#.. .###."},
+    {'J', "..### ...#. ...#. ...#. ...#. #..#. .##.."},
+    {'K', "#...# #..#. #.#.. ##... #.#.. #..#. #...#"},
+    {'L', "#.... #.... #.... #.... #.... #.... #####"},
+    {'M', "#...# ##.## #.#.# #.#.# #...# #...# #...#"},
+    {'N', "#...# ##..# ##..# #.#.# #..## #..## #...#"},
+    {'O', ".###. #...# #...# #...# #...# #...# .###."},
+    {'P', "####. #...# #...# ####. #.... #.... #...."},
+    {'Q', ".###. #...# #...# #...# #.#.# #..#. .##.#"},
+    {'R', "####. #...# #...# ####. #.#.. #..#. #...#"},
+    {'S', ".###. #...# #.... .###. ....# #...# .###."},
+    {'T', "##### ..#.. ..#.. ..#.. ..#.. ..#.. ..#.."},
+    {'U', "#...# #...# #...# #...# #...# #...# .###."},
+    {'V', "#...# #...# #...# #...# .#.#. .#.#. ..#.."},
+    {'W', "#...# #...# #...# #.#.# #.#.# ##.## #...#"},
+    {'X', "#...# #...# .#.#. ..#.. .#.#. #...# #...#"},
+    {'Y', "#...# #...# .#.#. ..#.. ..#.. ..#.. ..#.."},
+    {'Z', "##### ....# ...#. ..#.. .#... #.... #####"},
+    {'[', ".###. .#... .#... .#... .#... .#... .###."},
+    {'\\', "#.... #.... .#... ..#.. ...#. ....# ....#"},
+    {']', ".###. ...#. ...#. ...#. ...#. ...#. .###."},
+    {'^', "..#.. .#.#. #...#"},
+    {'_', "..... ..... ..... ..... ..... ..... ..... #####"},
+    {'`', ".#... ..#.."},
+    {'a', "..... ..... .###. ....# .#### #...# .####"},
+    {'b', "#.... #.... ####. #...# #...# #...# ####."},
+    {'c', "..... ..... .###. #.... #.... #.... .###."},
+    {'d', "....# ....# .#### #...# #...# #...# .####"},
+    {'e', "..... ..... .###. #...# ##### #.... .###."},
+    {'f', "..##. .#..# .#... ###.. .#... .#... .#..."},
+    {'g', "..... ..... .#### #...# #...# .#### ....# ....# .###."},
+    {'h', "#.... #.... #.##. ##..# #...# #...# #...#"},
+    {'i', "..#.. ..... .##.. ..#.. ..#.. ..#.. .###."},
+    {'j', "...#. ..... ..##. ...#. ...#. ...#. ...#. #..#. .##.."},
+    {'k', "#.... #.... #..#. #.#.. ##... #.#.. #..#."},
+    {'l', ".##.. ..#.. ..#.. ..#.. ..#.. ..#.. .###."},
+    {'m', "..... ..... ##.#. #.#.# #.#.# #.#.# #.#.#"},
+    {'n', "..... ..... #.##. ##..# #...# #...# #...#"},
+    {'o', "..... ..... .###. #...# #...# #...# .###."},
+    {'p', "..... ..... ####. #...# #...# #...# ####. #.... #...."},
+    {'q', "..... ..... .#### #...# #...# #...# .#### ....# ....#"},
+    {'r', "..... ..... #.##. ##..# #.... #.... #...."},
+    {'s', "..... ..... .#### #.... .###. ....# ####."},
+    {'t', ".#... .#... ###.. .#... .#... .#..# ..##."},
+    {'u', "..... ..... #...# #...# #...# #..## .##.#"},
+    {'v', "..... ..... #...# #...# #...# .#.#. ..#.."},
+    {'w', "..... ..... #...# #...# #.#.# #.#.# .#.#."},
+    {'x', "..... ..... #...# .#.#. ..#.. .#.#. #...#"},
+    {'y', "..... ..... #...# #...# #...# .#### ....# ....# .###."},
+    {'z', "..... ..... ##### ...#. ..#.. .#... #####"},
+    {'{', "...## ..#.. ..#.. .#... ..#.. ..#.. ...##"},
+    {'|', "..#.. ..#.. ..#.. ..#.. ..#.. ..#.. ..#.. ..#.."},
+    {'}', "##... ..#.. ..#.. ...#. ..#.. ..#.. ##..."},
+    {'~', "..... ..... .#... #.#.# ...#."},
+};
+
+// Bit c of rows[r] is cell (c, r).
+using GlyphBits = std::array<uint8_t, kGlyphH>;
+
+const std::array<GlyphBits, 95>& font_table() {
+  static const std::array<GlyphBits, 95> table = [] {
+    std::array<GlyphBits, 95> t{};
+    for (const GlyphDef& def : kGlyphDefs) {
+      GlyphBits bits{};
+      int row = 0, col = 0;
+      for (const char* p = def.rows; *p; ++p) {
+        if (*p == ' ') {
+          ++row;
+          col = 0;
+          continue;
+        }
+        if (*p == '#' && row < kGlyphH && col < kGlyphW) bits[row] |= uint8_t(1u << col);
+        ++col;
+      }
+      t[std::size_t(def.ch - 32)] = bits;
+    }
+    return t;
+  }();
+  return table;
+}
+
+const GlyphBits& glyph(char ch) {
+  const unsigned char u = static_cast<unsigned char>(ch);
+  if (u < 32 || u > 126) return font_table()['?' - 32];
+  return font_table()[u - 32];
+}
+
+void check_scale(int scale, const char* fn) {
+  if (scale < 1 || scale > 64) fail(fn, "scale must be in 1..64, got ", scale);
+}
+
+}  // namespace
+
+bool glyph_pixel(char ch, int col, int row) {
+  if (col < 0 || col >= kGlyphW || row < 0 || row >= kGlyphH) return false;
+  return (glyph(ch)[std::size_t(row)] >> col) & 1u;
+}
+
+int text_width(std::string_view s, int scale) {
+  check_scale(scale, "plot::text_width");
+  if (s.empty()) return 0;
+  const int64_t w = int64_t(s.size()) * kGlyphAdvance * scale - scale;
+  return int(std::min<int64_t>(w, std::numeric_limits<int>::max()));
+}
+
+// ---- images ------------------------------------------------------------------------------------
+
+Image::Image(int w, int h, Rgb background) : width(w), height(h) {
+  if (w < 1 || h < 1 || w > 16384 || h > 16384)
+    fail("plot::Image", "size must be 1..16384 on each side, got ", w, "x", h);
+  rgb.resize(std::size_t(w) * std::size_t(h) * 3);
+  fill(background);
+}
+
+void Image::set(int x, int y, Rgb c) {
+  if (!contains(x, y)) return;
+  const std::size_t i = (std::size_t(y) * std::size_t(width) + std::size_t(x)) * 3;
+  if (i + 2 >= rgb.size()) return;  // an Image whose buffer was resized by hand
+  rgb[i] = c.r;
+  rgb[i + 1] = c.g;
+  rgb[i + 2] = c.b;
+}
+
+Rgb Image::get(int x, int y) const {
+  const std::size_t i = (std::size_t(y) * std::size_t(width) + std::size_t(x)) * 3;
+  if (!contains(x, y) || i + 2 >= rgb.size())
+    throw IndexError(detail::msg("plot::Image::get", "pixel (", x, ", ", y, ") is outside the ",
+                                 width, "x", height, " image"));
+  return {rgb[i], rgb[i + 1], rgb[i + 2]};
+}
+
+void Image::fill(Rgb c) {
+  for (std::size_t i = 0; i + 2 < rgb.size(); i += 3) {
+    rgb[i] = c.r;
+    rgb[i + 1] = c.g;
+    rgb[i + 2] = c.b;
+  }
+}
+
+void Image::fill_rect(int x0, int y0, int x1, int y1, Rgb c) {
+  if (x0 > x1) std::swap(x0, x1);
+  if (y0 > y1) std::swap(y0, y1);
+  x0 = std::max(x0, 0);
+  y0 = std::max(y0, 0);
+  x1 = std::min(x1, width - 1);
+  y1 = std::min(y1, height - 1);
+  if (x0 > x1 || y0 > y1 || rgb.size() < std::size_t(width) * std::size_t(height) * 3) return;
+  for (int y = y0; y <= y1; ++y) {
+    uint8_t* p = rgb.data() + (std::size_t(y) * std::size_t(width) + std::size_t(x0)) * 3;
+    for (int x = x0; x <= x1; ++x, p += 3) {
+      p[0] = c.r;
+      p[1] = c.g;
+      p[2] = c.b;
+    }
+  }
+}
+
+void Image::stroke_rect(int x0, int y0, int x1, int y1, Rgb c) {
+  fill_rect(x0, y0, x1, y0, c);
+  fill_rect(x0, y1, x1, y1, c);
+  fill_rect(x0, y0, x0, y1, c);
+  fill_rect(x1, y0, x1, y1, c);
+}
+
+namespace {
+
+// Liang-Barsky: clips the segment to [xmin, xmax] x [ymin, ymax]; false when nothing is left.
+bool clip_segment(double& x0, double& y0, double& x1, double& y1, double xmin, double ymin,
+                  double xmax, double ymax) {
+  if (!std::isfinite(x0) || !std::isfinite(y0) || !std::isfinite(x1) || !std::isfinite(y1))
+    return false;
+  const double dx = x1 - x0, dy = y1 - y0;
+  if (!std::isfinite(dx) || !std::isfinite(dy)) return false;
+  double t0 = 0, t1 = 1;
+  const double p[4] = {-dx, dx, -dy, dy};
+  const double q[4] = {x0 - xmin, xmax - x0, y0 - ymin, ymax - y0};
+  for (int k = 0; k < 4; ++k) {
+    if (p[k] == 0) {
+      if (q[k] < 0) return false;
+      continue;
+    }
+    const double r = q[k] / p[k];
+    if (p[k] < 0) {
+      if (r > t1) return false;
+      t0 = std::max(t0, r);
+    } else {
+      if (r < t0) return false;
+      t1 = std::min(t1, r);
+    }
+  }
+  const double ax = x0 + t0 * dx, ay = y0 + t0 * dy;
+  const double bx = x0 + t1 * dx, by = y0 + t1 * dy;
+  x0 = std::clamp(ax, xmin, xmax);
+  y0 = std::clamp(ay, ymin, ymax);
+  x1 = std::clamp(bx, xmin, xmax);
+  y1 = std::clamp(by, ymin, ymax);
+  return true;
+}
+
+}  // namespace
+
+void Image::line(double x0, double y0, double x1, double y1, Rgb c, int thickness) {
+  if (thickness < 1 || thickness > 8)
+    fail("plot::Image::line", "thickness must be 1..8, got ", thickness);
+  const double m = thickness;
+  if (!clip_segment(x0, y0, x1, y1, -m, -m, width - 1 + m, height - 1 + m)) return;
+  const int off = (thickness - 1) / 2;
+  const double span = std::max(std::fabs(x1 - x0), std::fabs(y1 - y0));
+  const int64_t n = int64_t(std::ceil(span));
+  for (int64_t i = 0; i <= n; ++i) {
+    const double t = n == 0 ? 0.0 : double(i) / double(n);
+    const int x = int(std::lround(x0 + (x1 - x0) * t)) - off;
+    const int y = int(std::lround(y0 + (y1 - y0) * t)) - off;
+    if (thickness == 1)
+      set(x, y, c);
+    else
+      fill_rect(x, y, x + thickness - 1, y + thickness - 1, c);
+  }
+}
+
+void Image::disc(int cx, int cy, int r, Rgb c) {
+  if (r < 0) return;
+  r = std::min(r, 1 << 15);
+  for (int dy = -r; dy <= r; ++dy) {
+    const int half = int(std::floor(std::sqrt(double(r) * r - double(dy) * dy) + 0.5));
+    const int64_t y = int64_t(cy) + dy;
+    if (y < 0 || y >= height) continue;
+    fill_rect(int(std::clamp<int64_t>(int64_t(cx) - half, -1, width)), int(y),
+              int(std::clamp<int64_t>(int64_t(cx) + half, -1, width)), int(y), c);
+  }
+}
+
+namespace {
+
+// Calls ink(u, v) for the top-left of every inked scale x scale block of `s`, u along the text and
+// v across it (both >= 0, in pixels from the text origin).
+template <typename F>
+void for_each_ink(std::string_view s, int scale, F&& ink) {
+  for (std::size_t n = 0; n < s.size(); ++n) {
+    const GlyphBits& g = glyph(s[n]);
+    const int64_t base = int64_t(n) * kGlyphAdvance * scale;
+    for (int row = 0; row < kGlyphH; ++row)
+      for (int col = 0; col < kGlyphW; ++col)
+        if ((g[std::size_t(row)] >> col) & 1u)
+          ink(base + int64_t(col) * scale, int64_t(row) * scale);
+  }
+}
+
+int clamp_coord(int64_t v) { return int(std::clamp<int64_t>(v, -(1 << 20), 1 << 30)); }
+
+}  // namespace
+
+void Image::text(int x, int y, std::string_view s, Rgb c, int scale) {
+  check_scale(scale, "plot::Image::text");
+  for_each_ink(s, scale, [&](int64_t u, int64_t v) {
+    const int64_t px = int64_t(x) + u, py = int64_t(y) + v;
+    if (px >= width || py >= height || px + scale <= 0 || py + scale <= 0) return;
+    fill_rect(clamp_coord(px), clamp_coord(py), clamp_coord(px + scale - 1),
+              clamp_coord(py + scale - 1), c);
+  });
+}
+
+void Image::text_up(int x, int y, std::string_view s, Rgb c, int scale) {
+  check_scale(scale, "plot::Image::text_up");
+  // Glyph cell (u, v) lands at (x + v, y - u): the glyph tops face left.
+  for_each_ink(s, scale, [&](int64_t u, int64_t v) {
+    const int64_t px = int64_t(x) + v, py_hi = int64_t(y) - u;
+    const int64_t py_lo = py_hi - scale + 1;
+    if (px >= width || py_lo >= height || px + scale <= 0 || py_hi < 0) return;
+    fill_rect(clamp_coord(px), clamp_coord(py_lo), clamp_coord(px + scale - 1), clamp_coord(py_hi),
+              c);
+  });
+}
+
+// ---- PNG
+// -----------------------------------------------------------------------------------------
+//
+// libpng reports errors by longjmp. The functions that call setjmp (png_write_plain,
+// png_read_plain) hold only trivially destructible locals, and every libpng callback catches C++
+// exceptions and leaves its catch block before it calls png_error, so no longjmp ever crosses a
+// frame with a live C++ object. C++ containers live in the callers, which libpng never jumps over.
+namespace {
+
+struct PngErrorSink {
+  char message[256] = {0};
+};
+
+void png_on_error(png_structp png, png_const_charp msg) {
+  auto* sink = static_cast<PngErrorSink*>(png_get_error_ptr(png));
+  if (sink) std::snprintf(sink->message, sizeof sink->message, "%s", msg ? msg : "unknown error");
+  png_longjmp(png, 1);
+}
+
+void png_on_warning(png_structp, png_const_charp) {}
+
+struct WriteCtx {
+  PngErrorSink err;
+  std::string* out = nullptr;
+  int width = 0, height = 0;
+  png_bytep* rows = nullptr;  // height row pointers
+};
+
+void png_write_cb(png_structp png, png_bytep data, size_t length) {
+  auto* ctx = static_cast<WriteCtx*>(png_get_io_ptr(png));
+  bool ok = true;
+  try {
+    ctx->out->append(reinterpret_cast<const char*>(data), length);
+  } catch (...) {
+    ok = false;
+  }
+  if (!ok) png_error(png, "out of memory while writing");
+}
+
+void png_flush_cb(png_structp) {}
+
+// Plain: see above. Returns false with ctx->err.message set on failure.
+bool png_write_plain(WriteCtx* ctx) {
+  png_structp png =
+      png_create_write_struct(PNG_LIBPNG_VER_STRING, &ctx->err, png_on_error, png_on_warning);
+  if (!png) {
+    std::snprintf(ctx->err.message, sizeof ctx->err.message, "png_create_write_struct failed");
+    return false;
+  }
+  png_infop info = png_create_info_struct(png);
+  if (!info) {
+    png_destroy_write_struct(&png, nullptr);
+    std::snprintf(ctx->err.message, sizeof ctx->err.message, "png_create_info_struct failed");
+    return false;
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    return false;
+  }
+  png_set_write_fn(png, ctx, png_write_cb, png_flush_cb);
+  png_set_IHDR(png, info, png_uint_32(ctx->width), png_uint_32(ctx->height), 8, PNG_COLOR_TYPE_RGB,
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_set_compression_level(png, 6);
+  png_write_info(png, info);
+  png_write_image(png, ctx->rows);
+  png_write_end(png, info);
+  png_destroy_write_struct(&png, &info);
+  return true;
+}
+
+struct ReadCtx {
+  PngErrorSink err;
+  const uint8_t* data = nullptr;
+  size_t size = 0, pos = 0;
+  // Called once the output size is known; returns height row pointers into an RGB8 buffer, or
+  // null when it could not allocate.
+  png_bytep* (*allocate)(ReadCtx*, int width, int height) = nullptr;
+  void* owner = nullptr;
+  int width = 0, height = 0;
+};
+
+void png_read_cb(png_structp png, png_bytep out, size_t length) {
+  auto* ctx = static_cast<ReadCtx*>(png_get_io_ptr(png));
+  if (length > ctx->size - ctx->pos) png_error(png, "unexpected end of data");
+  std::memcpy(out, ctx->data + ctx->pos, length);
+  ctx->pos += length;
+}
+
+bool png_read_plain(ReadCtx* ctx) {
+  png_structp png =
+      png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx->err, png_on_error, png_on_warning);
+  if (!png) {
+    std::snprintf(ctx->err.message, sizeof ctx->err.message, "png_create_read_struct failed");
+    return false;
+  }
+  png_infop info = png_create_info_struct(png);
+  if (!info) {
+    png_destroy_read_struct(&png, nullptr, nullptr);
+    std::snprintf(ctx->err.message, sizeof ctx->err.message, "png_create_info_struct failed");
+    return false;
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
+  png_set_read_fn(png, ctx, png_read_cb);
+  png_set_user_limits(png, 16384, 16384);
+  png_read_info(png, info);
+  const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+  const int color = png_get_color_type(png, info);
+  const int depth = png_get_bit_depth(png, info);
+  if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (depth == 16) png_set_strip_16(png);
+  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
+  png_set_strip_alpha(png);  // also drops tRNS (it is only expanded to alpha on request)
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  if (png_get_rowbytes(png, info) != png_size_t(w) * 3 || png_get_channels(png, info) != 3 ||
+      png_get_bit_depth(png, info) != 8)
+    png_error(png, "could not convert the image to RGB8");
+  png_bytep* rows = ctx->allocate(ctx, int(w), int(h));
+  if (!rows) png_error(png, "out of memory");
+  png_read_image(png, rows);
+  png_read_end(png, nullptr);
+  png_destroy_read_struct(&png, &info, nullptr);
+  return true;
+}
+
+struct DecodeBuffers {
+  Image image;
+  std::vector<png_bytep> rows;
+};
+
+png_bytep* decode_allocate(ReadCtx* ctx, int width, int height) {
+  auto* buf = static_cast<DecodeBuffers*>(ctx->owner);
+  try {
+    buf->image = Image(width, height, colors::kBlack);
+    buf->rows.resize(std::size_t(height));
+    for (int y = 0; y < height; ++y)
+      buf->rows[std::size_t(y)] = buf->image.rgb.data() + std::size_t(y) * std::size_t(width) * 3;
+  } catch (...) {
+    return nullptr;
+  }
+  ctx->width = width;
+  ctx->height = height;
+  return buf->rows.data();
+}
+
+}  // namespace
+
+std::string encode_png(const Image& image) {
+  if (image.width < 1 || image.height < 1 || image.width > 16384 || image.height > 16384)
+    fail("plot::encode_png", "image size must be 1..16384 on each side, got ", image.width, "x",
+         image.height);
+  const std::size_t need = std::size_t(image.width) * std::size_t(image.height) * 3;
+  if (image.rgb.size() != need)
+    fail("plot::encode_png", "a ", image.width, "x", image.height, " image needs ", need,
+         " bytes of RGB, got ", image.rgb.size());
+  std::string out;
+  std::vector<png_bytep> rows(std::size_t(image.height));
+  // libpng takes non-const row pointers but only reads them when writing.
+  auto* base = const_cast<uint8_t*>(image.rgb.data());
+  for (int y = 0; y < image.height; ++y)
+    rows[std::size_t(y)] = base + std::size_t(y) * std::size_t(image.width) * 3;
+  WriteCtx ctx;
+  ctx.out = &out;
+  ctx.width = image.width;
+  ctx.height = image.height;
+  ctx.rows = rows.data();
+  if (!png_write_plain(&ctx)) fail("plot::encode_png", "libpng: ", ctx.err.message);
+  return out;
+}
+
+Image decode_png(std::string_view bytes) {
+  if (bytes.size() < 8 || png_sig_cmp(reinterpret_cast<png_const_bytep>(bytes.data()), 0, 8) != 0)
+    fail("plot::decode_png", "not a PNG (", bytes.size(), " bytes, bad signature)");
+  DecodeBuffers buf;
+  ReadCtx ctx;
+  ctx.data = reinterpret_cast<const uint8_t*>(bytes.data());
+  ctx.size = bytes.size();
+  ctx.allocate = decode_allocate;
+  ctx.owner = &buf;
+  if (!png_read_plain(&ctx)) fail("plot::decode_png", "libpng: ", ctx.err.message);
+  return std::move(buf.image);
+}
+
+namespace {
+
+std::string errno_text(int e) { return std::string(std::strerror(e)); }
+
+// Writes `data` to `path` through a temporary file in the same directory, fsync and rename.
+void write_file_atomic(const std::string& path, const std::string& data, const char* fn) {
+  if (path.empty()) fail(fn, "empty path");
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(fn, "'", path, "': cannot create '", tmp, "': ", errno_text(errno));
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = n < 0 ? errno : EIO;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      fail(fn, "'", path, "': write failed: ", errno_text(e));
+    }
+    done += std::size_t(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail(fn, "'", path, "': fsync failed: ", errno_text(e));
+  }
+  if (::close(fd) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    fail(fn, "'", path, "': close failed: ", errno_text(e));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    fail(fn, "'", path, "': rename from '", tmp, "' failed: ", errno_text(e));
+  }
+  // Make the rename itself durable (best effort).
+  const std::size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace
+
+void write_png(const std::string& path, const Image& image) {
+  write_file_atomic(path, encode_png(image), "plot::write_png");
+}
+
+// ---- ticks
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+// Removes "-0" and rounding noise: v rounded to a multiple of step / 1000.
+double clean(double v, double step) {
+  const double q = step / 1000;
+  double r = std::round(v / q) * q;
+  if (std::fabs(r) < q) r = 0;
+  return r;
+}
+
+}  // namespace
+
+std::vector<double> nice_ticks(double lo, double hi, int max_intervals, bool snap) {
+  if (!std::isfinite(lo) || !std::isfinite(hi) || !(lo < hi) || !std::isfinite(hi - lo))
+    fail("plot::nice_ticks", "need finite lo < hi, got ", lo, " and ", hi);
+  max_intervals = std::max(max_intervals, 1);
+  const double raw = (hi - lo) / max_intervals;
+  double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (int decade = 0; decade < 4; ++decade, mag *= 10) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      const double step = m * mag;
+      if (step < raw * (1 - 1e-9)) continue;  // too many intervals
+      // The tolerances keep a tick that lies (up to rounding) exactly on lo or hi.
+      const double k0 = snap ? std::floor(lo / step + 1e-9) : std::ceil(lo / step - 1e-9);
+      const double k1 = snap ? std::ceil(hi / step - 1e-9) : std::floor(hi / step + 1e-9);
+      if (snap && k1 - k0 > max_intervals) continue;
+      if (!std::isfinite(k0) || !std::isfinite(k1) || k1 - k0 > 1000) return {lo, hi};
+      std::vector<double> ticks;
+      for (double k = k0; k <= k1 + 0.5; k += 1) {
+        const double v = clean(k * step, step);
+        if (ticks.empty() || v > ticks.back()) ticks.push_back(v);
+      }
+      return ticks;
+    }
+  }
+  return {lo, hi};
+}
+
+std::vector<double> log_ticks(double lo, double hi, int max_ticks) {
+  if (!(lo > 0) || !(hi > lo) || !std::isfinite(hi))
+    fail("plot::log_ticks", "need 0 < lo < hi, got ", lo, " and ", hi);
+  max_ticks = std::max(max_ticks, 2);
+  const double eps = 1e-9;
+  // Powers of base^stride with exponent in [e0, e1].
+  auto powers = [&](double base, double e0, double e1, int stride) {
+    std::vector<double> t;
+    double first = std::ceil(e0 / stride) * stride;
+    for (double e = first; e <= e1; e += stride) t.push_back(std::pow(base, e));
+    return t;
+  };
+  const double a2 = std::ceil(std::log2(lo) - eps), b2 = std::floor(std::log2(hi) + eps);
+  const double a10 = std::ceil(std::log10(lo) - eps), b10 = std::floor(std::log10(hi) + eps);
+  const double n2 = b2 - a2 + 1, n10 = b10 - a10 + 1;
+  if (lo >= 1 - eps && n2 >= 2) {
+    for (int stride = 1; stride <= 3; ++stride) {
+      auto t = powers(2.0, a2, b2, stride);
+      if (int(t.size()) <= max_ticks && t.size() >= 2) return t;
+    }
+  }
+  if (n10 >= 3) {
+    for (int stride = 1;; ++stride) {
+      auto t = powers(10.0, a10, b10, stride);
+      if (int(t.size()) <= max_ticks) return t;
+    }
+  }
+  // Short ranges: 1, 2 and 5 times powers of ten.
+  {
+    std::vector<double> t;
+    for (double e = a10 - 1; e <= b10; e += 1) {
+      for (double m : {1.0, 2.0, 5.0}) {
+        const double v = m * std::pow(10.0, e);
+        if (v >= lo * (1 - eps) && v <= hi * (1 + eps)) t.push_back(v);
+      }
+    }
+    if (t.size() >= 2 && int(t.size()) <= max_ticks) return t;
+    if (t.size() > std::size_t(max_ticks) && n10 >= 2) return powers(10.0, a10, b10, 1);
+  }
+  return nice_ticks(lo, hi, std::max(max_ticks - 1, 1), false);
+}
+
+std::string format_tick(double v) {
+  if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+  if (v == 0) return "0";
+  char buf[64];
+  const double a = std::fabs(v);
+  if (a >= 1e-4 && a < 1e9) {
+    // The shortest of up to 6 significant digits that prints v back (for 1-2-5 ticks: exact).
+    for (int prec = 1; prec <= 6; ++prec) {
+      std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+      if (std::fabs(std::strtod(buf, nullptr) - v) <= a * 1e-9) break;
+    }
+    if (std::strchr(buf, 'e') == nullptr) return buf;
+    // %g chose exponent form for a large integer: print it plainly.
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
+  for (int prec = 1; prec <= 6; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::fabs(std::strtod(buf, nullptr) - v) <= a * 1e-9) break;
+  }
+  return buf;
+}
+
+// ---- charts
+// ----------------------------------------------------------------------------------------
+
+double ChartLayout::x_to_px(double x) const {
+  const double a = log_x ? std::log10(x) : x;
+  const double lo = log_x ? std::log10(x_lo) : x_lo, hi = log_x ? std::log10(x_hi) : x_hi;
+  return plot_left + (a - lo) / (hi - lo) * double(plot_right - plot_left);
+}
+
+double ChartLayout::y_to_px(double y) const {
+  const double a = log_y ? std::log10(y) : y;
+  const double lo = log_y ? std::log10(y_lo) : y_lo, hi = log_y ? std::log10(y_hi) : y_hi;
+  return plot_bottom - (a - lo) / (hi - lo) * double(plot_bottom - plot_top);
+}
+
+namespace {
+
+constexpr const char* kRenderFn = "plot::render";
+
+struct Range {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -std::numeric_limits<double>::infinity();
+  bool empty() const { return !(lo <= hi); }
+  void add(double v) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+};
+
+void validate(const LineChart& chart, int width, int height) {
+  if (width < 64 || height < 64 || width > 8192 || height > 8192)
+    fail(kRenderFn, "image size must be 64..8192 on each side, got ", width, "x", height);
+  for (std::size_t s = 0; s < chart.series.size(); ++s) {
+    const Series& ser = chart.series[s];
+    if (ser.x.size() != ser.y.size())
+      fail(kRenderFn, "series ", s, " '", ser.name, "' has ", ser.x.size(), " x values but ",
+           ser.y.size(), " y values");
+    for (std::size_t i = 0; i < ser.x.size(); ++i) {
+      if (chart.log_x && ser.x[i] <= 0)
+        fail(kRenderFn, "log x axis needs positive values; series '", ser.name, "' has x[", i,
+             "] = ", ser.x[i]);
+      if (chart.log_y && ser.y[i] <= 0)
+        fail(kRenderFn, "log y axis needs positive values; series '", ser.name, "' has y[", i,
+             "] = ", ser.y[i]);
+    }
+  }
+  for (const auto& [name, v] : {std::pair{"y_min", chart.y_min}, std::pair{"y_max", chart.y_max}}) {
+    if (!v) continue;
+    if (!std::isfinite(*v)) fail(kRenderFn, name, " must be finite, got ", *v);
+    if (chart.log_y && *v <= 0) fail(kRenderFn, "log y axis needs ", name, " > 0, got ", *v);
+  }
+  if (chart.y_min && chart.y_max && !(*chart.y_min < *chart.y_max))
+    fail(kRenderFn, "y_min (", *chart.y_min, ") must be below y_max (", *chart.y_max, ")");
+}
+
+bool finite_point(const Series& s, std::size_t i) {
+  return std::isfinite(s.x[i]) && std::isfinite(s.y[i]);
+}
+
+// Data range of one axis: widened when degenerate, padded by 5% (in log space for a log axis) at
+// the ends that y_min / y_max do not fix.
+struct AxisSpec {
+  double lo, hi;
+  std::vector<double> ticks;
+};
+
+AxisSpec make_axis(Range r, bool log, std::optional<double> fix_lo, std::optional<double> fix_hi,
+                   int max_intervals) {
+  if (fix_lo) r.lo = *fix_lo, r.hi = std::max(r.hi, *fix_lo);
+  if (fix_hi) r.hi = *fix_hi, r.lo = std::min(r.lo, *fix_hi);
+  if (r.empty()) r = log ? Range{1, 10} : Range{0, 1};
+  if (fix_lo && fix_hi) {
+    r.lo = *fix_lo;
+    r.hi = *fix_hi;
+  }
+  if (log) {
+    double a = std::log10(r.lo), b = std::log10(r.hi);
+    if (!(a < b)) {
+      if (fix_lo)
+        b = a + 1;
+      else if (fix_hi)
+        a = b - 1;
+      else
+        a -= 0.5, b += 0.5;
+    }
+    const double pad = (b - a) * 0.05;
+    if (!fix_lo) a -= pad;
+    if (!fix_hi) b += pad;
+    AxisSpec ax{std::pow(10.0, a), std::pow(10.0, b), {}};
+    if (fix_lo || !(ax.lo > 0)) ax.lo = fix_lo ? *fix_lo : r.lo;
+    if (fix_hi || !std::isfinite(ax.hi)) ax.hi = fix_hi ? *fix_hi : r.hi;
+    if (!(ax.lo > 0) || !(ax.lo < ax.hi) || !std::isfinite(ax.hi))
+      fail(kRenderFn, "cannot plot the log axis range ", r.lo, " .. ", r.hi);
+    ax.ticks = log_ticks(ax.lo, ax.hi, max_intervals + 1);
+    return ax;
+  }
+  if (!(r.lo < r.hi)) {
+    const double d = r.lo == 0 ? 1.0 : std::fabs(r.lo) * 0.1;
+    if (fix_lo)
+      r.hi = r.lo + d;
+    else if (fix_hi)
+      r.lo = r.hi - d;
+    else
+      r.lo -= d, r.hi += d;
+  }
+  if (!std::isfinite(r.hi - r.lo))
+    fail(kRenderFn, "cannot plot the axis range ", r.lo, " .. ", r.hi);
+  // A margin of 5% on each free end keeps points off the axes.
+  const double pad = (r.hi - r.lo) * 0.05;
+  AxisSpec ax{fix_lo ? r.lo : r.lo - pad, fix_hi ? r.hi : r.hi + pad, {}};
+  if (!std::isfinite(ax.lo) || !std::isfinite(ax.hi)) ax.lo = r.lo, ax.hi = r.hi;
+  ax.ticks = nice_ticks(ax.lo, ax.hi, max_intervals, false);
+  return ax;
+}
+
+std::vector<std::string> labels_for(const std::vector<double>& ticks) {
+  std::vector<std::string> out;
+  for (double t : ticks) out.push_back(format_tick(t));
+  return out;
+}
+
+struct LegendEntry {
+  std::string name;
+  Rgb color;
+  bool markers;
+};
+
+std::vector<LegendEntry> legend_entries(const LineChart& chart) {
+  std::vector<LegendEntry> out;
+  for (std::size_t s = 0; s < chart.series.size(); ++s) {
+    const Series& ser = chart.series[s];
+    if (ser.name.empty()) continue;
+    out.push_back({ser.name, ser.color.value_or(palette(s)), ser.markers});
+  }
+  return out;
+}
+
+// Legend geometry at font scale s.
+int legend_row_h(int s) { return text_height(s) + 4 * s; }
+int legend_sample_w(int s) { return 14 * s; }
+
+}  // namespace
+
+ChartLayout layout_chart(const LineChart& chart, int width, int height) {
+  validate(chart, width, height);
+  ChartLayout L;
+  L.width = width;
+  L.height = height;
+  L.log_x = chart.log_x;
+  L.log_y = chart.log_y;
+  const int s = std::clamp(std::min(width / 400, height / 250), 1, 4);
+  L.scale = s;
+  const int th = text_height(s), m = 6 * s, tick = 3 * s;
+
+  Range rx, ry;
+  for (const Series& ser : chart.series)
+    for (std::size_t i = 0; i < ser.x.size(); ++i)
+      if (finite_point(ser, i)) rx.add(ser.x[i]), ry.add(ser.y[i]);
+
+  // Vertical layout first: it fixes the y ticks, whose labels fix the left margin.
+  L.plot_top = m + (chart.title.empty() ? th / 2 : th + m);
+  L.plot_bottom = height - 1 - m - (tick + s + th) - (chart.x_label.empty() ? 0 : th + m);
+  L.plot_bottom = std::max(L.plot_bottom, L.plot_top + 8);
+  const int plot_h = L.plot_bottom - L.plot_top;
+  const int y_intervals = std::clamp(plot_h / (22 * s + 8), 1, 10);
+  AxisSpec ay = make_axis(ry, chart.log_y, chart.y_min, chart.y_max, y_intervals);
+  L.y_lo = ay.lo;
+  L.y_hi = ay.hi;
+  L.y_ticks = ay.ticks;
+  L.y_tick_labels = labels_for(L.y_ticks);
+  int label_w = 0;
+  for (const auto& lab : L.y_tick_labels) label_w = std::max(label_w, text_width(lab, s));
+  L.plot_left = m + (chart.y_label.empty() ? 0 : th + m) + label_w + tick + 2 * s;
+  L.plot_right = width - 1 - m - 3 * kGlyphAdvance * s;
+  L.plot_right = std::max(L.plot_right, L.plot_left + 8);
+  const int plot_w = L.plot_right - L.plot_left;
+
+  // x ticks: as many as fit without their labels touching.
+  int x_intervals = std::clamp(plot_w / (45 * s + 10), 1, 10);
+  while (true) {
+    AxisSpec ax = make_axis(rx, chart.log_x, std::nullopt, std::nullopt, x_intervals);
+    L.x_lo = ax.lo;
+    L.x_hi = ax.hi;
+    L.x_ticks = ax.ticks;
+    L.x_tick_labels = labels_for(L.x_ticks);
+    int widest = 0;
+    for (const auto& lab : L.x_tick_labels) widest = std::max(widest, text_width(lab, s));
+    double min_gap = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 1; i < L.x_ticks.size(); ++i)
+      min_gap = std::min(min_gap, L.x_to_px(L.x_ticks[i]) - L.x_to_px(L.x_ticks[i - 1]));
+    if (x_intervals <= 1 || min_gap >= widest + 2 * kGlyphAdvance * s) break;
+    --x_intervals;
+  }
+
+  const auto entries = legend_entries(chart);
+  if (!entries.empty()) {
+    int name_w = 0;
+    for (const auto& e : entries) name_w = std::max(name_w, text_width(e.name, s));
+    const int w = 3 * s + legend_sample_w(s) + 3 * s + name_w + 4 * s;
+    const int h = int(entries.size()) * legend_row_h(s) + 2 * s;
+    L.legend_right = L.plot_right - 4 * s;
+    L.legend_left = L.legend_right - w;
+    L.legend_top = L.plot_top + 4 * s;
+    L.legend_bottom = L.legend_top + h;
+  }
+  return L;
+}
+
+Image render(const LineChart& chart, int width, int height, ChartLayout* layout_out) {
+  ChartLayout L = layout_chart(chart, width, height);
+  const int s = L.scale, th = text_height(s), m = 6 * s, tick = 3 * s;
+  const int lw = s >= 2 ? 2 : 1;  // series line width
+  Image img(width, height, colors::kWhite);
+
+  // Grid.
+  for (double t : L.y_ticks) {
+    const int y = int(std::lround(L.y_to_px(t)));
+    if (y > L.plot_top && y < L.plot_bottom)
+      img.fill_rect(L.plot_left + 1, y, L.plot_right, y, colors::kGrid);
+  }
+  for (double t : L.x_ticks) {
+    const int x = int(std::lround(L.x_to_px(t)));
+    if (x > L.plot_left && x <= L.plot_right)
+      img.fill_rect(x, L.plot_top, x, L.plot_bottom - 1, colors::kGrid);
+  }
+
+  // Series, clipped to the data area.
+  const double cx0 = L.plot_left, cy0 = L.plot_top, cx1 = L.plot_right, cy1 = L.plot_bottom;
+  auto inside = [&](double px, double py) {
+    return px >= cx0 - 0.5 && px <= cx1 + 0.5 && py >= cy0 - 0.5 && py <= cy1 + 0.5;
+  };
+  for (std::size_t si = 0; si < chart.series.size(); ++si) {
+    const Series& ser = chart.series[si];
+    const Rgb c = ser.color.value_or(palette(si));
+    const std::size_t n = ser.x.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!finite_point(ser, i)) continue;
+      const double px = L.x_to_px(ser.x[i]), py = L.y_to_px(ser.y[i]);
+      const bool next = i + 1 < n && finite_point(ser, i + 1);
+      const bool prev = i > 0 && finite_point(ser, i - 1);
+      if (next) {
+        double ax = px, ay = py, bx = L.x_to_px(ser.x[i + 1]), by = L.y_to_px(ser.y[i + 1]);
+        if (clip_segment(ax, ay, bx, by, cx0, cy0, cx1, cy1)) img.line(ax, ay, bx, by, c, lw);
+      }
+      if (!inside(px, py)) continue;
+      if (ser.markers)
+        img.disc(int(std::lround(px)), int(std::lround(py)), 2 * s, c);
+      else if (!next && !prev)  // an isolated point would otherwise be invisible
+        img.disc(int(std::lround(px)), int(std::lround(py)), s, c);
+    }
+  }
+
+  // Axes, ticks and tick labels.
+  img.fill_rect(L.plot_left - (lw - 1), L.plot_top, L.plot_left, L.plot_bottom, colors::kAxis);
+  img.fill_rect(L.plot_left, L.plot_bottom, L.plot_right, L.plot_bottom + (lw - 1), colors::kAxis);
+  for (std::size_t i = 0; i < L.y_ticks.size(); ++i) {
+    const int y = int(std::lround(L.y_to_px(L.y_ticks[i])));
+    img.fill_rect(L.plot_left - tick, y, L.plot_left, y, colors::kAxis);
+    const std::string& lab = L.y_tick_labels[i];
+    img.text(L.plot_left - tick - 2 * s - text_width(lab, s), y - (7 * s) / 2, lab, colors::kInk,
+             s);
+  }
+  for (std::size_t i = 0; i < L.x_ticks.size(); ++i) {
+    const int x = int(std::lround(L.x_to_px(L.x_ticks[i])));
+    img.fill_rect(x, L.plot_bottom, x, L.plot_bottom + tick, colors::kAxis);
+    const std::string& lab = L.x_tick_labels[i];
+    img.text(x - text_width(lab, s) / 2, L.plot_bottom + tick + 2 * s, lab, colors::kInk, s);
+  }
+
+  // Title and axis labels.
+  const int mid_x = (L.plot_left + L.plot_right) / 2;
+  if (!chart.title.empty())
+    img.text(std::max(m, mid_x - text_width(chart.title, s) / 2), m, chart.title, colors::kInk, s);
+  if (!chart.x_label.empty())
+    img.text(mid_x - text_width(chart.x_label, s) / 2, height - 1 - m - th + 2 * s, chart.x_label,
+             colors::kInk, s);
+  if (!chart.y_label.empty()) {
+    const int mid_y = (L.plot_top + L.plot_bottom) / 2;
+    img.text_up(m, std::min(height - 1, mid_y + text_width(chart.y_label, s) / 2), chart.y_label,
+                colors::kInk, s);
+  }
+
+  // Legend: in the corner of the data area that hides the fewest drawn pixels.
+  const auto entries = legend_entries(chart);
+  if (!entries.empty()) {
+    const int w = L.legend_right - L.legend_left, h = L.legend_bottom - L.legend_top;
+    const int gap = 4 * s;
+    const std::array<std::pair<int, int>, 4> corners = {{
+        {L.plot_right - gap - w, L.plot_top + gap},         // top right
+        {L.plot_left + gap + lw, L.plot_top + gap},         // top left
+        {L.plot_right - gap - w, L.plot_bottom - gap - h},  // bottom right
+        {L.plot_left + gap + lw, L.plot_bottom - gap - h},  // bottom left
+    }};
+    long best = -1;
+    std::pair<int, int> pos = corners[0];
+    for (const auto& [x0, y0] : corners) {
+      long covered = 0;
+      for (int y = std::max(y0, 0); y <= std::min(y0 + h, height - 1); ++y)
+        for (int x = std::max(x0, 0); x <= std::min(x0 + w, width - 1); ++x) {
+          const Rgb p = img.get(x, y);
+          if (p != colors::kWhite && p != colors::kGrid) ++covered;
+        }
+      if (best < 0 || covered < best) best = covered, pos = {x0, y0};
+    }
+    L.legend_left = pos.first;
+    L.legend_top = pos.second;
+    L.legend_right = pos.first + w;
+    L.legend_bottom = pos.second + h;
+    img.fill_rect(L.legend_left, L.legend_top, L.legend_right, L.legend_bottom, colors::kWhite);
+    img.stroke_rect(L.legend_left, L.legend_top, L.legend_right, L.legend_bottom, colors::kFrame);
+    const int rh = legend_row_h(s);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const int top = L.legend_top + s + int(i) * rh + 2 * s;
+      const int sx = L.legend_left + 3 * s, sy = top + (7 * s) / 2;
+      img.line(sx, sy, sx + legend_sample_w(s), sy, entries[i].color, lw);
+      if (entries[i].markers) img.disc(sx + legend_sample_w(s) / 2, sy, 2 * s, entries[i].color);
+      img.text(sx + legend_sample_w(s) + 3 * s, top, entries[i].name, colors::kInk, s);
+    }
+  }
+  if (layout_out) *layout_out = L;
+  return img;
+}
+
+void save(const LineChart& chart, const std::string& path, int width, int height) {
+  write_png(path, render(chart, width, height));
+}
+
+}  // namespace attn::plot
