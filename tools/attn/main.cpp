@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "train.h"
 #include "walkthrough.h"
 
 namespace attn::tools {
@@ -83,6 +84,9 @@ const std::vector<Command>& commands() {
        "  SEED is one of 000 001 002 003 004; without it all five are printed in order.\n"
        "  Each step gives a one-line explanation and its result printed as PyTorch prints it.\n",
        cmd_walkthrough},
+      {"train", kTrainUsage, kTrainSummary, kTrainHelp, run_command<UsageError, train_command>},
+      {"generate", kGenerateUsage, kGenerateSummary, kGenerateHelp,
+       run_command<UsageError, generate_command>},
   };
   return table;
 }

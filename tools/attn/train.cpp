@@ -1,0 +1,835 @@
+// `attn train` and `attn generate` (see train.h for the checkpoint format and the protocol).
+#include "train.h"
+
+#include <attn/attn.h>
+#include <attn/data.h>
+#include <attn/gpt.h>
+#include <attn/io.h>
+#include <attn/optim.h>
+#include <attn/plot.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "progress.h"
+
+namespace attn::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Args = std::span<const std::string>;
+
+inline constexpr const char* kDefaultData = "/usr/share/games/fortunes/songs-poems";
+inline constexpr const char* kModelFile = "model.safetensors";
+inline constexpr const char* kCkptFile = "ckpt.safetensors";
+inline constexpr const char* kOptimPrefix = "optim.";
+
+std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string strf(const char* format, ...) {
+  va_list ap, ap2;
+  va_start(ap, format);
+  va_copy(ap2, ap);
+  int n = std::vsnprintf(nullptr, 0, format, ap);
+  va_end(ap);
+  std::string s(n > 0 ? std::size_t(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(s.data(), s.size() + 1, format, ap2);
+  va_end(ap2);
+  return s;
+}
+
+// ---- command-line flags -------------------------------------------------------------------------
+
+// Parses `--name VALUE`, `--name=VALUE` and switches `--name` against a fixed list of flags. Later
+// occurrences of a flag override earlier ones. Typed getters validate and throw FlagError naming
+// the flag and the value.
+class Flags {
+ public:
+  Flags(std::string command, Args args, const std::vector<std::string>& valued,
+        const std::vector<std::string>& switches)
+      : command_(std::move(command)) {
+    auto is_in = [](const std::vector<std::string>& v, const std::string& s) {
+      return std::find(v.begin(), v.end(), s) != v.end();
+    };
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const std::string& arg = args[i];
+      if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
+        if (!arg.empty() && arg[0] == '-') fail_unknown(arg);
+        throw FlagError(command_ + ": unexpected argument '" + arg + "'");
+      }
+      std::string name = arg.substr(2);
+      std::optional<std::string> value;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      }
+      if (is_in(switches, name)) {
+        if (value)
+          throw FlagError(command_ + ": --" + name + " takes no value (got '" + arg + "')");
+        values_[name] = "";
+        order_.push_back(name);
+      } else if (is_in(valued, name)) {
+        if (!value) {
+          if (i + 1 >= args.size()) throw FlagError(command_ + ": --" + name + " needs a value");
+          value = args[++i];
+        }
+        values_[name] = *value;
+      } else {
+        fail_unknown("--" + name);
+      }
+    }
+  }
+
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  // Which of the switches came last (or `fallback` if none was given).
+  std::string last_of(const std::vector<std::string>& names, const std::string& fallback) const {
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it)
+      if (std::find(names.begin(), names.end(), *it) != names.end()) return *it;
+    return fallback;
+  }
+
+  std::string str(const std::string& name, const std::string& fallback) const {
+    auto it = values_.find(name);
+    return it == values_.end() ? fallback : it->second;
+  }
+
+  int64_t integer(const std::string& name, int64_t fallback, int64_t min,
+                  int64_t max = std::numeric_limits<int64_t>::max()) const {
+    auto it = values_.find(name);
+    if (it == values_.end()) return fallback;
+    const std::string& s = it->second;
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < min || v > max) {
+      std::string want = "an integer >= " + std::to_string(min);
+      if (max != std::numeric_limits<int64_t>::max())
+        want = "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+      bad(name, s, want);
+    }
+    return v;
+  }
+
+  uint64_t seed(const std::string& name, uint64_t fallback) const {
+    auto it = values_.find(name);
+    if (it == values_.end()) return fallback;
+    const std::string& s = it->second;
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size())
+      bad(name, s, "an integer in [0, 2^64)");
+    return v;
+  }
+
+  // A finite number in the interval [lo, hi] (or (lo, .. / .., hi) when the bound is open).
+  double number(const std::string& name, double fallback, double lo, bool lo_open, double hi,
+                bool hi_open) const {
+    auto it = values_.find(name);
+    if (it == values_.end()) return fallback;
+    const std::string& s = it->second;
+    double v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    bool ok = !s.empty() && ec == std::errc() && end == s.data() + s.size() && std::isfinite(v) &&
+              (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+    if (!ok) {
+      std::string want;
+      if (std::isinf(hi))
+        want = std::string("a number ") + (lo_open ? "> " : ">= ") + strf("%g", lo);
+      else
+        want = std::string("a number in ") + (lo_open ? "(" : "[") + strf("%g", lo) + ", " +
+               strf("%g", hi) + (hi_open ? ")" : "]");
+      bad(name, s, want);
+    }
+    return v;
+  }
+
+  [[noreturn]] void bad(const std::string& name, const std::string& value,
+                        const std::string& want) const {
+    throw FlagError(command_ + ": invalid value '" + value + "' for --" + name + ": expected " +
+                    want);
+  }
+
+ private:
+  [[noreturn]] void fail_unknown(const std::string& arg) const {
+    throw FlagError(command_ + ": unknown option '" + arg + "'");
+  }
+  std::string command_;
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> order_;  // switches in the order given
+};
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Sets the worker threads (0 = all cores) for the lifetime of the guard; the previous count is
+// restored afterwards, so that in-process callers (tests) keep their setting.
+class ThreadsGuard {
+ public:
+  explicit ThreadsGuard(int64_t threads) : previous_(get_num_threads()) {
+    int n = int(threads);
+    if (n == 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
+    set_num_threads(n);
+  }
+  ~ThreadsGuard() {
+    try {
+      set_num_threads(previous_);
+    } catch (...) {
+    }
+  }
+  ThreadsGuard(const ThreadsGuard&) = delete;
+  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
+
+ private:
+  int previous_;
+};
+
+// ---- train options ------------------------------------------------------------------------------
+
+struct TrainOptions {
+  nn::GPTConfig model;  // vocab_size comes from the data
+  int64_t batch_size = 12, max_iters = 2000, warmup_iters = 100, lr_decay_iters = 2000;
+  int64_t eval_interval = 250, eval_iters = 200, log_interval = 10, threads = 0;
+  int64_t debug_nan_at = -1;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
+  uint64_t seed = 1337;
+  std::string data, out = "out";
+  bool resume = false, no_progress = false;
+};
+
+TrainOptions parse_train(Args args) {
+  Flags f("train", args,
+          {"n-layer", "n-head",    "n-embd",       "block-size",     "batch-size",   "max-iters",
+           "lr",      "min-lr",    "warmup-iters", "lr-decay-iters", "weight-decay", "beta1",
+           "beta2",   "grad-clip", "dropout",      "eval-interval",  "eval-iters",   "seed",
+           "threads", "data",      "out",          "log-interval",   "debug-nan-at"},
+          {"bias", "no-bias", "resume", "no-progress"});
+  TrainOptions o;
+  const int64_t kMaxSize = int64_t(1) << 20;  // far beyond anything that fits in memory
+  o.model.n_layer = f.integer("n-layer", 4, 1, kMaxSize);
+  o.model.n_head = f.integer("n-head", 4, 1, kMaxSize);
+  o.model.n_embd = f.integer("n-embd", 128, 1, kMaxSize);
+  o.model.block_size = f.integer("block-size", 64, 1, kMaxSize);
+  o.model.dropout = f.number("dropout", 0.0, 0.0, false, 1.0, true);
+  o.model.bias = f.last_of({"bias", "no-bias"}, "bias") == "bias";
+  o.batch_size = f.integer("batch-size", 12, 1, kMaxSize);
+  o.max_iters = f.integer("max-iters", 2000, 1);
+  o.lr = f.number("lr", 1e-3, 0.0, true, kInf, false);
+  o.min_lr = f.number("min-lr", 1e-4, 0.0, false, kInf, false);
+  o.warmup_iters = f.integer("warmup-iters", 100, 0);
+  o.lr_decay_iters = f.integer("lr-decay-iters", 2000, 1);
+  o.weight_decay = f.number("weight-decay", 0.1, 0.0, false, kInf, false);
+  o.beta1 = f.number("beta1", 0.9, 0.0, false, 1.0, true);
+  o.beta2 = f.number("beta2", 0.99, 0.0, false, 1.0, true);
+  o.grad_clip = f.number("grad-clip", 1.0, 0.0, false, kInf, false);
+  o.eval_interval = f.integer("eval-interval", 250, 1);
+  o.eval_iters = f.integer("eval-iters", 200, 1, kMaxSize);
+  o.log_interval = f.integer("log-interval", 10, 1);
+  o.seed = f.seed("seed", 1337);
+  o.threads = f.integer("threads", 0, 0, 4096);
+  o.debug_nan_at = f.integer("debug-nan-at", -1, 0);
+  o.data = f.str("data", "");
+  if (f.has("data") && o.data.empty()) f.bad("data", "", "a file name");
+  o.out = f.str("out", "out");
+  if (o.out.empty()) f.bad("out", "", "a directory name");
+  o.resume = f.has("resume");
+  o.no_progress = f.has("no-progress");
+  if (o.model.n_embd % o.model.n_head != 0)
+    throw FlagError("train: --n-embd " + std::to_string(o.model.n_embd) +
+                    " is not divisible by --n-head " + std::to_string(o.model.n_head));
+  if (o.lr_decay_iters <= o.warmup_iters)
+    throw FlagError("train: --lr-decay-iters " + std::to_string(o.lr_decay_iters) +
+                    " must be greater than --warmup-iters " + std::to_string(o.warmup_iters));
+  return o;
+}
+
+json train_config_json(const TrainOptions& o) {
+  return json{{"n_layer", o.model.n_layer},
+              {"n_head", o.model.n_head},
+              {"n_embd", o.model.n_embd},
+              {"block_size", o.model.block_size},
+              {"dropout", o.model.dropout},
+              {"bias", o.model.bias},
+              {"batch_size", o.batch_size},
+              {"max_iters", o.max_iters},
+              {"lr", o.lr},
+              {"min_lr", o.min_lr},
+              {"warmup_iters", o.warmup_iters},
+              {"lr_decay_iters", o.lr_decay_iters},
+              {"weight_decay", o.weight_decay},
+              {"beta1", o.beta1},
+              {"beta2", o.beta2},
+              {"grad_clip", o.grad_clip},
+              {"eval_interval", o.eval_interval},
+              {"eval_iters", o.eval_iters},
+              {"seed", o.seed},
+              {"data", o.data}};
+}
+
+// ---- checkpoint metadata ------------------------------------------------------------------------
+
+std::string config_json(const nn::GPTConfig& c) {
+  return json{{"vocab_size", c.vocab_size},
+              {"block_size", c.block_size},
+              {"n_layer", c.n_layer},
+              {"n_head", c.n_head},
+              {"n_embd", c.n_embd},
+              {"dropout", c.dropout},
+              {"bias", c.bias}}
+      .dump();
+}
+
+// Metadata helpers: every defect is an attn::Error naming the file and the key.
+struct Meta {
+  const io::SafeTensors& st;
+  std::string fn, path;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error("[" + fn + "] '" + path + "': " + what);
+  }
+  const std::string& get(const std::string& key) const {
+    auto it = st.metadata.find(key);
+    if (it == st.metadata.end()) fail("metadata has no '" + key + "' (not a checkpoint of attn)");
+    return it->second;
+  }
+  json parse(const std::string& key) const {
+    try {
+      return json::parse(get(key));
+    } catch (const json::exception& e) {
+      fail("metadata '" + key + "' is not valid JSON: " + e.what());
+    }
+  }
+  int64_t step() const {
+    const std::string& s = get("step");
+    int64_t v = -1;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < 0)
+      fail("metadata 'step' is not a non-negative integer: '" + s + "'");
+    return v;
+  }
+  nn::GPTConfig config() const {
+    json j = parse("config");
+    nn::GPTConfig c;
+    try {
+      c.vocab_size = j.at("vocab_size").get<int64_t>();
+      c.block_size = j.at("block_size").get<int64_t>();
+      c.n_layer = j.at("n_layer").get<int64_t>();
+      c.n_head = j.at("n_head").get<int64_t>();
+      c.n_embd = j.at("n_embd").get<int64_t>();
+      c.dropout = j.at("dropout").get<double>();
+      c.bias = j.at("bias").get<bool>();
+    } catch (const json::exception& e) {
+      fail(std::string("metadata 'config' is not a GPT configuration: ") + e.what());
+    }
+    try {
+      c.validate(fn.c_str());
+    } catch (const Error& e) {
+      fail(std::string("metadata 'config' is invalid: ") + e.what());
+    }
+    return c;
+  }
+  data::CharTokenizer tokenizer() const {
+    try {
+      return data::CharTokenizer::from_json(get("tokenizer"));
+    } catch (const Error& e) {
+      fail(std::string("metadata 'tokenizer' is invalid: ") + e.what());
+    }
+  }
+  void expect_format(std::initializer_list<const char*> formats) const {
+    const std::string& f = get("format");
+    std::string list;
+    for (const char* want : formats) {
+      if (f == want) return;
+      list += std::string(list.empty() ? "" : " or ") + "'" + want + "'";
+    }
+    fail("format is '" + f + "', expected " + list);
+  }
+};
+
+std::string to_hex(const std::vector<uint8_t>& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  s.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
+    s += digits[b >> 4];
+    s += digits[b & 15];
+  }
+  return s;
+}
+
+std::optional<std::vector<uint8_t>> from_hex(const std::string& s) {
+  if (s.size() % 2) return std::nullopt;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::vector<uint8_t> out(s.size() / 2);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    int hi = nibble(s[2 * i]), lo = nibble(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out[i] = uint8_t(hi * 16 + lo);
+  }
+  return out;
+}
+
+struct Eval {
+  int64_t step;
+  double train_loss, val_loss;
+};
+
+json history_json(const std::vector<Eval>& history) {
+  json list = json::array();
+  for (const Eval& e : history)
+    list.push_back({{"step", e.step}, {"train_loss", e.train_loss}, {"val_loss", e.val_loss}});
+  return list;
+}
+
+// The weights of a checkpoint (every tensor not prefixed "optim.") by name.
+std::map<std::string, Tensor> model_weights(const io::SafeTensors& st) {
+  std::map<std::string, Tensor> weights;
+  for (const auto& [name, t] : st.tensors)
+    if (name.rfind(kOptimPrefix, 0) != 0) weights.emplace(name, t);
+  return weights;
+}
+
+void load_weights(nn::GPT& model, const io::SafeTensors& st, const Meta& meta) {
+  try {
+    model.load_state_dict(model_weights(st), /*strict=*/true);
+  } catch (const Error& e) {
+    meta.fail(std::string("weights do not fit the model: ") + e.what());
+  }
+}
+
+// ---- training -----------------------------------------------------------------------------------
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string loss_str(double v) { return strf("%.4f", v); }
+// A loss for an error message: "nan" whatever its sign bit, "inf", or the number.
+std::string bad_loss_str(double v) { return std::isnan(v) ? "nan" : strf("%g", v); }
+
+// Mean loss of eval_iters batches of each split (nanoGPT's estimate_loss: float32 losses, float32
+// mean). Draws the batches from gen, train split first.
+std::pair<double, double> estimate_loss(nn::GPT& model, const data::TextDataset& ds,
+                                        const TrainOptions& o, Generator& gen) {
+  model.eval();
+  NoGradGuard no_grad;
+  double result[2] = {0, 0};
+  for (int split = 0; split < 2; ++split) {
+    std::vector<float> losses;
+    losses.reserve(std::size_t(o.eval_iters));
+    for (int64_t k = 0; k < o.eval_iters; ++k) {
+      auto [x, y] = ds.batch(split == 0, o.batch_size, o.model.block_size, &gen);
+      losses.push_back(model.forward(x, y).loss.item<float>());
+    }
+    result[split] = double(from_vector(losses, {int64_t(losses.size())}).mean().item<float>());
+  }
+  model.train();
+  return {result[0], result[1]};
+}
+
+// The checkpoint of --resume, validated against the flags and the data.
+struct Resumed {
+  int64_t step = 0;
+  std::vector<uint8_t> rng;
+  std::vector<Eval> history;
+  io::SafeTensors st;
+};
+
+Resumed load_resume(const std::string& path, const TrainOptions& o,
+                    const data::CharTokenizer& tok) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw Error("[train] --resume: no checkpoint '" + path +
+                "' (run `attn train` without --resume first, with the same --out)");
+  Resumed r;
+  r.st = io::load_safetensors(path);
+  Meta meta{r.st, "train", path};
+  meta.expect_format({"attn-train"});
+  nn::GPTConfig c = meta.config();
+  data::CharTokenizer ck_tok = meta.tokenizer();
+
+  std::vector<std::string> diffs;
+  auto cmp = [&](const char* flag, int64_t ck, int64_t given) {
+    if (ck != given)
+      diffs.push_back(std::string(flag) + " " + std::to_string(given) +
+                      " (checkpoint: " + std::to_string(ck) + ")");
+  };
+  cmp("--n-layer", c.n_layer, o.model.n_layer);
+  cmp("--n-head", c.n_head, o.model.n_head);
+  cmp("--n-embd", c.n_embd, o.model.n_embd);
+  cmp("--block-size", c.block_size, o.model.block_size);
+  if (c.bias != o.model.bias)
+    diffs.push_back(std::string(o.model.bias ? "--bias" : "--no-bias") +
+                    " (checkpoint: " + (c.bias ? "--bias" : "--no-bias") + ")");
+  if (ck_tok.chars() != tok.chars()) {
+    std::string d = "vocabulary of the data: " + std::to_string(tok.vocab_size()) +
+                    " characters (checkpoint: " + std::to_string(ck_tok.vocab_size()) + ")";
+    const auto& a = tok.chars();
+    const auto& b = ck_tok.chars();
+    for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      if (a[i] != b[i]) {
+        d += ", first difference at id " + std::to_string(i) + ": " + json(a[i]).dump() +
+             " (checkpoint: " + json(b[i]).dump() + ")";
+        break;
+      }
+    }
+    diffs.push_back(d);
+  }
+  if (!diffs.empty()) {
+    std::string msg =
+        "[train] --resume: the model settings differ from the checkpoint '" + path + "': ";
+    for (std::size_t i = 0; i < diffs.size(); ++i) msg += (i ? "; " : "") + diffs[i];
+    throw Error(msg);
+  }
+
+  r.step = meta.step();
+  if (r.step > o.max_iters)
+    throw Error("[train] --resume: the checkpoint '" + path + "' is at step " +
+                std::to_string(r.step) + ", beyond --max-iters " + std::to_string(o.max_iters));
+  auto rng = from_hex(meta.get("rng_state"));
+  if (!rng || rng->size() != Generator::kStateSize)
+    meta.fail("metadata 'rng_state' is not the hex of a " + std::to_string(Generator::kStateSize) +
+              "-byte generator state");
+  r.rng = *rng;
+  json hist = meta.parse("history");
+  try {
+    if (!hist.is_array()) throw std::runtime_error("not a list");
+    for (const json& e : hist) {
+      Eval ev{e.at("step").get<int64_t>(), e.at("train_loss").get<double>(),
+              e.at("val_loss").get<double>()};
+      if (ev.step < r.step) r.history.push_back(ev);  // the eval at r.step is repeated
+    }
+  } catch (const std::exception& e) {
+    meta.fail(std::string("metadata 'history' is not a list of {step, train_loss, val_loss}: ") +
+              e.what());
+  }
+  return r;
+}
+
+// Progress: a bar on a terminal, else plain log lines every --log-interval steps (both drawn by
+// ProgressBar, which counts the steps of this run). Evaluation lines go through message().
+class Reporter {
+ public:
+  Reporter(int64_t first, int64_t last, std::ostream& out, bool tty, int64_t log_interval)
+      : out_(out), first_(first) {
+    if (last > first) bar_.emplace(last - first, out, tty, log_interval);
+  }
+  void message(const std::string& line) {
+    if (bar_)
+      bar_->message(line);
+    else
+      out_ << line << "\n" << std::flush;
+  }
+  // After training step `iter` (0-based) is done.
+  void step(int64_t iter, double loss, double lr, double tokens_per_s) {
+    if (bar_)
+      bar_->update(iter + 1 - first_,
+                   strf("loss %.4f | lr %.2e | ", loss, lr) + format_rate(tokens_per_s) + " tok/s");
+  }
+  void finish() {
+    if (bar_) bar_->finish();
+  }
+
+ private:
+  std::ostream& out_;
+  int64_t first_;
+  std::optional<ProgressBar> bar_;
+};
+
+}  // namespace
+
+int train_command(Args args, std::ostream& out, std::ostream& err) {
+  TrainOptions o = parse_train(args);
+
+  // Everything is checked before anything is written.
+  std::string data_path = o.data;
+  if (data_path.empty()) {
+    data_path = kDefaultData;
+    std::error_code ec;
+    if (!fs::exists(data_path, ec))
+      throw Error(std::string("[train] no --data given and the default corpus '") + kDefaultData +
+                  "' is missing: run scripts/setup.sh (it installs Debian's fortunes package) or "
+                  "pass --data PATH");
+  }
+  o.data = data_path;  // as recorded in train_config
+  std::string text = data::read_text_file(data_path);
+  data::CharTokenizer tok = data::CharTokenizer::from_text(text);
+  data::TextDataset ds(tok.encode(text), 0.9);
+  for (int split = 0; split < 2; ++split) {
+    std::size_t n = split == 0 ? ds.train().size() : ds.val().size();
+    if (int64_t(n) <= o.model.block_size)
+      throw Error("[train] '" + data_path + "' is too short for --block-size " +
+                  std::to_string(o.model.block_size) + ": its " +
+                  (split == 0 ? "training" : "validation") + " split has " + std::to_string(n) +
+                  " characters, at least " + std::to_string(o.model.block_size + 1) +
+                  " are needed (the corpus has " +
+                  std::to_string(ds.train().size() + ds.val().size()) +
+                  " characters; 10% of it is held out for validation)");
+  }
+  nn::GPTConfig config = o.model;
+  config.vocab_size = tok.vocab_size();
+  config.validate("train");
+
+  const fs::path out_dir = o.out;
+  const std::string model_path = (out_dir / kModelFile).string();
+  const std::string ckpt_path = (out_dir / kCkptFile).string();
+  std::optional<Resumed> resumed;
+  if (o.resume) resumed = load_resume(ckpt_path, o, tok);
+
+  ThreadsGuard threads_guard(o.threads);
+  manual_seed(o.seed);
+  Generator& gen = default_generator();  // also drives dropout, as torch's global generator
+  nn::GPT model(config, &gen);
+  optim::AdamWOptions aopt;
+  aopt.lr = o.lr;
+  aopt.beta1 = o.beta1;
+  aopt.beta2 = o.beta2;
+  optim::AdamW opt({optim::ParamGroup{model.decay_parameters(), o.weight_decay},
+                    optim::ParamGroup{model.no_decay_parameters(), 0.0}},
+                   aopt);
+
+  int64_t start = 0;
+  const bool is_resumed = resumed.has_value();
+  std::vector<Eval> history;
+  if (resumed) {
+    Meta meta{resumed->st, "train", ckpt_path};
+    load_weights(model, resumed->st, meta);
+    nn::NamedTensors optim_state;
+    for (const auto& [name, t] : resumed->st.tensors)
+      if (name.rfind(kOptimPrefix, 0) == 0)
+        optim_state.emplace_back(name.substr(std::string(kOptimPrefix).size()), t);
+    try {
+      opt.load_state_dict(optim_state);
+      gen.set_state(resumed->rng);
+    } catch (const Error& e) {
+      meta.fail(std::string("optimizer or generator state does not fit: ") + e.what());
+    }
+    start = resumed->step;
+    history = resumed->history;
+    resumed.reset();
+  }
+  model.train();
+
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec || !fs::is_directory(out_dir))
+    throw Error("[train] cannot create the output directory '" + o.out +
+                "': " + (ec ? ec.message() : std::string("a file of that name exists")));
+
+  const std::string tokenizer_json = tok.to_json();
+  const std::string cfg_json = config_json(config);
+  const std::string train_cfg = train_config_json(o).dump();
+  auto save = [&](int64_t step, const std::vector<uint8_t>& rng_state) {
+    nn::NamedTensors weights = model.state_dict();
+    std::vector<std::pair<std::string, Tensor>> tensors(weights.begin(), weights.end());
+    io::save_safetensors(model_path, tensors,
+                         {{"format", "attn-gpt"},
+                          {"config", cfg_json},
+                          {"tokenizer", tokenizer_json},
+                          {"step", std::to_string(step)}});
+    for (const auto& [name, t] : opt.state_dict()) tensors.emplace_back(kOptimPrefix + name, t);
+    io::save_safetensors(ckpt_path, tensors,
+                         {{"format", "attn-train"},
+                          {"config", cfg_json},
+                          {"train_config", train_cfg},
+                          {"tokenizer", tokenizer_json},
+                          {"step", std::to_string(step)},
+                          {"rng_state", to_hex(rng_state)},
+                          {"history", history_json(history).dump()}});
+  };
+
+  const bool tty = !o.no_progress && is_tty(out);
+  Reporter report(start, o.max_iters, out, tty, o.log_interval);
+  report.message(strf("data: '%s', %zu characters, vocabulary %lld; model: %lld parameters",
+                      data_path.c_str(), ds.train().size() + ds.val().size(),
+                      (long long)tok.vocab_size(), (long long)model.num_parameters()));
+  if (start > 0)
+    report.message("resuming from step " + std::to_string(start) + " of '" + ckpt_path + "'");
+
+  const std::vector<Tensor> params = model.parameters();
+  const double tokens_per_step = double(o.batch_size * o.model.block_size);
+  std::vector<double> step_ms;
+  using Clock = std::chrono::steady_clock;
+  for (int64_t iter = start;; ++iter) {
+    if (iter % o.eval_interval == 0 || iter == o.max_iters) {
+      std::vector<uint8_t> rng_before = gen.get_state();
+      auto [train_loss, val_loss] = estimate_loss(model, ds, o, gen);
+      if (!std::isfinite(train_loss) || !std::isfinite(val_loss))
+        throw Error(
+            strf("[train] step %lld: evaluation loss is not finite (train %s, val %s); "
+                 "stopping without saving, the last checkpoint in '%s' is kept",
+                 (long long)iter, bad_loss_str(train_loss).c_str(), bad_loss_str(val_loss).c_str(),
+                 o.out.c_str()));
+      history.push_back({iter, train_loss, val_loss});
+      report.message("step " + std::to_string(iter) + ": train loss " + loss_str(train_loss) +
+                     ", val loss " + loss_str(val_loss));
+      // A resumed run repeats the evaluation its checkpoint was saved after: same numbers, same
+      // checkpoint, so the file is left as it is.
+      if (!(is_resumed && iter == start)) save(iter, rng_before);
+    }
+    if (iter == o.max_iters) break;
+
+    if (iter == o.debug_nan_at) {
+      NoGradGuard no_grad;
+      model.wte->weight.fill_(std::numeric_limits<double>::quiet_NaN());
+    }
+    auto t0 = Clock::now();
+    double lr = optim::cosine_lr(iter, o.lr, o.min_lr, o.warmup_iters, o.lr_decay_iters);
+    opt.set_lr(lr);
+    auto [x, y] = ds.batch(true, o.batch_size, o.model.block_size, &gen);
+    nn::GPT::Output fw = model.forward(x, y);
+    double loss = double(fw.loss.item<float>());
+    if (!std::isfinite(loss))
+      throw Error(
+          strf("[train] step %lld: loss is %s; stopping without saving, the last "
+               "checkpoint in '%s' is kept (a lower --lr may help)",
+               (long long)iter, bad_loss_str(loss).c_str(), o.out.c_str()));
+    fw.loss.backward();
+    if (o.grad_clip > 0) optim::clip_grad_norm_(params, o.grad_clip);
+    opt.step();
+    opt.zero_grad();
+    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    step_ms.push_back(ms);
+
+    double med = median(step_ms.size() > 64 ? std::vector<double>(step_ms.end() - 64, step_ms.end())
+                                            : step_ms);
+    double tps = med > 0 ? tokens_per_step * 1000.0 / med : 0.0;
+    report.step(iter, loss, lr, tps);
+  }
+  report.finish();
+
+  // loss.png: train and validation loss of every evaluation.
+  {
+    std::vector<double> steps, train_l, val_l;
+    for (const Eval& e : history) {
+      steps.push_back(double(e.step));
+      train_l.push_back(e.train_loss);
+      val_l.push_back(e.val_loss);
+    }
+    plot::LineChart chart;
+    chart.title = "attn train: loss";
+    chart.x_label = "step";
+    chart.y_label = "loss";
+    chart.series = {plot::Series{"train", steps, train_l}, plot::Series{"val", steps, val_l}};
+    plot::save(chart, (out_dir / "loss.png").string());
+  }
+
+  const double ms_per_iter = median(step_ms);
+  const double tokens_per_s = ms_per_iter > 0 ? tokens_per_step * 1000.0 / ms_per_iter : 0.0;
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  out << strf("peak_rss_mib=%.1f", double(ru.ru_maxrss) / 1024.0) << "\n";
+  const Eval& last = history.back();
+  out << strf("done: iters=%lld ms_per_iter=%.2f train_loss=%.4f val_loss=%.4f tokens_per_s=%.0f",
+              (long long)o.max_iters, ms_per_iter, last.train_loss, last.val_loss, tokens_per_s)
+      << "\n"
+      << std::flush;
+  (void)err;
+  return 0;
+}
+
+// ---- attn generate ------------------------------------------------------------------------------
+
+int generate_command(Args args, std::ostream& out, std::ostream& err) {
+  Flags f("generate", args,
+          {"ckpt", "prompt", "max-new-tokens", "temperature", "top-k", "seed", "threads"},
+          {"no-cache"});
+  if (!f.has("ckpt")) throw FlagError("generate: --ckpt DIR is required");
+  std::string ckpt = f.str("ckpt", "");
+  if (ckpt.empty()) f.bad("ckpt", "", "a checkpoint directory or .safetensors file");
+  const bool has_prompt = f.has("prompt");
+  const std::string prompt = f.str("prompt", "");
+  nn::GPT::GenerateOptions g;
+  g.max_new_tokens = f.integer("max-new-tokens", 500, 0);
+  g.temperature = f.number("temperature", 0.8, 0.0, true, kInf, false);
+  g.top_k = f.integer("top-k", 200, 0);
+  g.use_cache = !f.has("no-cache");
+  const uint64_t seed = f.seed("seed", 1337);
+  const int64_t threads = f.integer("threads", 0, 0, 4096);
+
+  std::error_code ec;
+  std::string path = fs::is_directory(ckpt, ec) ? (fs::path(ckpt) / kModelFile).string() : ckpt;
+  if (!fs::exists(path, ec))
+    throw Error("[generate] no checkpoint '" + path +
+                "' (train one with `attn train --out DIR`, then pass --ckpt DIR)");
+  io::SafeTensors st = io::load_safetensors(path);
+  Meta meta{st, "generate", path};
+  meta.expect_format({"attn-gpt", "attn-train"});
+  nn::GPTConfig config = meta.config();
+  data::CharTokenizer tok = meta.tokenizer();
+  if (tok.vocab_size() != config.vocab_size)
+    meta.fail("the tokenizer has " + std::to_string(tok.vocab_size()) +
+              " characters but the model's vocab_size is " + std::to_string(config.vocab_size));
+
+  std::vector<int64_t> ids;
+  if (has_prompt && !prompt.empty()) {
+    try {
+      ids = tok.encode(prompt);
+    } catch (const Error& e) {
+      throw Error(std::string("[generate] the prompt cannot be encoded with the checkpoint's "
+                              "vocabulary: ") +
+                  e.what());
+    }
+  } else {
+    // nanoGPT starts from "\n"; a vocabulary without it starts from token 0.
+    const auto& chars = tok.chars();
+    auto nl = std::find(chars.begin(), chars.end(), std::string("\n"));
+    ids = {nl == chars.end() ? 0 : int64_t(nl - chars.begin())};
+  }
+  if (int64_t(ids.size()) > config.block_size)
+    ids.erase(ids.begin(), ids.end() - config.block_size);  // the model sees the last block only
+  g.top_k = std::min(g.top_k, config.vocab_size);
+
+  ThreadsGuard threads_guard(threads);
+  nn::GPT model(config);
+  load_weights(model, st, meta);
+  model.eval();
+
+  Tensor idx = empty({1, int64_t(ids.size())}, Dtype::Int64);
+  std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());
+
+  out << (has_prompt && !prompt.empty() ? prompt : tok.decode(ids)) << std::flush;
+  bool ends_with_newline = false;
+  int64_t produced = 0;
+  Generator gen(seed);
+  auto t0 = std::chrono::steady_clock::now();
+  model.generate(idx, g, &gen, [&](const Tensor& column) {
+    std::string s = tok.decode(column.contiguous().data_ptr<int64_t>()[0]);
+    out << s << std::flush;
+    ends_with_newline = s == "\n";
+    ++produced;
+  });
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!ends_with_newline) out << "\n";
+  out.flush();
+  err << strf("generate: tokens=%lld ms=%.2f tokens_per_s=%.1f cache=%s", (long long)produced, ms,
+              ms > 0 ? double(produced) * 1000.0 / ms : 0.0, g.use_cache ? "on" : "off")
+      << "\n"
+      << std::flush;
+  return 0;
+}
+
+}  // namespace attn::tools

@@ -1,0 +1,115 @@
+// `attn train` and `attn generate`: a character-level GPT trained on a text file (nanoGPT's
+// shakespeare_char recipe) with crash-safe checkpoints, and sampling from such a checkpoint.
+//
+//   attn train [--data PATH] [--out DIR] [--resume] [model and optimiser flags]
+//   attn generate --ckpt DIR|FILE [--prompt TEXT] [--max-new-tokens N] [--temperature T] ...
+//
+// The training protocol (order of the random draws, evaluation, learning-rate schedule) is the
+// one bench/train_torch.py follows in PyTorch, so that the two can be compared loss for loss.
+//
+// Checkpoints in --out, each written atomically (temporary file, fsync, rename):
+//   model.safetensors  the model's state_dict and metadata {format: "attn-gpt", config (GPTConfig
+//                      as JSON), tokenizer (CharTokenizer JSON), step}; read by `attn generate`
+//                      and by PyTorch (safetensors.torch.load_file).
+//   ckpt.safetensors   the weights, the optimiser state ("optim.state.{i}.*") and metadata
+//                      {format: "attn-train", config, train_config (the flags), tokenizer, step
+//                      (the next iteration to run), rng_state (hex of Generator::get_state()
+//                      taken before that step's evaluation), history ([{step, train_loss,
+//                      val_loss}, ...])}; read by `attn train --resume`.
+// A resumed run repeats the evaluation of its first step (same weights, same generator state,
+// hence the same numbers) and then continues exactly as the uninterrupted run would have.
+//
+// Hidden flag for tests: `attn train --debug-nan-at STEP` overwrites the token embedding with NaN
+// just before training step STEP, so that the non-finite loss check can be exercised.
+#pragma once
+
+#include <iostream>
+#include <ostream>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+namespace attn::tools {
+
+// A mistake on the command line of `train` or `generate` (unknown flag, missing or invalid
+// value). The CLI reports it as a usage error (exit code 2).
+class FlagError : public std::runtime_error {
+ public:
+  explicit FlagError(const std::string& what) : std::runtime_error(what) {}
+};
+
+// The handlers: `args` are the arguments after the command name. Results go to `out`; `err`
+// receives diagnostics that are not results (generate's timing line). attn::Error (bad data,
+// unreadable checkpoint, non-finite loss) propagates; so does FlagError.
+int train_command(std::span<const std::string> args, std::ostream& out, std::ostream& err);
+int generate_command(std::span<const std::string> args, std::ostream& out, std::ostream& err);
+
+// Adapts a handler to main.cpp's command table: FlagError becomes the CLI's UsageError type and
+// diagnostics go to std::cerr.
+template <typename UsageErrorT,
+          int (*Handler)(std::span<const std::string>, std::ostream&, std::ostream&)>
+int run_command(std::span<const std::string> args, std::ostream& out) {
+  try {
+    return Handler(args, out, std::cerr);
+  } catch (const FlagError& e) {
+    throw UsageErrorT(e.what());
+  }
+}
+
+// Table entries (usage line, summary, further help lines).
+inline constexpr const char* kTrainUsage = "[options]";
+inline constexpr const char* kTrainSummary =
+    "train a character-level GPT on a text file, with checkpoints";
+inline constexpr const char* kTrainHelp =
+    "  Trains nanoGPT's model on the characters of a UTF-8 text file (default: Debian's\n"
+    "  /usr/share/games/fortunes/songs-poems, installed by scripts/setup.sh), evaluates every\n"
+    "  --eval-interval steps, and writes model.safetensors and ckpt.safetensors (atomically) and\n"
+    "  loss.png to --out. Every flag takes `--flag VALUE` or `--flag=VALUE`.\n"
+    "\n"
+    "  data and output:\n"
+    "    --data PATH            training text (UTF-8); 90% train, 10% validation\n"
+    "    --out DIR              checkpoint directory, created if missing (default out)\n"
+    "    --resume               continue from DIR/ckpt.safetensors (model flags must match)\n"
+    "  model:\n"
+    "    --n-layer N            transformer blocks (default 4)\n"
+    "    --n-head N             attention heads (default 4; must divide --n-embd)\n"
+    "    --n-embd N             embedding width (default 128)\n"
+    "    --block-size N         context length (default 64)\n"
+    "    --dropout P            dropout probability in [0, 1) (default 0.0)\n"
+    "    --bias, --no-bias      biases in Linear layers and LayerNorms (default --bias)\n"
+    "  optimisation:\n"
+    "    --batch-size N         sequences per step (default 12)\n"
+    "    --max-iters N          training steps (default 2000)\n"
+    "    --lr LR                peak learning rate (default 1e-3)\n"
+    "    --min-lr LR            final learning rate (default 1e-4)\n"
+    "    --warmup-iters N       linear warm-up steps (default 100)\n"
+    "    --lr-decay-iters N     end of the cosine decay (default 2000)\n"
+    "    --weight-decay W       AdamW weight decay of matrices and embeddings (default 0.1)\n"
+    "    --beta1 B, --beta2 B   AdamW betas in [0, 1) (default 0.9, 0.99)\n"
+    "    --grad-clip C          clip the gradient norm to C, 0 = off (default 1.0)\n"
+    "    --seed S               random seed (default 1337)\n"
+    "  evaluation and output:\n"
+    "    --eval-interval N      evaluate and checkpoint every N steps (default 250)\n"
+    "    --eval-iters N         batches per split and evaluation (default 200)\n"
+    "    --log-interval N       steps between log lines without a progress bar (default 10)\n"
+    "    --no-progress          log lines instead of the progress bar\n"
+    "    --threads N            worker threads, 0 = all cores (default 0)\n"
+    "\n"
+    "  The last line is `done: iters=N ms_per_iter=X train_loss=Y val_loss=Z tokens_per_s=W`.\n";
+
+inline constexpr const char* kGenerateUsage = "--ckpt DIR";
+inline constexpr const char* kGenerateSummary = "sample text from a model trained by `attn train`";
+inline constexpr const char* kGenerateHelp =
+    "  Loads DIR/model.safetensors (or the .safetensors FILE given) and continues the prompt,\n"
+    "  printing each character as it is produced. Timing goes to stderr.\n"
+    "\n"
+    "    --ckpt DIR|FILE        checkpoint directory or file (required)\n"
+    "    --prompt TEXT          text to continue (default: a newline)\n"
+    "    --max-new-tokens N     characters to generate (default 500)\n"
+    "    --temperature T        softmax temperature, > 0 (default 0.8)\n"
+    "    --top-k K              sample among the K most likely characters, 0 = all (default 200)\n"
+    "    --seed S               random seed (default 1337)\n"
+    "    --threads N            worker threads, 0 = all cores (default 0)\n"
+    "    --no-cache             recompute the whole context at every step (no key/value cache)\n";
+
+}  // namespace attn::tools
