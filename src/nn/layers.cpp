@@ -2,10 +2,10 @@
 #include <attn/autograd.h>
 #include <attn/nn.h>
 #include <attn/ops.h>
-#include <cblas.h>
 
 #include <cmath>
 
+#include "../kernels/cpu/gemm.h"
 #include "../tensor/internal.h"
 
 namespace attn::nn {
@@ -138,9 +138,8 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
       for (int64_t i = 0; i < M; ++i) std::copy(bp, bp + N, yp + i * N);
     }
     if (K > 0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f,
-                  x.data_ptr<float>(), int(K), w.data_ptr<float>(), int(K),
-                  bias.defined() ? 1.0f : 0.0f, yp, int(N));
+      kernels::sgemm(false, true, M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K,
+                     bias.defined() ? 1.0f : 0.0f, yp, N);
     } else if (!bias.defined()) {
       std::fill(yp, yp + M * N, 0.f);
     }
@@ -157,14 +156,14 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
     if (n.needs_input_grad(0)) {
       dx = detail::make_tensor(x_shape, Dtype::Float32, K == 0 || N == 0);
       if (M > 0 && K > 0 && N > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(M), int(K), int(N), 1.0f, gp,
-                    int(N), w.data_ptr<float>(), int(K), 0.0f, dx.data_ptr<float>(), int(K));
+        kernels::sgemm(false, false, M, K, N, 1.0f, gp, N, w.data_ptr<float>(), K, 0.0f,
+                       dx.data_ptr<float>(), K);
     }
     if (n.needs_input_grad(1)) {
       dw = detail::make_tensor({N, K}, Dtype::Float32, M == 0);
       if (M > 0 && K > 0 && N > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(N), int(K), int(M), 1.0f, gp,
-                    int(N), x.data_ptr<float>(), int(K), 0.0f, dw.data_ptr<float>(), int(K));
+        kernels::sgemm(true, false, N, K, M, 1.0f, gp, N, x.data_ptr<float>(), K, 0.0f,
+                       dw.data_ptr<float>(), K);
     }
     if (has_bias && n.needs_input_grad(2)) {
       db = detail::make_tensor({N}, Dtype::Float32);

@@ -282,8 +282,82 @@ bool compare(Op op, T a, T b) {
 }
 
 // out[i] = a[i] op b[i] with a, b already of compute type T (broadcast views allowed).
+// Float add/sub/mul/div of contiguous operands where b (or a) is the same shape as out or a
+// contiguous block repeated along leading dims (a bias, a position table): plain loops the
+// compiler vectorises. Same per-element arithmetic as apply(), so results are identical.
+template <typename F>
+void repeat_loop(const float* a, const float* b, float* o, int64_t n, int64_t nb, bool b_rep, F f) {
+  if (!b_rep) {
+    for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
+    return;
+  }
+  for (int64_t base = 0; base < n; base += nb) {
+    const float* ar = a + base;
+    float* orow = o + base;
+    for (int64_t j = 0; j < nb; ++j) orow[j] = f(ar[j], b[j]);
+  }
+}
+
+// Whether `small` (contiguous) equals the trailing dims of `shape` after dropping its own
+// leading size-1 dims, so that it repeats every small.numel() elements.
+bool repeats_into(const Tensor& small, const Shape& shape) {
+  Shape s = small.shape();
+  std::size_t k = 0;
+  while (k < s.size() && s[k] == 1) ++k;
+  s.erase(s.begin(), s.begin() + std::ptrdiff_t(k));
+  if (s.size() > shape.size()) return false;
+  return std::equal(s.begin(), s.end(), shape.end() - std::ptrdiff_t(s.size()));
+}
+
+bool binary_fast_float(Op op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (op != Op::Add && op != Op::Sub && op != Op::Mul && op != Op::Div) return false;
+  if (a.dtype() != Dtype::Float32 || b.dtype() != Dtype::Float32) return false;
+  if (!out.is_contiguous() || !a.is_contiguous() || !b.is_contiguous()) return false;
+  const int64_t n = out.numel();
+  const bool a_full = a.shape() == out.shape(), b_full = b.shape() == out.shape();
+  const Tensor* full = a_full ? &a : b_full ? &b : nullptr;
+  if (!full) return false;
+  const Tensor& other = a_full ? b : a;
+  const bool rep = !(a_full && b_full);
+  if (rep && (other.numel() == 0 || !repeats_into(other, out.shape()))) return false;
+  const int64_t nb = other.numel();
+  if (n == 0) return true;
+  const float* pa = a.data_ptr<float>();
+  const float* pb = b.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  // The repeated operand is passed second; swap the operation's arguments back when it is a.
+  const float* pf = a_full ? pa : pb;
+  const float* pr = a_full ? pb : pa;
+  const bool swap = !a_full;
+  switch (op) {
+    case Op::Add:
+      repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return x + y; });
+      break;
+    case Op::Mul:
+      repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return x * y; });
+      break;
+    case Op::Sub:
+      if (swap)
+        repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return y - x; });
+      else
+        repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return x - y; });
+      break;
+    case Op::Div:
+      if (swap)
+        repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return y / x; });
+      else
+        repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return x / y; });
+      break;
+    default: return false;
+  }
+  return true;
+}
+
 template <typename T>
 void run_binary(Op op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (binary_fast_float(op, a, b, out)) return;
+  }
   const T* pa = detail::base_ptr<T>(a);
   const T* pb = detail::base_ptr<T>(b);
   Shape sa = detail::broadcast_strides(a, out.shape());

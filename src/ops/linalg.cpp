@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "../kernels/cpu/gemm.h"
 #include "../tensor/internal.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -96,8 +97,8 @@ void gemm(const Mat<float>& a, const Mat<float>& b, float* out) {
     bbuf = pack(b);
     B = {bbuf.data(), CblasNoTrans, N};
   }
-  cblas_sgemm(CblasRowMajor, A.trans, B.trans, int(M), int(N), int(K), 1.0f, A.data, int(A.ld),
-              B.data, int(B.ld), 0.0f, out, int(N));
+  kernels::sgemm(A.trans == CblasTrans, B.trans == CblasTrans, M, N, K, 1.0f, A.data, A.ld, B.data,
+                 B.ld, 0.0f, out, N);
 }
 
 // out (M, N) contiguous = a (M, K) @ b (K, N) in exact int64 arithmetic (wrapping on overflow,

@@ -1,0 +1,75 @@
+// OpenBLAS sgemm split across attn's OpenMP threads (see gemm.h).
+#include "gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+
+extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int);
+
+namespace attn::kernels {
+
+namespace {
+
+// Below this many multiply-adds one thread is faster than waking another.
+constexpr int64_t kParallelMacs = int64_t(1) << 20;
+
+void call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M),
+              int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+}
+
+// Restores OpenBLAS's thread count on scope exit.
+class BlasSingleThread {
+ public:
+  BlasSingleThread() : previous_(openblas_get_num_threads()) {
+    if (previous_ != 1) openblas_set_num_threads(1);
+  }
+  ~BlasSingleThread() {
+    if (previous_ != 1) openblas_set_num_threads(previous_);
+  }
+  BlasSingleThread(const BlasSingleThread&) = delete;
+  BlasSingleThread& operator=(const BlasSingleThread&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace
+
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  BlasSingleThread single;
+  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (nt <= 1 || M * N * K < kParallelMacs) {
+    call(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  // Blocks of 16 rows (or columns) keep every piece on whole micro-kernel tiles.
+  const bool by_rows = M >= N;
+  const int64_t extent = by_rows ? M : N;
+  const int64_t units = (extent + 15) / 16;
+  const int pieces = int(std::min<int64_t>(nt, units));
+#pragma omp parallel num_threads(pieces)
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    const int64_t b0 = std::min(extent, units * t / n * 16);
+    const int64_t b1 = std::min(extent, units * (t + 1) / n * 16);
+    if (b1 > b0) {
+      if (by_rows) {
+        const float* a = ta ? A + b0 : A + b0 * lda;
+        call(ta, tb, b1 - b0, N, K, alpha, a, lda, B, ldb, beta, C + b0 * ldc, ldc);
+      } else {
+        const float* b = tb ? B + b0 * ldb : B + b0;
+        call(ta, tb, M, b1 - b0, K, alpha, A, lda, b, ldb, beta, C + b0, ldc);
+      }
+    }
+  }
+}
+
+}  // namespace attn::kernels

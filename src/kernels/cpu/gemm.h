@@ -1,0 +1,20 @@
+// Single-precision GEMM for the library: OpenBLAS sgemm, parallelised by attn's own OpenMP pool.
+#pragma once
+
+#include <cstdint>
+
+namespace attn::kernels {
+
+// C (M, N) = alpha * op(A) * op(B) + beta * C, row-major; op(A) is (M, K) and op(B) (K, N),
+// transposed when trans_a / trans_b (lda, ldb, ldc are row strides of the stored matrices).
+//
+// Threads: OpenBLAS's pthread pool and attn's OpenMP pool would each want every core and spin
+// against each other (PyTorch 1.13 on this machine runs 2.5x slower with 2 threads than with 1 for
+// the same reason). So every call runs OpenBLAS single-threaded, and a product large enough to
+// share is split into row blocks of C (column blocks when C has few rows) across the OpenMP
+// threads, one sgemm each. Splitting rows or columns does not change any element's summation,
+// so results do not depend on the thread count.
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+}  // namespace attn::kernels
