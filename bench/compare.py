@@ -35,6 +35,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TRAINING_MARKER = "<!-- section: training (bench/train_compare.py) -->"
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
@@ -965,8 +966,15 @@ def main():
             os.path.abspath(out_path)) == ROOT else os.path.abspath(plot_path)
     md = render_markdown(res)
     if out_path:
+        # bench/train_compare.py owns everything from this marker on (the training section).
+        tail = ""
+        if os.path.exists(out_path):
+            with open(out_path) as f:
+                old = f.read()
+            if TRAINING_MARKER in old:
+                tail = "\n" + old[old.index(TRAINING_MARKER):]
         with open(out_path, "w") as f:
-            f.write(md + "\n")
+            f.write(md + "\n" + tail)
         log("wrote %s" % out_path)
     if plot_path:
         log("wrote %s" % plot_path)

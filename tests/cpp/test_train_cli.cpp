@@ -250,7 +250,7 @@ TEST_F(TrainCli, CheckpointsHoldWeightsAndMetadataAndLoad) {
   EXPECT_EQ(c.n_layer, 1);
   EXPECT_EQ(c.n_head, 2);
   EXPECT_EQ(c.n_embd, 16);
-  EXPECT_TRUE(c.bias);
+  EXPECT_FALSE(c.bias);  // --no-bias is the default (nanoGPT's)
   // The weights are the model's state_dict, by its names, and load strictly.
   nn::GPT model(c);
   std::map<std::string, Tensor> weights(m.tensors.begin(), m.tensors.end());
@@ -536,12 +536,12 @@ TEST_F(TrainCli, ResumeWithOtherModelSettingsOrDataIsRefused) {
   fs::path dir = copy_of_base("mismatch");
   auto before = snapshot(dir);
   std::vector<std::string> args =
-      with(tiny(dir), {"--resume", "--n-layer", "2", "--n-embd", "32", "--no-bias"});
+      with(tiny(dir), {"--resume", "--n-layer", "2", "--n-embd", "32", "--bias"});
   Result r = run(args);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("--n-layer 2 (checkpoint: 1)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--n-embd 32 (checkpoint: 16)"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("--no-bias (checkpoint: --bias)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--bias (checkpoint: --no-bias)"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("--n-head"), std::string::npos) << r.err;
   expect_fails(with(tiny(dir), {"--resume", "--block-size", "7", "--n-head", "4"}), 1,
                "--n-head 4 (checkpoint: 2); --block-size 7 (checkpoint: 8)", dir, before);

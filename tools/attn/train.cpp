@@ -228,7 +228,8 @@ TrainOptions parse_train(Args args) {
   o.model.n_embd = f.integer("n-embd", 128, 1, kMaxSize);
   o.model.block_size = f.integer("block-size", 64, 1, kMaxSize);
   o.model.dropout = f.number("dropout", 0.0, 0.0, false, 1.0, true);
-  o.model.bias = f.last_of({"bias", "no-bias"}, "bias") == "bias";
+  // nanoGPT's train.py defaults to bias = False, which its shakespeare_char CPU run inherits.
+  o.model.bias = f.last_of({"bias", "no-bias"}, "no-bias") == "bias";
   o.batch_size = f.integer("batch-size", 12, 1, kMaxSize);
   o.max_iters = f.integer("max-iters", 2000, 1);
   o.lr = f.number("lr", 1e-3, 0.0, true, kInf, false);
