@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace {
 
 using attn::Tensor;
@@ -34,31 +36,7 @@ std::string error_of(F&& f) {
     EXPECT_NE(msg_.find(text), std::string::npos) << "message: " << msg_; \
   } while (0)
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "attn_data_XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (::mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = buf.data();
-  }
-  ~TempDir() {
-    for (const auto& f : created_) ::unlink(f.c_str());
-    ::rmdir(path_.c_str());
-  }
-  std::string write(const std::string& name, const std::string& bytes) {
-    const std::string p = path_ + "/" + name;
-    attn::io::write_file_atomic(p, bytes);
-    created_.push_back(p);
-    return p;
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  std::vector<std::string> created_;
-};
+using attn::testing::TempDir;
 
 std::vector<int64_t> values(const Tensor& t) {
   Tensor c = t.contiguous();

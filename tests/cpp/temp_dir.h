@@ -1,0 +1,53 @@
+// A fresh empty directory for one test, removed with everything in it at the end.
+#pragma once
+
+#include <attn/io.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace attn::testing {
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "attn") {
+    std::string tmpl = ::testing::TempDir() + prefix + "_XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (::mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  // Writes `bytes` to file(name) and returns that path.
+  std::string write(const std::string& name, const std::string& bytes) const {
+    const std::string p = file(name);
+    attn::io::write_file_atomic(p, bytes);
+    return p;
+  }
+  // The names in the directory, sorted.
+  std::vector<std::string> files() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path_))
+      out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace attn::testing
