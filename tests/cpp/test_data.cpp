@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "temp_dir.h"
+#include "test_util.h"
 
 namespace {
 
@@ -19,16 +19,7 @@ using attn::Tensor;
 using attn::data::CharTokenizer;
 using attn::data::TextDataset;
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const attn::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected attn::Error";
-  return "";
-}
+using attn::testing::error_of;
 
 #define EXPECT_ERROR_HAS(stmt, text)                                      \
   do {                                                                    \

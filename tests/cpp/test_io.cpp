@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "temp_dir.h"
+#include "test_util.h"
 
 namespace {
 
@@ -46,17 +46,7 @@ std::vector<T> values(const Tensor& t) {
   return std::vector<T>(p, p + c.numel());
 }
 
-// Runs f and returns the attn::Error message; fails the test when f does not throw one.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const attn::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected attn::Error";
-  return "";
-}
+using attn::testing::error_of;
 
 std::string load_error(const std::string& bytes) {
   return error_of([&] { io::from_safetensors(bytes, "t.safetensors"); });

@@ -1,4 +1,4 @@
-// A fresh empty directory for one test, removed with everything in it at the end.
+// Helpers shared by the C++ tests: a temporary directory, and the message of an expected error.
 #pragma once
 
 #include <attn/io.h>
@@ -13,6 +13,19 @@
 
 namespace attn::testing {
 
+// Runs f and returns the attn::Error message; fails the test when f does not throw one.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const attn::Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected attn::Error";
+  return "";
+}
+
+// A fresh empty directory for one test, removed with everything in it at the end.
 class TempDir {
  public:
   explicit TempDir(const std::string& prefix = "attn") {
