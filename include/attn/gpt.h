@@ -89,10 +89,13 @@ class GPT : public Module {
     bool use_cache = true;     // false: recompute the whole (cropped) sequence every step
   };
   // Samples max_new_tokens continuations of idx (B, T) (int64) and returns (B, T + new). Each new
-  // token is drawn with torch.multinomial's rule from softmax(logits / temperature) restricted to
-  // the top_k largest logits. When the sequence outgrows block_size the context is cropped to
-  // the last block_size tokens (the cache is rebuilt from the cropped context). on_token, if set,
-  // is called with each new (B) column as it is produced (streaming).
+  // token is drawn from softmax(logits / temperature) restricted to the logits >= the top_k-th
+  // largest (ties kept), by inverse CDF with one 53-bit uniform draw from gen (not
+  // torch.multinomial's stream). When the sequence outgrows block_size the context is cropped to
+  // the last block_size tokens and, since every kept token's position changes, the cache is
+  // rebuilt from it: cached and uncached generation give the same tokens. on_token, if set, is
+  // called with each new (B) column as it is produced (streaming). Runs without recording
+  // gradients. Throws attn::Error for temperature <= 0, top_k < 0 or a malformed idx.
   Tensor generate(const Tensor& idx, const GenerateOptions& options, Generator* gen = nullptr,
                   const std::function<void(const Tensor&)>& on_token = nullptr) const;
 
