@@ -405,7 +405,7 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
     if (out.dtype() != out_dtype && !(out.dtype() == Dtype::Float32))
       fail(fn, "result type ", dtype_name(out_dtype), " can't be cast to the desired output type ",
            dtype_name(out.dtype()));
-    Tensor tmp = detail::make_tensor(shape, out_dtype);
+    Tensor tmp = detail::make_tensor(shape, out_dtype, /*zero=*/false);  // run_binary writes it all
     switch (ct) {
       case Dtype::Float32: run_binary<float>(op, ca, cb, tmp); break;
       case Dtype::Int64: run_binary<int64_t>(op, ca, cb, tmp); break;
@@ -414,7 +414,7 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
     out.copy_(tmp);
     return out;
   }
-  Tensor res = detail::make_tensor(shape, out_dtype);
+  Tensor res = detail::make_tensor(shape, out_dtype, /*zero=*/false);  // every element is written
   switch (ct) {
     case Dtype::Float32: run_binary<float>(op, ca, cb, res); break;
     case Dtype::Int64: run_binary<int64_t>(op, ca, cb, res); break;
