@@ -158,4 +158,76 @@ std::vector<double> log_ticks(double lo, double hi, int max_ticks);
 // A short label for a tick value: "0", "2.5", "-0.001", "16384", "1e-06", "2e+09".
 std::string format_tick(double v);
 
+// ---- heatmaps
+// --------------------------------------------------------------------------------------
+// A grid of coloured cells per panel (e.g. one attention-weights matrix per head), rows and
+// columns labelled with tokens, and one colour bar for all panels:
+//
+//   attn::plot::Heatmap h;
+//   h.title = "causal attention";
+//   h.row_labels = h.col_labels = {"Your", "journey", "starts"};
+//   h.panels.push_back({"head 0", weights});  // rows * cols values, row-major
+//   attn::plot::save(h, "weights.png");
+//
+// Cell (r, c) of a panel is filled with colormap((v - vmin) / (vmax - vmin)): values outside
+// [vmin, vmax] and infinities clamp to the ends of the scale, NaN cells are drawn grey
+// (colormap(NaN)), which the colour scale never uses. Column labels are written rotated (reading
+// bottom to top) under the grid, row labels to its left; labels longer than kHeatmapLabelChars
+// characters are cut (ending in ".."), titles beyond 200, and every non-ASCII UTF-8 character
+// shows as one '?'. Panels are laid out four to a row.
+struct HeatmapPanel {
+  std::string title;           // e.g. "head 0"; empty: no title line
+  std::vector<double> values;  // rows * cols values, row-major
+};
+
+struct Heatmap {
+  std::string title;                                // above everything; may be empty
+  std::string x_label, y_label;                     // axis names (e.g. "key", "query"); optional
+  std::vector<std::string> row_labels, col_labels;  // one per row / column, shared by all panels
+  std::vector<HeatmapPanel> panels;                 // at least one
+  std::optional<double> vmin = 0.0, vmax = 1.0;     // nullopt: from the finite values
+};
+
+inline constexpr std::size_t kHeatmapLabelChars = 14;
+
+// Pixel rectangle, inclusive bounds.
+struct PixelRect {
+  int left = 0, top = 0, right = -1, bottom = -1;
+  int center_x() const { return left + (right - left) / 2; }
+  int center_y() const { return top + (bottom - top) / 2; }
+  bool contains(int x, int y) const { return x >= left && x <= right && y >= top && y <= bottom; }
+};
+
+// Where render_heatmap() puts things.
+struct HeatmapLayout {
+  int width = 0, height = 0;
+  int scale = 1;    // font scale of the labels (the title uses scale + 1)
+  int cell_px = 0;  // side of one cell in pixels
+  int rows = 0, cols = 0;
+  double vmin = 0, vmax = 1;      // the value range of the colour scale actually used
+  std::vector<PixelRect> grids;   // per panel: the cells' area, rows * cell_px high
+  std::vector<PixelRect> titles;  // per panel: the title's text box (empty rect: no title)
+  // The colour bar's gradient (outline excluded): its top row is colormap(1), its bottom row
+  // colormap(0), and row y shows colormap((bottom - y) / (bottom - top)).
+  PixelRect colorbar;
+  std::vector<double> ticks;  // values labelled next to the colour bar
+  std::vector<std::string> tick_labels;
+  std::vector<int> tick_y;  // pixel row of each tick
+
+  // The pixels of cell (row, col) of panel `panel`. attn::IndexError when out of range.
+  PixelRect cell(std::size_t panel, int row, int col) const;
+  // The colour render_heatmap() gives a value.
+  Rgb color_of(double v) const;
+};
+
+// Validates the heatmap and computes its layout. cell_px 0 picks a size from the number of rows
+// and columns (between 12 and 64 pixels); otherwise it must be 1..256. Throws attn::Error for no
+// panels, no rows or columns, a panel with other than rows * cols values, vmin >= vmax (or a
+// non-finite one), or an image that would exceed 16384 pixels in either direction.
+HeatmapLayout layout_heatmap(const Heatmap& heatmap, int cell_px = 0);
+// Draws the heatmap; when `layout` is given, the layout used is stored there.
+Image render_heatmap(const Heatmap& heatmap, int cell_px = 0, HeatmapLayout* layout = nullptr);
+// write_png(path, render_heatmap(heatmap, cell_px)): atomic, nothing is left behind on failure.
+void save(const Heatmap& heatmap, const std::string& path, int cell_px = 0);
+
 }  // namespace attn::plot

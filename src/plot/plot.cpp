@@ -1057,3 +1057,259 @@ void save(const LineChart& chart, const std::string& path, int width, int height
 }
 
 }  // namespace attn::plot
+
+// ---- heatmaps
+// --------------------------------------------------------------------------------------
+
+namespace attn::plot {
+
+namespace {
+
+// A label as the font can draw it: each UTF-8 character (a lead byte and its continuation bytes)
+// and each control byte becomes one '?'; then labels longer than `max_chars` are cut.
+std::string heatmap_label(const std::string& s, std::size_t max_chars = kHeatmapLabelChars) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (b >= 0x80 && b < 0xC0) continue;  // continuation byte of a character already shown
+    out.push_back(b >= 32 && b < 127 ? char(b) : '?');
+  }
+  if (out.size() > max_chars) out = out.substr(0, max_chars - 2) + "..";
+  return out;
+}
+
+// Titles and axis names: drawable, cut only beyond 200 characters.
+std::string heatmap_text(const std::string& s) { return heatmap_label(s, 200); }
+
+struct HeatmapGeometry {
+  HeatmapLayout L;
+  std::vector<std::string> rows, cols;  // drawable labels
+  int pad = 3, label_step = 1;
+  int title_x = 0, title_y = 0;  // overall title, scale + 1
+  int xlabel_x = 0, xlabel_y = 0, ylabel_x = 0, ylabel_y = 0;
+};
+
+HeatmapGeometry heatmap_geometry(const Heatmap& h, int cell_px) {
+  const char* fn = "plot::layout_heatmap";
+  if (h.panels.empty()) fail(fn, "no panels");
+  if (h.row_labels.empty() || h.col_labels.empty())
+    fail(fn, "need at least one row and one column, got ", h.row_labels.size(), " row labels and ",
+         h.col_labels.size(), " column labels");
+  if (h.panels.size() > 256) fail(fn, h.panels.size(), " panels (at most 256)");
+  const int64_t rows = int64_t(h.row_labels.size()), cols = int64_t(h.col_labels.size());
+  if (rows > 16384 || cols > 16384) fail(fn, rows, " x ", cols, " cells is too large");
+  for (std::size_t p = 0; p < h.panels.size(); ++p)
+    if (int64_t(h.panels[p].values.size()) != rows * cols)
+      fail(fn, "panel ", p, " has ", h.panels[p].values.size(), " values, expected ", rows, " x ",
+           cols, " = ", rows * cols, " (one per row label times one per column label)");
+  if (cell_px != 0 && (cell_px < 1 || cell_px > 256))
+    fail(fn, "cell_px ", cell_px, " is outside 1..256 (or 0 for automatic)");
+  if ((h.vmin && !std::isfinite(*h.vmin)) || (h.vmax && !std::isfinite(*h.vmax)))
+    fail(fn, "vmin and vmax must be finite");
+  if (h.vmin && h.vmax && !(*h.vmin < *h.vmax))
+    fail(fn, "vmin (", *h.vmin, ") must be less than vmax (", *h.vmax, ")");
+
+  HeatmapGeometry g;
+  HeatmapLayout& L = g.L;
+  // The value range: fixed ends as given, the others from the finite values.
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (const HeatmapPanel& p : h.panels)
+    for (double v : p.values)
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (!(lo <= hi)) lo = 0, hi = 1;  // no finite value
+  if (h.vmin) lo = *h.vmin;
+  if (h.vmax) hi = *h.vmax;
+  if (!(lo < hi)) {
+    if (h.vmin && !h.vmax) {
+      hi = lo + 1;
+    } else if (h.vmax && !h.vmin) {
+      lo = hi - 1;
+    } else {  // all values equal
+      const double half = 0.5 * std::max(1.0, std::fabs(lo));
+      lo -= half;
+      hi += half;
+    }
+  }
+  L.vmin = lo;
+  L.vmax = hi;
+  L.rows = int(rows);
+  L.cols = int(cols);
+  const int64_t cp = cell_px ? cell_px : std::clamp<int64_t>(400 / std::max(rows, cols), 12, 64);
+  L.cell_px = int(cp);
+  const int s = cp >= 28 ? 2 : 1;
+  L.scale = s;
+  const int th = text_height(s), pad = 3 * s, margin = 10 * s;
+  g.pad = pad;
+  g.label_step = int((th + cp - 1) / cp);
+
+  for (const std::string& r : h.row_labels) g.rows.push_back(heatmap_label(r));
+  for (const std::string& c : h.col_labels) g.cols.push_back(heatmap_label(c));
+  int64_t rl = 0, cl = 0;
+  for (const std::string& r : g.rows) rl = std::max<int64_t>(rl, text_width(r, s));
+  for (const std::string& c : g.cols) cl = std::max<int64_t>(cl, text_width(c, s));
+  bool any_title = false;
+  int64_t panel_title_w = 0;
+  for (const HeatmapPanel& p : h.panels) {
+    any_title = any_title || !p.title.empty();
+    panel_title_w = std::max<int64_t>(panel_title_w, text_width(heatmap_text(p.title), s));
+  }
+  const int64_t pt = any_title ? th + 2 * pad : 0;  // panel title band
+  const int64_t gw = cols * cp, gh = rows * cp;
+  const int64_t block_w = std::max(rl + 2 * pad + gw, panel_title_w + 2 * pad);
+  const int64_t block_h = pt + gh + 2 * pad + cl;
+  const int64_t n = int64_t(h.panels.size());
+  const int64_t per_row = std::min<int64_t>(n, 4), nrow = (n + per_row - 1) / per_row;
+  const int64_t gap = 8 + 8 * s;
+  const int64_t title_band = h.title.empty() ? 0 : text_height(s + 1) + 3 * pad;
+  const int64_t ylabel_band = h.y_label.empty() ? 0 : th + 2 * pad;
+  const int64_t xlabel_band = h.x_label.empty() ? 0 : th + 2 * pad;
+
+  // Colour bar ticks and their labels.
+  L.ticks = nice_ticks(lo, hi, 5, false);
+  int64_t tick_w = 0;
+  for (double v : L.ticks) {
+    L.tick_labels.push_back(format_tick(v));
+    tick_w = std::max<int64_t>(tick_w, text_width(L.tick_labels.back(), s));
+  }
+  const int64_t bar_w = 12 * s, bar_h = std::max<int64_t>(gh, 120 * s);
+
+  const int64_t panels_w = per_row * block_w + (per_row - 1) * gap;
+  const int64_t panels_h = nrow * block_h + (nrow - 1) * gap;
+  const int64_t left0 = margin + ylabel_band, top0 = margin + title_band;
+  const int64_t bar_left = left0 + panels_w + gap;
+  int64_t width = bar_left + bar_w + 2 + 6 * s + tick_w + margin;
+  if (!h.title.empty())
+    width = std::max<int64_t>(width, 2 * margin + text_width(heatmap_text(h.title), s + 1));
+  const int64_t body_h = std::max(panels_h, pt + bar_h + th);
+  const int64_t height = top0 + std::max(body_h, panels_h + xlabel_band) + margin;
+  if (width > 16384 || height > 16384)
+    fail(fn, "the image would be ", width, " x ", height,
+         " pixels (at most 16384 each way); use fewer tokens or a smaller cell_px");
+  L.width = int(width);
+  L.height = int(height);
+
+  for (int64_t p = 0; p < n; ++p) {
+    const int64_t bx = left0 + (p % per_row) * (block_w + gap);
+    const int64_t by = top0 + (p / per_row) * (block_h + gap);
+    PixelRect grid;
+    grid.left = int(bx + block_w - gw);
+    grid.top = int(by + pt);
+    grid.right = int(grid.left + gw - 1);
+    grid.bottom = int(grid.top + gh - 1);
+    L.grids.push_back(grid);
+    PixelRect title;
+    const std::string t = heatmap_text(h.panels[std::size_t(p)].title);
+    if (!t.empty()) {
+      const int tw = text_width(t, s);
+      title.left = std::max(int(bx), grid.left + int(gw - tw) / 2);
+      title.top = int(by + pad);
+      title.right = title.left + tw - 1;
+      title.bottom = title.top + th - 1;
+    }
+    L.titles.push_back(title);
+  }
+  L.colorbar.left = int(bar_left);
+  L.colorbar.top = int(top0 + pt);
+  L.colorbar.right = int(bar_left + bar_w - 1);
+  L.colorbar.bottom = int(top0 + pt + bar_h - 1);
+  for (double v : L.ticks) {
+    const double t = (v - lo) / (hi - lo);
+    L.tick_y.push_back(L.colorbar.bottom -
+                       int(std::lround(t * double(L.colorbar.bottom - L.colorbar.top))));
+  }
+  if (!h.title.empty()) {
+    g.title_x =
+        int(std::max<int64_t>(margin, (width - text_width(heatmap_text(h.title), s + 1)) / 2));
+    g.title_y = int(margin);
+  }
+  g.xlabel_x =
+      int(left0 + std::max<int64_t>(0, (panels_w - text_width(heatmap_text(h.x_label), s)) / 2));
+  g.xlabel_y = int(top0 + panels_h + pad);
+  g.ylabel_x = int(margin);
+  g.ylabel_y = int(top0 + std::min<int64_t>(
+                              body_h - 1, (panels_h + text_width(heatmap_text(h.y_label), s)) / 2));
+  return g;
+}
+
+}  // namespace
+
+PixelRect HeatmapLayout::cell(std::size_t panel, int row, int col) const {
+  if (panel >= grids.size() || row < 0 || row >= rows || col < 0 || col >= cols)
+    throw IndexError(detail::msg("plot::HeatmapLayout::cell", "cell (", panel, ", ", row, ", ", col,
+                                 ") is outside ", grids.size(), " panels of ", rows, " x ", cols));
+  const PixelRect& g = grids[panel];
+  PixelRect r;
+  r.left = g.left + col * cell_px;
+  r.top = g.top + row * cell_px;
+  r.right = r.left + cell_px - 1;
+  r.bottom = r.top + cell_px - 1;
+  return r;
+}
+
+Rgb HeatmapLayout::color_of(double v) const {
+  if (std::isnan(v)) return colormap(v);
+  return colormap((v - vmin) / (vmax - vmin));
+}
+
+HeatmapLayout layout_heatmap(const Heatmap& heatmap, int cell_px) {
+  return heatmap_geometry(heatmap, cell_px).L;
+}
+
+Image render_heatmap(const Heatmap& h, int cell_px, HeatmapLayout* layout_out) {
+  const HeatmapGeometry g = heatmap_geometry(h, cell_px);
+  const HeatmapLayout& L = g.L;
+  const int s = L.scale, th = text_height(s), pad = g.pad;
+  Image img(L.width, L.height, colors::kWhite);
+  if (!h.title.empty()) img.text(g.title_x, g.title_y, heatmap_text(h.title), colors::kInk, s + 1);
+  for (std::size_t p = 0; p < h.panels.size(); ++p) {
+    const PixelRect& grid = L.grids[p];
+    const std::vector<double>& values = h.panels[p].values;
+    for (int r = 0; r < L.rows; ++r)
+      for (int c = 0; c < L.cols; ++c) {
+        const PixelRect cell = L.cell(p, r, c);
+        img.fill_rect(cell.left, cell.top, cell.right, cell.bottom,
+                      L.color_of(values[std::size_t(r) * std::size_t(L.cols) + std::size_t(c)]));
+      }
+    img.stroke_rect(grid.left - 1, grid.top - 1, grid.right + 1, grid.bottom + 1, colors::kAxis);
+    if (L.titles[p].right >= L.titles[p].left)
+      img.text(L.titles[p].left, L.titles[p].top, heatmap_text(h.panels[p].title), colors::kInk, s);
+    // Row labels right-aligned left of the grid, column labels rotated under it; with cells
+    // smaller than the font only every label_step-th is written.
+    for (int r = 0; r < L.rows; r += g.label_step) {
+      const std::string& t = g.rows[std::size_t(r)];
+      const PixelRect cell = L.cell(p, r, 0);
+      img.text(grid.left - pad - text_width(t, s), cell.top + (L.cell_px - th) / 2, t, colors::kInk,
+               s);
+    }
+    for (int c = 0; c < L.cols; c += g.label_step) {
+      const std::string& t = g.cols[std::size_t(c)];
+      if (t.empty()) continue;
+      const PixelRect cell = L.cell(p, 0, c);
+      img.text_up(cell.left + (L.cell_px - th) / 2, grid.bottom + 1 + pad + text_width(t, s) - 1, t,
+                  colors::kInk, s);
+    }
+  }
+  // The colour bar: gradient, outline, ticks and their labels.
+  const PixelRect& bar = L.colorbar;
+  const int span = std::max(1, bar.bottom - bar.top);
+  for (int y = bar.top; y <= bar.bottom; ++y)
+    img.fill_rect(bar.left, y, bar.right, y, colormap(double(bar.bottom - y) / double(span)));
+  img.stroke_rect(bar.left - 1, bar.top - 1, bar.right + 1, bar.bottom + 1, colors::kAxis);
+  for (std::size_t i = 0; i < L.ticks.size(); ++i) {
+    const int y = L.tick_y[i];
+    img.fill_rect(bar.right + 2, y, bar.right + 1 + 3 * s, y + s - 1, colors::kAxis);
+    img.text(bar.right + 2 + 6 * s, y - th / 2, L.tick_labels[i], colors::kInk, s);
+  }
+  if (!h.x_label.empty())
+    img.text(g.xlabel_x, g.xlabel_y, heatmap_text(h.x_label), colors::kInk, s);
+  if (!h.y_label.empty())
+    img.text_up(g.ylabel_x, g.ylabel_y, heatmap_text(h.y_label), colors::kInk, s);
+  if (layout_out) *layout_out = L;
+  return img;
+}
+
+void save(const Heatmap& heatmap, const std::string& path, int cell_px) {
+  write_png(path, render_heatmap(heatmap, cell_px));
+}
+
+}  // namespace attn::plot

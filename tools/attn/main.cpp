@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "heatmap.h"
 #include "train.h"
 #include "walkthrough.h"
 
@@ -56,8 +57,16 @@ struct Command {
 // ---- attn walkthrough [SEED] --------------------------------------------------------------------
 
 int cmd_walkthrough(Args args, std::ostream& out) {
-  std::string seed;
-  for (const std::string& arg : args) {
+  std::string seed, plots;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--plots" || arg.rfind("--plots=", 0) == 0) {
+      if (arg == "--plots" && i + 1 >= args.size())
+        throw UsageError("walkthrough: --plots needs a directory");
+      plots = arg == "--plots" ? args[++i] : arg.substr(8);
+      if (plots.empty()) throw UsageError("walkthrough: --plots needs a directory");
+      continue;
+    }
     if (arg.size() > 1 && arg[0] == '-')
       throw UsageError("walkthrough: unknown option '" + arg + "'");
     if (!seed.empty())
@@ -72,7 +81,7 @@ int cmd_walkthrough(Args args, std::ostream& out) {
     }
     seed = arg;
   }
-  run_walkthrough(seed, out);
+  run_walkthrough(seed, out, plots);
   return kExitOk;
 }
 
@@ -82,11 +91,15 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"walkthrough", "[SEED]", "replay the seed documents step by step, computed live by attn",
        "  SEED is one of 000 001 002 003 004; without it all five are printed in order.\n"
-       "  Each step gives a one-line explanation and its result printed as PyTorch prints it.\n",
+       "  Each step gives a one-line explanation and its result printed as PyTorch prints it.\n"
+       "  --plots DIR also writes a heatmap PNG of every attention-weights matrix shown to DIR\n"
+       "  (e.g. DIR/seed003_causal_weights.png); the printed text is unchanged.\n",
        cmd_walkthrough},
       {"train", kTrainUsage, kTrainSummary, kTrainHelp, run_command<UsageError, train_command>},
       {"generate", kGenerateUsage, kGenerateSummary, kGenerateHelp,
        run_command<UsageError, generate_command>},
+      {"heatmap", kHeatmapUsage, kHeatmapSummary, kHeatmapHelp,
+       run_command<UsageError, heatmap_command>},
   };
   return table;
 }

@@ -14,10 +14,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "heatmap.h"
 
 namespace attn::tools {
 
@@ -45,9 +48,12 @@ std::string py_bool(bool b) { return b ? "True" : "False"; }
 // Writes the seed headers, numbered steps and results in the format of walkthrough.h.
 class Walk {
  public:
-  explicit Walk(std::ostream& os) : os_(os) {}
+  // With a non-empty plots_dir, plot() writes heatmaps there (see heatmap.h).
+  explicit Walk(std::ostream& os, std::string plots_dir = "")
+      : os_(os), plots_dir_(std::move(plots_dir)) {}
 
   void seed(const SeedInfo& info, const std::string& summary) {
+    seed_id_ = info.id;
     if (seeds_++) os_ << "\n\n";
     os_ << kSeedPrefix << "Seed " << info.id << " (" << info.document << "): " << info.title << "\n"
         << summary << "\n";
@@ -67,12 +73,21 @@ class Walk {
   void extra(const std::string& expr, const Tensor& t) { extra(expr, t.repr()); }
   // A result the document prints with values that cannot be reproduced.
   void differs(const std::string& expr, const Tensor& t) { result(expr, kDiffersTag, t.repr()); }
+  // Attention weights shown above, as the heatmap plots_dir/seed<ID>_<name>.png (nothing is
+  // printed; without a plots_dir nothing happens).
+  void plot(const std::string& name, const Tensor& weights, const std::vector<std::string>& rows,
+            const std::vector<std::string>& cols, const std::string& panel_prefix = "head") {
+    if (plots_dir_.empty()) return;
+    write_weights_heatmap(plots_dir_ + "/seed" + seed_id_ + "_" + name + ".png",
+                          "seed " + seed_id_ + ": " + name, weights, rows, cols, panel_prefix);
+  }
 
  private:
   void result(const std::string& expr, const std::string& tag, const std::string& text) {
     os_ << kResultPrefix << expr << (tag.empty() ? "" : "  ") << tag << "\n" << text << "\n";
   }
   std::ostream& os_;
+  std::string plots_dir_, seed_id_;
   int seeds_ = 0;
   int step_ = 0;
 };
@@ -139,6 +154,7 @@ void seed_000(Walk& w) {
   w.step("Normalise: softmax of omega_2 / sqrt(d_k); the six weights are positive and sum to 1.");
   Tensor attention_weights_2 = softmax(omega_2 / std::pow(double(d_k), 0.5), 0);
   w.show("attention_weights_2", attention_weights_2);
+  w.plot("attention_weights_2", attention_weights_2, {"is"}, nn::Vocabulary::tokenize(sentence));
 
   w.step("Context vector of x_2: the values averaged with those weights (4-d, like a value).");
   Tensor context_vector_2 = matmul(attention_weights_2, values);
@@ -206,9 +222,12 @@ void seed_001(Walk& w) {
   set_printoptions(3, {}, {}, {}, std::optional<bool>(false));
   w.show("attention_weights.shape", size_repr(s.weights));
   w.show("attention_weights", s.weights);
+  const std::vector<std::string> kid = {"the", "kid", "smiles"};
+  w.plot("attention_weights", s.weights, kid, kid);
 
   w.step("Dropout(0.1): zero about 10% of the weights, scale the rest by 1 / 0.9.");
   w.show("attention_weights", s.dropped);
+  w.plot("attention_weights_dropout", s.dropped, kid, kid);
 
   w.step("Context vectors: attention_weights @ V, per head (1, 2, 3, 3).");
   w.show("context_vectors.shape", size_repr(s.context));
@@ -222,6 +241,8 @@ void seed_001(Walk& w) {
 }
 
 // ---- seed 002: self-attention with trainable weights --------------------------------------------
+
+const std::vector<std::string> kJourney = {"Your", "journey", "starts", "with", "one", "step"};
 
 Tensor journey_inputs() {
   // "Your journey starts with one step", one 3-d embedding per word.
@@ -275,6 +296,7 @@ void seed_002(Walk& w) {
   const int64_t dimension_keys = keys.size(-1);
   Tensor attention_weights = softmax(attention_scores / std::pow(double(dimension_keys), 0.5), -1);
   w.show("attention_weights", attention_weights);
+  w.plot("attention_weights", attention_weights, kJourney, kJourney);
 
   w.step("Check: every row of weights sums to 1.");
   Tensor row_sums = attention_weights.sum({-1});
@@ -326,6 +348,7 @@ void seed_003(Walk& w) {
   const double scale = std::pow(double(keys.size(-1)), 0.5);
   attn_weights = softmax(attn_scores / scale, -1);
   w.show("attn_weights", attn_weights);
+  w.plot("attn_weights", attn_weights, kJourney, kJourney);
 
   const int64_t context_length = attn_scores.size(0);
   w.step("Causal mask, way 1: zero the weights above the diagonal (tril), then renormalise rows.");
@@ -333,12 +356,14 @@ void seed_003(Walk& w) {
   Tensor masked_simple = attn_weights * mask_simple;
   Tensor masked_simple_norm = masked_simple / masked_simple.sum({-1}, /*keepdim=*/true);
   w.extra("masked_simple_norm", masked_simple_norm);
+  w.plot("masked_simple_norm", masked_simple_norm, kJourney, kJourney);
 
   w.step("Causal mask, way 2: scores above the diagonal become -inf before the softmax.");
   Tensor mask = triu(ones({context_length, context_length}), 1);
   Tensor masked = attn_scores.masked_fill(mask.bool_(), -inf);
   Tensor causal_weights = softmax(masked / scale, 1);
   w.show("attn_weights", causal_weights);
+  w.plot("causal_weights", causal_weights, kJourney, kJourney);
   w.extra("torch.allclose(masked_simple_norm, attn_weights)",
           py_bool(allclose(masked_simple_norm, causal_weights)));
 
@@ -381,6 +406,9 @@ void seed_004(Walk& w) {
   w.step("... and divide each row by its sum: row t holds t + 1 equal weights.");
   weights = weights / weights.sum({1}, /*keepdim=*/true);
   w.show("weights", weights);
+  std::vector<std::string> tokens;
+  for (int64_t t = 0; t < T; ++t) tokens.push_back("t" + std::to_string(t));
+  w.plot("averaging_weights", weights, tokens, tokens);
   w.step("One batched product (T, T) @ (B, T, C) does all the averaging of the loop.");
   Tensor x_bow2 = matmul(weights, x);
   w.show("x_bow2[0]", x_bow2[0]);
@@ -395,6 +423,7 @@ void seed_004(Walk& w) {
   w.step("... and a row softmax turns that into the same averaging weights.");
   weights = softmax(weights, -1);
   w.show("weights", weights);
+  w.plot("softmax_weights", weights, tokens, tokens);
   w.step("Same averages again; with learned scores instead of zeros this is self-attention.");
   Tensor x_bow3 = matmul(weights, x);
   w.show("x_bow3[0]", x_bow3[0]);
@@ -423,6 +452,7 @@ void seed_004(Walk& w) {
   w.step("The head's attention weights: each row mixes only the current and earlier tokens.");
   w.note("The document's In [68] came from unseen notebook state; these are the weights above.");
   w.differs("weights", weights);
+  w.plot("head_weights", weights, tokens, tokens, "batch");
 
   w.step("The same head as a module: nn::Head(32, 16) built from the same generator state.");
   default_generator().set_state(before_layers);
@@ -433,7 +463,9 @@ void seed_004(Walk& w) {
   default_generator().set_state(before_layers);
   nn::Head encoder(C, head_size, /*causal=*/false);
   w.note("Same weights as the decoder head: only the last row, which sees every token, agrees.");
-  w.extra("encoder.attention_weights(x)[0]", encoder.attention_weights(x)[0]);
+  const Tensor encoder_weights = encoder.attention_weights(x)[0];
+  w.extra("encoder.attention_weights(x)[0]", encoder_weights);
+  w.plot("encoder_weights", encoder_weights, tokens, tokens);
 
   w.step(
       "Cross-attention: queries from x, keys and values from another source (5 tokens, 24 wide).");
@@ -444,6 +476,7 @@ void seed_004(Walk& w) {
   w.extra("cross_out.shape", size_repr(cross_out));
   w.extra("cross_weights.shape", size_repr(cross_weights));
   w.extra("cross_weights[0]", cross_weights[0]);
+  w.plot("cross_weights", cross_weights[0], tokens, {"c0", "c1", "c2", "c3", "c4"});
 
   w.step("Why scale by head_size**-0.5: q . k of unit-variance vectors has variance head_size.");
   w.note("q_rand, k_rand: fresh (4, 8, 16) tensors from N(0, 1), continuing the stream.");
@@ -510,7 +543,9 @@ const std::vector<SeedInfo>& walkthrough_seeds() {
   return seeds;
 }
 
-void run_walkthrough(const std::string& seed, std::ostream& os) {
+void run_walkthrough(const std::string& seed, std::ostream& os) { run_walkthrough(seed, os, ""); }
+
+void run_walkthrough(const std::string& seed, std::ostream& os, const std::string& plots_dir) {
   const std::vector<SeedInfo>& seeds = walkthrough_seeds();
   std::vector<std::size_t> chosen;
   for (std::size_t i = 0; i < seeds.size(); ++i)
@@ -520,8 +555,15 @@ void run_walkthrough(const std::string& seed, std::ostream& os) {
     for (const SeedInfo& s : seeds) known += " " + s.id;
     throw Error("[walkthrough] unknown seed '" + seed + "'; expected one of" + known);
   }
+  if (!plots_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(plots_dir, ec);
+    if (ec || !std::filesystem::is_directory(plots_dir))
+      throw Error("[walkthrough] cannot create the plots directory '" + plots_dir +
+                  "': " + (ec ? ec.message() : "not a directory"));
+  }
   PrintOptionsGuard guard;
-  Walk walk(os);
+  Walk walk(os, plots_dir);
   for (std::size_t i : chosen) {
     print_options() = PrintOptions{};  // every document starts from PyTorch's defaults
     walk.seed(seeds[i], seed_entries()[i].summary);

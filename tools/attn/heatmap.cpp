@@ -1,0 +1,175 @@
+// `attn heatmap` and the heatmaps of `attn walkthrough --plots`: see heatmap.h.
+#include "heatmap.h"
+
+#include <attn/attn.h>
+#include <attn/plot.h>
+
+#include <charconv>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace attn::tools {
+
+namespace {
+
+const std::vector<std::string>& mechanisms() {
+  static const std::vector<std::string> names = {"self-v1", "self-v2", "causal", "multihead"};
+  return names;
+}
+
+// `--flag VALUE` / `--flag=VALUE` for the known flags; anything else is a FlagError.
+std::map<std::string, std::string> parse_flags(std::span<const std::string> args) {
+  static const std::vector<std::string> known = {"mechanism", "sentence", "heads",
+                                                 "d-out",     "seed",     "out"};
+  std::map<std::string, std::string> values;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0)
+      throw FlagError("heatmap: unexpected argument '" + arg + "'");
+    std::string name = arg.substr(2);
+    std::optional<std::string> value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    bool ok = false;
+    for (const std::string& k : known) ok = ok || k == name;
+    if (!ok) throw FlagError("heatmap: unknown option '--" + name + "'");
+    if (!value) {
+      if (i + 1 >= args.size()) throw FlagError("heatmap: --" + name + " needs a value");
+      value = args[++i];
+    }
+    values[name] = *value;
+  }
+  return values;
+}
+
+template <typename T>
+T parse_number(const std::map<std::string, std::string>& flags, const std::string& name, T fallback,
+               T min, T max) {
+  auto it = flags.find(name);
+  if (it == flags.end()) return fallback;
+  const std::string& s = it->second;
+  T v{};
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || v < min || v > max)
+    throw FlagError("heatmap: invalid value '" + s + "' for --" + name +
+                    ": expected an integer in [" + std::to_string(min) + ", " +
+                    std::to_string(max) + "]");
+  return v;
+}
+
+}  // namespace
+
+void write_weights_heatmap(const std::string& path, const std::string& title, const Tensor& weights,
+                           const std::vector<std::string>& row_labels,
+                           const std::vector<std::string>& col_labels,
+                           const std::string& panel_prefix) {
+  if (!weights.defined() || weights.dim() < 1 || weights.numel() == 0)
+    throw Error(std::string("[write_weights_heatmap] ") +
+                "expected a non-empty tensor of attention weights");
+  Tensor w = weights.detach().float_().contiguous();
+  if (w.dim() == 1) w = w.unsqueeze(0);
+  const int64_t rows = w.size(-2), cols = w.size(-1);
+  if (rows != int64_t(row_labels.size()) || cols != int64_t(col_labels.size()))
+    throw Error(std::string("[write_weights_heatmap] ") + "weights of " + std::to_string(rows) +
+                " x " + std::to_string(cols) + " need as many labels, got " +
+                std::to_string(row_labels.size()) + " row and " +
+                std::to_string(col_labels.size()) + " column labels");
+  const std::vector<float> v = w.to_float_vector();
+  const int64_t panels = int64_t(v.size()) / (rows * cols);
+  plot::Heatmap h;
+  h.title = title;
+  h.x_label = "key";
+  h.y_label = "query";
+  h.row_labels = row_labels;
+  h.col_labels = col_labels;
+  for (int64_t p = 0; p < panels; ++p) {
+    plot::HeatmapPanel panel;
+    panel.title = panel_prefix + " " + std::to_string(p);
+    panel.values.assign(v.begin() + p * rows * cols, v.begin() + (p + 1) * rows * cols);
+    h.panels.push_back(std::move(panel));
+  }
+  plot::save(h, path);
+}
+
+int heatmap_command(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
+  const std::map<std::string, std::string> flags = parse_flags(args);
+  auto flag = [&](const std::string& name, const std::string& fallback) {
+    auto it = flags.find(name);
+    return it == flags.end() ? fallback : it->second;
+  };
+  if (!flags.count("mechanism")) throw FlagError("heatmap: --mechanism NAME is required");
+  const std::string mechanism = flag("mechanism", "");
+  bool known = false;
+  std::string names;
+  for (const std::string& m : mechanisms()) {
+    known = known || m == mechanism;
+    names += " " + m;
+  }
+  if (!known)
+    throw FlagError("heatmap: unknown mechanism '" + mechanism + "' (expected one of" + names +
+                    ")");
+  if (!flags.count("out")) throw FlagError("heatmap: --out FILE.png is required");
+  const std::string path = flag("out", "");
+  if (path.empty()) throw FlagError("heatmap: --out needs a file name");
+  const bool multihead = mechanism == "multihead";
+  const std::string sentence = flag("sentence", "Life is short, eat dessert first");
+  const int64_t heads = parse_number<int64_t>(flags, "heads", multihead ? 2 : 1, 1, 256);
+  if (!multihead && heads != 1)
+    throw FlagError("heatmap: --heads applies to --mechanism multihead only");
+  const int64_t d_out = parse_number<int64_t>(flags, "d-out", multihead ? 4 : 2, 1, 256);
+  if (d_out % heads != 0)
+    throw FlagError("heatmap: --heads " + std::to_string(heads) + " does not divide --d-out " +
+                    std::to_string(d_out));
+  const uint64_t seed = parse_number<uint64_t>(flags, "seed", 123, 0, UINT64_MAX);
+
+  const std::vector<std::string> tokens = nn::Vocabulary::tokenize(sentence);
+  if (tokens.empty()) throw FlagError("heatmap: --sentence has no words");
+  if (tokens.size() > 512)
+    throw FlagError("heatmap: --sentence has " + std::to_string(tokens.size()) +
+                    " words (at most 512)");
+  nn::Vocabulary vocab(sentence);
+  const int64_t d_in = multihead ? d_out : 3;
+
+  // As seed 000: the embedding after manual_seed(S), the weights after manual_seed(S) again.
+  manual_seed(seed);
+  nn::Embedding embed(std::max<int64_t>(50000, vocab.size()), d_in);
+  const Tensor x = embed(vocab.encode(sentence)).detach();  // (L, d_in)
+  const int64_t L = x.size(0);
+  manual_seed(seed);
+  Tensor weights;
+  if (mechanism == "self-v1") {
+    nn::SelfAttentionV1 m(d_in, d_out);
+    weights = m.attention_weights(x);
+  } else if (mechanism == "self-v2") {
+    nn::SelfAttentionV2 m(d_in, d_out);
+    weights = m.attention_weights(x);
+  } else if (mechanism == "causal") {
+    nn::CausalAttention m(d_in, d_out, L, /*dropout=*/0.0);
+    m.eval();
+    weights = m.attention_weights(x);
+  } else {
+    nn::MultiheadAttention m(d_out, heads);
+    m.eval();
+    weights = m.forward(x, x, x, Tensor(), /*need_weights=*/true, Tensor(),
+                        /*average_attn_weights=*/false)
+                  .weights;  // (H, L, L)
+  }
+  const std::string title = mechanism + " attention weights (seed " + std::to_string(seed) +
+                            ", d_out " + std::to_string(d_out) +
+                            (multihead ? ", " + std::to_string(heads) + " heads)" : ")");
+  write_weights_heatmap(path, title, weights, tokens, tokens, "head");
+  const int64_t panels = weights.numel() / (L * L);
+  out << "wrote " << path << ": " << panels << (panels == 1 ? " panel" : " panels") << " of " << L
+      << " x " << L << " attention weights (" << mechanism << ")\n";
+  (void)err;
+  return 0;
+}
+
+}  // namespace attn::tools
