@@ -45,7 +45,9 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t acc = 1;
   for (int64_t i = int64_t(shape.size()) - 1; i >= 0; --i) {
     st[i] = acc;
-    acc *= std::max<int64_t>(shape[i], 1);
+    // Even an empty tensor ((0, 10^18, 10^18)) needs strides that fit in int64.
+    if (i > 0 && __builtin_mul_overflow(acc, std::max<int64_t>(shape[i], 1), &acc))
+      throw Error("[shape] the strides of " + shape_str(shape) + " overflow int64");
   }
   return st;
 }

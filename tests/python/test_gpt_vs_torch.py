@@ -397,3 +397,12 @@ def test_training_loop_learns_a_pattern():
         opt.step()
         losses.append(float(loss))
     assert losses[0] > 1.2 and losses[-1] < 0.2, losses[::10]
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_propagates_nan(approximate):
+    a = attn.tensor([float("nan"), 1.0, float("nan")]).requires_grad_(True)
+    y = attn.nn.functional.gelu(a, approximate=approximate)
+    y.sum().backward()
+    assert [math.isnan(v) for v in y.tolist()] == [True, False, True]
+    assert [math.isnan(v) for v in a.grad.tolist()] == [True, False, True]

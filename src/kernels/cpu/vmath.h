@@ -17,15 +17,19 @@ namespace attn::kernels::vmath {
 // 2.4e38 above). x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to r^7 (truncation
 // error below 6e-9), scaled by 2^n through the exponent bits.
 __attribute__((always_inline)) inline float exp(float x) {
-  // Ternaries and int arithmetic rather than fmin/floor calls, so that callers vectorise.
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  const float y = x * 1.44269504088896341f + 0.5f;
-  int32_t ni = int32_t(y);       // truncation toward zero ...
-  ni -= int32_t(float(ni) > y);  // ... then floor
+  // Ternaries and int arithmetic rather than fmin/floor calls, so that callers vectorise. The
+  // comparisons send NaN to -87 so that the int conversion below stays defined: exp(NaN) returns
+  // e^-87, not NaN (a final select would stop GCC vectorising the callers). Every caller here
+  // also feeds its NaN input through another term (t in erfc_pos, the Taylor branch in tanh), so
+  // NaN still propagates to the results; tests check that it does.
+  float xc = x > -87.0f ? x : -87.0f;
+  xc = xc < 88.0f ? xc : 88.0f;
+  const float y = xc * 1.44269504088896341f + 0.5f;
+  int32_t ni = int32_t(y);          // truncation toward zero ...
+  ni -= int32_t(float(ni) > y);     // ... then floor
   const float n = float(ni);
   // ln2 split in two so that n * ln2_hi is exact.
-  float r = x - n * 0.693359375f;
+  float r = xc - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
