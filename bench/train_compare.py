@@ -7,10 +7,15 @@ memory; optionally times `attn generate` with and without the KV cache.
     /usr/bin/python3 bench/train_compare.py --quick                # 200 iters, smoke run
     /usr/bin/python3 bench/train_compare.py --generate --markdown /tmp/train.md
 
-For every thread count, attn runs first and PyTorch right after it. Both get the same flags
-(every training flag is passed explicitly, so the commands in the report are complete) and the
-environment OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=N besides --threads N. Figures come from the
-`done:` line each program prints last:
+For every thread count N, attn runs first and PyTorch right after it. Both get the same flags
+(every training flag is passed explicitly, so the commands in the report are complete). attn gets
+--threads N and OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=N. PyTorch 1.13 as Debian builds it has two
+thread pools, OpenMP for its own kernels and a pthread OpenBLAS for matmuls, and with both at N
+(what --threads N gives) 2N workers spin against each other on N cores. So for N > 1 it runs in
+three layouts by default (--torch-layouts best): OpenMP N + OpenBLAS N, OpenMP 1 + OpenBLAS N,
+OpenMP N + OpenBLAS 1 (train_torch.py --threads A --blas-threads B, with OMP_NUM_THREADS=A
+OPENBLAS_NUM_THREADS=B). The table compares with the fastest and lists them all. Figures come
+from the `done:` line each program prints last:
     done: iters=N ms_per_iter=X train_loss=Y val_loss=Z tokens_per_s=W
 (ms_per_iter is each program's median step time, evaluation excluded). Peak memory is the
 child's ru_maxrss from wait4(), the same measure for both programs; for PyTorch it includes the
@@ -150,24 +155,36 @@ def run_child(cmd, env, label, echo=True, timeout=None):
             "peak_rss_mib": usage.ru_maxrss / 1024.0}
 
 
-def thread_env(n):
+def thread_env(n, blas=None):
     env = dict(os.environ)
     env["OMP_NUM_THREADS"] = str(n)
-    env["OPENBLAS_NUM_THREADS"] = str(n)
+    env["OPENBLAS_NUM_THREADS"] = str(n if blas is None else blas)
     return env
 
 
-def env_prefix(n):
-    return "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d" % (n, n)
+def env_prefix(n, blas=None):
+    return "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d" % (n, n if blas is None else blas)
 
 
-def show(cmd, n):
+def show(cmd, n, blas=None):
     """cmd as a shell line run from the repository root, with its thread environment."""
     def rel(c):
         if os.path.isabs(c) and c.startswith(ROOT + os.sep):
             return os.path.relpath(c, ROOT)
         return c
-    return env_prefix(n) + " " + " ".join(shlex.quote(rel(c)) for c in cmd)
+    return env_prefix(n, blas) + " " + " ".join(shlex.quote(rel(c)) for c in cmd)
+
+
+def torch_layouts(n, mode, fixed_blas):
+    """(OpenMP threads, OpenBLAS threads) layouts PyTorch runs with for n threads. torch 1.13 on
+    Debian keeps two pools: OpenMP for its own kernels and pthread OpenBLAS for matmuls, so
+    --threads n alone gives 2n workers that spin against each other on n cores. 'best' also
+    tries each pool alone at n (the other at 1) and the table reports the fastest."""
+    if fixed_blas:
+        return [(n, fixed_blas)]
+    if mode == "same" or n == 1:
+        return [(n, n)]
+    return [(n, n), (1, n), (n, 1)]
 
 
 def fmt_flag_value(v):
@@ -236,7 +253,7 @@ def train_rows(results):
             return "skipped" if rec.get("skipped") else "failed"
 
         rows.append([
-            str(r["threads"]), ms(a, am), ms(t, tm),
+            str(r["threads"]), ms(a, am), ms(t, tm), t.get("layout") or "-",
             fnum(ratio, ".2f") + ("x" if ratio is not None else ""),
             fnum(am and am["val_loss"], ".4f"), fnum(tm and tm["val_loss"], ".4f"),
             fnum(max_eval_gap(am, tm), ".4f"),
@@ -245,8 +262,29 @@ def train_rows(results):
     return rows
 
 
-TRAIN_HEAD = ["threads", "attn ms/iter", "torch ms/iter", "torch/attn", "attn val loss",
-              "torch val loss", "max loss diff", "attn peak MiB", "torch peak MiB"]
+TRAIN_HEAD = ["threads", "attn ms/iter", "torch ms/iter", "torch layout", "torch/attn",
+              "attn val loss", "torch val loss", "max loss diff", "attn peak MiB",
+              "torch peak MiB"]
+LAYOUT_HEAD = ["threads", "torch layout", "torch ms/iter", "torch/attn", "torch peak MiB"]
+
+
+def layout_rows(results):
+    """Every PyTorch thread layout tried, where more than one was."""
+    rows = []
+    for r in results:
+        layouts = r.get("torch_layouts") or []
+        if len(layouts) < 2:
+            continue
+        am = r["attn"]["figures"]
+        for t in layouts:
+            tm = t["figures"]
+            ratio = (tm["ms_per_iter"] / am["ms_per_iter"]
+                     if am and tm and am["ms_per_iter"] > 0 else None)
+            rows.append([str(r["threads"]), t["layout"],
+                         fnum(tm and tm["ms_per_iter"], ".2f") if tm else "failed",
+                         fnum(ratio, ".2f") + ("x" if ratio is not None else ""),
+                         fnum(t["peak_rss_mib"], ".1f")])
+    return rows
 GEN_HEAD = ["threads", "cache", "tokens", "ms (median)", "tokens/s (median)", "runs"]
 
 
@@ -285,9 +323,11 @@ def verdicts(results, iters):
                         ("" if am["iters"] == 2000 else " (the target is for 2000 iterations)")))
         if am and tm and am["ms_per_iter"] > 0:
             ratio = tm["ms_per_iter"] / am["ms_per_iter"]
-            out.append("threads %d: torch/attn ms per iteration %.2fx %s %.1fx: %s" %
+            out.append("threads %d: torch/attn ms per iteration %.2fx %s %.1fx: %s "
+                       "(against PyTorch's fastest layout tried, %s)" %
                        (r["threads"], ratio, ">=" if ratio >= SPEEDUP_TARGET else "<",
-                        SPEEDUP_TARGET, "met" if ratio >= SPEEDUP_TARGET else "missed"))
+                        SPEEDUP_TARGET, "met" if ratio >= SPEEDUP_TARGET else "missed",
+                        r["torch"].get("layout")))
     return out
 
 
@@ -308,9 +348,12 @@ def markdown(args, info, results, gen, commands, gen_commands):
     cores = m.get("cpus")
     lines = ["## Training (attn train vs PyTorch)", ""]
     lines.append("Measured %s on %s (%s CPU(s)%s), PyTorch %s, attn at git %s. Load average "
-                 "at the start: %s. Threads per run as in the table: each program gets "
-                 "`--threads N` and OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=N; attn runs first, "
-                 "PyTorch right after it." %
+                 "at the start: %s. attn gets `--threads N` (one OpenMP pool, OpenBLAS "
+                 "single-threaded inside it). PyTorch 1.13 (Debian) has two pools, OpenMP for "
+                 "its kernels and pthread OpenBLAS for matmuls; its layout `ompA+blasB` means "
+                 "`--threads A --blas-threads B` with OMP_NUM_THREADS=A OPENBLAS_NUM_THREADS=B, "
+                 "and the main table shows the fastest layout tried with at most N threads per "
+                 "pool. For each N attn runs first, then PyTorch's layouts." %
                  (info["date"], m.get("model") or "unknown CPU", cores,
                   ", %d core(s) per socket x %d socket(s)" % (m["cores_per_socket"],
                                                              m["sockets"])
@@ -327,6 +370,11 @@ def markdown(args, info, results, gen, commands, gen_commands):
     lines.append("")
     lines.append(md_table(TRAIN_HEAD, train_rows(results)))
     lines.append("")
+    if layout_rows(results):
+        lines.append("Every PyTorch thread layout tried:")
+        lines.append("")
+        lines.append(md_table(LAYOUT_HEAD, layout_rows(results)))
+        lines.append("")
     for v in verdicts(results, args.max_iters):
         lines.append("- " + v)
     lines.append("")
@@ -372,6 +420,12 @@ def parse_args(argv=None):
     p.add_argument("--bias", dest="bias", action="store_true", default=False)
     p.add_argument("--no-bias", dest="bias", action="store_false")
     p.add_argument("--only", choices=("attn", "torch"), help="run just one of the two")
+    p.add_argument("--torch-layouts", choices=("best", "same"), default="best",
+                   help="PyTorch's thread pools for N threads. same: OpenMP N and OpenBLAS N "
+                        "(--threads N alone; 2N workers on N cores). best (default): also "
+                        "OpenMP 1 + OpenBLAS N and OpenMP N + OpenBLAS 1, report the fastest")
+    p.add_argument("--torch-blas-threads", type=int, default=None, metavar="K",
+                   help="run PyTorch only with OpenMP N + OpenBLAS K (overrides --torch-layouts)")
     p.add_argument("--out-dir", help="where attn train writes its checkpoints "
                                      "(default: a new directory under /tmp)")
     p.add_argument("--generate", action="store_true", help="also time attn generate")
@@ -431,7 +485,10 @@ def main(argv=None):
     first_ckpt = None
     for n in args.thread_list:
         entry = {"threads": n}
-        for impl in ("attn", "torch"):
+        jobs = [("attn", n, None)]
+        jobs += [("torch", omp, blas) for omp, blas in
+                 torch_layouts(n, args.torch_layouts, args.torch_blas_threads)]
+        for impl, omp, blas in jobs:
             if args.only and args.only != impl:
                 entry[impl] = {"figures": None, "peak_rss_mib": None, "rc": None,
                                "skipped": True}
@@ -439,21 +496,24 @@ def main(argv=None):
             if impl == "attn":
                 ckpt = os.path.join(out_dir, "threads%d" % n)
                 cmd = [attn, "train"] + flags + ["--threads", str(n), "--out", ckpt]
+                layout = None
             else:
                 ckpt = None
                 cmd = [args.python, os.path.join(ROOT, "bench", "train_torch.py")] + flags + \
-                      ["--threads", str(n)]
-            shown = show(cmd, n)
+                      ["--threads", str(omp), "--blas-threads", str(blas)]
+                layout = "omp%d+blas%d" % (omp, blas)
+            shown = show(cmd, omp, blas)
             commands.append(shown)
-            print("\n== %s, %d thread(s)\n%s" % (impl, n, shown), flush=True)
-            run = run_child(cmd, thread_env(n), "%s t=%d" % (impl, n), not args.no_echo,
-                            args.timeout)
+            print("\n== %s, %d thread(s)%s\n%s" %
+                  (impl, n, ", " + layout if layout else "", shown), flush=True)
+            run = run_child(cmd, thread_env(omp, blas), "%s t=%d" % (impl, n),
+                            not args.no_echo, args.timeout)
             figures = parse_done(run["stdout"]) or parse_done(run["stderr"])
             if figures:
                 figures["evals"] = parse_evals(run["stdout"]) or parse_evals(run["stderr"])
             rec = {"cmd": shown, "rc": run["rc"], "error": run["error"],
                    "wall_s": run["wall_s"], "peak_rss_mib": run["peak_rss_mib"],
-                   "figures": figures, "ckpt": ckpt}
+                   "figures": figures, "ckpt": ckpt, "layout": layout}
             if run["rc"] != 0 or figures is None:
                 failed = True
                 rec["figures"] = None
@@ -465,7 +525,14 @@ def main(argv=None):
                       (impl, n, why, "\n".join("   " + t for t in tail)), flush=True)
             elif impl == "attn" and first_ckpt is None:
                 first_ckpt = ckpt
-            entry[impl] = rec
+            if impl == "attn":
+                entry["attn"] = rec
+                continue
+            # PyTorch: keep every layout, report the fastest that produced its figures.
+            entry.setdefault("torch_layouts", []).append(rec)
+            ok = [r for r in entry["torch_layouts"] if r["figures"]]
+            entry["torch"] = (min(ok, key=lambda r: r["figures"]["ms_per_iter"]) if ok
+                              else entry["torch_layouts"][0])
         results.append(entry)
 
     gen, gen_commands = [], []
@@ -518,6 +585,8 @@ def main(argv=None):
                                 "all": figs})
 
     print("\n" + text_table(TRAIN_HEAD, train_rows(results)))
+    if layout_rows(results):
+        print("\nPyTorch thread layouts:\n" + text_table(LAYOUT_HEAD, layout_rows(results)))
     for v in verdicts(results, args.max_iters):
         print(v)
     if gen:
