@@ -124,7 +124,7 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
   out_shape.back() = N;
   Tensor y = detail::make_tensor(out_shape, Dtype::Float32, false);
   float* yp = y.data_ptr<float>();
-  if (K <= 64 && M * N * K <= (int64_t(1) << 15)) {
+  if (detail::textbook_gemm(M, N, K)) {
     // Products this small go through matmul's plain left-to-right loop (ops/linalg.cpp), whose
     // rounding reproduces the seeds' printed numbers; the bias is added after, as before.
     NoGradGuard no_grad;

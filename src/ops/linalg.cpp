@@ -62,6 +62,14 @@ std::vector<float> pack(const Mat<float>& m) {
 // Long dot products (K > 64) always go to BLAS, whose blocked sums are more accurate.
 constexpr int64_t kSmallGemmFlops = 1 << 15;
 
+}  // namespace
+
+bool detail::textbook_gemm(int64_t M, int64_t N, int64_t K) {
+  return K <= 64 && M * N * K <= kSmallGemmFlops;
+}
+
+namespace {
+
 void gemm_small(const Mat<float>& a, const Mat<float>& b, float* out) {
   const int64_t M = a.rows, K = a.cols, N = b.cols;
   for (int64_t i = 0; i < M; ++i)
@@ -83,7 +91,7 @@ void gemm(const Mat<float>& a, const Mat<float>& b, float* out) {
     std::fill(out, out + M * N, 0.f);
     return;
   }
-  if (K <= 64 && M * N * K <= kSmallGemmFlops) {
+  if (detail::textbook_gemm(M, N, K)) {
     gemm_small(a, b, out);
     return;
   }

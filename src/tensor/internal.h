@@ -70,6 +70,10 @@ void strided_loop(const Shape& shape, const std::array<const Shape*, N>& strides
   }
 }
 
+// Whether matmul computes an (M, K) x (K, N) product with its plain left-to-right loop rather than
+// BLAS (ops/linalg.cpp). Anything that must round exactly like matmul (functional::linear) asks.
+bool textbook_gemm(int64_t M, int64_t N, int64_t K);
+
 // Strides of `t` broadcast to `shape` (0 where t's dim is 1 or missing). Assumes compatibility.
 Shape broadcast_strides(const Tensor& t, const Shape& shape);
 
