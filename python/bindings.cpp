@@ -289,7 +289,7 @@ Tensor var_like(const Tensor& t, const py::object& dim, const py::object& unbias
     unb = c == 1;
   }
   py::object d = dim.is_none() ? axis : dim;
-  if (d.is_none()) return keepdim ? t.var({}, unb, true) : t.var(unb);
+  if (d.is_none()) return t.var(Shape{}, unb, keepdim);
   return t.var(to_dims(d), unb, keepdim);
 }
 

@@ -9,7 +9,8 @@
 
 namespace attn {
 
-// ---- creation ---------------------------------------------------------------------------------------
+// ---- creation
+// ---------------------------------------------------------------------------------------
 // torch.tensor: dtype inferred from the values (float32 if any float, else int64, bool if all bool)
 // unless given.
 Tensor tensor(const NestedList& data, std::optional<Dtype> dtype = std::nullopt);
@@ -32,7 +33,8 @@ Tensor triu(const Tensor& t, int64_t diagonal = 0);
 // Wraps memory owned elsewhere (NumPy) without copying. `owner` keeps it alive.
 Tensor from_blob(void* data, Shape shape, Shape strides, Dtype dtype, std::shared_ptr<void> owner);
 
-// ---- random (bitwise identical to PyTorch's CPU generator for the same seed and call sequence) ------
+// ---- random (bitwise identical to PyTorch's CPU generator for the same seed and call sequence)
+// ------
 Tensor rand(Shape shape, Generator* gen = nullptr);
 Tensor randn(Shape shape, Generator* gen = nullptr);
 Tensor randint(int64_t low, int64_t high, Shape shape, Generator* gen = nullptr);
@@ -42,7 +44,8 @@ Tensor& uniform_(Tensor& t, double from = 0.0, double to = 1.0, Generator* gen =
 Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
 Tensor& bernoulli_(Tensor& t, double p, Generator* gen = nullptr);
 
-// ---- math ---------------------------------------------------------------------------------------------
+// ---- math
+// ---------------------------------------------------------------------------------------------
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
@@ -63,7 +66,17 @@ Tensor sum(const Tensor& t);
 Tensor sum(const Tensor& t, Shape dims, bool keepdim = false);
 Tensor mean(const Tensor& t);
 Tensor mean(const Tensor& t, Shape dims, bool keepdim = false);
-Tensor var(const Tensor& t, bool unbiased = true);
+// As Tensor::var: var(t) and var(t, false) reduce everything, var(t, 1) and var(t, {0, 2}) dims.
+inline Tensor var(const Tensor& t) { return t.var(); }
+template <std::same_as<bool> B>
+Tensor var(const Tensor& t, B unbiased) {
+  return t.var(unbiased);
+}
+template <std::integral I>
+requires(!std::same_as<I, bool>) Tensor
+    var(const Tensor& t, I dim, bool unbiased = true, bool keepdim = false) {
+  return t.var(dim, unbiased, keepdim);
+}
 Tensor var(const Tensor& t, Shape dims, bool unbiased = true, bool keepdim = false);
 Tensor softmax(const Tensor& t, int64_t dim);
 Tensor log_softmax(const Tensor& t, int64_t dim);

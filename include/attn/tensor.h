@@ -8,6 +8,7 @@
 
 #include <attn/common.h>
 
+#include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <iosfwd>
@@ -33,9 +34,12 @@ class Scalar {
   Kind kind() const { return kind_; }
   bool is_floating() const { return kind_ == Kind::Float; }
   double to_double() const { return d_; }
-  int64_t to_int() const { return kind_ == Kind::Float ? int64_t(d_) : i_; }
+  // A float is truncated towards zero; one outside int64's range (or NaN) throws attn::Error, as
+  // PyTorch's "value cannot be converted to type int64_t without overflow".
+  int64_t to_int() const { return kind_ == Kind::Float ? float_to_int(d_) : i_; }
 
  private:
+  static int64_t float_to_int(double v);
   Kind kind_;
   double d_ = 0;
   int64_t i_ = 0;
@@ -223,7 +227,17 @@ class Tensor {
   Tensor mean() const;
   Tensor mean(Shape dims, bool keepdim = false) const;
   // Variance with Bessel's correction by default (torch's unbiased=True, correction=1).
-  Tensor var(bool unbiased = true) const;
+  // var() and var(false) reduce everything; var(1), var({1}) and var({0, 2}) reduce dims, as
+  // torch's t.var(1). (Only a real bool selects the first form: var(1) is a dim, never
+  // unbiased = true.)
+  Tensor var() const { return var(Shape{}, true, false); }
+  template <std::same_as<bool> B>
+  Tensor var(B unbiased) const {
+    return var(Shape{}, unbiased, false);
+  }
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) Tensor var(I dim, bool unbiased = true, bool keepdim = false)
+  const { return var(Shape{int64_t(dim)}, unbiased, keepdim); }
   Tensor var(Shape dims, bool unbiased = true, bool keepdim = false) const;
   Tensor max() const;
   Tensor min() const;

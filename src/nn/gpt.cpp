@@ -225,6 +225,8 @@ Tensor GPT::generate(const Tensor& idx_in, const GenerateOptions& opt, Generator
     for (int64_t b = 0; b < B; ++b) {
       const float* lr = logits.data_ptr<float>() + b * V;
       // top_k: keep the logits >= the k-th largest (ties kept, as nanoGPT's filter).
+      for (int64_t v = 0; v < V; ++v)  // (NaN would also break nth_element's ordering)
+        if (std::isnan(lr[v])) fail(fn, "the model produced non-finite logits at step ", step);
       float threshold = -INFINITY;
       if (opt.top_k > 0 && opt.top_k < V) {
         std::iota(order.begin(), order.end(), 0);

@@ -318,7 +318,6 @@ Tensor Tensor::var(Shape dims, bool unbiased, bool keepdim) const {
                                      }),
                         "VarBackward0", {this}, std::move(backward), {*this});
 }
-Tensor Tensor::var(bool unbiased) const { return var({}, unbiased, false); }
 
 namespace {
 
@@ -445,7 +444,6 @@ Tensor sum(const Tensor& t) { return t.sum(); }
 Tensor sum(const Tensor& t, Shape dims, bool keepdim) { return t.sum(std::move(dims), keepdim); }
 Tensor mean(const Tensor& t) { return t.mean(); }
 Tensor mean(const Tensor& t, Shape dims, bool keepdim) { return t.mean(std::move(dims), keepdim); }
-Tensor var(const Tensor& t, bool unbiased) { return t.var(unbiased); }
 Tensor var(const Tensor& t, Shape dims, bool unbiased, bool keepdim) {
   return t.var(std::move(dims), unbiased, keepdim);
 }

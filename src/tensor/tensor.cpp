@@ -14,6 +14,17 @@
 
 namespace attn {
 
+namespace {
+// Whether truncating d towards zero gives an int64 (false for NaN and infinities).
+bool fits_int64(double d) { return d >= -9223372036854775808.0 && d < 9223372036854775808.0; }
+}  // namespace
+
+int64_t Scalar::float_to_int(double v) {
+  if (!fits_int64(v))
+    detail::fail("Scalar", "value ", v, " cannot be converted to type int64 without overflow");
+  return int64_t(v);
+}
+
 using detail::fail;
 using detail::wrap_dim;
 
@@ -785,13 +796,21 @@ void nested_shape(const NestedList& l, int64_t depth, Shape& shape, bool& any_fl
   for (const auto& it : l.items()) nested_shape(it, depth + 1, shape, any_float, all_bool);
 }
 
+// An element of an int64 tensor: floats are truncated (as torch) but must fit, NaN and inf do not
+// (torch: "value cannot be converted to type int64 without overflow").
+int64_t nested_int(const Scalar& s) {
+  if (s.kind() == Scalar::Kind::Float && !fits_int64(s.to_double()))
+    fail("tensor", "value ", s.to_double(), " cannot be converted to type int64 without overflow");
+  return s.to_int();
+}
+
 template <typename T>
 void nested_fill(const NestedList& l, T*& out) {
   if (l.is_leaf()) {
     if constexpr (std::is_same_v<T, bool>)
       *out++ = l.scalar().to_double() != 0;
     else if constexpr (std::is_same_v<T, int64_t>)
-      *out++ = l.scalar().to_int();
+      *out++ = nested_int(l.scalar());
     else
       *out++ = T(l.scalar().to_double());
     return;

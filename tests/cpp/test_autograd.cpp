@@ -324,7 +324,7 @@ TEST_F(AutogradTest, Reductions) {
        {x}},
       {"var()", [](auto& t) { return t[0].var(); }, {x}},
       {"var(biased)", [](auto& t) { return t[0].var(false); }, {x}},
-      {"var(1)", [](auto& t) { return t[0].var({1}); }, {x}},
+      {"var(1)", [](auto& t) { return t[0].var(Shape{1}); }, {x}},
       {"var({0, 2}, biased, keepdim)",
        [](auto& t) {
          return t[0].var({0, 2}, false, true);

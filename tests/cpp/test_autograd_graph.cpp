@@ -138,7 +138,7 @@ TEST_F(AutogradGraphTest, ReductionsAndSoftmax) {
       {"w.mean()", w.mean(), "MeanBackward0"},
       {"w.mean(0)", w.mean({0}), "MeanBackward1"},
       {"w.var()", w.var(), "VarBackward0"},
-      {"w.var(0)", w.var({0}), "VarBackward0"},
+      {"w.var(0)", w.var(Shape{0}), "VarBackward0"},
       {"w.max()", w.max(), "MaxBackward1"},
       {"w.min()", w.min(), "MinBackward1"},
       {"w.max(1).values", std::get<0>(w.max(1)), "MaxBackward0"},

@@ -159,7 +159,9 @@ TEST(CharTokenizer, FromJsonErrors) {
       {R"({"type": "char", "type": "char", "chars": ["a"]})", "key 'type' more than once"},
       {"{\"type\": \"char\", \"chars\": [\"\xff\"]}", "invalid JSON"},
   };
-  for (const auto& [json, expect] : cases) {
+  for (const auto& c : cases) {
+    const std::string& json = c.first;
+    const std::string& expect = c.second;
     SCOPED_TRACE(json);
     const std::string msg = error_of([&] { CharTokenizer::from_json(json); });
     EXPECT_EQ(msg.rfind("[CharTokenizer::from_json] ", 0), 0u) << msg;

@@ -357,9 +357,10 @@ std::vector<Case> table() {
   t.push_back(with(mk(1, 2, 2, 130, 190, 64, 64),
                    [](Case& c) { c.mask = Mask::FloatFull, c.causal = Causal::BottomRight; }));
   // Sliding windows, with and without causal.
-  for (auto [wl, wr] : std::vector<std::pair<int64_t, int64_t>>{
+  for (auto w : std::vector<std::pair<int64_t, int64_t>>{
            {5, 3}, {0, 0}, {16, -1}, {-1, 7}, {70, 70}, {0, -1}, {-1, 0}, {200, 1}})
-    t.push_back(with(mk(1, 2, 2, 129, 150, 16, 16), [&](Case& c) { c.wl = wl, c.wr = wr; }));
+    t.push_back(
+        with(mk(1, 2, 2, 129, 150, 16, 16), [&](Case& c) { c.wl = w.first, c.wr = w.second; }));
   t.push_back(with(mk(1, 2, 2, 100, 160, 16, 16),
                    [](Case& c) { c.wl = 20, c.wr = 5, c.causal = Causal::BottomRight; }));
   t.push_back(with(mk(1, 2, 2, 100, 60, 16, 16),

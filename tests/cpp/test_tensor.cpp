@@ -860,6 +860,17 @@ TEST(TensorReduce, SumMeanVarOverDimLists) {
   expect_close(x.var(false), {var_of(values(x), 0)}, 1e-5, 1e-6);
   expect_tensor(tensor({2.0}).var(), {}, Dtype::Float32, {kNaN});  // torch: nan (n - 1 = 0)
   expect_tensor(tensor({2.0}).var(false), {}, Dtype::Float32, {0});
+  // An integer is a dim, as torch's x.var(1), never unbiased = true; {1} is a dim list.
+  {
+    const std::vector<bool> red1{false, true, false};
+    const auto var1 = naive_reduce(x, red1, [](const auto& v) { return var_of(v, 1); });
+    expect_close(x.var(1), var1, 1e-5, 1e-6);
+    expect_close(x.var({1}), var1, 1e-5, 1e-6);
+    expect_close(var(x, 1), var1, 1e-5, 1e-6);
+    expect_close(var(x, {1}), var1, 1e-5, 1e-6);
+    EXPECT_EQ(x.var(int64_t(-1), false, true).shape(), (Shape{x.size(0), x.size(1), 1}));
+    EXPECT_EQ(var(x, true).dim(), 0);
+  }
   expect_tensor(zeros({2, 0}).sum({1}), {2}, Dtype::Float32, {0, 0});
   expect_tensor(zeros({2, 0}).mean({1}), {2}, Dtype::Float32, {kNaN, kNaN});
   expect_tensor(tensor(3.0).sum({0}), {}, Dtype::Float32, {3});

@@ -14,7 +14,9 @@
 
 // GCC 12 warns about the deliberately undefined pass-through operand inside the AVX-512
 // intrinsics (GCC bug 105593); it is not a bug in this file.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace attn::kernels {
 

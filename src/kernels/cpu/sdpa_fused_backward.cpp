@@ -14,7 +14,9 @@
 
 // GCC 12 reports the AVX-512 intrinsics' internal _mm512_undefined_ps() as possibly uninitialised
 // once they are inlined into target("avx512f") functions: a false positive (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace attn::kernels {
 
