@@ -14,8 +14,12 @@ dropped from the rotation to save time; the report names the variant that won). 
 FLOPs as in DESIGN.md: forward 4*B*H*L_q*L_k*D (half when causal), backward 2.5x forward, so
 forward+backward is 3.5x forward. Both libraries get the same number of threads (default 2).
 
-The full mode writes BENCHMARKS.md at the repository root and bench/attention_gflops.png; --quick
-prints its markdown (write it somewhere with --out). These are figures, not tests.
+The full mode writes BENCHMARKS.md at the repository root, bench/attention_results.json (the raw
+results) and bench/attention_gflops.png; --quick prints its markdown (write it somewhere with
+--out). These are figures, not tests. The plot is drawn by the built `attn plot` (attn::plot, the
+renderer of `attn train`'s loss curve); --replot RESULTS.json redraws it from saved results:
+
+    /usr/bin/python3 bench/compare.py --replot bench/attention_results.json
 """
 import argparse
 import ctypes
@@ -38,6 +42,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TRAINING_MARKER = "<!-- section: training (bench/train_compare.py) -->"
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+DEFAULT_PLOT = os.path.join(HERE, "attention_gflops.png")
+DEFAULT_RESULTS = os.path.join(HERE, "attention_results.json")
 
 MiB = 1 << 20
 # Environment variables that change how the thread pools wait or how many threads they use.
@@ -731,41 +737,108 @@ def render_markdown(res):
     return "\n".join(L)
 
 
-def draw_plot(res, path):
-    import pngplot as P
+class PlotError(RuntimeError):
+    pass
+
+
+def find_attn_cli(build_dir):
+    """The `attn` command-line tool of the build (it draws the plot: `attn plot`)."""
+    exe = os.path.join(build_dir, "attn")
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        raise PlotError("%s not found: build it (cmake --build %s --target attn_cli) or give "
+                        "--build-dir" % (exe, build_dir))
+    return exe
+
+
+def _hex(rgb):
+    return "#%02x%02x%02x" % rgb
+
+
+def plot_spec(res):
+    """The figure as `attn plot` reads it (include/attn/plot.h, attn::plot::figure_from_json):
+    forward and forward+backward GFLOP/s against L, attn and PyTorch, causal or not, with the
+    sgemm measured alongside as a reference line; one legend under both panels."""
     rows = [r for r in res["rows"] if r["group"] == "sweep"]
     if not rows:
-        return
-    W, H = 1400, 620
-    c = P.Canvas(W, H)
+        return None
     blue, lblue, red, orange = (31, 100, 180), (90, 170, 230), (200, 40, 40), (240, 150, 40)
-    series_all = []
-    for k, pass_ in enumerate(("fwd", "fwdbwd")):
-        series = []
+    torch_name = "PyTorch %s" % ".".join(res["torch_version"].split(".")[:2])
+    sgemm = res.get("sgemm_median_gflops")
+    charts = []
+    for pass_ in ("fwd", "fwdbwd"):
+        series, attn_points = [], 0
         for who, causal, color, dash, marker in (
-                ("attn", False, blue, None, "disc"), ("attn", True, lblue, None, "triangle"),
-                ("torch", False, red, (12, 7), "square"), ("torch", True, orange, (12, 7),
+                ("attn", False, blue, [], "disc"), ("attn", True, lblue, [], "triangle"),
+                ("torch", False, red, [12, 7], "square"), ("torch", True, orange, [12, 7],
                                                            "square")):
-            pts = [(r["L_q"], r.get(who + "_gflops")) for r in rows
-                   if r["pass"] == pass_ and r["causal"] == causal
-                   and r.get(who + "_gflops") is not None]
-            label = "%s, %s" % ("attn" if who == "attn" else "PyTorch %s" % ".".join(
-                res["torch_version"].split(".")[:2]), "causal" if causal else "no mask")
-            series.append(P.Series(label, pts, color, dash, marker))
-        if k == 0:
-            series_all = series
-        drawn = [s for s in series if s.points]
+            pts = sorted((r["L_q"], r[who + "_gflops"]) for r in rows
+                         if r["pass"] == pass_ and r["causal"] == causal
+                         and isinstance(r.get(who + "_gflops"), (int, float))
+                         and math.isfinite(r[who + "_gflops"]))
+            if who == "attn":
+                attn_points += len(pts)
+            series.append({
+                "name": "%s, %s" % ("attn" if who == "attn" else torch_name,
+                                    "causal" if causal else "no mask"),
+                "x": [p[0] for p in pts], "y": [p[1] for p in pts], "color": _hex(color),
+                "dash": dash, "marker": marker, "marker_size": 5, "line_width": 3})
         title = "%s, B=1 H=12 D=64, %d threads" % ("forward" if pass_ == "fwd" else
                                                     "forward+backward", res["threads"])
-        if not drawn:
-            title += " (attn: no backward yet)" if pass_ == "fwdbwd" else ""
-        P.line_plot(c, (k * W // 2, 0, W // 2, H - 70), drawn or series[:0], title=title,
-                    x_label="sequence length L", y_label="GFLOP/s", log2_x=True,
-                    hlines=[(res["sgemm_median_gflops"], "OpenBLAS sgemm 1024^3", (110, 110, 110))])
-    P.legend(c, 90, H - 56, series_all, columns=4, col_width=330)
-    c.text(W - 8, H - 20, "attn bench/compare.py, %s" % res["date"][:10], (120, 120, 120), 1,
-           align="right")
-    c.save(path)
+        if not attn_points and pass_ == "fwdbwd":
+            title += " (attn: no backward yet)"
+        chart = {"title": title, "x_label": "sequence length L", "y_label": "GFLOP/s",
+                 "log_x": True, "y_min": 0, "series": series}
+        if isinstance(sgemm, (int, float)) and math.isfinite(sgemm) and sgemm > 0:
+            chart["reference_lines"] = [{"y": sgemm, "label": "OpenBLAS sgemm 1024^3",
+                                         "color": _hex((110, 110, 110)), "dash": [10, 6],
+                                         "line_width": 2}]
+        charts.append(chart)
+    return {"width": 1400, "height": 620, "columns": 2, "legend": "below",
+            "footer": "attn bench/compare.py, %s" % res["date"][:10], "charts": charts}
+
+
+def draw_plot(res, path, build_dir):
+    """Writes the plot through the built `attn plot` (the renderer of `attn train`'s loss curve);
+    the spec goes to its standard input. Raises PlotError when it cannot."""
+    spec = plot_spec(res)
+    if spec is None:
+        return False
+    exe = find_attn_cli(build_dir)
+    text = json.dumps(spec, allow_nan=False)
+    p = subprocess.run([exe, "plot", "-", "--out", path], input=text, capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        raise PlotError("%s plot failed (exit %d): %s" % (exe, p.returncode, p.stderr.strip()))
+    return True
+
+
+def write_json(path, res):
+    """The raw results, atomically (--replot reads them back)."""
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(res, f, indent=1, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def replot(args):
+    """--replot RESULTS.json: draws the plot again from saved results, no benchmark run."""
+    with open(args.replot) as f:
+        res = json.load(f)
+    path = args.plot
+    if not path:
+        if res.get("quick"):
+            sys.exit("compare.py: %s holds quick-mode results: give --plot PATH (the default, %s, "
+                     "is the full run's figure)" % (args.replot, DEFAULT_PLOT))
+        path = DEFAULT_PLOT
+    try:
+        drawn = draw_plot(res, path, args.build_dir)
+    except PlotError as e:
+        sys.exit("compare.py: %s" % e)
+    if not drawn:
+        sys.exit("compare.py: %s has no sweep rows to plot" % args.replot)
+    print("wrote %s (from %s, measured %s)" % (path, args.replot, res.get("date", "?")),
+          file=sys.stderr)
 
 
 # ---- main ----------------------------------------------------------------------------------------
@@ -780,13 +853,18 @@ def main():
     ap.add_argument("--out", help="markdown path (default: BENCHMARKS.md in full mode; "
                     "quick mode prints only)")
     ap.add_argument("--plot", help="PNG path (default: bench/attention_gflops.png in full mode)")
-    ap.add_argument("--json", help="also write the raw results here")
+    ap.add_argument("--json", help="write the raw results here (default: "
+                    "bench/attention_results.json in full mode; quick mode: none)")
+    ap.add_argument("--replot", metavar="RESULTS.json",
+                    help="only draw the plot again from results saved by --json (no benchmark; "
+                    "needs the attn tool of --build-dir, not torch); --plot names the PNG")
     ap.add_argument("--reference", action="store_true",
                     help="time attn's naive reference kernel instead of the default one")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-threads", action="store_true")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"),
-                    help="where build/python is looked for when attn is not on PYTHONPATH")
+                    help="the build: its python/ is used when attn is not on PYTHONPATH, and its "
+                    "attn tool draws the plot (default: build)")
     ap.add_argument("--memory-child", nargs=3, metavar=("L", "THREADS", "MODE"),
                     help=argparse.SUPPRESS)
     ap.add_argument("--settle", type=float, default=0.15, metavar="SECONDS",
@@ -802,6 +880,9 @@ def main():
     if args.memory_child:
         memory_child(int(args.memory_child[0]), int(args.memory_child[1]), args.memory_child[2])
         return
+    if args.replot:
+        replot(args)
+        return
 
     quick = args.quick
     reps = args.reps or (3 if quick else 5)
@@ -809,7 +890,13 @@ def main():
     budget = args.budget or (8.0 if quick else 25.0)
     target_s = 0.02 if quick else 0.05  # inner loop: at least this long per sample
     out_path = args.out or (None if quick else os.path.join(ROOT, "BENCHMARKS.md"))
-    plot_path = args.plot or (None if quick else os.path.join(HERE, "attention_gflops.png"))
+    plot_path = args.plot or (None if quick else DEFAULT_PLOT)
+    json_path = args.json or (None if quick else DEFAULT_RESULTS)
+    if plot_path:
+        try:
+            find_attn_cli(args.build_dir)  # fail now rather than after the benchmarks
+        except PlotError as e:
+            sys.exit("compare.py: %s" % e)
     started = now()
 
     def log(*a):
@@ -960,10 +1047,22 @@ def main():
         "seconds": now() - started,
     }
     res["verdicts"] = verdicts(rows, threads_rows, memory, 1.7)
+    plot_failed = None
     if plot_path:
-        draw_plot(res, plot_path)
         res["plot"] = os.path.relpath(plot_path, ROOT) if out_path and os.path.dirname(
             os.path.abspath(out_path)) == ROOT else os.path.abspath(plot_path)
+    if json_path:  # before the plot: a failed plot can be redrawn with --replot
+        write_json(json_path, res)
+        log("wrote %s" % json_path)
+    if plot_path:
+        try:
+            if not draw_plot(res, plot_path, args.build_dir):
+                res.pop("plot")
+        except PlotError as e:
+            plot_failed = str(e)
+            res.pop("plot")
+            log("plot not drawn: %s%s" % (e, "; redraw it with --replot %s" % json_path
+                                          if json_path else ""))
     md = render_markdown(res)
     if out_path:
         # bench/train_compare.py owns everything from this marker on (the training section).
@@ -976,13 +1075,12 @@ def main():
         with open(out_path, "w") as f:
             f.write(md + "\n" + tail)
         log("wrote %s" % out_path)
-    if plot_path:
+    if plot_path and not plot_failed and res.get("plot"):
         log("wrote %s" % plot_path)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1, default=str)
     print(md)
     log("total %.0f s" % (now() - started))
+    if plot_failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 // attn::plot: a small raster plotting library. RGB images, a built-in bitmap font, PNG files
-// through libpng, and line charts (linear or logarithmic axes) for training curves and benchmarks.
+// through libpng, line charts (linear or logarithmic axes; dashed lines, marker shapes, labelled
+// reference lines), figures of several charts sharing one legend, a JSON description of figures
+// (what `attn plot` draws, e.g. bench/compare.py's benchmark plot), and heatmaps.
 //
 //   attn::plot::LineChart chart;
 //   chart.title = "training loss";
@@ -31,11 +33,22 @@ struct Rgb {
 namespace colors {
 inline constexpr Rgb kWhite{255, 255, 255};
 inline constexpr Rgb kBlack{0, 0, 0};
-inline constexpr Rgb kInk{30, 30, 30};       // text
-inline constexpr Rgb kAxis{70, 70, 70};      // axes and tick marks
-inline constexpr Rgb kGrid{228, 228, 228};   // grid lines
-inline constexpr Rgb kFrame{170, 170, 170};  // legend border
+inline constexpr Rgb kInk{30, 30, 30};           // text
+inline constexpr Rgb kAxis{70, 70, 70};          // axes and tick marks
+inline constexpr Rgb kGrid{228, 228, 228};       // grid lines
+inline constexpr Rgb kFrame{170, 170, 170};      // legend border
+inline constexpr Rgb kReference{110, 110, 110};  // reference lines (ReferenceLine's default)
+inline constexpr Rgb kFooter{120, 120, 120};     // a figure's footer
 }  // namespace colors
+
+// Pixel rectangle, inclusive bounds.
+struct PixelRect {
+  int left = 0, top = 0, right = -1, bottom = -1;
+  int center_x() const { return left + (right - left) / 2; }
+  int center_y() const { return top + (bottom - top) / 2; }
+  bool contains(int x, int y) const { return x >= left && x <= right && y >= top && y <= bottom; }
+  bool empty() const { return right < left || bottom < top; }
+};
 
 // The default colour of series number `i` (a colour-blind friendly cycle of 8).
 Rgb palette(std::size_t i);
@@ -59,6 +72,13 @@ int text_width(std::string_view s, int scale = 1);
 inline int text_height(int scale = 1) { return kGlyphH * scale; }
 
 // ---- images ------------------------------------------------------------------------------------
+// Marker shapes, each covering rows cy - r .. cy + r (r = the marker's radius):
+//   kDisc      the pixels of disc(cx, cy, r)
+//   kSquare    columns cx - r .. cx + r
+//   kTriangle  pointing up: row cy + k (k = -r..r) spans columns cx - h .. cx + h, h = (k + r) / 2
+//   kDiamond   row cy + k spans columns cx - (r - |k|) .. cx + (r - |k|)
+enum class Marker : uint8_t { kDisc, kSquare, kTriangle, kDiamond };
+
 struct Image {
   int width = 0, height = 0;
   std::vector<uint8_t> rgb;  // row-major, 3 bytes per pixel
@@ -82,8 +102,21 @@ struct Image {
   // (round(x) - (thickness - 1) / 2, round(y) - (thickness - 1) / 2). Clipped; a line with a
   // non-finite coordinate draws nothing.
   void line(double x0, double y0, double x1, double y1, Rgb c, int thickness = 1);
+  // line() with a dash pattern. `dash` lists the lengths in pixels of the drawn and skipped parts
+  // in turn (on, off, on, off, ...): an even number (2..16) of values in 1..4096; empty means
+  // solid. Lengths are measured along the line (Euclidean): the pixel (px, py) of a step of
+  // line() lies at arc length a = phase + d, d = the distance from (x0, y0) of its projection
+  // onto the line, clamped to 0..length, and is drawn when a mod (sum of the lengths) falls in an
+  // "on" part. E.g. from (10, 5) to (40, 5) with {4, 3}: x = 10..13, 17..20, 24..27, ...
+  // Returns phase + the length of the line, so that a polyline continues the pattern across its
+  // vertices. Throws attn::Error for a bad pattern or thickness; a line with a non-finite
+  // coordinate draws nothing and returns phase.
+  double dashed_line(double x0, double y0, double x1, double y1, Rgb c, int thickness,
+                     const std::vector<int>& dash, double phase = 0);
   // Filled disc of radius r (r = 0: one pixel) centred on pixel (cx, cy).
   void disc(int cx, int cy, int r, Rgb c);
+  // A filled marker of "radius" r (0..1024) centred on pixel (cx, cy); see Marker.
+  void marker(int cx, int cy, Marker shape, int r, Rgb c);
   // Text with the top-left corner of its first glyph at (x, y); each font cell is scale x scale
   // pixels (scale 1..64).
   void text(int x, int y, std::string_view s, Rgb c, int scale = 1);
@@ -92,9 +125,8 @@ struct Image {
   void text_up(int x, int y, std::string_view s, Rgb c, int scale = 1);
 };
 
-// ---- PNG
-// ----------------------------------------------------------------------------------------- An
-// 8-bit RGB PNG of the image.
+// ---- PNG ---------------------------------------------------------------------------------------
+// An 8-bit RGB PNG of the image.
 std::string encode_png(const Image& image);
 // Writes encode_png(image) to `path` atomically (a temporary file beside it, fsync, rename).
 void write_png(const std::string& path, const Image& image);
@@ -102,13 +134,30 @@ void write_png(const std::string& path, const Image& image);
 // Alpha is dropped. Throws attn::Error on anything that is not a valid PNG.
 Image decode_png(std::string_view bytes);
 
-// ---- line charts
-// -----------------------------------------------------------------------------------
+// ---- line charts -------------------------------------------------------------------------------
 struct Series {
   std::string name;          // legend entry; series with an empty name are not listed
   std::vector<double> x, y;  // same length; points with a non-finite coordinate are gaps
   std::optional<Rgb> color;  // default: palette(index of the series)
-  bool markers = false;      // a dot at every point
+  bool markers = false;      // a marker (marker_shape) at every point
+  Marker marker_shape = Marker::kDisc;
+  int marker_size = 0;    // marker radius in pixels, 0..32 (0: 2 x the font scale)
+  std::vector<int> dash;  // dash pattern in pixels (see Image::dashed_line); empty: solid
+  int line_width = 0;     // 1..8 pixels (0: 1 at font scale 1, else 2)
+};
+
+// A horizontal line across the data area at data value y (e.g. a roofline or a baseline), drawn
+// under the series, with an optional label in the line's colour (on a 1-pixel white halo) just
+// above or below it. The label goes to the spot that hides the fewest drawn pixels, in this order
+// of preference on ties: above the line at its right end, middle, left end, 3/4 and 1/4 of the
+// way, then below it at the same places; spots that leave the data area are skipped. The value
+// counts in the y range (unless y_min and y_max exclude it), so the line is visible.
+struct ReferenceLine {
+  double y = 0;
+  std::string label;
+  Rgb color = colors::kReference;
+  std::vector<int> dash = {8, 5};  // empty: solid
+  int line_width = 0;              // 0: as the series
 };
 
 struct LineChart {
@@ -116,10 +165,16 @@ struct LineChart {
   bool log_x = false, log_y = false;
   std::vector<Series> series;
   std::optional<double> y_min, y_max;  // fixed ends of the y axis (default: from the data)
+  std::vector<ReferenceLine> reference_lines;
+  std::optional<double> x_min, x_max;  // fixed ends of the x axis (default: from the data)
+  bool legend = true;                  // false: no legend box
+  int font_scale = 0;                  // 1..8; 0: from the size, min(width / 400, height / 250)
+                                       // clamped to 1..4 (render() alone; see Figure)
 };
 
 // Where render() puts things, and the data -> pixel mapping it uses. A data point (x, y) is drawn
-// at pixel (lround(x_to_px(x)), lround(y_to_px(y))).
+// at pixel (lround(x_to_px(x)), lround(y_to_px(y))). In a Figure, all coordinates are the
+// figure's (the chart's box is offset).
 struct ChartLayout {
   int width = 0, height = 0;
   int scale = 1;                        // font scale
@@ -133,13 +188,20 @@ struct ChartLayout {
   // top-right; render() moves it to whichever corner of the data area hides the fewest drawn
   // pixels and reports where through its `layout` argument.
   int legend_left = -1, legend_top = -1, legend_right = -1, legend_bottom = -1;
+  PixelRect box;       // the whole chart: (0, 0) .. (width - 1, height - 1) unless in a Figure
+  int line_width = 1;  // the default line width of series and reference lines
+  // Per reference line: the text box of its label (empty when it has none, or when no spot fits;
+  // render() fills these in, layout_chart() leaves them empty).
+  std::vector<PixelRect> reference_labels;
 
   double x_to_px(double x) const;
   double y_to_px(double y) const;
 };
 
 // Validates the chart and computes its layout. Throws attn::Error for a size outside 64..8192, an
-// x/y length mismatch, a log axis with a value <= 0, or a bad y_min/y_max.
+// x/y length mismatch, a log axis with a value <= 0 (series, reference line or fixed end), a
+// non-finite reference line or fixed end, x_min >= x_max or y_min >= y_max, a bad dash pattern,
+// or a line width, marker size or font scale out of range.
 ChartLayout layout_chart(const LineChart& chart, int width = 800, int height = 500);
 // Draws the chart. When `layout` is given, the layout used (legend position included) is stored.
 Image render(const LineChart& chart, int width = 800, int height = 500,
@@ -158,8 +220,96 @@ std::vector<double> log_ticks(double lo, double hi, int max_ticks);
 // A short label for a tick value: "0", "2.5", "-0.001", "16384", "1e-06", "2e+09".
 std::string format_tick(double v);
 
-// ---- heatmaps
-// --------------------------------------------------------------------------------------
+// ---- figures: several charts, one legend -------------------------------------------------------
+// Panels in a grid (`columns` per row, filled row by row), an optional title above them, a legend
+// and an optional footer line (small grey text, bottom right; e.g. what made the figure and when):
+//
+//   Figure fig;
+//   fig.width = 1400; fig.height = 620;
+//   fig.charts = {forward_chart, backward_chart};  // side by side
+//   fig.footer = "bench/compare.py, 2026-01-01";
+//   attn::plot::save(fig, "gflops.png");
+//
+// Legend placement: kBelow (the default) draws one legend under the panels listing every named
+// series of every chart once (series of the same name, colour, dashes, marker and width are one
+// entry), in as many columns as fit, centred; the charts draw no legend of their own. kInside
+// leaves each chart's own legend (LineChart::legend) as it is; kNone draws none.
+enum class LegendPlacement : uint8_t { kBelow, kInside, kNone };
+
+struct Figure {
+  std::string title;              // above the panels, one font scale larger; may be empty
+  std::string footer;             // may be empty
+  std::vector<LineChart> charts;  // 1..64 panels
+  int columns = 0;                // panels per row, 0..64 (0: all in one row)
+  LegendPlacement legend = LegendPlacement::kBelow;
+  int width = 800, height = 500;  // pixels, 64..8192 each
+  int font_scale = 0;             // 1..8 for every panel (LineChart::font_scale is ignored); 0:
+                                  // min(width / (350 x columns), height / (250 x rows)) in 1..4
+};
+
+// Where render(Figure) puts things (empty rectangles for what is absent).
+struct FigureLayout {
+  int width = 0, height = 0;
+  int scale = 1;
+  int columns = 1, rows = 1;
+  std::vector<PixelRect> panels;          // the box each chart is laid out in
+  std::vector<ChartLayout> charts;        // each chart's layout, in figure coordinates
+  PixelRect title, footer;                // text boxes
+  PixelRect legend;                       // the shared legend (kBelow)
+  std::vector<PixelRect> legend_samples;  // per legend entry: its line sample (line, dashes and
+                                          // marker are drawn on the row center_y())
+  std::vector<std::string> legend_names;  // per legend entry
+};
+
+// Validates the figure (as layout_chart() for each chart, and: 1..64 charts, columns 0..64, a
+// size in 64..8192, font_scale 0..8, and panels at least 64 x 64 pixels) and computes its layout.
+FigureLayout layout_figure(const Figure& figure);
+Image render(const Figure& figure, FigureLayout* layout = nullptr);
+// write_png(path, render(figure)): atomic; nothing is written when the figure is invalid.
+void save(const Figure& figure, const std::string& path);
+
+// ---- figures as JSON -------------------------------------------------------------------------
+// figure_from_json() parses a figure from JSON text (UTF-8). A pure function of the bytes: no
+// file access, and any input either gives a Figure that render() accepts or throws attn::Error
+// "[plot::figure_from_json] PATH: what is wrong", PATH naming the offending value (e.g.
+// `charts[1].series[0].dash[2]`). Unknown keys are errors, as are wrong types, out-of-range
+// numbers, lengths that do not match, more than 32 levels of nesting, input that is not JSON,
+// and a figure that render() would refuse at its own size (e.g. panels under 64 x 64 pixels).
+// Every key but "charts", the series' "x" and "y" and the reference lines' "y" is optional;
+// defaults are the C++ ones. The comments below explain; the input is strict JSON (no comments):
+//
+//   {
+//     "width": 1400, "height": 620,     // integers 64..8192
+//     "title": "...",  "footer": "...", // strings of at most 1000 bytes (all strings)
+//     "columns": 2,                     // 0..64
+//     "legend": "below",                // "below", "inside" or "none"
+//     "font_scale": 2,                  // 0..8
+//     "charts": [                       // 1..64 charts
+//       {
+//         "title": "forward", "x_label": "L", "y_label": "GFLOP/s",
+//         "log_x": true, "log_y": false,
+//         "x_min": null, "x_max": null, "y_min": 0, "y_max": null,  // numbers or null
+//         "legend": true,
+//         "series": [                   // 0..256 series, at most 10^6 points in the figure
+//           {"name": "attn", "x": [512, 1024], "y": [190.5, null],  // null: a gap
+//            "color": "#1f64b4",        // "#rrggbb" or [r, g, b] with integers 0..255
+//            "dash": [12, 7],           // see Image::dashed_line; [] is solid
+//            "marker": "disc",          // "none" (the default), "disc", "square", "triangle",
+//                                       // "diamond"
+//            "marker_size": 5, "line_width": 3}
+//         ],
+//         "reference_lines": [          // 0..64
+//           {"y": 95.0, "label": "OpenBLAS sgemm 1024^3", "color": "#6e6e6e",
+//            "dash": [10, 6], "line_width": 2}
+//         ]
+//       }
+//     ]
+//   }
+//
+// Numbers must be finite; integers (width, dash lengths, ...) may be written as 3 or 3.0.
+Figure figure_from_json(std::string_view json);
+
+// ---- heatmaps ----------------------------------------------------------------------------------
 // A grid of coloured cells per panel (e.g. one attention-weights matrix per head), rows and
 // columns labelled with tokens, and one colour bar for all panels:
 //
@@ -189,14 +339,6 @@ struct Heatmap {
 };
 
 inline constexpr std::size_t kHeatmapLabelChars = 14;
-
-// Pixel rectangle, inclusive bounds.
-struct PixelRect {
-  int left = 0, top = 0, right = -1, bottom = -1;
-  int center_x() const { return left + (right - left) / 2; }
-  int center_y() const { return top + (bottom - top) / 2; }
-  bool contains(int x, int y) const { return x >= left && x <= right && y >= top && y <= bottom; }
-};
 
 // Where render_heatmap() puts things.
 struct HeatmapLayout {

@@ -1,4 +1,5 @@
-// attn::plot: images, the bitmap font, PNG through libpng, and line charts.
+// attn::plot: images, the bitmap font, PNG through libpng, line charts, figures (and their JSON
+// form) and heatmaps.
 #include <attn/plot.h>
 #include <fcntl.h>
 #include <png.h>
@@ -11,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
 
 #include "../tensor/internal.h"
 
@@ -380,8 +383,94 @@ void Image::text_up(int x, int y, std::string_view s, Rgb c, int scale) {
   });
 }
 
-// ---- PNG
-// -----------------------------------------------------------------------------------------
+namespace {
+
+// Checks a dash pattern (see Image::dashed_line); `what` names it in the message.
+void check_dash(const std::vector<int>& dash, const char* fn, const std::string& what) {
+  if (dash.empty()) return;
+  if (dash.size() % 2 != 0 || dash.size() > 16)
+    fail(fn, what, " must have an even number of lengths (2..16), got ", dash.size());
+  for (std::size_t i = 0; i < dash.size(); ++i)
+    if (dash[i] < 1 || dash[i] > 4096)
+      fail(fn, what, ": length ", i, " is ", dash[i], ", expected 1..4096 pixels");
+}
+
+// Whether arc length `a` falls in an "on" part of the (checked, non-empty) pattern.
+bool dash_on(const std::vector<int>& dash, double a) {
+  double period = 0;
+  for (int d : dash) period += d;
+  double m = std::fmod(a, period);
+  if (!(m >= 0)) m = m < 0 ? m + period : 0;  // negative, or NaN
+  for (std::size_t i = 0; i < dash.size(); ++i) {
+    if (m < dash[i]) return i % 2 == 0;
+    m -= dash[i];
+  }
+  return false;
+}
+
+}  // namespace
+
+double Image::dashed_line(double x0, double y0, double x1, double y1, Rgb c, int thickness,
+                          const std::vector<int>& dash, double phase) {
+  const char* fn = "plot::Image::dashed_line";
+  if (thickness < 1 || thickness > 8) fail(fn, "thickness must be 1..8, got ", thickness);
+  check_dash(dash, fn, "the dash pattern");
+  const double len = std::hypot(x1 - x0, y1 - y0);
+  if (!std::isfinite(len)) return phase;
+  if (dash.empty()) {
+    line(x0, y0, x1, y1, c, thickness);
+    return phase + len;
+  }
+  // Clip as line() does, keeping the arc length of the clipped start.
+  const double m = thickness;
+  double ax = x0, ay = y0, bx = x1, by = y1;
+  if (!clip_segment(ax, ay, bx, by, -m, -m, width - 1 + m, height - 1 + m)) return phase + len;
+  const double start = phase + std::hypot(ax - x0, ay - y0), clipped = std::hypot(bx - ax, by - ay);
+  // Unit direction: a pixel's arc length is that of its centre projected onto the line.
+  const double ux = clipped > 0 ? (bx - ax) / clipped : 0,
+               uy = clipped > 0 ? (by - ay) / clipped : 0;
+  const int off = (thickness - 1) / 2;
+  const double span = std::max(std::fabs(bx - ax), std::fabs(by - ay));
+  const int64_t n = int64_t(std::ceil(span));
+  for (int64_t i = 0; i <= n; ++i) {
+    const double t = n == 0 ? 0.0 : double(i) / double(n);
+    const double px = double(std::lround(ax + (bx - ax) * t));
+    const double py = double(std::lround(ay + (by - ay) * t));
+    const double along = std::clamp((px - ax) * ux + (py - ay) * uy, 0.0, clipped);
+    if (!dash_on(dash, start + along)) continue;
+    const int x = int(px) - off, y = int(py) - off;
+    if (thickness == 1)
+      set(x, y, c);
+    else
+      fill_rect(x, y, x + thickness - 1, y + thickness - 1, c);
+  }
+  return phase + len;
+}
+
+void Image::marker(int cx, int cy, Marker shape, int r, Rgb c) {
+  const char* fn = "plot::Image::marker";
+  if (r < 0 || r > 1024) fail(fn, "radius must be 0..1024, got ", r);
+  const int64_t x = cx, y = cy;
+  auto row = [&](int64_t k, int64_t half) {
+    fill_rect(clamp_coord(x - half), clamp_coord(y + k), clamp_coord(x + half), clamp_coord(y + k),
+              c);
+  };
+  switch (shape) {
+    case Marker::kDisc: disc(cx, cy, r, c); return;
+    case Marker::kSquare:
+      for (int64_t k = -r; k <= r; ++k) row(k, r);
+      return;
+    case Marker::kTriangle:
+      for (int64_t k = -r; k <= r; ++k) row(k, (k + r) / 2);
+      return;
+    case Marker::kDiamond:
+      for (int64_t k = -r; k <= r; ++k) row(k, r - (k < 0 ? -k : k));
+      return;
+  }
+  fail(fn, "unknown marker shape ", int(shape));
+}
+
+// ---- PNG ---------------------------------------------------------------------------------------
 //
 // libpng reports errors by longjmp. The functions that call setjmp (png_write_plain,
 // png_read_plain) hold only trivially destructible locals, and every libpng callback catches C++
@@ -623,8 +712,7 @@ void write_png(const std::string& path, const Image& image) {
   write_file_atomic(path, encode_png(image), "plot::write_png");
 }
 
-// ---- ticks
-// ---------------------------------------------------------------------------------------
+// ---- ticks -------------------------------------------------------------------------------------
 
 namespace {
 
@@ -729,8 +817,7 @@ std::string format_tick(double v) {
   return buf;
 }
 
-// ---- charts
-// ----------------------------------------------------------------------------------------
+// ---- charts ------------------------------------------------------------------------------------
 
 double ChartLayout::x_to_px(double x) const {
   const double a = log_x ? std::log10(x) : x;
@@ -758,30 +845,60 @@ struct Range {
   }
 };
 
-void validate(const LineChart& chart, int width, int height) {
+void validate_size(int width, int height, const char* fn) {
   if (width < 64 || height < 64 || width > 8192 || height > 8192)
-    fail(kRenderFn, "image size must be 64..8192 on each side, got ", width, "x", height);
+    fail(fn, "image size must be 64..8192 on each side, got ", width, "x", height);
+}
+
+// Fixed axis ends: finite, positive on a log axis, lo < hi.
+void validate_ends(const char* lo_name, std::optional<double> lo, const char* hi_name,
+                   std::optional<double> hi, bool log, const char* axis, const char* fn) {
+  for (const auto& [name, v] : {std::pair{lo_name, lo}, std::pair{hi_name, hi}}) {
+    if (!v) continue;
+    if (!std::isfinite(*v)) fail(fn, name, " must be finite, got ", *v);
+    if (log && *v <= 0) fail(fn, "log ", axis, " axis needs ", name, " > 0, got ", *v);
+  }
+  if (lo && hi && !(*lo < *hi))
+    fail(fn, lo_name, " (", *lo, ") must be below ", hi_name, " (", *hi, ")");
+}
+
+// Everything but the image size.
+void validate_content(const LineChart& chart, const char* fn) {
+  if (chart.font_scale < 0 || chart.font_scale > 8)
+    fail(fn, "font_scale must be 0..8, got ", chart.font_scale);
   for (std::size_t s = 0; s < chart.series.size(); ++s) {
     const Series& ser = chart.series[s];
+    const std::string what = "series " + std::to_string(s) + " '" + ser.name + "'";
     if (ser.x.size() != ser.y.size())
-      fail(kRenderFn, "series ", s, " '", ser.name, "' has ", ser.x.size(), " x values but ",
-           ser.y.size(), " y values");
+      fail(fn, what, " has ", ser.x.size(), " x values but ", ser.y.size(), " y values");
     for (std::size_t i = 0; i < ser.x.size(); ++i) {
       if (chart.log_x && ser.x[i] <= 0)
-        fail(kRenderFn, "log x axis needs positive values; series '", ser.name, "' has x[", i,
+        fail(fn, "log x axis needs positive values; series '", ser.name, "' has x[", i,
              "] = ", ser.x[i]);
       if (chart.log_y && ser.y[i] <= 0)
-        fail(kRenderFn, "log y axis needs positive values; series '", ser.name, "' has y[", i,
+        fail(fn, "log y axis needs positive values; series '", ser.name, "' has y[", i,
              "] = ", ser.y[i]);
     }
+    if (ser.line_width < 0 || ser.line_width > 8)
+      fail(fn, what, ": line_width must be 0..8, got ", ser.line_width);
+    if (ser.marker_size < 0 || ser.marker_size > 32)
+      fail(fn, what, ": marker_size must be 0..32, got ", ser.marker_size);
+    if (uint8_t(ser.marker_shape) > uint8_t(Marker::kDiamond))
+      fail(fn, what, ": unknown marker shape ", int(ser.marker_shape));
+    check_dash(ser.dash, fn, what + ": the dash pattern");
   }
-  for (const auto& [name, v] : {std::pair{"y_min", chart.y_min}, std::pair{"y_max", chart.y_max}}) {
-    if (!v) continue;
-    if (!std::isfinite(*v)) fail(kRenderFn, name, " must be finite, got ", *v);
-    if (chart.log_y && *v <= 0) fail(kRenderFn, "log y axis needs ", name, " > 0, got ", *v);
+  for (std::size_t r = 0; r < chart.reference_lines.size(); ++r) {
+    const ReferenceLine& ref = chart.reference_lines[r];
+    const std::string what = "reference line " + std::to_string(r) + " '" + ref.label + "'";
+    if (!std::isfinite(ref.y)) fail(fn, what, ": y must be finite, got ", ref.y);
+    if (chart.log_y && ref.y <= 0)
+      fail(fn, what, ": log y axis needs a positive value, got ", ref.y);
+    if (ref.line_width < 0 || ref.line_width > 8)
+      fail(fn, what, ": line_width must be 0..8, got ", ref.line_width);
+    check_dash(ref.dash, fn, what + ": the dash pattern");
   }
-  if (chart.y_min && chart.y_max && !(*chart.y_min < *chart.y_max))
-    fail(kRenderFn, "y_min (", *chart.y_min, ") must be below y_max (", *chart.y_max, ")");
+  validate_ends("y_min", chart.y_min, "y_max", chart.y_max, chart.log_y, "y", fn);
+  validate_ends("x_min", chart.x_min, "x_max", chart.x_max, chart.log_x, "x", fn);
 }
 
 bool finite_point(const Series& s, std::size_t i) {
@@ -850,47 +967,80 @@ std::vector<std::string> labels_for(const std::vector<double>& ticks) {
   return out;
 }
 
+int default_line_width(int s) { return s >= 2 ? 2 : 1; }
+int default_marker_size(int s) { return 2 * s; }
+
+// How a series looks in a legend, with the defaults resolved.
 struct LegendEntry {
   std::string name;
   Rgb color;
-  bool markers;
+  bool markers = false;
+  Marker shape = Marker::kDisc;
+  int marker_size = 0, line_width = 1;
+  std::vector<int> dash;
+  bool operator==(const LegendEntry&) const = default;
 };
 
-std::vector<LegendEntry> legend_entries(const LineChart& chart) {
+std::vector<LegendEntry> legend_entries(const LineChart& chart, int s) {
   std::vector<LegendEntry> out;
-  for (std::size_t s = 0; s < chart.series.size(); ++s) {
-    const Series& ser = chart.series[s];
+  for (std::size_t i = 0; i < chart.series.size(); ++i) {
+    const Series& ser = chart.series[i];
     if (ser.name.empty()) continue;
-    out.push_back({ser.name, ser.color.value_or(palette(s)), ser.markers});
+    LegendEntry e;
+    e.name = ser.name;
+    e.color = ser.color.value_or(palette(i));
+    e.markers = ser.markers;
+    e.shape = ser.marker_shape;
+    e.marker_size = ser.marker_size ? ser.marker_size : default_marker_size(s);
+    e.line_width = ser.line_width ? ser.line_width : default_line_width(s);
+    e.dash = ser.dash;
+    out.push_back(std::move(e));
   }
   return out;
 }
 
 // Legend geometry at font scale s.
 int legend_row_h(int s) { return text_height(s) + 4 * s; }
-int legend_sample_w(int s) { return 14 * s; }
+int legend_sample_w(int s, const std::vector<LegendEntry>& entries) {
+  for (const LegendEntry& e : entries)
+    if (!e.dash.empty()) return 22 * s;  // room for a couple of dashes
+  return 14 * s;
+}
 
-}  // namespace
+// A legend entry's line sample from x to x + w on row y, with its marker in the middle (not
+// taller than the legend row).
+void draw_sample(Image& img, const LegendEntry& e, int x, int y, int w, int s) {
+  img.dashed_line(x, y, x + w, y, e.color, e.line_width, e.dash);
+  if (e.markers)
+    img.marker(x + w / 2, y, e.shape, std::min(e.marker_size, legend_row_h(s) / 2 - s), e.color);
+}
 
-ChartLayout layout_chart(const LineChart& chart, int width, int height) {
-  validate(chart, width, height);
+int auto_scale(int width, int height) {
+  return std::clamp(std::min(width / 400, height / 250), 1, 4);
+}
+
+// The layout of `chart` in `box` (its top-left corner and size) at font scale s.
+ChartLayout chart_layout_in(const LineChart& chart, PixelRect box, int s, bool legend) {
   ChartLayout L;
-  L.width = width;
-  L.height = height;
+  L.box = box;
+  L.width = box.right - box.left + 1;
+  L.height = box.bottom - box.top + 1;
   L.log_x = chart.log_x;
   L.log_y = chart.log_y;
-  const int s = std::clamp(std::min(width / 400, height / 250), 1, 4);
   L.scale = s;
+  L.line_width = default_line_width(s);
+  L.reference_labels.assign(chart.reference_lines.size(), PixelRect{});
   const int th = text_height(s), m = 6 * s, tick = 3 * s;
 
   Range rx, ry;
   for (const Series& ser : chart.series)
     for (std::size_t i = 0; i < ser.x.size(); ++i)
       if (finite_point(ser, i)) rx.add(ser.x[i]), ry.add(ser.y[i]);
+  for (const ReferenceLine& ref : chart.reference_lines) ry.add(ref.y);
 
   // Vertical layout first: it fixes the y ticks, whose labels fix the left margin.
-  L.plot_top = m + (chart.title.empty() ? th / 2 : th + m);
-  L.plot_bottom = height - 1 - m - (tick + s + th) - (chart.x_label.empty() ? 0 : th + m);
+  L.plot_top = box.top + m + (chart.title.empty() ? th / 2 : th + m);
+  L.plot_bottom = box.bottom - m - (tick + s + th) - (chart.x_label.empty() ? 0 : th + m);
   L.plot_bottom = std::max(L.plot_bottom, L.plot_top + 8);
   const int plot_h = L.plot_bottom - L.plot_top;
   const int y_intervals = std::clamp(plot_h / (22 * s + 8), 1, 10);
@@ -901,15 +1051,15 @@ ChartLayout layout_chart(const LineChart& chart, int width, int height) {
   L.y_tick_labels = labels_for(L.y_ticks);
   int label_w = 0;
   for (const auto& lab : L.y_tick_labels) label_w = std::max(label_w, text_width(lab, s));
-  L.plot_left = m + (chart.y_label.empty() ? 0 : th + m) + label_w + tick + 2 * s;
-  L.plot_right = width - 1 - m - 3 * kGlyphAdvance * s;
+  L.plot_left = box.left + m + (chart.y_label.empty() ? 0 : th + m) + label_w + tick + 2 * s;
+  L.plot_right = box.right - m - 3 * kGlyphAdvance * s;
   L.plot_right = std::max(L.plot_right, L.plot_left + 8);
   const int plot_w = L.plot_right - L.plot_left;
 
   // x ticks: as many as fit without their labels touching.
   int x_intervals = std::clamp(plot_w / (45 * s + 10), 1, 10);
   while (true) {
-    AxisSpec ax = make_axis(rx, chart.log_x, std::nullopt, std::nullopt, x_intervals);
+    AxisSpec ax = make_axis(rx, chart.log_x, chart.x_min, chart.x_max, x_intervals);
     L.x_lo = ax.lo;
     L.x_hi = ax.hi;
     L.x_ticks = ax.ticks;
@@ -923,11 +1073,11 @@ ChartLayout layout_chart(const LineChart& chart, int width, int height) {
     --x_intervals;
   }
 
-  const auto entries = legend_entries(chart);
+  const auto entries = legend ? legend_entries(chart, s) : std::vector<LegendEntry>{};
   if (!entries.empty()) {
     int name_w = 0;
     for (const auto& e : entries) name_w = std::max(name_w, text_width(e.name, s));
-    const int w = 3 * s + legend_sample_w(s) + 3 * s + name_w + 4 * s;
+    const int w = 3 * s + legend_sample_w(s, entries) + 3 * s + name_w + 4 * s;
     const int h = int(entries.size()) * legend_row_h(s) + 2 * s;
     L.legend_right = L.plot_right - 4 * s;
     L.legend_left = L.legend_right - w;
@@ -937,11 +1087,22 @@ ChartLayout layout_chart(const LineChart& chart, int width, int height) {
   return L;
 }
 
-Image render(const LineChart& chart, int width, int height, ChartLayout* layout_out) {
-  ChartLayout L = layout_chart(chart, width, height);
+// Pixels in r (clipped to the image) that are neither background nor grid.
+long covered_pixels(const Image& img, int x0, int y0, int x1, int y1) {
+  long covered = 0;
+  for (int y = std::max(y0, 0); y <= std::min(y1, img.height - 1); ++y)
+    for (int x = std::max(x0, 0); x <= std::min(x1, img.width - 1); ++x) {
+      const Rgb p = img.get(x, y);
+      if (p != colors::kWhite && p != colors::kGrid) ++covered;
+    }
+  return covered;
+}
+
+// Draws the chart laid out by chart_layout_in(); stores the legend and label positions in L.
+void draw_chart(Image& img, const LineChart& chart, ChartLayout& L, bool legend) {
+  const PixelRect& box = L.box;
   const int s = L.scale, th = text_height(s), m = 6 * s, tick = 3 * s;
-  const int lw = s >= 2 ? 2 : 1;  // series line width
-  Image img(width, height, colors::kWhite);
+  const int lw = L.line_width;
 
   // Grid.
   for (double t : L.y_ticks) {
@@ -955,30 +1116,96 @@ Image render(const LineChart& chart, int width, int height, ChartLayout* layout_
       img.fill_rect(x, L.plot_top, x, L.plot_bottom - 1, colors::kGrid);
   }
 
-  // Series, clipped to the data area.
+  // Lines clipped to the data area; `phase` carries a dash pattern across a polyline's vertices.
   const double cx0 = L.plot_left, cy0 = L.plot_top, cx1 = L.plot_right, cy1 = L.plot_bottom;
+  auto segment = [&](double ax, double ay, double bx, double by, Rgb c, int width,
+                     const std::vector<int>& dash, double& phase) {
+    const double len = std::hypot(bx - ax, by - ay);
+    double px = ax, py = ay, qx = bx, qy = by;
+    if (clip_segment(px, py, qx, qy, cx0, cy0, cx1, cy1))
+      img.dashed_line(px, py, qx, qy, c, width, dash, phase + std::hypot(px - ax, py - ay));
+    phase += len;
+    if (!std::isfinite(phase) || phase > 1e15) phase = 0;
+  };
+
+  // Reference lines, under the series.
+  std::vector<int> ref_rows;
+  for (const ReferenceLine& ref : chart.reference_lines) {
+    const double y = L.y_to_px(ref.y);
+    double phase = 0;
+    segment(L.plot_left + 1, y, L.plot_right, y, ref.color, ref.line_width ? ref.line_width : lw,
+            ref.dash, phase);
+    ref_rows.push_back(int(std::lround(y)));
+  }
+
+  // Series.
   auto inside = [&](double px, double py) {
     return px >= cx0 - 0.5 && px <= cx1 + 0.5 && py >= cy0 - 0.5 && py <= cy1 + 0.5;
   };
   for (std::size_t si = 0; si < chart.series.size(); ++si) {
     const Series& ser = chart.series[si];
     const Rgb c = ser.color.value_or(palette(si));
+    const int width = ser.line_width ? ser.line_width : lw;
+    const int radius = ser.marker_size ? ser.marker_size : default_marker_size(s);
     const std::size_t n = ser.x.size();
+    double phase = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      if (!finite_point(ser, i)) continue;
+      if (!finite_point(ser, i)) {
+        phase = 0;  // a gap restarts the pattern
+        continue;
+      }
       const double px = L.x_to_px(ser.x[i]), py = L.y_to_px(ser.y[i]);
       const bool next = i + 1 < n && finite_point(ser, i + 1);
       const bool prev = i > 0 && finite_point(ser, i - 1);
-      if (next) {
-        double ax = px, ay = py, bx = L.x_to_px(ser.x[i + 1]), by = L.y_to_px(ser.y[i + 1]);
-        if (clip_segment(ax, ay, bx, by, cx0, cy0, cx1, cy1)) img.line(ax, ay, bx, by, c, lw);
-      }
+      if (next)
+        segment(px, py, L.x_to_px(ser.x[i + 1]), L.y_to_px(ser.y[i + 1]), c, width, ser.dash,
+                phase);
       if (!inside(px, py)) continue;
       if (ser.markers)
-        img.disc(int(std::lround(px)), int(std::lround(py)), 2 * s, c);
+        img.marker(int(std::lround(px)), int(std::lround(py)), ser.marker_shape, radius, c);
       else if (!next && !prev)  // an isolated point would otherwise be invisible
-        img.disc(int(std::lround(px)), int(std::lround(py)), s, c);
+        img.disc(int(std::lround(px)), int(std::lround(py)), std::max(s, (width + 1) / 2), c);
     }
+  }
+
+  // Reference line labels: the spot along the line that hides the fewest drawn pixels.
+  for (std::size_t r = 0; r < chart.reference_lines.size(); ++r) {
+    const ReferenceLine& ref = chart.reference_lines[r];
+    if (ref.label.empty()) continue;
+    const int w = ref.line_width ? ref.line_width : lw, off = (w - 1) / 2, gap = 3 * s;
+    const int tw = text_width(ref.label, s);
+    const int above = ref_rows[r] - off - gap - th + 1, below = ref_rows[r] - off + w - 1 + gap;
+    const int right = L.plot_right - 4 * s - tw + 1, left = L.plot_left + lw + 4 * s;
+    const int middle = left + (right - left) / 2;
+    const int q1 = left + (right - left) / 4, q3 = right - (right - left) / 4;
+    const std::array<std::pair<int, int>, 10> spots = {{{right, above},
+                                                        {middle, above},
+                                                        {left, above},
+                                                        {q3, above},
+                                                        {q1, above},  //
+                                                        {right, below},
+                                                        {middle, below},
+                                                        {left, below},
+                                                        {q3, below},
+                                                        {q1, below}}};
+    long best = -1;
+    for (const auto& spot : spots) {
+      const int x = spot.first, y = spot.second;
+      if (x <= L.plot_left + 1 || x + tw - 1 >= L.plot_right || y <= L.plot_top ||
+          y + th - 1 >= L.plot_bottom - 1)
+        continue;
+      const long covered = covered_pixels(img, x, y, x + tw - 1, y + th - 1);
+      if (best < 0 || covered < best) {
+        best = covered;
+        L.reference_labels[r] = PixelRect{x, y, x + tw - 1, y + th - 1};
+      }
+    }
+    const PixelRect& t = L.reference_labels[r];
+    if (t.empty()) continue;
+    for (int dy = -1; dy <= 1; ++dy)  // a white halo keeps the label legible over lines
+      for (int dx = -1; dx <= 1; ++dx)
+        if (dx || dy) img.text(t.left + dx, t.top + dy, ref.label, colors::kWhite, s);
+    img.text(t.left, t.top, ref.label, ref.color, s);
   }
 
   // Axes, ticks and tick labels.
@@ -1001,18 +1228,19 @@ Image render(const LineChart& chart, int width, int height, ChartLayout* layout_
   // Title and axis labels.
   const int mid_x = (L.plot_left + L.plot_right) / 2;
   if (!chart.title.empty())
-    img.text(std::max(m, mid_x - text_width(chart.title, s) / 2), m, chart.title, colors::kInk, s);
+    img.text(std::max(box.left + m, mid_x - text_width(chart.title, s) / 2), box.top + m,
+             chart.title, colors::kInk, s);
   if (!chart.x_label.empty())
-    img.text(mid_x - text_width(chart.x_label, s) / 2, height - 1 - m - th + 2 * s, chart.x_label,
+    img.text(mid_x - text_width(chart.x_label, s) / 2, box.bottom - m - th + 2 * s, chart.x_label,
              colors::kInk, s);
   if (!chart.y_label.empty()) {
     const int mid_y = (L.plot_top + L.plot_bottom) / 2;
-    img.text_up(m, std::min(height - 1, mid_y + text_width(chart.y_label, s) / 2), chart.y_label,
-                colors::kInk, s);
+    img.text_up(box.left + m, std::min(box.bottom, mid_y + text_width(chart.y_label, s) / 2),
+                chart.y_label, colors::kInk, s);
   }
 
   // Legend: in the corner of the data area that hides the fewest drawn pixels.
-  const auto entries = legend_entries(chart);
+  const auto entries = legend ? legend_entries(chart, s) : std::vector<LegendEntry>{};
   if (!entries.empty()) {
     const int w = L.legend_right - L.legend_left, h = L.legend_bottom - L.legend_top;
     const int gap = 4 * s;
@@ -1024,14 +1252,10 @@ Image render(const LineChart& chart, int width, int height, ChartLayout* layout_
     }};
     long best = -1;
     std::pair<int, int> pos = corners[0];
-    for (const auto& [x0, y0] : corners) {
-      long covered = 0;
-      for (int y = std::max(y0, 0); y <= std::min(y0 + h, height - 1); ++y)
-        for (int x = std::max(x0, 0); x <= std::min(x0 + w, width - 1); ++x) {
-          const Rgb p = img.get(x, y);
-          if (p != colors::kWhite && p != colors::kGrid) ++covered;
-        }
-      if (best < 0 || covered < best) best = covered, pos = {x0, y0};
+    for (const auto& corner : corners) {
+      const long covered =
+          covered_pixels(img, corner.first, corner.second, corner.first + w, corner.second + h);
+      if (best < 0 || covered < best) best = covered, pos = corner;
     }
     L.legend_left = pos.first;
     L.legend_top = pos.second;
@@ -1039,16 +1263,30 @@ Image render(const LineChart& chart, int width, int height, ChartLayout* layout_
     L.legend_bottom = pos.second + h;
     img.fill_rect(L.legend_left, L.legend_top, L.legend_right, L.legend_bottom, colors::kWhite);
     img.stroke_rect(L.legend_left, L.legend_top, L.legend_right, L.legend_bottom, colors::kFrame);
-    const int rh = legend_row_h(s);
+    const int rh = legend_row_h(s), sw = legend_sample_w(s, entries);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const int top = L.legend_top + s + int(i) * rh + 2 * s;
       const int sx = L.legend_left + 3 * s, sy = top + (7 * s) / 2;
-      img.line(sx, sy, sx + legend_sample_w(s), sy, entries[i].color, lw);
-      if (entries[i].markers) img.disc(sx + legend_sample_w(s) / 2, sy, 2 * s, entries[i].color);
-      img.text(sx + legend_sample_w(s) + 3 * s, top, entries[i].name, colors::kInk, s);
+      draw_sample(img, entries[i], sx, sy, sw, s);
+      img.text(sx + sw + 3 * s, top, entries[i].name, colors::kInk, s);
     }
   }
-  if (layout_out) *layout_out = L;
+}
+
+}  // namespace
+
+ChartLayout layout_chart(const LineChart& chart, int width, int height) {
+  validate_size(width, height, kRenderFn);
+  validate_content(chart, kRenderFn);
+  const int s = chart.font_scale ? chart.font_scale : auto_scale(width, height);
+  return chart_layout_in(chart, PixelRect{0, 0, width - 1, height - 1}, s, chart.legend);
+}
+
+Image render(const LineChart& chart, int width, int height, ChartLayout* layout_out) {
+  ChartLayout L = layout_chart(chart, width, height);
+  Image img(width, height, colors::kWhite);
+  draw_chart(img, chart, L, chart.legend);
+  if (layout_out) *layout_out = std::move(L);
   return img;
 }
 
@@ -1056,10 +1294,150 @@ void save(const LineChart& chart, const std::string& path, int width, int height
   write_png(path, render(chart, width, height));
 }
 
+// ---- figures -----------------------------------------------------------------------------------
+
+namespace {
+
+struct FigureGeometry {
+  FigureLayout L;
+  std::vector<LegendEntry> entries;  // the shared legend's
+  int sample_w = 0;
+  int footer_scale = 1;
+};
+
+FigureGeometry figure_geometry(const Figure& f) {
+  const char* fn = kRenderFn;
+  const int64_t n = int64_t(f.charts.size());
+  if (n < 1 || n > 64) fail(fn, "a figure needs 1..64 charts, got ", n);
+  if (f.columns < 0 || f.columns > 64) fail(fn, "columns must be 0..64, got ", f.columns);
+  validate_size(f.width, f.height, fn);
+  if (f.font_scale < 0 || f.font_scale > 8) fail(fn, "font_scale must be 0..8, got ", f.font_scale);
+  if (uint8_t(f.legend) > uint8_t(LegendPlacement::kNone))
+    fail(fn, "unknown legend placement ", int(f.legend));
+  for (int64_t i = 0; i < n; ++i) {
+    try {
+      validate_content(f.charts[std::size_t(i)], fn);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      const std::string prefix = std::string("[") + fn + "] ";
+      fail(fn, "chart ", i, ": ", what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+    }
+  }
+
+  FigureGeometry g;
+  FigureLayout& L = g.L;
+  L.width = f.width;
+  L.height = f.height;
+  const int cols = int(f.columns == 0 ? n : std::min<int64_t>(f.columns, n));
+  const int rows = int((n + cols - 1) / cols);
+  L.columns = cols;
+  L.rows = rows;
+  const int s = f.font_scale
+                    ? f.font_scale
+                    : std::clamp(std::min(f.width / (350 * cols), f.height / (250 * rows)), 1, 4);
+  L.scale = s;
+  const int m = 6 * s;
+  int top = 0, bottom = f.height - 1;
+
+  if (!f.title.empty()) {
+    const int tw = text_width(f.title, s + 1), tth = text_height(s + 1);
+    L.title.left = std::max(m, (f.width - tw) / 2);
+    L.title.top = m;
+    L.title.right = L.title.left + tw - 1;
+    L.title.bottom = L.title.top + tth - 1;
+    top = L.title.bottom + 1;
+  }
+  if (!f.footer.empty()) {
+    g.footer_scale = std::max(1, s - 1);
+    const int tw = text_width(f.footer, g.footer_scale), fth = text_height(g.footer_scale);
+    L.footer.right = f.width - 1 - m;
+    L.footer.left = L.footer.right - tw + 1;
+    L.footer.bottom = bottom - m / 2;
+    L.footer.top = L.footer.bottom - fth + 1;
+    bottom = L.footer.top - 1;
+  }
+  if (f.legend == LegendPlacement::kBelow) {
+    for (const LineChart& c : f.charts)
+      for (LegendEntry& e : legend_entries(c, s))
+        if (std::find(g.entries.begin(), g.entries.end(), e) == g.entries.end())
+          g.entries.push_back(std::move(e));
+  }
+  if (!g.entries.empty()) {
+    g.sample_w = legend_sample_w(s, g.entries);
+    int name_w = 0;
+    for (const LegendEntry& e : g.entries) name_w = std::max(name_w, text_width(e.name, s));
+    const int col_gap = 10 * s, entry_w = g.sample_w + 1 + 5 * s + name_w;
+    const int avail = f.width - 2 * m;
+    const int ncols = int(
+        std::clamp<int64_t>((avail + col_gap) / (entry_w + col_gap), 1, int64_t(g.entries.size())));
+    const int nrows = int((int64_t(g.entries.size()) + ncols - 1) / ncols);
+    const int rh = legend_row_h(s);
+    const int total_w = ncols * entry_w + (ncols - 1) * col_gap;
+    L.legend.left = std::max(m, (f.width - total_w) / 2);
+    L.legend.right = L.legend.left + total_w - 1;
+    L.legend.bottom = bottom - m / 2;
+    L.legend.top = L.legend.bottom - nrows * rh + 1;
+    bottom = L.legend.top - 1;
+    for (std::size_t i = 0; i < g.entries.size(); ++i) {
+      const int x = L.legend.left + int(i % std::size_t(ncols)) * (entry_w + col_gap);
+      const int text_top = L.legend.top + int(i / std::size_t(ncols)) * rh + 2 * s;
+      const int sy = text_top + (7 * s) / 2;
+      const int half = std::max(g.entries[i].line_width, 2 * s);
+      L.legend_samples.push_back(PixelRect{x, sy - half, x + g.sample_w, sy + half});
+      L.legend_names.push_back(g.entries[i].name);
+    }
+  }
+
+  const int area_h = bottom - top + 1;
+  const int panel_w = f.width / cols, panel_h = area_h / rows;
+  if (panel_w < 64 || panel_h < 64)
+    fail(fn, "the ", cols, " x ", rows, " panels would be ", panel_w, " x ", std::max(panel_h, 0),
+         " pixels each (at least 64 x 64); make the figure larger (", f.width, " x ", f.height,
+         ") or use fewer columns");
+  for (int64_t i = 0; i < n; ++i) {
+    const int c = int(i % cols), r = int(i / cols);
+    PixelRect box;
+    box.left = c * panel_w;
+    box.right = c == cols - 1 ? f.width - 1 : box.left + panel_w - 1;
+    box.top = top + r * panel_h;
+    box.bottom = r == rows - 1 ? bottom : box.top + panel_h - 1;
+    L.panels.push_back(box);
+    const LineChart& chart = f.charts[std::size_t(i)];
+    L.charts.push_back(
+        chart_layout_in(chart, box, s, chart.legend && f.legend == LegendPlacement::kInside));
+  }
+  return g;
+}
+
+}  // namespace
+
+FigureLayout layout_figure(const Figure& figure) { return figure_geometry(figure).L; }
+
+Image render(const Figure& f, FigureLayout* layout_out) {
+  FigureGeometry g = figure_geometry(f);
+  FigureLayout& L = g.L;
+  const int s = L.scale;
+  Image img(f.width, f.height, colors::kWhite);
+  for (std::size_t i = 0; i < f.charts.size(); ++i)
+    draw_chart(img, f.charts[i], L.charts[i],
+               f.charts[i].legend && f.legend == LegendPlacement::kInside);
+  if (!L.title.empty()) img.text(L.title.left, L.title.top, f.title, colors::kInk, s + 1);
+  for (std::size_t i = 0; i < g.entries.size(); ++i) {
+    const PixelRect& r = L.legend_samples[i];
+    draw_sample(img, g.entries[i], r.left, r.center_y(), g.sample_w, s);
+    img.text(r.right + 1 + 5 * s, r.center_y() - (7 * s) / 2, g.entries[i].name, colors::kInk, s);
+  }
+  if (!L.footer.empty())
+    img.text(L.footer.left, L.footer.top, f.footer, colors::kFooter, g.footer_scale);
+  if (layout_out) *layout_out = std::move(L);
+  return img;
+}
+
+void save(const Figure& figure, const std::string& path) { write_png(path, render(figure)); }
+
 }  // namespace attn::plot
 
-// ---- heatmaps
-// --------------------------------------------------------------------------------------
+// ---- heatmaps ----------------------------------------------------------------------------------
 
 namespace attn::plot {
 
@@ -1310,6 +1688,364 @@ Image render_heatmap(const Heatmap& h, int cell_px, HeatmapLayout* layout_out) {
 
 void save(const Heatmap& heatmap, const std::string& path, int cell_px) {
   write_png(path, render_heatmap(heatmap, cell_px));
+}
+
+}  // namespace attn::plot
+
+// ---- figures as JSON ---------------------------------------------------------------------------
+
+namespace attn::plot {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kJsonFn = "plot::figure_from_json";
+constexpr std::size_t kMaxString = 1000;
+constexpr std::size_t kMaxPoints = 1000000;
+constexpr int kMaxDepth = 32;
+
+// Input text as it may appear in a message: printable ASCII, at most `max` characters.
+std::string printable(std::string_view s, std::size_t max = 40) {
+  std::string out;
+  for (char ch : s) {
+    if (out.size() >= max) {
+      out += "...";
+      break;
+    }
+    const auto b = static_cast<unsigned char>(ch);
+    out.push_back(b >= 32 && b < 127 ? ch : '?');
+  }
+  return out;
+}
+
+template <typename... Args>
+[[noreturn]] void jfail(const std::string& path, const Args&... args) {
+  fail(kJsonFn, path.empty() ? std::string("top level") : path, ": ", args...);
+}
+
+std::string key_path(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+std::string index_path(const std::string& path, std::size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float: return "a number";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "an unexpected value";
+  }
+}
+
+// A value for a message: a string quoted (printable, short), anything else by its type.
+std::string describe(const json& v) {
+  if (!v.is_string()) return type_name(v);
+  std::string out(1, '"');
+  out += printable(v.get_ref<const std::string&>());
+  out += '"';
+  return out;
+}
+
+// An object whose keys are all among `known`; returns a lookup for them.
+class Obj {
+ public:
+  Obj(const json& v, std::string path, std::initializer_list<const char*> known)
+      : v_(v), path_(std::move(path)) {
+    if (!v.is_object()) jfail(path_, "expected an object, got ", type_name(v));
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      bool ok = false;
+      for (const char* k : known) ok = ok || it.key() == k;
+      if (!ok) {
+        std::string list;
+        for (const char* k : known) list += std::string(list.empty() ? "" : ", ") + k;
+        jfail(key_path(path_, printable(it.key())), "unknown key (expected one of: ", list, ")");
+      }
+    }
+  }
+  const json* get(const char* key) const {
+    auto it = v_.find(key);
+    return it == v_.end() ? nullptr : &*it;
+  }
+  std::string path(const char* key) const { return key_path(path_, key); }
+  const std::string& path() const { return path_; }
+
+ private:
+  const json& v_;
+  std::string path_;
+};
+
+std::string get_string(const json& v, const std::string& path) {
+  if (!v.is_string()) jfail(path, "expected a string, got ", type_name(v));
+  const std::string& s = v.get_ref<const std::string&>();
+  if (s.size() > kMaxString)
+    jfail(path, "string of ", s.size(), " bytes is too long (at most ", kMaxString, ")");
+  return s;
+}
+
+bool get_bool(const json& v, const std::string& path) {
+  if (!v.is_boolean()) jfail(path, "expected true or false, got ", type_name(v));
+  return v.get<bool>();
+}
+
+double get_number(const json& v, const std::string& path) {
+  if (!v.is_number()) jfail(path, "expected a number, got ", type_name(v));
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) jfail(path, "expected a finite number");
+  return d;
+}
+
+int get_int(const json& v, const std::string& path, int lo, int hi) {
+  if (!v.is_number()) jfail(path, "expected an integer in ", lo, "..", hi, ", got ", type_name(v));
+  const double d = v.get<double>();
+  if (!(d >= lo && d <= hi) || d != std::floor(d))
+    jfail(path, "expected an integer in ", lo, "..", hi, ", got ", v.dump());
+  return int(d);
+}
+
+std::optional<double> get_optional_number(const json& v, const std::string& path) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number()) jfail(path, "expected a number or null, got ", type_name(v));
+  return get_number(v, path);
+}
+
+Rgb get_color(const json& v, const std::string& path) {
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    auto hex = [](char c) {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    bool ok = s.size() == 7 && s[0] == '#';
+    for (std::size_t i = 1; ok && i < 7; ++i) ok = hex(s[i]) >= 0;
+    if (!ok) jfail(path, "expected a colour \"#rrggbb\", got \"", printable(s), "\"");
+    auto byte = [&](std::size_t i) { return uint8_t(hex(s[i]) * 16 + hex(s[i + 1])); };
+    return {byte(1), byte(3), byte(5)};
+  }
+  if (v.is_array()) {
+    if (v.size() != 3) jfail(path, "expected [r, g, b], got an array of ", v.size(), " values");
+    Rgb c;
+    c.r = uint8_t(get_int(v[0], index_path(path, 0), 0, 255));
+    c.g = uint8_t(get_int(v[1], index_path(path, 1), 0, 255));
+    c.b = uint8_t(get_int(v[2], index_path(path, 2), 0, 255));
+    return c;
+  }
+  jfail(path, "expected a colour (\"#rrggbb\" or [r, g, b]), got ", type_name(v));
+}
+
+std::vector<int> get_dash(const json& v, const std::string& path) {
+  if (!v.is_array()) jfail(path, "expected an array of dash lengths, got ", type_name(v));
+  if (v.size() % 2 != 0 || v.size() > 16)
+    jfail(path, "expected an even number (0..16) of dash lengths, got ", v.size());
+  std::vector<int> dash;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    dash.push_back(get_int(v[i], index_path(path, i), 1, 4096));
+  return dash;
+}
+
+// A series' x or y values: numbers, null for a gap.
+std::vector<double> get_values(const json& v, const std::string& path, std::size_t& budget) {
+  if (!v.is_array()) jfail(path, "expected an array of numbers, got ", type_name(v));
+  if (v.size() > budget)
+    jfail(path, v.size(), " values exceed the figure's limit of ", kMaxPoints, " points");
+  budget -= v.size();
+  std::vector<double> out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const json& e = v[i];
+    if (e.is_null()) {
+      out.push_back(std::numeric_limits<double>::quiet_NaN());
+      continue;
+    }
+    if (!e.is_number()) jfail(index_path(path, i), "expected a number or null, got ", type_name(e));
+    out.push_back(get_number(e, index_path(path, i)));
+  }
+  return out;
+}
+
+Marker get_marker(const json& v, const std::string& path, bool& markers) {
+  const std::string s = v.is_string() ? v.get<std::string>() : std::string();
+  markers = true;
+  if (v.is_string()) {
+    if (s == "none") {
+      markers = false;
+      return Marker::kDisc;
+    }
+    if (s == "disc") return Marker::kDisc;
+    if (s == "square") return Marker::kSquare;
+    if (s == "triangle") return Marker::kTriangle;
+    if (s == "diamond") return Marker::kDiamond;
+  }
+  jfail(path, "expected \"none\", \"disc\", \"square\", \"triangle\" or \"diamond\", got ",
+        describe(v));
+}
+
+Series parse_series(const json& v, const std::string& path, bool log_x, bool log_y,
+                    std::size_t& budget) {
+  const Obj o(v, path, {"name", "x", "y", "color", "dash", "marker", "marker_size", "line_width"});
+  Series s;
+  if (const json* e = o.get("name")) s.name = get_string(*e, o.path("name"));
+  const json* x = o.get("x");
+  const json* y = o.get("y");
+  if (!x || !y) jfail(path, "a series needs \"x\" and \"y\"");
+  s.x = get_values(*x, o.path("x"), budget);
+  s.y = get_values(*y, o.path("y"), budget);
+  if (s.x.size() != s.y.size())
+    jfail(path, "\"x\" has ", s.x.size(), " values but \"y\" has ", s.y.size());
+  for (std::size_t i = 0; i < s.x.size(); ++i) {
+    if (log_x && s.x[i] <= 0)
+      jfail(index_path(o.path("x"), i), "log_x needs positive values, got ", s.x[i]);
+    if (log_y && s.y[i] <= 0)
+      jfail(index_path(o.path("y"), i), "log_y needs positive values, got ", s.y[i]);
+  }
+  if (const json* e = o.get("color")) s.color = get_color(*e, o.path("color"));
+  if (const json* e = o.get("dash")) s.dash = get_dash(*e, o.path("dash"));
+  if (const json* e = o.get("marker")) s.marker_shape = get_marker(*e, o.path("marker"), s.markers);
+  if (const json* e = o.get("marker_size"))
+    s.marker_size = get_int(*e, o.path("marker_size"), 0, 32);
+  if (const json* e = o.get("line_width")) s.line_width = get_int(*e, o.path("line_width"), 0, 8);
+  return s;
+}
+
+ReferenceLine parse_reference(const json& v, const std::string& path, bool log_y) {
+  const Obj o(v, path, {"y", "label", "color", "dash", "line_width"});
+  ReferenceLine r;
+  const json* y = o.get("y");
+  if (!y) jfail(path, "a reference line needs \"y\"");
+  r.y = get_number(*y, o.path("y"));
+  if (log_y && r.y <= 0) jfail(o.path("y"), "log_y needs a positive value, got ", r.y);
+  if (const json* e = o.get("label")) r.label = get_string(*e, o.path("label"));
+  if (const json* e = o.get("color")) r.color = get_color(*e, o.path("color"));
+  if (const json* e = o.get("dash")) r.dash = get_dash(*e, o.path("dash"));
+  if (const json* e = o.get("line_width")) r.line_width = get_int(*e, o.path("line_width"), 0, 8);
+  return r;
+}
+
+LineChart parse_chart(const json& v, const std::string& path, std::size_t& budget) {
+  const Obj o(v, path,
+              {"title", "x_label", "y_label", "log_x", "log_y", "x_min", "x_max", "y_min", "y_max",
+               "legend", "series", "reference_lines"});
+  LineChart c;
+  if (const json* e = o.get("title")) c.title = get_string(*e, o.path("title"));
+  if (const json* e = o.get("x_label")) c.x_label = get_string(*e, o.path("x_label"));
+  if (const json* e = o.get("y_label")) c.y_label = get_string(*e, o.path("y_label"));
+  if (const json* e = o.get("log_x")) c.log_x = get_bool(*e, o.path("log_x"));
+  if (const json* e = o.get("log_y")) c.log_y = get_bool(*e, o.path("log_y"));
+  if (const json* e = o.get("legend")) c.legend = get_bool(*e, o.path("legend"));
+  struct End {
+    const char* key;
+    std::optional<double>* dst;
+    bool log;
+  };
+  for (const End& end : {End{"x_min", &c.x_min, c.log_x}, End{"x_max", &c.x_max, c.log_x},
+                         End{"y_min", &c.y_min, c.log_y}, End{"y_max", &c.y_max, c.log_y}}) {
+    const json* e = o.get(end.key);
+    if (!e) continue;
+    *end.dst = get_optional_number(*e, o.path(end.key));
+    if (end.log && *end.dst && **end.dst <= 0)
+      jfail(o.path(end.key), "a log axis needs a positive value, got ", **end.dst);
+  }
+  if (c.x_min && c.x_max && !(*c.x_min < *c.x_max))
+    jfail(path, "x_min (", *c.x_min, ") must be below x_max (", *c.x_max, ")");
+  if (c.y_min && c.y_max && !(*c.y_min < *c.y_max))
+    jfail(path, "y_min (", *c.y_min, ") must be below y_max (", *c.y_max, ")");
+  if (const json* e = o.get("series")) {
+    const std::string p = o.path("series");
+    if (!e->is_array()) jfail(p, "expected an array of series, got ", type_name(*e));
+    if (e->size() > 256) jfail(p, e->size(), " series (at most 256)");
+    for (std::size_t i = 0; i < e->size(); ++i)
+      c.series.push_back(parse_series((*e)[i], index_path(p, i), c.log_x, c.log_y, budget));
+  }
+  if (const json* e = o.get("reference_lines")) {
+    const std::string p = o.path("reference_lines");
+    if (!e->is_array()) jfail(p, "expected an array of reference lines, got ", type_name(*e));
+    if (e->size() > 64) jfail(p, e->size(), " reference lines (at most 64)");
+    for (std::size_t i = 0; i < e->size(); ++i)
+      c.reference_lines.push_back(parse_reference((*e)[i], index_path(p, i), c.log_y));
+  }
+  return c;
+}
+
+// Deepest nesting of arrays and objects, counted without parsing (strings skipped).
+int nesting_depth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        in_string = false;
+      continue;
+    }
+    if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > kMaxDepth) return deepest;
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+}  // namespace
+
+Figure figure_from_json(std::string_view text) {
+  if (nesting_depth(text) > kMaxDepth) fail(kJsonFn, "nesting deeper than ", kMaxDepth, " levels");
+  json doc;
+  try {
+    doc = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    fail(kJsonFn, "not valid JSON: ", printable(e.what(), 300));
+  }
+  const Obj o(doc, "",
+              {"width", "height", "title", "footer", "columns", "legend", "font_scale", "charts"});
+  Figure f;
+  if (const json* e = o.get("width")) f.width = get_int(*e, o.path("width"), 64, 8192);
+  if (const json* e = o.get("height")) f.height = get_int(*e, o.path("height"), 64, 8192);
+  if (const json* e = o.get("title")) f.title = get_string(*e, o.path("title"));
+  if (const json* e = o.get("footer")) f.footer = get_string(*e, o.path("footer"));
+  if (const json* e = o.get("columns")) f.columns = get_int(*e, o.path("columns"), 0, 64);
+  if (const json* e = o.get("font_scale")) f.font_scale = get_int(*e, o.path("font_scale"), 0, 8);
+  if (const json* e = o.get("legend")) {
+    const std::string s = e->is_string() ? e->get<std::string>() : std::string();
+    if (s == "below")
+      f.legend = LegendPlacement::kBelow;
+    else if (s == "inside")
+      f.legend = LegendPlacement::kInside;
+    else if (s == "none")
+      f.legend = LegendPlacement::kNone;
+    else
+      jfail(o.path("legend"), "expected \"below\", \"inside\" or \"none\", got ", describe(*e));
+  }
+  const json* charts = o.get("charts");
+  if (!charts) jfail("", "a figure needs \"charts\"");
+  if (!charts->is_array()) jfail("charts", "expected an array of charts, got ", type_name(*charts));
+  if (charts->empty() || charts->size() > 64)
+    jfail("charts", "expected 1..64 charts, got ", charts->size());
+  std::size_t budget = kMaxPoints * 2;  // x and y values
+  for (std::size_t i = 0; i < charts->size(); ++i)
+    f.charts.push_back(parse_chart((*charts)[i], index_path("charts", i), budget));
+  // What the data cannot show in this size (e.g. panels too small, an axis range that overflows).
+  try {
+    (void)layout_figure(f);
+  } catch (const Error& e) {
+    fail(kJsonFn, "the figure cannot be drawn: ", e.what());
+  }
+  return f;
 }
 
 }  // namespace attn::plot

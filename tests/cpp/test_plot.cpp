@@ -1,5 +1,6 @@
 // Tests for attn::plot: images, font, PNG encode/decode (against PNG files built byte by byte
-// here), ticks, and line charts checked pixel by pixel through the layout's data -> pixel mapping.
+// here), ticks, line charts (dashes, markers, reference lines) and figures checked pixel by pixel
+// through the layout's data -> pixel mapping, and the JSON form of figures.
 #include <attn/plot.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,10 +13,15 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include "test_util.h"
 
 namespace attn::plot {
 namespace {
+
+using attn::testing::error_of;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -447,7 +453,9 @@ TEST(PlotChart, SizeBackgroundAndSeriesPixels) {
   EXPECT_TRUE(mant == 1 || mant == 2 || mant == 5) << step;
   for (std::size_t i = 0; i < L.x_ticks.size(); ++i) {
     EXPECT_EQ(std::fmod(L.x_ticks[i], step), 0) << L.x_ticks[i];
-    if (i > 0) EXPECT_EQ(L.x_ticks[i] - L.x_ticks[i - 1], step);
+    if (i > 0) {
+      EXPECT_EQ(L.x_ticks[i] - L.x_ticks[i - 1], step);
+    }
     EXPECT_GE(L.x_ticks[i], L.x_lo);
     EXPECT_LE(L.x_ticks[i], L.x_hi);
   }
@@ -509,8 +517,13 @@ TEST(PlotChart, LegendTextAndPlacement) {
   EXPECT_TRUE(found);
   // Default colours come from the palette.
   LineChart d;
-  d.series.push_back({"a", {0, 1}, {0, 1}});
-  d.series.push_back({"b", {0, 1}, {1, 0}});
+  for (const auto& [name, y0, y1] : {std::tuple{"a", 0.0, 1.0}, std::tuple{"b", 1.0, 0.0}}) {
+    Series s;  // no colour: the palette's
+    s.name = name;
+    s.x = {0, 1};
+    s.y = {y0, y1};
+    d.series.push_back(s);
+  }
   ChartLayout Ld;
   const Image di = render(d, 400, 300, &Ld);
   EXPECT_TRUE(near(di, Ld.x_to_px(0.25), Ld.y_to_px(0.25), palette(0)));
@@ -674,6 +687,816 @@ TEST(PlotChart, Errors) {
   logmin.y_min = 0;
   EXPECT_THROW(render(logmin), Error);
   EXPECT_THROW(save(ok, "/nonexistent-dir/x.png", 100, 100), Error);
+}
+
+// ---- dashes, markers, reference lines
+// -----------------------------------------------------------------
+
+// Whether the (checked) pattern is "on" at arc length a: the rule Image::dashed_line documents.
+bool on_at(const std::vector<int>& dash, double a) {
+  int period = 0;
+  for (int d : dash) period += d;
+  double m = std::fmod(a, period);
+  for (std::size_t i = 0; i < dash.size(); ++i) {
+    if (m < dash[i]) return i % 2 == 0;
+    m -= dash[i];
+  }
+  return false;
+}
+
+TEST(PlotImage, DashedLineLeavesGapsAtTheRightPixels) {
+  const std::vector<int> dash = {4, 3};
+  Image img(60, 12);
+  EXPECT_DOUBLE_EQ(img.dashed_line(10, 5, 40, 5, kRed, 1, dash), 30.0);
+  for (int x = 0; x < 60; ++x)
+    EXPECT_EQ(img.get(x, 5) == kRed, x >= 10 && x <= 40 && (x - 10) % 7 < 4) << x;
+  EXPECT_EQ(count_color(img, kRed, 0, 0, 59, 11), count_color(img, kRed, 0, 5, 59, 5));
+  // A phase shifts the pattern; the returned phase continues it.
+  Image p(60, 12);
+  EXPECT_DOUBLE_EQ(p.dashed_line(10, 5, 20, 5, kRed, 1, dash, 2.0), 12.0);
+  for (int x = 10; x <= 20; ++x) EXPECT_EQ(p.get(x, 5) == kRed, (x - 10 + 2) % 7 < 4) << x;
+  // Vertical, and a second pattern with two different gaps.
+  const std::vector<int> dash2 = {2, 1, 3, 2};
+  Image v(12, 40);
+  v.dashed_line(6, 3, 6, 35, kBlue, 1, dash2);
+  for (int y = 3; y <= 35; ++y) EXPECT_EQ(v.get(6, y) == kBlue, on_at(dash2, y - 3)) << y;
+  // Diagonal: lengths are Euclidean, step i lies at arc length i * sqrt(2).
+  const std::vector<int> dash3 = {5, 5};
+  Image d(40, 40);
+  d.dashed_line(0, 0, 30, 30, kRed, 1, dash3);
+  for (int i = 0; i <= 30; ++i) EXPECT_EQ(d.get(i, i) == kRed, on_at(dash3, i * std::sqrt(2.0)));
+  EXPECT_EQ(count_color(d, kRed, 0, 0, 39, 39), count_color(d, kRed, 0, 0, 30, 30));
+  // Thick: every drawn step is a 3x3 square; an off step between two off steps is blank.
+  Image t(60, 12);
+  t.dashed_line(10, 5, 40, 5, kRed, 3, dash);
+  for (int y = 4; y <= 6; ++y) {
+    EXPECT_EQ(t.get(11, y), kRed) << y;
+    EXPECT_NE(t.get(15, y), kRed) << y;  // offset 5: steps 4, 5 and 6 are all off
+    EXPECT_NE(t.get(22, y), kRed) << y;  // offset 12
+  }
+  // Clipped far outside the image: the pattern keeps its arc length from the real start.
+  Image c(60, 4);
+  EXPECT_DOUBLE_EQ(c.dashed_line(-1e6, 2, 1e6, 2, kRed, 1, dash, 0.0), 2e6);
+  for (int x = 0; x < 60; ++x) EXPECT_EQ(c.get(x, 2) == kRed, on_at(dash, x + 1e6)) << x;
+  // Empty pattern: solid, as line().
+  Image s(30, 4), l(30, 4);
+  s.dashed_line(2, 1, 25, 1, kRed, 2, {});
+  l.line(2, 1, 25, 1, kRed, 2);
+  EXPECT_EQ(s.rgb, l.rgb);
+  // Non-finite: nothing drawn, phase unchanged.
+  Image n(10, 10);
+  EXPECT_EQ(n.dashed_line(kNaN, 0, 5, 5, kRed, 1, dash, 3.0), 3.0);
+  EXPECT_EQ(count_color(n, kRed, 0, 0, 9, 9), 0);
+  // Bad patterns and thickness.
+  EXPECT_THROW(n.dashed_line(0, 0, 5, 5, kRed, 1, {3}), Error);
+  EXPECT_THROW(n.dashed_line(0, 0, 5, 5, kRed, 1, {3, 0}), Error);
+  EXPECT_THROW(n.dashed_line(0, 0, 5, 5, kRed, 1, {3, -1}), Error);
+  EXPECT_THROW(n.dashed_line(0, 0, 5, 5, kRed, 1, {3, 5000}), Error);
+  EXPECT_THROW(n.dashed_line(0, 0, 5, 5, kRed, 1, std::vector<int>(18, 2)), Error);
+  EXPECT_THROW(n.dashed_line(0, 0, 5, 5, kRed, 9, dash), Error);
+}
+
+TEST(PlotImage, MarkerShapes) {
+  const int r = 4, cx = 20, cy = 20;
+  for (Marker shape : {Marker::kDisc, Marker::kSquare, Marker::kTriangle, Marker::kDiamond}) {
+    Image img(41, 41);
+    img.marker(cx, cy, shape, r, kRed);
+    Image disc(41, 41);
+    disc.disc(cx, cy, r, kRed);
+    for (int y = 0; y < 41; ++y)
+      for (int x = 0; x < 41; ++x) {
+        const int dx = x - cx, k = y - cy;
+        bool want = false;
+        switch (shape) {
+          case Marker::kDisc: want = disc.get(x, y) == kRed; break;
+          case Marker::kSquare: want = std::abs(dx) <= r && std::abs(k) <= r; break;
+          case Marker::kTriangle: want = std::abs(k) <= r && std::abs(dx) <= (k + r) / 2; break;
+          case Marker::kDiamond: want = std::abs(dx) + std::abs(k) <= r; break;
+        }
+        EXPECT_EQ(img.get(x, y) == kRed, want) << int(shape) << " at " << x << "," << y;
+      }
+  }
+  // The shapes are told apart by their corners: the triangle points up.
+  Image tri(41, 41);
+  tri.marker(cx, cy, Marker::kTriangle, r, kRed);
+  EXPECT_EQ(tri.get(cx - r, cy + r), kRed);
+  EXPECT_EQ(tri.get(cx + r, cy + r), kRed);
+  EXPECT_NE(tri.get(cx - r, cy - r), kRed);
+  EXPECT_EQ(tri.get(cx, cy - r), kRed);
+  // Radius 0 is one pixel; edges clip; bad radius or shape throws.
+  for (Marker shape : {Marker::kSquare, Marker::kTriangle, Marker::kDiamond}) {
+    Image one(5, 5);
+    one.marker(2, 2, shape, 0, kRed);
+    EXPECT_EQ(count_color(one, kRed, 0, 0, 4, 4), 1);
+    one.marker(std::numeric_limits<int>::max(), std::numeric_limits<int>::min(), shape, 30, kRed);
+    one.marker(-1, -1, shape, 3, kBlue);
+    EXPECT_EQ(one.get(0, 0), kBlue);
+  }
+  Image e(5, 5);
+  EXPECT_THROW(e.marker(2, 2, Marker::kDisc, -1, kRed), Error);
+  EXPECT_THROW(e.marker(2, 2, Marker::kDisc, 1025, kRed), Error);
+  EXPECT_THROW(e.marker(2, 2, static_cast<Marker>(9), 2, kRed), Error);
+}
+
+// A chart whose axes are fixed to x 0..100 and y 0..10, so that x = 0 and x = 100 fall exactly on
+// the data area's left and right pixel columns.
+LineChart fixed_chart() {
+  LineChart c;
+  c.x_min = 0;
+  c.x_max = 100;
+  c.y_min = 0;
+  c.y_max = 10;
+  return c;
+}
+
+TEST(PlotChart, DashedSeriesLeaveGapsAlongTheLine) {
+  const std::vector<int> dash = {6, 4};
+  for (const std::vector<double>& xs :
+       {std::vector<double>{0, 100}, std::vector<double>{0, 37, 50, 100}}) {
+    LineChart chart = fixed_chart();
+    Series s = series(xs, std::vector<double>(xs.size(), 5.0), kRed);
+    s.dash = dash;
+    s.line_width = 1;
+    chart.series.push_back(s);
+    ChartLayout L;
+    const Image img = roundtrip(render(chart, 500, 300, &L));
+    ASSERT_EQ(L.x_to_px(0), L.plot_left);
+    ASSERT_EQ(L.x_to_px(100), L.plot_right);
+    const int row = int(std::lround(L.y_to_px(5)));
+    // The pattern runs on across the vertices at x = 37 and 50.
+    for (int x = L.plot_left + 1; x <= L.plot_right; ++x)
+      EXPECT_EQ(img.get(x, row) == kRed, (x - L.plot_left) % 10 < 6) << x;
+    EXPECT_EQ(count_color(img, kRed, 0, 0, 499, 299), count_color(img, kRed, 0, row, 499, row));
+  }
+  // A gap (NaN) restarts the pattern at the next point.
+  LineChart chart = fixed_chart();
+  Series s = series({0, 30, kNaN, 60, 100}, {5, 5, 5, 5, 5}, kRed);
+  s.dash = dash;
+  s.line_width = 1;
+  chart.series.push_back(s);
+  ChartLayout L;
+  const Image img = render(chart, 500, 300, &L);
+  const int row = int(std::lround(L.y_to_px(5)));
+  const int start = int(std::ceil(L.x_to_px(60)));
+  for (int k = 1; k <= 4; ++k) EXPECT_EQ(img.get(start + k, row), kRed) << k;
+  for (int k = 7; k <= 8; ++k) EXPECT_NE(img.get(start + k, row), kRed) << k;
+  // Solid series are unchanged by the new fields' defaults.
+  LineChart solid = fixed_chart();
+  solid.series.push_back(series({0, 100}, {5, 5}, kRed));
+  const Image si = render(solid, 500, 300, &L);
+  for (int x = L.plot_left + 1; x <= L.plot_right; ++x) EXPECT_EQ(si.get(x, row), kRed) << x;
+}
+
+TEST(PlotChart, LegendSampleShowsDashesAndMarker) {
+  LineChart chart = fixed_chart();
+  Series s = series({0, 100}, {1, 1}, kRed, "dashed");
+  s.dash = {6, 4};
+  s.line_width = 1;
+  chart.series.push_back(s);
+  Series m = series({0, 100}, {2, 2}, kBlue, "squares");
+  m.markers = true;
+  m.marker_shape = Marker::kSquare;
+  m.marker_size = 2;
+  chart.series.push_back(m);
+  ChartLayout L;
+  const Image img = render(chart, 400, 300, &L);
+  ASSERT_EQ(L.scale, 1);
+  ASSERT_GE(L.legend_left, 0);
+  // Entry 0's sample: 23 pixels (dashed entries widen the sample) on the row of its text.
+  const int sx = L.legend_left + 3, sy = L.legend_top + 1 + 2 + 7 / 2;
+  for (int k = 0; k <= 22; ++k) EXPECT_EQ(img.get(sx + k, sy) == kRed, k % 10 < 6) << k;
+  EXPECT_NE(img.get(sx + 23, sy), kRed);
+  // Entry 1: a square marker in the middle of its sample.
+  const int my = sy + text_height(1) + 4, mx = sx + 11;
+  for (int dy = -2; dy <= 2; ++dy)
+    for (int dx = -2; dx <= 2; ++dx) EXPECT_EQ(img.get(mx + dx, my + dy), kBlue) << dx << dy;
+  EXPECT_NE(img.get(mx, my - 3), kBlue);
+}
+
+TEST(PlotChart, MarkerShapesAtDataPoints) {
+  LineChart chart = fixed_chart();
+  const Marker shapes[] = {Marker::kDisc, Marker::kSquare, Marker::kTriangle, Marker::kDiamond};
+  const Rgb colors[] = {kRed, kBlue, Rgb{0, 160, 0}, Rgb{200, 0, 200}};
+  for (int i = 0; i < 4; ++i) {
+    Series s = series({20.0 + 20 * i}, {5}, colors[i]);  // one point each: no line
+    s.markers = true;
+    s.marker_shape = shapes[i];
+    s.marker_size = 5;
+    chart.series.push_back(s);
+  }
+  ChartLayout L;
+  const Image img = roundtrip(render(chart, 500, 300, &L));
+  for (int i = 0; i < 4; ++i) {
+    const int cx = int(std::lround(L.x_to_px(20.0 + 20 * i))), cy = int(std::lround(L.y_to_px(5)));
+    Image expect(500, 300);
+    expect.marker(cx, cy, shapes[i], 5, colors[i]);
+    for (int y = cy - 7; y <= cy + 7; ++y)
+      for (int x = cx - 7; x <= cx + 7; ++x)
+        EXPECT_EQ(img.get(x, y) == colors[i], expect.get(x, y) == colors[i])
+            << i << " at " << x - cx << "," << y - cy;
+  }
+}
+
+TEST(PlotChart, ReferenceLineAtTheRightRowWithItsLabel) {
+  LineChart chart;
+  chart.series.push_back(series({1, 2, 3, 4}, {10, 30, 20, 50}, kRed));
+  ReferenceLine ref;
+  ref.y = 95;
+  ref.label = "sgemm 1024^3";
+  chart.reference_lines.push_back(ref);
+  ChartLayout L;
+  const Image img = roundtrip(render(chart, 600, 400, &L));
+  // The reference value is inside the y range although the data stop at 50.
+  EXPECT_GT(L.y_hi, 95);
+  const int row = int(std::lround(L.y_to_px(95)));
+  const int lw = L.line_width;
+  ASSERT_EQ(lw, 1);
+  // Default: grey, dashed 8 on 5 off, from the column after the y axis to plot_right.
+  for (int x = L.plot_left + 1; x <= L.plot_right; ++x)
+    EXPECT_EQ(img.get(x, row) == colors::kReference, (x - L.plot_left - 1) % 13 < 8) << x;
+  EXPECT_EQ(count_color(img, colors::kReference, L.plot_left, row + 1, L.plot_right, L.plot_bottom),
+            0);
+  // The label: at the preferred spot (right end, above the line), in the line's colour.
+  ASSERT_EQ(L.reference_labels.size(), 1u);
+  const PixelRect t = L.reference_labels[0];
+  const int s = L.scale, gap = 3 * s;
+  EXPECT_EQ(t.right, L.plot_right - 4 * s);
+  EXPECT_EQ(t.bottom, row - gap);
+  EXPECT_EQ(t.right - t.left + 1, text_width(ref.label, s));
+  for (int r = 0; r < 7; ++r)
+    for (int c = 0; c < kGlyphW; ++c)
+      EXPECT_EQ(img.get(t.left + c * s, t.top + r * s) == colors::kReference,
+                glyph_pixel('s', c, r))
+          << c << "," << r;
+  // Thicker, solid, coloured.
+  chart.reference_lines[0].dash.clear();
+  chart.reference_lines[0].line_width = 3;
+  chart.reference_lines[0].color = kBlue;
+  const Image thick = render(chart, 600, 400, &L);
+  for (int x = L.plot_left + 1; x <= L.plot_right; x += 7)
+    for (int y = row - 1; y <= row + 1; ++y) EXPECT_EQ(thick.get(x, y), kBlue) << x << "," << y;
+  EXPECT_EQ(L.reference_labels[0].bottom, row - 1 - gap);
+}
+
+TEST(PlotChart, ReferenceLabelAvoidsTheData) {
+  // A series lies just above the line at the right end: the label moves where nothing is drawn.
+  LineChart chart = fixed_chart();
+  Series busy = series({60, 100}, {5.4, 5.4}, kRed);
+  busy.line_width = 3;
+  chart.series.push_back(busy);
+  ReferenceLine ref;
+  ref.y = 5;
+  ref.label = "baseline";
+  chart.reference_lines.push_back(ref);
+  ChartLayout L;
+  const Image img = render(chart, 500, 300, &L);
+  const PixelRect t = L.reference_labels[0];
+  ASSERT_FALSE(t.empty());
+  EXPECT_EQ(count_color(img, kRed, t.left, t.top, t.right, t.bottom), 0);
+  EXPECT_LT(t.right, int(L.x_to_px(60)));  // not over the series
+  EXPECT_GT(count_color(img, colors::kReference, t.left, t.top, t.right, t.bottom), 20);
+  // A reference line outside a fixed y range is not drawn, nor its label.
+  chart.reference_lines[0].y = 50;
+  const Image out = render(chart, 500, 300, &L);
+  EXPECT_TRUE(L.reference_labels[0].empty());
+  EXPECT_EQ(count_color(out, colors::kReference, 0, 0, 499, 299), 0);
+  // Log axes: the value must be positive; NaN is refused.
+  LineChart bad;
+  bad.log_y = true;
+  bad.reference_lines.push_back(ReferenceLine{0, "zero"});
+  EXPECT_THROW(render(bad, 300, 200), Error);
+  bad.log_y = false;
+  bad.reference_lines[0].y = kNaN;
+  EXPECT_THROW(render(bad, 300, 200), Error);
+  bad.reference_lines[0].y = 1;
+  bad.reference_lines[0].dash = {1};
+  EXPECT_THROW(render(bad, 300, 200), Error);
+  bad.reference_lines[0].dash.clear();
+  bad.reference_lines[0].line_width = 9;
+  EXPECT_THROW(render(bad, 300, 200), Error);
+}
+
+TEST(PlotChart, NewFieldsAreValidated) {
+  LineChart c;
+  c.series.push_back(series({1, 2}, {1, 2}, kRed, "s"));
+  auto msg = [](const LineChart& chart) {
+    try {
+      render(chart, 300, 200);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  LineChart d = c;
+  d.series[0].dash = {4, 0};
+  EXPECT_EQ(
+      msg(d),
+      "[plot::render] series 0 's': the dash pattern: length 1 is 0, expected 1..4096 pixels");
+  d = c;
+  d.series[0].line_width = 9;
+  EXPECT_EQ(msg(d), "[plot::render] series 0 's': line_width must be 0..8, got 9");
+  d = c;
+  d.series[0].marker_size = 33;
+  EXPECT_EQ(msg(d), "[plot::render] series 0 's': marker_size must be 0..32, got 33");
+  d = c;
+  d.x_min = 3;
+  d.x_max = 3;
+  EXPECT_EQ(msg(d), "[plot::render] x_min (3) must be below x_max (3)");
+  d = c;
+  d.font_scale = 9;
+  EXPECT_EQ(msg(d), "[plot::render] font_scale must be 0..8, got 9");
+  // font_scale picks the text size: the title is twice as tall at scale 2 as at scale 1.
+  d = c;
+  d.title = "T";
+  d.font_scale = 1;
+  ChartLayout L1, L2;
+  render(d, 400, 300, &L1);
+  d.font_scale = 2;
+  render(d, 400, 300, &L2);
+  EXPECT_EQ(L1.scale, 1);
+  EXPECT_EQ(L2.scale, 2);
+  EXPECT_GT(L2.plot_top, L1.plot_top);
+  // legend = false: no legend box.
+  d.legend = false;
+  render(d, 400, 300, &L1);
+  EXPECT_EQ(L1.legend_left, -1);
+}
+
+// ---- figures
+// -----------------------------------------------------------------------------------------
+
+LineChart panel(const std::string& title, double slope) {
+  LineChart c;
+  c.title = title;
+  c.x_label = "L";
+  c.y_label = "GFLOP/s";
+  c.log_x = true;
+  c.y_min = 0;
+  Series a = series({512, 1024, 2048, 4096}, {10 * slope, 20 * slope, 30 * slope, 35 * slope}, kRed,
+                    "attn");
+  a.markers = true;
+  Series t = series({512, 1024, 2048, 4096}, {5, 6, 7, 8}, kBlue, "torch");
+  t.dash = {12, 7};
+  t.markers = true;
+  t.marker_shape = Marker::kSquare;
+  c.series = {a, t};
+  c.reference_lines.push_back(ReferenceLine{40, "sgemm"});
+  return c;
+}
+
+TEST(PlotFigure, SideBySidePanelsSharingOneLegend) {
+  Figure f;
+  f.width = 1000;
+  f.height = 500;
+  f.title = "figure title";
+  f.footer = "made by a test";
+  f.charts = {panel("forward", 1), panel("backward", 2)};
+  FigureLayout L;
+  const Image img = roundtrip(render(f, &L));
+  EXPECT_EQ(img.width, 1000);
+  EXPECT_EQ(img.height, 500);
+  EXPECT_EQ(L.columns, 2);
+  EXPECT_EQ(L.rows, 1);
+  EXPECT_EQ(L.scale, std::min(1000 / 700, 500 / 250));
+  ASSERT_EQ(L.panels.size(), 2u);
+  ASSERT_EQ(L.charts.size(), 2u);
+  EXPECT_EQ(L.panels[0].left, 0);
+  EXPECT_EQ(L.panels[0].right, 499);
+  EXPECT_EQ(L.panels[1].left, 500);
+  EXPECT_EQ(L.panels[1].right, 999);
+  EXPECT_EQ(L.panels[0].top, L.panels[1].top);
+  EXPECT_EQ(L.panels[0].bottom, L.panels[1].bottom);
+  // Title above the panels, legend and footer below them, in that order.
+  EXPECT_LT(L.title.bottom, L.panels[0].top);
+  EXPECT_GT(L.legend.top, L.panels[0].bottom);
+  EXPECT_GT(L.footer.top, L.legend.bottom);
+  EXPECT_LE(L.footer.bottom, 499);
+  EXPECT_EQ(L.footer.right, 1000 - 1 - 6 * L.scale);
+  EXPECT_GT(count_color(img, colors::kFooter, L.footer.left, L.footer.top, L.footer.right,
+                        L.footer.bottom),
+            20);
+  EXPECT_GT(
+      count_color(img, colors::kInk, L.title.left, L.title.top, L.title.right, L.title.bottom), 20);
+  // One legend entry per distinct series: both charts' "attn" and "torch" look the same.
+  EXPECT_EQ(L.legend_names, (std::vector<std::string>{"attn", "torch"}));
+  ASSERT_EQ(L.legend_samples.size(), 2u);
+  const PixelRect sa = L.legend_samples[0], st = L.legend_samples[1];
+  EXPECT_EQ(sa.center_y(), st.center_y());  // one row: they fit side by side
+  EXPECT_LT(sa.right, st.left);
+  EXPECT_GT(count_color(img, kRed, sa.left, sa.top, sa.right, sa.bottom), 10);
+  // The dashed entry's sample has gaps: 12 on, 7 off from its left end.
+  for (int k = 0; k < st.right - st.left + 1; ++k) {
+    if (std::abs(k - (st.right - st.left) / 2) <= 2 * L.scale + 1) continue;  // the marker
+    EXPECT_EQ(img.get(st.left + k, st.center_y()) == kBlue, k % 19 < 12) << k;
+  }
+  // Panels draw no legend of their own; each chart's data sit in its own panel.
+  for (std::size_t i = 0; i < 2; ++i) {
+    const ChartLayout& C = L.charts[i];
+    EXPECT_EQ(C.legend_left, -1);
+    EXPECT_TRUE(L.panels[i].contains(C.plot_left, C.plot_top));
+    EXPECT_TRUE(L.panels[i].contains(C.plot_right, C.plot_bottom));
+    const double slope = i == 0 ? 1 : 2;
+    const std::vector<double> xs = {512, 1024, 2048, 4096};
+    const std::vector<double> ys = {10 * slope, 20 * slope, 30 * slope, 35 * slope};
+    for (std::size_t k = 0; k < xs.size(); ++k)
+      EXPECT_EQ(img.get(int(std::lround(C.x_to_px(xs[k]))), int(std::lround(C.y_to_px(ys[k])))),
+                kRed)
+          << i << " " << k;
+    EXPECT_FALSE(C.reference_labels[0].empty());
+    EXPECT_TRUE(L.panels[i].contains(C.reference_labels[0].left, C.reference_labels[0].top));
+  }
+  // No red in the left panel right of its data area, or anywhere below the panels but the legend.
+  EXPECT_EQ(count_color(img, kRed, L.charts[0].plot_right + 1, 0, 499, L.panels[0].bottom), 0);
+  EXPECT_EQ(count_color(img, kRed, 0, L.panels[0].bottom + 1, 999, 499),
+            count_color(img, kRed, sa.left, sa.top, sa.right, sa.bottom));
+}
+
+TEST(PlotFigure, PanelsAreChartsDrawnInASubRectangle) {
+  // With no title, footer or shared legend, panel i is exactly render(chart) of the panel's size,
+  // shifted to the panel.
+  LineChart a = panel("a", 1), b = panel("b", 3);
+  a.legend = b.legend = false;
+  a.font_scale = b.font_scale = 1;
+  Figure f;
+  f.width = 900;
+  f.height = 400;
+  f.font_scale = 1;
+  f.legend = LegendPlacement::kNone;
+  f.charts = {a, b};
+  FigureLayout L;
+  const Image fig = render(f, &L);
+  const Image ia = render(a, 450, 400), ib = render(b, 450, 400);
+  for (int y = 0; y < 400; ++y)
+    for (int x = 0; x < 450; ++x) {
+      ASSERT_EQ(fig.get(x, y), ia.get(x, y)) << x << "," << y;
+      ASSERT_EQ(fig.get(450 + x, y), ib.get(x, y)) << x << "," << y;
+    }
+  EXPECT_TRUE(L.legend.empty());
+  EXPECT_TRUE(L.legend_samples.empty());
+  // One chart with its own legend inside: the figure is the chart.
+  LineChart c = panel("c", 1);
+  c.font_scale = 2;
+  Figure one;
+  one.width = 800;
+  one.height = 500;
+  one.font_scale = 2;
+  one.legend = LegendPlacement::kInside;
+  one.charts = {c};
+  EXPECT_EQ(render(one).rgb, render(c, 800, 500).rgb);
+}
+
+TEST(PlotFigure, GridLegendPlacementsAndErrors) {
+  Figure f;
+  f.width = 600;
+  f.height = 800;
+  f.columns = 1;
+  f.charts = {panel("top", 1), panel("bottom", 2)};
+  FigureLayout L = layout_figure(f);
+  EXPECT_EQ(L.columns, 1);
+  EXPECT_EQ(L.rows, 2);
+  EXPECT_EQ(L.panels[1].top, L.panels[0].bottom + 1);
+  EXPECT_EQ(L.panels[0].left, 0);
+  EXPECT_EQ(L.panels[1].right, 599);
+  EXPECT_TRUE(L.title.empty());
+  EXPECT_TRUE(L.footer.empty());
+  // Three charts in two columns: two rows, the third under the first.
+  f.columns = 2;
+  f.charts.push_back(panel("third", 3));
+  L = layout_figure(f);
+  EXPECT_EQ(L.rows, 2);
+  EXPECT_EQ(L.panels[2].left, 0);
+  EXPECT_EQ(L.panels[2].top, L.panels[0].bottom + 1);
+  // Same name, different colour: two entries.
+  f.charts[2].series[0].color = Rgb{0, 150, 0};
+  L = layout_figure(f);
+  EXPECT_EQ(L.legend_names, (std::vector<std::string>{"attn", "torch", "attn"}));
+  // Legends inside the charts, or none.
+  f.legend = LegendPlacement::kInside;
+  const Image inside = render(f, &L);
+  EXPECT_TRUE(L.legend.empty());
+  for (const ChartLayout& C : L.charts) {
+    EXPECT_GE(C.legend_left, C.plot_left);
+    EXPECT_EQ(inside.get(C.legend_left, C.legend_top), colors::kFrame);
+  }
+  f.legend = LegendPlacement::kNone;
+  L = layout_figure(f);
+  for (const ChartLayout& C : L.charts) EXPECT_EQ(C.legend_left, -1);
+  // Many entries wrap onto several legend rows.
+  Figure wide;
+  wide.width = 400;
+  wide.height = 400;
+  wide.charts.resize(1);
+  for (int i = 0; i < 6; ++i)
+    wide.charts[0].series.push_back(series({0, 1}, {0, double(i)}, palette(std::size_t(i)),
+                                           "series number " + std::to_string(i)));
+  L = layout_figure(wide);
+  ASSERT_EQ(L.legend_samples.size(), 6u);
+  EXPECT_GT(L.legend_samples[5].center_y(), L.legend_samples[0].center_y());
+  for (const PixelRect& r : L.legend_samples) EXPECT_LE(r.right, 399);
+  // Errors.
+  auto msg = [](const Figure& fig) {
+    try {
+      render(fig);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Figure bad;
+  EXPECT_EQ(msg(bad), "[plot::render] a figure needs 1..64 charts, got 0");
+  bad.charts.resize(65);
+  EXPECT_EQ(msg(bad), "[plot::render] a figure needs 1..64 charts, got 65");
+  bad.charts.resize(4);
+  bad.width = 200;
+  EXPECT_NE(msg(bad).find("panels would be 50 x"), std::string::npos) << msg(bad);
+  bad.width = 800;
+  bad.columns = -1;
+  EXPECT_EQ(msg(bad), "[plot::render] columns must be 0..64, got -1");
+  bad.columns = 0;
+  bad.font_scale = 9;
+  EXPECT_EQ(msg(bad), "[plot::render] font_scale must be 0..8, got 9");
+  bad.font_scale = 0;
+  bad.height = 20;
+  EXPECT_EQ(msg(bad), "[plot::render] image size must be 64..8192 on each side, got 800x20");
+  bad.height = 500;
+  bad.charts[1].series.push_back(series({1, 2}, {1}, kRed, "short"));
+  EXPECT_EQ(msg(bad), "[plot::render] chart 1: series 0 'short' has 2 x values but 1 y values");
+  EXPECT_THROW(save(bad, "/nonexistent-dir/x.png"), Error);
+}
+
+// ---- figures from JSON
+// -------------------------------------------------------------------------------
+
+// The example of include/attn/plot.h, comments removed.
+const char* kDocumentedSpec = R"({
+  "width": 1400, "height": 620,
+  "title": "...",  "footer": "...",
+  "columns": 2,
+  "legend": "below",
+  "font_scale": 2,
+  "charts": [
+    {
+      "title": "forward", "x_label": "L", "y_label": "GFLOP/s",
+      "log_x": true, "log_y": false,
+      "x_min": null, "x_max": null, "y_min": 0, "y_max": null,
+      "legend": true,
+      "series": [
+        {"name": "attn", "x": [512, 1024], "y": [190.5, null],
+         "color": "#1f64b4",
+         "dash": [12, 7],
+         "marker": "disc",
+         "marker_size": 5, "line_width": 3}
+      ],
+      "reference_lines": [
+        {"y": 95.0, "label": "OpenBLAS sgemm 1024^3", "color": "#6e6e6e",
+         "dash": [10, 6], "line_width": 2}
+      ]
+    }
+  ]
+})";
+
+TEST(PlotJson, AcceptsTheDocumentedFormat) {
+  const Figure f = figure_from_json(kDocumentedSpec);
+  EXPECT_EQ(f.width, 1400);
+  EXPECT_EQ(f.height, 620);
+  EXPECT_EQ(f.title, "...");
+  EXPECT_EQ(f.footer, "...");
+  EXPECT_EQ(f.columns, 2);
+  EXPECT_EQ(f.legend, LegendPlacement::kBelow);
+  EXPECT_EQ(f.font_scale, 2);
+  ASSERT_EQ(f.charts.size(), 1u);
+  const LineChart& c = f.charts[0];
+  EXPECT_EQ(c.title, "forward");
+  EXPECT_EQ(c.x_label, "L");
+  EXPECT_EQ(c.y_label, "GFLOP/s");
+  EXPECT_TRUE(c.log_x);
+  EXPECT_FALSE(c.log_y);
+  EXPECT_FALSE(c.x_min.has_value());
+  EXPECT_FALSE(c.x_max.has_value());
+  EXPECT_EQ(c.y_min, 0.0);
+  EXPECT_FALSE(c.y_max.has_value());
+  EXPECT_TRUE(c.legend);
+  ASSERT_EQ(c.series.size(), 1u);
+  const Series& s = c.series[0];
+  EXPECT_EQ(s.name, "attn");
+  EXPECT_EQ(s.x, (std::vector<double>{512, 1024}));
+  ASSERT_EQ(s.y.size(), 2u);
+  EXPECT_EQ(s.y[0], 190.5);
+  EXPECT_TRUE(std::isnan(s.y[1]));  // null: a gap
+  EXPECT_EQ(s.color, (Rgb{0x1f, 0x64, 0xb4}));
+  EXPECT_EQ(s.dash, (std::vector<int>{12, 7}));
+  EXPECT_TRUE(s.markers);
+  EXPECT_EQ(s.marker_shape, Marker::kDisc);
+  EXPECT_EQ(s.marker_size, 5);
+  EXPECT_EQ(s.line_width, 3);
+  ASSERT_EQ(c.reference_lines.size(), 1u);
+  const ReferenceLine& r = c.reference_lines[0];
+  EXPECT_EQ(r.y, 95.0);
+  EXPECT_EQ(r.label, "OpenBLAS sgemm 1024^3");
+  EXPECT_EQ(r.color, (Rgb{0x6e, 0x6e, 0x6e}));
+  EXPECT_EQ(r.dash, (std::vector<int>{10, 6}));
+  EXPECT_EQ(r.line_width, 2);
+  EXPECT_NO_THROW(render(f));
+}
+
+TEST(PlotJson, DefaultsAndAlternativeSpellings) {
+  const Figure f = figure_from_json(R"({"charts": [{"series": [{"x": [1, 2], "y": [3, 4]}]}]})");
+  const Figure d;
+  const LineChart dc;
+  const Series ds;
+  EXPECT_EQ(f.width, d.width);
+  EXPECT_EQ(f.height, d.height);
+  EXPECT_EQ(f.columns, d.columns);
+  EXPECT_EQ(f.legend, d.legend);
+  EXPECT_EQ(f.font_scale, d.font_scale);
+  EXPECT_TRUE(f.title.empty() && f.footer.empty());
+  const LineChart& c = f.charts[0];
+  EXPECT_EQ(c.log_x, dc.log_x);
+  EXPECT_EQ(c.legend, dc.legend);
+  EXPECT_TRUE(c.reference_lines.empty());
+  const Series& s = c.series[0];
+  EXPECT_FALSE(s.color.has_value());
+  EXPECT_EQ(s.markers, ds.markers);
+  EXPECT_TRUE(s.dash.empty());
+  EXPECT_EQ(s.line_width, 0);
+  // Colours as [r, g, b]; integers written as floats; other markers and placements.
+  const Figure g = figure_from_json(R"({"width": 640.0, "legend": "none", "charts": [
+      {"series": [{"x": [1], "y": [2], "color": [1, 2, 255], "marker": "triangle"},
+                  {"x": [1], "y": [2], "marker": "square"},
+                  {"x": [1], "y": [2], "marker": "diamond"},
+                  {"x": [1], "y": [2], "marker": "none", "dash": []}],
+       "reference_lines": [{"y": -3}]},
+      {}]})");
+  EXPECT_EQ(g.width, 640);
+  EXPECT_EQ(g.legend, LegendPlacement::kNone);
+  EXPECT_EQ(g.charts[0].series[0].color, (Rgb{1, 2, 255}));
+  EXPECT_EQ(g.charts[0].series[0].marker_shape, Marker::kTriangle);
+  EXPECT_EQ(g.charts[0].series[1].marker_shape, Marker::kSquare);
+  EXPECT_EQ(g.charts[0].series[2].marker_shape, Marker::kDiamond);
+  EXPECT_FALSE(g.charts[0].series[3].markers);
+  const ReferenceLine dr;
+  EXPECT_EQ(g.charts[0].reference_lines[0].dash, dr.dash);
+  EXPECT_EQ(g.charts[0].reference_lines[0].color, dr.color);
+  EXPECT_TRUE(g.charts[1].series.empty());
+  EXPECT_EQ(figure_from_json(R"({"legend": "inside", "charts": [{}]})").legend,
+            LegendPlacement::kInside);
+}
+
+TEST(PlotJson, RejectsEachDefectNamingWhere) {
+  // Wrapped in a chart/series where the case needs one.
+  auto series_doc = [](const std::string& fields) {
+    return R"({"charts": [{"series": [{"x": [1, 2], "y": [3, 4], )" + fields + "}]}]}";
+  };
+  auto chart_doc = [](const std::string& fields) {
+    return R"({"charts": [{"series": [{"x": [1, 2], "y": [3, 4]}], )" + fields + "}]}";
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "not valid JSON"},
+      {"{\"charts\": [{}]} trailing", "not valid JSON"},
+      {"{\"charts\": [{\"title\": \"\xff\"}]}", "not valid JSON"},
+      {"{\"charts\": [{\"y_min\": 1e999}]}", "not valid JSON"},
+      {"[1, 2]", "top level: expected an object, got an array"},
+      {"{}", "top level: a figure needs \"charts\""},
+      {R"({"charts": {}})", "charts: expected an array of charts, got an object"},
+      {R"({"charts": []})", "charts: expected 1..64 charts, got 0"},
+      {R"({"charts": [{}], "colour": "#ffffff"})",
+       "colour: unknown key (expected one of: width, height, title, footer, columns, legend, "
+       "font_scale, charts)"},
+      {R"({"charts": [3]})", "charts[0]: expected an object, got a number"},
+      {R"({"charts": [{}, {"grid": true}]})", "charts[1].grid: unknown key"},
+      {R"({"width": 10, "charts": [{}]})", "width: expected an integer in 64..8192, got 10"},
+      {R"({"width": 100.5, "charts": [{}]})", "width: expected an integer in 64..8192, got 100.5"},
+      {R"({"height": "500", "charts": [{}]})",
+       "height: expected an integer in 64..8192, got a string"},
+      {R"({"columns": 65, "charts": [{}]})", "columns: expected an integer in 0..64, got 65"},
+      {R"({"font_scale": -1, "charts": [{}]})", "font_scale: expected an integer in 0..8, got -1"},
+      {R"({"legend": "left", "charts": [{}]})",
+       "legend: expected \"below\", \"inside\" or \"none\", got \"left\""},
+      {R"({"legend": true, "charts": [{}]})",
+       "legend: expected \"below\", \"inside\" or \"none\", got a boolean"},
+      {R"({"title": 2, "charts": [{}]})", "title: expected a string, got a number"},
+      {R"({"footer": ")" + std::string(1001, 'a') + R"(", "charts": [{}]})",
+       "footer: string of 1001 bytes is too long (at most 1000)"},
+      {R"({"charts": [{"log_x": 1}]})", "charts[0].log_x: expected true or false, got a number"},
+      {R"({"charts": [{"series": {}}]})", "charts[0].series: expected an array of series"},
+      {R"({"charts": [{"series": [{"x": [1]}]}]})",
+       "charts[0].series[0]: a series needs \"x\" and \"y\""},
+      {R"({"charts": [{"series": [{"x": [1, 2], "y": [1]}]}]})",
+       "charts[0].series[0]: \"x\" has 2 values but \"y\" has 1"},
+      {R"({"charts": [{"series": [{"x": [1, "2"], "y": [1, 2]}]}]})",
+       "charts[0].series[0].x[1]: expected a number or null, got a string"},
+      {R"({"charts": [{"series": [{"x": 1, "y": [1]}]}]})",
+       "charts[0].series[0].x: expected an array of numbers, got a number"},
+      {R"({"charts": [{"log_y": true, "series": [{"x": [1, 2], "y": [1, 0]}]}]})",
+       "charts[0].series[0].y[1]: log_y needs positive values, got 0"},
+      {R"({"charts": [{"log_x": true, "series": [{"x": [-1, 2], "y": [1, 2]}]}]})",
+       "charts[0].series[0].x[0]: log_x needs positive values, got -1"},
+      {series_doc(R"("colour": "#ff0000")"), "charts[0].series[0].colour: unknown key"},
+      {series_doc(R"("name": ["a"])"), "charts[0].series[0].name: expected a string, got an array"},
+      {series_doc(R"("color": "#12345")"),
+       "charts[0].series[0].color: expected a colour \"#rrggbb\", got \"#12345\""},
+      {series_doc(R"("color": "#12345g")"), "charts[0].series[0].color: expected a colour"},
+      {series_doc(R"("color": "red")"), "charts[0].series[0].color: expected a colour"},
+      {series_doc(R"("color": [1, 2])"),
+       "charts[0].series[0].color: expected [r, g, b], got an array of 2 values"},
+      {series_doc(R"("color": [1, 2, 256])"),
+       "charts[0].series[0].color[2]: expected an integer in 0..255, got 256"},
+      {series_doc(R"("color": {"r": 1})"),
+       "charts[0].series[0].color: expected a colour (\"#rrggbb\" or [r, g, b]), got an object"},
+      {series_doc(R"("dash": [3])"),
+       "charts[0].series[0].dash: expected an even number (0..16) of dash lengths, got 1"},
+      {series_doc(R"("dash": [3, 0])"),
+       "charts[0].series[0].dash[1]: expected an integer in 1..4096, got 0"},
+      {series_doc(R"("dash": "--")"), "charts[0].series[0].dash: expected an array"},
+      {series_doc(R"("marker": "star")"),
+       "charts[0].series[0].marker: expected \"none\", \"disc\", \"square\", \"triangle\" or "
+       "\"diamond\", got \"star\""},
+      {series_doc(R"("marker_size": 33)"),
+       "charts[0].series[0].marker_size: expected an integer in 0..32, got 33"},
+      {series_doc(R"("line_width": 9)"),
+       "charts[0].series[0].line_width: expected an integer in 0..8, got 9"},
+      {chart_doc(R"("y_min": "0")"), "charts[0].y_min: expected a number or null, got a string"},
+      {chart_doc(R"("y_min": 5, "y_max": 1)"), "charts[0]: y_min (5) must be below y_max (1)"},
+      {chart_doc(R"("x_min": 2, "x_max": 2)"), "charts[0]: x_min (2) must be below x_max (2)"},
+      {chart_doc(R"("log_y": true, "y_min": 0)"),
+       "charts[0].y_min: a log axis needs a positive value, got 0"},
+      {chart_doc(R"("reference_lines": [{"label": "x"}])"),
+       "charts[0].reference_lines[0]: a reference line needs \"y\""},
+      {chart_doc(R"("reference_lines": [{"y": null}])"),
+       "charts[0].reference_lines[0].y: expected a number, got null"},
+      {chart_doc(R"("reference_lines": [{"y": 1, "style": "dashed"}])"),
+       "charts[0].reference_lines[0].style: unknown key"},
+      {chart_doc(R"("log_y": true, "reference_lines": [{"y": -1}])"),
+       "charts[0].reference_lines[0].y: log_y needs a positive value, got -1"},
+      {chart_doc(R"("reference_lines": 5)"),
+       "charts[0].reference_lines: expected an array of reference lines, got a number"},
+      {R"({"width": 64, "columns": 2, "charts": [{}, {}]})", "the figure cannot be drawn:"},
+      {std::string(100, '[') + std::string(100, ']'), "nesting deeper than 32 levels"},
+  };
+  for (const auto& c : cases) {
+    const std::string& doc = c.first;
+    const std::string& want = c.second;
+    const std::string what = error_of([&] { figure_from_json(doc); });
+    EXPECT_EQ(what.rfind("[plot::figure_from_json] ", 0), 0u) << what;
+    EXPECT_NE(what.find(want), std::string::npos)
+        << "input: " << doc.substr(0, 200) << "\nmessage: " << what << "\nexpected: " << want;
+  }
+  // Limits on counts.
+  std::string many = R"({"charts": [{"series": [)";
+  for (int i = 0; i < 257; ++i) many += std::string(i ? "," : "") + R"({"x": [], "y": []})";
+  many += "]}]}";
+  EXPECT_NE(error_of([&] { figure_from_json(many); }).find("257 series (at most 256)"),
+            std::string::npos);
+  std::string charts = R"({"charts": [)";
+  for (int i = 0; i < 65; ++i) charts += std::string(i ? "," : "") + "{}";
+  charts += "]}";
+  EXPECT_NE(error_of([&] { figure_from_json(charts); }).find("expected 1..64 charts, got 65"),
+            std::string::npos);
+  // Unknown keys are shown printable and short.
+  const std::string odd = error_of(
+      [&] { figure_from_json("{\"charts\": [{}], \"\\u0001" + std::string(80, 'k') + "\": 1}"); });
+  EXPECT_NE(odd.find("?kkkk"), std::string::npos) << odd;
+  EXPECT_LT(odd.size(), 300u) << odd;
+}
+
+TEST(PlotJson, AnyInputGivesAFigureOrAnError) {
+  // Every prefix, and random byte changes, of a valid spec: figure_from_json either returns a
+  // figure that renders, or throws attn::Error; nothing else.
+  const std::string base = R"({"width": 200, "height": 150, "title": "t", "footer": "f",
+    "charts": [{"title": "a", "log_x": true, "y_min": 0,
+                "series": [{"name": "s", "x": [1, 2, 4], "y": [3, null, 5], "dash": [3, 2],
+                            "marker": "square", "color": "#102030"}],
+                "reference_lines": [{"y": 4, "label": "r"}]},
+               {"series": [{"x": [0, 1], "y": [1, 0], "color": [9, 9, 9]}]}]})";
+  int accepted = 0, rejected = 0;
+  auto attempt = [&](const std::string& doc) {
+    try {
+      const Figure f = figure_from_json(doc);
+      const Image img = render(f);
+      EXPECT_EQ(img.width, f.width);
+      ++accepted;
+    } catch (const Error&) {
+      ++rejected;
+    }
+  };
+  for (std::size_t n = 0; n <= base.size(); ++n) attempt(base.substr(0, n));
+  std::mt19937 gen(7);
+  const std::string alphabet = "{}[]\",:0123456789.-eE nul truefals#\\\x01\xff";
+  for (int i = 0; i < 400; ++i) {
+    std::string doc = base;
+    const int edits = 1 + int(gen() % 3);
+    for (int k = 0; k < edits; ++k) {
+      const std::size_t pos = gen() % doc.size();
+      switch (gen() % 3) {
+        case 0: doc[pos] = alphabet[gen() % alphabet.size()]; break;
+        case 1: doc.erase(pos, 1 + gen() % 8); break;
+        default: doc.insert(pos, 1, alphabet[gen() % alphabet.size()]); break;
+      }
+    }
+    attempt(doc);
+  }
+  EXPECT_GT(accepted, 10);
+  EXPECT_GT(rejected, 400);
 }
 
 }  // namespace
