@@ -1,17 +1,82 @@
 #!/usr/bin/env bash
-# Builds the C++ tests and the CLI with AddressSanitizer + UndefinedBehaviorSanitizer into
-# build-asan/ and runs them (the whole GoogleTest suite, then the walkthrough). Any sanitizer report
-# fails the run. About 10 minutes of compiling on 2 cores; not part of scripts/test.sh yet.
+# The hardening checks (issue 5), in one clang build with AddressSanitizer + UndefinedBehaviorSanitizer
+# in build-san/ (libFuzzer targets included):
+#   1. the whole GoogleTest suite (build-san/attn_tests)
+#   2. `attn walkthrough`, and `attn walkthrough --plots DIR` into a temporary directory
+#   3. `ctest -L fuzz`: every fuzz target for ATTN_FUZZ_SECONDS (default 30) from its seed corpus
+#      fuzz/corpus/<target>/, and every saved crash input in fuzz/regressions/<target>/ once
+# Any sanitizer report (ASan, LeakSanitizer, UBSan) or fuzzer finding fails the script. The build
+# is quiet unless it fails. Assumes the packages are installed (scripts/setup.sh: clang,
+# libclang-rt-14-dev, libomp-dev, besides the usual ones); it does not call setup.sh.
+#
+# Environment: ATTN_SAN_BUILD (build directory, default build-san), ATTN_SAN_JOBS (parallel
+# build and ctest jobs, default nproc), ATTN_FUZZ_SECONDS (per fuzz target, default 30).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --test >/dev/null
-flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_BUILD_PYTHON=OFF \
-  -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_EXAMPLES=OFF -DCMAKE_CXX_FLAGS="$flags" \
-  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
-cmake --build build-asan -j"$(nproc)" --target attn_tests attn_cli >build-asan.log 2>&1 ||
-  { tail -50 build-asan.log >&2; exit 1; }
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-build-asan/attn_tests --gtest_brief=1
-build-asan/attn walkthrough >/dev/null
-echo "sanitize: C++ tests and walkthrough clean under ASan + UBSan"
+build=${ATTN_SAN_BUILD:-build-san}
+jobs=${ATTN_SAN_JOBS:-$(nproc)}
+fuzz_seconds=${ATTN_FUZZ_SECONDS:-30}
+flags="-O1 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+mkdir -p "$build"
+log=$build/sanitize-build.log
+
+t0=$SECONDS
+phase_start=$SECONDS
+timings=()
+phase_done() {
+  timings+=("$1 $((SECONDS - phase_start))s")
+  phase_start=$SECONDS
+}
+# Shows what went wrong in the build log (compiler and linker diagnostics first) and exits.
+build_failed() {
+  echo "sanitize: $1 failed; diagnostics from $log:" >&2
+  grep -E -A3 "error:|warning:|undefined reference|CMake Error" "$log" | head -120 >&2 || true
+  echo "---- last lines of $log ----" >&2
+  tail -40 "$log" >&2
+  exit 1
+}
+
+if ! CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=None \
+  -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_EXAMPLES=OFF -DATTN_INSTALL=OFF \
+  -DATTN_BUILD_FUZZ=ON -DATTN_FUZZ_SECONDS="$fuzz_seconds" \
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  >"$log" 2>&1; then
+  build_failed "configuring $build"
+fi
+if ! cmake --build "$build" -j"$jobs" --target attn_tests attn_cli attn_fuzz_targets >>"$log" 2>&1; then
+  build_failed "building $build"
+fi
+phase_done build
+
+# Every report aborts (non-zero exit); leaks are checked at exit.
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# Stack traces with file:line need llvm-symbolizer; Debian's clang-14 installs it versioned only.
+if ! command -v llvm-symbolizer >/dev/null 2>&1; then
+  for s in /usr/lib/llvm-14/bin/llvm-symbolizer /usr/bin/llvm-symbolizer-14; do
+    if [ -x "$s" ]; then
+      export ASAN_SYMBOLIZER_PATH=$s
+      break
+    fi
+  done
+fi
+
+"$build"/attn_tests --gtest_brief=1
+phase_done attn_tests
+
+plots=$(mktemp -d)
+trap 'rm -rf "$plots"' EXIT
+"$build"/attn walkthrough >/dev/null
+"$build"/attn walkthrough --plots "$plots" >/dev/null
+n_png=$(find "$plots" -name '*.png' | wc -l)
+if [ "$n_png" -eq 0 ]; then
+  echo "sanitize: walkthrough --plots wrote no PNG into $plots" >&2
+  exit 1
+fi
+phase_done walkthrough
+
+(cd "$build" && ctest -L fuzz -j"$jobs" --output-on-failure)
+phase_done fuzz
+
+echo "sanitize: attn_tests, walkthrough (+ $n_png plots) and fuzz targets clean under ASan + UBSan" \
+  "($((SECONDS - t0))s: ${timings[*]})"

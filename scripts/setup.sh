@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 packages=(cmake g++ make pkg-config libopenblas-dev pybind11-dev python3-dev python3-numpy
           libgtest-dev libbenchmark-dev libpng-dev nlohmann-json3-dev fortunes)
 if [[ "${1:-}" == "--test" ]]; then
-  packages+=(python3-pytest python3-torch)
+  # clang with its sanitizer and libFuzzer runtimes (libclang-rt) and OpenMP (libomp):
+  # scripts/sanitize.sh's ASan + UBSan build and the fuzz targets.
+  packages+=(python3-pytest python3-torch clang libclang-rt-14-dev libomp-dev)
 fi
 
 missing=()

@@ -178,6 +178,8 @@ class Reader {
   Entry read_entry(const std::string& name, const json& v) const {
     Entry e;
     e.name = name;
+    // to_safetensors cannot write such a name either: every file read here can be written back.
+    if (name.empty()) fail("a tensor has an empty name");
     if (!v.is_object()) fail("tensor '", name, "' is not a JSON object");
     for (auto it = v.begin(); it != v.end(); ++it) {
       if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets")
@@ -204,7 +206,11 @@ class Reader {
     uint64_t numel = 1;
     // Any element count above this cannot fit in a file.
     const uint64_t limit = uint64_t(std::numeric_limits<int64_t>::max()) / 8;
-    for (const json& d : sh) {
+    // The stride of the first dim, the product of the others (an empty one counting as 1), must
+    // fit in int64 even for an empty tensor such as (0, 2^40, 2^40).
+    uint64_t first_stride = 1;
+    for (std::size_t i = 0; i < sh.size(); ++i) {
+      const json& d = sh[i];
       uint64_t s = 0;
       if (!as_u64(d, s) || s > limit)
         fail("tensor '", name, "' shape ", sh.dump(), " has an invalid size ", d.dump());
@@ -214,6 +220,11 @@ class Reader {
         numel = limit + 1;
       } else {
         numel *= s;
+      }
+      if (i > 0 && s > 1) {
+        if (first_stride > uint64_t(std::numeric_limits<int64_t>::max()) / s)
+          fail("tensor '", name, "' shape ", sh.dump(), " has sizes whose strides overflow int64");
+        first_stride *= s;
       }
     }
     bool has_zero = std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end();

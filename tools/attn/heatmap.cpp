@@ -98,14 +98,16 @@ void write_weights_heatmap(const std::string& path, const std::string& title, co
   plot::save(h, path);
 }
 
-int heatmap_command(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
+HeatmapOptions parse_heatmap_args(std::span<const std::string> args) {
   const std::map<std::string, std::string> flags = parse_flags(args);
   auto flag = [&](const std::string& name, const std::string& fallback) {
     auto it = flags.find(name);
     return it == flags.end() ? fallback : it->second;
   };
   if (!flags.count("mechanism")) throw FlagError("heatmap: --mechanism NAME is required");
-  const std::string mechanism = flag("mechanism", "");
+  HeatmapOptions o;
+  o.mechanism = flag("mechanism", "");
+  const std::string& mechanism = o.mechanism;
   bool known = false;
   std::string names;
   for (const std::string& m : mechanisms()) {
@@ -116,24 +118,36 @@ int heatmap_command(std::span<const std::string> args, std::ostream& out, std::o
     throw FlagError("heatmap: unknown mechanism '" + mechanism + "' (expected one of" + names +
                     ")");
   if (!flags.count("out")) throw FlagError("heatmap: --out FILE.png is required");
-  const std::string path = flag("out", "");
-  if (path.empty()) throw FlagError("heatmap: --out needs a file name");
+  o.path = flag("out", "");
+  if (o.path.empty()) throw FlagError("heatmap: --out needs a file name");
   const bool multihead = mechanism == "multihead";
-  const std::string sentence = flag("sentence", "Life is short, eat dessert first");
-  const int64_t heads = parse_number<int64_t>(flags, "heads", multihead ? 2 : 1, 1, 256);
-  if (!multihead && heads != 1)
+  o.sentence = flag("sentence", "Life is short, eat dessert first");
+  o.heads = parse_number<int64_t>(flags, "heads", multihead ? 2 : 1, 1, 256);
+  if (!multihead && o.heads != 1)
     throw FlagError("heatmap: --heads applies to --mechanism multihead only");
-  const int64_t d_out = parse_number<int64_t>(flags, "d-out", multihead ? 4 : 2, 1, 256);
-  if (d_out % heads != 0)
-    throw FlagError("heatmap: --heads " + std::to_string(heads) + " does not divide --d-out " +
-                    std::to_string(d_out));
-  const uint64_t seed = parse_number<uint64_t>(flags, "seed", 123, 0, UINT64_MAX);
+  o.d_out = parse_number<int64_t>(flags, "d-out", multihead ? 4 : 2, 1, 256);
+  if (o.d_out % o.heads != 0)
+    throw FlagError("heatmap: --heads " + std::to_string(o.heads) + " does not divide --d-out " +
+                    std::to_string(o.d_out));
+  o.seed = parse_number<uint64_t>(flags, "seed", 123, 0, UINT64_MAX);
 
-  const std::vector<std::string> tokens = nn::Vocabulary::tokenize(sentence);
-  if (tokens.empty()) throw FlagError("heatmap: --sentence has no words");
-  if (tokens.size() > 512)
-    throw FlagError("heatmap: --sentence has " + std::to_string(tokens.size()) +
+  o.tokens = nn::Vocabulary::tokenize(o.sentence);
+  if (o.tokens.empty()) throw FlagError("heatmap: --sentence has no words");
+  if (o.tokens.size() > 512)
+    throw FlagError("heatmap: --sentence has " + std::to_string(o.tokens.size()) +
                     " words (at most 512)");
+  return o;
+}
+
+int heatmap_command(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
+  const HeatmapOptions o = parse_heatmap_args(args);
+  const std::string& mechanism = o.mechanism;
+  const std::string& path = o.path;
+  const std::string& sentence = o.sentence;
+  const std::vector<std::string>& tokens = o.tokens;
+  const int64_t heads = o.heads, d_out = o.d_out;
+  const uint64_t seed = o.seed;
+  const bool multihead = mechanism == "multihead";
   nn::Vocabulary vocab(sentence);
   const int64_t d_in = multihead ? d_out : 3;
 

@@ -15,6 +15,7 @@
 
 #include <attn/tensor.h>
 
+#include <cstdint>
 #include <ostream>
 #include <span>
 #include <string>
@@ -23,6 +24,18 @@
 #include "train.h"  // FlagError, run_command
 
 namespace attn::tools {
+
+// The flags of `attn heatmap`, validated (the sentence split into words) without drawing anything.
+struct HeatmapOptions {
+  std::string mechanism;  // one of self-v1, self-v2, causal, multihead
+  std::string path;       // --out
+  std::string sentence;
+  std::vector<std::string> tokens;  // the sentence's words (1 to 512)
+  int64_t heads = 1, d_out = 2;
+  uint64_t seed = 123;
+};
+// Throws FlagError as heatmap_command does.
+HeatmapOptions parse_heatmap_args(std::span<const std::string> args);
 
 // The handler: `args` are the arguments after "heatmap". Prints one line naming the file written.
 // Throws FlagError for command-line mistakes (unknown option or mechanism, missing --out, an empty

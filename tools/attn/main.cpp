@@ -11,8 +11,12 @@
 // 2 a usage error (unknown command, option or argument). The tool never aborts: every exception
 // is caught in cli_main.
 //
-// tests/cpp/test_walkthrough.cpp compiles this file with ATTN_CLI_NO_MAIN defined to test
-// cli_main without a process.
+// Every command also has a parse step that validates its arguments without running anything;
+// check_command_line runs the whole command line through those (fuzz/fuzz_cli.cpp: nothing is
+// trained, drawn or written).
+//
+// tests/cpp/test_walkthrough.cpp and fuzz/fuzz_cli.cpp compile this file with ATTN_CLI_NO_MAIN
+// defined to call cli_main / check_command_line without a process.
 #include <attn/attn.h>
 
 #include <cctype>
@@ -26,6 +30,7 @@
 #include <vector>
 
 #include "heatmap.h"
+#include "plot_cmd.h"
 #include "train.h"
 #include "walkthrough.h"
 
@@ -52,11 +57,33 @@ struct Command {
   const char* summary;  // one line for the command list
   const char* help;     // further lines for `attn NAME --help`
   int (*run)(Args args, std::ostream& out);
+  // Parses and validates `args` as run would, without running anything; throws UsageError (or
+  // attn::Error).
+  void (*check)(Args args);
 };
+
+// A parser that throws FlagError (train.h) as a check entry of the table (UsageError instead).
+template <void (*Parser)(Args)>
+void check_flags(Args args) {
+  try {
+    Parser(args);
+  } catch (const FlagError& e) {
+    throw UsageError(e.what());
+  }
+}
+void parse_train_only(Args args) { (void)parse_train_args(args); }
+void parse_generate_only(Args args) { (void)parse_generate_args(args); }
+void parse_heatmap_only(Args args) { (void)parse_heatmap_args(args); }
+void parse_plot_only(Args args) { (void)parse_plot_args(args); }
 
 // ---- attn walkthrough [SEED] --------------------------------------------------------------------
 
-int cmd_walkthrough(Args args, std::ostream& out) {
+struct WalkthroughArgs {
+  std::string seed;   // empty: all seeds
+  std::string plots;  // --plots DIR, empty: none
+};
+
+WalkthroughArgs parse_walkthrough_args(Args args) {
   std::string seed, plots;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -81,7 +108,14 @@ int cmd_walkthrough(Args args, std::ostream& out) {
     }
     seed = arg;
   }
-  run_walkthrough(seed, out, plots);
+  return {seed, plots};
+}
+
+void parse_walkthrough_only(Args args) { (void)parse_walkthrough_args(args); }
+
+int cmd_walkthrough(Args args, std::ostream& out) {
+  const WalkthroughArgs a = parse_walkthrough_args(args);
+  run_walkthrough(a.seed, out, a.plots);
   return kExitOk;
 }
 
@@ -94,12 +128,15 @@ const std::vector<Command>& commands() {
        "  Each step gives a one-line explanation and its result printed as PyTorch prints it.\n"
        "  --plots DIR also writes a heatmap PNG of every attention-weights matrix shown to DIR\n"
        "  (e.g. DIR/seed003_causal_weights.png); the printed text is unchanged.\n",
-       cmd_walkthrough},
-      {"train", kTrainUsage, kTrainSummary, kTrainHelp, run_command<UsageError, train_command>},
+       cmd_walkthrough, parse_walkthrough_only},
+      {"train", kTrainUsage, kTrainSummary, kTrainHelp, run_command<UsageError, train_command>,
+       check_flags<parse_train_only>},
       {"generate", kGenerateUsage, kGenerateSummary, kGenerateHelp,
-       run_command<UsageError, generate_command>},
+       run_command<UsageError, generate_command>, check_flags<parse_generate_only>},
       {"heatmap", kHeatmapUsage, kHeatmapSummary, kHeatmapHelp,
-       run_command<UsageError, heatmap_command>},
+       run_command<UsageError, heatmap_command>, check_flags<parse_heatmap_only>},
+      {"plot", kPlotUsage, kPlotSummary, kPlotHelp, run_command<UsageError, plot_command>,
+       check_flags<parse_plot_only>},
   };
   return table;
 }
@@ -119,8 +156,10 @@ void print_usage(std::ostream& os) {
         "commands:\n";
   for (const Command& c : commands()) {
     std::string left = std::string(c.name) + " " + c.usage;
-    os << "  " << left << std::string(left.size() < 22 ? 22 - left.size() : 1, ' ') << c.summary
-       << "\n";
+    if (left.size() < 22)
+      os << "  " << left << std::string(22 - left.size(), ' ') << c.summary << "\n";
+    else  // a long usage line: the summary goes under it, in the summary column
+      os << "  " << left << "\n" << std::string(24, ' ') << c.summary << "\n";
   }
   os << "\n"
         "options:\n"
@@ -134,7 +173,9 @@ void print_command_help(const Command& c, std::ostream& os) {
   os << "usage: attn " << c.name << " " << c.usage << "\n\n" << summary << ".\n" << c.help;
 }
 
-int dispatch(Args args, std::ostream& out) {
+// Runs the command line, or with `check_only` parses the command's arguments without running it
+// (help and version are printed either way).
+int dispatch(Args args, std::ostream& out, bool check_only = false) {
   if (args.empty()) throw UsageError("no command given");
   const std::string& first = args[0];
   if (first == "-h" || first == "--help" || first == "help") {
@@ -164,8 +205,16 @@ int dispatch(Args args, std::ostream& out) {
       return kExitOk;
     }
   }
+  if (check_only) {
+    c->check(rest);
+    return kExitOk;
+  }
   return c->run(rest, out);
 }
+
+// The command line as cli_main would see it, parsed and validated down to the command's flags but
+// not run. Returns 0 or throws UsageError (attn::Error for a failure that is not a usage mistake).
+int check_command_line(Args args, std::ostream& out) { return dispatch(args, out, true); }
 
 // Runs `body`, turning every exception into a message on `err` and an exit code.
 template <typename F>

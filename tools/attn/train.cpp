@@ -201,20 +201,11 @@ class ThreadsGuard {
   int previous_;
 };
 
-// ---- train options ------------------------------------------------------------------------------
+}  // namespace
 
-struct TrainOptions {
-  nn::GPTConfig model;  // vocab_size comes from the data
-  int64_t batch_size = 12, max_iters = 2000, warmup_iters = 100, lr_decay_iters = 2000;
-  int64_t eval_interval = 250, eval_iters = 200, log_interval = 10, threads = 0;
-  int64_t debug_nan_at = -1;
-  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
-  uint64_t seed = 1337;
-  std::string data, out = "out";
-  bool resume = false, no_progress = false;
-};
+// ---- train and generate options -----------------------------------------------------------------
 
-TrainOptions parse_train(Args args) {
+TrainOptions parse_train_args(Args args) {
   Flags f("train", args,
           {"n-layer", "n-head",    "n-embd",       "block-size",     "batch-size",   "max-iters",
            "lr",      "min-lr",    "warmup-iters", "lr-decay-iters", "weight-decay", "beta1",
@@ -260,6 +251,27 @@ TrainOptions parse_train(Args args) {
                     " must be greater than --warmup-iters " + std::to_string(o.warmup_iters));
   return o;
 }
+
+GenerateArgs parse_generate_args(Args args) {
+  Flags f("generate", args,
+          {"ckpt", "prompt", "max-new-tokens", "temperature", "top-k", "seed", "threads"},
+          {"no-cache"});
+  if (!f.has("ckpt")) throw FlagError("generate: --ckpt DIR is required");
+  GenerateArgs a;
+  a.ckpt = f.str("ckpt", "");
+  if (a.ckpt.empty()) f.bad("ckpt", "", "a checkpoint directory or .safetensors file");
+  a.has_prompt = f.has("prompt");
+  a.prompt = f.str("prompt", "");
+  a.options.max_new_tokens = f.integer("max-new-tokens", 500, 0);
+  a.options.temperature = f.number("temperature", 0.8, 0.0, true, kInf, false);
+  a.options.top_k = f.integer("top-k", 200, 0);
+  a.options.use_cache = !f.has("no-cache");
+  a.seed = f.seed("seed", 1337);
+  a.threads = f.integer("threads", 0, 0, 4096);
+  return a;
+}
+
+namespace {
 
 json train_config_json(const TrainOptions& o) {
   return json{{"n_layer", o.model.n_layer},
@@ -329,14 +341,14 @@ struct Meta {
     json j = parse("config");
     nn::GPTConfig c;
     try {
-      c.vocab_size = j.at("vocab_size").get<int64_t>();
-      c.block_size = j.at("block_size").get<int64_t>();
-      c.n_layer = j.at("n_layer").get<int64_t>();
-      c.n_head = j.at("n_head").get<int64_t>();
-      c.n_embd = j.at("n_embd").get<int64_t>();
+      c.vocab_size = json_int(j.at("vocab_size"), "vocab_size");
+      c.block_size = json_int(j.at("block_size"), "block_size");
+      c.n_layer = json_int(j.at("n_layer"), "n_layer");
+      c.n_head = json_int(j.at("n_head"), "n_head");
+      c.n_embd = json_int(j.at("n_embd"), "n_embd");
       c.dropout = j.at("dropout").get<double>();
       c.bias = j.at("bias").get<bool>();
-    } catch (const json::exception& e) {
+    } catch (const std::exception& e) {  // json::exception, or json_int's
       fail(std::string("metadata 'config' is not a GPT configuration: ") + e.what());
     }
     try {
@@ -361,6 +373,18 @@ struct Meta {
       list += std::string(list.empty() ? "" : " or ") + "'" + want + "'";
     }
     fail("format is '" + f + "', expected " + list);
+  }
+  // An integer of a JSON document that fits in int64 (nlohmann's get<int64_t> would convert a
+  // float such as 1e300, or wrap an unsigned value above 2^63, without complaint).
+  static int64_t json_int(const json& v, const char* what) {
+    if (v.is_number_unsigned()) {
+      if (v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+        throw std::runtime_error(std::string(what) + " " + v.dump() + " is too large");
+      return int64_t(v.get<uint64_t>());
+    }
+    if (!v.is_number_integer())
+      throw std::runtime_error(std::string(what) + " " + v.dump() + " is not an integer");
+    return v.get<int64_t>();
   }
 };
 
@@ -392,14 +416,9 @@ std::optional<std::vector<uint8_t>> from_hex(const std::string& s) {
   return out;
 }
 
-struct Eval {
-  int64_t step;
-  double train_loss, val_loss;
-};
-
-json history_json(const std::vector<Eval>& history) {
+json history_json(const std::vector<TrainEval>& history) {
   json list = json::array();
-  for (const Eval& e : history)
+  for (const TrainEval& e : history)
     list.push_back({{"step", e.step}, {"train_loss", e.train_loss}, {"val_loss", e.val_loss}});
   return list;
 }
@@ -412,12 +431,27 @@ std::map<std::string, Tensor> model_weights(const io::SafeTensors& st) {
   return weights;
 }
 
-void load_weights(nn::GPT& model, const io::SafeTensors& st, const Meta& meta) {
-  try {
-    model.load_state_dict(model_weights(st), /*strict=*/true);
-  } catch (const Error& e) {
-    meta.fail(std::string("weights do not fit the model: ") + e.what());
-  }
+// a * b + c for sizes, saturating at UINT64_MAX.
+uint64_t sat_mul_add(uint64_t a, uint64_t b, uint64_t c = 0) {
+  uint64_t r;
+  if (__builtin_mul_overflow(a, b, &r) || __builtin_add_overflow(r, c, &r))
+    return std::numeric_limits<uint64_t>::max();
+  return r;
+}
+
+// Parameters every GPT of this configuration has at least (the weights without biases: token and
+// position tables, per block the attention projections 4 C^2, the MLP 8 C^2 and two LayerNorm
+// weights, and the final LayerNorm), saturating.
+uint64_t min_parameters(const nn::GPTConfig& c) {
+  const auto C = uint64_t(c.n_embd);
+  const uint64_t tables =
+      sat_mul_add(sat_mul_add(uint64_t(c.vocab_size), 1, uint64_t(c.block_size)), C);
+  const uint64_t block = sat_mul_add(sat_mul_add(C, C), 12, sat_mul_add(C, 2));
+  return sat_mul_add(block, uint64_t(c.n_layer), sat_mul_add(tables, 1, C));
+}
+
+const char* use_fn(CheckpointUse use) {
+  return use == CheckpointUse::Resume ? "train" : "generate";
 }
 
 // ---- training -----------------------------------------------------------------------------------
@@ -451,85 +485,6 @@ std::pair<double, double> estimate_loss(nn::GPT& model, const data::TextDataset&
   }
   model.train();
   return {result[0], result[1]};
-}
-
-// The checkpoint of --resume, validated against the flags and the data.
-struct Resumed {
-  int64_t step = 0;
-  std::vector<uint8_t> rng;
-  std::vector<Eval> history;
-  io::SafeTensors st;
-};
-
-Resumed load_resume(const std::string& path, const TrainOptions& o,
-                    const data::CharTokenizer& tok) {
-  std::error_code ec;
-  if (!fs::exists(path, ec))
-    throw Error("[train] --resume: no checkpoint '" + path +
-                "' (run `attn train` without --resume first, with the same --out)");
-  Resumed r;
-  r.st = io::load_safetensors(path);
-  Meta meta{r.st, "train", path};
-  meta.expect_format({"attn-train"});
-  nn::GPTConfig c = meta.config();
-  data::CharTokenizer ck_tok = meta.tokenizer();
-
-  std::vector<std::string> diffs;
-  auto cmp = [&](const char* flag, int64_t ck, int64_t given) {
-    if (ck != given)
-      diffs.push_back(std::string(flag) + " " + std::to_string(given) +
-                      " (checkpoint: " + std::to_string(ck) + ")");
-  };
-  cmp("--n-layer", c.n_layer, o.model.n_layer);
-  cmp("--n-head", c.n_head, o.model.n_head);
-  cmp("--n-embd", c.n_embd, o.model.n_embd);
-  cmp("--block-size", c.block_size, o.model.block_size);
-  if (c.bias != o.model.bias)
-    diffs.push_back(std::string(o.model.bias ? "--bias" : "--no-bias") +
-                    " (checkpoint: " + (c.bias ? "--bias" : "--no-bias") + ")");
-  if (ck_tok.chars() != tok.chars()) {
-    std::string d = "vocabulary of the data: " + std::to_string(tok.vocab_size()) +
-                    " characters (checkpoint: " + std::to_string(ck_tok.vocab_size()) + ")";
-    const auto& a = tok.chars();
-    const auto& b = ck_tok.chars();
-    for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-      if (a[i] != b[i]) {
-        d += ", first difference at id " + std::to_string(i) + ": " + json(a[i]).dump() +
-             " (checkpoint: " + json(b[i]).dump() + ")";
-        break;
-      }
-    }
-    diffs.push_back(d);
-  }
-  if (!diffs.empty()) {
-    std::string msg =
-        "[train] --resume: the model settings differ from the checkpoint '" + path + "': ";
-    for (std::size_t i = 0; i < diffs.size(); ++i) msg += (i ? "; " : "") + diffs[i];
-    throw Error(msg);
-  }
-
-  r.step = meta.step();
-  if (r.step > o.max_iters)
-    throw Error("[train] --resume: the checkpoint '" + path + "' is at step " +
-                std::to_string(r.step) + ", beyond --max-iters " + std::to_string(o.max_iters));
-  auto rng = from_hex(meta.get("rng_state"));
-  if (!rng || rng->size() != Generator::kStateSize)
-    meta.fail("metadata 'rng_state' is not the hex of a " + std::to_string(Generator::kStateSize) +
-              "-byte generator state");
-  r.rng = *rng;
-  json hist = meta.parse("history");
-  try {
-    if (!hist.is_array()) throw std::runtime_error("not a list");
-    for (const json& e : hist) {
-      Eval ev{e.at("step").get<int64_t>(), e.at("train_loss").get<double>(),
-              e.at("val_loss").get<double>()};
-      if (ev.step < r.step) r.history.push_back(ev);  // the eval at r.step is repeated
-    }
-  } catch (const std::exception& e) {
-    meta.fail(std::string("metadata 'history' is not a list of {step, train_loss, val_loss}: ") +
-              e.what());
-  }
-  return r;
 }
 
 // Progress: a bar on a terminal, else plain log lines every --log-interval steps (both drawn by
@@ -575,8 +530,145 @@ void keep_freed_memory() {
 
 }  // namespace
 
+// ---- checkpoints --------------------------------------------------------------------------------
+
+Checkpoint parse_checkpoint(std::string_view bytes, const std::string& path, CheckpointUse use) {
+  Checkpoint ck;
+  ck.st = io::from_safetensors(bytes, path);
+  Meta meta{ck.st, use_fn(use), path};
+  if (use == CheckpointUse::Resume)
+    meta.expect_format({"attn-train"});
+  else
+    meta.expect_format({"attn-gpt", "attn-train"});
+  ck.config = meta.config();
+  ck.tokenizer = meta.tokenizer();
+  if (ck.tokenizer.vocab_size() != ck.config.vocab_size)
+    meta.fail("the tokenizer has " + std::to_string(ck.tokenizer.vocab_size()) +
+              " characters but the model's vocab_size is " + std::to_string(ck.config.vocab_size));
+  // The model is allocated from the config before its weights are compared with it: make sure the
+  // file holds at least that many values first.
+  uint64_t values = 0;
+  for (const auto& [name, t] : ck.st.tensors)
+    if (name.rfind(kOptimPrefix, 0) != 0) values += uint64_t(t.numel());
+  const uint64_t needed = min_parameters(ck.config);
+  if (values < needed)
+    meta.fail("the weights hold " + std::to_string(values) +
+              " values but the model of its config " + config_json(ck.config) + " has at least " +
+              std::to_string(needed) + " parameters");
+  if (use == CheckpointUse::Generate) return ck;
+
+  ck.step = meta.step();
+  auto rng = from_hex(meta.get("rng_state"));
+  if (!rng || rng->size() != Generator::kStateSize)
+    meta.fail("metadata 'rng_state' is not the hex of a " + std::to_string(Generator::kStateSize) +
+              "-byte generator state");
+  ck.rng_state = *rng;
+  json hist = meta.parse("history");
+  try {
+    if (!hist.is_array()) throw std::runtime_error("not a list");
+    for (const json& e : hist) {
+      if (!e.is_object()) throw std::runtime_error("an entry is not an object: " + e.dump());
+      TrainEval ev{Meta::json_int(e.at("step"), "step"), e.at("train_loss").get<double>(),
+                   e.at("val_loss").get<double>()};
+      if (ev.step < ck.step) ck.history.push_back(ev);  // the eval at ck.step is repeated
+    }
+  } catch (const std::exception& e) {
+    meta.fail(std::string("metadata 'history' is not a list of {step, train_loss, val_loss}: ") +
+              e.what());
+  }
+  return ck;
+}
+
+void load_checkpoint_weights(nn::GPT& model, const Checkpoint& ck, const std::string& path,
+                             CheckpointUse use) {
+  try {
+    model.load_state_dict(model_weights(ck.st), /*strict=*/true);
+  } catch (const Error& e) {
+    Meta{ck.st, use_fn(use), path}.fail(std::string("weights do not fit the model: ") + e.what());
+  }
+}
+
+void restore_training_state(const Checkpoint& ck, const std::string& path, optim::AdamW& opt,
+                            Generator& gen) {
+  nn::NamedTensors optim_state;
+  for (const auto& [name, t] : ck.st.tensors)
+    if (name.rfind(kOptimPrefix, 0) == 0)
+      optim_state.emplace_back(name.substr(std::string(kOptimPrefix).size()), t);
+  try {
+    opt.load_state_dict(optim_state);
+    gen.set_state(ck.rng_state);
+  } catch (const Error& e) {
+    Meta{ck.st, "train", path}.fail(std::string("optimizer or generator state does not fit: ") +
+                                    e.what());
+  }
+}
+
+optim::AdamW make_optimizer(nn::GPT& model, const TrainOptions& o) {
+  optim::AdamWOptions aopt;
+  aopt.lr = o.lr;
+  aopt.beta1 = o.beta1;
+  aopt.beta2 = o.beta2;
+  return optim::AdamW({optim::ParamGroup{model.decay_parameters(), o.weight_decay},
+                       optim::ParamGroup{model.no_decay_parameters(), 0.0}},
+                      aopt);
+}
+
+namespace {
+
+// The checkpoint of --resume, validated against the flags and the data.
+Checkpoint load_resume(const std::string& path, const TrainOptions& o,
+                       const data::CharTokenizer& tok) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw Error("[train] --resume: no checkpoint '" + path +
+                "' (run `attn train` without --resume first, with the same --out)");
+  Checkpoint r = parse_checkpoint(io::read_file(path), path, CheckpointUse::Resume);
+  const nn::GPTConfig& c = r.config;
+  const data::CharTokenizer& ck_tok = r.tokenizer;
+
+  std::vector<std::string> diffs;
+  auto cmp = [&](const char* flag, int64_t ck, int64_t given) {
+    if (ck != given)
+      diffs.push_back(std::string(flag) + " " + std::to_string(given) +
+                      " (checkpoint: " + std::to_string(ck) + ")");
+  };
+  cmp("--n-layer", c.n_layer, o.model.n_layer);
+  cmp("--n-head", c.n_head, o.model.n_head);
+  cmp("--n-embd", c.n_embd, o.model.n_embd);
+  cmp("--block-size", c.block_size, o.model.block_size);
+  if (c.bias != o.model.bias)
+    diffs.push_back(std::string(o.model.bias ? "--bias" : "--no-bias") +
+                    " (checkpoint: " + (c.bias ? "--bias" : "--no-bias") + ")");
+  if (ck_tok.chars() != tok.chars()) {
+    std::string d = "vocabulary of the data: " + std::to_string(tok.vocab_size()) +
+                    " characters (checkpoint: " + std::to_string(ck_tok.vocab_size()) + ")";
+    const auto& a = tok.chars();
+    const auto& b = ck_tok.chars();
+    for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      if (a[i] != b[i]) {
+        d += ", first difference at id " + std::to_string(i) + ": " + json(a[i]).dump() +
+             " (checkpoint: " + json(b[i]).dump() + ")";
+        break;
+      }
+    }
+    diffs.push_back(d);
+  }
+  if (!diffs.empty()) {
+    std::string msg =
+        "[train] --resume: the model settings differ from the checkpoint '" + path + "': ";
+    for (std::size_t i = 0; i < diffs.size(); ++i) msg += (i ? "; " : "") + diffs[i];
+    throw Error(msg);
+  }
+  if (r.step > o.max_iters)
+    throw Error("[train] --resume: the checkpoint '" + path + "' is at step " +
+                std::to_string(r.step) + ", beyond --max-iters " + std::to_string(o.max_iters));
+  return r;
+}
+
+}  // namespace
+
 int train_command(Args args, std::ostream& out, std::ostream& err) {
-  TrainOptions o = parse_train(args);
+  TrainOptions o = parse_train_args(args);
   keep_freed_memory();
 
   // Everything is checked before anything is written.
@@ -611,37 +703,21 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
   const fs::path out_dir = o.out;
   const std::string model_path = (out_dir / kModelFile).string();
   const std::string ckpt_path = (out_dir / kCkptFile).string();
-  std::optional<Resumed> resumed;
+  std::optional<Checkpoint> resumed;
   if (o.resume) resumed = load_resume(ckpt_path, o, tok);
 
   ThreadsGuard threads_guard(o.threads);
   manual_seed(o.seed);
   Generator& gen = default_generator();  // also drives dropout, as torch's global generator
   nn::GPT model(config, &gen);
-  optim::AdamWOptions aopt;
-  aopt.lr = o.lr;
-  aopt.beta1 = o.beta1;
-  aopt.beta2 = o.beta2;
-  optim::AdamW opt({optim::ParamGroup{model.decay_parameters(), o.weight_decay},
-                    optim::ParamGroup{model.no_decay_parameters(), 0.0}},
-                   aopt);
+  optim::AdamW opt = make_optimizer(model, o);
 
   int64_t start = 0;
   const bool is_resumed = resumed.has_value();
-  std::vector<Eval> history;
+  std::vector<TrainEval> history;
   if (resumed) {
-    Meta meta{resumed->st, "train", ckpt_path};
-    load_weights(model, resumed->st, meta);
-    nn::NamedTensors optim_state;
-    for (const auto& [name, t] : resumed->st.tensors)
-      if (name.rfind(kOptimPrefix, 0) == 0)
-        optim_state.emplace_back(name.substr(std::string(kOptimPrefix).size()), t);
-    try {
-      opt.load_state_dict(optim_state);
-      gen.set_state(resumed->rng);
-    } catch (const Error& e) {
-      meta.fail(std::string("optimizer or generator state does not fit: ") + e.what());
-    }
+    load_checkpoint_weights(model, *resumed, ckpt_path, CheckpointUse::Resume);
+    restore_training_state(*resumed, ckpt_path, opt, gen);
     start = resumed->step;
     history = resumed->history;
     resumed.reset();
@@ -739,7 +815,7 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
   // loss.png: train and validation loss of every evaluation.
   {
     std::vector<double> steps, train_l, val_l;
-    for (const Eval& e : history) {
+    for (const TrainEval& e : history) {
       steps.push_back(double(e.step));
       train_l.push_back(e.train_loss);
       val_l.push_back(e.val_loss);
@@ -748,7 +824,18 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
     chart.title = "attn train: loss";
     chart.x_label = "step";
     chart.y_label = "loss";
-    chart.series = {plot::Series{"train", steps, train_l}, plot::Series{"val", steps, val_l}};
+    auto series = [](const char* name, const std::vector<double>& x, const std::vector<double>& y) {
+      plot::Series s;
+      s.name = name;
+      s.x = x;
+      s.y = y;
+      return s;
+    };
+    plot::Series val = series("val", steps, val_l);
+    val.markers = true;  // one mark per evaluation, dashed: readable without colour
+    val.marker_shape = plot::Marker::kSquare;
+    val.dash = {8, 4};
+    chart.series = {series("train", steps, train_l), val};
     plot::save(chart, (out_dir / "loss.png").string());
   }
 
@@ -757,7 +844,7 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   out << strf("peak_rss_mib=%.1f", double(ru.ru_maxrss) / 1024.0) << "\n";
-  const Eval& last = history.back();
+  const TrainEval& last = history.back();
   out << strf("done: iters=%lld ms_per_iter=%.2f train_loss=%.4f val_loss=%.4f tokens_per_s=%.0f",
               (long long)o.max_iters, ms_per_iter, last.train_loss, last.val_loss, tokens_per_s)
       << "\n"
@@ -770,40 +857,28 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
 
 int generate_command(Args args, std::ostream& out, std::ostream& err) {
   keep_freed_memory();
-  Flags f("generate", args,
-          {"ckpt", "prompt", "max-new-tokens", "temperature", "top-k", "seed", "threads"},
-          {"no-cache"});
-  if (!f.has("ckpt")) throw FlagError("generate: --ckpt DIR is required");
-  std::string ckpt = f.str("ckpt", "");
-  if (ckpt.empty()) f.bad("ckpt", "", "a checkpoint directory or .safetensors file");
-  const bool has_prompt = f.has("prompt");
-  const std::string prompt = f.str("prompt", "");
-  nn::GPT::GenerateOptions g;
-  g.max_new_tokens = f.integer("max-new-tokens", 500, 0);
-  g.temperature = f.number("temperature", 0.8, 0.0, true, kInf, false);
-  g.top_k = f.integer("top-k", 200, 0);
-  g.use_cache = !f.has("no-cache");
-  const uint64_t seed = f.seed("seed", 1337);
-  const int64_t threads = f.integer("threads", 0, 0, 4096);
-
+  const GenerateArgs a = parse_generate_args(args);
   std::error_code ec;
-  std::string path = fs::is_directory(ckpt, ec) ? (fs::path(ckpt) / kModelFile).string() : ckpt;
+  const std::string path =
+      fs::is_directory(a.ckpt, ec) ? (fs::path(a.ckpt) / kModelFile).string() : a.ckpt;
   if (!fs::exists(path, ec))
     throw Error("[generate] no checkpoint '" + path +
                 "' (train one with `attn train --out DIR`, then pass --ckpt DIR)");
-  io::SafeTensors st = io::load_safetensors(path);
-  Meta meta{st, "generate", path};
-  meta.expect_format({"attn-gpt", "attn-train"});
-  nn::GPTConfig config = meta.config();
-  data::CharTokenizer tok = meta.tokenizer();
-  if (tok.vocab_size() != config.vocab_size)
-    meta.fail("the tokenizer has " + std::to_string(tok.vocab_size()) +
-              " characters but the model's vocab_size is " + std::to_string(config.vocab_size));
+  const Checkpoint ck = parse_checkpoint(io::read_file(path), path, CheckpointUse::Generate);
+  generate_from_checkpoint(ck, path, a, out, err);
+  return 0;
+}
 
+void generate_from_checkpoint(const Checkpoint& ck, const std::string& path, const GenerateArgs& a,
+                              std::ostream& out, std::ostream& err) {
+  const nn::GPTConfig& config = ck.config;
+  const data::CharTokenizer& tok = ck.tokenizer;
+  nn::GPT::GenerateOptions g = a.options;
   std::vector<int64_t> ids;
-  if (has_prompt && !prompt.empty()) {
+  const bool has_prompt = a.has_prompt && !a.prompt.empty();
+  if (has_prompt) {
     try {
-      ids = tok.encode(prompt);
+      ids = tok.encode(a.prompt);
     } catch (const Error& e) {
       throw Error(std::string("[generate] the prompt cannot be encoded with the checkpoint's "
                               "vocabulary: ") +
@@ -819,18 +894,18 @@ int generate_command(Args args, std::ostream& out, std::ostream& err) {
     ids.erase(ids.begin(), ids.end() - config.block_size);  // the model sees the last block only
   g.top_k = std::min(g.top_k, config.vocab_size);
 
-  ThreadsGuard threads_guard(threads);
+  ThreadsGuard threads_guard(a.threads);
   nn::GPT model(config);
-  load_weights(model, st, meta);
+  load_checkpoint_weights(model, ck, path, CheckpointUse::Generate);
   model.eval();
 
   Tensor idx = empty({1, int64_t(ids.size())}, Dtype::Int64);
   std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());
 
-  out << (has_prompt && !prompt.empty() ? prompt : tok.decode(ids)) << std::flush;
+  out << (has_prompt ? a.prompt : tok.decode(ids)) << std::flush;
   bool ends_with_newline = false;
   int64_t produced = 0;
-  Generator gen(seed);
+  Generator gen(a.seed);
   auto t0 = std::chrono::steady_clock::now();
   model.generate(idx, g, &gen, [&](const Tensor& column) {
     std::string s = tok.decode(column.contiguous().data_ptr<int64_t>()[0]);
@@ -846,7 +921,6 @@ int generate_command(Args args, std::ostream& out, std::ostream& err) {
               ms > 0 ? double(produced) * 1000.0 / ms : 0.0, g.use_cache ? "on" : "off")
       << "\n"
       << std::flush;
-  return 0;
 }
 
 }  // namespace attn::tools

@@ -23,11 +23,20 @@
 // just before training step STEP, so that the non-finite loss check can be exercised.
 #pragma once
 
+#include <attn/data.h>
+#include <attn/gpt.h>
+#include <attn/io.h>
+#include <attn/optim.h>
+#include <attn/random.h>
+
+#include <cstdint>
 #include <iostream>
 #include <ostream>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace attn::tools {
 
@@ -37,6 +46,76 @@ class FlagError : public std::runtime_error {
  public:
   explicit FlagError(const std::string& what) : std::runtime_error(what) {}
 };
+
+// ---- command lines: parsed and validated without running anything (fuzz/fuzz_cli.cpp) ----------
+
+struct TrainOptions {
+  nn::GPTConfig model;  // vocab_size comes from the data
+  int64_t batch_size = 12, max_iters = 2000, warmup_iters = 100, lr_decay_iters = 2000;
+  int64_t eval_interval = 250, eval_iters = 200, log_interval = 10, threads = 0;
+  int64_t debug_nan_at = -1;
+  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
+  uint64_t seed = 1337;
+  std::string data, out = "out";
+  bool resume = false, no_progress = false;
+};
+// The flags of `attn train` (the arguments after "train"). Throws FlagError.
+TrainOptions parse_train_args(std::span<const std::string> args);
+
+struct GenerateArgs {
+  std::string ckpt;  // directory or file, non-empty
+  bool has_prompt = false;
+  std::string prompt;
+  nn::GPT::GenerateOptions options;  // max_new_tokens, temperature, top_k, use_cache
+  uint64_t seed = 1337;
+  int64_t threads = 0;
+};
+// The flags of `attn generate` (the arguments after "generate"). Throws FlagError.
+GenerateArgs parse_generate_args(std::span<const std::string> args);
+
+// ---- checkpoints: parsed from the bytes of the file (fuzz/fuzz_checkpoint.cpp) ------------------
+
+struct TrainEval {
+  int64_t step;
+  double train_loss, val_loss;
+};
+
+// Who reads a checkpoint: `attn generate` (model.safetensors or ckpt.safetensors, format
+// "attn-gpt" or "attn-train") or `attn train --resume` (ckpt.safetensors, "attn-train" only, with
+// the step, generator state and history).
+enum class CheckpointUse { Generate, Resume };
+
+struct Checkpoint {
+  io::SafeTensors st;
+  nn::GPTConfig config;
+  data::CharTokenizer tokenizer;  // as many characters as config.vocab_size
+  // CheckpointUse::Resume only:
+  int64_t step = 0;                // the next iteration to run
+  std::vector<uint8_t> rng_state;  // Generator::kStateSize bytes
+  std::vector<TrainEval> history;  // the evaluations before `step`
+};
+
+// Parses and validates a checkpoint file's bytes: the safetensors container, the metadata (format,
+// config, tokenizer; for Resume also step, rng_state and history), and that the tensors hold at
+// least as many values as a model of that config has parameters (so that a config cannot make the
+// reader allocate a model far larger than the file). Throws attn::Error naming `path`:
+// "[generate] 'path': ..." or "[train] 'path': ..." ("[load_safetensors] 'path': ..." for a broken
+// container). Never reads out of bounds; allocates no more than a small multiple of the input.
+Checkpoint parse_checkpoint(std::string_view bytes, const std::string& path, CheckpointUse use);
+// Copies the checkpoint's weights (every tensor not prefixed "optim.") into `model` (strict: names
+// and shapes must match). Throws attn::Error "[fn] 'path': weights do not fit the model: ...".
+void load_checkpoint_weights(nn::GPT& model, const Checkpoint& ck, const std::string& path,
+                             CheckpointUse use);
+// Restores the optimiser state ("optim.*" tensors) and the generator state of a Resume
+// checkpoint. Throws attn::Error "[train] 'path': optimizer or generator state does not fit: ...".
+void restore_training_state(const Checkpoint& ck, const std::string& path, optim::AdamW& opt,
+                            Generator& gen);
+// nanoGPT's optimiser for `model`: AdamW over the decaying and the non-decaying parameters.
+optim::AdamW make_optimizer(nn::GPT& model, const TrainOptions& o);
+// `attn generate` after its arguments and checkpoint are read: loads the weights into a new model
+// and streams the continuation of the prompt to `out` (timing to `err`).
+void generate_from_checkpoint(const Checkpoint& ck, const std::string& path, const GenerateArgs& a,
+                              std::ostream& out, std::ostream& err);
 
 // The handlers: `args` are the arguments after the command name. Results go to `out`; `err`
 // receives diagnostics that are not results (generate's timing line). attn::Error (bad data,

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Regenerates the seed corpora in fuzz/corpus/<target>/ (small valid and near-valid inputs).
+#   bash fuzz/make_corpus.sh [path/to/attn]     (default: build/attn)
+# The checkpoints come from a tiny `attn train` run (1 layer, 8-wide embedding, 8-token context,
+# 2 steps on a 9-character vocabulary); everything else is written byte by byte here.
+set -euo pipefail
+attn=$(realpath "${1:-$(dirname "$0")/../build/attn}")
+cd "$(dirname "$0")"
+[ -x "$attn" ] || { echo "make_corpus.sh: no attn binary at $attn (build it or pass its path)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# ---- checkpoints -------------------------------------------------------------------------------
+rm -rf corpus/checkpoint && mkdir -p corpus/checkpoint
+for _ in $(seq 12); do printf 'the cat sat on a hat, the hat sat on the cat.\n'; done >"$tmp/text.txt"
+common=(--data "$tmp/text.txt" --n-layer 1 --n-head 2 --n-embd 8 --block-size 8 --batch-size 2
+        --max-iters 2 --eval-interval 1 --eval-iters 1 --warmup-iters 0 --lr-decay-iters 2
+        --no-progress --threads 1)
+"$attn" train "${common[@]}" --out "$tmp/nobias" >/dev/null
+"$attn" train "${common[@]}" --out "$tmp/bias" --bias >/dev/null
+cp "$tmp/nobias/model.safetensors" corpus/checkpoint/model_nobias.safetensors
+cp "$tmp/nobias/ckpt.safetensors" corpus/checkpoint/ckpt_nobias.safetensors
+cp "$tmp/bias/model.safetensors" corpus/checkpoint/model_bias.safetensors
+
+# ---- the rest ----------------------------------------------------------------------------------
+/usr/bin/python3 - "$tmp/nobias/model.safetensors" <<'PY'
+import json, os, struct, sys
+
+def put(target, name, data):
+    os.makedirs(f"corpus/{target}", exist_ok=True)
+    with open(f"corpus/{target}/{name}", "wb") as f:
+        f.write(data)
+
+def st(header, data=b"", pad=True):
+    h = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+import shutil
+shutil.rmtree("corpus/safetensors", ignore_errors=True)
+put("safetensors", "empty", st({}))
+put("safetensors", "f32", st({"x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}},
+                             struct.pack("<4f", 1, -2.5, 0, float("inf"))))
+put("safetensors", "mixed", st({"__metadata__": {"format": "pt", "k": "v"},
+                                 "a": {"dtype": "I64", "shape": [3], "data_offsets": [0, 24]},
+                                 "b": {"dtype": "BOOL", "shape": [1, 3], "data_offsets": [24, 27]},
+                                 "c": {"dtype": "F32", "shape": [], "data_offsets": [27, 31]},
+                                 "z": {"dtype": "F32", "shape": [0, 5], "data_offsets": [31, 31]}},
+                                struct.pack("<3q", 1, -1, 1 << 62) + b"\x01\x00\x01" +
+                                struct.pack("<f", 3.5)))
+# near-valid: overlapping offsets, an unsupported dtype, a header length past the end
+put("safetensors", "overlap", st({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                                   "b": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}},
+                                  b"\0" * 8))
+put("safetensors", "f16", st({"h": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}}, b"\0" * 4))
+put("safetensors", "short", struct.pack("<Q", 1000) + b'{"a":')
+with open(sys.argv[1], "rb") as f:
+    put("safetensors", "model", f.read())
+
+shutil.rmtree("corpus/tokenizer", ignore_errors=True)
+put("tokenizer", "json", b"\x00" + b'{"type":"char","chars":["\\n"," ","a","\xc3\xa9","\xe2\x82\xac"]}')
+put("tokenizer", "json_bad", b"\x00" + b'{"type":"char","chars":["b","a","a"],"type":"x"}')
+put("tokenizer", "text", b"\x01" + "hello, wörld € 😀\n".encode())
+put("tokenizer", "text_bad", b"\x01" + b"ab\xc0\x80cd\xed\xa0\x80")
+put("tokenizer", "encode", b"\x02" + b"the cat sat\xffthe hat\x03\x7f")
+put("tokenizer", "vocab", b"\x03" + b"Life is short, eat dessert first\tLife,\x1c x")
+
+# fuzz_tensor's grammar (see fuzz/fuzz_tensor.cpp): 0/1 open, 2 close, 3 int8, 4 int64,
+# 5 double, 6 small float, 7 bool
+shutil.rmtree("corpus/tensor", ignore_errors=True)
+put("tensor", "matrix_int", bytes([0, 0, 0, 3, 1, 3, 2, 2, 0, 3, 3, 3, 4, 2]))
+put("tensor", "matrix_float", bytes([1, 0, 0, 6, 9, 6, 200, 2, 0, 3, 7, 5]) +
+    struct.pack("<d", float("nan")) + bytes([2]))
+put("tensor", "int64_overflow", bytes([2, 0, 5]) + struct.pack("<d", 1e30) + bytes([4]) +
+    struct.pack("<q", -(1 << 63)))
+put("tensor", "bool", bytes([0, 7, 1, 7, 0, 7, 1]))
+put("tensor", "ragged", bytes([0, 0, 3, 1, 2, 0, 3, 1, 3, 2, 2]))
+put("tensor", "empty", bytes([0, 0, 2, 0, 2]))
+put("tensor", "scalar", bytes([4, 6, 77]))
+
+shutil.rmtree("corpus/cli", ignore_errors=True)
+def cli(name, *args):
+    put("cli", name, b"\0".join(a.encode() for a in args))
+cli("train", "train", "--n-layer", "1", "--n-head=2", "--n-embd", "8", "--lr", "3e-4", "--bias",
+    "--no-bias", "--resume", "--out", "o", "--threads", "1")
+cli("train_bad", "train", "--n-embd", "10", "--n-head", "3", "--warmup-iters", "5000")
+cli("generate", "generate", "--ckpt", "out", "--prompt", "hi", "--temperature=0.5", "--top-k",
+    "0", "--no-cache", "--seed", "18446744073709551615")
+cli("heatmap", "heatmap", "--mechanism", "multihead", "--heads", "2", "--d-out", "4", "--out",
+    "x.png", "--sentence", "Life is short, eat dessert first")
+cli("walkthrough", "walkthrough", "003", "--plots", "dir")
+cli("plot", "plot", "spec.json", "--out", "x.png")
+cli("help", "help", "train")
+cli("version", "--version")
+cli("command_help", "generate", "--ckpt", "x", "-h")
+PY
+du -sh corpus
