@@ -147,7 +147,9 @@ struct RowLse {
 RowLse row_logsumexp(const float* x, int64_t C) {
   float m = -INFINITY;
   for (int64_t c = 0; c < C; ++c) m = std::max(m, x[c]);
-  if (std::isinf(m)) return {m, 0.f};  // all -inf (or a +inf logit)
+  // All -inf: the loss is -inf - -inf = NaN. A +inf logit: NaN too (inf - inf in the shifted sum),
+  // for every target and in every gradient of the row, as PyTorch.
+  if (std::isinf(m)) return {m, m > 0 ? NAN : 0.f};
   double s = 0.0;
   for (int64_t c = 0; c < C; ++c) s += std::exp(double(x[c] - m));
   return {m, float(std::log(s))};

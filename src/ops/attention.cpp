@@ -5,6 +5,8 @@
 #include <attn/ops.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "../kernels/cpu/sdpa_fused.h"
 #include "../kernels/cpu/sdpa_reference.h"
@@ -32,6 +34,57 @@ Shape broadcast3(const Shape& a, const Shape& b, const Shape& c, const Tensor& q
     fail(fn, "batch dims of q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), " and v ",
          shape_str(v.shape()), " do not broadcast");
   }
+}
+
+// Whether every element of a float32 tensor is finite (no inf, no NaN). Reads each element once
+// (dims of stride 0, i.e. broadcast ones, once in total); the inner loop over a contiguous row
+// tests the exponent bits and vectorises.
+bool all_finite(const Tensor& t) {
+  const int64_t nd = t.dim();
+  if (t.numel() == 0) return true;
+  const float* base = t.data_ptr<float>();
+  if (nd == 0) return std::isfinite(*base);
+  const int64_t n = t.size(-1), s = n == 1 ? 1 : t.stride(-1);
+  auto row_ok = [n, s](const float* r) {
+    uint32_t bad = 0;
+    if (s == 1) {
+      for (int64_t i = 0; i < n; ++i) {
+        uint32_t u;
+        std::memcpy(&u, r + i, sizeof u);
+        bad |= uint32_t((u & 0x7f800000u) == 0x7f800000u);
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) bad |= uint32_t(!std::isfinite(r[i * s]));
+    }
+    return bad == 0;
+  };
+  // Outer dims, with broadcast (stride 0) dims visited once.
+  Shape size(size_t(nd - 1)), stride(size_t(nd - 1));
+  for (int64_t d = 0; d + 1 < nd; ++d) {
+    size[d] = t.stride(d) == 0 ? 1 : t.size(d);
+    stride[d] = t.stride(d);
+  }
+  Shape idx(size_t(nd - 1), 0);
+  int64_t off = 0;
+  while (true) {
+    if (!row_ok(base + off)) return false;
+    int64_t d = nd - 2;
+    for (; d >= 0; --d) {
+      off += stride[d];
+      if (++idx[d] < size[d]) break;
+      off -= stride[d] * size[d];
+      idx[d] = 0;
+    }
+    if (d < 0) return true;
+  }
+}
+
+bool any_nan(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const float* d = c.data_ptr<float>();
+  for (int64_t i = 0, n = c.numel(); i < n; ++i)
+    if (std::isnan(d[i])) return true;
+  return false;
 }
 
 // The kernel wants unit stride along the head dim; anything else is copied once.
@@ -267,25 +320,34 @@ RunResult run(const Prepared& p, const SdpaOptions& o, Tensor& out, Tensor* weig
   const int64_t per_call_out = kp.B * kp.H * p.L_q * p.D_v,
                 per_call_w = kp.B * kp.H * p.L_q * p.L_k;
   const int64_t per_call_rows = kp.B * kp.H * p.L_q;
-  Shape idx(outer.size(), 0);
-  for (int64_t c = 0; c < n_outer; ++c) {
-    call_pointers(p, idx, c, rr.dropout_offset, kp);
-    kp.out = out.data_ptr<float>() + c * per_call_out;
-    kp.lse = lse ? lse->data_ptr<float>() + c * per_call_rows : nullptr;
-    if (weights) {
-      kp.dropout_scale = drop.defined() ? drop.data_ptr<float>() + c * per_call_w : nullptr;
-      kp.weights = weights->data_ptr<float>() + c * per_call_w;
-      kernels::sdpa_reference_forward(kp);
-    } else if (fused) {
-      kernels::sdpa_fused_forward(kp);
-    } else {
-      kernels::sdpa_reference_forward(kp);
+  auto launch = [&](bool use_fused) {
+    Shape idx(outer.size(), 0);
+    for (int64_t c = 0; c < n_outer; ++c) {
+      call_pointers(p, idx, c, rr.dropout_offset, kp);
+      kp.out = out.data_ptr<float>() + c * per_call_out;
+      kp.lse = lse ? lse->data_ptr<float>() + c * per_call_rows : nullptr;
+      if (weights) {
+        kp.dropout_scale = drop.defined() ? drop.data_ptr<float>() + c * per_call_w : nullptr;
+        kp.weights = weights->data_ptr<float>() + c * per_call_w;
+        kernels::sdpa_reference_forward(kp);
+      } else if (use_fused) {
+        kernels::sdpa_fused_forward(kp);
+      } else {
+        kernels::sdpa_reference_forward(kp);
+      }
+      for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {  // next outer index, row-major
+        if (++idx[d] < outer[d]) break;
+        idx[d] = 0;
+      }
     }
-    for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {  // next outer index, row-major
-      if (++idx[d] < outer[d]) break;
-      idx[d] = 0;
-    }
-  }
+  };
+  launch(fused);
+  // A key of weight zero (masked, dropped) takes no part in the output. The fused kernel
+  // multiplies such a key's value row by 0 when it shares a tile with visible keys, so an inf or
+  // NaN there turns the row into NaN, where the reference kernel skips the key. Such a result is
+  // recomputed by the reference kernel (same dropout counters). The check reads out once; v is
+  // read only when out is not finite.
+  if (fused && !all_finite(out) && !all_finite(p.v)) launch(false);
   return rr;
 }
 
@@ -333,10 +395,19 @@ std::vector<Tensor> sdpa_composed_backward(const Node& n, const Tensor& dout, co
     dW = dW.defined() ? dW + from_out : from_out;
     if (n.needs_input_grad(2)) dv = detail::sum_to(group_sum(matmul(W.mT(), dout)), v.shape());
   }
-  const Tensor dP = drop.defined() ? dW * drop : dW;
+  Tensor dP = drop.defined() ? dW * drop : dW;
+  // As in the kernels, a weight of zero (a masked or dropped key) takes no part: where W == 0, dP
+  // would be 0 but for 0 * inf = NaN from an inf or NaN in that key's value row (or in dW).
+  if (!all_finite(dP)) dP = dP.masked_fill(W == 0.0, 0.0);
   const Tensor ds = P * (dP - (dP * P).sum({-1}, true));
-  if (n.needs_input_grad(0)) dq = detail::sum_to(matmul(ds, kk) * scale, q.shape());
-  if (n.needs_input_grad(1)) dk = detail::sum_to(group_sum(matmul(ds.mT(), q) * scale), k.shape());
+  // ds is exactly 0 or NaN wherever a k (or q) row that is not finite meets a q (or k) row, so
+  // zeroing such entries before the products drops the 0 * inf terms and nothing else.
+  auto finite_or_zero = [](const Tensor& t) {
+    return all_finite(t) ? t : t.masked_fill(~t.isfinite(), 0.0);
+  };
+  if (n.needs_input_grad(0)) dq = detail::sum_to(matmul(ds, finite_or_zero(kk)) * scale, q.shape());
+  if (n.needs_input_grad(1))
+    dk = detail::sum_to(group_sum(matmul(ds.mT(), finite_or_zero(q)) * scale), k.shape());
   if (n.needs_input_grad(3)) dmask = detail::sum_to(ds, o.attn_mask.shape());
   return {dq, dk, dv, dmask};
 }
@@ -515,24 +586,39 @@ std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
   if (o.dropout_p > 0.0) kp.dropout_p = o.dropout_p, kp.dropout_seed = forward.dropout_seed;
 
   const int64_t per_call_rows = kp.B * kp.H * p.L_q;
-  Shape idx(outer.size(), 0);
-  for (int64_t c = 0; c < n_outer; ++c) {
-    call_pointers(p, idx, c, forward.dropout_offset, kp);
-    kp.out = const_cast<float*>(out.data_ptr<float>()) + outer_offset(out, idx);
-    kp.lse = const_cast<float*>(lse.data_ptr<float>()) + c * per_call_rows;
-    bp.dout = g.data_ptr<float>() + outer_offset(g, idx);
-    bp.dq = dq.data_ptr<float>() + outer_offset(dq, idx);
-    bp.dk = dk.data_ptr<float>() + outer_offset(dk, idx);
-    bp.dv = dv.data_ptr<float>() + outer_offset(dv, idx);
-    if (o.backend == SdpaBackend::Reference)
-      kernels::sdpa_reference_backward(bp);
-    else
-      kernels::sdpa_fused_backward(bp);
-    for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {  // next outer index, row-major
-      if (++idx[d] < outer[d]) break;
-      idx[d] = 0;
+  auto launch = [&](bool reference) {
+    Shape idx(outer.size(), 0);
+    for (int64_t c = 0; c < n_outer; ++c) {
+      call_pointers(p, idx, c, forward.dropout_offset, kp);
+      kp.out = const_cast<float*>(out.data_ptr<float>()) + outer_offset(out, idx);
+      kp.lse = const_cast<float*>(lse.data_ptr<float>()) + c * per_call_rows;
+      bp.dout = g.data_ptr<float>() + outer_offset(g, idx);
+      bp.dq = dq.data_ptr<float>() + outer_offset(dq, idx);
+      bp.dk = dk.data_ptr<float>() + outer_offset(dk, idx);
+      bp.dv = dv.data_ptr<float>() + outer_offset(dv, idx);
+      if (reference)
+        kernels::sdpa_reference_backward(bp);
+      else
+        kernels::sdpa_fused_backward(bp);
+      for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {  // next outer index, row-major
+        if (++idx[d] < outer[d]) break;
+        idx[d] = 0;
+      }
     }
-  }
+  };
+  // The reference backward (it overwrites dq, dk and dv) where the fused one would not follow the
+  // forward's rules for non-finite values:
+  //  - a NaN row (NaN in lse) must make dk and dv NaN as the chain rule does; the fused backward
+  //    can leave them finite;
+  //  - a key of weight zero takes no part in any gradient, where the fused backward forms
+  //    0 * inf = NaN for it (inf or NaN in its k or v row, or in dout). Its gradients are checked
+  //    (one read each) and, if not finite while some input is not finite either, recomputed.
+  const bool reference = o.backend == SdpaBackend::Reference || any_nan(lse);
+  launch(reference);
+  if (!reference && !(all_finite(dq) && all_finite(dk) && all_finite(dv)) &&
+      !(all_finite(g) && all_finite(p.q) && all_finite(p.k) && all_finite(p.v)))
+    launch(true);
+
   // Inputs that were broadcast get their gradient summed over the broadcast dims.
   return {detail::sum_to(dq, q.shape()), detail::sum_to(dk, k.shape()),
           detail::sum_to(dv, v.shape())};

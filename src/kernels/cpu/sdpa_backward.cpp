@@ -119,7 +119,7 @@ void row_backward(const SdpaBackwardParams& bp, int64_t b, int64_t h, int64_t i,
     const float* vj = v + j * p.v_row_stride;
     double dot = 0;
     for (int64_t e = 0; e < D_v; ++e) dot += double(dout[e]) * double(vj[e]);
-    dp[j] = z[j] * dot;
+    dp[j] = z[j] == 0.0 ? 0.0 : z[j] * dot;  // a dropped key takes no part, even with inf in v_j
     D_i += s[j] * dp[j];
   }
 
