@@ -53,6 +53,9 @@ class Block : public Module {
  public:
   explicit Block(const GPTConfig& config);
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+  // The same for the T newest tokens of a sequence, with this block's key/value cache (see
+  // MultiheadAttention::forward_cached): rows [start, start + T) are written.
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start) const;
   std::string name() const override { return "Block"; }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<MultiheadAttention> attn;

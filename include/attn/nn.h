@@ -254,12 +254,22 @@ class MultiheadAttention : public Module {
                  const Tensor& key_padding_mask = Tensor(), bool need_weights = true,
                  const Tensor& attn_mask = Tensor(), bool average_attn_weights = true,
                  bool is_causal = false) const;
+  // Causal self-attention for incremental decoding (GPT's KV cache). x (B, T, E), batch first,
+  // holds the T newest tokens; their keys and values are written to rows [start, start + T) of
+  // k_cache and v_cache (B, H, capacity, head_dim), and each new query attends to rows
+  // [0, start + T) up to its own position (bottom-right causal). No masks, no dropout, no
+  // weights; self-attention modules only (kdim = vdim = embed_dim). Returns (B, T, E).
+  Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start) const;
   std::string name() const override { return "MultiheadAttention"; }
   int64_t embed_dim, num_heads, head_dim, kdim, vdim;
   double dropout;
   bool batch_first, same_embed_dim;
   Tensor in_proj_weight, in_proj_bias, q_proj_weight, k_proj_weight, v_proj_weight;
   std::shared_ptr<Linear> out_proj;
+
+ private:
+  // Self-attention's q, k and v from one (B L, E) x (E, 3E) product: (3, B, H, L, head_dim).
+  Tensor packed_qkv(const Tensor& x) const;
 };
 
 // ---- vocabulary (seed 000) ----------------------------------------------------------------------

@@ -59,6 +59,12 @@ Tensor Block::forward(const Tensor& x) const {
   return y + mlp->forward((*ln_2)(y));
 }
 
+Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
+                             int64_t start) const {
+  Tensor y = x + attn->forward_cached((*ln_1)(x), k_cache, v_cache, start);
+  return y + mlp->forward((*ln_2)(y));
+}
+
 GPT::GPT(const GPTConfig& config, Generator* gen) : config_(config) {
   config.validate("GPT");
   const GPTConfig& c = config_;
@@ -144,8 +150,6 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) const {
     fail(fn, "the cache holds ", cache.k.size(), " layers, the model has ", c.n_layer);
   Tensor x = (*wte)(idx) + wpe->weight.narrow(0, L0, T);
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    const Block& blk = *h[std::size_t(l)];
-    const MultiheadAttention& mha = *blk.attn;
     Tensor& kc = cache.k[std::size_t(l)];
     Tensor& vc = cache.v[std::size_t(l)];
     if (!kc.defined()) {
@@ -154,18 +158,7 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) const {
     } else if (kc.size(0) != B) {
       fail(fn, "batch size ", B, " differs from the cache's ", kc.size(0));
     }
-    Tensor hdn = (*blk.ln_1)(x);
-    Tensor qkv = functional::linear(hdn, mha.in_proj_weight, mha.in_proj_bias);  // (B, T, 3C)
-    Tensor heads = qkv.reshape({B, T, 3, H, D}).permute({2, 0, 3, 1, 4});        // (3, B, H, T, D)
-    kc.narrow(2, L0, T).copy_(heads[1]);
-    vc.narrow(2, L0, T).copy_(heads[2]);
-    SdpaOptions o;
-    o.is_causal = true;
-    o.causal_align = CausalAlign::BottomRight;  // the new queries are the last T of L positions
-    Tensor ctx = scaled_dot_product_attention(heads[0], kc.narrow(2, 0, L), vc.narrow(2, 0, L), o);
-    Tensor a = (*mha.out_proj)(ctx.transpose(1, 2).reshape({B, T, C}));
-    x = x + a;
-    x = x + blk.mlp->forward((*blk.ln_2)(x));
+    x = h[std::size_t(l)]->forward_cached(x, kc, vc, L0);
   }
   cache.length = L;
   x = (*ln_f)(x);

@@ -173,9 +173,7 @@ MultiheadAttention::Output MultiheadAttention::forward(
   Tensor q, k, v;
   if (same_embed_dim && query.impl() == key.impl() && key.impl() == value.impl()) {
     // Self-attention: one (B L, E) x (E, 3E) product for q, k and v together, as PyTorch does.
-    Tensor qkv = functional::linear(q_in, in_proj_weight, in_proj_bias)
-                     .reshape({B, L_q, 3, H, head_dim})
-                     .permute({2, 0, 3, 1, 4});  // (3, B, H, L, head_dim)
+    Tensor qkv = packed_qkv(q_in);
     q = qkv[0], k = qkv[1], v = qkv[2];
   } else {
     q = heads(functional::linear(q_in, w_q, b_q), L_q);
@@ -208,6 +206,37 @@ MultiheadAttention::Output MultiheadAttention::forward(
     result.weights = batched ? weights : weights.squeeze(0);
   }
   return result;
+}
+
+Tensor MultiheadAttention::packed_qkv(const Tensor& x) const {
+  return functional::linear(x, in_proj_weight, in_proj_bias)
+      .reshape({x.size(0), x.size(1), 3, num_heads, head_dim})
+      .permute({2, 0, 3, 1, 4});  // (3, B, H, L, head_dim)
+}
+
+Tensor MultiheadAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
+                                          int64_t start) const {
+  const char* fn = "MultiheadAttention.forward_cached";
+  if (!same_embed_dim) fail(fn, "needs a self-attention module (kdim = vdim = embed_dim)");
+  if (!x.defined() || x.dim() != 3 || x.size(2) != embed_dim)
+    fail(fn, "x must be (B, T, ", embed_dim, "), got ",
+         x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+  const int64_t B = x.size(0), T = x.size(1), H = num_heads;
+  for (const Tensor* c : {&k_cache, &v_cache})
+    if (!c->defined() || c->dim() != 4 || c->size(0) != B || c->size(1) != H ||
+        c->size(3) != head_dim || start < 0 || c->size(2) < start + T)
+      fail(fn, "caches must be (", B, ", ", H, ", >= ", start + T, ", ", head_dim, ") for x ",
+           shape_str(x.shape()), " at start ", start, ", got ",
+           c->defined() ? shape_str(c->shape()) : std::string("undefined"));
+  Tensor qkv = packed_qkv(x);
+  k_cache.narrow(2, start, T).copy_(qkv[1]);
+  v_cache.narrow(2, start, T).copy_(qkv[2]);
+  SdpaOptions o;
+  o.is_causal = true;
+  o.causal_align = CausalAlign::BottomRight;  // the new queries are the last T of start + T
+  Tensor ctx = scaled_dot_product_attention(qkv[0], k_cache.narrow(2, 0, start + T),
+                                            v_cache.narrow(2, 0, start + T), o);
+  return (*out_proj)(ctx.transpose(1, 2).reshape({B, T, embed_dim}));
 }
 
 }  // namespace attn::nn

@@ -975,6 +975,39 @@ TEST(MultiheadAttention, IsCausalAndBoolPadding) {
   EXPECT_TRUE(attn::allclose(r3.output, n3.out, 1e-5, 1e-5));
 }
 
+TEST(MultiheadAttention, ForwardCachedEqualsCausalForward) {
+  attn::Generator g(36);
+  nn::MultiheadAttention m(8, 2, 0.0, true, std::nullopt, std::nullopt, true);
+  randomize(m, g);
+  Tensor x = attn::randn({2, 7, 8}, &g);
+  Tensor full = m.forward(x, x, x, Tensor(), false, Tensor(), true, /*is_causal=*/true).output;
+  // The same sequence fed as 3 + 1 + 3 tokens through a cache of capacity 9.
+  Tensor kc = attn::zeros({2, 2, 9, 4}), vc = attn::zeros({2, 2, 9, 4});
+  std::vector<Tensor> parts;
+  int64_t start = 0;
+  for (int64_t t : {3, 1, 3}) {
+    parts.push_back(m.forward_cached(x.narrow(1, start, t), kc, vc, start));
+    start += t;
+  }
+  EXPECT_TRUE(attn::allclose(attn::cat(parts, 1), full, 1e-5, 1e-6));
+  // The cache holds the projected keys of every token fed so far, zeros after them.
+  Tensor k_all = attn::nn::functional::linear(x, m.in_proj_weight.narrow(0, 8, 8),
+                                              m.in_proj_bias.narrow(0, 8, 8));
+  EXPECT_TRUE(
+      attn::allclose(kc.narrow(2, 0, 7), k_all.reshape({2, 7, 2, 4}).transpose(1, 2), 1e-5, 1e-6));
+  EXPECT_EQ(kc.narrow(2, 7, 2).abs().max().item_double(), 0.0);
+  // Bad input: a cache too short for start + T, a wrong width.
+  const std::string fn = "[MultiheadAttention.forward_cached]";
+  try {
+    m.forward_cached(x.narrow(1, 0, 3), kc, vc, 7);
+    ADD_FAILURE() << "expected attn::Error";
+  } catch (const attn::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(fn, 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find(">= 10"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(m.forward_cached(attn::randn({2, 1, 6}), kc, vc, 0), attn::Error);
+}
+
 TEST(MultiheadAttention, FullyMaskedRowsGiveZeros) {
   attn::Generator g(35);
   nn::MultiheadAttention m(4, 2, 0.0, true, std::nullopt, std::nullopt, true);
