@@ -14,9 +14,7 @@ namespace {
 
 // x must be a float32 (L, width) or (B, L, width) sequence.
 void check_seq(const Tensor& x, int64_t width, const char* fn, const char* what = "input") {
-  if (!x.defined()) fail(fn, what, " is an undefined tensor");
-  if (x.dtype() != Dtype::Float32)
-    fail(fn, what, " must be float32, got ", dtype_name(x.dtype()), " ", shape_str(x.shape()));
+  detail::check_float32(x, what, fn);
   if (x.dim() != 2 && x.dim() != 3)
     fail(fn, what, " ", shape_str(x.shape()), " must be (L, ", width, ") or (B, L, ", width, ")");
   if (x.size(-1) != width)

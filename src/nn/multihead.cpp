@@ -58,12 +58,6 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, dou
 
 namespace {
 
-void check_float(const Tensor& t, const char* what, const char* fn) {
-  if (!t.defined()) fail(fn, what, " is an undefined tensor");
-  if (t.dtype() != Dtype::Float32)
-    fail(fn, what, " must be float32, got ", dtype_name(t.dtype()), " ", shape_str(t.shape()));
-}
-
 // A bool mask (true = not allowed) as a float mask of 0 / -inf; a float mask as it is.
 Tensor additive(const Tensor& m) {
   return m.dtype() == Dtype::Bool ? zeros(m.shape()).masked_fill(m, -inf) : m;
@@ -75,9 +69,9 @@ MultiheadAttention::Output MultiheadAttention::forward(
     const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& key_padding_mask,
     bool need_weights, const Tensor& attn_mask, bool average_attn_weights, bool is_causal) const {
   const char* fn = "MultiheadAttention";
-  check_float(query, "query", fn);
-  check_float(key, "key", fn);
-  check_float(value, "value", fn);
+  detail::check_float32(query, "query", fn);
+  detail::check_float32(key, "key", fn);
+  detail::check_float32(value, "value", fn);
   const bool batched = query.dim() == 3;
   if (!batched && query.dim() != 2)
     fail(fn, "query ", shape_str(query.shape()), " must be unbatched 2-D (L, E) or batched 3-D ",

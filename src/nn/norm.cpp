@@ -155,11 +155,6 @@ RowLse row_logsumexp(const float* x, int64_t C) {
   return {m, float(std::log(s))};
 }
 
-void check_float(const Tensor& t, const char* what, const char* fn) {
-  if (!t.defined()) fail(fn, what, " is an undefined tensor");
-  if (t.dtype() != Dtype::Float32) fail(fn, what, " must be float32, got ", detail::tensor_desc(t));
-}
-
 // Runs body(r0, r1) over [0, rows) split evenly across `nt` threads.
 template <typename F>
 void parallel_rows(int64_t rows, int nt, F&& body) {
@@ -182,13 +177,13 @@ namespace functional {
 Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
   const char* fn = "layer_norm";
-  check_float(x_in, "input", fn);
+  detail::check_float32(x_in, "input", fn);
   if (x_in.dim() < 1 || x_in.size(-1) != normalized_shape)
     fail(fn, "input ", shape_str(x_in.shape()), " does not end in normalized_shape (",
          normalized_shape, ")");
   for (const auto& [t, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
     if (!t->defined()) continue;
-    check_float(*t, what, fn);
+    detail::check_float32(*t, what, fn);
     if (t->dim() != 1 || t->size(0) != normalized_shape)
       fail(fn, what, " ", shape_str(t->shape()), " must have shape (", normalized_shape, ")");
   }
@@ -264,7 +259,7 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
 
 Tensor gelu(const Tensor& x_in, const std::string& approximate) {
   const char* fn = "gelu";
-  check_float(x_in, "input", fn);
+  detail::check_float32(x_in, "input", fn);
   if (approximate != "none" && approximate != "tanh")
     fail(fn, "approximate must be 'none' or 'tanh', got '", approximate, "'");
   const bool tanh_approx = approximate == "tanh";
@@ -292,7 +287,7 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::string& reduction,
                      int64_t ignore_index) {
   const char* fn = "cross_entropy";
-  check_float(input, "input", fn);
+  detail::check_float32(input, "input", fn);
   if (!target.defined()) fail(fn, "target is an undefined tensor");
   if (target.dtype() != Dtype::Int64)
     fail(fn, "target must be int64 class indices, got ", detail::tensor_desc(target));

@@ -105,9 +105,7 @@ struct Prepared {
 Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const SdpaOptions& o,
                  const char* fn) {
   for (auto [t, name] : {std::pair{&q_in, "q"}, {&k_in, "k"}, {&v_in, "v"}}) {
-    if (!t->defined()) fail(fn, name, " is an undefined tensor");
-    if (t->dtype() != Dtype::Float32)
-      fail(fn, name, " must be float32, got ", dtype_name(t->dtype()), " ", shape_str(t->shape()));
+    detail::check_float32(*t, name, fn);
     if (t->dim() < 2)
       fail(fn, name, " ", shape_str(t->shape()), " must have at least 2 dims (..., L, D), got ",
            t->dim());
@@ -537,9 +535,7 @@ namespace {
 
 // dout, forward.out and forward.lse must have exactly the shapes the forward produced.
 void check_backward_input(const Tensor& t, const char* name, const Shape& want, const char* fn) {
-  if (!t.defined()) fail(fn, name, " is an undefined tensor");
-  if (t.dtype() != Dtype::Float32)
-    fail(fn, name, " must be float32, got ", dtype_name(t.dtype()), " ", shape_str(t.shape()));
+  detail::check_float32(t, name, fn);
   if (t.shape() != want)
     fail(fn, name, " has shape ", shape_str(t.shape()), " but the forward produced ",
          shape_str(want));

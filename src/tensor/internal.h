@@ -35,6 +35,8 @@ Dtype promote(Dtype a, Dtype b);
 Dtype promote_scalar(Dtype a, const Scalar& s);
 Tensor scalar_tensor(const Scalar& s, Dtype dtype);
 std::string tensor_desc(const Tensor& t);  // "(2, 3) float32" for messages
+// Throws "[fn] what is an undefined tensor" or "[fn] what must be float32, got int64 (2, 3)".
+void check_float32(const Tensor& t, const char* what, const char* fn);
 
 // Calls f(offsets) for every element of `shape` in row-major order, where offsets[k] is the
 // element offset of operand k given its strides (broadcast dims have stride 0).

@@ -110,6 +110,12 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   return st;
 }
 
+void check_float32(const Tensor& t, const char* what, const char* fn) {
+  if (!t.defined()) fail(fn, what, " is an undefined tensor");
+  if (t.dtype() != Dtype::Float32)
+    fail(fn, what, " must be float32, got ", dtype_name(t.dtype()), " ", shape_str(t.shape()));
+}
+
 std::string tensor_desc(const Tensor& t) {
   return shape_str(t.shape()) + " " + dtype_name(t.dtype()).substr(6);
 }
