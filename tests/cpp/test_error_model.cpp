@@ -358,30 +358,8 @@ TEST(ErrorModel, FailedTrainingRunKeepsTheLastCheckpoint) {
   const std::string corpus = dir.write("corpus.txt", text);
   const std::string out = dir.file("run");
   auto args = [&](int iters) {
-    return std::vector<std::string>{"train",
-                                    "--data",
-                                    corpus,
-                                    "--out",
-                                    out,
-                                    "--n-layer",
-                                    "1",
-                                    "--n-head",
-                                    "2",
-                                    "--n-embd",
-                                    "16",
-                                    "--block-size",
-                                    "8",
-                                    "--batch-size",
-                                    "4",
-                                    "--max-iters",
-                                    std::to_string(iters),
-                                    "--eval-interval",
-                                    "10",
-                                    "--eval-iters",
-                                    "2",
-                                    "--threads",
-                                    "1",
-                                    "--no-progress"};
+    return attn::testing::tiny_train_args(corpus, out, iters, /*eval_interval=*/10,
+                                          /*eval_iters=*/2);
   };
   CliResult first = cli(args(10));
   ASSERT_EQ(first.code, 0) << first.err;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../../tools/attn/train.h"
+#include "test_util.h"
 
 namespace attn::tools {
 int cli_main(std::span<const std::string> args, std::ostream& out, std::ostream& err);
@@ -102,36 +103,13 @@ class TrainCli : public ::testing::Test {
 
   static std::vector<std::string> tiny(const fs::path& out, int max_iters = 40,
                                        const std::string& data = "") {
-    return {"train",
-            "--data",
-            data.empty() ? (root_ / "corpus.txt").string() : data,
-            "--out",
-            out.string(),
-            "--n-layer",
-            "1",
-            "--n-head",
-            "2",
-            "--n-embd",
-            "16",
-            "--block-size",
-            "8",
-            "--batch-size",
-            "4",
-            "--max-iters",
-            std::to_string(max_iters),
-            "--eval-interval",
-            "20",
-            "--eval-iters",
-            "4",
-            "--warmup-iters",
-            "2",
-            "--lr-decay-iters",
-            "40",
-            "--lr=1e-2",
-            "--min-lr=1e-3",
-            "--threads",
-            "1",
-            "--no-progress"};
+    std::vector<std::string> a = attn::testing::tiny_train_args(
+        data.empty() ? (root_ / "corpus.txt").string() : data, out.string(), max_iters,
+        /*eval_interval=*/20, /*eval_iters=*/4);
+    for (const char* f :
+         {"--warmup-iters", "2", "--lr-decay-iters", "40", "--lr=1e-2", "--min-lr=1e-3"})
+      a.push_back(f);
+    return a;
   }
 
   static void SetUpTestSuite() {

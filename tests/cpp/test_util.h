@@ -63,4 +63,17 @@ class TempDir {
   std::string path_;
 };
 
+// `attn train` arguments for a tiny model (1 layer, 2 heads, 16 wide, block 8, batch 4) on one
+// thread without a progress bar: a few dozen steps take well under a second. Append more flags.
+inline std::vector<std::string> tiny_train_args(const std::string& data, const std::string& out,
+                                                int max_iters, int eval_interval, int eval_iters) {
+  // clang-format off
+  return {"train", "--data", data, "--out", out,
+          "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "8",
+          "--batch-size", "4", "--max-iters", std::to_string(max_iters),
+          "--eval-interval", std::to_string(eval_interval),
+          "--eval-iters", std::to_string(eval_iters), "--threads", "1", "--no-progress"};
+  // clang-format on
+}
+
 }  // namespace attn::testing
