@@ -29,11 +29,6 @@
 
 #include "test_util.h"
 
-namespace attn::tools {
-// tools/attn/main.cpp, compiled into the test binary by test_walkthrough.cpp.
-int cli_main(std::span<const std::string> args, std::ostream& out, std::ostream& err);
-}  // namespace attn::tools
-
 namespace attn {
 namespace {
 
@@ -191,24 +186,13 @@ TEST(ErrorModel, IndexErrorIsCaughtAsError) {
 
 // ---- the command-line tool ----------------------------------------------------------------------
 
-struct CliResult {
-  int code = -1;
-  std::string out, err;
-};
-
-CliResult cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  CliResult r;
-  r.code = tools::cli_main(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
+using attn::testing::CliResult;
+using attn::testing::run_cli;
 
 const std::string kHint = "Try 'attn --help' for more information.\n";
 
 TEST(ErrorModel, CliSuccessIsExitZero) {
-  CliResult r = cli({"--version"});
+  CliResult r = run_cli({"--version"});
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out, "attn 0.1.0\n");
   EXPECT_EQ(r.err, "");
@@ -227,7 +211,7 @@ TEST(ErrorModel, CliUsageErrorsExitTwoWithHint) {
        "attn: generate: invalid value '0' for --temperature: expected a number > 0\n"},
   };
   for (const auto& [args, first_line] : cases) {
-    CliResult r = cli(args);
+    CliResult r = run_cli(args);
     EXPECT_EQ(r.code, 2) << first_line;
     EXPECT_EQ(r.err, first_line + kHint);
     EXPECT_EQ(r.out, "");
@@ -235,7 +219,7 @@ TEST(ErrorModel, CliUsageErrorsExitTwoWithHint) {
 }
 
 TEST(ErrorModel, CliRuntimeErrorsExitOneWithOneLine) {
-  CliResult r = cli({"generate", "--ckpt", "/nonexistent/attn_ckpt"});
+  CliResult r = run_cli({"generate", "--ckpt", "/nonexistent/attn_ckpt"});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err,
             "attn: error: [generate] no checkpoint '/nonexistent/attn_ckpt' (train one with `attn "
@@ -268,7 +252,7 @@ TEST(ErrorModel, CliNeverThrowsAndAlwaysUsesOneOfTheTwoFormats) {
     std::string joined;
     for (const auto& a : args) joined += " " + a;
     CliResult r;
-    EXPECT_NO_THROW(r = cli(args)) << joined;
+    EXPECT_NO_THROW(r = run_cli(args)) << joined;
     ASSERT_TRUE(r.code == 1 || r.code == 2) << joined << " -> " << r.code << "\n" << r.err;
     if (r.code == 2) {
       EXPECT_EQ(r.err.rfind("attn: ", 0), 0u) << r.err;
@@ -337,7 +321,7 @@ TEST(ErrorModel, FailedHeatmapLeavesTheOldFile) {
   {
     FileSizeLimit limit(64);  // smaller than any PNG
     ASSERT_TRUE(limit.ok());
-    r = cli({"heatmap", "--mechanism", "causal", "--out", path});
+    r = run_cli({"heatmap", "--mechanism", "causal", "--out", path});
   }
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.rfind("attn: error: [", 0), 0u) << r.err;
@@ -346,7 +330,7 @@ TEST(ErrorModel, FailedHeatmapLeavesTheOldFile) {
   EXPECT_EQ(slurp(path), "not really a png");
   EXPECT_EQ(dir.files(), std::vector<std::string>{"weights.png"});
   // Without the limit the same command replaces the file with a PNG.
-  r = cli({"heatmap", "--mechanism", "causal", "--out", path});
+  r = run_cli({"heatmap", "--mechanism", "causal", "--out", path});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(slurp(path).substr(1, 3), "PNG");
 }
@@ -361,7 +345,7 @@ TEST(ErrorModel, FailedTrainingRunKeepsTheLastCheckpoint) {
     return attn::testing::tiny_train_args(corpus, out, iters, /*eval_interval=*/10,
                                           /*eval_iters=*/2);
   };
-  CliResult first = cli(args(10));
+  CliResult first = run_cli(args(10));
   ASSERT_EQ(first.code, 0) << first.err;
   std::map<std::string, std::string> before;
   for (const auto& e : fs::directory_iterator(out))
@@ -370,7 +354,7 @@ TEST(ErrorModel, FailedTrainingRunKeepsTheLastCheckpoint) {
 
   std::vector<std::string> poisoned = args(20);
   for (const char* a : {"--resume", "--debug-nan-at", "15"}) poisoned.push_back(a);
-  CliResult r = cli(poisoned);
+  CliResult r = run_cli(poisoned);
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err.rfind("attn: error: [train] step 15: loss is nan; stopping without saving", 0),
             0u)

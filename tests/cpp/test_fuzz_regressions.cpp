@@ -22,7 +22,6 @@
 #include "test_util.h"
 
 namespace attn::tools {
-int cli_main(std::span<const std::string> args, std::ostream& out, std::ostream& err);
 int check_command_line(std::span<const std::string> args, std::ostream& out);  // main.cpp
 }  // namespace attn::tools
 

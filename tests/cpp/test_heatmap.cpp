@@ -2,7 +2,7 @@
 // round trip, `attn heatmap` against weights recomputed here, and `attn walkthrough --plots`.
 //
 // cli_main is defined by tools/attn/main.cpp, which test_walkthrough.cpp compiles into this test
-// binary (with ATTN_CLI_NO_MAIN); it is declared here rather than included a second time.
+// binary (with ATTN_CLI_NO_MAIN); test_util.h declares it.
 #include <attn/attn.h>
 #include <attn/plot.h>
 #include <gtest/gtest.h>
@@ -16,10 +16,6 @@
 
 #include "../../tools/attn/heatmap.h"
 #include "test_util.h"
-
-namespace attn::tools {
-int cli_main(std::span<const std::string> args, std::ostream& out, std::ostream& err);
-}
 
 namespace attn::plot {
 namespace {
@@ -239,19 +235,8 @@ using plot::colormap;
 using plot::decode_png;
 using plot::Rgb;
 
-struct Cli {
-  int code = -1;
-  std::string out, err;
-};
-
-Cli cli(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  Cli r;
-  r.code = cli_main(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
+using Cli = attn::testing::CliResult;
+using attn::testing::run_cli;
 
 // The layout the CLI's picture has: same labels, axis names and panel titles. (Only the image
 // width depends on the title's text, where the title is wider than the panels and colour bar.)
@@ -286,7 +271,8 @@ void expect_cells(const plot::Image& img, const plot::HeatmapLayout& L, const Te
 TEST(HeatmapCli, MultiheadOnePanelPerHead) {
   TempDir dir("heatmap_cli");
   const std::string path = dir.file("mh.png");
-  Cli r = cli({"heatmap", "--mechanism", "multihead", "--heads=4", "--d-out", "8", "--out", path});
+  Cli r =
+      run_cli({"heatmap", "--mechanism", "multihead", "--heads=4", "--d-out", "8", "--out", path});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("4 panels of 6 x 6"), std::string::npos) << r.out;
   const plot::Image img = decode_png(io::read_file(path));
@@ -311,7 +297,7 @@ TEST(HeatmapCli, SingleHeadMechanisms) {
   TempDir dir("heatmap_cli");
   for (const std::string m : {"self-v1", "self-v2", "causal"}) {
     const std::string path = dir.file(m + ".png");
-    Cli r = cli({"heatmap", "--mechanism", m, "--sentence", "the kid smiles", "--out", path});
+    Cli r = run_cli({"heatmap", "--mechanism", m, "--sentence", "the kid smiles", "--out", path});
     ASSERT_EQ(r.code, 0) << m << ": " << r.err;
     EXPECT_NE(r.out.find("1 panel of 3 x 3"), std::string::npos) << r.out;
     const plot::Image img = decode_png(io::read_file(path));
@@ -350,28 +336,28 @@ TEST(HeatmapCli, ErrorsLeaveNoFile) {
       {"heatmap", "--mechanism"},
   };
   for (const auto& args : usage) {
-    Cli r = cli(args);
+    Cli r = run_cli(args);
     EXPECT_EQ(r.code, 2) << args.back() << ": " << r.err;
     EXPECT_NE(r.err.find("attn: heatmap: "), std::string::npos) << r.err;
   }
-  EXPECT_NE(cli(usage[0]).err.find("unknown mechanism 'bogus'"), std::string::npos);
-  EXPECT_NE(cli(usage[4]).err.find("does not divide"), std::string::npos);
-  EXPECT_NE(cli(usage[3]).err.find("no words"), std::string::npos);
+  EXPECT_NE(run_cli(usage[0]).err.find("unknown mechanism 'bogus'"), std::string::npos);
+  EXPECT_NE(run_cli(usage[4]).err.find("does not divide"), std::string::npos);
+  EXPECT_NE(run_cli(usage[3]).err.find("no words"), std::string::npos);
   // An unwritable output is an error (exit 1), and nothing is left behind.
-  Cli r = cli({"heatmap", "--mechanism", "causal", "--out", dir.file("no/such/dir/x.png")});
+  Cli r = run_cli({"heatmap", "--mechanism", "causal", "--out", dir.file("no/such/dir/x.png")});
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("attn: error: [plot::write_png]"), std::string::npos) << r.err;
   EXPECT_TRUE(dir.files().empty());
   // Help is listed.
-  Cli h = cli({"--help"});
+  Cli h = run_cli({"--help"});
   EXPECT_NE(h.out.find("heatmap --mechanism NAME"), std::string::npos);
 }
 
 TEST(HeatmapCli, WalkthroughPlotsKeepTheTextAndWriteFiles) {
   TempDir dir("walk_plots");
   const std::string plots = dir.file("plots");
-  Cli plain = cli({"walkthrough"});
-  Cli with = cli({"walkthrough", "--plots", plots});
+  Cli plain = run_cli({"walkthrough"});
+  Cli with = run_cli({"walkthrough", "--plots", plots});
   ASSERT_EQ(plain.code, 0) << plain.err;
   ASSERT_EQ(with.code, 0) << with.err;
   EXPECT_EQ(with.out, plain.out);
@@ -399,9 +385,9 @@ TEST(HeatmapCli, WalkthroughPlotsKeepTheTextAndWriteFiles) {
   }
   // One seed, --plots=DIR form: only its files, same text as without plots.
   const std::string one = dir.file("one");
-  Cli seed3 = cli({"walkthrough", "--plots=" + one, "003"});
+  Cli seed3 = run_cli({"walkthrough", "--plots=" + one, "003"});
   ASSERT_EQ(seed3.code, 0) << seed3.err;
-  EXPECT_EQ(seed3.out, cli({"walkthrough", "003"}).out);
+  EXPECT_EQ(seed3.out, run_cli({"walkthrough", "003"}).out);
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(one)) {
     EXPECT_EQ(e.path().filename().string().rfind("seed003_", 0), 0u);
@@ -420,11 +406,11 @@ TEST(HeatmapCli, WalkthroughPlotsKeepTheTextAndWriteFiles) {
   EXPECT_EQ(img.get(L.cell(0, 0, 5).center_x(), L.cell(0, 0, 5).center_y()), colormap(0.0));
   EXPECT_EQ(img.get(L.cell(0, 0, 0).center_x(), L.cell(0, 0, 0).center_y()), colormap(1.0));
   // Usage errors.
-  EXPECT_EQ(cli({"walkthrough", "--plots"}).code, 2);
-  EXPECT_EQ(cli({"walkthrough", "--plots="}).code, 2);
+  EXPECT_EQ(run_cli({"walkthrough", "--plots"}).code, 2);
+  EXPECT_EQ(run_cli({"walkthrough", "--plots="}).code, 2);
   // A plots "directory" that is a file: exit 1, nothing printed.
   const std::string file = dir.write("afile", "x");
-  Cli bad = cli({"walkthrough", "--plots", file, "000"});
+  Cli bad = run_cli({"walkthrough", "--plots", file, "000"});
   EXPECT_EQ(bad.code, 1);
   EXPECT_EQ(bad.out, "");
   EXPECT_NE(bad.err.find("plots directory"), std::string::npos) << bad.err;

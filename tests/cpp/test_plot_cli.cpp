@@ -3,7 +3,7 @@
 // layout attn::plot computes for the same spec.
 //
 // cli_main is defined by tools/attn/main.cpp, which test_walkthrough.cpp compiles into this test
-// binary (with ATTN_CLI_NO_MAIN); it is declared here rather than included a second time.
+// binary (with ATTN_CLI_NO_MAIN); test_util.h declares it.
 #include <attn/io.h>
 #include <attn/plot.h>
 #include <gtest/gtest.h>
@@ -15,10 +15,6 @@
 
 #include "../../tools/attn/plot_cmd.h"
 #include "test_util.h"
-
-namespace attn::tools {
-int cli_main(std::span<const std::string> args, std::ostream& out, std::ostream& err);
-}
 
 namespace attn::tools {
 namespace {

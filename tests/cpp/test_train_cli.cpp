@@ -4,7 +4,7 @@
 // message, non-zero exit, checkpoint bytes untouched).
 //
 // cli_main is defined by tools/attn/main.cpp, which test_walkthrough.cpp compiles into this test
-// binary (with ATTN_CLI_NO_MAIN); it is declared here rather than included a second time.
+// binary (with ATTN_CLI_NO_MAIN); test_util.h declares it.
 #include <attn/attn.h>
 #include <attn/data.h>
 #include <attn/gpt.h>
@@ -29,28 +29,13 @@
 #include "test_util.h"
 
 namespace attn::tools {
-int cli_main(std::span<const std::string> args, std::ostream& out, std::ostream& err);
-}
-
-namespace attn::tools {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-Result run(std::vector<std::string> args) {
-  std::ostringstream out, err;
-  Result r;
-  r.code = cli_main(args, out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
+using Result = attn::testing::CliResult;
+using attn::testing::run_cli;
 
 // generate_command directly, to see what it writes to stderr.
 Result run_generate(std::vector<std::string> args) {
@@ -118,7 +103,7 @@ class TrainCli : public ::testing::Test {
     fs::create_directories(root_);
     spit(root_ / "corpus.txt", corpus());
     base_ = root_ / "base";
-    Result r = run(tiny(base_));
+    Result r = run_cli(tiny(base_));
     ASSERT_EQ(r.code, 0) << r.out << r.err;
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
@@ -151,7 +136,7 @@ std::vector<std::string> with(std::vector<std::string> args, const std::vector<s
 TEST_F(TrainCli, DoneLineIsLastAndWellFormed) {
   const int threads_before = get_num_threads();
   set_num_threads(2);
-  Result r = run(tiny(root_ / "format"));  // --threads 1 for the run only
+  Result r = run_cli(tiny(root_ / "format"));  // --threads 1 for the run only
   EXPECT_EQ(get_num_threads(), 2);
   set_num_threads(threads_before);
   ASSERT_EQ(r.code, 0) << r.err;
@@ -271,11 +256,11 @@ TEST_F(TrainCli, ResumeEqualsUninterruptedRun) {
     SCOPED_TRACE("stop at " + std::to_string(stop));
     fs::path a = root_ / ("whole" + std::to_string(stop)),
              b = root_ / ("split" + std::to_string(stop));
-    Result whole = run(with(tiny(a, 40), {"--dropout", "0.1"}));
+    Result whole = run_cli(with(tiny(a, 40), {"--dropout", "0.1"}));
     ASSERT_EQ(whole.code, 0) << whole.err;
-    Result first = run(with(tiny(b, stop), {"--dropout", "0.1"}));
+    Result first = run_cli(with(tiny(b, stop), {"--dropout", "0.1"}));
     ASSERT_EQ(first.code, 0) << first.err;
-    Result second = run(with(tiny(b, 40), {"--dropout", "0.1", "--resume"}));
+    Result second = run_cli(with(tiny(b, 40), {"--dropout", "0.1", "--resume"}));
     ASSERT_EQ(second.code, 0) << second.err;
 
     std::vector<std::string> expected = step_lines(whole.out), got = step_lines(first.out);
@@ -314,13 +299,13 @@ TEST_F(TrainCli, ResumeEqualsUninterruptedRun) {
 TEST_F(TrainCli, ResumeAtTheEndOnlyEvaluatesAndLeavesTheCheckpoint) {
   fs::path dir = copy_of_base("resume_end");
   auto before = snapshot(dir);
-  Result r = run(with(tiny(dir, 40), {"--resume"}));
+  Result r = run_cli(with(tiny(dir, 40), {"--resume"}));
   ASSERT_EQ(r.code, 0) << r.err;
   std::vector<std::string> steps = step_lines(r.out);
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_EQ(steps[0].rfind("step 40: ", 0), 0u);
   EXPECT_TRUE(snapshot(dir) == before) << "the checkpoint files changed";
-  EXPECT_EQ(run(with(tiny(dir, 30), {"--resume"})).code, 1);  // the checkpoint is past 30
+  EXPECT_EQ(run_cli(with(tiny(dir, 30), {"--resume"})).code, 1);  // the checkpoint is past 30
 }
 
 TEST_F(TrainCli, GenerateSameTextWithAndWithoutCache) {
@@ -353,9 +338,9 @@ TEST_F(TrainCli, GenerateSameTextWithAndWithoutCache) {
   EXPECT_EQ(greedy.out.size(), 4u + 3u + 1u) << greedy.out;
 
   // The training checkpoint works as well, and through cli_main.
-  Result from_ckpt =
-      run(with({"generate", "--ckpt", (base_ / "ckpt.safetensors").string()},
-               {"--prompt", "the c", "--max-new-tokens", "40", "--seed", "7", "--threads", "1"}));
+  Result from_ckpt = run_cli(
+      with({"generate", "--ckpt", (base_ / "ckpt.safetensors").string()},
+           {"--prompt", "the c", "--max-new-tokens", "40", "--seed", "7", "--threads", "1"}));
   ASSERT_EQ(from_ckpt.code, 0) << from_ckpt.err;
   EXPECT_EQ(from_ckpt.out, cached.out);
   // Without a prompt generation starts from "\n" (in this vocabulary).
@@ -374,7 +359,7 @@ void expect_fails(const std::vector<std::string>& args, int code, const std::str
   std::string cmd;
   for (const auto& a : args) cmd += a + " ";
   SCOPED_TRACE(cmd);
-  Result r = run(args);
+  Result r = run_cli(args);
   EXPECT_EQ(r.code, code) << r.out << r.err;
   EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
   EXPECT_EQ(r.err.rfind(code == 2 ? "attn: " : "attn: error: ", 0), 0u) << r.err;
@@ -404,7 +389,7 @@ TEST_F(TrainCli, BadDataIsReportedAndKeepsTheCheckpoint) {
   spit(root_ / "short.txt", text.substr(0, 80));
   expect_fails(tiny(dir, 40, (root_ / "short.txt").string()), 1, "too short for --block-size 8",
                dir, before);
-  Result ok = run(tiny(root_ / "short_ok", 2, (root_ / "short_ok.txt").string()));
+  Result ok = run_cli(tiny(root_ / "short_ok", 2, (root_ / "short_ok.txt").string()));
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
@@ -445,7 +430,7 @@ TEST_F(TrainCli, BadFlagsAreUsageErrors) {
   expect_fails(with(tiny(dir), {"extra"}), 2, "unexpected argument 'extra'", dir, before);
   expect_fails(with(tiny(dir), {"--lr"}), 2, "--lr needs a value", dir, before);
   expect_fails(with(tiny(dir), {"--resume=yes"}), 2, "--resume takes no value", dir, before);
-  EXPECT_EQ(run({"train", "--data="}).code, 2);
+  EXPECT_EQ(run_cli({"train", "--data="}).code, 2);
   // Generate's flags.
   expect_fails({"generate", "--ckpt", dir.string(), "--temperature", "0"}, 2,
                "invalid value '0' for --temperature", dir, before);
@@ -457,8 +442,8 @@ TEST_F(TrainCli, BadFlagsAreUsageErrors) {
   expect_fails({"generate", "--ckpt", dir.string(), "--cache"}, 2, "unknown option '--cache'", dir,
                before);
   // Later flags override earlier ones; --no-bias after --bias wins.
-  Result nb =
-      run(with(tiny(root_ / "nobias", 1), {"--bias", "--no-bias", "--n-layer=9", "--n-layer=1"}));
+  Result nb = run_cli(
+      with(tiny(root_ / "nobias", 1), {"--bias", "--no-bias", "--n-layer=9", "--n-layer=1"}));
   ASSERT_EQ(nb.code, 0) << nb.err;
   io::SafeTensors m = io::load_safetensors((root_ / "nobias" / "model.safetensors").string());
   EXPECT_EQ(json::parse(m.metadata.at("config")).at("bias"), false);
@@ -469,7 +454,7 @@ TEST_F(TrainCli, BadFlagsAreUsageErrors) {
 TEST_F(TrainCli, BadCheckpointsAreReported) {
   // --resume without a checkpoint.
   fs::path none = root_ / "no_ckpt";
-  Result r = run(with(tiny(none), {"--resume"}));
+  Result r = run_cli(with(tiny(none), {"--resume"}));
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("no checkpoint"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(none / "model.safetensors"));
@@ -515,7 +500,7 @@ TEST_F(TrainCli, ResumeWithOtherModelSettingsOrDataIsRefused) {
   auto before = snapshot(dir);
   std::vector<std::string> args =
       with(tiny(dir), {"--resume", "--n-layer", "2", "--n-embd", "32", "--bias"});
-  Result r = run(args);
+  Result r = run_cli(args);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("--n-layer 2 (checkpoint: 1)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--n-embd 32 (checkpoint: 16)"), std::string::npos) << r.err;
@@ -530,7 +515,7 @@ TEST_F(TrainCli, ResumeWithOtherModelSettingsOrDataIsRefused) {
 }
 
 TEST_F(TrainCli, PromptOutsideTheVocabularyIsRefused) {
-  Result r = run({"generate", "--ckpt", base_.string(), "--prompt", "the Zebra"});
+  Result r = run_cli({"generate", "--ckpt", base_.string(), "--prompt", "the Zebra"});
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("'Z'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("not in the vocabulary"), std::string::npos) << r.err;
@@ -541,35 +526,35 @@ TEST_F(TrainCli, NonFiniteLossStopsWithoutSaving) {
   // The hidden --debug-nan-at flag poisons the weights before step 25: the run stops there and
   // the step-20 checkpoint stays, byte for byte.
   fs::path dir = root_ / "nan";
-  Result first = run(tiny(dir, 20));
+  Result first = run_cli(tiny(dir, 20));
   ASSERT_EQ(first.code, 0) << first.err;
   auto before = snapshot(dir);
   expect_fails(with(tiny(dir, 40), {"--resume", "--debug-nan-at", "25"}), 1, "step 25: loss is nan",
                dir, before);
   // Also in a fresh run: the checkpoint of step 20 is the last thing written.
   fs::path fresh = root_ / "nan_fresh";
-  Result r = run(with(tiny(fresh, 40), {"--debug-nan-at", "33"}));
+  Result r = run_cli(with(tiny(fresh, 40), {"--debug-nan-at", "33"}));
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("step 33: loss is nan"), std::string::npos) << r.err;
   EXPECT_EQ(io::load_safetensors((fresh / "model.safetensors").string()).metadata.at("step"), "20");
   // The same weights as the first run's step-20 checkpoint, byte for byte.
   EXPECT_TRUE(slurp(fresh / "model.safetensors") == before.at("model.safetensors"));
   // A learning rate that blows the weights up ends the same way.
-  Result huge = run(with(tiny(root_ / "nan_lr", 40), {"--lr", "1e30", "--grad-clip", "0"}));
+  Result huge = run_cli(with(tiny(root_ / "nan_lr", 40), {"--lr", "1e30", "--grad-clip", "0"}));
   EXPECT_EQ(huge.code, 1);
   EXPECT_TRUE(std::regex_search(huge.err, std::regex(R"(step \d+: loss is (nan|inf))")))
       << huge.err;
 }
 
 TEST_F(TrainCli, HelpListsTheCommands) {
-  Result r = run({"--help"});
+  Result r = run_cli({"--help"});
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("train [options]"), std::string::npos);
   EXPECT_NE(r.out.find("generate --ckpt DIR   "), std::string::npos);
-  r = run({"train", "--help"});
+  r = run_cli({"train", "--help"});
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--lr-decay-iters"), std::string::npos);
-  r = run({"generate", "--help"});
+  r = run_cli({"generate", "--help"});
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--no-cache"), std::string::npos);
 }
@@ -577,29 +562,29 @@ TEST_F(TrainCli, HelpListsTheCommands) {
 TEST_F(TrainCli, DefaultCorpus) {
   const char* path = "/usr/share/games/fortunes/songs-poems";
   if (!fs::exists(path)) GTEST_SKIP() << path << " missing (scripts/setup.sh installs it)";
-  Result r = run({"train",
-                  "--out",
-                  (root_ / "default").string(),
-                  "--n-layer",
-                  "1",
-                  "--n-embd",
-                  "16",
-                  "--n-head",
-                  "1",
-                  "--block-size",
-                  "8",
-                  "--batch-size",
-                  "2",
-                  "--max-iters",
-                  "1",
-                  "--eval-iters",
-                  "1",
-                  "--warmup-iters",
-                  "0",
-                  "--lr-decay-iters",
-                  "1",
-                  "--threads",
-                  "1"});
+  Result r = run_cli({"train",
+                      "--out",
+                      (root_ / "default").string(),
+                      "--n-layer",
+                      "1",
+                      "--n-embd",
+                      "16",
+                      "--n-head",
+                      "1",
+                      "--block-size",
+                      "8",
+                      "--batch-size",
+                      "2",
+                      "--max-iters",
+                      "1",
+                      "--eval-iters",
+                      "1",
+                      "--warmup-iters",
+                      "0",
+                      "--lr-decay-iters",
+                      "1",
+                      "--threads",
+                      "1"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find(path), std::string::npos);
 }

@@ -1,4 +1,5 @@
-// Helpers shared by the C++ tests: a temporary directory, and the message of an expected error.
+// Helpers shared by the C++ tests: a temporary directory, the message of an expected error, and
+// the `attn` tool run in-process.
 #pragma once
 
 #include <attn/io.h>
@@ -7,9 +8,18 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <ostream>
+#include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+namespace attn::tools {
+// The `attn` tool without a process: tools/attn/main.cpp, compiled into attn_tests (without its
+// main()) by test_walkthrough.cpp.
+int cli_main(std::span<const std::string> args, std::ostream& out, std::ostream& err);
+}  // namespace attn::tools
 
 namespace attn::testing {
 
@@ -74,6 +84,22 @@ inline std::vector<std::string> tiny_train_args(const std::string& data, const s
           "--eval-interval", std::to_string(eval_interval),
           "--eval-iters", std::to_string(eval_iters), "--threads", "1", "--no-progress"};
   // clang-format on
+}
+
+// What one in-process run of the `attn` tool returned and printed.
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+// attn::tools::cli_main(args) with standard output and error captured.
+inline CliResult run_cli(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  CliResult r;
+  r.code = attn::tools::cli_main(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
 }
 
 }  // namespace attn::testing
