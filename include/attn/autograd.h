@@ -84,9 +84,15 @@ struct Node {
   Tensor saved_tensor(std::size_t i) const;
 };
 
+// Called with the leaf after a backward pass has accumulated the leaf's last gradient of that pass
+// (see register_post_accumulate_grad_hook).
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
+
 struct AutogradMeta {
   std::shared_ptr<Node> grad_fn;  // null for leaves
   Tensor grad;                    // leaves: the accumulated gradient (undefined until a pass)
+  // Leaves: hooks by handle, run in registration order.
+  std::vector<std::pair<int64_t, PostAccumulateGradHook>> post_accumulate_grad_hooks;
   // Views (tensors sharing storage with the tensor they were taken from): that tensor, never
   // itself a view, so in-place ops through the view can rewrite its history.
   std::shared_ptr<TensorImpl> base;
@@ -131,6 +137,16 @@ class GradModeGuard {
 // gets no gradient, or when the gradient's shape differs from root's.
 void backward(const Tensor& root, const Tensor& gradient = Tensor(),
               std::optional<bool> retain_graph = std::nullopt);
+
+// torch.Tensor.register_post_accumulate_grad_hook: after each backward pass that reaches the leaf
+// `t` (a tensor that requires grad and has no grad_fn), once every gradient of that pass for `t`
+// has been added into t.grad (a leaf used twice, as tied weights are, gets one call), `hook(t)`
+// runs, inside the pass and under no-grad. Distributed data parallelism starts a gradient
+// bucket's all-reduce from it. Returns a handle for remove_post_accumulate_grad_hook. Throws
+// attn::Error if `t` is not such a leaf.
+int64_t register_post_accumulate_grad_hook(const Tensor& t, PostAccumulateGradHook hook);
+// Removes the hook with that handle (nothing if it is gone).
+void remove_post_accumulate_grad_hook(const Tensor& t, int64_t handle);
 
 namespace detail {
 // Whether an op reading `inputs` records a node now (grad mode on and an input requires grad).

@@ -4,6 +4,7 @@
 #include <attn/ops.h>
 
 #include <algorithm>
+#include <atomic>
 #include <unordered_map>
 
 #include "../tensor/internal.h"
@@ -136,6 +137,17 @@ void accumulate(TensorImpl& leaf, const Tensor& grad) {
     m.grad = grad.clone();  // never alias a gradient that other edges may still hold
   else
     m.grad.add_(grad);
+}
+
+bool has_post_hooks(const TensorImpl& leaf) {
+  return leaf.autograd && !leaf.autograd->post_accumulate_grad_hooks.empty();
+}
+
+void run_post_hooks(const std::shared_ptr<TensorImpl>& leaf) {
+  // A copy: a hook may register or remove hooks.
+  auto hooks = leaf->autograd->post_accumulate_grad_hooks;
+  const Tensor t(leaf);
+  for (auto& [handle, hook] : hooks) hook(t);
 }
 
 }  // namespace
@@ -317,6 +329,7 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
   std::shared_ptr<Node> start = grad_fn(root);
   if (!start) {  // a leaf: its gradient is the given one
     accumulate(*root.impl(), grad);
+    if (has_post_hooks(*root.impl())) run_post_hooks(root.impl());
     return;
   }
 
@@ -324,8 +337,11 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
   std::unordered_map<Node*, int64_t> deps;
   std::vector<std::shared_ptr<Node>> nodes{start};
   deps[start.get()] = 0;
+  // Leaves with post-accumulate hooks: how many edges will still deliver to each.
+  std::unordered_map<TensorImpl*, int64_t> leaf_deps;
   for (std::size_t i = 0; i < nodes.size(); ++i)
     for (const Edge& e : nodes[i]->inputs) {
+      if (e.leaf && has_post_hooks(*e.leaf)) ++leaf_deps[e.leaf.get()];
       if (!e.fn) continue;
       auto [it, inserted] = deps.try_emplace(e.fn.get(), 0);
       if (inserted) nodes.push_back(e.fn);
@@ -363,6 +379,12 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
           p = p.defined() ? p + gi : gi;
         }
       }
+      if (e.leaf && !leaf_deps.empty()) {
+        auto it = leaf_deps.find(e.leaf.get());
+        if (it != leaf_deps.end() && --it->second == 0 && e.leaf->autograd &&
+            e.leaf->autograd->grad.defined())
+          run_post_hooks(e.leaf);
+      }
       if (e.fn && --deps[e.fn.get()] == 0) ready.push_back(e.fn.get());
     }
   }
@@ -376,6 +398,24 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
         n->released = true;
       }
     }
+}
+
+int64_t register_post_accumulate_grad_hook(const Tensor& t, PostAccumulateGradHook hook) {
+  if (!t.defined() || !t.requires_grad() || grad_fn(t))
+    fail("register_post_accumulate_grad_hook",
+         "post accumulate grad hooks can only be registered on leaf tensors that require grad, "
+         "got ",
+         t.defined() ? detail::tensor_desc(t) : std::string("an undefined tensor"));
+  static std::atomic<int64_t> next_handle{1};
+  const int64_t handle = next_handle++;
+  meta_of(*t.impl()).post_accumulate_grad_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void remove_post_accumulate_grad_hook(const Tensor& t, int64_t handle) {
+  if (!t.defined() || !t.impl()->autograd) return;
+  auto& hooks = t.impl()->autograd->post_accumulate_grad_hooks;
+  std::erase_if(hooks, [&](const auto& h) { return h.first == handle; });
 }
 
 // ---- Tensor's autograd methods ----------------------------------------------------------------

@@ -1015,6 +1015,40 @@ TEST_F(AutogradTest, GraphsAreFreedWithTheirTensors) {
   EXPECT_TRUE(c.expired());
 }
 
+TEST_F(AutogradTest, PostAccumulateGradHookRunsOncePerPassAfterTheLastGradient) {
+  // w is used twice (as tied weights are): the hook sees the sum of both contributions, once.
+  Tensor w = tensor({1.0, 2.0}).requires_grad_();
+  Tensor b = tensor({0.5}).requires_grad_();
+  std::vector<std::vector<float>> seen;
+  int b_calls = 0;
+  const int64_t h = register_post_accumulate_grad_hook(w, [&](const Tensor& leaf) {
+    EXPECT_TRUE(leaf.is_same(w));
+    Tensor g = leaf.grad();
+    seen.push_back({g[0].item<float>(), g[1].item<float>()});
+    EXPECT_FALSE(is_grad_enabled());
+  });
+  register_post_accumulate_grad_hook(b, [&](const Tensor&) { ++b_calls; });
+  auto loss = [&] { return (w * 3.0).sum() + (w * w).sum() + b.sum() * 0.0; };
+  loss().backward();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_FLOAT_EQ(seen[0][0], 3.0f + 2.0f);  // d/dw of 3w + w^2 at w = 1, 2
+  EXPECT_FLOAT_EQ(seen[0][1], 3.0f + 4.0f);
+  EXPECT_EQ(b_calls, 1);
+  loss().backward();  // accumulates: the hook sees the running sum
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_FLOAT_EQ(seen[1][0], 10.0f);
+  remove_post_accumulate_grad_hook(w, h);
+  loss().backward();
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(b_calls, 3);
+  // A leaf used as the root itself runs its hooks too; a non-leaf cannot have them.
+  b.backward(ones({1}));
+  EXPECT_EQ(b_calls, 4);
+  Tensor y = w * 2.0;
+  EXPECT_THROW(register_post_accumulate_grad_hook(y, [](const Tensor&) {}), Error);
+  EXPECT_THROW(register_post_accumulate_grad_hook(ones({2}), [](const Tensor&) {}), Error);
+}
+
 TEST_F(AutogradTest, SeedStyleTrainingStep) {
   // Seed 003's SelfAttention_v1 trained one step by hand: loss decreases along -grad.
   manual_seed(123);
