@@ -7,8 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # fortunes: the default training corpus of `attn train` (/usr/share/games/fortunes/songs-poems).
+# libopenmpi-dev, openmpi-bin: attn::distributed and `mpirun -np N attn train` (Debian's OpenMPI).
 packages=(cmake g++ make pkg-config libopenblas-dev pybind11-dev python3-dev python3-numpy
-          libgtest-dev libbenchmark-dev libpng-dev nlohmann-json3-dev fortunes)
+          libgtest-dev libbenchmark-dev libpng-dev nlohmann-json3-dev fortunes
+          libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--test" ]]; then
   # clang with its sanitizer and libFuzzer runtimes (libclang-rt) and OpenMP (libomp):
   # scripts/sanitize.sh's ASan + UBSan build and the fuzz targets.

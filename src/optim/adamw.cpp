@@ -8,12 +8,13 @@
 
 #include "../kernels/cpu/vmath.h"
 #include "../tensor/internal.h"
+#include "adamw_kernel.h"
 
 namespace attn::optim {
 
 using detail::fail;
 
-namespace {
+namespace kernels {
 
 // One parameter's update, fused: the five element-wise passes of torch's single-tensor AdamW in
 // one loop, with the same operations in the same order per element.
@@ -33,6 +34,20 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float
     v[i] = vi;
   }
 }
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t step,
+                  const AdamWOptions& o, double weight_decay) {
+  const double bc1 = 1.0 - std::pow(o.beta1, double(step));
+  const double bc2 = 1.0 - std::pow(o.beta2, double(step));
+  const double step_size = o.lr / bc1;
+  adamw_update(p, g, m, v, n, float(1.0 - o.lr * weight_decay), float(o.beta1),
+               float(1.0 - o.beta1), float(o.beta2), float(1.0 - o.beta2), float(std::sqrt(bc2)),
+               float(o.eps), float(-step_size));
+}
+
+}  // namespace kernels
+
+namespace {
 
 void check_options(const AdamWOptions& o) {
   const char* fn = "AdamW";
@@ -99,14 +114,9 @@ void AdamW::step() {
         s.exp_avg_sq = zeros(p.shape());
       }
       s.step += 1;
-      const double bc1 = 1.0 - std::pow(o.beta1, double(s.step));
-      const double bc2 = 1.0 - std::pow(o.beta2, double(s.step));
-      const double step_size = o.lr / bc1;
-      adamw_update(p.data_ptr<float>(), g.data_ptr<float>(), s.exp_avg.data_ptr<float>(),
-                   s.exp_avg_sq.data_ptr<float>(), p.numel(),
-                   float(1.0 - o.lr * group.weight_decay), float(o.beta1), float(1.0 - o.beta1),
-                   float(o.beta2), float(1.0 - o.beta2), float(std::sqrt(bc2)), float(o.eps),
-                   float(-step_size));
+      kernels::adamw_update(p.data_ptr<float>(), g.data_ptr<float>(), s.exp_avg.data_ptr<float>(),
+                            s.exp_avg_sq.data_ptr<float>(), p.numel(), s.step, o,
+                            group.weight_decay);
       detail::bump_version(p);
     }
   }
