@@ -18,6 +18,7 @@
 // tests/cpp/test_walkthrough.cpp and fuzz/fuzz_cli.cpp compile this file with ATTN_CLI_NO_MAIN
 // defined to call cli_main / check_command_line without a process.
 #include <attn/attn.h>
+#include <attn/distributed.h>
 
 #include <cctype>
 #include <exception>
@@ -240,6 +241,12 @@ int guarded(F&& body, std::ostream& err) {
 // The whole tool: `args` are the arguments after the program name.
 int cli_main(Args args, std::ostream& out, std::ostream& err) {
   int code = guarded([&] { return dispatch(args, out); }, err);
+  // Under mpirun, a rank that failed ends every rank now: the others may be waiting for it in a
+  // collective (they print that the launcher stopped them).
+  if (code != kExitOk && distributed::is_initialized() && distributed::world_size() > 1) {
+    err.flush();
+    distributed::abort_job("stopping every rank after the error above", code);
+  }
   out.flush();
   if (!out) {
     err << "attn: error: could not write the output\n";

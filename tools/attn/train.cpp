@@ -3,6 +3,7 @@
 
 #include <attn/attn.h>
 #include <attn/data.h>
+#include <attn/distributed.h>
 #include <attn/gpt.h>
 #include <attn/io.h>
 #include <attn/optim.h>
@@ -16,6 +17,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -206,12 +208,14 @@ class ThreadsGuard {
 // ---- train and generate options -----------------------------------------------------------------
 
 TrainOptions parse_train_args(Args args) {
-  Flags f("train", args,
-          {"n-layer", "n-head",    "n-embd",       "block-size",     "batch-size",   "max-iters",
-           "lr",      "min-lr",    "warmup-iters", "lr-decay-iters", "weight-decay", "beta1",
-           "beta2",   "grad-clip", "dropout",      "eval-interval",  "eval-iters",   "seed",
-           "threads", "data",      "out",          "log-interval",   "debug-nan-at"},
-          {"bias", "no-bias", "resume", "no-progress"});
+  Flags f(
+      "train", args,
+      {"n-layer",     "n-head",    "n-embd",       "block-size",     "batch-size",   "max-iters",
+       "lr",          "min-lr",    "warmup-iters", "lr-decay-iters", "weight-decay", "beta1",
+       "beta2",       "grad-clip", "dropout",      "eval-interval",  "eval-iters",   "seed",
+       "threads",     "data",      "out",          "log-interval",   "debug-nan-at", "zero",
+       "debug-fault", "bucket-kib"},
+      {"bias", "no-bias", "resume", "no-progress"});
   TrainOptions o;
   const int64_t kMaxSize = int64_t(1) << 20;  // far beyond anything that fits in memory
   o.model.n_layer = f.integer("n-layer", 4, 1, kMaxSize);
@@ -237,6 +241,9 @@ TrainOptions parse_train_args(Args args) {
   o.seed = f.seed("seed", 1337);
   o.threads = f.integer("threads", 0, 0, 4096);
   o.debug_nan_at = f.integer("debug-nan-at", -1, 0);
+  o.zero = f.integer("zero", 0, 0, 1);
+  o.debug_fault = f.str("debug-fault", "");
+  o.bucket_kib = f.integer("bucket-kib", 1024, 1, int64_t(1) << 30);
   o.data = f.str("data", "");
   if (f.has("data") && o.data.empty()) f.bad("data", "", "a file name");
   o.out = f.str("out", "out");
@@ -467,10 +474,25 @@ std::string loss_str(double v) { return strf("%.4f", v); }
 // A loss for an error message: "nan" whatever its sign bit, "inf", or the number.
 std::string bad_loss_str(double v) { return std::isnan(v) ? "nan" : strf("%g", v); }
 
+// This rank's share of every batch: all ranks draw the same `world` * B rows from the same
+// generator (one process with batch world * B draws exactly these), and rank r keeps rows
+// [r B, (r + 1) B).
+struct Shard {
+  int rank = 0, world = 1;
+  std::pair<Tensor, Tensor> batch(const data::TextDataset& ds, bool train, int64_t B, int64_t T,
+                                  Generator& gen) const {
+    auto [x, y] = ds.batch(train, world * B, T, &gen);
+    if (world == 1) return {x, y};
+    return {x.narrow(0, rank * B, B).contiguous(), y.narrow(0, rank * B, B).contiguous()};
+  }
+};
+
 // Mean loss of eval_iters batches of each split (nanoGPT's estimate_loss: float32 losses, float32
-// mean). Draws the batches from gen, train split first.
+// mean). Draws the batches from gen, train split first. Distributed: each rank evaluates its rows
+// of every batch and the per-batch losses are averaged over the ranks (the loss of the whole
+// batch, as its rows are split evenly).
 std::pair<double, double> estimate_loss(nn::GPT& model, const data::TextDataset& ds,
-                                        const TrainOptions& o, Generator& gen) {
+                                        const TrainOptions& o, Generator& gen, const Shard& shard) {
   model.eval();
   NoGradGuard no_grad;
   double result[2] = {0, 0};
@@ -478,13 +500,32 @@ std::pair<double, double> estimate_loss(nn::GPT& model, const data::TextDataset&
     std::vector<float> losses;
     losses.reserve(std::size_t(o.eval_iters));
     for (int64_t k = 0; k < o.eval_iters; ++k) {
-      auto [x, y] = ds.batch(split == 0, o.batch_size, o.model.block_size, &gen);
+      auto [x, y] = shard.batch(ds, split == 0, o.batch_size, o.model.block_size, gen);
       losses.push_back(model.forward(x, y).loss.item<float>());
     }
-    result[split] = double(from_vector(losses, {int64_t(losses.size())}).mean().item<float>());
+    Tensor l = from_vector(losses, {int64_t(losses.size())});
+    if (shard.world > 1) distributed::world().all_reduce(l, distributed::ReduceOp::Avg);
+    result[split] = double(l.mean().item<float>());
   }
   model.train();
   return {result[0], result[1]};
+}
+
+// --debug-fault KIND:RANK:STEP (tests of the distributed fault handling).
+void inject_fault(const std::string& spec, int rank, int64_t step) {
+  char kind[16] = {0};
+  int r = -1;
+  long long at = -1;
+  if (std::sscanf(spec.c_str(), "%15[a-z]:%d:%lld", kind, &r, &at) != 3)
+    throw Error("[train] --debug-fault expects raise|kill|hang:RANK:STEP, got '" + spec + "'");
+  if (r != rank || at != step) return;
+  const std::string k = kind;
+  if (k == "raise")
+    throw Error(strf("[train] rank %d: injected failure at step %lld (--debug-fault)", rank, at));
+  if (k == "kill") std::raise(SIGKILL);
+  if (k == "hang")
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  throw Error("[train] --debug-fault: unknown kind '" + k + "'");
 }
 
 // Progress: a bar on a terminal, else plain log lines every --log-interval steps (both drawn by
@@ -667,9 +708,18 @@ Checkpoint load_resume(const std::string& path, const TrainOptions& o,
 
 }  // namespace
 
-int train_command(Args args, std::ostream& out, std::ostream& err) {
+int train_command(Args args, std::ostream& out_all, std::ostream& err) {
   TrainOptions o = parse_train_args(args);
   keep_freed_memory();
+  // Under mpirun: data parallel over the world's ranks; rank 0 alone prints and writes files.
+  distributed::Communicator& comm = distributed::world();
+  const Shard shard{comm.rank(), comm.size()};
+  std::ostream quiet(nullptr);
+  std::ostream& out = shard.rank == 0 ? out_all : quiet;
+  if (shard.world == 1 && o.zero != 0)
+    throw Error(
+        "[train] --zero 1 shards the optimizer state over several ranks: run under "
+        "`mpirun -np N` with N > 1");
 
   // Everything is checked before anything is written.
   std::string data_path = o.data;
@@ -705,8 +755,22 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
   const std::string ckpt_path = (out_dir / kCkptFile).string();
   std::optional<Checkpoint> resumed;
   if (o.resume) resumed = load_resume(ckpt_path, o, tok);
+  if (shard.world > 1) {
+    // The ranks must agree on everything that shapes the computation before they compute.
+    json agreed = train_config_json(o);
+    agreed["out"] = o.out;
+    agreed["resume"] = o.resume;
+    agreed["zero"] = o.zero;
+    agreed["data_characters"] = ds.train().size() + ds.val().size();
+    agreed["vocabulary"] = tok.to_json();
+    comm.check_same("attn train's settings and data", agreed.dump());
+  }
 
-  ThreadsGuard threads_guard(o.threads);
+  int64_t threads = o.threads;
+  if (threads == 0 && shard.world > 1)  // share the cores among this machine's ranks
+    threads = std::max<int64_t>(
+        1, int64_t(std::thread::hardware_concurrency()) / std::max(1, comm.local_size()));
+  ThreadsGuard threads_guard(threads);
   manual_seed(o.seed);
   Generator& gen = default_generator();  // also drives dropout, as torch's global generator
   nn::GPT model(config, &gen);
@@ -725,15 +789,26 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
   model.train();
 
   std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec || !fs::is_directory(out_dir))
+  if (shard.rank == 0) fs::create_directories(out_dir, ec);
+  if (shard.rank == 0 && (ec || !fs::is_directory(out_dir)))
     throw Error("[train] cannot create the output directory '" + o.out +
                 "': " + (ec ? ec.message() : std::string("a file of that name exists")));
 
   const std::string tokenizer_json = tok.to_json();
   const std::string cfg_json = config_json(config);
   const std::string train_cfg = train_config_json(o).dump();
+  std::optional<distributed::ZeroAdamW> zero_opt;  // --zero 1: AdamW's state sharded
+  if (o.zero == 1) {
+    optim::AdamWOptions aopt = opt.options();
+    zero_opt.emplace(opt.groups(), aopt, comm);
+    zero_opt->load_state_dict(opt.state_dict());  // a resumed state, else empty
+  }
   auto save = [&](int64_t step, const std::vector<uint8_t>& rng_state) {
+    // The sharded state is gathered by every rank; rank 0 writes.
+    nn::NamedTensors optim_state;
+    if (zero_opt) optim_state = zero_opt->state_dict();
+    if (shard.rank != 0) return;
+    if (!zero_opt) optim_state = opt.state_dict();
     nn::NamedTensors weights = model.state_dict();
     std::vector<std::pair<std::string, Tensor>> tensors(weights.begin(), weights.end());
     io::save_safetensors(model_path, tensors,
@@ -741,7 +816,7 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
                           {"config", cfg_json},
                           {"tokenizer", tokenizer_json},
                           {"step", std::to_string(step)}});
-    for (const auto& [name, t] : opt.state_dict()) tensors.emplace_back(kOptimPrefix + name, t);
+    for (const auto& [name, t] : optim_state) tensors.emplace_back(kOptimPrefix + name, t);
     io::save_safetensors(ckpt_path, tensors,
                          {{"format", "attn-train"},
                           {"config", cfg_json},
@@ -757,17 +832,32 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
   report.message(strf("data: '%s', %zu characters, vocabulary %lld; model: %lld parameters",
                       data_path.c_str(), ds.train().size() + ds.val().size(),
                       (long long)tok.vocab_size(), (long long)model.num_parameters()));
+  std::optional<distributed::GradReducer> reducer;
+  if (shard.world > 1 && !zero_opt) {
+    reducer.emplace(model.parameters(), comm, o.bucket_kib * 1024);
+    report.message(
+        strf("distributed: %d ranks x batch %lld (global batch %lld), %lld gradient "
+             "buckets, %lld threads per rank",
+             shard.world, (long long)o.batch_size, (long long)(o.batch_size * shard.world),
+             (long long)reducer->num_buckets(), (long long)threads));
+  }
+  if (zero_opt)
+    report.message(strf(
+        "distributed: %d ranks x batch %lld (global batch %lld), ZeRO-1: AdamW "
+        "state sharded, %lld of %lld values per rank, %lld threads per rank",
+        shard.world, (long long)o.batch_size, (long long)(o.batch_size * shard.world),
+        (long long)zero_opt->shard_size(), (long long)model.num_parameters(), (long long)threads));
   if (start > 0)
     report.message("resuming from step " + std::to_string(start) + " of '" + ckpt_path + "'");
 
   const std::vector<Tensor> params = model.parameters();
-  const double tokens_per_step = double(o.batch_size * o.model.block_size);
-  std::vector<double> step_ms;
+  const double tokens_per_step = double(shard.world * o.batch_size * o.model.block_size);
+  std::vector<double> step_ms, comm_ms;
   using Clock = std::chrono::steady_clock;
   for (int64_t iter = start;; ++iter) {
     if (iter % o.eval_interval == 0 || iter == o.max_iters) {
       std::vector<uint8_t> rng_before = gen.get_state();
-      auto [train_loss, val_loss] = estimate_loss(model, ds, o, gen);
+      auto [train_loss, val_loss] = estimate_loss(model, ds, o, gen, shard);
       if (!std::isfinite(train_loss) || !std::isfinite(val_loss))
         throw Error(
             strf("[train] step %lld: evaluation loss is not finite (train %s, val %s); "
@@ -783,25 +873,40 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
     }
     if (iter == o.max_iters) break;
 
+    if (!o.debug_fault.empty()) inject_fault(o.debug_fault, shard.rank, iter);
     if (iter == o.debug_nan_at) {
       NoGradGuard no_grad;
       model.wte->weight.fill_(std::numeric_limits<double>::quiet_NaN());
     }
     auto t0 = Clock::now();
     double lr = optim::cosine_lr(iter, o.lr, o.min_lr, o.warmup_iters, o.lr_decay_iters);
-    opt.set_lr(lr);
-    auto [x, y] = ds.batch(true, o.batch_size, o.model.block_size, &gen);
+    (zero_opt ? zero_opt->set_lr(lr) : opt.set_lr(lr));
+    auto [x, y] = shard.batch(ds, true, o.batch_size, o.model.block_size, gen);
     nn::GPT::Output fw = model.forward(x, y);
     double loss = double(fw.loss.item<float>());
+    if (shard.world > 1) {  // the loss of the whole batch, the same on every rank
+      Tensor l = fw.loss.detach().reshape({1}).contiguous();
+      comm.all_reduce(l, distributed::ReduceOp::Avg);
+      loss = double(l.item<float>());
+    }
     if (!std::isfinite(loss))
       throw Error(
           strf("[train] step %lld: loss is %s; stopping without saving, the last "
                "checkpoint in '%s' is kept (a lower --lr may help)",
                (long long)iter, bad_loss_str(loss).c_str(), o.out.c_str()));
     fw.loss.backward();
-    if (o.grad_clip > 0) optim::clip_grad_norm_(params, o.grad_clip);
-    opt.step();
-    opt.zero_grad();
+    if (reducer) {
+      reducer->finish();
+      comm_ms.push_back(reducer->last_wait_s() * 1000.0);
+    }
+    if (zero_opt) {
+      zero_opt->step(o.grad_clip);
+      zero_opt->zero_grad();
+    } else {
+      if (o.grad_clip > 0) optim::clip_grad_norm_(params, o.grad_clip);
+      opt.step();
+      opt.zero_grad();
+    }
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     step_ms.push_back(ms);
 
@@ -836,7 +941,7 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
     val.marker_shape = plot::Marker::kSquare;
     val.dash = {8, 4};
     chart.series = {series("train", steps, train_l), val};
-    plot::save(chart, (out_dir / "loss.png").string());
+    if (shard.rank == 0) plot::save(chart, (out_dir / "loss.png").string());
   }
 
   const double ms_per_iter = median(step_ms);
@@ -844,6 +949,12 @@ int train_command(Args args, std::ostream& out, std::ostream& err) {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   out << strf("peak_rss_mib=%.1f", double(ru.ru_maxrss) / 1024.0) << "\n";
+  if (shard.world > 1)
+    out << strf(
+               "distributed: ranks=%d comm_wait_ms_per_iter=%.2f (median time finish() waited "
+               "for gradient all-reduces after the backward)",
+               shard.world, median(comm_ms))
+        << "\n";
   const TrainEval& last = history.back();
   out << strf("done: iters=%lld ms_per_iter=%.2f train_loss=%.4f val_loss=%.4f tokens_per_s=%.0f",
               (long long)o.max_iters, ms_per_iter, last.train_loss, last.val_loss, tokens_per_s)

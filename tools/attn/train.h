@@ -19,8 +19,17 @@
 // A resumed run repeats the evaluation of its first step (same weights, same generator state,
 // hence the same numbers) and then continues exactly as the uninterrupted run would have.
 //
+// Data parallel: `mpirun -np N attn train ...` trains one model on N ranks. --batch-size is per
+// rank; at every step all ranks draw the same N * batch-size offsets from the same generator and
+// rank r trains on rows [r B, (r + 1) B), so N ranks with batch B see exactly the examples of one
+// process with batch N B (and give its losses, to fp32 rounding). Gradients are averaged in buckets
+// during the backward (attn::distributed::GradReducer); evaluation batches are sharded the same
+// way and their losses averaged. Rank 0 alone prints and writes the files.
+//
 // Hidden flag for tests: `attn train --debug-nan-at STEP` overwrites the token embedding with NaN
 // just before training step STEP, so that the non-finite loss check can be exercised.
+// `attn train --debug-fault KIND:RANK:STEP` makes rank RANK raise an error, die (SIGKILL) or hang
+// just before step STEP, so that the distributed fault handling can be exercised.
 #pragma once
 
 #include <attn/data.h>
@@ -54,10 +63,16 @@ struct TrainOptions {
   int64_t batch_size = 12, max_iters = 2000, warmup_iters = 100, lr_decay_iters = 2000;
   int64_t eval_interval = 250, eval_iters = 200, log_interval = 10, threads = 0;
   int64_t debug_nan_at = -1;
+  // Hidden, for fault tests: "raise|kill|hang:RANK:STEP" makes rank RANK fail that way just
+  // before training step STEP.
+  std::string debug_fault;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
   uint64_t seed = 1337;
   std::string data, out = "out";
   bool resume = false, no_progress = false;
+  // Distributed (under mpirun): ZeRO stage (0: every rank keeps the whole AdamW state; 1: the
+  // state is sharded over the ranks) and the gradient bucket size of the data-parallel reducer.
+  int64_t zero = 0, bucket_kib = 1024;
 };
 // The flags of `attn train` (the arguments after "train"). Throws FlagError.
 TrainOptions parse_train_args(std::span<const std::string> args);
@@ -168,12 +183,16 @@ inline constexpr const char* kTrainHelp =
     "    --beta1 B, --beta2 B   AdamW betas in [0, 1) (default 0.9, 0.99)\n"
     "    --grad-clip C          clip the gradient norm to C, 0 = off (default 1.0)\n"
     "    --seed S               random seed (default 1337)\n"
+    "  several processes (mpirun -np N attn train ...; --batch-size is per rank):\n"
+    "    --zero 0|1             1 shards the AdamW state over the ranks (ZeRO-1; default 0)\n"
+    "    --bucket-kib N         gradient all-reduce bucket size in KiB (default 1024)\n"
     "  evaluation and output:\n"
     "    --eval-interval N      evaluate and checkpoint every N steps (default 250)\n"
     "    --eval-iters N         batches per split and evaluation (default 200)\n"
     "    --log-interval N       steps between log lines without a progress bar (default 10)\n"
     "    --no-progress          log lines instead of the progress bar\n"
-    "    --threads N            worker threads, 0 = all cores (default 0)\n"
+    "    --threads N            worker threads, 0 = all cores (divided among the ranks on\n"
+    "                           one machine; default 0)\n"
     "\n"
     "  The last line is `done: iters=N ms_per_iter=X train_loss=Y val_loss=Z tokens_per_s=W`.\n";
 
