@@ -17,6 +17,8 @@
 namespace py = pybind11;
 using namespace attn;
 
+void bind_distributed(py::module_& m);  // bindings_distributed.cpp
+
 namespace {
 
 // ---- Python values -> C++
@@ -1253,6 +1255,8 @@ PYBIND11_MODULE(_C, m) {
 
   // ---- optim
   // -----------------------------------------------------------------------------------------
+  bind_distributed(m);
+
   py::module_ opt = m.def_submodule("optim");
   py::class_<optim::AdamW>(opt, "AdamW")
       .def(py::init([](const std::vector<std::pair<std::vector<Tensor>, double>>& groups, double lr,

@@ -179,6 +179,10 @@ class GradReducer {
   // accumulation); the next enabled pass averages the accumulated sums.
   void set_enabled(bool enabled);
   bool enabled() const;
+  // DDP's find_unused_parameters: walks the autograd graph from `outputs` (the forward's results)
+  // and marks the parameters it does not reach as ready (zero gradient) for the coming pass, so
+  // that finish_in_backward still completes when part of the model was not used.
+  void prepare_for_backward(const std::vector<Tensor>& outputs);
   // Whether a pass has begun (some gradient arrived) and not been finished.
   bool pending() const;
   // The parameters that have not received their gradient in the pending pass.

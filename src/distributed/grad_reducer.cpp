@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <unordered_set>
 
 #include "../tensor/internal.h"
 #include "backend.h"
@@ -130,6 +131,32 @@ int64_t GradReducer::num_buckets() const { return int64_t(s_->buckets.size()); }
 void GradReducer::set_enabled(bool enabled) { s_->enabled = enabled; }
 bool GradReducer::enabled() const { return s_->enabled; }
 bool GradReducer::pending() const { return s_->any_ready; }
+void GradReducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
+  State& s = *s_;
+  if (!s.enabled) return;
+  std::unordered_set<const TensorImpl*> reached;
+  std::unordered_set<const Node*> seen;
+  std::vector<std::shared_ptr<Node>> stack;
+  for (const Tensor& t : outputs) {
+    if (!t.defined() || !t.requires_grad()) continue;
+    if (auto fn = grad_fn(t))
+      stack.push_back(fn);
+    else
+      reached.insert(t.impl().get());
+  }
+  while (!stack.empty()) {
+    std::shared_ptr<Node> n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n.get()).second) continue;
+    for (const Edge& e : n->inputs) {
+      if (e.leaf) reached.insert(e.leaf.get());
+      if (e.fn) stack.push_back(e.fn);
+    }
+  }
+  for (std::size_t k = 0; k < s.params.size(); ++k)
+    if (!reached.count(s.params[k].impl().get())) s.on_ready(k);
+}
+
 std::vector<int64_t> GradReducer::unready() const {
   std::vector<int64_t> out;
   if (!s_->any_ready) return out;

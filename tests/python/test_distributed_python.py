@@ -1,0 +1,65 @@
+"""attn.distributed and DistributedDataParallel in several processes: the programs in
+dist_programs/ run under scripts/mpirun.sh (each bounded in time), on attn and, for the training
+program, on PyTorch 1.13's gloo backend too, whose printed lines attn must reproduce."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import attn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PROGRAMS = os.path.join(HERE, "dist_programs")
+MPIRUN = os.path.join(ROOT, "scripts", "mpirun.sh")
+ATTN_PATH = os.path.dirname(os.path.dirname(os.path.abspath(attn.__file__)))
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("mpirun") is None or not attn.distributed.is_mpi_available(),
+    reason="needs OpenMPI's mpirun and attn built with MPI (scripts/setup.sh installs both)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(np_, *args, timeout=120):
+    env = dict(os.environ, PYTHONPATH=ATTN_PATH, ATTN_DIST_TIMEOUT="60",
+               ATTN_MPIRUN_TIMEOUT=str(timeout), MASTER_PORT=str(free_port()))
+    cmd = [MPIRUN, str(np_), sys.executable, *args]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 30)
+    assert p.returncode == 0, "{} failed ({}):\n{}\n{}".format(cmd, p.returncode, p.stdout,
+                                                               p.stderr[-4000:])
+    return p.stdout
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_ddp_program_prints_what_pytorch_prints(np_):
+    prog = os.path.join(PROGRAMS, "ddp_train.py")
+    ours = run(np_, prog, "attn")
+    theirs = run(np_, prog, "torch")
+    assert ours.count("\nstep ") == 4 and "keys ['module.0.weight'" in ours, ours
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("program", ["collectives.py", "ddp_features.py"])
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_program_passes_on_every_rank(program, np_):
+    out = run(np_, os.path.join(PROGRAMS, program))
+    for r in range(np_):
+        assert "rank {} ok".format(r) in out, out
+
+
+def test_without_mpirun_a_program_is_rank_0_of_1():
+    env = dict(os.environ, PYTHONPATH=ATTN_PATH)
+    for k in [k for k in env if k.startswith(("OMPI_", "PMIX_", "PMI_"))]:
+        del env[k]
+    p = subprocess.run([sys.executable, os.path.join(PROGRAMS, "collectives.py")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "rank 0 ok"
