@@ -53,6 +53,8 @@ class Block : public Module {
  public:
   explicit Block(const GPTConfig& config);
   Tensor forward(const Tensor& x) const;  // (B, T, C) -> (B, T, C)
+  // The same with the attention step replaced (MultiheadAttention::forward_with).
+  Tensor forward_with(const Tensor& x, const MultiheadAttention::AttentionFn& attention) const;
   // The same for the T newest tokens of a sequence, with this block's key/value cache (see
   // MultiheadAttention::forward_cached): rows [start, start + T) are written.
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start) const;
@@ -79,6 +81,16 @@ class GPT : public Module {
     Tensor logits, loss;
   };
   Output forward(const Tensor& idx, const Tensor& targets) const;
+
+  // A shard of the sequence (context parallelism): idx and targets (B, T_local) hold the tokens
+  // at the global positions `positions` (int64 (T_local), each < block_size) of sequences that
+  // other ranks hold the rest of, and `attention` is the causal self-attention over the whole
+  // sequence (attn::distributed::ring_attention over the same sharding). Returns the logits of
+  // these tokens and the mean cross-entropy over them. Every other step of the model is per token,
+  // so it runs on the shard alone. Dropout on the attention weights is not applied (the attention
+  // function owns that step); GPT dropout elsewhere is.
+  Output forward_sharded(const Tensor& idx, const Tensor& targets, const Tensor& positions,
+                         const MultiheadAttention::AttentionFn& attention) const;
 
   // Logits (B, T_new, V) of new tokens idx (B, T_new) that follow the cache's tokens; appends
   // their keys and values to the cache. The cache starts empty (KVCache{}) and holds at most

@@ -9,6 +9,7 @@
 #include <attn/random.h>
 #include <attn/tensor.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -260,6 +261,12 @@ class MultiheadAttention : public Module {
   // [0, start + T) up to its own position (bottom-right causal). No masks, no dropout, no
   // weights; self-attention modules only (kdim = vdim = embed_dim). Returns (B, T, E).
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start) const;
+  // Self-attention of x (B, T, E) (batch_first, kdim = vdim = embed_dim) whose attention step is
+  // `attention` (q, k, v (B, H, T, head_dim) -> (B, H, T, head_dim)) instead of this module's
+  // scaled_dot_product_attention: the projections are the module's, the rest is the caller's
+  // (context-parallel ring attention over a sharded sequence; no dropout is applied here).
+  using AttentionFn = std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)>;
+  Tensor forward_with(const Tensor& x, const AttentionFn& attention) const;
   std::string name() const override { return "MultiheadAttention"; }
   int64_t embed_dim, num_heads, head_dim, kdim, vdim;
   double dropout;

@@ -59,6 +59,12 @@ Tensor Block::forward(const Tensor& x) const {
   return y + mlp->forward((*ln_2)(y));
 }
 
+Tensor Block::forward_with(const Tensor& x,
+                           const MultiheadAttention::AttentionFn& attention) const {
+  Tensor y = x + attn->forward_with((*ln_1)(x), attention);
+  return y + mlp->forward((*ln_2)(y));
+}
+
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
                              int64_t start) const {
   Tensor y = x + attn->forward_cached((*ln_1)(x), k_cache, v_cache, start);
@@ -130,6 +136,34 @@ GPT::Output GPT::forward(const Tensor& idx, const Tensor& targets) const {
   if (!targets.defined() || targets.dtype() != Dtype::Int64 || targets.shape() != idx.shape())
     fail(fn, "targets must be int64 with idx's shape ", shape_str(idx.shape()), ", got ",
          targets.defined() ? detail::tensor_desc(targets) : std::string("undefined"));
+  const int64_t V = config_.vocab_size;
+  Tensor loss = functional::cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
+  return {logits, loss};
+}
+
+GPT::Output GPT::forward_sharded(const Tensor& idx, const Tensor& targets, const Tensor& positions,
+                                 const MultiheadAttention::AttentionFn& attention) const {
+  const char* fn = "GPT.forward_sharded";
+  check_idx(idx, config_, fn);
+  const int64_t T = idx.size(1);
+  if (!positions.defined() || positions.dtype() != Dtype::Int64 || positions.shape() != Shape{T})
+    fail(fn, "positions must be int64 (", T, ") for idx ", shape_str(idx.shape()), ", got ",
+         positions.defined() ? detail::tensor_desc(positions) : std::string("undefined"));
+  {
+    const Tensor pc = positions.contiguous();
+    for (int64_t i = 0; i < T; ++i)
+      if (pc.data_ptr<int64_t>()[i] < 0 || pc.data_ptr<int64_t>()[i] >= config_.block_size)
+        fail(fn, "position ", pc.data_ptr<int64_t>()[i], " is outside [0, block_size ",
+             config_.block_size, ")");
+  }
+  if (!targets.defined() || targets.dtype() != Dtype::Int64 || targets.shape() != idx.shape())
+    fail(fn, "targets must be int64 with idx's shape ", shape_str(idx.shape()), ", got ",
+         targets.defined() ? detail::tensor_desc(targets) : std::string("undefined"));
+  Tensor x = (*wte)(idx) + (*wpe)(positions);
+  if (drop->p > 0.0) x = (*drop)(x);
+  for (const auto& block : h) x = block->forward_with(x, attention);
+  x = (*ln_f)(x);
+  Tensor logits = functional::linear(x, wte->weight);
   const int64_t V = config_.vocab_size;
   Tensor loss = functional::cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
   return {logits, loss};

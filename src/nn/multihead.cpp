@@ -233,4 +233,21 @@ Tensor MultiheadAttention::forward_cached(const Tensor& x, Tensor& k_cache, Tens
   return (*out_proj)(ctx.transpose(1, 2).reshape({B, T, embed_dim}));
 }
 
+Tensor MultiheadAttention::forward_with(const Tensor& x, const AttentionFn& attention) const {
+  const char* fn = "MultiheadAttention.forward_with";
+  if (!same_embed_dim) fail(fn, "needs a self-attention module (kdim = vdim = embed_dim)");
+  if (!x.defined() || x.dim() != 3 || x.size(2) != embed_dim)
+    fail(fn, "x must be (B, T, ", embed_dim, "), got ",
+         x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+  if (!attention) fail(fn, "no attention function given");
+  const int64_t B = x.size(0), T = x.size(1);
+  Tensor qkv = packed_qkv(x);
+  Tensor ctx = attention(qkv[0], qkv[1], qkv[2]);
+  if (!ctx.defined() || ctx.shape() != Shape{B, num_heads, T, head_dim})
+    fail(fn, "the attention function returned ",
+         ctx.defined() ? shape_str(ctx.shape()) : std::string("undefined"), ", expected ",
+         shape_str(Shape{B, num_heads, T, head_dim}));
+  return (*out_proj)(ctx.transpose(1, 2).reshape({B, T, embed_dim}));
+}
+
 }  // namespace attn::nn

@@ -215,7 +215,7 @@ TrainOptions parse_train_args(Args args) {
        "beta2",       "grad-clip", "dropout",      "eval-interval",  "eval-iters",   "seed",
        "threads",     "data",      "out",          "log-interval",   "debug-nan-at", "zero",
        "debug-fault", "bucket-kib"},
-      {"bias", "no-bias", "resume", "no-progress"});
+      {"bias", "no-bias", "resume", "no-progress", "context-parallel"});
   TrainOptions o;
   const int64_t kMaxSize = int64_t(1) << 20;  // far beyond anything that fits in memory
   o.model.n_layer = f.integer("n-layer", 4, 1, kMaxSize);
@@ -250,6 +250,11 @@ TrainOptions parse_train_args(Args args) {
   if (o.out.empty()) f.bad("out", "", "a directory name");
   o.resume = f.has("resume");
   o.no_progress = f.has("no-progress");
+  o.context_parallel = f.has("context-parallel");
+  if (o.context_parallel && o.model.dropout > 0)
+    throw FlagError(
+        "train: --context-parallel needs --dropout 0 (ring attention applies no "
+        "dropout to the attention weights)");
   if (o.model.n_embd % o.model.n_head != 0)
     throw FlagError("train: --n-embd " + std::to_string(o.model.n_embd) +
                     " is not divisible by --n-head " + std::to_string(o.model.n_head));
@@ -474,16 +479,38 @@ std::string loss_str(double v) { return strf("%.4f", v); }
 // A loss for an error message: "nan" whatever its sign bit, "inf", or the number.
 std::string bad_loss_str(double v) { return std::isnan(v) ? "nan" : strf("%g", v); }
 
-// This rank's share of every batch: all ranks draw the same `world` * B rows from the same
-// generator (one process with batch world * B draws exactly these), and rank r keeps rows
-// [r B, (r + 1) B).
+// This rank's share of the work. Data parallel: all ranks draw the same `world` * B rows from the
+// same generator (one process with batch world * B draws exactly these) and rank r keeps rows
+// [r B, (r + 1) B). Context parallel: all ranks draw the same B sequences and rank r keeps its
+// zigzag shard of each, attention running round the ring.
 struct Shard {
   int rank = 0, world = 1;
+  bool context = false;
+
   std::pair<Tensor, Tensor> batch(const data::TextDataset& ds, bool train, int64_t B, int64_t T,
                                   Generator& gen) const {
+    if (context) {
+      auto [x, y] = ds.batch(train, B, T, &gen);
+      const auto z = distributed::Sharding::Zigzag;
+      return {distributed::shard_sequence(x, 1, rank, world, z).contiguous(),
+              distributed::shard_sequence(y, 1, rank, world, z).contiguous()};
+    }
     auto [x, y] = ds.batch(train, world * B, T, &gen);
     if (world == 1) return {x, y};
     return {x.narrow(0, rank * B, B).contiguous(), y.narrow(0, rank * B, B).contiguous()};
+  }
+
+  nn::GPT::Output forward(const nn::GPT& model, const Tensor& x, const Tensor& y) const {
+    if (!context) return model.forward(x, y);
+    const int64_t T = x.size(1) * world;
+    Tensor positions = distributed::shard_positions(T, rank, world, distributed::Sharding::Zigzag);
+    return model.forward_sharded(
+        x, y, positions, [](const Tensor& q, const Tensor& k, const Tensor& v) {
+          distributed::RingOptions ro;
+          ro.is_causal = true;
+          ro.sharding = distributed::Sharding::Zigzag;
+          return distributed::ring_attention(q, k, v, ro, distributed::world());
+        });
   }
 };
 
@@ -501,7 +528,7 @@ std::pair<double, double> estimate_loss(nn::GPT& model, const data::TextDataset&
     losses.reserve(std::size_t(o.eval_iters));
     for (int64_t k = 0; k < o.eval_iters; ++k) {
       auto [x, y] = shard.batch(ds, split == 0, o.batch_size, o.model.block_size, gen);
-      losses.push_back(model.forward(x, y).loss.item<float>());
+      losses.push_back(shard.forward(model, x, y).loss.item<float>());
     }
     Tensor l = from_vector(losses, {int64_t(losses.size())});
     if (shard.world > 1) distributed::world().all_reduce(l, distributed::ReduceOp::Avg);
@@ -713,9 +740,14 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
   keep_freed_memory();
   // Under mpirun: data parallel over the world's ranks; rank 0 alone prints and writes files.
   distributed::Communicator& comm = distributed::world();
-  const Shard shard{comm.rank(), comm.size()};
+  const Shard shard{comm.rank(), comm.size(), o.context_parallel};
   std::ostream quiet(nullptr);
   std::ostream& out = shard.rank == 0 ? out_all : quiet;
+  if (o.context_parallel && o.model.block_size % (2 * shard.world) != 0)
+    throw Error(
+        strf("[train] --context-parallel over %d ranks cuts every sequence into %d zigzag "
+             "chunks: --block-size %lld must be divisible by %d",
+             shard.world, 2 * shard.world, (long long)o.model.block_size, 2 * shard.world));
   if (shard.world == 1 && o.zero != 0)
     throw Error(
         "[train] --zero 1 shards the optimizer state over several ranks: run under "
@@ -761,6 +793,7 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
     agreed["out"] = o.out;
     agreed["resume"] = o.resume;
     agreed["zero"] = o.zero;
+    agreed["context_parallel"] = o.context_parallel;
     agreed["data_characters"] = ds.train().size() + ds.val().size();
     agreed["vocabulary"] = tok.to_json();
     comm.check_same("attn train's settings and data", agreed.dump());
@@ -835,23 +868,38 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
   std::optional<distributed::GradReducer> reducer;
   if (shard.world > 1 && !zero_opt) {
     reducer.emplace(model.parameters(), comm, o.bucket_kib * 1024);
-    report.message(
-        strf("distributed: %d ranks x batch %lld (global batch %lld), %lld gradient "
-             "buckets, %lld threads per rank",
-             shard.world, (long long)o.batch_size, (long long)(o.batch_size * shard.world),
-             (long long)reducer->num_buckets(), (long long)threads));
+    if (shard.context)
+      report.message(strf(
+          "distributed: context parallel, %d ranks x %lld of %lld positions of "
+          "each of %lld sequences (zigzag shards, ring attention), %lld "
+          "gradient buckets, %lld threads per rank",
+          shard.world, (long long)(o.model.block_size / shard.world), (long long)o.model.block_size,
+          (long long)o.batch_size, (long long)reducer->num_buckets(), (long long)threads));
+    else
+      report.message(
+          strf("distributed: %d ranks x batch %lld (global batch %lld), %lld "
+               "gradient buckets, %lld threads per rank",
+               shard.world, (long long)o.batch_size, (long long)(o.batch_size * shard.world),
+               (long long)reducer->num_buckets(), (long long)threads));
   }
   if (zero_opt)
     report.message(strf(
-        "distributed: %d ranks x batch %lld (global batch %lld), ZeRO-1: AdamW "
-        "state sharded, %lld of %lld values per rank, %lld threads per rank",
-        shard.world, (long long)o.batch_size, (long long)(o.batch_size * shard.world),
+        "distributed: %d ranks, %s, ZeRO-1: AdamW state sharded, %lld of %lld values per rank, "
+        "%lld threads per rank",
+        shard.world,
+        shard.context ? strf("context parallel over the %lld positions of each sequence",
+                             (long long)o.model.block_size)
+                            .c_str()
+                      : strf("batch %lld per rank (global batch %lld)", (long long)o.batch_size,
+                             (long long)(o.batch_size * shard.world))
+                            .c_str(),
         (long long)zero_opt->shard_size(), (long long)model.num_parameters(), (long long)threads));
   if (start > 0)
     report.message("resuming from step " + std::to_string(start) + " of '" + ckpt_path + "'");
 
   const std::vector<Tensor> params = model.parameters();
-  const double tokens_per_step = double(shard.world * o.batch_size * o.model.block_size);
+  const double tokens_per_step =
+      double((shard.context ? 1 : shard.world) * o.batch_size * o.model.block_size);
   std::vector<double> step_ms, comm_ms;
   using Clock = std::chrono::steady_clock;
   for (int64_t iter = start;; ++iter) {
@@ -882,7 +930,7 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
     double lr = optim::cosine_lr(iter, o.lr, o.min_lr, o.warmup_iters, o.lr_decay_iters);
     (zero_opt ? zero_opt->set_lr(lr) : opt.set_lr(lr));
     auto [x, y] = shard.batch(ds, true, o.batch_size, o.model.block_size, gen);
-    nn::GPT::Output fw = model.forward(x, y);
+    nn::GPT::Output fw = shard.forward(model, x, y);
     double loss = double(fw.loss.item<float>());
     if (shard.world > 1) {  // the loss of the whole batch, the same on every rank
       Tensor l = fw.loss.detach().reshape({1}).contiguous();

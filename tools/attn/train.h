@@ -26,6 +26,13 @@
 // during the backward (attn::distributed::GradReducer); evaluation batches are sharded the same
 // way and their losses averaged. Rank 0 alone prints and writes the files.
 //
+// Context parallel: `mpirun -np N attn train --context-parallel ...` splits every sequence instead
+// of the batch: all ranks draw the same batch of --batch-size sequences, rank r keeps the zigzag
+// shard of each (chunks r and 2N-1-r of 2N, attn::distributed::Sharding::Zigzag), and the model
+// runs on its T/N tokens with ring attention across the ranks (GPT::forward_sharded). Losses and
+// gradients are averaged over the ranks (every rank holds as many tokens), so N ranks give the
+// losses of one process with the same batch. Needs --block-size divisible by 2N and --dropout 0.
+//
 // Hidden flag for tests: `attn train --debug-nan-at STEP` overwrites the token embedding with NaN
 // just before training step STEP, so that the non-finite loss check can be exercised.
 // `attn train --debug-fault KIND:RANK:STEP` makes rank RANK raise an error, die (SIGKILL) or hang
@@ -73,6 +80,9 @@ struct TrainOptions {
   // Distributed (under mpirun): ZeRO stage (0: every rank keeps the whole AdamW state; 1: the
   // state is sharded over the ranks) and the gradient bucket size of the data-parallel reducer.
   int64_t zero = 0, bucket_kib = 1024;
+  // Context parallel: every rank holds 1/N of each sequence (zigzag shards) and attention runs as
+  // ring attention, so block sizes beyond one rank's memory train (see the comment above).
+  bool context_parallel = false;
 };
 // The flags of `attn train` (the arguments after "train"). Throws FlagError.
 TrainOptions parse_train_args(std::span<const std::string> args);
@@ -186,6 +196,8 @@ inline constexpr const char* kTrainHelp =
     "  several processes (mpirun -np N attn train ...; --batch-size is per rank):\n"
     "    --zero 0|1             1 shards the AdamW state over the ranks (ZeRO-1; default 0)\n"
     "    --bucket-kib N         gradient all-reduce bucket size in KiB (default 1024)\n"
+    "    --context-parallel     shard every sequence over the ranks (ring attention) instead\n"
+    "                           of the batch: block sizes beyond one rank's memory\n"
     "  evaluation and output:\n"
     "    --eval-interval N      evaluate and checkpoint every N steps (default 250)\n"
     "    --eval-iters N         batches per split and evaluation (default 200)\n"
