@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The hardening checks (issue 5), in one clang build with AddressSanitizer + UndefinedBehaviorSanitizer
 # in build-san/ (libFuzzer targets included):
-#   1. the whole GoogleTest suite (build-san/attn_tests)
+#   1. the whole GoogleTest suite (build-san/attn_tests), and the distributed tests as one rank
+#      (build-san/attn_dist_tests without mpirun: the communicator, gradient buckets, ZeRO-1 and
+#      ring attention code paths in a world of one; OpenMPI's own allocations would drown
+#      LeakSanitizer under mpirun)
 #   2. `attn walkthrough`, and `attn walkthrough --plots DIR` into a temporary directory
 #   3. `ctest -L fuzz`: every fuzz target for ATTN_FUZZ_SECONDS (default 30) from its seed corpus
 #      fuzz/corpus/<target>/, and every saved crash input in fuzz/regressions/<target>/ once
@@ -43,7 +46,7 @@ if ! CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=None \
   >"$log" 2>&1; then
   build_failed "configuring $build"
 fi
-if ! cmake --build "$build" -j"$jobs" --target attn_tests attn_cli attn_fuzz_targets >>"$log" 2>&1; then
+if ! cmake --build "$build" -j"$jobs" --target attn_tests attn_dist_tests attn_cli attn_fuzz_targets >>"$log" 2>&1; then
   build_failed "building $build"
 fi
 phase_done build
@@ -62,6 +65,7 @@ if ! command -v llvm-symbolizer >/dev/null 2>&1; then
 fi
 
 "$build"/attn_tests --gtest_brief=1
+(unset OMPI_COMM_WORLD_SIZE PMI_SIZE PMIX_RANK; "$build"/attn_dist_tests --gtest_brief=1)
 phase_done attn_tests
 
 plots=$(mktemp -d)

@@ -250,24 +250,38 @@ void Communicator::check_same(const std::string& what, const std::string& value)
       break;
     }
   if (differs < 0) return;
-  // Exchange the values themselves (shortened) to name the difference.
-  constexpr std::size_t kMax = 512;
-  std::string clipped = value.size() > kMax ? value.substr(0, kMax - 3) + "..." : value;
-  clipped.resize(kMax, '\0');
-  std::vector<char> all(kMax * std::size_t(n));
-  make_work(*b_, b_->all_gather(clipped.data(), all.data(), int64_t(kMax)),
-            "check_same(" + what + ")", kMax)
-      .wait();
+  // Exchange the values themselves (lengths first, then every value padded to the longest, up to
+  // 1 MiB) and show both around their first difference.
+  const std::string what_op = "check_same(" + what + ")";
+  constexpr int64_t kLimit = int64_t(1) << 20;
+  const int64_t my_len = std::min<int64_t>(int64_t(value.size()), kLimit);
+  std::vector<int64_t> lens(std::size_t(n), 0);
+  make_work(*b_, b_->all_gather(&my_len, lens.data(), 8), what_op, 8).wait();
+  const int64_t width = *std::max_element(lens.begin(), lens.end());
+  std::string padded = value.substr(0, std::size_t(my_len));
+  padded.resize(std::size_t(width), '\0');
+  std::vector<char> all(std::size_t(width) * std::size_t(n));
+  make_work(*b_, b_->all_gather(padded.data(), all.data(), width), what_op, uint64_t(width)).wait();
   auto value_of = [&](int r) {
-    const char* p = all.data() + kMax * std::size_t(r);
-    return std::string(p, strnlen(p, kMax));
+    return std::string(all.data() + std::size_t(width) * std::size_t(r), std::size_t(lens[r]));
+  };
+  const std::string a = value_of(0), b = value_of(differs);
+  std::size_t at = 0;
+  while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
+  auto around = [&](const std::string& v) {
+    constexpr std::size_t kBefore = 60, kAfter = 100;
+    const std::size_t from = at > kBefore ? at - kBefore : 0;
+    std::string out = (from > 0 ? "..." : "") + v.substr(from, at - from + kAfter);
+    if (from + (at - from) + kAfter < v.size()) out += "...";
+    return out;
   };
   std::string ranks;
   for (int r = 1; r < n; ++r)
     if (hashes[std::size_t(r)] != hashes[0])
       ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  fail("distributed", what, " differs across ranks: rank 0 has ", value_of(0), " but rank ",
-       differs, " has ", value_of(differs), " (ranks that differ from rank 0: ", ranks, ")");
+  fail("distributed", what, " differs across ranks, first at character ", at, ": rank 0 has ",
+       around(a), " but rank ", differs, " has ", around(b),
+       " (ranks that differ from rank 0: ", ranks, ")");
 }
 
 void Communicator::all_reduce(Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }

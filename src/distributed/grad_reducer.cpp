@@ -85,7 +85,8 @@ GradReducer::GradReducer(std::vector<Tensor> params, Communicator comm, int64_t 
     shapes += shape_str(p.shape());
   }
   State& s = *s_;
-  s.comm.check_same("the parameters of GradReducer (shapes, in order)", shapes);
+  s.comm.check_same("the parameters of GradReducer (shapes, in order; bucket size)",
+                    shapes + "; bucket_bytes " + std::to_string(bucket_bytes));
   s.params = std::move(params);
 
   // Replicas start from rank 0's values.

@@ -137,7 +137,8 @@ TEST(Comm, CheckSameNamesTheRanks) {
   if (N() == 1) return;
   std::string msg =
       error_of([&] { dist::world().check_same("the config", R() == N() - 1 ? "lr=1" : "lr=2"); });
-  EXPECT_NE(msg.find("the config differs across ranks: rank 0 has lr=2 but rank " +
+  EXPECT_NE(msg.find("the config differs across ranks, first at character 3: rank 0 has lr=2 "
+                     "but rank " +
                      std::to_string(N() - 1) + " has lr=1"),
             std::string::npos)
       << msg;

@@ -793,6 +793,7 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
     agreed["out"] = o.out;
     agreed["resume"] = o.resume;
     agreed["zero"] = o.zero;
+    agreed["bucket_kib"] = o.bucket_kib;
     agreed["context_parallel"] = o.context_parallel;
     agreed["data_characters"] = ds.train().size() + ds.val().size();
     agreed["vocabulary"] = tok.to_json();

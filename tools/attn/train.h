@@ -17,7 +17,9 @@
 //                      taken before that step's evaluation), history ([{step, train_loss,
 //                      val_loss}, ...])}; read by `attn train --resume`.
 // A resumed run repeats the evaluation of its first step (same weights, same generator state,
-// hence the same numbers) and then continues exactly as the uninterrupted run would have.
+// hence the same numbers) and then continues exactly as the uninterrupted run would have. (Under
+// mpirun, resuming with another global batch, N x --batch-size, is allowed: it continues the
+// same model and optimizer state on other batches, so that evaluation then differs.)
 //
 // Data parallel: `mpirun -np N attn train ...` trains one model on N ranks. --batch-size is per
 // rank; at every step all ranks draw the same N * batch-size offsets from the same generator and
