@@ -241,6 +241,97 @@ def irecv(tensor, src=None, group=None, tag=0):  # noqa: F811
     return _D.irecv(tensor, int(src), int(tag))
 
 
+def reduce(tensor, dst, op=ReduceOp.SUM, group=None, async_op=False):  # noqa: A001,F811
+    """torch.distributed.reduce: the reduction lands in rank dst's tensor (computed as an
+    all-reduce; the other ranks' tensors are left unchanged, which torch allows)."""
+    _check_initialized()
+    _check_group(group)
+    tmp = tensor.clone()
+    _D.all_reduce(tmp, op)
+    if _D.rank() == int(dst):
+        tensor.copy_(tmp)
+    return _done(async_op)
+
+
+def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):  # noqa: F811
+    """torch.distributed.gather: rank dst receives every rank's tensor in gather_list."""
+    _check_initialized()
+    _check_group(group)
+    gathered = _D.all_gather(tensor.contiguous())
+    if _D.rank() == int(dst):
+        if gather_list is None or len(gather_list) != _D.world_size():
+            raise ValueError("gather: rank {} (dst) needs a gather_list of {} tensors".format(
+                dst, _D.world_size()))
+        for i, t in enumerate(gather_list):
+            t.copy_(gathered[i])
+    return _done(async_op)
+
+
+def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):  # noqa: F811
+    """torch.distributed.scatter: rank i receives scatter_list[i] of rank src."""
+    from . import stack
+    _check_initialized()
+    _check_group(group)
+    n = _D.world_size()
+    if _D.rank() == int(src):
+        if scatter_list is None or len(scatter_list) != n:
+            raise ValueError("scatter: rank {} (src) needs a scatter_list of {} tensors".format(
+                src, n))
+        everything = stack([t.contiguous() for t in scatter_list])
+    else:
+        everything = _C.zeros([n] + list(tensor.shape), dtype=tensor.dtype)
+    everything = everything.contiguous()
+    _D.broadcast(everything, int(src))
+    tensor.copy_(everything[_D.rank()])
+    return _done(async_op)
+
+
+def _object_tensor(obj):
+    import pickle
+    import numpy as np
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).astype(np.int64)
+    return _C.from_numpy(data)
+
+
+def _tensor_object(t, length):
+    import pickle
+    import numpy as np
+    return pickle.loads(np.asarray(t.numpy()[:length], dtype=np.uint8).tobytes())
+
+
+def broadcast_object_list(object_list, src=0, group=None, device=None):  # noqa: F811
+    """torch.distributed.broadcast_object_list: rank src's picklable objects, in place on every
+    rank. As in torch, unpickling runs arbitrary code: use it only between trusted ranks."""
+    _check_initialized()
+    _check_group(group)
+    payload = _object_tensor(list(object_list)) if _D.rank() == int(src) else None
+    size = _C.tensor([payload.numel() if payload is not None else 0], dtype=_C.dtype.int64)
+    _D.broadcast(size, int(src))
+    n = int(size.item())
+    buf = payload if payload is not None else _C.zeros([n], dtype=_C.dtype.int64)
+    _D.broadcast(buf, int(src))
+    object_list[:] = _tensor_object(buf, n)
+
+
+def all_gather_object(object_list, obj, group=None):  # noqa: F811
+    """torch.distributed.all_gather_object: every rank's picklable object, on every rank (same
+    caveat about unpickling as broadcast_object_list)."""
+    _check_initialized()
+    _check_group(group)
+    n = _D.world_size()
+    if len(object_list) != n:
+        raise ValueError("all_gather_object: object_list has {} entries but the world has {} "
+                         "ranks".format(len(object_list), n))
+    mine = _object_tensor(obj)
+    sizes = _D.all_gather(_C.tensor([mine.numel()], dtype=_C.dtype.int64))
+    longest = max(int(sizes[i][0].item()) for i in range(n))
+    padded = _C.zeros([longest], dtype=_C.dtype.int64)
+    padded[:mine.numel()] = mine
+    gathered = _D.all_gather(padded)
+    for i in range(n):
+        object_list[i] = _tensor_object(gathered[i], int(sizes[i][0].item()))
+
+
 class _Done:
     def wait(self, timeout=None):
         return True

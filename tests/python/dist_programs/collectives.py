@@ -38,6 +38,25 @@ b = torch.full((2,), float(r))
 dist.broadcast(b, src=n - 1)
 assert b.tolist() == [float(n - 1)] * 2
 
+# reduce / gather / scatter and picklable objects
+t = torch.full((2,), float(r + 1))
+dist.reduce(t, dst=0)
+if r == 0:
+    assert t.tolist() == [float(n * (n + 1) // 2)] * 2, t
+lst = [torch.zeros(2) for _ in range(n)] if r == 0 else None
+dist.gather(torch.full((2,), float(r)), lst, dst=0)
+if r == 0:
+    assert [x.tolist() for x in lst] == [[float(k)] * 2 for k in range(n)]
+got = torch.zeros(3)
+dist.scatter(got, [torch.full((3,), 7.0 + k) for k in range(n)] if r == n - 1 else None, src=n - 1)
+assert got.tolist() == [7.0 + r] * 3, got
+objs = [{"lr": 1e-3, "name": "rank"}, None] if r == 0 else [None, None]
+dist.broadcast_object_list(objs, src=0)
+assert objs == [{"lr": 1e-3, "name": "rank"}, None], objs
+everyone = [None] * n
+dist.all_gather_object(everyone, {"rank": r, "text": "x" * r})
+assert everyone == [{"rank": k, "text": "x" * k} for k in range(n)], everyone
+
 # point to point round the ring, blocking and not
 send, got = torch.full((3,), float(r)), torch.zeros(3)
 req = dist.irecv(got, src=(r - 1) % n)
