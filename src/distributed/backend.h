@@ -25,6 +25,9 @@ struct Work::Impl {
   std::string what;
   double timeout_s = 300;
   double* wait_s = nullptr;  // where the time spent waiting is added (the stats)
+  // More ranks than cores on this machine: a waiting rank sleeps early to give its core to the
+  // rank it waits for, instead of polling.
+  bool oversubscribed = false;
   bool done = false;
 };
 
@@ -55,6 +58,7 @@ class CommBackend {
   virtual std::unique_ptr<Work::Impl> barrier() = 0;
 
   double timeout_s = 300;
+  bool oversubscribed = false;  // set by the Communicator from local_size() and the cores
   Communicator::Stats stats;
 };
 

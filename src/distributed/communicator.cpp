@@ -26,23 +26,28 @@ void wait_until_done(Work::Impl& w) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   const auto deadline = t0 + std::chrono::duration<double>(w.timeout_s);
-  // Spin briefly (a reply on loopback takes microseconds), then yield, then sleep, so a rank that
-  // waits long for a slower one does not take a core from it.
+  // Poll: MPI moves a large message only while someone calls into it, so a waiting rank keeps
+  // testing (yielding the core between tests, for oversubscribed ranks); only a wait that has
+  // already lasted 50 ms (a slower rank, not a transfer) sleeps between tests, 50 us at a time.
+  // With more ranks than cores, the rank being waited for needs this core: sleep at once.
+  auto now = t0;
   for (int64_t i = 0;; ++i) {
     if (w.test()) break;
-    if (i < 2000) continue;
-    if (i < 20000) {
+    if (i < 1000) continue;
+    if ((i & 255) == 0) now = Clock::now();
+    if (!w.oversubscribed && now - t0 < std::chrono::milliseconds(50)) {
       std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-      if (Clock::now() > deadline) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%.0f", w.timeout_s);
-        abort_job(w.what + " timed out after " + buf +
-                      " s: another rank is not responding (it died, hangs, or called a different "
-                      "collective); set ATTN_DIST_TIMEOUT to wait longer",
-                  1);
-      }
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    now = Clock::now();
+    if (now > deadline) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.0f", w.timeout_s);
+      abort_job(w.what + " timed out after " + buf +
+                    " s: another rank is not responding (it died, hangs, or called a different "
+                    "collective); set ATTN_DIST_TIMEOUT to wait longer",
+                1);
     }
   }
   if (w.wait_s) *w.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -175,6 +180,8 @@ void init(const InitOptions& options) {
   const double timeout = timeout_from(options);
   auto backend = detail::make_world_backend(timeout);
   backend->timeout_s = timeout;
+  backend->oversubscribed =
+      backend->local_size() > int(std::max(1u, std::thread::hardware_concurrency()));
   world_comm = std::make_unique<Communicator>(std::move(backend));
 }
 
@@ -230,6 +237,7 @@ Work make_work(detail::CommBackend& b, std::unique_ptr<Work::Impl> w, std::strin
   w->what = std::move(what);
   w->timeout_s = b.timeout_s;
   w->wait_s = &b.stats.wait_s;
+  w->oversubscribed = b.oversubscribed;
   if (then) w->then = std::move(then);
   b.stats.bytes += bytes;
   b.stats.calls += 1;
