@@ -39,14 +39,17 @@ MODELS = {
 
 
 def cpu_model():
+    """"model name (family F model M)" from /proc/cpuinfo (ratios move with the CPU)."""
+    info = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
     except OSError:
-        pass
-    return platform.processor()
+        return platform.processor()
+    return "{} (family {} model {})".format(info.get("model name", "?"), info.get("cpu family", "?"),
+                                            info.get("model", "?"))
 
 
 def sh(cmd, timeout=1800, env=None):
