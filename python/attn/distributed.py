@@ -7,10 +7,13 @@ transport for CPU tensors; "nccl" needs CUDA tensors, which attn does not have y
 
 Collectives are not recorded by autograd, as in torch. Every wait has a deadline (``timeout``
 of init_process_group, else ATTN_DIST_TIMEOUT, else 300 s): a rank that dies or hangs ends the
-job instead of hanging it. Ranks whose tensors differ in shape or dtype get a ValueError that
+job instead of hanging it. After init_process_group, an exception that no code catches on one
+rank prints its traceback and ends every rank at once (the others would otherwise wait for it
+until the deadline). Ranks whose tensors differ in shape or dtype get a ValueError that
 names both, on every rank.
 """
 import datetime as _datetime
+import sys as _sys
 import types as _types
 
 from . import _C
@@ -116,6 +119,22 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
                          f"{_D.rank()}")
     _state["initialized"] = True
     _state["backend"] = "mpi"
+    _install_excepthook()
+
+
+def _install_excepthook():
+    previous = _sys.excepthook
+    if getattr(previous, "_attn_distributed", False):
+        return
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        if _state["initialized"] and _D.world_size() > 1:
+            _sys.stderr.flush()
+            _D.abort_job("uncaught {} on this rank: stopping every rank".format(kind.__name__), 1)
+
+    hook._attn_distributed = True
+    _sys.excepthook = hook
 
 
 def destroy_process_group(group_=None):

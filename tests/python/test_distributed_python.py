@@ -63,3 +63,27 @@ def test_without_mpirun_a_program_is_rank_0_of_1():
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "rank 0 ok"
+
+
+def test_an_uncaught_exception_on_one_rank_ends_every_rank_at_once(tmp_path):
+    prog = tmp_path / "fails.py"
+    prog.write_text(
+        "import time\n"
+        "import attn as torch\n"
+        "import attn.distributed as dist\n"
+        "dist.init_process_group('mpi')\n"
+        "if dist.get_rank() == 1:\n"
+        "    raise KeyError('rank one cannot go on')\n"
+        "dist.all_reduce(torch.ones(2))  # rank 0 waits here for rank 1\n"
+        "print('unreachable')\n")
+    env = dict(os.environ, PYTHONPATH=ATTN_PATH, ATTN_DIST_TIMEOUT="60", ATTN_MPIRUN_TIMEOUT="90")
+    import time
+    t0 = time.monotonic()
+    p = subprocess.run([MPIRUN, "2", sys.executable, str(prog)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    elapsed = time.monotonic() - t0
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "unreachable" not in out, out
+    assert "KeyError: 'rank one cannot go on'" in out, out
+    assert "attn: rank 1/2: uncaught KeyError on this rank: stopping every rank" in out, out
+    assert elapsed < 30, "the job took {:.1f} s to end (the deadline is 60 s)".format(elapsed)
