@@ -6,7 +6,9 @@ Run with the built module on the path:
 Every test starts from the default print options and grad mode, and leaves them that way, so that
 tests can run in any order (and the generator is re-seeded by the tests that use it).
 """
+import json
 import os
+import struct
 import sys
 
 import numpy as np
@@ -79,3 +81,22 @@ def assert_same_bits(ours, theirs, what=""):
         raise AssertionError("{}: {} of {} elements differ from torch's bits; first at flat index "
                              "{}: {!r} vs torch {!r}".format(what, diff.size, ba.size, i,
                                                               a.reshape(-1)[i], b.reshape(-1)[i]))
+
+
+def read_safetensors(path):
+    """{name: array}, metadata: the safetensors format read with json + numpy (8-byte little-endian
+    header length, JSON header of dtype/shape/data_offsets, then the data), independently of attn's
+    own reader."""
+    raw = open(path, "rb").read()
+    assert len(raw) >= 8, "{}: {} bytes, not a safetensors file".format(path, len(raw))
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    data = raw[8 + n:]
+    dtypes = {"F32": np.float32, "I64": np.int64, "BOOL": np.bool_}
+    out = {}
+    for name, e in header.items():
+        b, end = e["data_offsets"]
+        assert 0 <= b <= end <= len(data), "{}: {} lies outside the file".format(path, name)
+        out[name] = np.frombuffer(data[b:end], dtype=dtypes[e["dtype"]]).reshape(e["shape"])
+    return out, meta

@@ -3,31 +3,17 @@ safetensors spec with json + numpy (the safetensors package is not in Debian 12)
 torch model, which computes the same logits as attn's GPT with those weights."""
 import json
 import os
-import struct
 import subprocess
 
 import numpy as np
 import torch
 
 import attn
+from conftest import read_safetensors
 from test_gpt_vs_torch import TorchGPT
 
 BUILD = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(attn.__file__))))
 CLI = os.environ.get("ATTN_CLI", os.path.join(BUILD, "attn"))
-
-
-def read_safetensors(path):
-    raw = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    data = raw[8 + n:]
-    dtypes = {"F32": np.float32, "I64": np.int64, "BOOL": np.bool_}
-    out = {}
-    for name, e in header.items():
-        b, end = e["data_offsets"]
-        out[name] = np.frombuffer(data[b:end], dtype=dtypes[e["dtype"]]).reshape(e["shape"])
-    return out, meta
 
 
 def test_model_safetensors_loads_into_torch(tmp_path):

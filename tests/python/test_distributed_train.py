@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import time
 
@@ -26,6 +25,7 @@ import numpy as np
 import pytest
 
 import attn
+from conftest import read_safetensors
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(attn.__file__))))
@@ -123,24 +123,6 @@ def done_line(stdout):
     m = DONE_RE.match(last)
     assert m, "the last line is not `done: ...`: {!r}".format(last)
     return int(m.group(1)), float(m.group(2)), float(m.group(3))
-
-
-def read_safetensors(path):
-    """{name: array}, metadata: the safetensors format read with json + numpy (8-byte little-endian
-    header length, JSON header of dtype/shape/data_offsets, then the data)."""
-    raw = open(path, "rb").read()
-    assert len(raw) >= 8, "{}: {} bytes, not a safetensors file".format(path, len(raw))
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    data = raw[8 + n:]
-    dtypes = {"F32": np.float32, "I64": np.int64, "BOOL": np.bool_}
-    out = {}
-    for name, e in header.items():
-        b, end = e["data_offsets"]
-        assert 0 <= b <= end <= len(data), "{}: {} lies outside the file".format(path, name)
-        out[name] = np.frombuffer(data[b:end], dtype=dtypes[e["dtype"]]).reshape(e["shape"])
-    return out, meta
 
 
 def assert_same_losses(got, want, what):
