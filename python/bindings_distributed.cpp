@@ -107,18 +107,20 @@ void bind_distributed(py::module_& parent) {
       "ring_attention",
       [](const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, dist::Sharding sharding,
          std::optional<double> scale, bool enable_gqa,
-         const std::optional<Tensor>& key_padding_mask) {
+         const std::optional<Tensor>& key_padding_mask, const std::optional<Tensor>& attn_mask) {
         dist::RingOptions o;
         o.is_causal = is_causal;
         o.sharding = sharding;
         o.scale = scale;
         o.enable_gqa = enable_gqa;
         if (key_padding_mask) o.key_padding_mask = *key_padding_mask;
+        if (attn_mask) o.attn_mask = *attn_mask;
         return dist::ring_attention(q, k, v, o, dist::world());
       },
       py::arg("query"), py::arg("key"), py::arg("value"), py::arg("is_causal") = false,
       py::arg("sharding") = dist::Sharding::Zigzag, py::arg("scale") = py::none(),
-      py::arg("enable_gqa") = false, py::arg("key_padding_mask") = py::none(), release());
+      py::arg("enable_gqa") = false, py::arg("key_padding_mask") = py::none(),
+      py::arg("attn_mask") = py::none(), release());
   m.def(
       "shard_sequence",
       [](const Tensor& x, int64_t dim, int rank, int world, dist::Sharding s) {

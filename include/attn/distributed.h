@@ -256,6 +256,14 @@ struct RingOptions {
   // Optional bool (B, L_k_local) key padding mask of this rank's keys (true = ignore); it travels
   // round the ring with its keys.
   Tensor key_padding_mask;
+  // Optional bool or float32 mask of THIS rank's query rows against the WHOLE key sequence,
+  // broadcastable to (B, H, L_local, L) with L = P * L_local: its query (second-to-last) dim in
+  // this rank's local order (the rows of q as this rank holds them, e.g. shard_sequence of a full
+  // (L, L) mask along dim -2), its key (last) dim in global order (positions 0 .. L-1). Meaning as
+  // SdpaOptions::attn_mask (bool: true = may attend; float: added to the scaled scores); combined
+  // with is_causal and key_padding_mask (a key must pass all that are given). It stays on its
+  // rank (each block of keys uses its columns) and gets no gradient.
+  Tensor attn_mask;
 };
 
 // Context-parallel attention (Liu et al., "Ring Attention with Blockwise Transformers", 2023;
@@ -266,8 +274,9 @@ struct RingOptions {
 // blocks travel round the ring (the next block is in flight while the fused kernel runs on the
 // current one); partial outputs merge through their log-sum-exp. Differentiable: the backward
 // sends the key/value blocks round again with their gradients, which arrive back at their owner.
-// Every rank of `comm` must call it with the same shapes and options. Dropout, attention masks
-// and sliding windows are not supported here (attn::Error).
+// Every rank of `comm` must call it with the same shapes and options (attn_mask included). Masks
+// where they shard: key_padding_mask travels with its keys, attn_mask stays with its queries.
+// Dropout and sliding windows are not supported here.
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                       const RingOptions& options = {}, Communicator comm = world());
 

@@ -21,6 +21,13 @@
 // chunk before the query chunk (full attention), the same chunk (square causal, top-left), after it
 // (skipped: every score is masked).
 //
+// Masks where they shard. A key padding mask belongs to the keys: it travels round the ring with
+// its block. An attention mask (this rank's query rows against the whole key sequence, key columns
+// in global order) belongs to the queries: it stays on its rank, and each (query chunk, key chunk)
+// pair takes its rows by the query chunk's place in the shard and its columns by the key chunk's
+// global positions (chunk index * chunk length). On a causal diagonal pair, where the fused kernel
+// cannot take both is_causal and a mask, the pair's mask is combined with the lower triangle.
+//
 // The backward is FlashAttention-2's backward (Dao, "FlashAttention-2", 2023, Algorithm 2) done
 // block by block: given the GLOBAL out and lse of a query row, the gradient contributions of one
 // key block are exact on their own (P_ij = exp(s_ij - lse_i), D_i = rowsum(dout_i * out_i)), and
@@ -104,10 +111,29 @@ struct Config {
   int64_t L_local = 0;
 };
 
-// The options of the fused kernel for one pair; the key padding mask is the pair's key chunk.
-SdpaOptions pair_options(const Config& c, Pair kind, const Tensor& kpm, const Chunk& kc) {
+// The attention mask of one pair: `mask` (4 dims, broadcastable to (B, H, L_local, L)) narrowed
+// to the query chunk's rows (local positions) and the key chunk's columns (global positions);
+// dims of size 1 broadcast and stay. On a causal diagonal pair the lower triangle (top-left on the
+// square block) is folded in: AND for a bool mask, -inf above the diagonal for a float one.
+Tensor pair_mask(const Tensor& mask, Pair kind, const Chunk& qc, const Chunk& kc) {
+  Tensor m = mask;
+  if (m.size(2) != 1) m = m.narrow(2, qc.start, qc.len);
+  if (m.size(3) != 1) m = m.narrow(3, kc.index * kc.len, kc.len);
+  if (kind != Pair::Causal) return m;
+  const Tensor tri = causal_mask(qc.len, kc.len);
+  if (m.dtype() == Dtype::Bool) return m & tri;
+  return m.masked_fill(~tri, -std::numeric_limits<double>::infinity());
+}
+
+// The options of the fused kernel for one pair; the key padding mask is the pair's key chunk, the
+// attention mask (this rank's, undefined when none) is cut by pair_mask.
+SdpaOptions pair_options(const Config& c, Pair kind, const Tensor& kpm, const Tensor& attn_mask,
+                         const Chunk& qc, const Chunk& kc) {
   SdpaOptions o;
-  o.is_causal = kind == Pair::Causal;  // top-left on a square (len x len) block
+  if (attn_mask.defined())
+    o.attn_mask = pair_mask(attn_mask, kind, qc, kc);
+  else
+    o.is_causal = kind == Pair::Causal;  // top-left on a square (len x len) block
   o.scale = c.scale;
   o.enable_gqa = c.enable_gqa;
   if (kpm.defined()) o.key_padding_mask = kpm.narrow(1, kc.start, kc.len);
@@ -199,8 +225,8 @@ void wait_all(std::vector<Work>& works) {
 
 // The forward pass: out (B, H, L_local, D_v) and lse (B, H, L_local) of this rank's queries
 // against the whole sequence.
-std::pair<Tensor, Tensor> ring_forward(const Tensor& q, const Block& own, const Config& c,
-                                       Communicator& comm) {
+std::pair<Tensor, Tensor> ring_forward(const Tensor& q, const Block& own, const Tensor& attn_mask,
+                                       const Config& c, Communicator& comm) {
   const int P = c.world;
   const int64_t B = q.size(0), H = q.size(1), L = c.L_local, Dv = own.v.size(3);
   Tensor out = zeros({B, H, L, Dv});
@@ -222,7 +248,7 @@ std::pair<Tensor, Tensor> ring_forward(const Tensor& q, const Block& own, const 
         if (kind == Pair::Skip) continue;
         const SdpaForwardResult r = scaled_dot_product_attention_forward(
             q.narrow(2, qc.start, qc.len), cur.k.narrow(2, kc.start, kc.len),
-            cur.v.narrow(2, kc.start, kc.len), pair_options(c, kind, cur.mask, kc));
+            cur.v.narrow(2, kc.start, kc.len), pair_options(c, kind, cur.mask, attn_mask, qc, kc));
         merge(out, lse, r.out, r.lse, qc.start);
         progress(works);
       }
@@ -235,8 +261,8 @@ std::pair<Tensor, Tensor> ring_forward(const Tensor& q, const Block& own, const 
 // The backward pass: dq of this rank's queries, and dk, dv of this rank's keys and values (summed
 // over every rank's queries).
 std::vector<Tensor> ring_backward(const Tensor& dout, const Tensor& q, const Block& own,
-                                  const Tensor& out, const Tensor& lse, const Config& c,
-                                  Communicator& comm) {
+                                  const Tensor& attn_mask, const Tensor& out, const Tensor& lse,
+                                  const Config& c, Communicator& comm) {
   const int P = c.world, next_rank = (c.rank + 1) % P, prev_rank = (c.rank - 1 + P) % P;
   const int64_t L = c.L_local;
   const std::vector<Chunk> q_chunks = chunks_of(c.rank, P, L, c.sharding);
@@ -263,7 +289,7 @@ std::vector<Tensor> ring_backward(const Tensor& dout, const Tensor& q, const Blo
         auto [dq_p, dk_p, dv_p] = scaled_dot_product_attention_backward(
             dout.narrow(2, qc.start, qc.len), q.narrow(2, qc.start, qc.len),
             cur.k.narrow(2, kc.start, kc.len), cur.v.narrow(2, kc.start, kc.len), f,
-            pair_options(c, kind, cur.mask, kc));
+            pair_options(c, kind, cur.mask, attn_mask, qc, kc));
         dq.narrow(2, qc.start, qc.len).add_(dq_p);
         dk.narrow(2, kc.start, kc.len).add_(dk_p);
         dv.narrow(2, kc.start, kc.len).add_(dv_p);
@@ -348,6 +374,21 @@ void validate(const Tensor& q, const Tensor& k, const Tensor& v, const RingOptio
       fail(fn, "key_padding_mask ", shape_str(m.shape()), " should be (", q.size(0), ", ", L,
            ") (batch, L_local) for ", shapes);
   }
+  if (o.attn_mask.defined()) {
+    const Tensor& m = o.attn_mask;
+    const Shape target{q.size(0), H, L, int64_t(world) * L};
+    if (m.dtype() != Dtype::Bool && m.dtype() != Dtype::Float32)
+      fail(fn, "attn_mask must be bool (true = may attend) or float32 (added to the scores), got ",
+           desc(m));
+    bool ok = m.dim() <= 4;
+    for (int64_t i = 1; ok && i <= m.dim(); ++i)
+      ok = m.size(-i) == 1 || m.size(-i) == target[std::size_t(4 - i)];
+    if (!ok)
+      fail(fn, "attn_mask ", shape_str(m.shape()), " does not broadcast to ", shape_str(target),
+           " (B, H, L_local, L): this rank's ", L, " query rows against all ", world * L,
+           " keys of the sequence (", world, " ranks x L_local ", L,
+           ", key columns in global order), for ", shapes);
+  }
 }
 
 }  // namespace
@@ -424,10 +465,10 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const R
   if (P > 1) {
     std::ostringstream sig;
     sig << "q " << desc(q) << ", k " << desc(k) << ", v " << desc(v) << ", key_padding_mask "
-        << desc(options.key_padding_mask) << ", is_causal " << options.is_causal << ", sharding "
-        << sharding_name(options.sharding) << ", scale "
-        << (options.scale ? std::to_string(*options.scale) : "default") << ", enable_gqa "
-        << options.enable_gqa;
+        << desc(options.key_padding_mask) << ", attn_mask " << desc(options.attn_mask)
+        << ", is_causal " << options.is_causal << ", sharding " << sharding_name(options.sharding)
+        << ", scale " << (options.scale ? std::to_string(*options.scale) : "default")
+        << ", enable_gqa " << options.enable_gqa;
     comm.check_same("ring_attention inputs", sig.str());
   }
   validate(q, k, v, options, P, fn);
@@ -442,22 +483,28 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const R
 
   const Tensor& mask = options.key_padding_mask;
   const Block own = make_block(k, v, mask);
+  // The attention mask with 4 dims (leading 1s), detached: it gets no gradient.
+  Tensor attn_mask;
+  if (options.attn_mask.defined()) {
+    attn_mask = options.attn_mask.detach();
+    while (attn_mask.dim() < 4) attn_mask = attn_mask.unsqueeze(0);
+  }
   Tensor out, lse;
   {
     NoGradGuard no_grad;  // the node below differentiates the whole ring
-    std::tie(out, lse) = ring_forward(q.detach(), own, c, comm);
+    std::tie(out, lse) = ring_forward(q.detach(), own, attn_mask, c, comm);
   }
   return attn::detail::record(
       out, "RingAttentionBackward0", {&q, &k, &v},
       [c, comm](const Node& n, const Tensor& g) mutable {
         const Block own = make_block(n.saved_tensor(1), n.saved_tensor(2), n.saved_tensor(3));
-        auto grads =
-            ring_backward(g, n.saved_tensor(0), own, n.saved_tensor(4), n.saved_tensor(5), c, comm);
+        auto grads = ring_backward(g, n.saved_tensor(0), own, n.saved_tensor(6), n.saved_tensor(4),
+                                   n.saved_tensor(5), c, comm);
         for (std::size_t i = 0; i < grads.size(); ++i)
           if (!n.needs_input_grad(i)) grads[i] = Tensor();
         return grads;
       },
-      {q, k, v, own.mask, out, lse});
+      {q, k, v, own.mask, out, lse, attn_mask});
 }
 
 }  // namespace attn::distributed

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -153,11 +154,23 @@ enum class Pad {
   All,   // as Some, and every key of the last batch: that batch's output and gradients are zero
 };
 
+// An attention mask over the full (L, L) problem: random masked entries (about 25%) and one
+// query row masked against every key (per mask matrix); Float also adds random values in [-1, 1)
+// to the scores it keeps. Each rank passes its query rows of it, with every key column.
+enum class Mask { None, Float, Bool };
+enum class MaskShape {
+  Rows,   // (L, L): shared by batches and heads
+  Batch,  // (B, 1, L, L)
+  Heads,  // (1, H, L, L)
+};
+
 struct Case {
   Sharding sharding = Sharding::Zigzag;
   bool causal = false;
   int64_t B = 1, H = 2, H_kv = 2, L_local = 6, D = 8, D_v = 8;  // L = P * L_local
   Pad pad = Pad::None;
+  Mask mask = Mask::None;
+  MaskShape mask_shape = MaskShape::Rows;
   bool strided = false;  // q, k, v are (B, L, H, D) tensors seen as (B, H, L, D): not contiguous
   std::optional<double> scale;
 
@@ -169,6 +182,12 @@ struct Case {
     if (D_v != D) os << "_Dv" << D_v;
     if (pad == Pad::Some) os << "_Pad";
     if (pad == Pad::All) os << "_PadAll";
+    if (mask != Mask::None) {
+      os << (mask == Mask::Float ? "_FloatMask" : "_BoolMask");
+      os << (mask_shape == MaskShape::Rows    ? "LL"
+             : mask_shape == MaskShape::Batch ? "B1LL"
+                                              : "1HLL");
+    }
     if (strided) os << "_Strided";
     if (scale) os << "_Scale" << int(std::lround(*scale * 100));
     return os.str();
@@ -181,6 +200,7 @@ struct Inputs {
   Tensor q, k, v;     // (B, H, L, D) views of them
   Tensor dout;        // (B, H, L, D_v)
   Tensor pad;         // bool (B, L), or undefined
+  Tensor mask;        // bool or float (L, L), (B, 1, L, L) or (1, H, L, L), or undefined
 };
 
 Inputs make_inputs(const Case& c, int64_t L) {
@@ -202,6 +222,25 @@ Inputs make_inputs(const Case& c, int64_t L) {
       for (int64_t j = 0; j < L; ++j)
         pp[b * L + j] = pu[b * L + j] < 0.3f || j < 2 || (c.pad == Pad::All && b == c.B - 1);
   }
+  if (c.mask != Mask::None) {
+    const Shape shape = c.mask_shape == MaskShape::Rows    ? Shape{L, L}
+                        : c.mask_shape == MaskShape::Batch ? Shape{c.B, 1, L, L}
+                                                           : Shape{1, c.H, L, L};
+    const Tensor u = attn::rand(shape, &gen), w = attn::rand(shape, &gen);
+    const float* pu = u.data_ptr<float>();
+    const float* pw = w.data_ptr<float>();
+    const bool is_bool = c.mask == Mask::Bool;
+    in.mask = attn::empty(shape, is_bool ? attn::Dtype::Bool : attn::Dtype::Float32);
+    for (int64_t e = 0, n = u.numel(); e < n; ++e) {
+      const int64_t m = e / std::max<int64_t>(L * L, 1), i = (e / std::max<int64_t>(L, 1)) % L;
+      const bool masked = pu[e] < 0.25f || i == (L / 2 + 3 * m) % L;  // one dead row per matrix
+      if (is_bool)
+        in.mask.data_ptr<bool>()[e] = !masked;
+      else
+        in.mask.data_ptr<float>()[e] =
+            masked ? -std::numeric_limits<float>::infinity() : 2 * pw[e] - 1;
+    }
+  }
   return in;
 }
 
@@ -222,6 +261,17 @@ TEST_P(RingAttentionTable, MatchesSingleProcess) {
   so.scale = c.scale;
   so.enable_gqa = c.H != c.H_kv;
   so.key_padding_mask = in.pad;
+  if (in.mask.defined()) {
+    // SdpaOptions refuses is_causal with attn_mask: the reference folds causal into the mask.
+    so.attn_mask = in.mask;
+    if (c.causal) {
+      const Tensor tri = attn::causal_mask(L, L);
+      so.attn_mask = in.mask.dtype() == attn::Dtype::Bool
+                         ? in.mask & tri
+                         : in.mask.masked_fill(~tri, -std::numeric_limits<double>::infinity());
+      so.is_causal = false;
+    }
+  }
   Tensor ref = attn::scaled_dot_product_attention(qf, kf, vf, so);
   ref.backward(in.dout);
 
@@ -239,6 +289,8 @@ TEST_P(RingAttentionTable, MatchesSingleProcess) {
   ro.scale = c.scale;
   ro.enable_gqa = c.H != c.H_kv;
   if (in.pad.defined()) ro.key_padding_mask = shard_sequence(in.pad, 1, r, P, c.sharding);
+  // This rank's query rows, every key column in global order.
+  if (in.mask.defined()) ro.attn_mask = shard_sequence(in.mask, -2, r, P, c.sharding);
   Tensor out = attn::distributed::ring_attention(heads_first(ql), heads_first(kl), heads_first(vl),
                                                  ro, comm);
   ASSERT_EQ(out.shape(), (Shape{c.B, c.H, c.L_local, c.D_v}));
@@ -300,6 +352,17 @@ std::vector<Case> table() {
         c.B = 2, c.pad = pad;
         cs.push_back(c);
       }
+  // Attention masks (this rank's rows, global key columns): additive float and bool, shared or
+  // per batch, with causal masking and key padding folded in.
+  for (Mask mask : {Mask::Float, Mask::Bool})
+    for (MaskShape shape : {MaskShape::Rows, MaskShape::Batch})
+      for (Sharding s : {C, Z})
+        for (bool causal : {false, true})
+          for (Pad pad : {Pad::None, Pad::Some}) {
+            Case c = mk(s, causal, 6);
+            c.B = 2, c.pad = pad, c.mask = mask, c.mask_shape = shape;
+            cs.push_back(c);
+          }
   // Strided inputs and an explicit scale.
   for (Sharding s : {C, Z}) {
     Case c = mk(s, true, 4);
@@ -312,6 +375,11 @@ std::vector<Case> table() {
     c.B = 2, c.H = 4, c.H_kv = 2, c.D = 32, c.D_v = 24, c.pad = Pad::Some, c.strided = true;
     cs.push_back(c);
     c.sharding = C, c.causal = false, c.L_local = 66;
+    cs.push_back(c);
+    // With a per-head float mask (GQA: H query heads, H_kv key/value heads) and a bool one.
+    c.mask = Mask::Float, c.mask_shape = MaskShape::Heads, c.L_local = 34;
+    cs.push_back(c);
+    c.sharding = Z, c.causal = true, c.mask = Mask::Bool, c.mask_shape = MaskShape::Batch;
     cs.push_back(c);
   }
   return cs;
@@ -444,11 +512,78 @@ TEST(RingAttention, BadInputThrowsOnEveryRank) {
     o.key_padding_mask = attn::zeros({2, 5}, attn::Dtype::Bool);
     expect_error(error_of([&] { ring_attention(q, k, v, o); }), "key_padding_mask (2, 5)");
   }
+  {
+    // attn_mask: (B, H, L_local, P * L_local) = (2, 4, 6, 6P) with its broadcasts.
+    const int64_t L = 6 * world().size();
+    const std::string target = "does not broadcast to (2, 4, 6, " + std::to_string(L) + ")";
+    RingOptions o;
+    o.attn_mask = attn::zeros({6, L}).long_();
+    expect_error(error_of([&] { ring_attention(q, k, v, o); }), "attn_mask must be bool");
+    auto bad_shape = [&](Shape s) {
+      o.attn_mask = attn::zeros(s, attn::Dtype::Bool);
+      const std::string message = error_of([&] { ring_attention(q, k, v, o); });
+      expect_error(message, "attn_mask " + attn::shape_str(s));
+      expect_error(message, target);
+    };
+    bad_shape({6, L + 1});       // key dim: not the global length
+    bad_shape({12, L});          // query dim: not this rank's L_local
+    bad_shape({3, 1, 6, L});     // batch
+    bad_shape({2, 3, 6, L});     // heads
+    bad_shape({1, 2, 4, 6, L});  // more dims than (B, H, L_local, L)
+    // Broadcastable shapes are accepted.
+    for (Shape s : {Shape{L}, Shape{1, L}, Shape{6, 1}, Shape{2, 1, 1, L}, Shape{1, 4, 6, L}}) {
+      o.attn_mask = attn::ones(s, attn::Dtype::Bool);
+      EXPECT_EQ(ring_attention(q, k, v, o).shape(), (Shape{2, 4, 6, 8})) << attn::shape_str(s);
+    }
+  }
   // The ring still works afterwards.
   RingOptions o;
   o.sharding = Sharding::Contiguous;
   EXPECT_EQ(ring_attention(t({1, 1, 3, 4}), t({1, 1, 3, 4}), t({1, 1, 3, 4}), o).shape(),
             (Shape{1, 1, 3, 4}));
+}
+
+// The attention mask is a constant of the ring: a float mask that requires grad gets none, and
+// broadcast masks ((L), (L_local, 1), ...) mean what they mean to scaled_dot_product_attention.
+TEST(RingAttention, AttnMaskBroadcastsAndGetsNoGradient) {
+  Communicator& comm = world();
+  const int P = comm.size(), r = comm.rank();
+  const Sharding s = Sharding::Zigzag;
+  const int64_t L = 4 * P;
+  Generator gen(23);
+  Tensor q = attn::randn({2, 2, L, 4}, &gen), k = attn::randn({2, 2, L, 4}, &gen),
+         v = attn::randn({2, 2, L, 4}, &gen);
+  // (L): one additive bias per key; (L, 1): per query row (rows L/2 see nothing).
+  Tensor key_bias = attn::randn({L}, &gen);
+  Tensor row_mask = attn::ones({L, 1}, attn::Dtype::Bool);
+  row_mask.data_ptr<bool>()[L / 2] = false;
+  for (const Tensor& full : {key_bias, row_mask})
+    for (bool causal : {false, true}) {
+      Tensor qf = q.detach().requires_grad_();
+      attn::SdpaOptions so;
+      so.attn_mask = full;
+      if (causal) {
+        const Tensor tri = attn::causal_mask(L, L);
+        so.attn_mask = full.dtype() == attn::Dtype::Bool
+                           ? full & tri
+                           : full.masked_fill(~tri, -std::numeric_limits<double>::infinity());
+      }
+      attn::scaled_dot_product_attention(qf, k, v, so).sum().backward();
+
+      Tensor ql = shard_sequence(q, 2, r, P, s).detach().requires_grad_();
+      RingOptions ro;
+      ro.is_causal = causal, ro.sharding = s;
+      ro.attn_mask = full.dim() == 2 ? shard_sequence(full, 0, r, P, s) : full;
+      if (ro.attn_mask.dtype() == attn::Dtype::Float32)
+        ro.attn_mask = ro.attn_mask.detach().requires_grad_();
+      Tensor out = attn::distributed::ring_attention(ql, shard_sequence(k, 2, r, P, s),
+                                                     shard_sequence(v, 2, r, P, s), ro);
+      out.sum().backward();
+      const std::string what =
+          std::string(full.dim() == 1 ? "(L)" : "(L, 1)") + (causal ? " causal" : "");
+      expect_close(ql.grad(), shard_sequence(qf.grad(), 2, r, P, s), "dq " + what);
+      EXPECT_FALSE(ro.attn_mask.grad().defined()) << what;
+    }
 }
 
 // Ranks that pass different shapes get an error on every rank, not a hang.
@@ -461,6 +596,15 @@ TEST(RingAttention, RanksThatDisagreeThrowEverywhere) {
       error_of([&] { attn::distributed::ring_attention(x, x, x, {}, comm); });
   EXPECT_NE(message.find("ring_attention"), std::string::npos) << message;
   EXPECT_NE(message.find("differs across ranks"), std::string::npos) << message;
+  // The attention mask is part of the agreement: rank 0 passes a bool mask, the others a float.
+  Tensor y = attn::zeros({1, 1, 4, 4});
+  RingOptions o;
+  o.attn_mask = comm.rank() == 0 ? attn::ones({4, 4 * comm.size()}, attn::Dtype::Bool)
+                                 : attn::zeros({4, 4 * comm.size()});
+  const std::string mask_message =
+      error_of([&] { attn::distributed::ring_attention(y, y, y, o, comm); });
+  EXPECT_NE(mask_message.find("differs across ranks"), std::string::npos) << mask_message;
+  EXPECT_NE(mask_message.find("attn_mask"), std::string::npos) << mask_message;
 }
 
 }  // namespace

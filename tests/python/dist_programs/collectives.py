@@ -85,6 +85,13 @@ mine = dist.ring_attention(*(dist.shard_sequence(x, 2, r, n, Z) for x in (q, k, 
                            is_causal=True, sharding=Z, enable_gqa=True)
 want = dist.shard_sequence(full, 2, r, n, Z)
 assert (mine - want).abs().max().item() < 1e-5
+# with an additive mask: this rank's query rows against every key, in global key order
+bias = torch.randn(8 * n, 8 * n, generator=g)
+full = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True)
+mine = dist.ring_attention(*(dist.shard_sequence(x, 2, r, n, Z) for x in (q, k, v)),
+                           sharding=Z, enable_gqa=True,
+                           attn_mask=dist.shard_sequence(bias, 0, r, n, Z))
+assert (mine - dist.shard_sequence(full, 2, r, n, Z)).abs().max().item() < 1e-5
 
 dist.destroy_process_group()
 print(f"rank {r} ok")
