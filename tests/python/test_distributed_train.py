@@ -38,6 +38,9 @@ LOSS_TOL = 2e-4      # absolute, on every evaluated loss
 WEIGHT_RTOL = 1e-4   # relative to the tensor's largest magnitude (fp32 reduction order, 30 steps)
 
 pytestmark = [
+    pytest.mark.skipif(not attn.distributed.is_mpi_available(),
+                       reason="attn was built without MPI (ATTN_MPI=OFF or OpenMPI missing): every "
+                              "process is a world of one"),
     pytest.mark.skipif(shutil.which("mpirun") is None,
                        reason="mpirun is not on PATH (install Open MPI: apt-get install "
                               "openmpi-bin) - the distributed training tests need it"),
