@@ -11,6 +11,8 @@ namespace dist = attn::distributed;
 
 void bind_distributed(py::module_& parent) {
   py::module_ m = parent.def_submodule("distributed", "attn::distributed (MPI)");
+  // Registered after attn::Error (ValueError), so it takes precedence for its subclass.
+  py::register_exception<dist::DistributedError>(m, "DistributedError", PyExc_RuntimeError);
   using release = py::call_guard<py::gil_scoped_release>;
 
   py::enum_<dist::ReduceOp>(m, "ReduceOp")

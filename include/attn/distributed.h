@@ -31,6 +31,13 @@
 
 namespace attn::distributed {
 
+// A failure between ranks rather than a bad argument: ranks that disagree (shapes, settings), or
+// the transport reporting an error. Python sees RuntimeError, as torch.distributed raises.
+class DistributedError : public Error {
+ public:
+  explicit DistributedError(const std::string& what) : Error(what) {}
+};
+
 // torch.distributed.ReduceOp. Avg divides the sum by the world size (float32 only).
 enum class ReduceOp { Sum, Avg, Max, Min };
 

@@ -7,10 +7,11 @@ transport for CPU tensors; "nccl" needs CUDA tensors, which attn does not have y
 
 Collectives are not recorded by autograd, as in torch. Every wait has a deadline (``timeout``
 of init_process_group, else ATTN_DIST_TIMEOUT, else 300 s): a rank that dies or hangs ends the
-job instead of hanging it. After init_process_group, an exception that no code catches on one
-rank prints its traceback and ends every rank at once (the others would otherwise wait for it
-until the deadline). Ranks whose tensors differ in shape or dtype get a ValueError that
-names both, on every rank.
+job instead of hanging it. Ranks whose tensors differ in shape or dtype get a RuntimeError that
+names both, on every rank (as do transport failures, as in torch.distributed); bad arguments
+raise ValueError. After init_process_group, an exception that no code catches on one rank prints
+its traceback and ends every rank at once (the others would otherwise wait for it until the
+deadline).
 """
 import datetime as _datetime
 import sys as _sys

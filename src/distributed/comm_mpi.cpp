@@ -27,7 +27,8 @@ void check(int rc, const char* call) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  fail("distributed", call, " failed: ", std::string(msg, std::size_t(len)));
+  throw DistributedError(
+      attn::detail::msg("distributed", call, " failed: ", std::string(msg, std::size_t(len))));
 }
 
 MPI_Datatype mpi_type(Type t) {

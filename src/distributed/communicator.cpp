@@ -287,9 +287,10 @@ void Communicator::check_same(const std::string& what, const std::string& value)
   for (int r = 1; r < n; ++r)
     if (hashes[std::size_t(r)] != hashes[0])
       ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  fail("distributed", what, " differs across ranks, first at character ", at, ": rank 0 has ",
-       around(a), " but rank ", differs, " has ", around(b),
-       " (ranks that differ from rank 0: ", ranks, ")");
+  throw DistributedError(
+      attn::detail::msg("distributed", what, " differs across ranks, first at character ", at,
+                        ": rank 0 has ", around(a), " but rank ", differs, " has ", around(b),
+                        " (ranks that differ from rank 0: ", ranks, ")"));
 }
 
 void Communicator::all_reduce(Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }

@@ -127,6 +127,7 @@ TEST(Comm, MismatchedShapesAreNamedOnEveryRank) {
   EXPECT_NE(msg.find("differs across ranks"), std::string::npos) << msg;
   EXPECT_NE(msg.find("all_reduce((2,) float32, SUM)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("all_reduce((3,) float32, SUM)"), std::string::npos) << msg;
+  EXPECT_THROW(dist::world().all_reduce(t), dist::DistributedError);  // Python: RuntimeError
   // The world is still usable afterwards.
   Tensor ok = attn::ones({2});
   dist::world().all_reduce(ok);
