@@ -68,7 +68,7 @@ std::shared_ptr<CommBackend> make_single_backend();
 // Made by the backend file of this build (comm_mpi.cpp or comm_nompi.cpp).
 bool backend_has_mpi();
 // The world of this process: MPI's when started by a launcher, else a world of one rank.
-std::shared_ptr<CommBackend> make_world_backend(double timeout_s);
+std::shared_ptr<CommBackend> make_world_backend();
 // Ends every rank of the job (MPI_Abort) or, alone, this process.
 [[noreturn]] void backend_abort(int code);
 void backend_finalize();
@@ -76,6 +76,10 @@ void backend_finalize();
 // Waits for `w` until it is done or its deadline passes (then the job is aborted with a message
 // naming w.what). Runs w.then once.
 void wait_until_done(Work::Impl& w);
+// One poll: whether `w` is done now (running w.then if it just finished).
+bool test_once(Work::Impl& w);
+// wait_until_done for places no exception may leave: a failure ends the job (abort_job).
+void finish_or_abort(Work::Impl& w) noexcept;
 
 }  // namespace detail
 }  // namespace attn::distributed

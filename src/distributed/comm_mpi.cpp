@@ -183,7 +183,7 @@ bool mpi_started = false;
 
 bool backend_has_mpi() { return true; }
 
-std::shared_ptr<CommBackend> make_world_backend(double) {
+std::shared_ptr<CommBackend> make_world_backend() {
   if (!launched_by_mpirun()) return make_single_backend();
   auto b = std::make_shared<MpiBackend>();
   mpi_started = true;

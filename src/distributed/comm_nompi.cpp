@@ -6,7 +6,7 @@
 namespace attn::distributed::detail {
 
 bool backend_has_mpi() { return false; }
-std::shared_ptr<CommBackend> make_world_backend(double) { return make_single_backend(); }
+std::shared_ptr<CommBackend> make_world_backend() { return make_single_backend(); }
 void backend_abort(int code) { std::_Exit(code); }
 void backend_finalize() {}
 

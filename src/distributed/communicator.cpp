@@ -20,6 +20,15 @@ namespace attn::distributed {
 using attn::detail::fail;
 
 namespace detail {
+namespace {
+
+// Marks `w` done and runs its completion step once.
+void complete(Work::Impl& w) {
+  w.done = true;
+  if (w.then) w.then();
+}
+
+}  // namespace
 
 void wait_until_done(Work::Impl& w) {
   if (w.done) return;
@@ -51,8 +60,25 @@ void wait_until_done(Work::Impl& w) {
     }
   }
   if (w.wait_s) *w.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
-  w.done = true;
-  if (w.then) w.then();
+  complete(w);
+}
+
+bool test_once(Work::Impl& w) {
+  if (w.done) return true;
+  if (!w.test()) return false;
+  complete(w);
+  return true;
+}
+
+// A pending operation that must finish where no exception may leave (destructor, move): waits,
+// and ends the job if the operation failed.
+void finish_or_abort(Work::Impl& w) noexcept {
+  if (w.done) return;
+  try {
+    wait_until_done(w);
+  } catch (const std::exception& e) {
+    abort_job(std::string("a pending operation failed: ") + e.what());
+  }
 }
 
 }  // namespace detail
@@ -64,36 +90,18 @@ Work::Work(std::unique_ptr<Impl, ImplDeleter> impl) : impl_(std::move(impl)) {}
 Work::Work(Work&&) noexcept = default;
 Work& Work::operator=(Work&& other) noexcept {
   if (this != &other) {
-    if (impl_ && !impl_->done) {
-      try {
-        detail::wait_until_done(*impl_);
-      } catch (const std::exception& e) {
-        abort_job(std::string("a pending operation failed: ") + e.what());
-      }
-    }
+    if (impl_) detail::finish_or_abort(*impl_);
     impl_ = std::move(other.impl_);
   }
   return *this;
 }
 Work::~Work() {
-  if (impl_ && !impl_->done) {
-    try {
-      detail::wait_until_done(*impl_);
-    } catch (const std::exception& e) {
-      abort_job(std::string("a pending operation failed: ") + e.what());
-    }
-  }
+  if (impl_) detail::finish_or_abort(*impl_);
 }
 void Work::wait() {
   if (impl_) detail::wait_until_done(*impl_);
 }
-bool Work::is_completed() {
-  if (!impl_ || impl_->done) return true;
-  if (!impl_->test()) return false;
-  impl_->done = true;
-  if (impl_->then) impl_->then();
-  return true;
-}
+bool Work::is_completed() { return !impl_ || detail::test_once(*impl_); }
 
 // ---- the world ----------------------------------------------------------------------------------
 
@@ -178,7 +186,7 @@ void init(const InitOptions& options) {
   if (finalized) fail("init", "attn::distributed was finalized; it cannot be initialised again");
   if (world_comm) return;
   const double timeout = timeout_from(options);
-  auto backend = detail::make_world_backend(timeout);
+  auto backend = detail::make_world_backend();
   backend->timeout_s = timeout;
   backend->oversubscribed =
       backend->local_size() > int(std::max(1u, std::thread::hardware_concurrency()));
@@ -248,9 +256,10 @@ Work make_work(detail::CommBackend& b, std::unique_ptr<Work::Impl> w, std::strin
 void Communicator::check_same(const std::string& what, const std::string& value) {
   const int n = size();
   if (n == 1) return;
+  const std::string what_op = "check_same(" + what + ")";
   std::vector<uint64_t> hashes(std::size_t(n), 0);
   const uint64_t mine = fnv1a(value);
-  make_work(*b_, b_->all_gather(&mine, hashes.data(), 8), "check_same(" + what + ")", 8).wait();
+  make_work(*b_, b_->all_gather(&mine, hashes.data(), 8), what_op, 8).wait();
   int differs = -1;
   for (int r = 0; r < n; ++r)
     if (hashes[std::size_t(r)] != hashes[0]) {
@@ -260,7 +269,6 @@ void Communicator::check_same(const std::string& what, const std::string& value)
   if (differs < 0) return;
   // Exchange the values themselves (lengths first, then every value padded to the longest, up to
   // 1 MiB) and show both around their first difference.
-  const std::string what_op = "check_same(" + what + ")";
   constexpr int64_t kLimit = int64_t(1) << 20;
   const int64_t my_len = std::min<int64_t>(int64_t(value.size()), kLimit);
   std::vector<int64_t> lens(std::size_t(n), 0);
