@@ -9,6 +9,7 @@
 
 #include "../tensor/internal.h"
 #include "backend.h"
+#include "grads.h"
 
 namespace attn::distributed {
 
@@ -20,7 +21,6 @@ struct GradReducer::State {
     std::vector<int64_t> offsets;     // of each parameter in `flat`
     std::vector<float> flat;
     std::size_t ready = 0;  // parameters whose gradient is final in this pass
-    bool launched = false;
     Work work;
   };
   Communicator comm;
@@ -38,19 +38,9 @@ struct GradReducer::State {
 
   // Copies the bucket's gradients (zeros where a parameter has none) and starts its all-reduce.
   void launch(Bucket& b) {
-    for (std::size_t k = 0; k < b.params.size(); ++k) {
-      const Tensor& p = params[b.params[k]];
-      float* dst = b.flat.data() + b.offsets[k];
-      const Tensor g = p.grad();
-      if (g.defined()) {
-        const Tensor gc = g.contiguous();
-        std::memcpy(dst, gc.data_ptr<float>(), std::size_t(p.numel()) * sizeof(float));
-      } else {
-        std::memset(dst, 0, std::size_t(p.numel()) * sizeof(float));
-      }
-    }
+    for (std::size_t k = 0; k < b.params.size(); ++k)
+      detail::copy_grad_or_zeros(params[b.params[k]], b.flat.data() + b.offsets[k]);
     b.work = comm.all_reduce_async_raw(b.flat.data(), int64_t(b.flat.size()), ReduceOp::Avg);
-    b.launched = true;
   }
 
   // Starts every bucket that is complete, in bucket order (the same order on every rank, as MPI
@@ -188,7 +178,6 @@ void GradReducer::finish() {
       attn::detail::bump_version(g);
     }
     b.ready = 0;
-    b.launched = false;
     b.work = Work();
   }
   std::fill(s.is_ready.begin(), s.is_ready.end(), 0);

@@ -9,6 +9,7 @@
 #include "../optim/adamw_kernel.h"
 #include "../tensor/internal.h"
 #include "backend.h"
+#include "grads.h"
 
 namespace attn::distributed {
 
@@ -89,16 +90,8 @@ double ZeroAdamW::step(double max_norm) {
   NoGradGuard no_grad;
   // 1. Local gradients end to end (zeros for missing ones and the padding), then reduce-scatter.
   std::fill(s.flat.begin() + s.n, s.flat.end(), 0.0f);
-  for (std::size_t k = 0; k < s.params.size(); ++k) {
-    const Tensor g = s.params[k].grad();
-    float* dst = s.flat.data() + s.offset[k];
-    if (g.defined()) {
-      const Tensor c = g.contiguous();
-      std::memcpy(dst, c.data_ptr<float>(), std::size_t(c.numel()) * sizeof(float));
-    } else {
-      std::memset(dst, 0, std::size_t(s.params[k].numel()) * sizeof(float));
-    }
-  }
+  for (std::size_t k = 0; k < s.params.size(); ++k)
+    detail::copy_grad_or_zeros(s.params[k], s.flat.data() + s.offset[k]);
   s.comm.reduce_scatter_raw(s.flat.data(), s.grad_shard.data(), s.shard, ReduceOp::Avg);
 
   // 2. The global norm: each rank's sum of squares in double, gathered bit for bit (a double
