@@ -867,34 +867,24 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
                       data_path.c_str(), ds.train().size() + ds.val().size(),
                       (long long)tok.vocab_size(), (long long)model.num_parameters()));
   std::optional<distributed::GradReducer> reducer;
-  if (shard.world > 1 && !zero_opt) {
-    reducer.emplace(model.parameters(), comm, o.bucket_kib * 1024);
-    if (shard.context)
-      report.message(strf(
-          "distributed: context parallel, %d ranks x %lld of %lld positions of "
-          "each of %lld sequences (zigzag shards, ring attention), %lld "
-          "gradient buckets, %lld threads per rank",
-          shard.world, (long long)(o.model.block_size / shard.world), (long long)o.model.block_size,
-          (long long)o.batch_size, (long long)reducer->num_buckets(), (long long)threads));
-    else
-      report.message(
-          strf("distributed: %d ranks x batch %lld (global batch %lld), %lld "
-               "gradient buckets, %lld threads per rank",
-               shard.world, (long long)o.batch_size, (long long)(o.batch_size * shard.world),
-               (long long)reducer->num_buckets(), (long long)threads));
+  if (shard.world > 1 && !zero_opt) reducer.emplace(model.parameters(), comm, o.bucket_kib * 1024);
+  if (shard.world > 1) {
+    const std::string layout =
+        shard.context
+            ? strf(
+                  "context parallel, %lld of %lld positions of each of %lld sequences per rank "
+                  "(zigzag shards, ring attention)",
+                  (long long)(o.model.block_size / shard.world), (long long)o.model.block_size,
+                  (long long)o.batch_size)
+            : strf("batch %lld per rank (global batch %lld)", (long long)o.batch_size,
+                   (long long)(o.batch_size * shard.world));
+    const std::string optimizer =
+        zero_opt ? strf("ZeRO-1: AdamW state sharded, %lld of %lld values per rank",
+                        (long long)zero_opt->shard_size(), (long long)model.num_parameters())
+                 : strf("%lld gradient buckets", (long long)reducer->num_buckets());
+    report.message(strf("distributed: %d ranks, %s, %s, %lld threads per rank", shard.world,
+                        layout.c_str(), optimizer.c_str(), (long long)threads));
   }
-  if (zero_opt)
-    report.message(strf(
-        "distributed: %d ranks, %s, ZeRO-1: AdamW state sharded, %lld of %lld values per rank, "
-        "%lld threads per rank",
-        shard.world,
-        shard.context ? strf("context parallel over the %lld positions of each sequence",
-                             (long long)o.model.block_size)
-                            .c_str()
-                      : strf("batch %lld per rank (global batch %lld)", (long long)o.batch_size,
-                             (long long)(o.batch_size * shard.world))
-                            .c_str(),
-        (long long)zero_opt->shard_size(), (long long)model.num_parameters(), (long long)threads));
   if (start > 0)
     report.message("resuming from step " + std::to_string(start) + " of '" + ckpt_path + "'");
 
@@ -934,9 +924,11 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
     nn::GPT::Output fw = shard.forward(model, x, y);
     double loss = double(fw.loss.item<float>());
     if (shard.world > 1) {  // the loss of the whole batch, the same on every rank
-      Tensor l = fw.loss.detach().reshape({1}).contiguous();
-      comm.all_reduce(l, distributed::ReduceOp::Avg);
-      loss = double(l.item<float>());
+      // One float whose layout the ranks agreed on at start-up: the raw call skips the per-call
+      // shape check (an extra collective every step).
+      float l = float(loss);
+      comm.all_reduce_async_raw(&l, 1, distributed::ReduceOp::Avg).wait();
+      loss = double(l);
     }
     if (!std::isfinite(loss))
       throw Error(
