@@ -231,18 +231,11 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
 
 
 def send(tensor, dst, group=None, tag=0):  # noqa: F811
-    _check_initialized()
-    _check_group(group)
-    _D.send(tensor, int(dst), int(tag))
+    isend(tensor, dst, group, tag).wait()
 
 
 def recv(tensor, src=None, group=None, tag=0):  # noqa: F811
-    _check_initialized()
-    _check_group(group)
-    if src is None:
-        raise NotImplementedError("recv from any source (src=None) is not implemented in attn "
-                                  + _version() + ": pass src")
-    _D.recv(tensor, int(src), int(tag))
+    irecv(tensor, src, group, tag).wait()
     return int(src)
 
 
@@ -256,8 +249,8 @@ def irecv(tensor, src=None, group=None, tag=0):  # noqa: F811
     _check_initialized()
     _check_group(group)
     if src is None:
-        raise NotImplementedError("irecv from any source (src=None) is not implemented in attn "
-                                  + _version() + ": pass src")
+        raise NotImplementedError("recv/irecv from any source (src=None) is not implemented in "
+                                  "attn " + _version() + ": pass src")
     return _D.irecv(tensor, int(src), int(tag))
 
 
