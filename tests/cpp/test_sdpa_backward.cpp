@@ -302,7 +302,7 @@ Grads run_reference(Problem& pb) {
   k::sdpa_reference_backward(backward_params(pb, g));
   return g;
 }
-Grads run_fused(Problem& pb, k::FusedBackwardIsa isa = k::FusedBackwardIsa::Auto) {
+Grads run_fused(Problem& pb, k::FusedIsa isa = k::FusedIsa::Auto) {
   Grads g(pb.c);
   k::sdpa_fused_backward(backward_params(pb, g), isa);
   return g;
@@ -526,10 +526,10 @@ void expect_close_to_reference(Problem& pb, const Grads& got, const Grads& ref, 
 }
 
 // Every instruction set this CPU has runs every case.
-const std::pair<k::FusedBackwardIsa, const char*> kIsas[] = {
-    {k::FusedBackwardIsa::Scalar, "scalar"},
-    {k::FusedBackwardIsa::Avx2, "avx2"},
-    {k::FusedBackwardIsa::Avx512, "avx512"}};
+const std::pair<k::FusedIsa, const char*> kIsas[] = {{k::FusedIsa::Scalar, "scalar"},
+                                                     {k::FusedIsa::Avx2, "avx2"},
+                                                     {k::FusedIsa::Avx512, "avx512"},
+                                                     {k::FusedIsa::Neon, "neon"}};
 
 class SdpaFusedBackwardTable : public ::testing::TestWithParam<Case> {};
 
@@ -537,7 +537,7 @@ TEST_P(SdpaFusedBackwardTable, Gradients) {
   Problem pb(GetParam());
   const Grads ref = run_reference(pb), naive = run_naive_fp32(pb);
   for (auto [isa, name] : kIsas) {
-    if (!k::sdpa_fused_backward_supported(isa)) continue;
+    if (!k::fused_isa_supported(isa)) continue;
     Grads got = run_fused(pb, isa);
     expect_close_to_reference(pb, got, ref, naive, name);
   }
@@ -646,7 +646,7 @@ TEST(SdpaFusedBackward, FullyMaskedRowsGiveZeroGradients) {
   c.causal = true, c.bottom_right = true;  // rows 0..3 see nothing
   c.kpad = true;                           // batch 1 sees nothing at all
   Problem pb(c);
-  for (auto isa : {k::FusedBackwardIsa::Scalar, k::FusedBackwardIsa::Auto}) {
+  for (auto isa : {k::FusedIsa::Scalar, k::FusedIsa::Auto}) {
     Grads g = run_fused(pb, isa);
     Grads r = run_reference(pb);
     for (int64_t h = 0; h < c.H; ++h)
@@ -711,9 +711,9 @@ TEST(SdpaFusedBackward, ScalarAndSimdAgree) {
   // gradients' scale of each other (each is also checked against the reference in the table).
   for (Case c : {fused_cases()[5], fused_cases()[12], fused_cases().back()}) {
     Problem pb(c);
-    Grads scalar = run_fused(pb, k::FusedBackwardIsa::Scalar);
+    Grads scalar = run_fused(pb, k::FusedIsa::Scalar);
     for (auto [isa, name] : kIsas) {
-      if (isa == k::FusedBackwardIsa::Scalar || !k::sdpa_fused_backward_supported(isa)) continue;
+      if (isa == k::FusedIsa::Scalar || !k::fused_isa_supported(isa)) continue;
       Grads simd = run_fused(pb, isa);
       for (auto [a, b] :
            {std::pair{&scalar.dq, &simd.dq}, {&scalar.dk, &simd.dk}, {&scalar.dv, &simd.dv}}) {

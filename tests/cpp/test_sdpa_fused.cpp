@@ -302,7 +302,7 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 std::vector<FusedIsa> supported_isas() {
   std::vector<FusedIsa> r;
-  for (FusedIsa isa : {FusedIsa::Scalar, FusedIsa::Avx2, FusedIsa::Avx512})
+  for (FusedIsa isa : {FusedIsa::Scalar, FusedIsa::Avx2, FusedIsa::Avx512, FusedIsa::Neon})
     if (K::fused_isa_supported(isa)) r.push_back(isa);
   return r;
 }

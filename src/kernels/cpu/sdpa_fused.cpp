@@ -7,6 +7,8 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
 
@@ -101,6 +103,16 @@ constexpr int NV = 4, RQK = 6, RPV = 6, BC = 64, ROWS_MAX = 4;
 }  // namespace fused_avx512
 #endif  // ATTN_SIMD_X86
 
+#if ATTN_SIMD_NEON
+namespace fused_neon {
+using V = simd::Neon;
+constexpr int NV = 4, RQK = 6, RPV = 6, BC = 64, ROWS_MAX = 4;
+#define KTARGET
+#include "sdpa_fused_kernel.inc"
+#undef KTARGET
+}  // namespace fused_neon
+#endif  // ATTN_SIMD_NEON
+
 namespace {
 
 struct Impl {
@@ -117,14 +129,27 @@ const Impl kScalar = ATTN_IMPL(fused_scalar, FusedIsa::Scalar);
 const Impl kAvx2 = ATTN_IMPL(fused_avx2, FusedIsa::Avx2);
 const Impl kAvx512 = ATTN_IMPL(fused_avx512, FusedIsa::Avx512);
 #endif
+#if ATTN_SIMD_NEON
+const Impl kNeon = ATTN_IMPL(fused_neon, FusedIsa::Neon);
+#endif
 #undef ATTN_IMPL
 
 std::atomic<FusedIsa> g_override{FusedIsa::Auto};
 
+// The widest instruction set the CPU has, capped by the environment variable ATTN_CPU_ISA
+// (scalar, avx2, avx512, neon: for benchmarks and for testing a narrower path on a wide CPU).
 FusedIsa best_isa() {
-  static const FusedIsa best = fused_isa_supported(FusedIsa::Avx512) ? FusedIsa::Avx512
-                               : fused_isa_supported(FusedIsa::Avx2) ? FusedIsa::Avx2
-                                                                     : FusedIsa::Scalar;
+  static const FusedIsa best = [] {
+    const FusedIsa order[] = {FusedIsa::Avx512, FusedIsa::Avx2, FusedIsa::Neon, FusedIsa::Scalar};
+    int first = 0;
+    if (const char* cap = std::getenv("ATTN_CPU_ISA")) {
+      for (int i = 0; i < 4; ++i)
+        if (std::strcmp(cap, fused_isa_name(order[i])) == 0) first = i;
+    }
+    for (int i = first; i < 4; ++i)
+      if (fused_isa_supported(order[i])) return order[i];
+    return FusedIsa::Scalar;
+  }();
   return best;
 }
 
@@ -132,6 +157,9 @@ const Impl& impl_of(FusedIsa isa) {
 #if ATTN_SIMD_X86
   if (isa == FusedIsa::Avx512) return kAvx512;
   if (isa == FusedIsa::Avx2) return kAvx2;
+#endif
+#if ATTN_SIMD_NEON
+  if (isa == FusedIsa::Neon) return kNeon;
 #endif
   return kScalar;
 }
@@ -152,6 +180,7 @@ bool fused_isa_supported(FusedIsa isa) {
     case FusedIsa::Avx2:
     case FusedIsa::Avx512: return false;
 #endif
+    case FusedIsa::Neon: return ATTN_SIMD_NEON != 0;
   }
   return false;
 }
@@ -173,6 +202,7 @@ const char* fused_isa_name(FusedIsa isa) {
     case FusedIsa::Scalar: return "scalar";
     case FusedIsa::Avx2: return "avx2";
     case FusedIsa::Avx512: return "avx512";
+    case FusedIsa::Neon: return "neon";
   }
   return "?";
 }

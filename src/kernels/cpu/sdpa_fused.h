@@ -15,8 +15,9 @@
 //     computed.
 //   - Parallel with OpenMP over (batch, key/value head, query block). Each block is computed by
 //     one thread in a fixed order, so the result is bitwise identical for any number of threads.
-//   - Vectorised with AVX-512 or AVX2 + FMA (including a polynomial 2^x), chosen at run time from
-//     what the CPU supports; a portable scalar build of the same code is the fallback.
+//   - Vectorised with AVX-512 or AVX2 + FMA (x86-64) or NEON (AArch64), including a polynomial
+//     2^x, chosen at run time from what the CPU supports; a portable scalar build of the same code
+//     is the fallback.
 //
 // Not supported (the caller uses sdpa_reference_forward instead): materialised weights
 // (params.weights) and precomputed dropout factors (params.dropout_scale).
@@ -29,12 +30,14 @@
 
 namespace attn::kernels {
 
-// Instruction sets the fused kernel is built for.
-enum class FusedIsa { Auto, Scalar, Avx2, Avx512 };
+// Instruction sets the fused kernels (forward and backward) are built for: AVX2 and AVX-512 on
+// x86-64, NEON on AArch64, the portable scalar build everywhere.
+enum class FusedIsa { Auto, Scalar, Avx2, Avx512, Neon };
 
 // Whether this CPU can run `isa` (Auto and Scalar: always).
 bool fused_isa_supported(FusedIsa isa);
-// The instruction set sdpa_fused_forward uses now: the widest supported one unless overridden.
+// The instruction set the fused kernels use now: the widest supported one (capped by the
+// environment variable ATTN_CPU_ISA=scalar|avx2|avx512|neon, read once) unless overridden.
 FusedIsa fused_isa();
 // For tests and benchmarks: force an instruction set (Auto restores the automatic choice).
 // Returns false, changing nothing, when the CPU cannot run it. Not meant to be called while another

@@ -2,8 +2,6 @@
 // sdpa_reference.h for the meaning of every parameter.
 #include "sdpa_fused_backward.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -11,6 +9,9 @@
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#include "sdpa_fused.h"
+#include "simd.h"
 
 // GCC 12 reports the AVX-512 intrinsics' internal _mm512_undefined_ps() as possibly uninitialised
 // once they are inlined into target("avx512f") functions: a false positive (GCC bug 105593).
@@ -77,414 +78,67 @@ struct Isa {
   DropoutFn dropout;
 };
 
-// ---- scalar -------------------------------------------------------------------------------------
-
-void gemm_scalar(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_m, int64_t a_k,
-                 const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  for (int64_t m = 0; m < M; ++m) {
-    float* c = C + m * ldc;
-    if (!accumulate) std::fill(c, c + N, 0.0f);
-    for (int64_t k = 0; k < K; ++k) {
-      const float a = A[m * a_m + k * a_k];
-      const float* b = B + k * ldb;
-      for (int64_t n = 0; n < N; ++n) c[n] += a * b[n];
-    }
+// Column indices 0 .. kBc - 1, for the vector backends' mask_rows.
+struct ColumnIndex {
+  alignas(64) int32_t v[kBc];
+  constexpr ColumnIndex() : v() {
+    for (int32_t c = 0; c < int32_t(kBc); ++c) v[c] = c;
   }
-}
+};
+constexpr ColumnIndex kColumns;
+constexpr const int32_t* kColumnIndex = kColumns.v;
 
-void tile_scalar(const TileArgs& t) {
-  for (int64_t r = 0; r < t.nr; ++r) {
-    float* s = t.S + r * kBc;
-    float* dp = t.dP + r * kBc;
-    const float* bias = t.bias ? t.bias + r * t.ld_bias : nullptr;
-    const float* z = t.z ? t.z + r * kBc : nullptr;
-    const int64_t lo = t.col_lo ? t.col_lo[r] : 0, hi = t.col_hi ? t.col_hi[r] : kBc;
-    for (int64_t c = 0; c < kBc; ++c) {
-      float x = s[c] * t.scale;
-      if (bias) x += bias[c];
-      if (c < lo || c > hi) x = -std::numeric_limits<float>::infinity();
-      float p = std::exp(x - t.lse[r]);
-      float g = dp[c];
-      if (z) g *= z[c];
-      dp[c] = t.scale * p * (g - t.Di[r]);
-      s[c] = z ? p * z[c] : p;
-    }
-  }
-}
+// ---- the primitives, once per instruction set (sdpa_fused_backward_kernel.inc) ------------------
 
-void dropout_scalar(const DropoutArgs& a) {
-  for (int64_t r = 0; r < a.nr; ++r) {
-    float* z = a.z + r * kBc;
-    // The generator's state advances by kDropoutGamma per index along the row.
-    uint64_t state = dropout_state(a.seed, a.offset, a.first + uint64_t(r) * a.row_step);
-    for (int64_t jj = 0; jj < a.nc; ++jj, state += kDropoutGamma)
-      z[jj] = uint32_t(dropout_mix(state) >> 32) >= a.threshold ? a.keep_scale : 0.0f;
-    std::fill(z + a.nc, z + kBc, 0.0f);
-  }
-}
+namespace bwd_scalar {
+using V = simd::Scalar;
+constexpr int GEMM_NV = 2;
+#define KTARGET
+#include "sdpa_fused_backward_kernel.inc"
+#undef KTARGET
+}  // namespace bwd_scalar
 
-// ---- AVX2 / FMA ---------------------------------------------------------------------------------
+#if ATTN_SIMD_X86
+namespace bwd_avx2 {
+using V = simd::Avx2;
+constexpr int GEMM_NV = 2;  // 6 x 16 tiles: 12 accumulators of 16 registers
+#define KTARGET ATTN_TARGET_AVX2
+#include "sdpa_fused_backward_kernel.inc"
+#undef KTARGET
+}  // namespace bwd_avx2
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define ATTN_HAVE_AVX2_PATH 1
-#define ATTN_AVX2 __attribute__((target("avx2,fma")))
-
-// exp(x) for 8 floats: Cephes' expf (range reduction by ln 2, degree-6 polynomial; about 1 ulp).
-// Arguments below ln(FLT_MIN) give exactly 0 (so exp(-inf) == 0 for masked scores).
-ATTN_AVX2 inline __m256 exp256(__m256 x) {
-  const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654475f), _CMP_LT_OQ);
-  x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654475f));
-  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i e =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(underflow, y);
-}
-
-// One MR x (8 NV) block of C, the K products accumulated in registers. A[m][k] is read as
-// broadcasts: AM1 means a_m == 1 (A's rows for one k are contiguous), else a_k == 1.
-template <int MR, int NV, bool AM1>
-ATTN_AVX2 inline void micro_avx2(int64_t K, const float* A, int64_t a_m, int64_t a_k,
-                                 const float* B, int64_t ldb, float* C, int64_t ldc,
-                                 bool accumulate) {
-  __m256 acc[MR][NV];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
-  if constexpr (AM1) {
-    for (int64_t k = 0; k < K; ++k) {
-      const float* a = A + k * a_k;
-      const float* b = B + k * ldb;
-      __m256 bv[NV];
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + 8 * v);
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const __m256 ai = _mm256_broadcast_ss(a + i);
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(ai, bv[v], acc[i][v]);
-      }
-    }
-  } else {
-    const float* a[MR];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) a[i] = A + i * a_m;
-    for (int64_t k = 0; k < K; ++k) {
-      const float* b = B + k * ldb;
-      __m256 bv[NV];
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + 8 * v);
-#pragma GCC unroll 8
-      for (int i = 0; i < MR; ++i) {
-        const __m256 ai = _mm256_broadcast_ss(a[i] + k);
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) acc[i][v] = _mm256_fmadd_ps(ai, bv[v], acc[i][v]);
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      float* c = C + i * ldc + 8 * v;
-      _mm256_storeu_ps(c, accumulate ? _mm256_add_ps(_mm256_loadu_ps(c), acc[i][v]) : acc[i][v]);
-    }
-}
-
-// A strip of columns [8 NV): full blocks of 6 rows, then the remainder.
-template <int NV, bool AM1>
-ATTN_AVX2 void strip_avx2(int64_t M, int64_t K, const float* A, int64_t a_m, int64_t a_k,
-                          const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  constexpr int MR = 6;
-  int64_t m = 0;
-  for (; m + MR <= M; m += MR)
-    micro_avx2<MR, NV, AM1>(K, A + m * a_m, a_m, a_k, B, ldb, C + m * ldc, ldc, accumulate);
-  const float* a = A + m * a_m;
-  float* c = C + m * ldc;
-  switch (M - m) {
-    case 1: micro_avx2<1, NV, AM1>(K, a, a_m, a_k, B, ldb, c, ldc, accumulate); break;
-    case 2: micro_avx2<2, NV, AM1>(K, a, a_m, a_k, B, ldb, c, ldc, accumulate); break;
-    case 3: micro_avx2<3, NV, AM1>(K, a, a_m, a_k, B, ldb, c, ldc, accumulate); break;
-    case 4: micro_avx2<4, NV, AM1>(K, a, a_m, a_k, B, ldb, c, ldc, accumulate); break;
-    case 5: micro_avx2<5, NV, AM1>(K, a, a_m, a_k, B, ldb, c, ldc, accumulate); break;
-    default: break;
-  }
-}
-
-template <bool AM1>
-ATTN_AVX2 void gemm_avx2_impl(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_m,
-                              int64_t a_k, const float* B, int64_t ldb, float* C, int64_t ldc,
-                              bool accumulate) {
-  int64_t n = 0;
-  for (; n + 16 <= N; n += 16)
-    strip_avx2<2, AM1>(M, K, A, a_m, a_k, B + n, ldb, C + n, ldc, accumulate);
-  if (n < N) strip_avx2<1, AM1>(M, K, A, a_m, a_k, B + n, ldb, C + n, ldc, accumulate);
-}
-
-ATTN_AVX2 void gemm_avx2(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_m, int64_t a_k,
-                         const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  assert(N % 8 == 0 && (a_m == 1 || a_k == 1));
-  if (a_k == 1)
-    gemm_avx2_impl<false>(M, N, K, A, a_m, a_k, B, ldb, C, ldc, accumulate);
-  else
-    gemm_avx2_impl<true>(M, N, K, A, a_m, a_k, B, ldb, C, ldc, accumulate);
-}
-
-ATTN_AVX2 void tile_avx2(const TileArgs& t) {
-  const __m256 scale = _mm256_set1_ps(t.scale);
-  for (int64_t r = 0; r < t.nr; ++r) {
-    float* s = t.S + r * kBc;
-    float* dp = t.dP + r * kBc;
-    const float* bias = t.bias ? t.bias + r * t.ld_bias : nullptr;
-    const float* z = t.z ? t.z + r * kBc : nullptr;
-    const __m256 lse = _mm256_set1_ps(t.lse[r]);
-    const __m256 Di = _mm256_set1_ps(t.Di[r]);
-    // Columns outside [lo, hi] are masked: lo - 1 < c < hi + 1 with signed compares.
-    const __m256i lo = _mm256_set1_epi32(t.col_lo ? t.col_lo[r] - 1 : -1);
-    const __m256i hi = _mm256_set1_epi32(t.col_hi ? t.col_hi[r] + 1 : int32_t(kBc));
-    __m256i col = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int64_t c = 0; c < kBc; c += 8, col = _mm256_add_epi32(col, _mm256_set1_epi32(8))) {
-      __m256 x = _mm256_loadu_ps(s + c);
-      x = bias ? _mm256_sub_ps(_mm256_fmadd_ps(x, scale, _mm256_loadu_ps(bias + c)), lse)
-               : _mm256_fmsub_ps(x, scale, lse);
-      if (t.col_lo) {
-        const __m256i in =
-            _mm256_and_si256(_mm256_cmpgt_epi32(col, lo), _mm256_cmpgt_epi32(hi, col));
-        x = _mm256_blendv_ps(_mm256_set1_ps(-kInf), x, _mm256_castsi256_ps(in));
-      }
-      __m256 p = exp256(x);
-      __m256 g = _mm256_loadu_ps(dp + c);
-      if (z) {
-        const __m256 zz = _mm256_loadu_ps(z + c);
-        g = _mm256_mul_ps(g, zz);
-        _mm256_storeu_ps(dp + c, _mm256_mul_ps(_mm256_mul_ps(scale, p), _mm256_sub_ps(g, Di)));
-        p = _mm256_mul_ps(p, zz);
-      } else {
-        _mm256_storeu_ps(dp + c, _mm256_mul_ps(_mm256_mul_ps(scale, p), _mm256_sub_ps(g, Di)));
-      }
-      _mm256_storeu_ps(s + c, p);
-    }
-  }
-}
-
-// ---- AVX-512 ------------------------------------------------------------------------------------
-// The same products on 16-float registers. With 32 registers a micro-tile holds 6 rows x 64
-// columns (24 accumulators), so each k step issues 4 loads and 6 broadcasts for 24 FMAs: fewer
-// instructions per FMA than AVX2's 6 x 16 tile, which is what limits AVX2 here.
-#define ATTN_AVX512 __attribute__((target("avx512f,avx2,fma")))
-
-template <int MR, int NV, bool AM1>
-ATTN_AVX512 inline void micro_avx512(int64_t K, const float* A, int64_t a_m, int64_t a_k,
-                                     const float* B, int64_t ldb, float* C, int64_t ldc,
-                                     bool accumulate) {
-  __m512 acc[MR][NV];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
-  const float* a[MR];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) a[i] = A + i * a_m;
-  for (int64_t k = 0; k < K; ++k) {
-    const float* b = B + k * ldb;
-    __m512 bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + 16 * v);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m512 ai = _mm512_set1_ps(AM1 ? A[k * a_k + i] : a[i][k]);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      float* c = C + i * ldc + 16 * v;
-      _mm512_storeu_ps(c, accumulate ? _mm512_add_ps(_mm512_loadu_ps(c), acc[i][v]) : acc[i][v]);
-    }
-}
-
-template <int NV, bool AM1>
-ATTN_AVX512 void strip_avx512(int64_t M, int64_t K, const float* A, int64_t a_m, int64_t a_k,
-                              const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
-  constexpr int MR = 6;
-  int64_t m = 0;
-  for (; m + MR <= M; m += MR)
-    micro_avx512<MR, NV, AM1>(K, A + m * a_m, a_m, a_k, B, ldb, C + m * ldc, ldc, accumulate);
-  const float* a = A + m * a_m;
-  float* c = C + m * ldc;
-  switch (M - m) {
-    case 1: micro_avx512<1, NV, AM1>(K, a, a_m, a_k, B, ldb, c, ldc, accumulate); break;
-    case 2: micro_avx512<2, NV, AM1>(K, a, a_m, a_k, B, ldb, c, ldc, accumulate); break;
-    case 3: micro_avx512<3, NV, AM1>(K, a, a_m, a_k, B, ldb, c, ldc, accumulate); break;
-    case 4: micro_avx512<4, NV, AM1>(K, a, a_m, a_k, B, ldb, c, ldc, accumulate); break;
-    case 5: micro_avx512<5, NV, AM1>(K, a, a_m, a_k, B, ldb, c, ldc, accumulate); break;
-    default: break;
-  }
-}
-
-template <bool AM1>
-ATTN_AVX512 void gemm_avx512_impl(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_m,
-                                  int64_t a_k, const float* B, int64_t ldb, float* C, int64_t ldc,
-                                  bool accumulate) {
-  int64_t n = 0;
-  for (; n + 64 <= N; n += 64)
-    strip_avx512<4, AM1>(M, K, A, a_m, a_k, B + n, ldb, C + n, ldc, accumulate);
-  switch ((N - n) / 16) {
-    case 1: strip_avx512<1, AM1>(M, K, A, a_m, a_k, B + n, ldb, C + n, ldc, accumulate); break;
-    case 2: strip_avx512<2, AM1>(M, K, A, a_m, a_k, B + n, ldb, C + n, ldc, accumulate); break;
-    case 3: strip_avx512<3, AM1>(M, K, A, a_m, a_k, B + n, ldb, C + n, ldc, accumulate); break;
-    default: break;
-  }
-  n += (N - n) / 16 * 16;
-  if (n < N)  // the last 8 columns
-    strip_avx2<1, AM1>(M, K, A, a_m, a_k, B + n, ldb, C + n, ldc, accumulate);
-}
-
-ATTN_AVX512 void gemm_avx512(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_m,
-                             int64_t a_k, const float* B, int64_t ldb, float* C, int64_t ldc,
-                             bool accumulate) {
-  assert(N % 8 == 0 && (a_m == 1 || a_k == 1));
-  if (a_k == 1)
-    gemm_avx512_impl<false>(M, N, K, A, a_m, a_k, B, ldb, C, ldc, accumulate);
-  else
-    gemm_avx512_impl<true>(M, N, K, A, a_m, a_k, B, ldb, C, ldc, accumulate);
-}
-
-// The softmax-gradient tile on 16 lanes. P = 2^((S * scale - lse) * log2(e)) with the
-// power of two split as 2^n * 2^f, n = round(t), |f| <= 1/2, 2^f by a degree-6 polynomial
-// (relative error ~2e-9 before rounding; the forward kernel uses the same approximation) and
-// 2^n applied by vscalefps; t is clamped at -200 so that masked scores (-inf) give exactly 0.
-ATTN_AVX512 inline __m512 exp2_512(__m512 t) {
-  t = _mm512_max_ps(t, _mm512_set1_ps(-200.0f));
-  t = _mm512_min_ps(t, _mm512_set1_ps(127.0f));
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, n);
-  __m512 y = _mm512_set1_ps(0.00015356390775861652f);
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.001339911648654465f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.009618426086612486f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.055503316168044145f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.2402264801106379f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(0.6931472035320722f));
-  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(y, n);
-}
-
-ATTN_AVX512 void tile_avx512(const TileArgs& t) {
-  static_assert(kBc % 16 == 0);
-  constexpr float kLog2e = 1.44269504088896341f;
-  const __m512 scale = _mm512_set1_ps(t.scale);
-  const __m512 log2e = _mm512_set1_ps(kLog2e);
-  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (int64_t r = 0; r < t.nr; ++r) {
-    float* s = t.S + r * kBc;
-    float* dp = t.dP + r * kBc;
-    const float* bias = t.bias ? t.bias + r * t.ld_bias : nullptr;
-    const float* z = t.z ? t.z + r * kBc : nullptr;
-    const __m512 lse = _mm512_set1_ps(t.lse[r]);
-    const __m512 Di = _mm512_set1_ps(t.Di[r]);
-    const __m512 lo = _mm512_set1_ps(t.col_lo ? float(t.col_lo[r]) : 0.0f);
-    const __m512 hi = _mm512_set1_ps(t.col_hi ? float(t.col_hi[r]) : float(kBc));
-    for (int64_t c = 0; c < kBc; c += 16) {
-      // x = scale * S + bias - lse in natural units first: near the row max it is small and
-      // carries only its own rounding (scaling lse by log2(e) first would add ulp(|lse|)).
-      __m512 x = _mm512_loadu_ps(s + c);
-      x = bias ? _mm512_sub_ps(_mm512_fmadd_ps(x, scale, _mm512_loadu_ps(bias + c)), lse)
-               : _mm512_fmsub_ps(x, scale, lse);
-      __m512 p = exp2_512(_mm512_mul_ps(x, log2e));
-      if (t.col_lo) {  // keep columns lo <= c <= hi
-        const __m512 col = _mm512_add_ps(iota, _mm512_set1_ps(float(c)));
-        const __mmask16 in =
-            _mm512_cmp_ps_mask(col, lo, _CMP_GE_OQ) & _mm512_cmp_ps_mask(col, hi, _CMP_LE_OQ);
-        p = _mm512_maskz_mov_ps(in, p);
-      }
-      __m512 g = _mm512_loadu_ps(dp + c);
-      if (z) {
-        const __m512 zz = _mm512_loadu_ps(z + c);
-        g = _mm512_mul_ps(g, zz);
-        _mm512_storeu_ps(dp + c, _mm512_mul_ps(_mm512_mul_ps(scale, p), _mm512_sub_ps(g, Di)));
-        p = _mm512_mul_ps(p, zz);
-      } else {
-        _mm512_storeu_ps(dp + c, _mm512_mul_ps(_mm512_mul_ps(scale, p), _mm512_sub_ps(g, Di)));
-      }
-      _mm512_storeu_ps(s + c, p);
-    }
-  }
-}
-#endif  // x86
-
-// SplitMix64 on 8 lanes (AVX512DQ has the 64-bit multiply), 16 factors per step.
-#define ATTN_AVX512DQ __attribute__((target("avx512f,avx512dq,avx2,fma")))
-
-ATTN_AVX512DQ inline __mmask8 keep8(__m512i state, __m512i threshold) {
-  __m512i z = state;
-  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
-                         _mm512_set1_epi64(int64_t(kDropoutMul1)));
-  z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
-                         _mm512_set1_epi64(int64_t(kDropoutMul2)));
-  z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
-  return _mm512_cmpge_epu64_mask(_mm512_srli_epi64(z, 32), threshold);
-}
-
-ATTN_AVX512DQ void dropout_avx512(const DropoutArgs& a) {
-  static_assert(kBc % 16 == 0);
-  const __m512i threshold = _mm512_set1_epi64(int64_t(a.threshold));
-  const __m512i lane = _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7),
-                                          _mm512_set1_epi64(int64_t(kDropoutGamma)));
-  const __m512i step8 = _mm512_set1_epi64(int64_t(8 * kDropoutGamma));
-  const __m512 keep_scale = _mm512_set1_ps(a.keep_scale);
-  for (int64_t r = 0; r < a.nr; ++r) {
-    float* z = a.z + r * kBc;
-    const uint64_t s0 = dropout_state(a.seed, a.offset, a.first + uint64_t(r) * a.row_step);
-    __m512i state = _mm512_add_epi64(_mm512_set1_epi64(int64_t(s0)), lane);
-    for (int64_t jj = 0; jj < kBc; jj += 16) {
-      const __mmask8 lo = keep8(state, threshold);
-      state = _mm512_add_epi64(state, step8);
-      const __mmask8 hi = keep8(state, threshold);
-      state = _mm512_add_epi64(state, step8);
-      __mmask16 keep = __mmask16(lo | (unsigned(hi) << 8));
-      if (jj + 16 > a.nc)  // columns past nc get 0
-        keep &= __mmask16(a.nc > jj ? (1u << (a.nc - jj)) - 1 : 0);
-      _mm512_storeu_ps(z + jj, _mm512_maskz_mov_ps(keep, keep_scale));
-    }
-  }
-}
-
-bool cpu_has(FusedBackwardIsa isa) {
-#ifdef ATTN_HAVE_AVX2_PATH
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  static const bool avx512 =
-      avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  if (isa == FusedBackwardIsa::Avx2) return avx2;
-  if (isa == FusedBackwardIsa::Avx512) return avx512;
+namespace bwd_avx512 {
+using V = simd::Avx512;
+constexpr int GEMM_NV = 4;  // 6 x 64 tiles: 24 accumulators of 32 registers
+#define KTARGET ATTN_TARGET_AVX512
+#include "sdpa_fused_backward_kernel.inc"
+#undef KTARGET
+}  // namespace bwd_avx512
 #endif
-  return isa == FusedBackwardIsa::Scalar || isa == FusedBackwardIsa::Auto;
-}
 
-// The requested instruction set, or the best one below it that this CPU has.
-Isa pick_isa(FusedBackwardIsa want) {
-#ifdef ATTN_HAVE_AVX2_PATH
-  if ((want == FusedBackwardIsa::Auto || want == FusedBackwardIsa::Avx512) &&
-      cpu_has(FusedBackwardIsa::Avx512))
-    return {gemm_avx512, tile_avx512, dropout_avx512};
-  if (want != FusedBackwardIsa::Scalar && cpu_has(FusedBackwardIsa::Avx2))
-    return {gemm_avx2, tile_avx2, dropout_scalar};
+#if ATTN_SIMD_NEON
+namespace bwd_neon {
+using V = simd::Neon;
+constexpr int GEMM_NV = 4;  // 6 x 16 tiles: 24 accumulators of 32 registers
+#define KTARGET
+#include "sdpa_fused_backward_kernel.inc"
+#undef KTARGET
+}  // namespace bwd_neon
 #endif
-  return {gemm_scalar, tile_scalar, dropout_scalar};
+
+// The primitives of an instruction set this CPU runs (Auto: the forward kernel's current choice).
+Isa pick_isa(FusedIsa want) {
+  if (want == FusedIsa::Auto || !fused_isa_supported(want)) want = fused_isa();
+  switch (want) {
+#if ATTN_SIMD_X86
+    case FusedIsa::Avx512: return {bwd_avx512::gemm, bwd_avx512::tile, bwd_avx512::dropout};
+    case FusedIsa::Avx2: return {bwd_avx2::gemm, bwd_avx2::tile, bwd_avx2::dropout};
+#endif
+#if ATTN_SIMD_NEON
+    case FusedIsa::Neon: return {bwd_neon::gemm, bwd_neon::tile, bwd_neon::dropout};
+#endif
+    default: return {bwd_scalar::gemm, bwd_scalar::tile, bwd_scalar::dropout};
+  }
 }
 
 // ---- the driver (instruction-set independent) ---------------------------------------------------
@@ -782,9 +436,7 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
 
 }  // namespace
 
-bool sdpa_fused_backward_supported(FusedBackwardIsa isa) { return cpu_has(isa); }
-
-void sdpa_fused_backward(const SdpaBackwardParams& params, FusedBackwardIsa isa) {
+void sdpa_fused_backward(const SdpaBackwardParams& params, FusedIsa isa) {
   const SdpaParams& p = params.fwd;
   assert(p.B >= 0 && p.H >= 1 && p.H_kv >= 1 && p.H % p.H_kv == 0);
   assert(p.L_q >= 0 && p.L_k >= 0 && p.D >= 0 && p.D_v >= 0);

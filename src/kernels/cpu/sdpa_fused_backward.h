@@ -24,27 +24,22 @@
 // hidden by causal masking or the sliding window are skipped; query rows whose lse is -inf (fully
 // masked) contribute nothing.
 //
-// The tile products run on AVX-512 or AVX2/FMA micro-kernels, with a vectorised exp (and, with
-// AVX-512, a vectorised dropout generator), when the CPU has them (checked at run time with
-// __builtin_cpu_supports; the library is not built with -march=native), else on portable scalar
-// code; they agree to rounding.
+// The tile products (register-blocked micro-kernels), the softmax-gradient tile (with the forward
+// kernel's vectorised 2^x) and the dropout generator are written once over the vector backends of
+// simd.h (sdpa_fused_backward_kernel.inc) and run on the instruction set the forward kernel uses
+// (AVX-512, AVX2 + FMA, NEON or portable scalar code; see sdpa_fused.h); they agree to rounding.
 #pragma once
 
+#include "sdpa_fused.h"
 #include "sdpa_reference.h"
 
 namespace attn::kernels {
 
-// Which instruction set the fused backward uses. Auto picks the widest the CPU supports;
-// a set the CPU lacks falls back to the next narrower one (Avx512 -> Avx2 -> Scalar).
-enum class FusedBackwardIsa { Auto, Scalar, Avx2, Avx512 };
-
-// Whether this CPU runs `isa` (Auto and Scalar: always).
-bool sdpa_fused_backward_supported(FusedBackwardIsa isa);
-
 // Computes dq, dk, dv as sdpa_reference_backward defines them (same parameters), from the saved
 // fwd.out and fwd.lse (contiguous (B, H, L_q); -inf marks a fully masked row, whose gradients are
 // zero). Overwrites dq, dk and dv. The caller validates the parameters.
-void sdpa_fused_backward(const SdpaBackwardParams& params,
-                         FusedBackwardIsa isa = FusedBackwardIsa::Auto);
+// `isa` picks the instruction set (Auto, or one the CPU lacks: the forward kernel's current
+// choice, fused_isa()).
+void sdpa_fused_backward(const SdpaBackwardParams& params, FusedIsa isa = FusedIsa::Auto);
 
 }  // namespace attn::kernels

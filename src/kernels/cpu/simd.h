@@ -1,17 +1,19 @@
 // Vector backends for the fused attention kernel: one struct per instruction set, all with the same
 // static interface, so the kernel (sdpa_fused_kernel.inc) is written once and compiled three times.
 //
-//   Scalar  portable C++ on W = 8 lanes held in an array (any x86-64 or other CPU)
-//   Avx2    AVX2 + FMA, W = 8 lanes in a __m256
-//   Avx512  AVX-512 F/DQ/BW/VL, W = 16 lanes in a __m512
+//   Scalar  portable C++ on W = 8 lanes held in an array (any CPU)
+//   Avx2    AVX2 + FMA, W = 8 lanes in a __m256                       (x86-64)
+//   Avx512  AVX-512 F/DQ/BW/VL, W = 16 lanes in a __m512              (x86-64)
+//   Neon    Advanced SIMD, W = 4 lanes in a float32x4_t               (AArch64, always present)
 //
 // The library is compiled for the baseline ISA; only functions marked ATTN_TARGET_AVX2 /
-// ATTN_TARGET_AVX512 use the wider instructions, and sdpa_fused.cpp calls them only after
-// __builtin_cpu_supports has said the CPU has them. On other architectures only Scalar exists.
+// ATTN_TARGET_AVX512 use the wider x86 instructions, and sdpa_fused.cpp calls them only after
+// __builtin_cpu_supports has said the CPU has them. NEON is part of the AArch64 baseline.
 //
 // Interface of a backend V (T is one vector of W floats; kRegs vector registers):
 //   load, store, set1, zero, add, sub, mul, fmadd(a, b, c) = a * b + c, max
 //   load_partial(p, n)      the first n floats at p, zeros after (reads nothing past p + n)
+//   store_partial(p, a, n)  the first n lanes of a to p (writes nothing past p + n)
 //   reduce_add, reduce_max  horizontal sum / max of the lanes
 //   exp2(x)                 2^x for x <= 127, accurate to about 1 ulp, 0 for x <= -127 and -inf
 //   zero_if_neginf(x)       x with -inf lanes replaced by 0
@@ -28,6 +30,12 @@
 #include <immintrin.h>
 #else
 #define ATTN_SIMD_X86 0
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define ATTN_SIMD_NEON 1
+#include <arm_neon.h>
+#else
+#define ATTN_SIMD_NEON 0
 #endif
 
 #include <cmath>
@@ -99,6 +107,9 @@ struct Scalar {
     for (int l = 0; l < W; ++l) r.v[l] = l < n ? p[l] : 0.0f;
     return r;
   }
+  static ATTN_ALWAYS_INLINE void store_partial(float* p, const T& a, int n) {
+    for (int l = 0; l < n; ++l) p[l] = a.v[l];
+  }
   static ATTN_ALWAYS_INLINE float reduce_add(const T& a) {
     float s = 0.0f;
     for (int l = 0; l < W; ++l) s += a.v[l];
@@ -163,6 +174,11 @@ struct Avx2 {
     const __m256i live =
         _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     return _mm256_maskload_ps(p, live);
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE void store_partial(float* p, T a, int n) {
+    const __m256i live =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(p, live, a);
   }
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE float reduce_add(T a) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -257,6 +273,9 @@ struct Avx512 {
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T load_partial(const float* p, int n) {
     return _mm512_maskz_loadu_ps(__mmask16((1u << n) - 1), p);
   }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE void store_partial(float* p, T a, int n) {
+    _mm512_mask_storeu_ps(p, __mmask16((1u << n) - 1), a);
+  }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE float reduce_add(T a) {
     return _mm512_reduce_add_ps(a);
   }
@@ -316,5 +335,73 @@ struct Avx512 {
   }
 };
 #endif  // ATTN_SIMD_X86
+
+#if ATTN_SIMD_NEON
+// ---- AArch64 Advanced SIMD (NEON)
+// ---------------------------------------------------------------------------------
+
+struct Neon {
+  static constexpr int W = 4;
+  static constexpr int kRegs = 32;  // vector registers
+  using T = float32x4_t;
+  static ATTN_ALWAYS_INLINE T load(const float* p) { return vld1q_f32(p); }
+  static ATTN_ALWAYS_INLINE void store(float* p, T a) { vst1q_f32(p, a); }
+  static ATTN_ALWAYS_INLINE T set1(float x) { return vdupq_n_f32(x); }
+  static ATTN_ALWAYS_INLINE T zero() { return vdupq_n_f32(0.0f); }
+  static ATTN_ALWAYS_INLINE T load_partial(const float* p, int n) {
+    float buf[W] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int l = 0; l < n; ++l) buf[l] = p[l];
+    return vld1q_f32(buf);
+  }
+  static ATTN_ALWAYS_INLINE void store_partial(float* p, T a, int n) {
+    float buf[W];
+    vst1q_f32(buf, a);
+    for (int l = 0; l < n; ++l) p[l] = buf[l];
+  }
+  static ATTN_ALWAYS_INLINE float reduce_add(T a) { return vaddvq_f32(a); }
+  static ATTN_ALWAYS_INLINE float reduce_max(T a) { return vmaxvq_f32(a); }
+  static ATTN_ALWAYS_INLINE T add(T a, T b) { return vaddq_f32(a, b); }
+  static ATTN_ALWAYS_INLINE T sub(T a, T b) { return vsubq_f32(a, b); }
+  static ATTN_ALWAYS_INLINE T mul(T a, T b) { return vmulq_f32(a, b); }
+  // fmax propagates a NaN in either operand (the interface asks for one in b).
+  static ATTN_ALWAYS_INLINE T max(T a, T b) { return vmaxq_f32(a, b); }
+  static ATTN_ALWAYS_INLINE T fmadd(T a, T b, T c) { return vfmaq_f32(c, a, b); }
+  static ATTN_ALWAYS_INLINE T exp2(T x) {
+    // max/min with the constant first: a NaN in x stays NaN (vmaxq/vminq propagate NaN).
+    x = vmaxq_f32(vdupq_n_f32(-127.0f), x);
+    x = vminq_f32(vdupq_n_f32(127.0f), x);
+    const T n = vrndnq_f32(x);  // round to nearest, ties to even, as _MM_FROUND_TO_NEAREST_INT
+    const T f = vsubq_f32(x, n);
+    T p = vdupq_n_f32(kExp2C6);
+    p = vfmaq_f32(vdupq_n_f32(kExp2C5), p, f);
+    p = vfmaq_f32(vdupq_n_f32(kExp2C4), p, f);
+    p = vfmaq_f32(vdupq_n_f32(kExp2C3), p, f);
+    p = vfmaq_f32(vdupq_n_f32(kExp2C2), p, f);
+    p = vfmaq_f32(vdupq_n_f32(kExp2C1), p, f);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, f);
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vmulq_f32(p, vreinterpretq_f32_s32(e));
+  }
+  static ATTN_ALWAYS_INLINE T zero_if_neginf(T x) {
+    const uint32x4_t is_inf = vceqq_f32(x, vdupq_n_f32(kNegInfF));
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(x), is_inf));
+  }
+  static ATTN_ALWAYS_INLINE T mask_rows(T s, const int32_t* i, int32_t lo, int32_t hi) {
+    const int32x4_t iv = vld1q_s32(i);
+    const uint32x4_t out =
+        vorrq_u32(vcltq_s32(iv, vdupq_n_s32(lo)), vcgtq_s32(iv, vdupq_n_s32(hi)));
+    return vbslq_f32(out, vdupq_n_f32(kNegInfF), s);
+  }
+  // NEON has no 64-bit lane multiply: the generator runs per lane (as Scalar does).
+  static ATTN_ALWAYS_INLINE T dropout(T p, const uint64_t* base, uint64_t add, uint32_t threshold,
+                                      float keep_scale) {
+    uint32_t keep[W];
+    for (int l = 0; l < W; ++l)
+      keep[l] = uint32_t(dropout_mix(base[l] + add) >> 32) >= threshold ? ~0u : 0u;
+    const T scaled = vmulq_f32(p, vdupq_n_f32(keep_scale));
+    return vreinterpretq_f32_u32(vandq_u32(vld1q_u32(keep), vreinterpretq_u32_f32(scaled)));
+  }
+};
+#endif  // ATTN_SIMD_NEON
 
 }  // namespace attn::kernels::simd

@@ -25,8 +25,8 @@ __attribute__((always_inline)) inline float exp(float x) {
   float xc = x > -87.0f ? x : -87.0f;
   xc = xc < 88.0f ? xc : 88.0f;
   const float y = xc * 1.44269504088896341f + 0.5f;
-  int32_t ni = int32_t(y);          // truncation toward zero ...
-  ni -= int32_t(float(ni) > y);     // ... then floor
+  int32_t ni = int32_t(y);       // truncation toward zero ...
+  ni -= int32_t(float(ni) > y);  // ... then floor
   const float n = float(ni);
   // ln2 split in two so that n * ln2_hi is exact.
   float r = xc - n * 0.693359375f;
