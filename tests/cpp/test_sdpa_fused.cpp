@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -480,6 +481,35 @@ TEST(FusedDeterminism, OneAndTwoThreadsBitwiseIdentical) {
           << K::fused_isa_name(isa);
     }
   }
+}
+
+TEST(FusedIsaChoice, AutoPicksTheWidestInstructionSet) {
+  const FusedIsa before = K::fused_isa();
+  ASSERT_TRUE(K::set_fused_isa(FusedIsa::Auto));
+  const char* cap = std::getenv("ATTN_CPU_ISA");
+  if (cap && *cap) {  // the cap, when this CPU has it
+    EXPECT_STREQ(K::fused_isa_name(K::fused_isa()), cap);
+    K::set_fused_isa(before);
+    return;
+  }
+  const FusedIsa want =
+#if defined(__aarch64__)
+      FusedIsa::Neon;
+#else
+      K::fused_isa_supported(FusedIsa::Avx512) ? FusedIsa::Avx512
+      : K::fused_isa_supported(FusedIsa::Avx2) ? FusedIsa::Avx2
+                                               : FusedIsa::Scalar;
+#endif
+  EXPECT_EQ(K::fused_isa(), want) << K::fused_isa_name(K::fused_isa());
+  EXPECT_FALSE(K::set_fused_isa(
+#if defined(__aarch64__)
+      FusedIsa::Avx2
+#else
+      FusedIsa::Neon
+#endif
+      ))
+      << "an instruction set of another architecture is refused";
+  K::set_fused_isa(before);
 }
 
 TEST(FusedIsaChoice, ScalarFallbackAgreesWithVectorPaths) {

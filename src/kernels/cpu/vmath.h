@@ -7,9 +7,14 @@
 #include <cstdint>
 
 // Compiles a function for x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) and the baseline, and
-// dispatches on the CPU once (GCC function multiversioning).
+// dispatches on the CPU once (GCC function multiversioning). Elsewhere (AArch64: NEON is the
+// baseline) one version for the target.
+#if defined(__x86_64__)
 #define ATTN_VMATH_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ATTN_VMATH_CLONES
+#endif
 
 namespace attn::kernels::vmath {
 
