@@ -13,7 +13,10 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY BOTH)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
-# pkg-config must read the arm64 .pc files, not the host's.
-set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
+# pkg-config must read the arm64 .pc files, not the host's; OpenBLAS's OpenMP build first (its
+# pthread build's thread pool spins for minutes under qemu-user; the OpenMP one shares attn's
+# OpenMP threads).
+set(ENV{PKG_CONFIG_LIBDIR}
+    /usr/lib/aarch64-linux-gnu/openblas-openmp/pkgconfig:/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
 # Tests run through qemu-user (ctest and gtest_discover_tests use this).
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/usr/aarch64-linux-gnu)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sdpa_fused.h"
+#include "sdpa_fused_backward_tiles.h"
 #include "simd.h"
 
 // GCC 12 reports the AVX-512 intrinsics' internal _mm512_undefined_ps() as possibly uninitialised
@@ -24,69 +25,15 @@ namespace attn::kernels {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-// Tiles of 64 x 64: with D = 64 every product is a 64 x 64 x 64 block, the per-thread working set
-// (k, v of the key block, transposed copies, dK and dV accumulators, one score tile and one dS
-// tile: about 100 KiB) stays in L2, and the micro-kernels' 6-row blocks waste nothing (64 = 10 * 6
-// + 4). 128-wide tiles measured the same or slightly slower.
-constexpr int64_t kBr = 64;  // query rows per tile
-constexpr int64_t kBc = 64;  // keys per tile (a multiple of 16: the tile's column vectors)
-
 int64_t round_up8(int64_t n) { return (n + 7) / 8 * 8; }
 
-// ---- the two tile primitives, one implementation per instruction set ----------------------------
-
-// C (M, N) = [C +] A (M, K) B (K, N), with A[m][k] at A[m * a_m + k * a_k] (either a_m or a_k is
-// 1), B row-major with leading dimension ldb, C row-major with ldc; N is a multiple of 8.
-using GemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_m, int64_t a_k,
-                        const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
-
-// The softmax gradient of one tile of nr rows and kBc columns, in place:
-//   in:  S  = q . k (raw dot products),   dP = dO . v
-//   out: S  = P o Z,                       dP = scale * P o (Z o dP - D_i)
-// with P = exp(scale * S + bias - lse), bias (-inf masks; optional, row stride ld_bias, 0 for one
-// row shared by all), Z (dropout factors; optional, row stride kBc), and P = 0 outside the
-// columns [col_lo[r], col_hi[r]] of row r that causal masking and the window leave (optional).
-struct TileArgs {
-  int64_t nr;
-  float* S;
-  float* dP;
-  const float* lse;  // (nr) log-sum-exp per row, +inf for a fully masked row
-  const float* Di;   // (nr) rowsum(dO o O)
-  float scale;
-  const float* bias;
-  int64_t ld_bias;
-  const float* z;
-  const int32_t* col_lo;
-  const int32_t* col_hi;
-};
-using TileFn = void (*)(const TileArgs&);
-
-// Dropout factors of a tile: z[r * kBc + jj] = keep_scale or 0 for weight index
-// first + r * row_step + jj (the counter of dropout_keep), jj < nc; 0 for jj >= nc.
-struct DropoutArgs {
-  float* z;
-  int64_t nr, nc;
-  uint64_t first, row_step, seed, offset;
-  uint32_t threshold;
-  float keep_scale;
-};
-using DropoutFn = void (*)(const DropoutArgs&);
+using namespace bwd;
 
 struct Isa {
   GemmFn gemm;
   TileFn tile;
   DropoutFn dropout;
 };
-
-// Column indices 0 .. kBc - 1, for the vector backends' mask_rows.
-struct ColumnIndex {
-  alignas(64) int32_t v[kBc];
-  constexpr ColumnIndex() : v() {
-    for (int32_t c = 0; c < int32_t(kBc); ++c) v[c] = c;
-  }
-};
-constexpr ColumnIndex kColumns;
-constexpr const int32_t* kColumnIndex = kColumns.v;
 
 // ---- the primitives, once per instruction set (sdpa_fused_backward_kernel.inc) ------------------
 

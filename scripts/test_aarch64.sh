@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The fused kernels on 64-bit ARM: cross-builds attn_tests for AArch64 with Debian's cross
+# toolchain against arm64 libraries (multiarch), and runs the kernel and autograd tests under
+# qemu-user, so the NEON build of the kernels (src/kernels/cpu/simd.h: Neon) and the portable
+# scalar build are checked against the reference kernels on every change.
+#
+# Usage: scripts/test_aarch64.sh [--all]
+#   --all  every test of attn_tests, not only the kernels and autograd (slower under emulation)
+# Environment: ATTN_AARCH64_BUILD (build directory, default build-aarch64), ATTN_AARCH64_JOBS
+# (parallel build jobs, default nproc).
+#
+# Installs what is missing (as scripts/setup.sh does): the arm64 architecture in dpkg, the cross
+# compiler, qemu-user and the arm64 -dev packages attn links. OpenBLAS is its OpenMP build
+# (libopenblas-openmp-dev): the pthread build's own thread pool spins for minutes under
+# qemu-user, the OpenMP one runs on attn's OpenMP threads.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${ATTN_AARCH64_BUILD:-build-aarch64}
+jobs=${ATTN_AARCH64_JOBS:-$(nproc)}
+filter='Sdpa*:CausalMask*:Fused*:Autograd*:*SdpaTable*:*FusedVsReference*:*SdpaFusedBackwardTable*:*FiniteDifferences*:*SdpaBackwardTensorTable*:TensorMatmul*:TensorSoftmax*'
+if [[ "${1:-}" == "--all" ]]; then filter='*'; fi
+
+sudo=""
+if [[ "$(id -u)" != 0 ]]; then sudo=sudo; fi
+packages=(g++-aarch64-linux-gnu qemu-user libopenblas-openmp-dev:arm64 libpng-dev:arm64
+          libgtest-dev:arm64 nlohmann-json3-dev)
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if (( ${#missing[@]} )); then
+  echo "test_aarch64: installing ${missing[*]}"
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $sudo dpkg --add-architecture arm64
+  fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+t0=$SECONDS
+mkdir -p "$build"
+log=$build/build.log
+if ! { cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
+         -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_EXAMPLES=OFF \
+         -DATTN_BUILD_BENCH=OFF -DATTN_INSTALL=OFF -DATTN_MPI=OFF &&
+       cmake --build "$build" -j"$jobs" --target attn_tests; } >"$log" 2>&1; then
+  grep -E -A3 "error:|undefined reference|CMake Error" "$log" | head -80 >&2 || tail -40 "$log" >&2
+  echo "test_aarch64: cross build failed (full log: $log)" >&2
+  exit 1
+fi
+built=$((SECONDS - t0))
+
+t1=$SECONDS
+out=$build/qemu-tests.log
+set +e
+qemu-aarch64 -L /usr/aarch64-linux-gnu \
+  -E LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu/openblas-openmp "$build/attn_tests" \
+  --gtest_filter="$filter" --gtest_brief=1 >"$out" 2>&1
+rc=$?
+set -e
+ran=$((SECONDS - t1))
+if (( rc != 0 )); then
+  cat "$out" >&2
+  echo "test_aarch64: tests failed under qemu-aarch64 (rc $rc)" >&2
+  exit 1
+fi
+echo "test_aarch64: $(grep -E '^\[  PASSED  \]' "$out" | sed 's/\[  PASSED  \] //') under" \
+  "qemu-aarch64 (build ${built}s, tests ${ran}s)"

@@ -1,0 +1,64 @@
+// The tile primitives of the fused attention backward (sdpa_fused_backward.cpp): their tile sizes
+// and argument blocks. sdpa_fused_backward_kernel.inc implements them once over simd.h's vector
+// backends; sdpa_fused_backward.cpp instantiates them per instruction set and drives them.
+#pragma once
+
+#include <cstdint>
+
+namespace attn::kernels::bwd {
+
+// Tiles of 64 x 64: with D = 64 every product is a 64 x 64 x 64 block, the per-thread working set
+// (k, v of the key block, transposed copies, dK and dV accumulators, one score tile and one dS
+// tile: about 100 KiB) stays in L2, and the micro-kernels' 6-row blocks waste nothing (64 = 10 * 6
+// + 4). 128-wide tiles measured the same or slightly slower.
+inline constexpr int64_t kBr = 64;  // query rows per tile
+inline constexpr int64_t kBc = 64;  // keys per tile (a multiple of 16: the tile's column vectors)
+
+// C (M, N) = [C +] A (M, K) B (K, N), with A[m][k] at A[m * a_m + k * a_k] (either a_m or a_k is
+// 1), B row-major with leading dimension ldb, C row-major with ldc; N is a multiple of 8.
+using GemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_m, int64_t a_k,
+                        const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
+
+// The softmax gradient of one tile of nr rows and kBc columns, in place:
+//   in:  S  = q . k (raw dot products),   dP = dO . v
+//   out: S  = P o Z,                       dP = scale * P o (Z o dP - D_i)
+// with P = exp(scale * S + bias - lse), bias (-inf masks; optional, row stride ld_bias, 0 for one
+// row shared by all), Z (dropout factors; optional, row stride kBc), and P = 0 outside the
+// columns [col_lo[r], col_hi[r]] of row r that causal masking and the window leave (optional).
+struct TileArgs {
+  int64_t nr;
+  float* S;
+  float* dP;
+  const float* lse;  // (nr) log-sum-exp per row, +inf for a fully masked row
+  const float* Di;   // (nr) rowsum(dO o O)
+  float scale;
+  const float* bias;
+  int64_t ld_bias;
+  const float* z;
+  const int32_t* col_lo;
+  const int32_t* col_hi;
+};
+using TileFn = void (*)(const TileArgs&);
+
+// Dropout factors of a tile: z[r * kBc + jj] = keep_scale or 0 for weight index
+// first + r * row_step + jj (the counter of dropout_keep), jj < nc; 0 for jj >= nc.
+struct DropoutArgs {
+  float* z;
+  int64_t nr, nc;
+  uint64_t first, row_step, seed, offset;
+  uint32_t threshold;
+  float keep_scale;
+};
+using DropoutFn = void (*)(const DropoutArgs&);
+
+// Column indices 0 .. kBc - 1, for the vector backends' mask_rows.
+struct ColumnIndex {
+  alignas(64) int32_t v[kBc];
+  constexpr ColumnIndex() : v() {
+    for (int32_t c = 0; c < int32_t(kBc); ++c) v[c] = c;
+  }
+};
+inline constexpr ColumnIndex kColumns;
+inline constexpr const int32_t* kColumnIndex = kColumns.v;
+
+}  // namespace attn::kernels::bwd
