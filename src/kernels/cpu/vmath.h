@@ -7,9 +7,20 @@
 #include <cstdint>
 
 // Compiles a function for x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) and the baseline, and
-// dispatches on the CPU once (GCC function multiversioning).
+// dispatches on the CPU once (GCC function multiversioning). Not under ThreadSanitizer
+// (scripts/tsan.sh): it instruments the ifunc resolver that picks the version, which the dynamic
+// loader runs before the sanitizer's runtime is up (a crash at start-up); the baseline is used.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ATTN_THREAD_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(ATTN_THREAD_SANITIZER)
+#define ATTN_VMATH_CLONES
+#else
 #define ATTN_VMATH_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 
 namespace attn::kernels::vmath {
 
@@ -25,8 +36,8 @@ __attribute__((always_inline)) inline float exp(float x) {
   float xc = x > -87.0f ? x : -87.0f;
   xc = xc < 88.0f ? xc : 88.0f;
   const float y = xc * 1.44269504088896341f + 0.5f;
-  int32_t ni = int32_t(y);          // truncation toward zero ...
-  ni -= int32_t(float(ni) > y);     // ... then floor
+  int32_t ni = int32_t(y);       // truncation toward zero ...
+  ni -= int32_t(float(ni) > y);  // ... then floor
   const float n = float(ni);
   // ln2 split in two so that n * ln2_hi is exact.
   float r = xc - n * 0.693359375f;
