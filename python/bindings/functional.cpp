@@ -15,25 +15,29 @@ void register_functional(py::module_& m) {
   fn.def(
       "linear",
       [](const Tensor& x, const Tensor& w, const py::object& b) {
-        return nn::functional::linear(x, w, optional_tensor(b));
+        Tensor bias = optional_tensor(b);
+        return without_gil([&] { return nn::functional::linear(x, w, bias); });
       },
       py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
-  fn.def("embedding", &nn::functional::embedding, py::arg("input"), py::arg("weight"));
+  fn.def("embedding", &nn::functional::embedding, py::arg("input"), py::arg("weight"), release());
   fn.def(
       "layer_norm",
       [](const Tensor& x, int64_t n, const py::object& w, const py::object& b, double eps) {
-        return nn::functional::layer_norm(x, n, optional_tensor(w), optional_tensor(b), eps);
+        Tensor weight = optional_tensor(w), bias = optional_tensor(b);
+        return without_gil([&] { return nn::functional::layer_norm(x, n, weight, bias, eps); });
       },
       py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
       py::arg("bias") = py::none(), py::arg("eps") = 1e-5);
-  fn.def("gelu", &nn::functional::gelu, py::arg("input"), py::arg("approximate") = "none");
+  fn.def("gelu", &nn::functional::gelu, py::arg("input"), py::arg("approximate") = "none",
+         release());
   fn.def("cross_entropy", &nn::functional::cross_entropy, py::arg("input"), py::arg("target"),
-         py::arg("reduction") = "mean", py::arg("ignore_index") = -100);
+         py::arg("reduction") = "mean", py::arg("ignore_index") = -100, release());
 
   fn.def(
       "dropout",
       [](const Tensor& x, double p, bool training, const py::object& g) {
-        return nn::functional::dropout(x, p, training, gen_arg(g));
+        Generator* gen = gen_arg(g);
+        return without_gil([&] { return nn::functional::dropout(x, p, training, gen); });
       },
       py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true,
       py::arg("generator") = py::none());
@@ -55,10 +59,11 @@ void register_functional(py::module_& m) {
         o.causal_align = bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft;
         o.backend = reference ? SdpaBackend::Reference : SdpaBackend::Auto;
         if (need_weights) {
-          auto [out, w] = scaled_dot_product_attention_with_weights(q, k, v, o);
+          auto [out, w] =
+              without_gil([&] { return scaled_dot_product_attention_with_weights(q, k, v, o); });
           return py::make_tuple(out, w);
         }
-        return py::cast(scaled_dot_product_attention(q, k, v, o));
+        return py::cast(without_gil([&] { return scaled_dot_product_attention(q, k, v, o); }));
       },
       py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
       py::arg("dropout_p") = 0.0, py::arg("is_causal") = false, py::arg("scale") = py::none(),

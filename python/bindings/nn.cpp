@@ -102,7 +102,14 @@ void register_nn(py::module_& m) {
                          const py::object& am, bool average, bool is_causal) {
         Tensor key_padding = optional_tensor(kpm);
         Tensor attn_mask = optional_tensor(am);
-        auto out = m.forward(q, k, v, key_padding, need_weights, attn_mask, average, is_causal);
+        // The module as this call finds it (parameter handles, dropout, training flag): another
+        // thread may hand it new parameters (_set_parameters, under the GIL) meanwhile.
+        nn::MultiheadAttention snapshot = m;
+        snapshot.out_proj = std::make_shared<nn::Linear>(*m.out_proj);
+        auto out = without_gil([&] {
+          return snapshot.forward(q, k, v, key_padding, need_weights, attn_mask, average,
+                                  is_causal);
+        });
         py::object w = out.weights.defined() ? py::cast(out.weights) : py::none();
         return py::make_tuple(out.output, w);
       });
@@ -117,7 +124,8 @@ void register_nn(py::module_& m) {
       .def_readwrite("bias", &nn::GPTConfig::bias);
   py::class_<nn::GPT, std::shared_ptr<nn::GPT>>(mods, "GPT")
       .def(py::init([](const nn::GPTConfig& c, const py::object& g) {
-             return std::make_shared<nn::GPT>(c, gen_arg(g));
+             Generator* gen = gen_arg(g);
+             return without_gil([&] { return std::make_shared<nn::GPT>(c, gen); });
            }),
            py::arg("config"), py::arg("generator") = py::none())
       .def("named_parameters",
@@ -127,14 +135,19 @@ void register_nn(py::module_& m) {
              return out;
            })
       .def("train", [](nn::GPT& m, bool on) { m.train(on); })
-      .def("forward", [](const nn::GPT& m, const Tensor& idx) { return m.forward(idx); })
+      .def(
+          "forward", [](const nn::GPT& m, const Tensor& idx) { return m.forward(idx); }, release())
       .def("forward_loss",
            [](const nn::GPT& m, const Tensor& idx, const Tensor& targets) {
-             auto out = m.forward(idx, targets);
+             auto out = without_gil([&] { return m.forward(idx, targets); });
              return py::make_tuple(out.logits, out.loss);
            })
-      .def("forward_cached", [](const nn::GPT& m, const Tensor& idx,
-                                nn::KVCache& cache) { return m.forward_cached(idx, cache); })
+      .def(
+          "forward_cached",
+          [](const nn::GPT& m, const Tensor& idx, nn::KVCache& cache) {
+            return m.forward_cached(idx, cache);
+          },
+          release())
       .def(
           "generate",
           [](const nn::GPT& m, const Tensor& idx, int64_t max_new_tokens, double temperature,
@@ -145,9 +158,14 @@ void register_nn(py::module_& m) {
             o.temperature = temperature;
             o.top_k = top_k.is_none() ? 0 : top_k.cast<int64_t>();
             o.use_cache = use_cache;
+            Generator* gen = gen_arg(g);
             std::function<void(const Tensor&)> cb;
-            if (!callback.is_none()) cb = [&callback](const Tensor& t) { callback(t); };
-            return m.generate(idx, o, gen_arg(g), cb);
+            if (!callback.is_none())
+              cb = [&callback](const Tensor& t) {
+                py::gil_scoped_acquire gil;
+                callback(t);
+              };
+            return without_gil([&] { return m.generate(idx, o, gen, cb); });
           },
           py::arg("idx"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0,
           py::arg("top_k") = py::none(), py::arg("use_cache") = true,

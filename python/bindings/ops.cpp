@@ -82,12 +82,12 @@ void register_ops(py::module_& m) {
   // ---- math ------------------------------------------------------------------------------------
   m.def(
       "softmax", [](const Tensor& t, int64_t dim) { return softmax(t, dim); }, py::arg("input"),
-      py::arg("dim"));
+      py::arg("dim"), release());
   m.def(
       "log_softmax", [](const Tensor& t, int64_t dim) { return log_softmax(t, dim); },
-      py::arg("input"), py::arg("dim"));
-  m.def("matmul", &matmul);
-  m.def("dot", &dot);
+      py::arg("input"), py::arg("dim"), release());
+  m.def("matmul", &matmul, release());
+  m.def("dot", &dot, release());
   m.def("exp", &attn::exp);
   m.def("log", &attn::log);
   m.def("sqrt", &attn::sqrt);

@@ -25,14 +25,14 @@ void register_optim(py::module_& m) {
              return optim::AdamW(std::move(gs), o);
            }),
            py::arg("groups"), py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"))
-      .def("step", &optim::AdamW::step)
+      .def("step", &optim::AdamW::step, release())
       .def("zero_grad", &optim::AdamW::zero_grad, py::arg("set_to_none") = true)
       .def("set_lr", &optim::AdamW::set_lr)
       .def("lr", &optim::AdamW::lr)
       .def("state_dict", &optim::AdamW::state_dict)
       .def("load_state_dict", &optim::AdamW::load_state_dict);
   opt.def("clip_grad_norm_", &optim::clip_grad_norm_, py::arg("parameters"), py::arg("max_norm"),
-          py::arg("error_if_nonfinite") = false);
+          py::arg("error_if_nonfinite") = false, release());
   opt.def("cosine_lr", &optim::cosine_lr, py::arg("it"), py::arg("lr"), py::arg("min_lr"),
           py::arg("warmup_iters"), py::arg("lr_decay_iters"));
 }

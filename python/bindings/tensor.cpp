@@ -212,7 +212,7 @@ void register_tensor(py::module_& m) {
             Tensor g = optional_tensor(gradient);
             std::optional<bool> retain;
             if (!retain_graph.is_none()) retain = retain_graph.cast<bool>();
-            t.backward(g, retain);
+            without_gil([&] { t.backward(g, retain); });
           },
           py::arg("gradient") = py::none(), py::arg("retain_graph") = py::none(),
           py::arg("create_graph") = false)
@@ -401,12 +401,13 @@ void register_tensor(py::module_& m) {
       .def("all", [](const Tensor& t) { return full({}, t.all(), Dtype::Bool); })
       .def("any", [](const Tensor& t) { return full({}, t.any(), Dtype::Bool); })
       .def(
-          "softmax", [](const Tensor& t, int64_t dim) { return t.softmax(dim); }, py::arg("dim"))
+          "softmax", [](const Tensor& t, int64_t dim) { return t.softmax(dim); }, py::arg("dim"),
+          release())
       .def(
           "log_softmax", [](const Tensor& t, int64_t dim) { return t.log_softmax(dim); },
-          py::arg("dim"))
-      .def("matmul", &Tensor::matmul)
-      .def("dot", &Tensor::dot)
+          py::arg("dim"), release())
+      .def("matmul", &Tensor::matmul, release())
+      .def("dot", &Tensor::dot, release())
       .def("tril", &Tensor::tril, py::arg("diagonal") = 0)
       .def("triu", &Tensor::triu, py::arg("diagonal") = 0)
       .def(
@@ -443,8 +444,10 @@ void register_tensor(py::module_& m) {
       .def("__pos__", [](const Tensor& a) { return a; })
       .def("__abs__", &Tensor::abs)
       .def("__invert__", [](const Tensor& a) { return ~a; })
-      .def("__matmul__", [](const Tensor& a, const Tensor& b) { return matmul(a, b); })
-      .def("__rmatmul__", [](const Tensor& a, const Tensor& b) { return matmul(b, a); });
+      .def(
+          "__matmul__", [](const Tensor& a, const Tensor& b) { return matmul(a, b); }, release())
+      .def(
+          "__rmatmul__", [](const Tensor& a, const Tensor& b) { return matmul(b, a); }, release());
 
 #define ATTN_BINOP(PYNAME, EXPR_TT, EXPR_TS)                            \
   T.def(PYNAME, [](const Tensor& a, const py::object& b) {              \
