@@ -16,11 +16,18 @@
 // (Running torch with ATEN_CPU_CAPABILITY=default changes its randn and uniform_ bits; that
 // configuration is not reproduced.)
 //
-// Nothing here is thread-safe; share a Generator between threads only with external locking.
+// Threads. A Generator may be shared between threads, as torch's: every fill kernel below, and
+// every draw the library makes (dropout, sampling), holds the generator's mutex() for its whole
+// sequence of draws, and manual_seed, initial_seed, get_state, set_state and copying take it too.
+// So each call consumes a contiguous run of the stream; which thread's run comes first is up to
+// the scheduler (a thread that needs reproducible draws uses its own Generator). random(),
+// random64() and the cached-normal accessors are the raw steps: a caller that uses them on a
+// generator other threads may use holds mutex() around its sequence.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -39,14 +46,20 @@ class Generator {
   static constexpr std::size_t kLegacyStateSize = 5048;
 
   explicit Generator(uint64_t seed = kDefaultSeed);
+  // A copy of the state (torch's Generator.clone_state); the mutex is not copied.
+  Generator(const Generator& other);
+  Generator& operator=(const Generator& other);
+
+  // Held by every sequence of draws from this generator (see the top of this file).
+  std::mutex& mutex() const { return mutex_; }
 
   // Re-seeds the twister from the low 32 bits of `seed` (all 64 bits are remembered for
   // initial_seed()) and clears the cached normal samples, like torch.manual_seed.
   void manual_seed(uint64_t seed);
   // The seed last given to the constructor or manual_seed (torch.initial_seed()).
-  uint64_t initial_seed() const { return seed_; }
+  uint64_t initial_seed() const;
 
-  // One 32-bit draw of the twister.
+  // One 32-bit draw of the twister (the caller holds mutex() if the generator is shared).
   uint32_t random();
   // Two draws combined as torch does: the first is the high word, the second the low word.
   uint64_t random64();
@@ -78,17 +91,19 @@ class Generator {
   std::array<uint32_t, kN> state_{};
   std::optional<double> next_double_normal_;
   std::optional<float> next_float_normal_;
+  mutable std::mutex mutex_;
 };
 
-// The process-wide generator behind rand/randn/randint/dropout (torch.default_generator).
-// Not thread-safe.
+// The process-wide generator behind rand/randn/randint/dropout (torch.default_generator), shared
+// by every thread (see the top of this file).
 Generator& default_generator();
 // Seeds default_generator() (torch.manual_seed).
 void manual_seed(uint64_t seed);
 
 // ---- Fill kernels on raw contiguous memory ----------------------------------------------------
-// Each consumes `gen` exactly as torch does for a freshly created contiguous tensor of n elements.
-// n == 0 draws nothing. Invalid arguments throw attn::Error("[name] ...").
+// Each consumes `gen` exactly as torch does for a freshly created contiguous tensor of n elements,
+// holding gen.mutex() meanwhile. n == 0 draws nothing. Invalid arguments throw
+// attn::Error("[name] ...").
 
 // Tensor.uniform_(from, to) on float32, and torch.rand (from 0, to 1): one 32-bit draw per
 // element, x = (draw & (2^24-1)) * 2^-24, result fma(x, to - from, from) in float with from and to

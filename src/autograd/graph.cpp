@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <unordered_map>
 
 #include "../tensor/internal.h"
@@ -15,6 +16,13 @@ using detail::fail;
 
 namespace {
 thread_local bool grad_enabled = true;
+
+// Guards every leaf's .grad: backward passes on several threads whose graphs share leaves (the
+// parameters of one model) add into the same gradients, and take turns doing so, as torch's
+// AccumulateGrad does; Tensor::grad() and set_grad() read and replace the handle under it too.
+// The order of the additions, and so the last bits of the sum, is the threads' order.
+std::mutex grad_mutex;
+using GradLock = std::lock_guard<std::mutex>;
 
 // Where a tensor's elements sit in its storage.
 struct Geometry {
@@ -132,11 +140,17 @@ AutogradMeta& meta_of(TensorImpl& t) {
 }
 
 void accumulate(TensorImpl& leaf, const Tensor& grad) {
+  GradLock lock(grad_mutex);
   AutogradMeta& m = meta_of(leaf);
   if (!m.grad.defined())
     m.grad = grad.clone();  // never alias a gradient that other edges may still hold
   else
     m.grad.add_(grad);
+}
+
+bool has_grad(const TensorImpl& leaf) {
+  GradLock lock(grad_mutex);
+  return leaf.autograd && leaf.autograd->grad.defined();
 }
 
 bool has_post_hooks(const TensorImpl& leaf) {
@@ -381,9 +395,7 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
       }
       if (e.leaf && !leaf_deps.empty()) {
         auto it = leaf_deps.find(e.leaf.get());
-        if (it != leaf_deps.end() && --it->second == 0 && e.leaf->autograd &&
-            e.leaf->autograd->grad.defined())
-          run_post_hooks(e.leaf);
+        if (it != leaf_deps.end() && --it->second == 0 && has_grad(*e.leaf)) run_post_hooks(e.leaf);
       }
       if (e.fn && --deps[e.fn.get()] == 0) ready.push_back(e.fn.get());
     }
@@ -425,6 +437,7 @@ bool Tensor::is_leaf() const { return grad_fn(*this) == nullptr; }
 Tensor Tensor::grad() const {
   if (!defined()) fail("grad", "undefined tensor");
   const TensorImpl& im = *impl();
+  GradLock lock(grad_mutex);
   return im.autograd ? im.autograd->grad : Tensor();
 }
 
@@ -434,8 +447,11 @@ void Tensor::set_grad(const Tensor& g) {
     if (g.dtype() != Dtype::Float32 || g.shape() != shape())
       fail("set_grad", "assigned grad ", detail::tensor_desc(g), " must be float32 of shape ",
            shape_str(shape()));
-    meta_of(*impl()).grad = g.detach();
+    Tensor detached = g.detach();
+    GradLock lock(grad_mutex);
+    meta_of(*impl()).grad = std::move(detached);
   } else if (impl()->autograd) {
+    GradLock lock(grad_mutex);
     impl()->autograd->grad = Tensor();
   }
 }

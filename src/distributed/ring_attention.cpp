@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "../kernels/cpu/threads.h"
 #include "../tensor/internal.h"
 
 namespace attn::distributed {
@@ -153,7 +154,8 @@ void merge(Tensor& out, Tensor& lse, const Tensor& out_p, const Tensor& lse_p, i
   const float* op = out_p.data_ptr<float>();
   const float* lp = lse_p.data_ptr<float>();
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-#pragma omp parallel for schedule(static) if (BH * n * Dv > (1 << 16))
+#pragma omp parallel for schedule(static) if (BH * n * Dv > (1 << 16)) \
+    num_threads(kernels::num_threads())
   for (int64_t r = 0; r < BH * n; ++r) {
     const int64_t bh = r / n, i = r % n;
     const int64_t row = bh * L + start + i;

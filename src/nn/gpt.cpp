@@ -273,7 +273,12 @@ Tensor GPT::generate(const Tensor& idx_in, const GenerateOptions& opt, Generator
       if (!(total > 0.0) || !std::isfinite(total))
         fail(fn, "the model produced non-finite logits at step ", step);
       // Inverse-CDF sampling with one 53-bit uniform draw.
-      const double u = double(g.random64() >> 11) * (1.0 / 9007199254740992.0) * total;
+      uint64_t draw;
+      {
+        std::lock_guard<std::mutex> lock(g.mutex());
+        draw = g.random64();
+      }
+      const double u = double(draw >> 11) * (1.0 / 9007199254740992.0) * total;
       double acc = 0.0;
       int64_t pick = -1;
       for (int64_t v = 0; v < V; ++v) {

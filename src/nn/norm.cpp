@@ -12,6 +12,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../kernels/cpu/threads.h"
 #include "../kernels/cpu/vmath.h"
 #include "../tensor/internal.h"
 
@@ -25,7 +26,7 @@ namespace {
 // Rows x cols problems smaller than this run on one thread (a parallel region costs more).
 constexpr int64_t kParallelElems = 1 << 15;
 
-int threads_for(int64_t elems) { return elems >= kParallelElems ? omp_get_max_threads() : 1; }
+int threads_for(int64_t elems) { return elems >= kParallelElems ? kernels::num_threads() : 1; }
 
 // ---- LayerNorm ----------------------------------------------------------------------------------
 

@@ -309,7 +309,10 @@ RunResult run(const Prepared& p, const SdpaOptions& o, Tensor& out, Tensor* weig
     Shape full = concat(S, {p.L_q, p.L_k});
     if (ds != full) drop = drop.expand(full).contiguous();
   } else if (o.dropout_p > 0.0) {
-    rr.dropout_seed = gen.random64();
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      rr.dropout_seed = gen.random64();
+    }
     kp.dropout_p = o.dropout_p, kp.dropout_seed = rr.dropout_seed;
     if (drop_out) drop = counter_dropout_factors(p, o.dropout_p, rr.dropout_seed, 0);
   }

@@ -2,16 +2,14 @@
 #include <attn/autograd.h>
 #include <attn/ops.h>
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <optional>
 #include <vector>
 
 #include "../kernels/cpu/gemm.h"
+#include "../kernels/cpu/threads.h"
 #include "../tensor/internal.h"
-
-extern "C" void openblas_set_num_threads(int);
 
 namespace attn {
 
@@ -394,10 +392,9 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
 
 void set_num_threads(int n) {
   if (n < 1) fail("set_num_threads", "expected a positive number of threads, got ", n);
-  omp_set_num_threads(n);
-  openblas_set_num_threads(n);
+  kernels::set_num_threads(n);
 }
 
-int get_num_threads() { return omp_get_max_threads(); }
+int get_num_threads() { return kernels::num_threads(); }
 
 }  // namespace attn

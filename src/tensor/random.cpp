@@ -254,13 +254,41 @@ void check_n(const char* name, int64_t n) {
   if (n < 0) throw Error(std::string("[") + name + "] n " + std::to_string(n) + " is negative");
 }
 
+// fill_normal_serial's draws; the caller holds gen.mutex().
+void normal_serial(float* data, int64_t n, double mean, double std, Generator& gen) {
+  for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>(normal_double(mean, std, gen));
+}
+
+using Lock = std::lock_guard<std::mutex>;
+
 }  // namespace
 
 // ---- Generator ----------------------------------------------------------------------------------
 
 Generator::Generator(uint64_t seed) { manual_seed(seed); }
 
+Generator::Generator(const Generator& other) { *this = other; }
+
+Generator& Generator::operator=(const Generator& other) {
+  if (this == &other) return *this;
+  std::scoped_lock lock(mutex_, other.mutex_);
+  seed_ = other.seed_;
+  left_ = other.left_;
+  seeded_ = other.seeded_;
+  next_ = other.next_;
+  state_ = other.state_;
+  next_double_normal_ = other.next_double_normal_;
+  next_float_normal_ = other.next_float_normal_;
+  return *this;
+}
+
+uint64_t Generator::initial_seed() const {
+  Lock lock(mutex_);
+  return seed_;
+}
+
 void Generator::manual_seed(uint64_t seed) {
+  Lock lock(mutex_);
   seed_ = seed;
   seeded_ = true;
   state_[0] = static_cast<uint32_t>(seed & 0xffffffffu);
@@ -303,6 +331,7 @@ uint64_t Generator::random64() {
 
 std::vector<uint8_t> Generator::get_state() const {
   std::vector<uint8_t> out(kStateSize, 0);
+  Lock lock(mutex_);
   put<uint64_t>(out, kOffSeed, seed_);
   put<int32_t>(out, kOffLeft, left_);
   put<int32_t>(out, kOffSeeded, seeded_ ? 1 : 0);
@@ -342,6 +371,7 @@ void Generator::set_state(const std::vector<uint8_t>& state) {
     throw Error("[Generator::set_state] invalid mt19937 state (left " + std::to_string(left) +
                 ", next " + std::to_string(next) + ", seeded " + std::to_string(seeded) + ")");
   }
+  Lock lock(mutex_);
   seed_ = get<uint64_t>(state, kOffSeed);
   left_ = left;
   seeded_ = true;
@@ -378,14 +408,16 @@ void fill_uniform(float* data, int64_t n, double from, double to, Generator& gen
   }
   const float f = static_cast<float>(from);
   const float range = static_cast<float>(to) - f;
+  Lock lock(gen.mutex());
   for (int64_t i = 0; i < n; ++i) data[i] = fmaf_(unit_float(gen), range, f);
 }
 
 void fill_normal(float* data, int64_t n, double mean, double std, Generator& gen) {
   check_n("normal", n);
   if (!(std >= 0.0)) throw Error("[normal] std " + fmt(std) + " must be >= 0");
+  Lock lock(gen.mutex());
   if (n < 16) {
-    fill_normal_serial(data, n, mean, std, gen);
+    normal_serial(data, n, mean, std, gen);
     return;
   }
   const float mean_f = static_cast<float>(mean);
@@ -403,7 +435,8 @@ void fill_normal(float* data, int64_t n, double mean, double std, Generator& gen
 void fill_normal_serial(float* data, int64_t n, double mean, double std, Generator& gen) {
   check_n("normal", n);
   if (!(std >= 0.0)) throw Error("[normal] std " + fmt(std) + " must be >= 0");
-  for (int64_t i = 0; i < n; ++i) data[i] = static_cast<float>(normal_double(mean, std, gen));
+  Lock lock(gen.mutex());
+  normal_serial(data, n, mean, std, gen);
 }
 
 void fill_randint(int64_t* data, int64_t n, int64_t low, int64_t high, Generator& gen) {
@@ -414,6 +447,7 @@ void fill_randint(int64_t* data, int64_t n, int64_t low, int64_t high, Generator
   }
   const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
   const uint64_t base = static_cast<uint64_t>(low);
+  Lock lock(gen.mutex());
   if (range >= (uint64_t{1} << 32)) {
     for (int64_t i = 0; i < n; ++i) data[i] = static_cast<int64_t>(gen.random64() % range + base);
   } else {
@@ -426,6 +460,7 @@ void fill_randint(int64_t* data, int64_t n, int64_t low, int64_t high, Generator
 void fill_bernoulli(float* data, int64_t n, double p, Generator& gen) {
   check_n("bernoulli", n);
   if (!(p >= 0.0 && p <= 1.0)) throw Error("[bernoulli] p " + fmt(p) + " must be in [0, 1]");
+  Lock lock(gen.mutex());
   for (int64_t i = 0; i < n; ++i) data[i] = unit_double(gen) < p ? 1.0f : 0.0f;
 }
 
@@ -441,6 +476,7 @@ void fill_dropout_mask(float* scale_out, int64_t n, double p, Generator& gen) {
   // noise = empty_like(x).bernoulli_(1 - p); noise.div_(1 - p); return x * noise.
   const double keep = 1.0 - p;
   const float keep_f = static_cast<float>(keep);
+  Lock lock(gen.mutex());
   for (int64_t i = 0; i < n; ++i) {
     const float noise = unit_double(gen) < keep ? 1.0f : 0.0f;
     scale_out[i] = noise / keep_f;

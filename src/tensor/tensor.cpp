@@ -193,6 +193,9 @@ Tensor& Tensor::requires_grad_(bool value) {
   impl_->requires_grad = value;
   // A leaf stands for itself: in-place ops on a tensor it was viewed from do not rewrite it.
   if (value && impl_->autograd) impl_->autograd->base = nullptr;
+  // Its autograd record exists from now on, so that backward passes on other threads, which
+  // accumulate into its .grad, never create it while a forward pass reads it.
+  if (value && !impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
   return *this;
 }
 Tensor Tensor::detach() const {

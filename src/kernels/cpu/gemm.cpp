@@ -6,8 +6,7 @@
 
 #include <algorithm>
 
-extern "C" int openblas_get_num_threads(void);
-extern "C" void openblas_set_num_threads(int);
+#include "threads.h"
 
 namespace attn::kernels {
 
@@ -23,29 +22,13 @@ void call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
               int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
-// Restores OpenBLAS's thread count on scope exit.
-class BlasSingleThread {
- public:
-  BlasSingleThread() : previous_(openblas_get_num_threads()) {
-    if (previous_ != 1) openblas_set_num_threads(1);
-  }
-  ~BlasSingleThread() {
-    if (previous_ != 1) openblas_set_num_threads(previous_);
-  }
-  BlasSingleThread(const BlasSingleThread&) = delete;
-  BlasSingleThread& operator=(const BlasSingleThread&) = delete;
-
- private:
-  int previous_;
-};
-
 }  // namespace
 
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   BlasSingleThread single;
-  const int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int nt = omp_in_parallel() ? 1 : num_threads();
   if (nt <= 1 || M * N * K < kParallelMacs) {
     call(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;

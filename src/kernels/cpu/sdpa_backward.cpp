@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "sdpa_reference.h"
+#include "threads.h"
 
 namespace attn::kernels {
 
@@ -156,7 +157,7 @@ void sdpa_reference_backward(const SdpaBackwardParams& bp) {
   // One unit is (b, h_kv): it owns dk and dv of that head and the dq rows of its G query heads,
   // so no two threads write the same element and the sums run in a fixed order.
   const bool parallel = units > 1 && units * G * p.L_q * (p.L_k + 1) * (p.D + p.D_v + 1) > 32768;
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (parallel) num_threads(num_threads())
   {
     Scratch sc;
     sc.s.resize(size_t(p.L_k));

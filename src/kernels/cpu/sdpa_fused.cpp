@@ -13,6 +13,7 @@
 #include <new>
 
 #include "simd.h"
+#include "threads.h"
 
 // GCC 12 warns about the deliberately undefined pass-through operand inside the AVX-512
 // intrinsics (GCC bug 105593); it is not a bug in this file.
@@ -233,7 +234,7 @@ void sdpa_fused_forward(const SdpaParams& p) {
 
   const double work = double(p.B * p.H * p.L_q) * double(p.L_k + 1) * double(p.D + p.D_v + 1);
   const bool parallel = items > 1 && work > double(1 << 18);
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (parallel) num_threads(num_threads())
   {
     Workspace ws(p.D, p.D_v, BR, impl.BC, impl.W, impl.rows_max);
 #pragma omp for schedule(dynamic, 1)

@@ -13,6 +13,7 @@
 #include "sdpa_fused.h"
 #include "sdpa_fused_backward_tiles.h"
 #include "simd.h"
+#include "threads.h"
 
 // GCC 12 reports the AVX-512 intrinsics' internal _mm512_undefined_ps() as possibly uninitialised
 // once they are inlined into target("avx512f") functions: a false positive (GCC bug 105593).
@@ -171,7 +172,7 @@ void Driver::run(bool parallel) {
   dqbuf.assign(size_t(n_buf * rows * Dp), 0.0f);
 
   // ---- per-row statistics; zero dq when it is accumulated in place -----------------------------
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for schedule(static) if (parallel) num_threads(num_threads())
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = r % L_q, bh = r / L_q, b = bh / H, h = bh % H;
     const float l = p.lse[r];
@@ -190,7 +191,7 @@ void Driver::run(bool parallel) {
 
   // ---- the work units (b, h_kv, chunk) ---------------------------------------------------------
   const int64_t units = B * p.H_kv * C;
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (parallel) num_threads(num_threads())
   {
     Scratch sc;
     sc.Kt.assign(size_t(p.D * kBc), 0.0f);
@@ -216,7 +217,7 @@ void Driver::run(bool parallel) {
 
   // ---- dq = sum of the chunks, in chunk order --------------------------------------------------
   if (n_buf == 0) return;
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for schedule(static) if (parallel) num_threads(num_threads())
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = r % L_q, bh = r / L_q, b = bh / H, h = bh % H;
     float* dq = bp.dq + b * bp.dq_batch_stride + h * bp.dq_head_stride + i * bp.dq_row_stride;

@@ -8,6 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include "threads.h"
+
 namespace attn::kernels {
 
 namespace {
@@ -120,7 +122,7 @@ void sdpa_reference_forward(const SdpaParams& p) {
   if (rows == 0) return;
   // Threads only pay off once there is real work; tiny problems (the seeds) stay serial.
   const bool parallel = rows * (p.L_k + 1) * (p.D + p.D_v + 1) > (int64_t(1) << 15);
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (parallel) num_threads(num_threads())
   {
     std::vector<double> scores(size_t(std::max<int64_t>(p.L_k, 1)));  // one score row
     std::vector<double> acc(size_t(std::max<int64_t>(p.D_v, 1)));     // one output row

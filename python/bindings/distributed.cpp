@@ -5,15 +5,16 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-namespace py = pybind11;
-using namespace attn;
+#include "bindings.h"
+
+namespace attn::python {
+
 namespace dist = attn::distributed;
 
-void bind_distributed(py::module_& parent) {
+void register_distributed(py::module_& parent) {
   py::module_ m = parent.def_submodule("distributed", "attn::distributed (MPI)");
-  // Registered after attn::Error (ValueError), so it takes precedence for its subclass.
+  // Registered after attn::Error (ValueError, module.cpp), so it takes precedence for its subclass.
   py::register_exception<dist::DistributedError>(m, "DistributedError", PyExc_RuntimeError);
-  using release = py::call_guard<py::gil_scoped_release>;
 
   py::enum_<dist::ReduceOp>(m, "ReduceOp")
       .value("SUM", dist::ReduceOp::Sum)
@@ -138,3 +139,5 @@ void bind_distributed(py::module_& parent) {
   m.def("shard_positions", &dist::shard_positions, py::arg("length"), py::arg("rank"),
         py::arg("world_size"), py::arg("sharding"));
 }
+
+}  // namespace attn::python

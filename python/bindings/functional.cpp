@@ -1,0 +1,81 @@
+// attn.nn.functional's kernels (_C.functional): linear, embedding, layer_norm, gelu, cross_entropy,
+// dropout and scaled_dot_product_attention.
+#include <attn/attn.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "convert.h"
+
+namespace attn::python {
+
+void register_functional(py::module_& m) {
+  py::module_ fn = m.def_submodule("functional");
+  fn.def(
+      "linear",
+      [](const Tensor& x, const Tensor& w, const py::object& b) {
+        Tensor bias = optional_tensor(b);
+        return without_gil([&] { return nn::functional::linear(x, w, bias); });
+      },
+      py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
+  fn.def("embedding", &nn::functional::embedding, py::arg("input"), py::arg("weight"), release());
+  fn.def(
+      "layer_norm",
+      [](const Tensor& x, int64_t n, const py::object& w, const py::object& b, double eps) {
+        Tensor weight = optional_tensor(w), bias = optional_tensor(b);
+        return without_gil([&] { return nn::functional::layer_norm(x, n, weight, bias, eps); });
+      },
+      py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
+      py::arg("bias") = py::none(), py::arg("eps") = 1e-5);
+  fn.def("gelu", &nn::functional::gelu, py::arg("input"), py::arg("approximate") = "none",
+         release());
+  fn.def("cross_entropy", &nn::functional::cross_entropy, py::arg("input"), py::arg("target"),
+         py::arg("reduction") = "mean", py::arg("ignore_index") = -100, release());
+
+  fn.def(
+      "dropout",
+      [](const Tensor& x, double p, bool training, const py::object& g) {
+        Generator* gen = gen_arg(g);
+        return without_gil([&] { return nn::functional::dropout(x, p, training, gen); });
+      },
+      py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true,
+      py::arg("generator") = py::none());
+  fn.def(
+      "scaled_dot_product_attention",
+      [](const Tensor& q, const Tensor& k, const Tensor& v, const py::object& attn_mask,
+         double dropout_p, bool is_causal, const py::object& scale, bool bottom_right,
+         bool reference, bool need_weights, bool enable_gqa, int64_t window_left,
+         int64_t window_right, const py::object& key_padding_mask) -> py::object {
+        SdpaOptions o;
+        o.enable_gqa = enable_gqa;
+        o.window_left = window_left;
+        o.window_right = window_right;
+        o.key_padding_mask = optional_tensor(key_padding_mask);
+        o.attn_mask = optional_tensor(attn_mask);
+        o.dropout_p = dropout_p;
+        o.is_causal = is_causal;
+        if (!scale.is_none()) o.scale = scale.cast<double>();
+        o.causal_align = bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft;
+        o.backend = reference ? SdpaBackend::Reference : SdpaBackend::Auto;
+        if (need_weights) {
+          auto [out, w] =
+              without_gil([&] { return scaled_dot_product_attention_with_weights(q, k, v, o); });
+          return py::make_tuple(out, w);
+        }
+        return py::cast(without_gil([&] { return scaled_dot_product_attention(q, k, v, o); }));
+      },
+      py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
+      py::arg("dropout_p") = 0.0, py::arg("is_causal") = false, py::arg("scale") = py::none(),
+      py::arg("causal_bottom_right") = false, py::arg("reference") = false,
+      py::arg("need_weights") = false, py::arg("enable_gqa") = false, py::arg("window_left") = -1,
+      py::arg("window_right") = -1, py::arg("key_padding_mask") = py::none());
+  fn.def(
+      "causal_mask",
+      [](int64_t lq, int64_t lk, bool bottom_right) {
+        return causal_mask(lq, lk, bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft);
+      },
+      py::arg("L_q"), py::arg("L_k"), py::arg("bottom_right") = false);
+}
+
+}  // namespace attn::python

@@ -1,0 +1,143 @@
+// The functions at the top of the attn package (torch.*): creation (tensor, zeros, full, arange,
+// ...), math (softmax, matmul, where, cat, ...), grad mode, threads and print options.
+#include <attn/attn.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "convert.h"
+
+namespace attn::python {
+
+namespace {
+
+// where()'s value arguments: a tensor, or a Python number made a 0-dim tensor of the dtype torch
+// gives the result (a float number turns an integer or bool tensor float32).
+Tensor where_operand(const py::object& o, const py::object& other) {
+  if (py::isinstance<Tensor>(o)) return o.cast<Tensor>();
+  if (py::isinstance<py::array>(o)) return from_numpy(o.cast<py::array>());
+  Scalar s = to_scalar(o);
+  Dtype d = s.kind() == Scalar::Kind::Float ? Dtype::Float32
+            : s.kind() == Scalar::Kind::Int ? Dtype::Int64
+                                            : Dtype::Bool;
+  if (py::isinstance<Tensor>(other)) {
+    Dtype od = other.cast<const Tensor&>().dtype();
+    if (od == Dtype::Float32 || d == Dtype::Bool || (d == Dtype::Int64 && od == Dtype::Int64))
+      d = od;
+  } else if (!py::isinstance<Tensor>(o) && is_number(other)) {
+    Scalar so = to_scalar(other);
+    if (so.kind() == Scalar::Kind::Float)
+      d = Dtype::Float32;
+    else if (so.kind() == Scalar::Kind::Int && d == Dtype::Bool)
+      d = Dtype::Int64;
+  }
+  return full({}, s, d);
+}
+
+}  // namespace
+
+void register_ops(py::module_& m) {
+  // ---- creation --------------------------------------------------------------------------------
+  m.def("tensor", &make_tensor, py::arg("data"), py::arg("dtype") = py::none(),
+        py::arg("requires_grad") = false);
+  m.def("from_numpy", [](py::array a) { return from_numpy(a); });
+  auto shaped = [&m](const char* name, auto fn) {
+    m.def(name, [fn, name](py::args a, py::kwargs k) {
+      FactoryKwargs f = factory_kwargs(k, name, false);
+      return f.finish(fn(f.shape(a, name), f.dtype.value_or(Dtype::Float32)));
+    });
+  };
+  shaped("zeros", [](Shape s, Dtype d) { return zeros(s, d); });
+  shaped("ones", [](Shape s, Dtype d) { return ones(s, d); });
+  shaped("empty", [](Shape s, Dtype d) { return empty(s, d); });
+  m.def(
+      "full",
+      [](const py::object& size, const py::object& v, py::kwargs k) {
+        FactoryKwargs f = factory_kwargs(k, "full", false);
+        py::kwargs sk;
+        sk["size"] = size;
+        return f.finish(full(to_shape(py::args(), sk), to_scalar(v), f.dtype));
+      },
+      py::arg("size"), py::arg("fill_value"));
+  m.def("zeros_like", &zeros_like);
+  m.def("ones_like", &ones_like);
+  m.def("empty_like", &empty_like);
+  m.def("full_like",
+        [](const Tensor& t, const py::object& v) { return full_like(t, to_scalar(v)); });
+  m.def(
+      "arange",
+      [](const py::object& a, const py::object& b, const py::object& step,
+         const py::object& dtype) {
+        Tensor t = b.is_none() ? arange(to_scalar(a))
+                               : arange(to_scalar(a), to_scalar(b), to_scalar(step));
+        if (auto d = to_dtype(dtype)) t = t.to(*d);
+        return t;
+      },
+      py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1,
+      py::arg("dtype") = py::none());
+  m.def("tril", &tril, py::arg("input"), py::arg("diagonal") = 0);
+  m.def("triu", &triu, py::arg("input"), py::arg("diagonal") = 0);
+
+  // ---- math ------------------------------------------------------------------------------------
+  m.def(
+      "softmax", [](const Tensor& t, int64_t dim) { return softmax(t, dim); }, py::arg("input"),
+      py::arg("dim"), release());
+  m.def(
+      "log_softmax", [](const Tensor& t, int64_t dim) { return log_softmax(t, dim); },
+      py::arg("input"), py::arg("dim"), release());
+  m.def("matmul", &matmul, release());
+  m.def("dot", &dot, release());
+  m.def("exp", &attn::exp);
+  m.def("log", &attn::log);
+  m.def("sqrt", &attn::sqrt);
+  m.def("abs", &attn::abs);
+  m.def("tanh", &attn::tanh);
+  m.def(
+      "where",
+      [](const Tensor& cond, const py::object& a, const py::object& b) {
+        return where(cond, where_operand(a, b), where_operand(b, a));
+      },
+      py::arg("condition"), py::arg("input"), py::arg("other"));
+  m.def("maximum", &maximum);
+  m.def("minimum", &minimum);
+  m.def("masked_fill", [](const Tensor& t, const Tensor& mask, const py::object& v) {
+    return t.masked_fill(mask, to_scalar(v));
+  });
+  m.def("cat", &cat, py::arg("tensors"), py::arg("dim") = 0);
+  m.def("concat", &cat, py::arg("tensors"), py::arg("dim") = 0);
+  m.def("stack", &stack, py::arg("tensors"), py::arg("dim") = 0);
+  m.def("allclose", &allclose, py::arg("input"), py::arg("other"), py::arg("rtol") = 1e-5,
+        py::arg("atol") = 1e-8, py::arg("equal_nan") = false);
+  m.def("equal", &equal);
+  m.def("broadcast_shapes_",
+        [](const Shape& a, const Shape& b) { return broadcast_shapes(a, b, "broadcast_shapes"); });
+  m.def("is_grad_enabled", &is_grad_enabled);
+  m.def("_set_grad_enabled", &set_grad_enabled, py::arg("mode"));
+  m.def("set_num_threads", &set_num_threads);
+  m.def("get_num_threads", &get_num_threads);
+  m.def(
+      "set_printoptions",
+      [](const py::object& precision, const py::object& threshold, const py::object& edgeitems,
+         const py::object& linewidth, const py::object& profile, const py::object& sci_mode) {
+        auto opt_int = [](const py::object& o) -> std::optional<int64_t> {
+          if (o.is_none()) return std::nullopt;
+          return o.cast<int64_t>();
+        };
+        std::optional<int> prec;
+        if (!precision.is_none()) prec = precision.cast<int>();
+        std::optional<std::optional<bool>> sci;
+        // torch: sci_mode=None means "automatic"; it is always (re)set by set_printoptions.
+        sci =
+            sci_mode.is_none() ? std::optional<bool>() : std::optional<bool>(sci_mode.cast<bool>());
+        std::optional<std::string> prof;
+        if (!profile.is_none()) prof = profile.cast<std::string>();
+        set_printoptions(prec, opt_int(threshold), opt_int(edgeitems), opt_int(linewidth), sci,
+                         prof);
+      },
+      py::arg("precision") = py::none(), py::arg("threshold") = py::none(),
+      py::arg("edgeitems") = py::none(), py::arg("linewidth") = py::none(),
+      py::arg("profile") = py::none(), py::arg("sci_mode") = py::none());
+}
+
+}  // namespace attn::python

@@ -1,0 +1,27 @@
+// attn's thread count, process-wide (attn::set_num_threads / get_num_threads, like torch's).
+//
+// OpenMP's omp_set_num_threads sets the count of the calling thread only: a thread started later
+// (a Python thread, a std::thread) would use the default again. So attn keeps its own count and
+// every parallel region asks for num_threads() explicitly. OpenBLAS's count is process-wide state
+// too: BlasSingleThread keeps it at one while any sgemm of attn is in flight on any thread.
+#pragma once
+
+namespace attn::kernels {
+
+// The count set by set_num_threads, or the calling thread's omp_get_max_threads() until then
+// (OMP_NUM_THREADS, or the number of cores).
+int num_threads();
+// Sets num_threads() for every thread (and OpenMP's and OpenBLAS's counts). n >= 1.
+void set_num_threads(int n);
+
+// While alive, OpenBLAS runs single-threaded (attn splits products across its own threads, see
+// gemm.h); the count is restored when the last one on any thread goes.
+class BlasSingleThread {
+ public:
+  BlasSingleThread();
+  ~BlasSingleThread();
+  BlasSingleThread(const BlasSingleThread&) = delete;
+  BlasSingleThread& operator=(const BlasSingleThread&) = delete;
+};
+
+}  // namespace attn::kernels
