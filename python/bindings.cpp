@@ -160,8 +160,11 @@ int64_t to_index_int(const py::handle& h, bool is_size = false) {
   return v;
 }
 
-// Python-style size arguments: f(2, 3), f((2, 3)), f([2, 3]), f(size=(2, 3)).
-Shape to_shape(const py::args& args, const py::kwargs& kwargs) {
+// Python-style size arguments: f(2, 3), f((2, 3)), f([2, 3]), f(size=(2, 3)). `creating` names a
+// creation function (zeros, ...): a size that cannot be allocated is then left to it, which raises
+// AllocationError (RuntimeError, as torch.zeros does), except one whose element count overflows
+// int64, refused here in the same words.
+Shape to_shape(const py::args& args, const py::kwargs& kwargs, const char* creating = nullptr) {
   py::object src;
   if (kwargs.contains("size")) {
     src = kwargs["size"];
@@ -178,7 +181,11 @@ Shape to_shape(const py::args& args, const py::kwargs& kwargs) {
   int64_t numel = 1;
   for (auto d : s) {
     if (d < 0) continue;
-    if (__builtin_mul_overflow(numel, d, &numel) || numel > std::numeric_limits<int64_t>::max() / 8)
+    const bool overflow = __builtin_mul_overflow(numel, d, &numel);
+    if (creating && overflow)
+      throw AllocationError(std::string("[") + creating + "] cannot allocate a " + shape_str(s) +
+                            " tensor: its number of elements overflows int64");
+    if (!creating && (overflow || numel > std::numeric_limits<int64_t>::max() / 8))
       throw Error("[shape] " + shape_str(s) + " has more elements than memory can address");
   }
   return s;
@@ -464,9 +471,11 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "attn: attention in C++ with a PyTorch-like surface";
 
   // pybind11 tries exception translators in reverse order of registration, so the base class
-  // (Error -> ValueError) goes first and its subclass (IndexError -> IndexError) last.
+  // (Error -> ValueError) goes first and its subclasses (IndexError -> IndexError, AllocationError
+  // -> RuntimeError, as PyTorch's "DefaultCPUAllocator: can't allocate memory") after it.
   py::register_exception<Error>(m, "AttnError", PyExc_ValueError);
   py::register_exception<IndexError>(m, "AttnIndexError", PyExc_IndexError);
+  py::register_exception<AllocationError>(m, "AllocationError", PyExc_RuntimeError);
 
   py::enum_<Dtype>(m, "dtype")
       .value("float32", Dtype::Float32)
@@ -886,7 +895,7 @@ PYBIND11_MODULE(_C, m) {
       FactoryKwargs f = factory_kwargs(k, name, false);
       if (a.empty() && !f.size.contains("size"))
         throw py::type_error(std::string(name) + "() missing its size, e.g. " + name + "(2, 3)");
-      Tensor t = fn(to_shape(a, f.size), f.dtype.value_or(Dtype::Float32));
+      Tensor t = fn(to_shape(a, f.size, name), f.dtype.value_or(Dtype::Float32));
       if (f.requires_grad) t.requires_grad_(true);
       return t;
     });
@@ -900,7 +909,7 @@ PYBIND11_MODULE(_C, m) {
         FactoryKwargs f = factory_kwargs(k, "full", false);
         py::kwargs sk;
         sk["size"] = size;
-        Tensor t = full(to_shape(py::args(), sk), to_scalar(v), f.dtype);
+        Tensor t = full(to_shape(py::args(), sk, "full"), to_scalar(v), f.dtype);
         if (f.requires_grad) t.requires_grad_(true);
         return t;
       },
@@ -947,7 +956,7 @@ PYBIND11_MODULE(_C, m) {
       if (f.dtype && *f.dtype != Dtype::Float32)
         throw Error(std::string("[") + name + "] only dtype torch.float32 is supported, got " +
                     dtype_name(*f.dtype));
-      Tensor t = fn(to_shape(a, f.size), f.generator);
+      Tensor t = fn(to_shape(a, f.size, name), f.generator);
       if (f.requires_grad) t.requires_grad_(true);
       return t;
     });
@@ -978,7 +987,7 @@ PYBIND11_MODULE(_C, m) {
     if (!f.size.contains("size") || py::isinstance<py::int_>(f.size["size"]))
       throw Error("[randint] size must be a tuple of ints, e.g. randint(10, (3,))");
     Tensor t = randint(to_scalar(low).to_int(), to_scalar(high).to_int(),
-                       to_shape(py::args(), f.size), f.generator);
+                       to_shape(py::args(), f.size, "randint"), f.generator);
     if (f.dtype) t = t.to(*f.dtype);
     if (f.requires_grad) t.requires_grad_(true);
     return t;
