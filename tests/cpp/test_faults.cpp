@@ -421,6 +421,8 @@ TEST(Faults, NonFiniteFlagsAreChecked) {
            {"debug-nonfinite", "grad-nan:-1"},
            {"debug-nonfinite", "loss-nan:3:wte.weight"},
            {"debug-nonfinite", "grad-inf:3:"},
+           {"debug-nonfinite", "grad-inf:3@x"},
+           {"debug-nonfinite", "grad-inf:3@-1"},
            {"debug-slow-save", "-5"}}) {
     CliResult r = run_cli(tiny(dir, out, 10, {"--" + flag, value}));
     EXPECT_EQ(r.code, 2) << flag << " " << value;

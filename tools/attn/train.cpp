@@ -213,13 +213,23 @@ struct NonFiniteSpec {
   double value = 0;     // NaN or inf
   int64_t step = -1;
   std::string param;  // "" = the last parameter
+  int rank = -1;      // -1 = every rank
 };
 
-NonFiniteSpec parse_nonfinite_spec(const std::string& spec, const Flags& f) {
-  const std::string want = "KIND:STEP[:PARAM] with KIND loss-nan, loss-inf, grad-nan or grad-inf";
+NonFiniteSpec parse_nonfinite_spec(const std::string& full, const Flags& f) {
+  const std::string want =
+      "KIND:STEP[:PARAM][@RANK] with KIND loss-nan, loss-inf, grad-nan or grad-inf";
   NonFiniteSpec r;
+  std::string spec = full;
+  if (const auto at = spec.rfind('@'); at != std::string::npos) {
+    const std::string rank = spec.substr(at + 1);
+    auto [end, ec] = std::from_chars(rank.data(), rank.data() + rank.size(), r.rank);
+    if (rank.empty() || ec != std::errc() || end != rank.data() + rank.size() || r.rank < 0)
+      f.bad("debug-nonfinite", full, want);
+    spec = spec.substr(0, at);
+  }
   const auto c1 = spec.find(':');
-  if (c1 == std::string::npos) f.bad("debug-nonfinite", spec, want);
+  if (c1 == std::string::npos) f.bad("debug-nonfinite", full, want);
   const std::string kind = spec.substr(0, c1);
   const auto c2 = spec.find(':', c1 + 1);
   const std::string step =
@@ -230,12 +240,12 @@ NonFiniteSpec parse_nonfinite_spec(const std::string& spec, const Flags& f) {
   else if (kind == "loss-inf" || kind == "grad-inf")
     r.value = std::numeric_limits<double>::infinity();
   else
-    f.bad("debug-nonfinite", spec, want);
+    f.bad("debug-nonfinite", full, want);
   r.in_loss = kind.rfind("loss", 0) == 0;
   auto [end, ec] = std::from_chars(step.data(), step.data() + step.size(), r.step);
   if (step.empty() || ec != std::errc() || end != step.data() + step.size() || r.step < 0 ||
       (r.in_loss && c2 != std::string::npos) || (c2 != std::string::npos && r.param.empty()))
-    f.bad("debug-nonfinite", spec, want);
+    f.bad("debug-nonfinite", full, want);
   return r;
 }
 
@@ -1161,7 +1171,9 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
     (zero_opt ? zero_opt->set_lr(lr) : opt.set_lr(lr));
     auto [x, y] = shard.batch(ds, true, o.batch_size, o.model.block_size, gen);
     nn::GPT::Output fw = shard.forward(model, x, y);
-    if (inject && inject->in_loss && iter == inject->step) fw.loss = fw.loss * inject->value;
+    const bool inject_now =
+        inject && iter == inject->step && (inject->rank < 0 || inject->rank == shard.rank);
+    if (inject_now && inject->in_loss) fw.loss = fw.loss * inject->value;
     double loss = double(fw.loss.item<float>());
     if (shard.world > 1) {  // the loss of the whole batch, the same on every rank
       // One float whose layout the ranks agreed on at start-up: the raw call skips the per-call
@@ -1177,7 +1189,7 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
       reducer->finish();
       comm_ms.push_back(reducer->last_wait_s() * 1000.0);
     }
-    if (inject && !inject->in_loss && iter == inject->step) {
+    if (inject_now && !inject->in_loss) {
       for (const auto& [name, p] : named_params)
         if (name == inject->param) p.grad().data_ptr<float>()[0] = float(inject->value);
     }

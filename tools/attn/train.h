@@ -39,10 +39,11 @@
 // just before training step STEP, so that the non-finite loss check can be exercised.
 // `attn train --debug-fault KIND:RANK:STEP` makes rank RANK raise an error, die (SIGKILL) or hang
 // just before step STEP, so that the distributed fault handling can be exercised.
-// `attn train --debug-nonfinite KIND:STEP[:PARAM]` (KIND loss-nan, loss-inf, grad-nan, grad-inf)
-// multiplies the loss of step STEP by NaN or inf before the backward, or sets the first value of
-// the gradient of PARAM (a state_dict name; default the last parameter) to NaN or inf after it
-// (on every rank), so that --on-nonfinite can be exercised without poisoning the weights.
+// `attn train --debug-nonfinite KIND:STEP[:PARAM][@RANK]` (KIND loss-nan, loss-inf, grad-nan,
+// grad-inf) multiplies the loss of step STEP by NaN or inf before the backward, or sets the first
+// value of the gradient of PARAM (a state_dict name; default the last parameter) to NaN or inf
+// after it (and after the data-parallel all-reduce), on every rank or on rank RANK only, so that
+// --on-nonfinite can be exercised without poisoning the weights.
 // `attn train --debug-slow-save MS` pauses every checkpoint write for MS milliseconds halfway
 // through its temporary file (scripts/faults.sh kills the run there).
 //
@@ -89,9 +90,9 @@ struct TrainOptions {
   // What a step whose loss or gradients are not finite does: stop the run (the default) or skip
   // the step (no optimizer update) and go on.
   enum class OnNonFinite { Stop, Skip } on_nonfinite = OnNonFinite::Stop;
-  // Hidden, for fault tests: "loss-nan|loss-inf|grad-nan|grad-inf:STEP[:PARAM]" puts a NaN or an
-  // inf into the loss, or into one value of the gradient of PARAM (default: the last parameter),
-  // at training step STEP (see the comment at the top).
+  // Hidden, for fault tests: "loss-nan|loss-inf|grad-nan|grad-inf:STEP[:PARAM][@RANK]" puts a NaN
+  // or an inf into the loss, or into one value of the gradient of PARAM (default: the last
+  // parameter), at training step STEP (see the comment at the top).
   std::string debug_nonfinite;
   // Hidden, for fault tests: every checkpoint write pauses this many milliseconds halfway through
   // its temporary file (0: no pause), so that a kill lands inside a write.
