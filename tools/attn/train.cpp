@@ -207,7 +207,7 @@ class ThreadsGuard {
   int previous_;
 };
 
-// --debug-nonfinite KIND:STEP[:PARAM].
+// --debug-nonfinite KIND:STEP[:PARAM][@RANK] (see train.h).
 struct NonFiniteSpec {
   bool in_loss = true;  // else in a gradient
   double value = 0;     // NaN or inf
@@ -270,36 +270,13 @@ class WritePause {
 // ---- train and generate options -----------------------------------------------------------------
 
 TrainOptions parse_train_args(Args args) {
-  Flags f("train", args, {"n-layer",
-                          "n-head",
-                          "n-embd",
-                          "block-size",
-                          "batch-size",
-                          "max-iters",
-                          "lr",
-                          "min-lr",
-                          "warmup-iters",
-                          "lr-decay-iters",
-                          "weight-decay",
-                          "beta1",
-                          "beta2",
-                          "grad-clip",
-                          "dropout",
-                          "eval-interval",
-                          "eval-iters",
-                          "seed",
-                          "threads",
-                          "data",
-                          "out",
-                          "log-interval",
-                          "debug-nan-at",
-                          "zero",
-                          "debug-fault",
-                          "bucket-kib",
-                          "on-nonfinite",
-                          "debug-nonfinite",
-                          "debug-slow-save"},
-          {"bias", "no-bias", "resume", "no-progress", "context-parallel"});
+  const std::vector<std::string> valued = {
+      "n-layer",     "n-head",     "n-embd",       "block-size",      "batch-size",     "max-iters",
+      "lr",          "min-lr",     "warmup-iters", "lr-decay-iters",  "weight-decay",   "beta1",
+      "beta2",       "grad-clip",  "dropout",      "eval-interval",   "eval-iters",     "seed",
+      "threads",     "data",       "out",          "log-interval",    "debug-nan-at",   "zero",
+      "debug-fault", "bucket-kib", "on-nonfinite", "debug-nonfinite", "debug-slow-save"};
+  Flags f("train", args, valued, {"bias", "no-bias", "resume", "no-progress", "context-parallel"});
   TrainOptions o;
   const int64_t kMaxSize = int64_t(1) << 20;  // far beyond anything that fits in memory
   o.model.n_layer = f.integer("n-layer", 4, 1, kMaxSize);
@@ -1124,7 +1101,7 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
     report.message("resuming from step " + std::to_string(start) + " of '" + ckpt_path + "'");
   std::optional<NonFiniteSpec> inject;
   if (!o.debug_nonfinite.empty()) {
-    Flags none("train", {}, {}, {});
+    Flags none("train", {}, {}, {});  // (parse_train_args has validated the spec)
     inject = parse_nonfinite_spec(o.debug_nonfinite, none);
   }
   const nn::NamedTensors named_params = model.named_parameters();
