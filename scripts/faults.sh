@@ -36,7 +36,7 @@
 # tinyshakespeare.txt beside the repository, or a generated text when it is missing. Everything
 # is written to a temporary directory, removed at the end unless --keep.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 repo=$PWD
 
 long=0
@@ -258,8 +258,8 @@ out=$work/locked
 first=$!
 live_pid=$first
 deadline=$((SECONDS + 30))
-until grep -q "\"pid\":$first[,}]" "$out/train.lock" 2>/dev/null || [ $SECONDS -ge $deadline ]; do sleep 0.02; done
-grep -q "\"pid\":$first[,}]" "$out/train.lock" 2>/dev/null || fail "the first run did not record itself in $out/train.lock"
+until grep -q "\"pid\":${first}[,}]" "$out/train.lock" 2>/dev/null || [ $SECONDS -ge $deadline ]; do sleep 0.02; done
+grep -q "\"pid\":${first}[,}]" "$out/train.lock" 2>/dev/null || fail "the first run did not record itself in $out/train.lock"
 t1=$(now)
 "$attn" train "${model[@]}" --out "$out" --max-iters 10 >"$work/second.log" 2>&1
 rc=$?
@@ -399,11 +399,12 @@ limit_kib=2000000
 for args in "--n-embd 16384 --n-head 1 --n-layer 1" "--batch-size 16384 --block-size 1024"; do
   # shellcheck disable=SC2086
   (ulimit -v $limit_kib; exec "$attn" train --data "$data" --out "$work/oom" --max-iters 2 \
-    --eval-iters 1 --threads 1 --no-progress $args) >"$work/oom.log" 2>&1
+    --eval-iters 1 --threads 1 --no-progress $args) >"$work/oom.out" 2>"$work/oom.log"
   rc=$?
   lines=$(wc -l <"$work/oom.log")
   msg=$(grep "attn: error" "$work/oom.log")
   [ "$rc" = 1 ] || fail "attn train $args under ulimit -v exited with $rc (a signal is >= 128)"
+  [ "$lines" = 1 ] || fail "attn train $args under ulimit -v wrote $lines lines on stderr, not one"
   case "$msg" in
     "attn: error: ["*"] cannot allocate "*" bytes) for a ("*) ;;
     *) fail "attn train $args under ulimit -v: $(cat "$work/oom.log")" ;;
