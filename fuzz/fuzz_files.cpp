@@ -12,7 +12,6 @@
 #include <attn/data.h>
 #include <attn/io.h>
 #include <attn/plot.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -23,35 +22,41 @@
 
 namespace {
 
-// One scratch file for the whole run, rewritten for every input.
-const std::string& scratch_file() {
-  static const std::string path = [] {
+// One scratch file for the whole run, rewritten for every input: created and unlinked at once
+// (nothing is left behind, however the fuzzer ends), read through /proc/self/fd/N.
+struct Scratch {
+  int fd = -1;
+  std::string path;
+};
+
+const Scratch& scratch() {
+  static const Scratch s = [] {
     const char* dir = std::getenv("TMPDIR");
     std::string tmpl = std::string(dir && *dir ? dir : "/tmp") + "/attn_fuzz_files_XXXXXX";
-    const int fd = ::mkstemp(tmpl.data());
-    if (fd < 0) std::abort();
-    ::close(fd);
-    std::atexit([] { ::unlink(scratch_file().c_str()); });
-    return tmpl;
+    Scratch r;
+    r.fd = ::mkstemp(tmpl.data());
+    if (r.fd < 0) std::abort();
+    ::unlink(tmpl.c_str());
+    r.path = "/proc/self/fd/" + std::to_string(r.fd);
+    return r;
   }();
-  return path;
+  return s;
 }
 
 // The bytes as the scratch file's contents (a plain write: write_file_atomic's fsync would cost
 // more than the reading under test).
 void put_scratch(std::string_view bytes) {
-  const int fd = ::open(scratch_file().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-  if (fd < 0) std::abort();
+  const int fd = scratch().fd;
+  if (::ftruncate(fd, 0) != 0) std::abort();
   for (std::size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    const ssize_t n = ::pwrite(fd, bytes.data() + done, bytes.size() - done, off_t(done));
     if (n <= 0) std::abort();
     done += std::size_t(n);
   }
-  ::close(fd);
 }
 
 void text_file_mode(std::string_view bytes) {
-  const std::string& path = scratch_file();
+  const std::string& path = scratch().path;
   put_scratch(bytes);
   const auto cps = attn_fuzz::utf8_code_points(bytes);
   const bool valid = !bytes.empty() && bytes.find('\0') == std::string_view::npos && cps;
