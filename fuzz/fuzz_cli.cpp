@@ -41,6 +41,15 @@ void check_train(const attn::tools::TrainOptions& o) {
   FUZZ_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1);
   FUZZ_CHECK(o.lr_decay_iters > o.warmup_iters && o.eval_interval >= 1 && o.eval_iters >= 1);
   FUZZ_CHECK(o.threads >= 0 && o.threads <= 4096 && !o.out.empty());
+  FUZZ_CHECK(o.debug_slow_save_ms >= 0 && o.debug_slow_save_ms <= 3'600'000);
+  using Policy = attn::tools::TrainOptions::OnNonFinite;
+  FUZZ_CHECK(o.on_nonfinite == Policy::Stop || o.on_nonfinite == Policy::Skip);
+  // An accepted --debug-nonfinite spec is KIND:STEP[:PARAM] with a known kind.
+  if (!o.debug_nonfinite.empty()) {
+    const std::string kind = o.debug_nonfinite.substr(0, o.debug_nonfinite.find(':'));
+    FUZZ_CHECK(kind == "loss-nan" || kind == "loss-inf" || kind == "grad-nan" ||
+               kind == "grad-inf");
+  }
 }
 
 void check_generate(const attn::tools::GenerateArgs& a) {

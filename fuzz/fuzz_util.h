@@ -13,9 +13,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
+#include <vector>
 
 extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
@@ -95,6 +97,43 @@ inline std::size_t mutate_safetensors(uint8_t* data, std::size_t size, std::size
     }
   }
   return LLVMFuzzerMutate(data, size, max_size);
+}
+
+// Strict UTF-8 (no overlong forms, surrogates or code points above U+10FFFF).
+inline std::optional<std::vector<uint32_t>> utf8_code_points(std::string_view s) {
+  std::vector<uint32_t> out;
+  std::size_t i = 0;
+  auto cont = [&](std::size_t k, uint8_t lo = 0x80, uint8_t hi = 0xBF) {
+    return i + k < s.size() && uint8_t(s[i + k]) >= lo && uint8_t(s[i + k]) <= hi;
+  };
+  while (i < s.size()) {
+    const uint8_t b = uint8_t(s[i]);
+    uint32_t cp;
+    std::size_t n;
+    if (b <= 0x7F) {
+      cp = b, n = 1;
+    } else if (b >= 0xC2 && b <= 0xDF && cont(1)) {
+      cp = b & 0x1Fu, n = 2;
+    } else if (b == 0xE0 && cont(1, 0xA0) && cont(2)) {
+      cp = b & 0x0Fu, n = 3;
+    } else if (((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) && cont(1) && cont(2)) {
+      cp = b & 0x0Fu, n = 3;
+    } else if (b == 0xED && cont(1, 0x80, 0x9F) && cont(2)) {
+      cp = b & 0x0Fu, n = 3;
+    } else if (b == 0xF0 && cont(1, 0x90) && cont(2) && cont(3)) {
+      cp = b & 0x07u, n = 4;
+    } else if (b >= 0xF1 && b <= 0xF3 && cont(1) && cont(2) && cont(3)) {
+      cp = b & 0x07u, n = 4;
+    } else if (b == 0xF4 && cont(1, 0x80, 0x8F) && cont(2) && cont(3)) {
+      cp = b & 0x07u, n = 4;
+    } else {
+      return std::nullopt;
+    }
+    for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (uint8_t(s[i + k]) & 0x3Fu);
+    out.push_back(cp);
+    i += n;
+  }
+  return out;
 }
 
 // Runs the library single-threaded (the tests run several fuzzers side by side).

@@ -85,6 +85,8 @@ def cli(name, *args):
 cli("train", "train", "--n-layer", "1", "--n-head=2", "--n-embd", "8", "--lr", "3e-4", "--bias",
     "--no-bias", "--resume", "--out", "o", "--threads", "1")
 cli("train_bad", "train", "--n-embd", "10", "--n-head", "3", "--warmup-iters", "5000")
+cli("train_faults", "train", "--on-nonfinite", "skip", "--debug-nonfinite", "grad-nan:3:wte.weight",
+    "--debug-slow-save=50", "--out", "o")
 cli("generate", "generate", "--ckpt", "out", "--prompt", "hi", "--temperature=0.5", "--top-k",
     "0", "--no-cache", "--seed", "18446744073709551615")
 cli("heatmap", "heatmap", "--mechanism", "multihead", "--heads", "2", "--d-out", "4", "--out",
@@ -94,5 +96,29 @@ cli("plot", "plot", "spec.json", "--out", "x.png")
 cli("help", "help", "train")
 cli("version", "--version")
 cli("command_help", "generate", "--ckpt", "x", "-h")
+
+# fuzz_files: byte 0 picks the reader (0 text file, 1 lock record, 2 PNG); see fuzz/fuzz_files.cpp
+shutil.rmtree("corpus/files", ignore_errors=True)
+put("files", "text", b"\x00" + "First Citizen:\nBefore we proceed any further, hear me speak. é€😀\n".encode())
+put("files", "text_nul", b"\x00" + b"abc\x00def")
+put("files", "text_latin1", b"\x00" + b"caf\xe9 au lait")
+put("files", "empty", b"\x00")
+put("files", "lock", b"\x01" + b'{"command":"attn train","host":"box","pid":4242,"started":1700000000}\n')
+put("files", "lock_bad", b"\x01" + b'{"pid":-1,"host":7,"started":1.5}')
+import zlib
+def png(width, height, color_type, bit_depth, rows, palette=None, interlace=0):
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff))
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, interlace)
+    raw = b"".join(b"\x00" + r for r in rows)  # filter 0 on every row
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) +
+            (chunk(b"PLTE", palette) if palette else b"") +
+            chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+put("files", "png_rgb", b"\x02" + png(3, 2, 2, 8, [bytes(range(9)), bytes(range(9, 18))]))
+put("files", "png_palette", b"\x02" + png(2, 2, 3, 8, [b"\x00\x01", b"\x01\x00"],
+                                        palette=b"\xff\x00\x00\x00\x00\xff"))
+put("files", "png_gray1", b"\x02" + png(8, 1, 0, 1, [b"\xa5"]))
+put("files", "png_huge", b"\x02" + png(16384, 16384, 2, 8, [b""])[:60])  # truncated after IHDR
 PY
 du -sh corpus

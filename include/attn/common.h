@@ -43,4 +43,17 @@ class IndexError : public Error {
   explicit IndexError(const std::string& what) : Error(what) {}
 };
 
+// Memory that cannot be had: a tensor or workspace larger than the memory the process may use, or
+// a shape whose size overflows int64. The message names the function, the bytes asked and the
+// shape: "[zeros] cannot allocate 1.2 TB (1200000000000 bytes) for a (1000000, 300000) float32
+// tensor: out of memory". Nothing is left half-done: the process goes on working. Python sees
+// RuntimeError, as PyTorch raises for "DefaultCPUAllocator: can't allocate memory".
+class AllocationError : public Error {
+ public:
+  explicit AllocationError(const std::string& what) : Error(what) {}
+};
+
+// "1.2 TB", "512 bytes": a byte count for messages (decimal units, as PyTorch and df print them).
+std::string bytes_str(double bytes);
+
 }  // namespace attn

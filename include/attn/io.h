@@ -18,9 +18,58 @@
 namespace attn::io {
 
 // Writes `bytes` to `path` so that a crash at any moment leaves either the old file or the
-// complete new one: a temporary file in the same directory, fsync, rename over `path`, fsync of
-// the directory. Throws attn::Error naming the path and the system error.
+// complete new one: a temporary file in the same directory ("<path>.tmp.<host>.<pid>.<n>"),
+// fsync, rename over `path`, fsync of the directory. Throws attn::Error naming the path and the
+// system error ("[write_file_atomic] cannot write 'out/x': write failed: No space left on
+// device"); the temporary file is removed then. Before writing, it removes the temporary files of
+// `path` that dead writers left (remove_stale_temporaries).
 void write_file_atomic(const std::string& path, std::string_view bytes);
+
+// The temporary files of `path` that writers killed in the middle of write_file_atomic left:
+// "<path>.tmp.<host>.<pid>.<n>" (and the older "<path>.tmp.<pid>[.<n>]") of this host whose
+// process <pid> is no longer alive. Removes them and returns their paths. A live writer's file
+// (this process's included) is never touched; neither is another host's, nor anything that is
+// not a regular file. Best effort: a file that cannot be removed is left and not returned.
+std::vector<std::string> remove_stale_temporaries(const std::string& path);
+
+// Who holds a DirectoryLock, as its lock file records it.
+struct LockOwner {
+  int64_t pid = 0;
+  std::string host;
+  int64_t started = 0;  // Unix time (seconds) at which the lock was taken
+  std::string command;  // what holds it, e.g. "attn train"
+  // "PID 1234 on host box, started 2024-05-01 12:00:00 UTC (attn train)"
+  std::string describe() const;
+};
+// The contents of a lock file: JSON {"pid": N, "host": "...", "started": N, "command": "..."}.
+// Throws attn::Error ("[parse_lock_owner] ...") when it is not that (an empty file: a process
+// that has the lock but has not written it yet).
+LockOwner parse_lock_owner(std::string_view bytes);
+
+// An exclusive lock on a directory, held while the object lives: flock(2) on the lock file
+// `path` (created if missing), which then records this process (LockOwner as JSON). The kernel
+// drops the lock when the process ends, however it ends, so a killed holder never leaves it
+// stuck; the file itself stays (removing it would let two processes lock two different files).
+// Advisory: it keeps out only processes that take the same lock.
+class DirectoryLock {
+ public:
+  // Takes the lock or throws attn::Error "[fn] <what> is in use by PID 1234 on host box, started
+  // ... (attn train; lock file 'path')". `command` is recorded for the next one to read.
+  // A filesystem without flock (ENOLCK, EOPNOTSUPP) gives an unlocked object: held() is false.
+  DirectoryLock(const std::string& path, const std::string& command, const char* fn,
+                const std::string& what);
+  ~DirectoryLock();
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+  const std::string& path() const { return path_; }
+  // Why the lock could not be taken when held() is false ("" otherwise).
+  const std::string& unlocked_reason() const { return unlocked_reason_; }
+
+ private:
+  int fd_ = -1;
+  std::string path_, unlocked_reason_;
+};
 // The whole file. Throws attn::Error ("[read_file] cannot open 'x': No such file or directory").
 std::string read_file(const std::string& path);
 

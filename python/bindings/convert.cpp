@@ -93,7 +93,7 @@ int64_t to_index_int(const py::handle& h, bool is_size) {
   return v;
 }
 
-Shape to_shape(const py::args& args, const py::kwargs& kwargs) {
+Shape to_shape(const py::args& args, const py::kwargs& kwargs, const char* creating) {
   py::object src;
   if (kwargs.contains("size")) {
     src = kwargs["size"];
@@ -110,7 +110,11 @@ Shape to_shape(const py::args& args, const py::kwargs& kwargs) {
   int64_t numel = 1;
   for (auto d : s) {
     if (d < 0) continue;
-    if (__builtin_mul_overflow(numel, d, &numel) || numel > std::numeric_limits<int64_t>::max() / 8)
+    const bool overflow = __builtin_mul_overflow(numel, d, &numel);
+    if (creating && overflow)
+      throw AllocationError(std::string("[") + creating + "] cannot allocate a " + shape_str(s) +
+                            " tensor: its number of elements overflows int64");
+    if (!creating && (overflow || numel > std::numeric_limits<int64_t>::max() / 8))
       throw Error("[shape] " + shape_str(s) + " has more elements than memory can address");
   }
   return s;
@@ -218,7 +222,7 @@ Shape FactoryKwargs::shape(const py::args& a, const char* fn, bool float32_only)
   if (float32_only && dtype && *dtype != Dtype::Float32)
     throw Error(std::string("[") + fn + "] only dtype torch.float32 is supported, got " +
                 dtype_name(*dtype));
-  return to_shape(a, size);
+  return to_shape(a, size, fn);
 }
 
 Tensor FactoryKwargs::finish(Tensor t) const {

@@ -29,7 +29,11 @@ std::optional<Dtype> to_dtype(const py::object& o);
 // are refused (attn::Error for sizes, attn::IndexError for indices).
 int64_t to_index_int(const py::handle& h, bool is_size = false);
 // Python-style size arguments: f(2, 3), f((2, 3)), f([2, 3]), f(size=(2, 3)).
-Shape to_shape(const py::args& args, const py::kwargs& kwargs);
+// Python-style size arguments: f(2, 3), f((2, 3)), f([2, 3]), f(size=(2, 3)). `creating` names a
+// creation function (zeros, ...): a size that cannot be allocated is then left to it, which raises
+// AllocationError (RuntimeError, as torch.zeros does), except one whose element count overflows
+// int64, refused here in the same words.
+Shape to_shape(const py::args& args, const py::kwargs& kwargs, const char* creating = nullptr);
 // None -> an undefined tensor (the C++ API's "not given"), otherwise the tensor.
 Tensor optional_tensor(const py::object& o);
 // None -> nullptr (the default generator), otherwise the attn.Generator's C++ object.

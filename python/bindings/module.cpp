@@ -12,10 +12,12 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "attn: attention in C++ with a PyTorch-like surface";
 
   // Error translation for every area. pybind11 tries exception translators in reverse order of
-  // registration, so the base class (Error -> ValueError) goes first and its subclass
-  // (IndexError -> IndexError) last; attn.distributed adds DistributedError (RuntimeError).
+  // registration, so the base class (Error -> ValueError) goes first and its subclasses
+  // (IndexError -> IndexError, AllocationError -> RuntimeError, as PyTorch's "DefaultCPUAllocator:
+  // can't allocate memory") after it; attn.distributed adds DistributedError (RuntimeError).
   py::register_exception<attn::Error>(m, "AttnError", PyExc_ValueError);
   py::register_exception<attn::IndexError>(m, "AttnIndexError", PyExc_IndexError);
+  py::register_exception<attn::AllocationError>(m, "AllocationError", PyExc_RuntimeError);
 
   // In dependency order: a signature names the Python class of a type registered before it.
   attn::python::register_tensor(m);

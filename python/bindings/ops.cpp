@@ -57,7 +57,7 @@ void register_ops(py::module_& m) {
         FactoryKwargs f = factory_kwargs(k, "full", false);
         py::kwargs sk;
         sk["size"] = size;
-        return f.finish(full(to_shape(py::args(), sk), to_scalar(v), f.dtype));
+        return f.finish(full(to_shape(py::args(), sk, "full"), to_scalar(v), f.dtype));
       },
       py::arg("size"), py::arg("fill_value"));
   m.def("zeros_like", &zeros_like);

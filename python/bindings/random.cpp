@@ -159,7 +159,7 @@ void register_random(py::module_& m) {
     if (!f.size.contains("size") || py::isinstance<py::int_>(f.size["size"]))
       throw Error("[randint] size must be a tuple of ints, e.g. randint(10, (3,))");
     Tensor t = randint(to_scalar(low).to_int(), to_scalar(high).to_int(),
-                       to_shape(py::args(), f.size), f.generator);
+                       to_shape(py::args(), f.size, "randint"), f.generator);
     if (f.dtype) t = t.to(*f.dtype);
     return f.finish(t);
   });

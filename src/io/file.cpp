@@ -1,12 +1,25 @@
-// Whole-file reads and crash-safe (atomic) writes.
+// Whole-file reads, crash-safe (atomic) writes, the clean-up of what killed writers left, and
+// directory locks.
 #include <attn/io.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
+#include <chrono>
+#include <climits>
 #include <cstring>
+#include <ctime>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <thread>
 
 #include "../tensor/internal.h"
 #include "file_internal.h"
@@ -43,6 +56,44 @@ std::string parent_dir(const std::string& path) {
 }
 
 std::atomic<unsigned> g_tmp_counter{0};
+std::atomic<int64_t> g_write_pause_ms{0};
+
+// The file name part of `path`.
+std::string base_name(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// gethostname(), or "" when it fails.
+std::string host_name() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
+}
+
+// The host name as it appears in temporary file names: letters, digits and '-' only (no '.', which
+// separates the fields), "localhost" when there is none.
+std::string host_tag() {
+  std::string h = host_name();
+  for (char& c : h)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-')) c = '_';
+  return h.empty() ? "localhost" : h;
+}
+
+bool all_digits(std::string_view s) {
+  if (s.empty() || s.size() > 18) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+// Whether process `pid` of this host may still be running (and its files must be left alone).
+bool process_alive(long long pid) {
+  if (pid <= 0 || pid > INT_MAX) return true;  // not a process id: keep the file
+  if (pid == ::getpid()) return true;
+  if (::kill(pid_t(pid), 0) == 0) return true;
+  return errno != ESRCH;  // EPERM: alive, someone else's
+}
 
 }  // namespace
 
@@ -60,28 +111,30 @@ std::string read_whole_file(const char* fn, const std::string& path) {
     attn::detail::fail(fn, "cannot stat '", path, "': ", errno_str(errno));
   if (S_ISDIR(st.st_mode)) attn::detail::fail(fn, "'", path, "' is a directory");
   std::string out;
-  if (S_ISREG(st.st_mode) && st.st_size > 0) out.reserve(std::size_t(st.st_size));
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fd.fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      attn::detail::fail(fn, "cannot read '", path, "': ", errno_str(errno));
+  try {
+    if (S_ISREG(st.st_mode) && st.st_size > 0) out.reserve(std::size_t(st.st_size));
+    char buf[1 << 16];
+    while (true) {
+      const ssize_t n = ::read(fd.fd, buf, sizeof buf);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        attn::detail::fail(fn, "cannot read '", path, "': ", errno_str(errno));
+      }
+      if (n == 0) break;
+      out.append(buf, std::size_t(n));
     }
-    if (n == 0) break;
-    out.append(buf, std::size_t(n));
+  } catch (const std::bad_alloc&) {
+    attn::detail::fail_workspace(fn, double(std::max<off_t>(st.st_size, off_t(out.size()))),
+                                 "the contents of '" + path + "'");
+  } catch (const std::length_error&) {
+    attn::detail::fail_workspace(fn, double(st.st_size), "the contents of '" + path + "'");
   }
   return out;
 }
 
-}  // namespace detail
+void set_write_pause(int64_t ms) { g_write_pause_ms.store(ms); }
 
-std::string read_file(const std::string& path) {
-  return detail::read_whole_file("read_file", path);
-}
-
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  constexpr const char* fn = "write_file_atomic";
+void write_file_atomic(const char* fn, const std::string& path, std::string_view bytes) {
   if (path.empty()) attn::detail::fail(fn, "empty path");
   if (path.back() == '/') attn::detail::fail(fn, "'", path, "' names a directory, not a file");
   {
@@ -89,7 +142,8 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
       attn::detail::fail(fn, "'", path, "' is a directory");
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+  (void)remove_stale_temporaries(path);
+  const std::string tmp = path + ".tmp." + host_tag() + "." + std::to_string(::getpid()) + "." +
                           std::to_string(g_tmp_counter.fetch_add(1));
   int raw;
   do {
@@ -106,14 +160,21 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     ::unlink(tmp.c_str());
     attn::detail::fail(fn, "cannot write '", path, "': ", what, ": ", errno_str(err));
   };
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd.fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      abort_with("write failed", errno);
+  // The debugging pause (set_write_pause) comes halfway: a half-written temporary file.
+  const int64_t pause_ms = g_write_pause_ms.load();
+  std::size_t done = 0, stop = pause_ms > 0 ? bytes.size() / 2 : bytes.size();
+  for (int part = 0; part < 2; ++part) {
+    while (done < stop) {
+      const ssize_t n = ::write(fd.fd, bytes.data() + done, stop - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        abort_with("write failed", errno);
+      }
+      done += std::size_t(n);
     }
-    done += std::size_t(n);
+    if (done == bytes.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    stop = bytes.size();
   }
   if (::fsync(fd.fd) != 0) abort_with("fsync failed", errno);
   if (int err = fd.close_now(); err != 0) {
@@ -139,6 +200,167 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     attn::detail::fail(fn, "wrote '", path, "' but cannot sync its directory '", dir,
                        "': ", errno_str(errno));
   }
+}
+
+}  // namespace detail
+
+std::string read_file(const std::string& path) {
+  return detail::read_whole_file("read_file", path);
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  detail::write_file_atomic("write_file_atomic", path, bytes);
+}
+
+std::vector<std::string> remove_stale_temporaries(const std::string& path) {
+  std::vector<std::string> removed;
+  if (path.empty() || path.back() == '/') return removed;
+  const std::string dir = parent_dir(path);
+  const std::string prefix = base_name(path) + ".tmp.";
+  const std::string host = host_tag();
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return removed;
+  std::vector<std::string> candidates;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    // <host>.<pid>.<n>, or the older <pid>.<n> and <pid>
+    std::vector<std::string_view> fields;
+    std::string_view rest = name.substr(prefix.size());
+    for (std::size_t dot; (dot = rest.find('.')) != std::string_view::npos;) {
+      fields.push_back(rest.substr(0, dot));
+      rest = rest.substr(dot + 1);
+    }
+    fields.push_back(rest);
+    std::string_view pid;
+    if (fields.size() == 3 && fields[0] == host && all_digits(fields[2]))
+      pid = fields[1];
+    else if (fields.size() == 2 && all_digits(fields[1]))
+      pid = fields[0];
+    else if (fields.size() == 1)
+      pid = fields[0];
+    else
+      continue;
+    if (!all_digits(pid) || process_alive(std::stoll(std::string(pid)))) continue;
+    candidates.emplace_back(name);
+  }
+  ::closedir(d);
+  for (const std::string& name : candidates) {
+    const std::string full = dir == "/" ? "/" + name : dir + "/" + name;
+    struct stat st {};
+    if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::unlink(full.c_str()) == 0) removed.push_back(full);
+  }
+  return removed;
+}
+
+// ---- directory locks ----------------------------------------------------------------------------
+
+std::string LockOwner::describe() const {
+  std::string when = "at an unknown time";
+  const std::time_t t = std::time_t(started);
+  std::tm tm{};
+  char buf[64];
+  if (started > 0 && ::gmtime_r(&t, &tm) &&
+      std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm) > 0)
+    when = buf;
+  std::string s = "PID " + std::to_string(pid) + " on host " + (host.empty() ? "?" : host) +
+                  ", started " + when;
+  if (!command.empty()) s += " (" + command + ")";
+  return s;
+}
+
+LockOwner parse_lock_owner(std::string_view bytes) {
+  constexpr const char* fn = "parse_lock_owner";
+  if (bytes.empty()) attn::detail::fail(fn, "the lock file is empty");
+  nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) attn::detail::fail(fn, "not a JSON object");
+  auto integer = [&](const char* key, int64_t min) {
+    auto it = j.find(key);
+    if (it == j.end() || !(it->is_number_integer() || it->is_number_unsigned()))
+      attn::detail::fail(fn, "'", key, "' is missing or not an integer");
+    if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX))
+      attn::detail::fail(fn, "'", key, "' is too large");
+    const int64_t v = it->get<int64_t>();
+    if (v < min) attn::detail::fail(fn, "'", key, "' is ", v, ", below ", min);
+    return v;
+  };
+  auto text = [&](const char* key) {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string())
+      attn::detail::fail(fn, "'", key, "' is missing or not a string");
+    return it->get<std::string>();
+  };
+  LockOwner o;
+  o.pid = integer("pid", 1);
+  o.host = text("host");
+  o.started = integer("started", 0);
+  o.command = text("command");
+  return o;
+}
+
+DirectoryLock::DirectoryLock(const std::string& path, const std::string& command, const char* fn,
+                             const std::string& what)
+    : path_(path) {
+  int raw;
+  do {
+    raw = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  } while (raw < 0 && errno == EINTR);
+  if (raw < 0) attn::detail::fail(fn, "cannot open the lock file '", path, "': ", errno_str(errno));
+  Fd fd(raw);
+  int rc;
+  do {
+    rc = ::flock(fd.fd, LOCK_EX | LOCK_NB);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int err = errno;
+    if (err == EWOULDBLOCK) {
+      // Who holds it: what it wrote (nothing yet if it has only just taken the lock).
+      std::string bytes;
+      char buf[4096];
+      for (off_t off = 0; bytes.size() < 65536;) {
+        const ssize_t n = ::pread(fd.fd, buf, sizeof buf, off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        bytes.append(buf, std::size_t(n));
+        off += n;
+      }
+      std::string who;
+      try {
+        who = parse_lock_owner(bytes).describe();
+      } catch (const Error&) {
+        who = "another process (which has not recorded itself in the lock file yet)";
+      }
+      attn::detail::fail(fn, what, " is in use by ", who, "; lock file '", path, "'");
+    }
+    if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) {
+      unlocked_reason_ = "cannot lock '" + path + "': " + errno_str(err);
+      return;  // fd closes: an unlocked object
+    }
+    attn::detail::fail(fn, "cannot lock '", path, "': ", errno_str(err));
+  }
+  // Record this process for the next one that finds the directory locked. Best effort: the lock
+  // is what matters, and the record only names its holder.
+  const nlohmann::json me = {{"pid", int64_t(::getpid())},
+                             {"host", host_name()},
+                             {"started", int64_t(std::time(nullptr))},
+                             {"command", command}};
+  const std::string record = me.dump() + "\n";
+  if (::ftruncate(fd.fd, 0) == 0) {
+    std::size_t done = 0;
+    while (done < record.size()) {
+      const ssize_t n = ::pwrite(fd.fd, record.data() + done, record.size() - done, off_t(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += std::size_t(n);
+    }
+  }
+  fd_ = fd.fd;
+  fd.fd = -1;  // kept open (and locked) until the destructor
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
 }  // namespace attn::io

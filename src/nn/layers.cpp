@@ -122,7 +122,7 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
   const int64_t M = K ? x.numel() / K : x.numel() / std::max<int64_t>(1, x.size(-1));
   Shape out_shape = x.shape();
   out_shape.back() = N;
-  Tensor y = detail::make_tensor(out_shape, Dtype::Float32, false);
+  Tensor y = detail::make_tensor("linear", out_shape, Dtype::Float32, false);
   float* yp = y.data_ptr<float>();
   if (detail::textbook_gemm(M, N, K)) {
     // Products this small go through matmul's plain left-to-right loop (ops/linalg.cpp), whose
@@ -154,19 +154,19 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
     Tensor dx, dw, db;
     const float* gp = g.data_ptr<float>();
     if (n.needs_input_grad(0)) {
-      dx = detail::make_tensor(x_shape, Dtype::Float32, K == 0 || N == 0);
+      dx = detail::make_tensor("linear", x_shape, Dtype::Float32, K == 0 || N == 0);
       if (M > 0 && K > 0 && N > 0)
         kernels::sgemm(false, false, M, K, N, 1.0f, gp, N, w.data_ptr<float>(), K, 0.0f,
                        dx.data_ptr<float>(), K);
     }
     if (n.needs_input_grad(1)) {
-      dw = detail::make_tensor({N, K}, Dtype::Float32, M == 0);
+      dw = detail::make_tensor("linear", {N, K}, Dtype::Float32, M == 0);
       if (M > 0 && K > 0 && N > 0)
         kernels::sgemm(true, false, N, K, M, 1.0f, gp, N, x.data_ptr<float>(), K, 0.0f,
                        dw.data_ptr<float>(), K);
     }
     if (has_bias && n.needs_input_grad(2)) {
-      db = detail::make_tensor({N}, Dtype::Float32);
+      db = detail::make_tensor("linear", {N}, Dtype::Float32);
       float* dbp = db.data_ptr<float>();
       for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j) dbp[j] += gp[i * N + j];
@@ -189,7 +189,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   const int64_t n = weight.size(0), dim = weight.size(1);
   Shape out_shape = indices.shape();
   out_shape.push_back(dim);
-  Tensor out = detail::make_tensor(out_shape, Dtype::Float32);
+  Tensor out = detail::make_tensor(fn, out_shape, Dtype::Float32);
   Tensor idx = indices.contiguous(), w = weight.contiguous();
   const int64_t* ip = idx.data_ptr<int64_t>();
   const float* wp = w.data_ptr<float>();
@@ -228,7 +228,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   // torch: noise = empty_like(x).bernoulli_(1 - p).div_(1 - p); x * noise. The draws follow the
   // logical row-major order of x whatever its strides (checked against torch 1.13 for transposed,
   // permuted, sliced and expanded inputs).
-  Tensor noise = detail::make_tensor(x.shape(), Dtype::Float32);
+  Tensor noise = detail::make_tensor(fn, x.shape(), Dtype::Float32);
   fill_dropout_mask(noise.data_ptr<float>(), noise.numel(), p, gen ? *gen : default_generator());
   return x * noise;
 }

@@ -193,9 +193,9 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
   Tensor x = x_in.contiguous();
   Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();
-  Tensor y = detail::make_tensor(x.shape(), Dtype::Float32, false);
-  Tensor mean = detail::make_tensor({rows}, Dtype::Float32, false);
-  Tensor rstd = detail::make_tensor({rows}, Dtype::Float32, false);
+  Tensor y = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
+  Tensor mean = detail::make_tensor(fn, {rows}, Dtype::Float32, false);
+  Tensor rstd = detail::make_tensor(fn, {rows}, Dtype::Float32, false);
   if (rows && C) {
     const float* xp = x.data_ptr<float>();
     const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
@@ -208,14 +208,14 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
     // Nothing to normalise; y is empty.
   }
   const bool has_w = weight.defined(), has_b = bias.defined();
-  auto backward = [C, rows, has_w, has_b](const Node& n, const Tensor& grad) {
+  auto backward = [C, rows, has_w, has_b, fn](const Node& n, const Tensor& grad) {
     Tensor x = n.saved_tensor(0), w = n.saved_tensor(1), mean = n.saved_tensor(2),
            rstd = n.saved_tensor(3);
     Tensor g = grad.contiguous();
     Tensor dx, dw, db;
     const bool need_x = n.needs_input_grad(0), need_w = has_w && n.needs_input_grad(1),
                need_b = has_b && n.needs_input_grad(2);
-    if (need_x) dx = detail::make_tensor(x.shape(), Dtype::Float32, false);
+    if (need_x) dx = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
     const int nt = threads_for(rows * C);
     // Per-thread partial sums of dw and db, added up in thread order (deterministic).
     std::vector<float> part(std::size_t(nt) * 2 * std::size_t(C), 0.f);
@@ -238,8 +238,8 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
         body(0);
       }
       if (need_w || need_b) {
-        if (need_w) dw = detail::make_tensor({C}, Dtype::Float32);
-        if (need_b) db = detail::make_tensor({C}, Dtype::Float32);
+        if (need_w) dw = detail::make_tensor(fn, {C}, Dtype::Float32);
+        if (need_b) db = detail::make_tensor(fn, {C}, Dtype::Float32);
         for (int64_t t = 0; t < chunks; ++t) {
           const float* pw = part.data() + t * 2 * C;
           for (int64_t c = 0; c < C; ++c) {
@@ -265,15 +265,15 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
     fail(fn, "approximate must be 'none' or 'tanh', got '", approximate, "'");
   const bool tanh_approx = approximate == "tanh";
   Tensor x = x_in.contiguous();
-  Tensor y = detail::make_tensor(x.shape(), Dtype::Float32, false);
+  Tensor y = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
   const int64_t n = x.numel();
   const float* xp = x.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   parallel_rows(n, threads_for(n),
                 [&](int64_t i0, int64_t i1) { gelu_fwd(xp + i0, yp + i0, i1 - i0, tanh_approx); });
-  auto backward = [tanh_approx](const Node& nd, const Tensor& grad) {
+  auto backward = [tanh_approx, fn](const Node& nd, const Tensor& grad) {
     Tensor x = nd.saved_tensor(0), g = grad.contiguous();
-    Tensor dx = detail::make_tensor(x.shape(), Dtype::Float32, false);
+    Tensor dx = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
     const int64_t n = x.numel();
     const float *xp = x.data_ptr<float>(), *gp = g.data_ptr<float>();
     float* dp = dx.data_ptr<float>();
@@ -310,8 +310,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::strin
       throw IndexError(detail::msg(fn, "target ", tp[r], " at position ", r,
                                    " is out of bounds for ", C, " classes"));
   // Per row: the max and the log of the shifted sum (for the backward), and the loss.
-  Tensor lse = detail::make_tensor({N, 2}, Dtype::Float32, false);
-  Tensor losses = detail::make_tensor({N}, Dtype::Float32);
+  Tensor lse = detail::make_tensor(fn, {N, 2}, Dtype::Float32, false);
+  Tensor losses = detail::make_tensor(fn, {N}, Dtype::Float32);
   float* lp = lse.data_ptr<float>();
   float* lossp = losses.data_ptr<float>();
   parallel_rows(N, threads_for(N * C), [&](int64_t r0, int64_t r1) {
@@ -333,17 +333,17 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::strin
   if (reduction == "none") {
     out = batched ? losses : losses.reshape({});
   } else {
-    out = detail::make_tensor({}, Dtype::Float32);
+    out = detail::make_tensor(fn, {}, Dtype::Float32);
     // mean over the counted targets; no target counted gives NaN, as PyTorch.
     *out.data_ptr<float>() = reduction == "sum" ? float(total)
                              : count            ? float(total / double(count))
                                                 : NAN;
   }
   const std::string red = reduction;
-  auto backward = [N, C, red, count, ignore_index](const Node& n, const Tensor& grad) {
+  auto backward = [N, C, red, count, ignore_index, fn](const Node& n, const Tensor& grad) {
     Tensor x = n.saved_tensor(0), t = n.saved_tensor(1), lse = n.saved_tensor(2);
     Tensor g = grad.contiguous();
-    Tensor dx = detail::make_tensor(x.shape(), Dtype::Float32, false);
+    Tensor dx = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
     const float *xp = x.data_ptr<float>(), *lp = lse.data_ptr<float>(), *gp = g.data_ptr<float>();
     const int64_t* tp = t.data_ptr<int64_t>();
     float* dp = dx.data_ptr<float>();

@@ -10,6 +10,7 @@
 
 #include "../kernels/cpu/sdpa_fused.h"
 #include "../kernels/cpu/sdpa_reference.h"
+#include "../kernels/cpu/workspace.h"
 #include "../tensor/internal.h"
 
 namespace attn {
@@ -17,6 +18,21 @@ namespace attn {
 using detail::fail;
 
 namespace {
+
+constexpr const char* kSdpa = "scaled_dot_product_attention";
+
+// Runs a kernel call; scratch memory it cannot allocate becomes AllocationError naming `fn`.
+template <typename F>
+void run_kernel(const char* fn, F&& call) {
+  try {
+    call();
+  } catch (const kernels::WorkspaceError& e) {
+    detail::fail_workspace(fn, e.bytes, e.purpose);
+  } catch (const std::bad_alloc&) {
+    throw AllocationError(
+        detail::msg(fn, "cannot allocate the attention kernel's scratch memory: out of memory"));
+  }
+}
 
 Shape leading(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
 
@@ -270,7 +286,7 @@ void call_pointers(const Prepared& p, const Shape& idx, int64_t c, uint64_t drop
 // The counter-based dropout factors (keep ? 1 / (1 - p) : 0) over S + (L_q, L_k), materialised:
 // only for the composed (materialised) backward of the autograd graph.
 Tensor counter_dropout_factors(const Prepared& p, double drop_p, uint64_t seed, uint64_t offset) {
-  Tensor f = detail::make_tensor(concat(p.S, {p.L_q, p.L_k}), Dtype::Float32);
+  Tensor f = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.L_k}), Dtype::Float32);
   float* d = f.data_ptr<float>();
   const float keep = kernels::dropout_keep_scale(drop_p);
   for (int64_t i = 0, n = f.numel(); i < n; ++i)
@@ -304,7 +320,7 @@ RunResult run(const Prepared& p, const SdpaOptions& o, Tensor& out, Tensor* weig
   if (o.dropout_p > 0.0 && weights) {
     // Factors over q @ k^T's weights in row-major order, then broadcast to S if v enlarged it.
     Shape ds = concat(p.drop_batch, {p.L_q, p.L_k});
-    drop = detail::make_tensor(ds, Dtype::Float32);
+    drop = detail::make_tensor(kSdpa, ds, Dtype::Float32);
     fill_dropout_mask(drop.data_ptr<float>(), drop.numel(), o.dropout_p, gen);
     Shape full = concat(S, {p.L_q, p.L_k});
     if (ds != full) drop = drop.expand(full).contiguous();
@@ -327,15 +343,17 @@ RunResult run(const Prepared& p, const SdpaOptions& o, Tensor& out, Tensor* weig
       call_pointers(p, idx, c, rr.dropout_offset, kp);
       kp.out = out.data_ptr<float>() + c * per_call_out;
       kp.lse = lse ? lse->data_ptr<float>() + c * per_call_rows : nullptr;
-      if (weights) {
-        kp.dropout_scale = drop.defined() ? drop.data_ptr<float>() + c * per_call_w : nullptr;
-        kp.weights = weights->data_ptr<float>() + c * per_call_w;
-        kernels::sdpa_reference_forward(kp);
-      } else if (use_fused) {
-        kernels::sdpa_fused_forward(kp);
-      } else {
-        kernels::sdpa_reference_forward(kp);
-      }
+      run_kernel(kSdpa, [&] {
+        if (weights) {
+          kp.dropout_scale = drop.defined() ? drop.data_ptr<float>() + c * per_call_w : nullptr;
+          kp.weights = weights->data_ptr<float>() + c * per_call_w;
+          kernels::sdpa_reference_forward(kp);
+        } else if (use_fused) {
+          kernels::sdpa_fused_forward(kp);
+        } else {
+          kernels::sdpa_reference_forward(kp);
+        }
+      });
       for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {  // next outer index, row-major
         if (++idx[d] < outer[d]) break;
         idx[d] = 0;
@@ -477,7 +495,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                           {q, k, v, options.attn_mask, out, fwd.lse});
   }
   Prepared p = prepare(q, k, v, options, fn);
-  Tensor out = detail::make_tensor(concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
+  Tensor out = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
   // The materialised dropout mask is only needed by the autograd graph's composed backward.
   Tensor drop;
   run(p, options, out, nullptr, recording ? &drop : nullptr);
@@ -491,8 +509,8 @@ SdpaForwardResult scaled_dot_product_attention_forward(const Tensor& q, const Te
   const char* fn = "scaled_dot_product_attention_forward";
   Prepared p = prepare(q, k, v, options, fn);
   SdpaForwardResult r;
-  r.out = detail::make_tensor(concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
-  r.lse = detail::make_tensor(concat(p.S, {p.L_q}), Dtype::Float32);
+  r.out = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
+  r.lse = detail::make_tensor(kSdpa, concat(p.S, {p.L_q}), Dtype::Float32);
   const RunResult rr = run(p, options, r.out, nullptr, nullptr, &r.lse);
   r.dropout_seed = rr.dropout_seed, r.dropout_offset = rr.dropout_offset;
   return r;
@@ -504,8 +522,8 @@ std::tuple<Tensor, Tensor> scaled_dot_product_attention_with_weights(const Tenso
                                                                      const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention_with_weights";
   Prepared p = prepare(q, k, v, options, fn);
-  Tensor out = detail::make_tensor(concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
-  Tensor weights = detail::make_tensor(concat(p.S, {p.L_q, p.L_k}), Dtype::Float32);
+  Tensor out = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
+  Tensor weights = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.L_k}), Dtype::Float32);
   Tensor drop;
   run(p, options, out, &weights, &drop);
   record(out, &weights, q, k, v, options, p, drop);
@@ -560,9 +578,9 @@ std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
   const Tensor g = unit_inner(dout), out = unit_inner(forward.out), lse = forward.lse.contiguous();
   const Shape Sk = leading(p.k);  // S, with H_kv heads under GQA
   // Gradients at the broadcast shapes; summed down to the inputs' shapes at the end.
-  Tensor dq = detail::make_tensor(concat(S, {p.L_q, p.D}), Dtype::Float32);
-  Tensor dk = detail::make_tensor(concat(Sk, {p.L_k, p.D}), Dtype::Float32);
-  Tensor dv = detail::make_tensor(concat(Sk, {p.L_k, p.D_v}), Dtype::Float32);
+  Tensor dq = detail::make_tensor(kSdpa, concat(S, {p.L_q, p.D}), Dtype::Float32);
+  Tensor dk = detail::make_tensor(kSdpa, concat(Sk, {p.L_k, p.D}), Dtype::Float32);
+  Tensor dv = detail::make_tensor(kSdpa, concat(Sk, {p.L_k, p.D_v}), Dtype::Float32);
 
   // The forward's kernel parameters (kernel_params, call_pointers: same strides, masks, window,
   // key padding and dropout counters), plus the saved out and lse, dout and the gradients.
@@ -595,10 +613,12 @@ std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
       bp.dq = dq.data_ptr<float>() + outer_offset(dq, idx);
       bp.dk = dk.data_ptr<float>() + outer_offset(dk, idx);
       bp.dv = dv.data_ptr<float>() + outer_offset(dv, idx);
-      if (reference)
-        kernels::sdpa_reference_backward(bp);
-      else
-        kernels::sdpa_fused_backward(bp);
+      run_kernel(kSdpa, [&] {
+        if (reference)
+          kernels::sdpa_reference_backward(bp);
+        else
+          kernels::sdpa_fused_backward(bp);
+      });
       for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {  // next outer index, row-major
         if (++idx[d] < outer[d]) break;
         idx[d] = 0;

@@ -405,7 +405,8 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
     if (out.dtype() != out_dtype && !(out.dtype() == Dtype::Float32))
       fail(fn, "result type ", dtype_name(out_dtype), " can't be cast to the desired output type ",
            dtype_name(out.dtype()));
-    Tensor tmp = detail::make_tensor(shape, out_dtype, /*zero=*/false);  // run_binary writes it all
+    Tensor tmp =
+        detail::make_tensor(fn, shape, out_dtype, /*zero=*/false);  // run_binary writes it all
     switch (ct) {
       case Dtype::Float32: run_binary<float>(op, ca, cb, tmp); break;
       case Dtype::Int64: run_binary<int64_t>(op, ca, cb, tmp); break;
@@ -414,7 +415,8 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
     out.copy_(tmp);
     return out;
   }
-  Tensor res = detail::make_tensor(shape, out_dtype, /*zero=*/false);  // every element is written
+  Tensor res =
+      detail::make_tensor(fn, shape, out_dtype, /*zero=*/false);  // every element is written
   switch (ct) {
     case Dtype::Float32: run_binary<float>(op, ca, cb, res); break;
     case Dtype::Int64: run_binary<int64_t>(op, ca, cb, res); break;
@@ -529,7 +531,7 @@ template <typename F>
 Tensor unary_float(const Tensor& t, const char* fn, F f, UnaryGrad grad, int saves) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
   Tensor src = t.to(Dtype::Float32);
-  Tensor out = detail::make_tensor(t.shape(), Dtype::Float32);
+  Tensor out = detail::make_tensor(fn, t.shape(), Dtype::Float32);
   float* po = out.data_ptr<float>();
   const float* ps = detail::base_ptr<float>(src);
   int64_t i = 0;
@@ -551,7 +553,7 @@ template <typename F>
 Tensor unary_pred(const Tensor& t, const char* fn, F f) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
   Tensor src = t.to(Dtype::Float32);
-  Tensor out = detail::make_tensor(t.shape(), Dtype::Bool);
+  Tensor out = detail::make_tensor(fn, t.shape(), Dtype::Bool);
   bool* po = out.data_ptr<bool>();
   const float* ps = detail::base_ptr<float>(src);
   int64_t i = 0;
@@ -717,7 +719,7 @@ Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape s =
       broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Dtype dt = detail::promote(a.dtype(), b.dtype());
-  Tensor out = detail::make_tensor(s, dt);
+  Tensor out = detail::make_tensor("where", s, dt);
   NoGradGuard no_grad;  // the internal copies are not part of the graph
   out.copy_(b.to(dt).expand(s));
   Tensor c = cond.expand(s).contiguous();

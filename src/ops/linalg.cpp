@@ -257,7 +257,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Shape out_shape = batch;
   out_shape.push_back(M);
   out_shape.push_back(N);
-  Tensor out = detail::make_tensor(out_shape, a.dtype());
+  Tensor out = detail::make_tensor("matmul", out_shape, a.dtype());
   if (a1 && b1 && K > 64 && a.dtype() == Dtype::Float32) {
     // A long dot product: OpenBLAS's sdot (several accumulators), as torch.dot uses.
     *out.data_ptr<float>() = cblas_sdot(int(K), a_in.data_ptr<float>(), int(a_in.stride(0)),
@@ -331,7 +331,7 @@ Tensor cat(const std::vector<Tensor>& all, int64_t dim) {
     total += t.shape()[d];
   }
   shape[d] = total;
-  Tensor out = detail::make_tensor(shape, dt);
+  Tensor out = detail::make_tensor("cat", shape, dt);
   {
     NoGradGuard no_grad;  // the copies into the result are internal
     int64_t at = 0;

@@ -153,7 +153,7 @@ template <typename F>
 Tensor reduce_float(const Tensor& t, Shape dims, bool keepdim, const char* fn, F f) {
   Plan p = plan(t, std::move(dims), keepdim, fn);
   Tensor src = p.arranged.to(Dtype::Float32);
-  Tensor out = detail::make_tensor(p.out_shape, Dtype::Float32);
+  Tensor out = detail::make_tensor(fn, p.out_shape, Dtype::Float32);
   const float* ps = src.data_ptr<float>();
   float* po = out.data_ptr<float>();
   const int64_t block = p.columns >= 8 ? 32 : 4;
@@ -268,7 +268,7 @@ Tensor Tensor::sum(Shape dims, bool keepdim) const {
   if (dtype() != Dtype::Float32) {
     Plan p = plan(*this, std::move(dims), keepdim, "sum");
     Tensor src = p.arranged.to(Dtype::Int64);
-    Tensor out = detail::make_tensor(p.out_shape, Dtype::Int64);
+    Tensor out = detail::make_tensor("sum", p.out_shape, Dtype::Int64);
     const int64_t* ps = src.data_ptr<int64_t>();
     int64_t* po = out.data_ptr<int64_t>();
     for (int64_t o = 0; o < p.outer; ++o) {
@@ -415,7 +415,7 @@ Tensor Tensor::amax(Shape dims, bool keepdim) const {
   if (p.inner == 0 && p.outer > 0)
     throw IndexError(detail::msg("amax", "expected the reduced dims ", shape_str(dims), " of ",
                                  shape_str(shape()), " to have a non-zero size"));
-  Tensor out = detail::make_tensor(p.out_shape, dtype());
+  Tensor out = detail::make_tensor("amax", p.out_shape, dtype());
   switch (dtype()) {
     case Dtype::Float32: amax_rows<float>(p, out); break;
     case Dtype::Int64: amax_rows<int64_t>(p, out); break;
@@ -458,11 +458,11 @@ Tensor softmax_impl(const Tensor& t, int64_t dim, bool log, const char* fn) {
          " (convert with .float() first)");
   int64_t d = detail::wrap_dim(dim, t.dim(), fn);
   // One fused node: the backward runs the row kernel's gradient on the saved result.
-  BackwardFn backward = [d, log](const Node& n, const Tensor& g) {
+  BackwardFn backward = [d, log, fn](const Node& n, const Tensor& g) {
     const Tensor y = n.saved_tensor(0);
     if (y.dim() == 0) return std::vector<Tensor>{zeros({})};  // softmax of a scalar is constant
     Tensor yt = y.transpose(d, -1).contiguous(), gt = g.transpose(d, -1).contiguous();
-    Tensor dx = detail::make_tensor(yt.shape(), Dtype::Float32);
+    Tensor dx = detail::make_tensor(fn, yt.shape(), Dtype::Float32);
     int64_t cols = yt.size(-1), rows = cols ? yt.numel() / cols : 0;
     kernels::softmax_backward_rows(yt.data_ptr<float>(), gt.data_ptr<float>(), dx.data_ptr<float>(),
                                    rows, cols, log);
@@ -471,13 +471,13 @@ Tensor softmax_impl(const Tensor& t, int64_t dim, bool log, const char* fn) {
   const char* node = log ? "LogSoftmaxBackward0" : "SoftmaxBackward0";
   Tensor out;
   if (t.dim() == 0) {
-    out = detail::make_tensor({}, Dtype::Float32);
+    out = detail::make_tensor(fn, {}, Dtype::Float32);
     *out.data_ptr<float>() = log ? 0.f : 1.f;
   } else {
     // Move `dim` last, run the row kernel, move it back.
     NoGradGuard no_grad;
     Tensor x = t.transpose(d, -1).contiguous();
-    Tensor rows_out = detail::make_tensor(x.shape(), Dtype::Float32);
+    Tensor rows_out = detail::make_tensor(fn, x.shape(), Dtype::Float32);
     int64_t cols = x.size(-1), rows = cols ? x.numel() / cols : 0;
     kernels::softmax_rows(x.data_ptr<float>(), rows_out.data_ptr<float>(), rows, cols, log);
     out = rows_out.transpose(d, -1).contiguous();

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "../io/file_internal.h"
 #include "../tensor/internal.h"
 
 namespace attn::plot {
@@ -656,60 +657,8 @@ Image decode_png(std::string_view bytes) {
   return std::move(buf.image);
 }
 
-namespace {
-
-std::string errno_text(int e) { return std::string(std::strerror(e)); }
-
-// Writes `data` to `path` through a temporary file in the same directory, fsync and rename.
-void write_file_atomic(const std::string& path, const std::string& data, const char* fn) {
-  if (path.empty()) fail(fn, "empty path");
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(fn, "'", path, "': cannot create '", tmp, "': ", errno_text(errno));
-  std::size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = n < 0 ? errno : EIO;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail(fn, "'", path, "': write failed: ", errno_text(e));
-    }
-    done += std::size_t(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    fail(fn, "'", path, "': fsync failed: ", errno_text(e));
-  }
-  if (::close(fd) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    fail(fn, "'", path, "': close failed: ", errno_text(e));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    fail(fn, "'", path, "': rename from '", tmp, "' failed: ", errno_text(e));
-  }
-  // Make the rename itself durable (best effort).
-  const std::size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-}  // namespace
-
 void write_png(const std::string& path, const Image& image) {
-  write_file_atomic(path, encode_png(image), "plot::write_png");
+  io::detail::write_file_atomic("plot::write_png", path, encode_png(image));
 }
 
 // ---- ticks -------------------------------------------------------------------------------------

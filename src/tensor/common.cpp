@@ -1,6 +1,8 @@
 // dtype and shape names, spelled the way PyTorch prints them.
 #include <attn/common.h>
 
+#include <cstdio>
+
 namespace attn {
 
 std::string dtype_name(Dtype dtype) {
@@ -22,6 +24,16 @@ std::string shape_str(const Shape& shape) {
   if (shape.size() == 1) out += ",";
   out += ")";
   return out;
+}
+
+std::string bytes_str(double bytes) {
+  static const char* units[] = {"bytes", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
+  if (!(bytes >= 1000)) return std::to_string((long long)(bytes > 0 ? bytes : 0)) + " bytes";
+  int u = 0;
+  while (bytes >= 999.95 && u < 8) bytes /= 1000, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
+  return buf;
 }
 
 }  // namespace attn

@@ -27,8 +27,13 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* fn);
 Shape contiguous_strides(const Shape& shape);
 int64_t shape_numel(const Shape& shape);
 // A new contiguous tensor, zero-filled unless `zero` is false (for kernels that write every
-// element).
+// element). A shape whose size overflows, or memory that cannot be had, throws AllocationError
+// naming `fn` ("empty" when not given), the bytes asked and the shape.
+Tensor make_tensor(const char* fn, const Shape& shape, Dtype dtype, bool zero = true);
 Tensor make_tensor(const Shape& shape, Dtype dtype, bool zero = true);
+// Throws AllocationError "[fn] cannot allocate 1.2 TB (1200000000000 bytes) for <what>: out of
+// memory" (memory that is not a tensor: kernel workspaces).
+[[noreturn]] void fail_workspace(const char* fn, double bytes, const std::string& what);
 Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset);
 // Type of a binary arithmetic result (PyTorch promotion, with Python scalars as weak types).
 Dtype promote(Dtype a, Dtype b);

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <new>
 #include <ostream>
 
 #include "internal.h"
@@ -29,15 +31,35 @@ using detail::fail;
 using detail::wrap_dim;
 
 std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
-  auto s = std::make_shared<Storage>();
   std::size_t padded = ((nbytes + 63) / 64) * 64;
+  if (padded < nbytes) padded = std::numeric_limits<std::size_t>::max();  // wrapped: cannot be had
   if (padded == 0) padded = 64;
-  void* p = std::aligned_alloc(64, padded);
-  if (!p) throw Error("[Storage] out of memory allocating " + std::to_string(nbytes) + " bytes");
+  void* p =
+      padded == std::numeric_limits<std::size_t>::max() ? nullptr : std::aligned_alloc(64, padded);
+  if (!p)
+    throw AllocationError("[Storage] cannot allocate " + bytes_str(double(nbytes)) + " (" +
+                          std::to_string(nbytes) + " bytes): out of memory");
+  // The deleter frees p if the control block itself cannot be allocated.
+  const auto bookkeeping = [&] {
+    return AllocationError("[Storage] cannot allocate the bookkeeping of a " +
+                           bytes_str(double(nbytes)) + " storage: out of memory");
+  };
+  std::shared_ptr<void> owner;
+  try {
+    owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  } catch (const std::bad_alloc&) {
+    throw bookkeeping();
+  }
+  std::shared_ptr<Storage> s;
+  try {
+    s = std::make_shared<Storage>();
+  } catch (const std::bad_alloc&) {
+    throw bookkeeping();
+  }
+  s->owner = std::move(owner);
   if (zero) std::memset(p, 0, padded);
   s->data = p;
   s->nbytes = nbytes;
-  s->owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   return s;
 }
 
@@ -71,18 +93,52 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
-Tensor make_tensor(const Shape& shape, Dtype dtype, bool zero) {
+// Throws AllocationError: "[fn] cannot allocate <asked> for a (2, 3) float32 tensor: <why>", or
+// without <asked> when the size is not a number of bytes at all.
+[[noreturn]] void fail_allocation(const char* fn, const Shape& shape, Dtype dtype,
+                                  const std::string& asked, const std::string& why) {
+  throw AllocationError(msg(fn, "cannot allocate ", asked.empty() ? "" : asked + " for ", "a ",
+                            shape_str(shape), " ", dtype_name(dtype).substr(6), " tensor: ", why));
+}
+
+Tensor make_tensor(const char* fn, const Shape& shape, Dtype dtype, bool zero) {
   for (auto s : shape)
-    if (s < 0) fail("empty", "negative dimension in shape ", shape_str(shape));
-  const int64_t numel = shape_numel(shape);
+    if (s < 0) fail(fn, "negative dimension in shape ", shape_str(shape));
+  int64_t numel = 1;
+  for (auto s : shape)
+    if (__builtin_mul_overflow(numel, s, &numel))
+      fail_allocation(fn, shape, dtype, "", "its number of elements overflows int64");
+  // Bytes in 128 bits: numel < 2^63 and itemsize <= 8, so the product fits.
+  const unsigned __int128 bytes = (unsigned __int128)numel * itemsize(dtype);
+  const double approx = double(bytes);
+  std::string exact;  // the decimal digits of bytes
+  for (unsigned __int128 b = bytes; exact.empty() || b > 0; b /= 10)
+    exact.insert(exact.begin(), char('0' + int(b % 10)));
+  const std::string asked = bytes_str(approx) + " (" + exact + " bytes)";
+  // Beyond 2^58 elements no machine has the memory, and the element offsets of kernels that
+  // multiply them by a stride or an item size would overflow.
   if (numel > (int64_t(1) << 58))
-    fail("empty", "shape ", shape_str(shape), " is too large to allocate");
+    fail_allocation(fn, shape, dtype, asked, "more memory than any machine has");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::allocate(std::size_t(numel) * itemsize(dtype), zero);
+  try {
+    impl->storage = Storage::allocate(std::size_t(bytes), zero);
+  } catch (const AllocationError&) {
+    fail_allocation(fn, shape, dtype, asked, "out of memory");
+  }
   impl->sizes = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;
   return Tensor(impl);
+}
+
+Tensor make_tensor(const Shape& shape, Dtype dtype, bool zero) {
+  return make_tensor("empty", shape, dtype, zero);
+}
+
+void fail_workspace(const char* fn, double bytes, const std::string& what) {
+  std::string exact = bytes < 1.8e19 ? std::to_string(uint64_t(bytes)) : std::to_string(bytes);
+  throw AllocationError(msg(fn, "cannot allocate ", bytes_str(bytes), " (", exact, " bytes) for ",
+                            what, ": out of memory"));
 }
 
 Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset) {
@@ -274,7 +330,7 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = detail::make_tensor(shape(), dtype());
+  Tensor out = detail::make_tensor("clone", shape(), dtype());
   {
     NoGradGuard no_grad;
     out.copy_(*this);
@@ -290,7 +346,7 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::to(Dtype dt) const {
   if (dt == dtype()) return *this;
-  Tensor out = detail::make_tensor(shape(), dt);
+  Tensor out = detail::make_tensor("to", shape(), dt);
   out.copy_(*this);
   return out;
 }
@@ -714,7 +770,7 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
   const int64_t d = ix.tensor_dim, n = v.shape()[d];
   Shape sz = v.shape();
   sz[d] = ix.index.numel();
-  Tensor out = detail::make_tensor(sz, dtype());
+  Tensor out = detail::make_tensor("index", sz, dtype());
   {
     NoGradGuard no_grad;
     const int64_t* ip = ix.index.data_ptr<int64_t>();
@@ -848,7 +904,7 @@ Tensor tensor(const NestedList& data, std::optional<Dtype> dtype) {
   Dtype dt = dtype.value_or(empty || any_float ? Dtype::Float32
                             : all_bool         ? Dtype::Bool
                                                : Dtype::Int64);
-  Tensor out = detail::make_tensor(shape, dt);
+  Tensor out = detail::make_tensor("tensor", shape, dt);
   switch (dt) {
     case Dtype::Float32: {
       float* p = out.data_ptr<float>();
@@ -872,7 +928,7 @@ Tensor tensor(const NestedList& data, std::optional<Dtype> dtype) {
 Tensor from_vector(const std::vector<float>& values, Shape shape) {
   if (int64_t(values.size()) != detail::shape_numel(shape))
     fail("from_vector", values.size(), " values do not fill shape ", shape_str(shape));
-  Tensor out = detail::make_tensor(shape, Dtype::Float32);
+  Tensor out = detail::make_tensor("from_vector", shape, Dtype::Float32);
   std::copy(values.begin(), values.end(), out.data_ptr<float>());
   return out;
 }
@@ -886,24 +942,27 @@ void check_shape(const Shape& s, const char* fn) {
 
 Tensor empty(Shape shape, Dtype dtype) {
   check_shape(shape, "empty");
-  return detail::make_tensor(shape, dtype);
+  return detail::make_tensor("empty", shape, dtype);
 }
 Tensor zeros(Shape shape, Dtype dtype) {
   check_shape(shape, "zeros");
-  return detail::make_tensor(shape, dtype);
+  return detail::make_tensor("zeros", shape, dtype);
 }
-Tensor ones(Shape shape, Dtype dtype) {
-  check_shape(shape, "ones");
-  return full(shape, 1, dtype);
-}
-Tensor full(Shape shape, Scalar value, std::optional<Dtype> dtype) {
-  check_shape(shape, "full");
+namespace {
+Tensor full_named(const char* fn, const Shape& shape, Scalar value, std::optional<Dtype> dtype) {
+  check_shape(shape, fn);
   Dtype dt = dtype.value_or(value.kind() == Scalar::Kind::Float  ? Dtype::Float32
                             : value.kind() == Scalar::Kind::Bool ? Dtype::Bool
                                                                  : Dtype::Int64);
-  Tensor out = detail::make_tensor(shape, dt);
+  Tensor out = detail::make_tensor(fn, shape, dt);
   out.fill_(value);
   return out;
+}
+}  // namespace
+
+Tensor ones(Shape shape, Dtype dtype) { return full_named("ones", shape, 1, dtype); }
+Tensor full(Shape shape, Scalar value, std::optional<Dtype> dtype) {
+  return full_named("full", shape, value, dtype);
 }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
 Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
@@ -918,14 +977,18 @@ Tensor arange(Scalar start, Scalar end, Scalar step) {
   if (!std::isfinite(s) || !std::isfinite(e)) fail("arange", "unsupported range: ", s, " -> ", e);
   if ((st > 0 && e < s) || (st < 0 && e > s))
     fail("arange", "upper bound and larger bound inconsistent with step sign");
-  int64_t n = int64_t(std::ceil((e - s) / st));
+  const double count = std::ceil((e - s) / st);
+  if (!(count < 9223372036854775808.0))
+    throw AllocationError(detail::msg("arange", "cannot allocate a range of ", count,
+                                      " elements: its number of elements overflows int64"));
+  int64_t n = int64_t(count);
   if (integral) {
-    Tensor out = detail::make_tensor({n}, Dtype::Int64);
+    Tensor out = detail::make_tensor("arange", {n}, Dtype::Int64);
     int64_t* p = out.data_ptr<int64_t>();
     for (int64_t i = 0; i < n; ++i) p[i] = start.to_int() + i * step.to_int();
     return out;
   }
-  Tensor out = detail::make_tensor({n}, Dtype::Float32);
+  Tensor out = detail::make_tensor("arange", {n}, Dtype::Float32);
   float* p = out.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) p[i] = float(s + double(i) * st);
   return out;
@@ -996,14 +1059,14 @@ Generator& gen_or_default(Generator* g) { return g ? *g : default_generator(); }
 
 Tensor rand(Shape shape, Generator* gen) {
   check_shape(shape, "rand");
-  Tensor out = detail::make_tensor(shape, Dtype::Float32);
+  Tensor out = detail::make_tensor("rand", shape, Dtype::Float32);
   fill_uniform(out.data_ptr<float>(), out.numel(), 0.0, 1.0, gen_or_default(gen));
   return out;
 }
 
 Tensor randn(Shape shape, Generator* gen) {
   check_shape(shape, "randn");
-  Tensor out = detail::make_tensor(shape, Dtype::Float32);
+  Tensor out = detail::make_tensor("randn", shape, Dtype::Float32);
   fill_normal(out.data_ptr<float>(), out.numel(), 0.0, 1.0, gen_or_default(gen));
   return out;
 }
@@ -1011,7 +1074,7 @@ Tensor randn(Shape shape, Generator* gen) {
 Tensor randint(int64_t low, int64_t high, Shape shape, Generator* gen) {
   check_shape(shape, "randint");
   if (low >= high) fail("randint", "low ", low, " must be less than high ", high);
-  Tensor out = detail::make_tensor(shape, Dtype::Int64);
+  Tensor out = detail::make_tensor("randint", shape, Dtype::Int64);
   fill_randint(out.data_ptr<int64_t>(), out.numel(), low, high, gen_or_default(gen));
   return out;
 }

@@ -33,6 +33,7 @@ namespace attn {
 namespace {
 
 namespace fs = std::filesystem;
+using attn::testing::FileSizeLimit;
 using attn::testing::TempDir;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -270,29 +271,6 @@ TEST(ErrorModel, CliNeverThrowsAndAlwaysUsesOneOfTheTwoFormats) {
 // ---- files are never half-written
 // -----------------------------------------------------------------
 
-// While alive, writes that would make a file larger than `bytes` fail with EFBIG (SIGXFSZ ignored):
-// a disk that fills up in the middle of a write.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &old_);
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit r = old_;
-    r.rlim_cur = bytes;
-    ok_ = ::setrlimit(RLIMIT_FSIZE, &r) == 0;
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &old_);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-  bool ok() const { return ok_; }
-
- private:
-  rlimit old_{};
-  void (*old_handler_)(int) = SIG_DFL;
-  bool ok_ = false;
-};
-
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
@@ -350,7 +328,9 @@ TEST(ErrorModel, FailedTrainingRunKeepsTheLastCheckpoint) {
   std::map<std::string, std::string> before;
   for (const auto& e : fs::directory_iterator(out))
     before[e.path().filename().string()] = slurp(e.path().string());
-  ASSERT_EQ(before.size(), 3u);  // model.safetensors, ckpt.safetensors, loss.png
+  // model.safetensors, ckpt.safetensors, loss.png, and train.lock (which records the last run).
+  ASSERT_EQ(before.size(), 4u);
+  before.erase("train.lock");
 
   std::vector<std::string> poisoned = args(20);
   for (const char* a : {"--resume", "--debug-nan-at", "15"}) poisoned.push_back(a);
@@ -362,6 +342,7 @@ TEST(ErrorModel, FailedTrainingRunKeepsTheLastCheckpoint) {
   std::map<std::string, std::string> after;
   for (const auto& e : fs::directory_iterator(out))
     after[e.path().filename().string()] = slurp(e.path().string());
+  after.erase("train.lock");
   EXPECT_TRUE(after == before) << "the failed run changed or added files in " << out;
 }
 

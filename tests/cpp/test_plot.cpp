@@ -333,6 +333,10 @@ TEST(PlotPng, DecodeErrors) {
   std::string bad = png;
   bad[16] ^= 0x01;  // width inside IHDR: the CRC no longer matches
   EXPECT_THROW(decode_png(bad), Error);
+  // Sizes beyond 16384 are refused before any allocation; a large image whose rows are missing
+  // is an error after it (fuzz/fuzz_files.cpp skips headers above 4 Mpixel, for speed).
+  EXPECT_THROW(decode_png(make_png(20000, 1, 8, 2, {std::string(60000, 'x')})), Error);
+  EXPECT_THROW(decode_png(make_png(4096, 4096, 8, 2, {std::string(3 * 4096, 'x')})), Error);
   try {
     decode_png("nope");
     FAIL();

@@ -5,8 +5,10 @@
 #include <attn/io.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <ostream>
 #include <span>
@@ -34,6 +36,31 @@ std::string error_of(F&& f) {
   ADD_FAILURE() << "expected attn::Error";
   return "";
 }
+
+// While alive, writes that would make a file larger than `bytes` fail with EFBIG (SIGXFSZ ignored):
+// a disk that fills up in the middle of a write.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = old_;
+    r.rlim_cur = bytes;
+    ok_ = ::setrlimit(RLIMIT_FSIZE, &r) == 0;
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit old_{};
+  void (*old_handler_)(int) = SIG_DFL;
+  bool ok_ = false;
+};
 
 // A fresh empty directory for one test, removed with everything in it at the end.
 class TempDir {

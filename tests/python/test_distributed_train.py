@@ -316,6 +316,54 @@ def test_a_failing_rank_ends_the_job(tmp_path, fault, expected):
     assert all(np.isfinite(w).all() for w in weights.values())
 
 
+# ---- 4b. One run per --out (rank 0 locks it); non-finite steps agreed by every rank --------------
+
+def test_a_locked_out_is_refused_under_mpirun_and_only_rank_0_writes(tmp_path):
+    import fcntl
+    out = tmp_path / "out"
+    out.mkdir()
+    record = {"pid": os.getpid(), "host": "testhost", "started": 1700000000, "command": "a test"}
+    with open(out / "train.lock", "w") as lock:
+        lock.write(json.dumps(record))
+        lock.flush()
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        r = mpi_train(2, out, "--batch-size", 4, *SCHEDULE)
+        assert r.returncode != 0, r.describe()
+        assert ("is in use by PID %d on host testhost, started 2023-11-14 22:13:20 UTC (a test)"
+                % os.getpid()) in r.stderr, r.describe()
+        assert sorted(os.listdir(out)) == ["train.lock"]
+    r = ok(mpi_train(2, out, "--batch-size", 4, *SCHEDULE))
+    assert sorted(os.listdir(out)) == ["ckpt.safetensors", "loss.png", "model.safetensors",
+                                       "train.lock"]
+    assert json.loads(open(out / "train.lock").read())["command"] == "attn train"
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_non_finite_gradients_are_skipped_or_stop_on_every_rank(tmp_path, zero):
+    inject = ["--debug-nonfinite", "grad-nan:12:h.1.mlp.c_fc.weight"]
+    stop = mpi_train(2, tmp_path / "stop", "--batch-size", 4, "--zero", zero, *SCHEDULE, *inject,
+                     env={"ATTN_DIST_TIMEOUT": "20"})
+    assert stop.returncode != 0, stop.describe()
+    assert "step 12: the gradient of 'h.1.mlp.c_fc.weight' (" in stop.stderr, stop.describe()
+    assert read_safetensors(tmp_path / "stop" / "ckpt.safetensors")[1]["step"] == "10"
+    skip = ok(mpi_train(2, tmp_path / "skip", "--batch-size", 4, "--zero", zero, *SCHEDULE,
+                        *inject, "--on-nonfinite", "skip", env={"ATTN_DIST_TIMEOUT": "20"}))
+    assert "step 12 skipped (--on-nonfinite skip: no update): the gradient of " \
+           "'h.1.mlp.c_fc.weight'" in skip.stdout, skip.describe()
+    tensors, _ = read_safetensors(tmp_path / "skip" / "ckpt.safetensors")
+    assert all(np.isfinite(t).all() for t in tensors.values() if t.dtype == np.float32)
+    assert int(tensors["optim.state.0.step"]) == 29  # 30 steps, one skipped
+    if zero:
+        # ZeRO-1 keeps gradients local until its step: a NaN on rank 1 only must make rank 0 skip
+        # too (they agree through an all-reduce), or the ranks' collectives would part ways.
+        one = ok(mpi_train(2, tmp_path / "one", "--batch-size", 4, "--zero", 1, *SCHEDULE,
+                           "--debug-nonfinite", "grad-nan:12:h.1.mlp.c_fc.weight@1",
+                           "--on-nonfinite", "skip", env={"ATTN_DIST_TIMEOUT": "20"}))
+        assert "step 12 skipped (--on-nonfinite skip: no update): the gradient of " \
+               "'h.1.mlp.c_fc.weight' (on another rank) is not finite" in one.stdout, one.describe()
+        assert_same_losses(one, skip, "a NaN on one rank vs on both")
+
+
 # ---- 5. Ranks started with different settings are stopped, and the setting named ---------------
 
 def test_mismatched_settings_across_ranks_are_caught(tmp_path):

@@ -543,7 +543,8 @@ ERRORS = [
                                              attn.ones(1, 3, 5))),
     ("MHA wrong width", ValueError, "MultiheadAttention",
      lambda: attn.nn.MultiheadAttention(4, 2)(attn.ones(3, 5), attn.ones(3, 5), attn.ones(3, 5))),
-    ("huge shape", ValueError, "shape", lambda: attn.ones(2**62, 2**62)),
+    # Sizes that cannot be allocated are RuntimeError, as torch.ones raises (attn.AllocationError).
+    ("huge shape", RuntimeError, "ones", lambda: attn.ones(2**62, 2**62)),
     ("huge expand", ValueError, "shape", lambda: attn.ones(3).expand(2**62, 3)),
 ]
 
@@ -602,7 +603,7 @@ calls = [
 for i, call in enumerate(calls):
     try:
         call()
-    except (ValueError, IndexError, TypeError, MemoryError):
+    except (ValueError, IndexError, TypeError, MemoryError, RuntimeError):
         pass
 print("survived", len(calls))
 """

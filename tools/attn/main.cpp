@@ -21,8 +21,10 @@
 #include <attn/distributed.h>
 
 #include <cctype>
+#include <csignal>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <ostream>
 #include <span>
 #include <stdexcept>
@@ -229,6 +231,9 @@ int guarded(F&& body, std::ostream& err) {
   } catch (const Error& e) {
     err << "attn: error: " << e.what() << "\n";
     return kExitError;
+  } catch (const std::bad_alloc& e) {  // an allocation outside attn's tensors and kernels
+    err << "attn: error: out of memory (" << e.what() << ")\n";
+    return kExitError;
   } catch (const std::exception& e) {
     err << "attn: error: " << e.what() << "\n";
     return kExitError;
@@ -259,6 +264,9 @@ int cli_main(Args args, std::ostream& out, std::ostream& err) {
 
 #ifndef ATTN_CLI_NO_MAIN
 int main(int argc, char** argv) {
+  // A file size limit (ulimit -f) reached while writing must fail the write (EFBIG, reported with
+  // the file's name, the old file kept) rather than kill the process with SIGXFSZ and a core.
+  std::signal(SIGXFSZ, SIG_IGN);
   std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
   return attn::tools::cli_main(args, std::cout, std::cerr);
 }

@@ -21,6 +21,7 @@
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -33,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../src/io/file_internal.h"
 #include "progress.h"
 
 namespace attn::tools {
@@ -46,6 +48,8 @@ inline constexpr const char* kDefaultData = "/usr/share/games/fortunes/songs-poe
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kCkptFile = "ckpt.safetensors";
 inline constexpr const char* kOptimPrefix = "optim.";
+inline constexpr const char* kLossFile = "loss.png";
+inline constexpr const char* kLockFile = "train.lock";
 
 std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
 std::string strf(const char* format, ...) {
@@ -203,19 +207,76 @@ class ThreadsGuard {
   int previous_;
 };
 
+// --debug-nonfinite KIND:STEP[:PARAM][@RANK] (see train.h).
+struct NonFiniteSpec {
+  bool in_loss = true;  // else in a gradient
+  double value = 0;     // NaN or inf
+  int64_t step = -1;
+  std::string param;  // "" = the last parameter
+  int rank = -1;      // -1 = every rank
+};
+
+NonFiniteSpec parse_nonfinite_spec(const std::string& full, const Flags& f) {
+  const std::string want =
+      "KIND:STEP[:PARAM][@RANK] with KIND loss-nan, loss-inf, grad-nan or grad-inf";
+  NonFiniteSpec r;
+  std::string spec = full;
+  if (const auto at = spec.rfind('@'); at != std::string::npos) {
+    const std::string rank = spec.substr(at + 1);
+    auto [end, ec] = std::from_chars(rank.data(), rank.data() + rank.size(), r.rank);
+    if (rank.empty() || ec != std::errc() || end != rank.data() + rank.size() || r.rank < 0)
+      f.bad("debug-nonfinite", full, want);
+    spec = spec.substr(0, at);
+  }
+  const auto c1 = spec.find(':');
+  if (c1 == std::string::npos) f.bad("debug-nonfinite", full, want);
+  const std::string kind = spec.substr(0, c1);
+  const auto c2 = spec.find(':', c1 + 1);
+  const std::string step =
+      spec.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1);
+  if (c2 != std::string::npos) r.param = spec.substr(c2 + 1);
+  if (kind == "loss-nan" || kind == "grad-nan")
+    r.value = std::numeric_limits<double>::quiet_NaN();
+  else if (kind == "loss-inf" || kind == "grad-inf")
+    r.value = std::numeric_limits<double>::infinity();
+  else
+    f.bad("debug-nonfinite", full, want);
+  r.in_loss = kind.rfind("loss", 0) == 0;
+  auto [end, ec] = std::from_chars(step.data(), step.data() + step.size(), r.step);
+  if (step.empty() || ec != std::errc() || end != step.data() + step.size() || r.step < 0 ||
+      (r.in_loss && c2 != std::string::npos) || (c2 != std::string::npos && r.param.empty()))
+    f.bad("debug-nonfinite", full, want);
+  return r;
+}
+
+// Sets io's debugging write pause (--debug-slow-save) for the lifetime of the guard.
+class WritePause {
+ public:
+  explicit WritePause(int64_t ms) : on_(ms > 0) {
+    if (on_) io::detail::set_write_pause(ms);
+  }
+  ~WritePause() {
+    if (on_) io::detail::set_write_pause(0);
+  }
+  WritePause(const WritePause&) = delete;
+  WritePause& operator=(const WritePause&) = delete;
+
+ private:
+  bool on_;
+};
+
 }  // namespace
 
 // ---- train and generate options -----------------------------------------------------------------
 
 TrainOptions parse_train_args(Args args) {
-  Flags f(
-      "train", args,
-      {"n-layer",     "n-head",    "n-embd",       "block-size",     "batch-size",   "max-iters",
-       "lr",          "min-lr",    "warmup-iters", "lr-decay-iters", "weight-decay", "beta1",
-       "beta2",       "grad-clip", "dropout",      "eval-interval",  "eval-iters",   "seed",
-       "threads",     "data",      "out",          "log-interval",   "debug-nan-at", "zero",
-       "debug-fault", "bucket-kib"},
-      {"bias", "no-bias", "resume", "no-progress", "context-parallel"});
+  const std::vector<std::string> valued = {
+      "n-layer",     "n-head",     "n-embd",       "block-size",      "batch-size",     "max-iters",
+      "lr",          "min-lr",     "warmup-iters", "lr-decay-iters",  "weight-decay",   "beta1",
+      "beta2",       "grad-clip",  "dropout",      "eval-interval",   "eval-iters",     "seed",
+      "threads",     "data",       "out",          "log-interval",    "debug-nan-at",   "zero",
+      "debug-fault", "bucket-kib", "on-nonfinite", "debug-nonfinite", "debug-slow-save"};
+  Flags f("train", args, valued, {"bias", "no-bias", "resume", "no-progress", "context-parallel"});
   TrainOptions o;
   const int64_t kMaxSize = int64_t(1) << 20;  // far beyond anything that fits in memory
   o.model.n_layer = f.integer("n-layer", 4, 1, kMaxSize);
@@ -244,6 +305,16 @@ TrainOptions parse_train_args(Args args) {
   o.zero = f.integer("zero", 0, 0, 1);
   o.debug_fault = f.str("debug-fault", "");
   o.bucket_kib = f.integer("bucket-kib", 1024, 1, int64_t(1) << 30);
+  const std::string on_nonfinite = f.str("on-nonfinite", "stop");
+  if (on_nonfinite == "stop")
+    o.on_nonfinite = TrainOptions::OnNonFinite::Stop;
+  else if (on_nonfinite == "skip")
+    o.on_nonfinite = TrainOptions::OnNonFinite::Skip;
+  else
+    f.bad("on-nonfinite", on_nonfinite, "stop or skip");
+  o.debug_nonfinite = f.str("debug-nonfinite", "");
+  if (f.has("debug-nonfinite")) (void)parse_nonfinite_spec(o.debug_nonfinite, f);
+  o.debug_slow_save_ms = f.integer("debug-slow-save", 0, 0, 3'600'000);
   o.data = f.str("data", "");
   if (f.has("data") && o.data.empty()) f.bad("data", "", "a file name");
   o.out = f.str("out", "out");
@@ -538,6 +609,120 @@ std::pair<double, double> estimate_loss(nn::GPT& model, const data::TextDataset&
   return {result[0], result[1]};
 }
 
+// ---- non-finite values --------------------------------------------------------------------------
+
+// The non-finite values of one float32 tensor: how many, and the first (flat index and value).
+struct NonFiniteCount {
+  int64_t count = 0, numel = 0, first = -1;
+  float value = 0;
+};
+
+NonFiniteCount count_nonfinite(const Tensor& t) {
+  NonFiniteCount r;
+  if (!t.defined() || t.dtype() != Dtype::Float32) return r;
+  const Tensor c = t.contiguous();
+  const float* p = c.data_ptr<float>();
+  r.numel = c.numel();
+  // Exponent bits all ones: inf or NaN. Integer operations, so the loop vectorises.
+  uint32_t any = 0;
+  for (int64_t i = 0; i < r.numel; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + i, 4);
+    any |= uint32_t((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (!any) return r;
+  for (int64_t i = 0; i < r.numel; ++i) {
+    if (std::isfinite(p[i])) continue;
+    if (r.count++ == 0) r.first = i, r.value = p[i];
+  }
+  return r;
+}
+
+// "3 of 4096 values, the first inf at [2, 17]".
+std::string describe_nonfinite(const NonFiniteCount& c, const Shape& shape) {
+  std::string at = "[";
+  int64_t rest = c.first;
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] > 0) idx[d] = rest % shape[d], rest /= shape[d];
+  }
+  for (std::size_t d = 0; d < idx.size(); ++d) at += (d ? ", " : "") + std::to_string(idx[d]);
+  at += "]";
+  return strf("%lld of %lld value%s, the first %s at %s", (long long)c.count, (long long)c.numel,
+              c.numel == 1 ? "" : "s", std::isnan(c.value) ? "nan" : (c.value > 0 ? "inf" : "-inf"),
+              at.c_str());
+}
+
+// The first tensor of `named` holding a non-finite value, described ("'h.0.attn.in_proj_weight'
+// (3 of 12288 values, the first nan at [0, 5])"), or "".
+std::string first_nonfinite(const std::vector<std::pair<std::string, Tensor>>& named) {
+  for (const auto& [name, t] : named) {
+    const NonFiniteCount c = count_nonfinite(t);
+    if (c.count > 0) return "'" + name + "' (" + describe_nonfinite(c, t.shape()) + ")";
+  }
+  return "";
+}
+
+// What is wrong with a training step whose loss or gradients are not finite ("" if nothing).
+// Distributed: the loss is the batch's, the same on every rank, and so are the gradients after
+// the data-parallel all-reduce; with ZeRO-1 (gradients still local: `local_grads`) the ranks
+// agree on the first offending parameter through one all-reduce, so all of them decide alike.
+struct StepFault {
+  std::string what;          // "loss is nan", "the gradient of 'x' is not finite (...)"
+  std::string detail;        // the first offending parameter, for a non-finite loss
+  bool weights_bad = false;  // a parameter itself is not finite: skipping cannot help
+  bool bad() const { return !what.empty(); }
+};
+
+StepFault check_step(const nn::NamedTensors& params, double loss, bool local_grads,
+                     distributed::Communicator& comm) {
+  StepFault f;
+  // The first parameter whose gradient is not finite (its index; params.size() if none).
+  std::size_t first = params.size();
+  NonFiniteCount first_count;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const NonFiniteCount c = count_nonfinite(params[i].second.grad());
+    if (c.count > 0) {
+      first = i, first_count = c;
+      break;
+    }
+  }
+  if (local_grads && comm.size() > 1) {
+    float agreed = float(first);
+    comm.all_reduce_async_raw(&agreed, 1, distributed::ReduceOp::Min).wait();
+    if (std::size_t(agreed) != first) first = std::size_t(agreed), first_count = NonFiniteCount{};
+  }
+  const bool loss_bad = !std::isfinite(loss);
+  if (!loss_bad && first == params.size()) return f;
+  // Poisoned weights are named before gradients (they make every gradient non-finite).
+  nn::NamedTensors values;
+  for (const auto& [name, t] : params) values.emplace_back(name, t.detach());
+  const std::string value_bad = first_nonfinite(values);
+  f.weights_bad = !value_bad.empty();
+  std::string grad_bad;
+  if (first < params.size()) {
+    const auto& [name, t] = params[first];
+    grad_bad = "'" + name + "' (" +
+               (first_count.count > 0 ? describe_nonfinite(first_count, t.shape())
+                                      : std::string("on another rank")) +
+               ")";
+  }
+  if (loss_bad) {
+    f.what = "loss is " + bad_loss_str(loss);
+    if (f.weights_bad)
+      f.detail = "first offending parameter: " + value_bad + " is itself not finite";
+    else if (!grad_bad.empty())
+      f.detail = "first offending parameter: the gradient of " + grad_bad;
+    else
+      f.detail = "every parameter and gradient is finite";
+  } else if (f.weights_bad) {
+    f.what = "parameter " + value_bad + " is not finite";
+  } else {
+    f.what = "the gradient of " + grad_bad + " is not finite (the loss is " + loss_str(loss) + ")";
+  }
+  return f;
+}
+
 // --debug-fault KIND:RANK:STEP (tests of the distributed fault handling).
 void inject_fault(const std::string& spec, int rank, int64_t step) {
   char kind[16] = {0};
@@ -827,6 +1012,25 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
   if (shard.rank == 0 && (ec || !fs::is_directory(out_dir)))
     throw Error("[train] cannot create the output directory '" + o.out +
                 "': " + (ec ? ec.message() : std::string("a file of that name exists")));
+  // One run per --out: rank 0, the only writer, locks the directory for the whole run. Then the
+  // temporary files that killed writers left there go.
+  std::optional<io::DirectoryLock> out_lock;
+  std::vector<std::string> start_notes;
+  if (shard.rank == 0) {
+    const std::string lock_path = (out_dir / kLockFile).string();
+    try {
+      out_lock.emplace(lock_path, "attn train", "train", "--out '" + o.out + "'");
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + "; wait for that run to end or choose another --out");
+    }
+    if (!out_lock->held())
+      start_notes.push_back("warning: " + out_lock->unlocked_reason() +
+                            ": nothing keeps a second run out of '" + o.out + "'");
+    for (const char* name : {kModelFile, kCkptFile, kLossFile})
+      for (const std::string& f : io::remove_stale_temporaries((out_dir / name).string()))
+        start_notes.push_back("removed '" + f + "', left by a writer that was killed");
+  }
+  WritePause write_pause(o.debug_slow_save_ms);
 
   const std::string tokenizer_json = tok.to_json();
   const std::string cfg_json = config_json(config);
@@ -844,13 +1048,20 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
     if (shard.rank != 0) return;
     if (!zero_opt) optim_state = opt.state_dict();
     nn::NamedTensors weights = model.state_dict();
-    std::vector<std::pair<std::string, Tensor>> tensors(weights.begin(), weights.end());
-    io::save_safetensors(model_path, tensors,
+    std::vector<std::pair<std::string, Tensor>> model_tensors(weights.begin(), weights.end());
+    std::vector<std::pair<std::string, Tensor>> tensors = model_tensors;
+    for (const auto& [name, t] : optim_state) tensors.emplace_back(kOptimPrefix + name, t);
+    // Nothing non-finite is ever written (the step checks should make this unreachable).
+    if (const std::string bad = first_nonfinite(tensors); !bad.empty())
+      throw Error(
+          strf("[train] step %lld: not saving a checkpoint whose tensor %s is not finite; "
+               "stopping, the last checkpoint in '%s' is kept",
+               (long long)step, bad.c_str(), o.out.c_str()));
+    io::save_safetensors(model_path, model_tensors,
                          {{"format", "attn-gpt"},
                           {"config", cfg_json},
                           {"tokenizer", tokenizer_json},
                           {"step", std::to_string(step)}});
-    for (const auto& [name, t] : optim_state) tensors.emplace_back(kOptimPrefix + name, t);
     io::save_safetensors(ckpt_path, tensors,
                          {{"format", "attn-train"},
                           {"config", cfg_json},
@@ -885,8 +1096,23 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
     report.message(strf("distributed: %d ranks, %s, %s, %lld threads per rank", shard.world,
                         layout.c_str(), optimizer.c_str(), (long long)threads));
   }
+  for (const std::string& note : start_notes) report.message(note);
   if (start > 0)
     report.message("resuming from step " + std::to_string(start) + " of '" + ckpt_path + "'");
+  std::optional<NonFiniteSpec> inject;
+  if (!o.debug_nonfinite.empty()) {
+    Flags none("train", {}, {}, {});  // (parse_train_args has validated the spec)
+    inject = parse_nonfinite_spec(o.debug_nonfinite, none);
+  }
+  const nn::NamedTensors named_params = model.named_parameters();
+  if (inject && !inject->in_loss) {
+    if (inject->param.empty()) inject->param = named_params.back().first;
+    bool known = false;
+    for (const auto& np : named_params) known = known || np.first == inject->param;
+    if (!known)
+      throw Error("[train] --debug-nonfinite: the model has no parameter '" + inject->param + "'");
+  }
+  std::vector<int64_t> skipped;
 
   const std::vector<Tensor> params = model.parameters();
   const double tokens_per_step =
@@ -922,6 +1148,9 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
     (zero_opt ? zero_opt->set_lr(lr) : opt.set_lr(lr));
     auto [x, y] = shard.batch(ds, true, o.batch_size, o.model.block_size, gen);
     nn::GPT::Output fw = shard.forward(model, x, y);
+    const bool inject_now =
+        inject && iter == inject->step && (inject->rank < 0 || inject->rank == shard.rank);
+    if (inject_now && inject->in_loss) fw.loss = fw.loss * inject->value;
     double loss = double(fw.loss.item<float>());
     if (shard.world > 1) {  // the loss of the whole batch, the same on every rank
       // One float whose layout the ranks agreed on at start-up: the raw call skips the per-call
@@ -930,15 +1159,36 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
       comm.all_reduce_async_raw(&l, 1, distributed::ReduceOp::Avg).wait();
       loss = double(l);
     }
-    if (!std::isfinite(loss))
-      throw Error(
-          strf("[train] step %lld: loss is %s; stopping without saving, the last "
-               "checkpoint in '%s' is kept (a lower --lr may help)",
-               (long long)iter, bad_loss_str(loss).c_str(), o.out.c_str()));
+    // The backward runs even for a non-finite loss, so that the first offending parameter can be
+    // named (and so that every rank takes part in the gradient all-reduce).
     fw.loss.backward();
     if (reducer) {
       reducer->finish();
       comm_ms.push_back(reducer->last_wait_s() * 1000.0);
+    }
+    if (inject_now && !inject->in_loss) {
+      for (const auto& [name, p] : named_params)
+        if (name == inject->param) p.grad().data_ptr<float>()[0] = float(inject->value);
+    }
+    if (const StepFault fault = check_step(named_params, loss, zero_opt.has_value(), comm);
+        fault.bad()) {
+      const std::string detail = fault.detail.empty() ? "" : "; " + fault.detail;
+      if (o.on_nonfinite == TrainOptions::OnNonFinite::Stop || fault.weights_bad)
+        throw Error(strf(
+            "[train] step %lld: %s; stopping without saving, the last checkpoint in '%s' is kept "
+            "(%s%s)",
+            (long long)iter, fault.what.c_str(), o.out.c_str(),
+            fault.detail.empty() ? "" : (fault.detail + "; ").c_str(),
+            fault.weights_bad
+                ? "the weights themselves are not finite, so skipping the step cannot help"
+                : "a lower --lr may help; --on-nonfinite skip skips such steps"));
+      // --on-nonfinite skip: no update of the weights or of the AdamW state.
+      report.message(strf("step %lld skipped (--on-nonfinite skip: no update): %s%s",
+                          (long long)iter, fault.what.c_str(), detail.c_str()));
+      skipped.push_back(iter);
+      (zero_opt ? zero_opt->zero_grad() : opt.zero_grad());
+      report.step(iter, loss, lr, 0.0);
+      continue;
     }
     if (zero_opt) {
       zero_opt->step(o.grad_clip);
@@ -957,6 +1207,15 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
     report.step(iter, loss, lr, tps);
   }
   report.finish();
+  if (!skipped.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < skipped.size() && i < 20; ++i)
+      list += (i ? ", " : "") + std::to_string(skipped[i]);
+    if (skipped.size() > 20) list += ", ...";
+    out << strf("skipped %zu step%s whose loss or gradients were not finite: %s", skipped.size(),
+                skipped.size() == 1 ? "" : "s", list.c_str())
+        << "\n";
+  }
 
   // loss.png: train and validation loss of every evaluation.
   {
@@ -982,7 +1241,7 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
     val.marker_shape = plot::Marker::kSquare;
     val.dash = {8, 4};
     chart.series = {series("train", steps, train_l), val};
-    if (shard.rank == 0) plot::save(chart, (out_dir / "loss.png").string());
+    if (shard.rank == 0) plot::save(chart, (out_dir / kLossFile).string());
   }
 
   const double ms_per_iter = median(step_ms);

@@ -39,6 +39,18 @@
 // just before training step STEP, so that the non-finite loss check can be exercised.
 // `attn train --debug-fault KIND:RANK:STEP` makes rank RANK raise an error, die (SIGKILL) or hang
 // just before step STEP, so that the distributed fault handling can be exercised.
+// `attn train --debug-nonfinite KIND:STEP[:PARAM][@RANK]` (KIND loss-nan, loss-inf, grad-nan,
+// grad-inf) multiplies the loss of step STEP by NaN or inf before the backward, or sets the first
+// value of the gradient of PARAM (a state_dict name; default the last parameter) to NaN or inf
+// after it (and after the data-parallel all-reduce), on every rank or on rank RANK only, so that
+// --on-nonfinite can be exercised without poisoning the weights.
+// `attn train --debug-slow-save MS` pauses every checkpoint write for MS milliseconds halfway
+// through its temporary file (scripts/faults.sh kills the run there).
+//
+// Faults (docs/reliability.md): DIR/train.lock is locked (flock) while a run writes to DIR; a
+// second run with the same --out is refused at once, naming the holder (PID, host, start time)
+// that the lock file records; the kernel drops the lock of a killed run. At start, and before
+// every write, the temporary files that killed writers left in DIR are removed.
 #pragma once
 
 #include <attn/data.h>
@@ -75,6 +87,16 @@ struct TrainOptions {
   // Hidden, for fault tests: "raise|kill|hang:RANK:STEP" makes rank RANK fail that way just
   // before training step STEP.
   std::string debug_fault;
+  // What a step whose loss or gradients are not finite does: stop the run (the default) or skip
+  // the step (no optimizer update) and go on.
+  enum class OnNonFinite { Stop, Skip } on_nonfinite = OnNonFinite::Stop;
+  // Hidden, for fault tests: "loss-nan|loss-inf|grad-nan|grad-inf:STEP[:PARAM][@RANK]" puts a NaN
+  // or an inf into the loss, or into one value of the gradient of PARAM (default: the last
+  // parameter), at training step STEP (see the comment at the top).
+  std::string debug_nonfinite;
+  // Hidden, for fault tests: every checkpoint write pauses this many milliseconds halfway through
+  // its temporary file (0: no pause), so that a kill lands inside a write.
+  int64_t debug_slow_save_ms = 0;
   double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
   uint64_t seed = 1337;
   std::string data, out = "out";
@@ -170,7 +192,8 @@ inline constexpr const char* kTrainHelp =
     "  Trains nanoGPT's model on the characters of a UTF-8 text file (default: Debian's\n"
     "  /usr/share/games/fortunes/songs-poems, installed by scripts/setup.sh), evaluates every\n"
     "  --eval-interval steps, and writes model.safetensors and ckpt.safetensors (atomically) and\n"
-    "  loss.png to --out. Every flag takes `--flag VALUE` or `--flag=VALUE`.\n"
+    "  loss.png to --out. One run at a time per --out: DIR/train.lock keeps a second one out.\n"
+    "  Every flag takes `--flag VALUE` or `--flag=VALUE`.\n"
     "\n"
     "  data and output:\n"
     "    --data PATH            training text (UTF-8); 90% train, 10% validation\n"
@@ -200,6 +223,16 @@ inline constexpr const char* kTrainHelp =
     "    --bucket-kib N         gradient all-reduce bucket size in KiB (default 1024)\n"
     "    --context-parallel     shard every sequence over the ranks (ring attention) instead\n"
     "                           of the batch: block sizes beyond one rank's memory\n"
+    "  non-finite values (NaN, inf):\n"
+    "    --on-nonfinite stop|skip\n"
+    "                           a step whose loss or gradients are not finite is refused with\n"
+    "                           a message naming the step and the first offending parameter;\n"
+    "                           stop (default) ends the run there, keeping the last checkpoint,\n"
+    "                           like clip_grad_norm_(error_if_nonfinite=True) in PyTorch; skip\n"
+    "                           leaves the weights and AdamW state alone and goes on, like\n"
+    "                           torch.amp.GradScaler skipping optimizer.step(). (Plain PyTorch\n"
+    "                           would step on and write NaN into the weights.) Non-finite\n"
+    "                           weights always stop the run, and nothing non-finite is saved\n"
     "  evaluation and output:\n"
     "    --eval-interval N      evaluate and checkpoint every N steps (default 250)\n"
     "    --eval-iters N         batches per split and evaluation (default 200)\n"

@@ -31,6 +31,7 @@
 
 #include "sdpa_reference.h"
 #include "threads.h"
+#include "workspace.h"
 
 namespace attn::kernels {
 
@@ -157,17 +158,23 @@ void sdpa_reference_backward(const SdpaBackwardParams& bp) {
   // One unit is (b, h_kv): it owns dk and dv of that head and the dq rows of its G query heads,
   // so no two threads write the same element and the sums run in a fixed order.
   const bool parallel = units > 1 && units * G * p.L_q * (p.L_k + 1) * (p.D + p.D_v + 1) > 32768;
+  ThreadScratch scratch(
+      (3.0 * double(p.L_k) + double(p.D) + double(p.L_k) * double(p.D + p.D_v)) * sizeof(double),
+      "the reference attention backward's per-thread scratch");
 #pragma omp parallel if (parallel) num_threads(num_threads())
   {
     Scratch sc;
-    sc.s.resize(size_t(p.L_k));
-    sc.dp.resize(size_t(p.L_k));
-    sc.z.resize(size_t(p.L_k));
-    sc.dq.resize(size_t(p.D));
-    sc.dk.resize(size_t(p.L_k * p.D));
-    sc.dv.resize(size_t(p.L_k * p.D_v));
+    scratch.allocate([&] {
+      sc.s.resize(size_t(p.L_k));
+      sc.dp.resize(size_t(p.L_k));
+      sc.z.resize(size_t(p.L_k));
+      sc.dq.resize(size_t(p.D));
+      sc.dk.resize(size_t(p.L_k * p.D));
+      sc.dv.resize(size_t(p.L_k * p.D_v));
+    });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
+      if (scratch.failed()) continue;  // reported after the region
       const int64_t b = u / p.H_kv, h_kv = u % p.H_kv;
       std::fill(sc.dk.begin(), sc.dk.end(), 0.0);
       std::fill(sc.dv.begin(), sc.dv.end(), 0.0);
@@ -182,6 +189,7 @@ void sdpa_reference_backward(const SdpaBackwardParams& bp) {
       }
     }
   }
+  scratch.check();
 }
 
 }  // namespace attn::kernels

@@ -3,6 +3,7 @@
 #include "sdpa_fused.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cassert>
 #include <cmath>
@@ -11,9 +12,11 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 
 #include "simd.h"
 #include "threads.h"
+#include "workspace.h"
 
 // GCC 12 warns about the deliberately undefined pass-through operand inside the AVX-512
 // intrinsics (GCC bug 105593); it is not a bug in this file.
@@ -35,17 +38,28 @@ struct Workspace {
   int64_t* mask_off = nullptr;    // (BR)   offset of each lane's mask row
   uint64_t* drop_base = nullptr;  // (BR)   dropout generator state of each lane at key 0
 
-  // Sized for the block kernel (BR lanes) and for the row kernel (rows_max rows of W lanes).
-  Workspace(int64_t D, int64_t D_v, int BR, int BC, int W, int rows_max) {
+  // Bytes of each buffer, each rounded up to whole cache lines.
+  static std::array<size_t, 7> sizes(int64_t D, int64_t D_v, int BR, int BC, int W, int rows_max) {
     auto round_up = [](size_t bytes) { return (bytes + 63) / 64 * 64; };
     auto pad = [&](int64_t n) { return size_t((std::max<int64_t>(n, 1) + W - 1) / W * W); };
-    const size_t sizes[] = {round_up(sizeof(float) * std::max(pad(D) * BR, pad(D) * rows_max)),
-                            round_up(sizeof(float) * std::max(size_t(BC) * BR, pad(BC) * rows_max)),
-                            round_up(sizeof(float) * std::max(pad(D_v) * BR, pad(D_v) * rows_max)),
-                            round_up(sizeof(int64_t) * BR),
-                            round_up(sizeof(int32_t) * BR),
-                            round_up(sizeof(int64_t) * BR),
-                            round_up(sizeof(uint64_t) * std::max(BR, W * rows_max))};
+    return {round_up(sizeof(float) * std::max(pad(D) * BR, pad(D) * rows_max)),
+            round_up(sizeof(float) * std::max(size_t(BC) * BR, pad(BC) * rows_max)),
+            round_up(sizeof(float) * std::max(pad(D_v) * BR, pad(D_v) * rows_max)),
+            round_up(sizeof(int64_t) * BR),
+            round_up(sizeof(int32_t) * BR),
+            round_up(sizeof(int64_t) * BR),
+            round_up(sizeof(uint64_t) * std::max(BR, W * rows_max))};
+  }
+  static size_t total_bytes(int64_t D, int64_t D_v, int BR, int BC, int W, int rows_max) {
+    size_t total = 0;
+    for (size_t s : sizes(D, D_v, BR, BC, W, rows_max)) total += s;
+    return total;
+  }
+
+  // Sized for the block kernel (BR lanes) and for the row kernel (rows_max rows of W lanes).
+  // Throws std::bad_alloc when the memory cannot be had.
+  Workspace(int64_t D, int64_t D_v, int BR, int BC, int W, int rows_max) {
+    const std::array<size_t, 7> sizes = Workspace::sizes(D, D_v, BR, BC, W, rows_max);
     size_t total = 0;
     for (size_t s : sizes) total += s;
     buffer_.reset(static_cast<char*>(::operator new(total, std::align_val_t(64))));
@@ -234,11 +248,17 @@ void sdpa_fused_forward(const SdpaParams& p) {
 
   const double work = double(p.B * p.H * p.L_q) * double(p.L_k + 1) * double(p.D + p.D_v + 1);
   const bool parallel = items > 1 && work > double(1 << 18);
+  ThreadScratch scratch(
+      double(Workspace::total_bytes(p.D, p.D_v, BR, impl.BC, impl.W, impl.rows_max)),
+      "the fused attention kernel's per-thread workspace");
 #pragma omp parallel if (parallel) num_threads(num_threads())
   {
-    Workspace ws(p.D, p.D_v, BR, impl.BC, impl.W, impl.rows_max);
+    std::optional<Workspace> wso;
+    scratch.allocate([&] { wso.emplace(p.D, p.D_v, BR, impl.BC, impl.W, impl.rows_max); });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
+      if (scratch.failed()) continue;  // reported after the region
+      Workspace& ws = *wso;
       const int64_t b = item / (p.H_kv * blocks_per_kv);
       const int64_t h_kv = item / blocks_per_kv % p.H_kv;
       const int64_t blk = item % blocks_per_kv;
@@ -261,6 +281,7 @@ void sdpa_fused_forward(const SdpaParams& p) {
       impl.block(p, b, h_kv, rows, ws);
     }
   }
+  scratch.check();
 }
 
 }  // namespace attn::kernels

@@ -14,6 +14,7 @@
 #include "sdpa_fused_backward_tiles.h"
 #include "simd.h"
 #include "threads.h"
+#include "workspace.h"
 
 // GCC 12 reports the AVX-512 intrinsics' internal _mm512_undefined_ps() as possibly uninitialised
 // once they are inlined into target("avx512f") functions: a false positive (GCC bug 105593).
@@ -191,29 +192,39 @@ void Driver::run(bool parallel) {
 
   // ---- the work units (b, h_kv, chunk) ---------------------------------------------------------
   const int64_t units = B * p.H_kv * C;
+  const double scratch_floats = double(p.D + p.D_v) * kBc + (p.D % 8 ? double(kBc) * Dp : 0.0) +
+                                double(kBc) * (Dp + Dvp) + 4.0 * kBr * kBc +
+                                (p.D % 8 ? double(kBr) * Dp : 0.0) +
+                                (p.D_v % 8 ? double(kBr) * Dvp : 0.0) + kBc + 2.0 * kBr;
+  ThreadScratch scratch(scratch_floats * sizeof(float),
+                        "the fused attention backward's per-thread scratch");
 #pragma omp parallel if (parallel) num_threads(num_threads())
   {
     Scratch sc;
-    sc.Kt.assign(size_t(p.D * kBc), 0.0f);
-    sc.Vt.assign(size_t(p.D_v * kBc), 0.0f);
-    if (p.D % 8) sc.Kn.assign(size_t(kBc * Dp), 0.0f);
-    sc.dK.resize(size_t(kBc * Dp));
-    sc.dV.resize(size_t(kBc * Dvp));
-    sc.S.resize(size_t(kBr * kBc));
-    sc.dP.resize(size_t(kBr * kBc));
-    sc.bias.resize(size_t(kBr * kBc));
-    sc.z.resize(size_t(kBr * kBc));
-    if (p.D % 8) sc.Qp.assign(size_t(kBr * Dp), 0.0f);
-    if (p.D_v % 8) sc.dOp.assign(size_t(kBr * Dvp), 0.0f);
-    sc.kpad.resize(size_t(kBc));
-    sc.col_lo.resize(size_t(kBr));
-    sc.col_hi.resize(size_t(kBr));
+    scratch.allocate([&] {
+      sc.Kt.assign(size_t(p.D * kBc), 0.0f);
+      sc.Vt.assign(size_t(p.D_v * kBc), 0.0f);
+      if (p.D % 8) sc.Kn.assign(size_t(kBc * Dp), 0.0f);
+      sc.dK.resize(size_t(kBc * Dp));
+      sc.dV.resize(size_t(kBc * Dvp));
+      sc.S.resize(size_t(kBr * kBc));
+      sc.dP.resize(size_t(kBr * kBc));
+      sc.bias.resize(size_t(kBr * kBc));
+      sc.z.resize(size_t(kBr * kBc));
+      if (p.D % 8) sc.Qp.assign(size_t(kBr * Dp), 0.0f);
+      if (p.D_v % 8) sc.dOp.assign(size_t(kBr * Dvp), 0.0f);
+      sc.kpad.resize(size_t(kBc));
+      sc.col_lo.resize(size_t(kBr));
+      sc.col_hi.resize(size_t(kBr));
+    });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
+      if (scratch.failed()) continue;  // reported after the region
       const int64_t chunk = u % C, bh = u / C;
       unit(bh / p.H_kv, bh % p.H_kv, chunk, sc);
     }
   }
+  scratch.check();
 
   // ---- dq = sum of the chunks, in chunk order --------------------------------------------------
   if (n_buf == 0) return;

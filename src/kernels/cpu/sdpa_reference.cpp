@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "threads.h"
+#include "workspace.h"
 
 namespace attn::kernels {
 
@@ -122,17 +123,27 @@ void sdpa_reference_forward(const SdpaParams& p) {
   if (rows == 0) return;
   // Threads only pay off once there is real work; tiny problems (the seeds) stay serial.
   const bool parallel = rows * (p.L_k + 1) * (p.D + p.D_v + 1) > (int64_t(1) << 15);
+  const size_t n_scores = size_t(std::max<int64_t>(p.L_k, 1)),
+               n_acc = size_t(std::max<int64_t>(p.D_v, 1));
+  ThreadScratch scratch(double(n_scores + n_acc) * sizeof(double),
+                        "the reference attention kernel's per-thread score and output rows");
 #pragma omp parallel if (parallel) num_threads(num_threads())
   {
-    std::vector<double> scores(size_t(std::max<int64_t>(p.L_k, 1)));  // one score row
-    std::vector<double> acc(size_t(std::max<int64_t>(p.D_v, 1)));     // one output row
+    std::vector<double> scores;  // one score row
+    std::vector<double> acc;     // one output row
+    scratch.allocate([&] {
+      scores.resize(n_scores);
+      acc.resize(n_acc);
+    });
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
+      if (scratch.failed()) continue;  // reported after the region
       const int64_t i = r % p.L_q;
       const int64_t bh = r / p.L_q;
       attend_row(p, bh / p.H, bh % p.H, i, scores.data(), acc.data());
     }
   }
+  scratch.check();
 }
 
 }  // namespace attn::kernels
