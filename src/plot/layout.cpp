@@ -752,10 +752,13 @@ HeatmapGeometry heatmap_geometry(const Heatmap& h, int cell_px) {
                        int(std::lround(t * double(L.colorbar.bottom - L.colorbar.top))));
   }
   g.title_y = double(margin) + kLine * g.title_px / 2;
-  g.xlabel_x = double(left0) + double(panels_w) / 2;
+  // The axis names: centred on the span of the grids (labels and titles aside).
+  int grids_right = 0;
+  for (const PixelRect& grid : L.grids) grids_right = std::max(grids_right, grid.right);
+  g.xlabel_x = (L.grids.front().left + grids_right + 1) / 2.0;
   g.xlabel_y = double(top0 + panels_h + pad) + line / 2;
   g.ylabel_x = double(margin) + line / 2;
-  g.ylabel_y = double(top0) + double(std::min(body_h, panels_h)) / 2;
+  g.ylabel_y = (L.grids.front().top + L.grids.back().bottom + 1) / 2.0;
   return g;
 }
 

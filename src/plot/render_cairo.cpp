@@ -324,6 +324,7 @@ void draw_chart(cairo_t* cr, const LineChart& chart, ChartLayout& L, bool legend
     const std::string label = internal::drawable(ref.label);
     if (label.empty()) continue;
     const double w = ref.line_width ? ref.line_width : lw, y = L.y_to_px(ref.y);
+    if (!(y >= L.plot_top && y <= L.plot_bottom + 1)) continue;  // the line is not drawn either
     const double tw = internal::text_width(label, s), half = kLine * s / 2;
     const double above = y - w / 2 - 0.2 * s - half, below = y + w / 2 + 0.2 * s + half;
     const double right = L.plot_right + 1 - 0.5 * s - tw, left = L.plot_left + 1 + 0.5 * s;
