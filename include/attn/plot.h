@@ -309,9 +309,9 @@ struct HeatmapLayout {
   double vmin = 0, vmax = 1;      // the value range of the colour scale actually used
   std::vector<PixelRect> grids;   // per panel: the cells' area, rows * cell_px high
   std::vector<PixelRect> titles;  // per panel: the title's text box (empty rect: no title)
-  // The colour bar's gradient (outline excluded): colormap(1) at its top edge, colormap(0) at
-  // its bottom edge, linear in between (pixel row y shows about colormap((bottom + 0.5 - y) /
-  // (bottom + 1 - top))).
+  // The colour bar's gradient (outline excluded): its top row is colormap(1), its bottom row
+  // colormap(0), and row y shows colormap((bottom - y) / (bottom - top)) (a linear gradient
+  // through the scale's stops, so within a unit or two of it).
   PixelRect colorbar;
   std::vector<double> ticks;  // values labelled next to the colour bar
   std::vector<std::string> tick_labels;
