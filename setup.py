@@ -2,7 +2,7 @@
 exactly as the CMake build lays them out in <build>/python/attn, which is copied into the wheel.
 
 Needs cmake, a C++20 compiler, pybind11 (CMake config), NumPy and the C++ dependencies of attn
-(OpenBLAS, libpng, nlohmann-json). See pyproject.toml and scripts/install_python.sh.
+(OpenBLAS, cairo, nlohmann-json). See pyproject.toml and scripts/install_python.sh.
 Environment: CMAKE (the cmake to run), CMAKE_BUILD_PARALLEL_LEVEL (compile jobs; default: all cores).
 """
 import os

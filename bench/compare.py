@@ -852,12 +852,13 @@ def main():
     ap.add_argument("--only", help="regex on case names (e.g. 'sweep.*L=1024')")
     ap.add_argument("--out", help="markdown path (default: BENCHMARKS.md in full mode; "
                     "quick mode prints only)")
-    ap.add_argument("--plot", help="PNG path (default: bench/attention_gflops.png in full mode)")
+    ap.add_argument("--plot", help="image path, .png, .svg or .pdf (default: "
+                    "bench/attention_gflops.png in full mode)")
     ap.add_argument("--json", help="write the raw results here (default: "
                     "bench/attention_results.json in full mode; quick mode: none)")
     ap.add_argument("--replot", metavar="RESULTS.json",
                     help="only draw the plot again from results saved by --json (no benchmark; "
-                    "needs the attn tool of --build-dir, not torch); --plot names the PNG")
+                    "needs the attn tool of --build-dir, not torch); --plot names the image")
     ap.add_argument("--reference", action="store_true",
                     help="time attn's naive reference kernel instead of the default one")
     ap.add_argument("--skip-memory", action="store_true")

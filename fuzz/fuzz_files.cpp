@@ -6,9 +6,8 @@
 //      of nanoGPT are then built from them
 //   1  attn::io::parse_lock_owner, the record in `attn train`'s DIR/train.lock: what it accepts has
 //      pid >= 1 and started >= 0, describes itself, and parses again from its own JSON
-//   2  attn::plot::decode_png: what it accepts has a size in 1..16384 x 1..16384 and RGB bytes to
-//      match, and encodes and decodes back to the same pixels (headers declaring more than 4
-//      Mpixel are skipped, to keep the runs fast)
+//   2  attn::plot::decode_png (through cairo): what it accepts has a positive size and RGB bytes
+//      to match (headers declaring more than 4 Mpixel are skipped, to keep the runs fast)
 #include <attn/data.h>
 #include <attn/io.h>
 #include <attn/plot.h>
@@ -105,10 +104,8 @@ uint64_t declared_pixels(std::string_view png) {
 }
 
 void png_mode(std::string_view bytes) {
-  // Images up to 16384 x 16384 are valid, but allocating and clearing hundreds of MB per input
-  // would leave little time for anything else: mutations declaring more than 4 Mpixel are skipped
-  // (tests/cpp/test_plot.cpp's DecodeErrors has a truncated 4096 x 4096 image and one beyond
-  // the 16384 limit).
+  // Allocating and clearing hundreds of MB per input would leave little time for anything else:
+  // mutations declaring more than 4 Mpixel are skipped.
   if (declared_pixels(bytes) > (uint64_t(1) << 22)) return;
   attn::plot::Image img;
   try {
@@ -116,10 +113,9 @@ void png_mode(std::string_view bytes) {
   } catch (const attn::Error&) {
     return;
   }
-  FUZZ_CHECK(img.width >= 1 && img.width <= 16384 && img.height >= 1 && img.height <= 16384);
+  FUZZ_CHECK(img.width >= 1 && img.height >= 1);
   FUZZ_CHECK(img.rgb.size() == std::size_t(img.width) * std::size_t(img.height) * 3);
-  const attn::plot::Image again = attn::plot::decode_png(attn::plot::encode_png(img));
-  FUZZ_CHECK(again.width == img.width && again.height == img.height && again.rgb == img.rgb);
+  (void)img.get(img.width - 1, img.height - 1);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // attn::plot::figure_from_json, the parser behind `attn plot SPEC.json` (bench/compare.py's plot):
 // any input either throws attn::Error or gives a Figure that layout_figure() and render() accept,
-// as plot.h promises. Small figures (up to 640 x 480 pixels and 20000 points) are rendered in
-// full, and the image must have the figure's size; larger ones are laid out only, to keep the
-// fuzzer fast.
+// as plot.h promises. Small figures (up to 640 x 480 pixels and 20000 points) are drawn by cairo
+// in full, and the image must have the figure's size; tiny ones (up to 320 x 240 and 2000 points)
+// are also written as SVG; larger ones are laid out only, to keep the fuzzer fast.
 #include <attn/plot.h>
 
 #include "fuzz_util.h"
@@ -26,6 +26,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       const plot::Image img = plot::render(fig);
       FUZZ_CHECK(img.width == fig.width && img.height == fig.height);
       FUZZ_CHECK(img.rgb.size() == std::size_t(img.width) * std::size_t(img.height) * 3);
+    }
+    if (int64_t(fig.width) * fig.height <= 320 * 240 && points <= 2000) {
+      const std::string svg = plot::encode(fig, plot::Format::kSvg);
+      FUZZ_CHECK(svg.rfind("<?xml", 0) == 0 && svg.find("</svg>") != std::string::npos);
     }
   } catch (const attn::Error& e) {
     std::fprintf(stderr, "accepted figure refused: %s\n", e.what());

@@ -18,6 +18,10 @@ file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK}/new)
 # One thread each: ctest runs the targets side by side.
 set(ENV{OMP_NUM_THREADS} 1)
+# fontconfig's font patterns look leaked to LeakSanitizer (scripts/lsan.supp says why).
+if(NOT DEFINED ENV{LSAN_OPTIONS})
+  set(ENV{LSAN_OPTIONS} suppressions=${CMAKE_CURRENT_LIST_DIR}/../scripts/lsan.supp)
+endif()
 set(ENV{OPENBLAS_NUM_THREADS} 1)
 set(common -rss_limit_mb=${RSS_LIMIT_MB} -malloc_limit_mb=${RSS_LIMIT_MB} -timeout=20
     -artifact_prefix=${WORK}/ -print_final_stats=1)

@@ -8,9 +8,11 @@ cd "$(dirname "$0")/.."
 
 # fortunes: the default training corpus of `attn train` (/usr/share/games/fortunes/songs-poems).
 # libopenmpi-dev, openmpi-bin: attn::distributed and `mpirun -np N attn train` (Debian's OpenMPI).
+# libcairo2-dev, fonts-dejavu-core: attn::plot draws with cairo (PNG, SVG, PDF) in DejaVu Sans,
+# which cairo finds through fontconfig.
 packages=(cmake g++ make pkg-config libopenblas-dev pybind11-dev python3-dev python3-numpy
-          libgtest-dev libbenchmark-dev libpng-dev nlohmann-json3-dev fortunes
-          libopenmpi-dev openmpi-bin)
+          libgtest-dev libbenchmark-dev libcairo2-dev fonts-dejavu-core nlohmann-json3-dev
+          fortunes libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--test" ]]; then
   # clang with its sanitizer and libFuzzer runtimes (libclang-rt) and OpenMP (libomp):
   # scripts/sanitize.sh's ASan + UBSan build and the fuzz targets.

@@ -22,7 +22,7 @@ if [[ "${1:-}" == "--all" ]]; then filter='*'; fi
 
 sudo=""
 if [[ "$(id -u)" != 0 ]]; then sudo=sudo; fi
-packages=(g++-aarch64-linux-gnu qemu-user libopenblas-openmp-dev:arm64 libpng-dev:arm64
+packages=(g++-aarch64-linux-gnu qemu-user libopenblas-openmp-dev:arm64 libcairo2-dev:arm64
           libgtest-dev:arm64 nlohmann-json3-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -1,7 +1,8 @@
-// attn::plot: a small raster plotting library. RGB images, a built-in bitmap font, PNG files
-// through libpng, line charts (linear or logarithmic axes; dashed lines, marker shapes, labelled
+// attn::plot: line charts (linear or logarithmic axes; dashed lines, marker shapes, labelled
 // reference lines), figures of several charts sharing one legend, a JSON description of figures
-// (what `attn plot` draws, e.g. bench/compare.py's benchmark plot), and heatmaps.
+// (what `attn plot` draws, e.g. bench/compare.py's benchmark plot), and heatmaps. Everything is
+// drawn by cairo, with anti-aliased lines and text in DejaVu Sans (found through fontconfig), as
+// PNG, SVG or PDF from the same description; save() picks the format from the file name.
 //
 //   attn::plot::LineChart chart;
 //   chart.title = "training loss";
@@ -9,10 +10,11 @@
 //   chart.y_label = "loss";
 //   chart.series.push_back({"train", steps, train_loss});
 //   chart.series.push_back({"val", val_steps, val_loss});
-//   attn::plot::save(chart, "loss.png");
+//   attn::plot::save(chart, "loss.png");  // or loss.svg, loss.pdf
 //
-// Coordinates are pixels with (0, 0) the top-left corner, x to the right and y down. Every drawing
-// call clips to the image: nothing is ever written outside it. Errors throw attn::Error.
+// Sizes are pixels (in SVG the unit is px, in PDF one pixel is one point). Coordinates are those
+// of cairo: (0, 0) is the top-left corner, x to the right and y down, and pixel (i, j) is the unit
+// square [i, i + 1) x [j, j + 1). Nothing is drawn outside the image. Errors throw attn::Error.
 #pragma once
 
 #include <attn/common.h>
@@ -41,7 +43,7 @@ inline constexpr Rgb kReference{110, 110, 110};  // reference lines (ReferenceLi
 inline constexpr Rgb kFooter{120, 120, 120};     // a figure's footer
 }  // namespace colors
 
-// Pixel rectangle, inclusive bounds.
+// Pixel rectangle, inclusive bounds: the pixels left..right, top..bottom.
 struct PixelRect {
   int left = 0, top = 0, right = -1, bottom = -1;
   int center_x() const { return left + (right - left) / 2; }
@@ -53,110 +55,62 @@ struct PixelRect {
 // The default colour of series number `i` (a colour-blind friendly cycle of 8).
 Rgb palette(std::size_t i);
 // A perceptually ordered colour scale for heatmaps: t = 0 dark violet, 0.5 teal, 1 yellow
-// (t is clamped to [0, 1]; NaN gives grey).
+// (t is clamped to [0, 1]; NaN gives grey). Piecewise linear between six stops.
 Rgb colormap(double t);
 // Linear blend: t = 0 gives a, t = 1 gives b.
 Rgb mix(Rgb a, Rgb b, double t);
 
-// ---- the bitmap font -------------------------------------------------------------------------
-// Glyphs are kGlyphW x kGlyphH cells: rows 0..6 hold capitals and digits, rows 7..8 descenders.
-// Printable ASCII (32..126) is covered; any other byte draws as '?'.
-inline constexpr int kGlyphW = 5;
-inline constexpr int kGlyphH = 9;
-inline constexpr int kGlyphAdvance = kGlyphW + 1;  // one blank column between glyphs
+// ---- output formats ----------------------------------------------------------------------------
+enum class Format : uint8_t { kPng, kSvg, kPdf };
 
-// Whether cell (col, row) of the glyph for `ch` is ink. Out-of-range cells are blank.
-bool glyph_pixel(char ch, int col, int row);
-// Size in pixels of `s` drawn at `scale`.
-int text_width(std::string_view s, int scale = 1);
-inline int text_height(int scale = 1) { return kGlyphH * scale; }
+// The format a file name asks for by its extension: .png, .svg or .pdf (any case). Anything else
+// throws attn::Error "[fn] 'PATH': unknown image format; the file name must end in .png, .svg or
+// .pdf".
+Format format_from_path(const std::string& path, const char* fn = "plot::format_from_path");
 
-// ---- images ------------------------------------------------------------------------------------
-// Marker shapes, each covering rows cy - r .. cy + r (r = the marker's radius):
-//   kDisc      the pixels of disc(cx, cy, r)
-//   kSquare    columns cx - r .. cx + r
-//   kTriangle  pointing up: row cy + k (k = -r..r) spans columns cx - h .. cx + h, h = (k + r) / 2
-//   kDiamond   row cy + k spans columns cx - (r - |k|) .. cx + (r - |k|)
-enum class Marker : uint8_t { kDisc, kSquare, kTriangle, kDiamond };
-
+// RGB pixels, e.g. a PNG read back to check what it shows.
 struct Image {
   int width = 0, height = 0;
   std::vector<uint8_t> rgb;  // row-major, 3 bytes per pixel
 
-  Image() = default;
-  // A width x height image (each 1..16384) filled with `background`.
-  Image(int width, int height, Rgb background = colors::kWhite);
-
   bool contains(int x, int y) const { return x >= 0 && y >= 0 && x < width && y < height; }
-  // Sets one pixel; outside the image it does nothing.
-  void set(int x, int y, Rgb c);
-  // Reads one pixel; outside the image it throws attn::IndexError.
+  // One pixel; outside the image it throws attn::IndexError.
   Rgb get(int x, int y) const;
-  void fill(Rgb c);
-  // Filled rectangle with inclusive corners (in any order), clipped to the image.
-  void fill_rect(int x0, int y0, int x1, int y1, Rgb c);
-  // 1-pixel rectangle outline, inclusive corners.
-  void stroke_rect(int x0, int y0, int x1, int y1, Rgb c);
-  // A straight line between pixel centres (fractional coordinates are rounded per step),
-  // `thickness` 1..8 pixels: each step fills a thickness x thickness square whose top-left is
-  // (round(x) - (thickness - 1) / 2, round(y) - (thickness - 1) / 2). Clipped; a line with a
-  // non-finite coordinate draws nothing.
-  void line(double x0, double y0, double x1, double y1, Rgb c, int thickness = 1);
-  // line() with a dash pattern. `dash` lists the lengths in pixels of the drawn and skipped parts
-  // in turn (on, off, on, off, ...): an even number (2..16) of values in 1..4096; empty means
-  // solid. Lengths are measured along the line (Euclidean): the pixel (px, py) of a step of
-  // line() lies at arc length a = phase + d, d = the distance from (x0, y0) of its projection
-  // onto the line, clamped to 0..length, and is drawn when a mod (sum of the lengths) falls in an
-  // "on" part. E.g. from (10, 5) to (40, 5) with {4, 3}: x = 10..13, 17..20, 24..27, ...
-  // Returns phase + the length of the line, so that a polyline continues the pattern across its
-  // vertices. Throws attn::Error for a bad pattern or thickness; a line with a non-finite
-  // coordinate draws nothing and returns phase.
-  double dashed_line(double x0, double y0, double x1, double y1, Rgb c, int thickness,
-                     const std::vector<int>& dash, double phase = 0);
-  // Filled disc of radius r (r = 0: one pixel) centred on pixel (cx, cy).
-  void disc(int cx, int cy, int r, Rgb c);
-  // A filled marker of "radius" r (0..1024) centred on pixel (cx, cy); see Marker.
-  void marker(int cx, int cy, Marker shape, int r, Rgb c);
-  // Text with the top-left corner of its first glyph at (x, y); each font cell is scale x scale
-  // pixels (scale 1..64).
-  void text(int x, int y, std::string_view s, Rgb c, int scale = 1);
-  // Text rotated a quarter turn counter-clockwise (it reads bottom to top), occupying the box
-  // x .. x + text_height(scale) - 1, y - text_width(s, scale) + 1 .. y: (x, y) is the bottom-left.
-  void text_up(int x, int y, std::string_view s, Rgb c, int scale = 1);
 };
 
-// ---- PNG ---------------------------------------------------------------------------------------
-// An 8-bit RGB PNG of the image.
-std::string encode_png(const Image& image);
-// Writes encode_png(image) to `path` atomically (a temporary file beside it, fsync, rename).
-void write_png(const std::string& path, const Image& image);
-// Decodes a PNG (gray, gray+alpha, palette, RGB or RGBA; 1..16 bits; interlaced or not) to RGB8.
-// Alpha is dropped. Throws attn::Error on anything that is not a valid PNG.
+// Decodes a PNG (through cairo) to RGB. Transparent pixels are shown over white. Throws
+// attn::Error for anything that is not a PNG cairo can read.
 Image decode_png(std::string_view bytes);
 
 // ---- line charts -------------------------------------------------------------------------------
+// Marker shapes of "radius" r, centred on the data point: a disc of radius r, a square of side
+// 2r, a triangle pointing up and a diamond, each fitting in the 2r x 2r square.
+enum class Marker : uint8_t { kDisc, kSquare, kTriangle, kDiamond };
+
 struct Series {
   std::string name;          // legend entry; series with an empty name are not listed
   std::vector<double> x, y;  // same length; points with a non-finite coordinate are gaps
   std::optional<Rgb> color;  // default: palette(index of the series)
   bool markers = false;      // a marker (marker_shape) at every point
   Marker marker_shape = Marker::kDisc;
-  int marker_size = 0;    // marker radius in pixels, 0..32 (0: 2 x the font scale)
-  std::vector<int> dash;  // dash pattern in pixels (see Image::dashed_line); empty: solid
-  int line_width = 0;     // 1..8 pixels (0: 1 at font scale 1, else 2)
+  int marker_size = 0;    // marker radius in pixels, 0..32 (0: from the text size)
+  std::vector<int> dash;  // dash pattern: lengths in pixels of the drawn and skipped parts in
+                          // turn (on, off, on, ...) along the line, an even number (2..16) of
+                          // values in 1..4096; empty: solid. A gap restarts the pattern.
+  int line_width = 0;     // 1..8 pixels (0: 2)
 };
 
 // A horizontal line across the data area at data value y (e.g. a roofline or a baseline), drawn
-// under the series, with an optional label in the line's colour (on a 1-pixel white halo) just
-// above or below it. The label goes to the spot that hides the fewest drawn pixels, in this order
-// of preference on ties: above the line at its right end, middle, left end, 3/4 and 1/4 of the
-// way, then below it at the same places; spots that leave the data area are skipped. The value
-// counts in the y range (unless y_min and y_max exclude it), so the line is visible.
+// under the series, with an optional label in the line's colour (on a white halo) just above or
+// below it. The label goes to the spot that hides the least of the drawn lines and markers, in
+// this order of preference on ties: above the line at its right end, middle, left end, 3/4 and
+// 1/4 of the way, then below it at the same places; spots that leave the data area are skipped.
+// The value counts in the y range (unless y_min and y_max exclude it), so the line is visible.
 struct ReferenceLine {
   double y = 0;
   std::string label;
   Rgb color = colors::kReference;
-  std::vector<int> dash = {8, 5};  // empty: solid
+  std::vector<int> dash = {8, 5};  // as Series::dash; empty: solid
   int line_width = 0;              // 0: as the series
 };
 
@@ -168,29 +122,30 @@ struct LineChart {
   std::vector<ReferenceLine> reference_lines;
   std::optional<double> x_min, x_max;  // fixed ends of the x axis (default: from the data)
   bool legend = true;                  // false: no legend box
-  int font_scale = 0;                  // 1..8; 0: from the size, min(width / 400, height / 250)
-                                       // clamped to 1..4 (render() alone; see Figure)
+  int font_scale = 0;  // 1..8: text of 4 + 5 x font_scale pixels; 0: from the size (render()
+                       // alone; see Figure)
 };
 
-// Where render() puts things, and the data -> pixel mapping it uses. A data point (x, y) is drawn
-// at pixel (lround(x_to_px(x)), lround(y_to_px(y))). In a Figure, all coordinates are the
-// figure's (the chart's box is offset).
+// Where render() puts things, and the data -> pixel mapping it uses: a data point (x, y) is drawn
+// centred on (x_to_px(x), y_to_px(y)), in pixel (floor(x_to_px(x)), floor(y_to_px(y))). In a
+// Figure, all coordinates are the figure's (the chart's box is offset).
 struct ChartLayout {
   int width = 0, height = 0;
-  int scale = 1;                        // font scale
+  double font_px = 0;                   // size of the text
   int plot_left = 0, plot_top = 0;      // the data area, inclusive pixel bounds; the axes are
-  int plot_right = 0, plot_bottom = 0;  // drawn on plot_left and plot_bottom
-  double x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;  // data values at the edges of the data area
-  bool log_x = false, log_y = false;
-  std::vector<double> x_ticks, y_ticks;  // labelled tick values (inside [lo, hi])
+  int plot_right = 0, plot_bottom = 0;  // drawn on the columns plot_left and row plot_bottom
+  double x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;  // data values at the centres of the pixels
+  bool log_x = false, log_y = false;              // plot_left / plot_right, plot_bottom / plot_top
+  std::vector<double> x_ticks, y_ticks;           // labelled tick values (inside [lo, hi])
   std::vector<std::string> x_tick_labels, y_tick_labels;
-  // The legend box, inclusive bounds (all -1 when there is no legend). layout_chart() places it
-  // top-right; render() moves it to whichever corner of the data area hides the fewest drawn
-  // pixels and reports where through its `layout` argument.
-  int legend_left = -1, legend_top = -1, legend_right = -1, legend_bottom = -1;
-  PixelRect box;       // the whole chart: (0, 0) .. (width - 1, height - 1) unless in a Figure
-  int line_width = 1;  // the default line width of series and reference lines
-  // Per reference line: the text box of its label (empty when it has none, or when no spot fits;
+  // The legend box (empty when there is no legend). layout_chart() places it top-right; render()
+  // moves it to whichever corner of the data area hides the least of the lines and markers, and
+  // reports where through its `layout` argument.
+  PixelRect legend;
+  PixelRect box;           // the whole chart: (0, 0) .. (width - 1, height - 1) unless in a Figure
+  double line_width = 2;   // the default line width of series and reference lines
+  double marker_size = 4;  // the default marker radius
+  // Per reference line: the box of its label (empty when it has none, or when no spot fits;
   // render() fills these in, layout_chart() leaves them empty).
   std::vector<PixelRect> reference_labels;
 
@@ -203,10 +158,14 @@ struct ChartLayout {
 // non-finite reference line or fixed end, x_min >= x_max or y_min >= y_max, a bad dash pattern,
 // or a line width, marker size or font scale out of range.
 ChartLayout layout_chart(const LineChart& chart, int width = 800, int height = 500);
-// Draws the chart. When `layout` is given, the layout used (legend position included) is stored.
+// Draws the chart into pixels (what the PNG shows). When `layout` is given, the layout used
+// (legend position included) is stored there.
 Image render(const LineChart& chart, int width = 800, int height = 500,
              ChartLayout* layout = nullptr);
-// write_png(path, render(chart, width, height)).
+// The chart as the bytes of a PNG, SVG or PDF file.
+std::string encode(const LineChart& chart, Format format, int width = 800, int height = 500);
+// Writes encode(chart, format_from_path(path), ...) to `path` atomically (io::write_file_atomic):
+// a failure leaves any existing file as it was.
 void save(const LineChart& chart, const std::string& path, int width = 800, int height = 500);
 
 // Tick values for a linear axis: multiples of 1, 2 or 5 x 10^k covering [lo, hi] with at most
@@ -237,27 +196,27 @@ std::string format_tick(double v);
 enum class LegendPlacement : uint8_t { kBelow, kInside, kNone };
 
 struct Figure {
-  std::string title;              // above the panels, one font scale larger; may be empty
+  std::string title;              // above the panels, in bold; may be empty
   std::string footer;             // may be empty
   std::vector<LineChart> charts;  // 1..64 panels
   int columns = 0;                // panels per row, 0..64 (0: all in one row)
   LegendPlacement legend = LegendPlacement::kBelow;
   int width = 800, height = 500;  // pixels, 64..8192 each
-  int font_scale = 0;             // 1..8 for every panel (LineChart::font_scale is ignored); 0:
-                                  // min(width / (350 x columns), height / (250 x rows)) in 1..4
+  int font_scale = 0;             // 0..8 for every panel (LineChart::font_scale is ignored); 0:
+                                  // from the size of one panel
 };
 
 // Where render(Figure) puts things (empty rectangles for what is absent).
 struct FigureLayout {
   int width = 0, height = 0;
-  int scale = 1;
+  double font_px = 0;
   int columns = 1, rows = 1;
   std::vector<PixelRect> panels;          // the box each chart is laid out in
   std::vector<ChartLayout> charts;        // each chart's layout, in figure coordinates
   PixelRect title, footer;                // text boxes
   PixelRect legend;                       // the shared legend (kBelow)
   std::vector<PixelRect> legend_samples;  // per legend entry: its line sample (line, dashes and
-                                          // marker are drawn on the row center_y())
+                                          // marker are drawn along the row center_y())
   std::vector<std::string> legend_names;  // per legend entry
 };
 
@@ -265,7 +224,8 @@ struct FigureLayout {
 // size in 64..8192, font_scale 0..8, and panels at least 64 x 64 pixels) and computes its layout.
 FigureLayout layout_figure(const Figure& figure);
 Image render(const Figure& figure, FigureLayout* layout = nullptr);
-// write_png(path, render(figure)): atomic; nothing is written when the figure is invalid.
+std::string encode(const Figure& figure, Format format);
+// Atomic, as save(LineChart); nothing is written when the figure is invalid.
 void save(const Figure& figure, const std::string& path);
 
 // ---- figures as JSON -------------------------------------------------------------------------
@@ -293,7 +253,7 @@ void save(const Figure& figure, const std::string& path);
 //         "series": [                   // 0..256 series, at most 10^6 points in the figure
 //           {"name": "attn", "x": [512, 1024], "y": [190.5, null],  // null: a gap
 //            "color": "#1f64b4",        // "#rrggbb" or [r, g, b] with integers 0..255
-//            "dash": [12, 7],           // see Image::dashed_line; [] is solid
+//            "dash": [12, 7],           // see Series::dash; [] is solid
 //            "marker": "disc",          // "none" (the default), "disc", "square", "triangle",
 //                                       // "diamond"
 //            "marker_size": 5, "line_width": 3}
@@ -323,8 +283,8 @@ Figure figure_from_json(std::string_view json);
 // [vmin, vmax] and infinities clamp to the ends of the scale, NaN cells are drawn grey
 // (colormap(NaN)), which the colour scale never uses. Column labels are written rotated (reading
 // bottom to top) under the grid, row labels to its left; labels longer than kHeatmapLabelChars
-// characters are cut (ending in ".."), titles beyond 200, and every non-ASCII UTF-8 character
-// shows as one '?'. Panels are laid out four to a row.
+// characters are cut (ending in ".."), titles beyond 200. Text is UTF-8; invalid bytes and
+// control characters show as U+FFFD. Panels are laid out four to a row.
 struct HeatmapPanel {
   std::string title;           // e.g. "head 0"; empty: no title line
   std::vector<double> values;  // rows * cols values, row-major
@@ -343,14 +303,15 @@ inline constexpr std::size_t kHeatmapLabelChars = 14;
 // Where render_heatmap() puts things.
 struct HeatmapLayout {
   int width = 0, height = 0;
-  int scale = 1;    // font scale of the labels (the title uses scale + 1)
-  int cell_px = 0;  // side of one cell in pixels
+  double font_px = 0;  // size of the labels (titles are larger)
+  int cell_px = 0;     // side of one cell in pixels
   int rows = 0, cols = 0;
   double vmin = 0, vmax = 1;      // the value range of the colour scale actually used
   std::vector<PixelRect> grids;   // per panel: the cells' area, rows * cell_px high
   std::vector<PixelRect> titles;  // per panel: the title's text box (empty rect: no title)
   // The colour bar's gradient (outline excluded): its top row is colormap(1), its bottom row
-  // colormap(0), and row y shows colormap((bottom - y) / (bottom - top)).
+  // colormap(0), and row y shows colormap((bottom - y) / (bottom - top)) (a linear gradient
+  // through the scale's stops, so within a unit or two of it).
   PixelRect colorbar;
   std::vector<double> ticks;  // values labelled next to the colour bar
   std::vector<std::string> tick_labels;
@@ -367,9 +328,10 @@ struct HeatmapLayout {
 // panels, no rows or columns, a panel with other than rows * cols values, vmin >= vmax (or a
 // non-finite one), or an image that would exceed 16384 pixels in either direction.
 HeatmapLayout layout_heatmap(const Heatmap& heatmap, int cell_px = 0);
-// Draws the heatmap; when `layout` is given, the layout used is stored there.
+// Draws the heatmap into pixels; when `layout` is given, the layout used is stored there.
 Image render_heatmap(const Heatmap& heatmap, int cell_px = 0, HeatmapLayout* layout = nullptr);
-// write_png(path, render_heatmap(heatmap, cell_px)): atomic, nothing is left behind on failure.
+std::string encode(const Heatmap& heatmap, Format format, int cell_px = 0);
+// Atomic, as save(LineChart): nothing is left behind on failure.
 void save(const Heatmap& heatmap, const std::string& path, int cell_px = 0);
 
 }  // namespace attn::plot

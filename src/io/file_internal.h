@@ -11,7 +11,7 @@ namespace attn::io::detail {
 // "[fn] 'path' is a directory" or "[fn] cannot read 'path': <strerror>".
 std::string read_whole_file(const char* fn, const std::string& path);
 
-// io::write_file_atomic with errors reported as "[fn] cannot write 'path': ..." (plot::write_png
+// io::write_file_atomic with errors reported as "[fn] cannot write 'path': ..." (plot::save
 // shares it).
 void write_file_atomic(const char* fn, const std::string& path, std::string_view bytes);
 

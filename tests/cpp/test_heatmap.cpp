@@ -1,5 +1,6 @@
-// Heatmaps of attention weights: attn::plot::render_heatmap checked pixel by pixel through a PNG
-// round trip, `attn heatmap` against weights recomputed here, and `attn walkthrough --plots`.
+// Heatmaps of attention weights: attn::plot::render_heatmap checked by content (cells of their
+// value's colour, the colour bar's gradient, ink where labels go), the PNG, SVG and PDF forms,
+// `attn heatmap` against weights recomputed here, and `attn walkthrough --plots`.
 //
 // cli_main is defined by tools/attn/main.cpp, which test_walkthrough.cpp compiles into this test
 // binary (with ATTN_CLI_NO_MAIN); test_util.h declares it.
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "../../tools/attn/heatmap.h"
+#include "plot_util.h"
 #include "test_util.h"
 
 namespace attn::plot {
@@ -22,14 +24,17 @@ namespace {
 
 using attn::testing::error_of;
 using attn::testing::TempDir;
+using namespace attn::plot::pixels;
 
-Image round_trip(const Image& img) { return decode_png(encode_png(img)); }
+// The heatmap as a PNG, read back; the same pixels as render_heatmap().
+Image png_of(const Heatmap& h, int cell_px, HeatmapLayout* layout) {
+  const Image img = decode_png(encode(h, Format::kPng, cell_px));
+  EXPECT_EQ(img.rgb, render_heatmap(h, cell_px, layout).rgb);
+  return img;
+}
 
 int count_color(const Image& img, int x0, int y0, int x1, int y1, Rgb c) {
-  int n = 0;
-  for (int y = std::max(0, y0); y <= std::min(img.height - 1, y1); ++y)
-    for (int x = std::max(0, x0); x <= std::min(img.width - 1, x1); ++x) n += img.get(x, y) == c;
-  return n;
+  return count_close(img, c, x0, y0, x1, y1, 0);
 }
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -51,7 +56,7 @@ TEST(Heatmap, CellCentresHaveTheColourOfTheirValue) {
   const Heatmap h = small_heatmap();
   for (int cell_px : {0, 5, 13, 30}) {
     HeatmapLayout L;
-    const Image img = round_trip(render_heatmap(h, cell_px, &L));
+    const Image img = png_of(h, cell_px, &L);
     ASSERT_EQ(img.width, L.width);
     ASSERT_EQ(img.height, L.height);
     ASSERT_EQ(L.grids.size(), 2u);
@@ -77,53 +82,74 @@ TEST(Heatmap, CellCentresHaveTheColourOfTheirValue) {
 TEST(Heatmap, LabelsTitlesAndColourBarAreDrawn) {
   const Heatmap h = small_heatmap();
   HeatmapLayout L;
-  const Image img = round_trip(render_heatmap(h, 20, &L));
-  const Rgb ink = colors::kInk;
+  const Image img = png_of(h, 20, &L);
   for (std::size_t p = 0; p < 2; ++p) {
     const PixelRect& g = L.grids[p];
-    // Row labels: ink left of the grid within each row's band.
+    // Row labels: ink left of the grid within each row's band, the longest label the widest.
     for (int r = 0; r < 3; ++r) {
       const PixelRect cell = L.cell(p, r, 0);
-      EXPECT_GT(count_color(img, g.left - 40, cell.top, g.left - 2, cell.bottom, ink), 5)
-          << "row " << r;
+      EXPECT_GT(count_dark(img, g.left - 40, cell.top, g.left - 2, cell.bottom), 5) << "row " << r;
     }
-    // Column labels: ink under the grid within each column's band.
+    auto ink_width = [&](int r) {
+      const PixelRect cell = L.cell(p, r, 0);
+      for (int x = g.left - 35; x < g.left - 1; ++x)
+        if (count_dark(img, x, cell.top, x, cell.bottom) > 0) return g.left - x;
+      return 0;
+    };
+    EXPECT_LT(ink_width(0), ink_width(1));
+    EXPECT_LT(ink_width(1), ink_width(2));
+    // Column labels: ink under the grid within each column's band, and none between them.
     for (int c = 0; c < 4; ++c) {
       const PixelRect cell = L.cell(p, 0, c);
-      EXPECT_GT(count_color(img, cell.left, g.bottom + 2, cell.right, g.bottom + 20, ink), 5)
+      EXPECT_GT(count_dark(img, cell.left, g.bottom + 2, cell.right, g.bottom + 20), 5)
+          << "col " << c;
+      EXPECT_EQ(count_dark(img, cell.left, g.bottom + 2, cell.left + 1, g.bottom + 20), 0)
           << "col " << c;
     }
-    ASSERT_LE(L.titles[p].left, L.titles[p].right);
-    EXPECT_GT(count_color(img, L.titles[p].left, L.titles[p].top, L.titles[p].right,
-                          L.titles[p].bottom, ink),
-              10);
+    ASSERT_FALSE(L.titles[p].empty());
+    EXPECT_GT(count_dark(img, L.titles[p]), 10);
+    // The grid's outline.
+    EXPECT_TRUE(close(img.get(g.left - 1, g.center_y()), colors::kAxis, 10));
+    EXPECT_TRUE(close(img.get(g.center_x(), g.bottom + 1), colors::kAxis, 10));
   }
+  // The title above the panels, the axis names beside and under them.
+  EXPECT_GT(count_dark(img, 0, 0, img.width - 1, L.titles[0].top - 2), 20);
+  EXPECT_GT(count_dark(img, 0, L.grids[0].top, L.grids[0].left - 45, L.grids[0].bottom), 5);
+  EXPECT_GT(
+      count_dark(img, L.grids[0].left, L.grids[0].bottom + 16, L.colorbar.left - 1, img.height - 1),
+      5);
   // Blank labels draw no ink beside the grid.
   Heatmap blank = h;
   blank.row_labels = {"", "", ""};
   blank.y_label.clear();
   HeatmapLayout B;
-  const Image bimg = round_trip(render_heatmap(blank, 20, &B));
-  EXPECT_EQ(count_color(bimg, B.grids[0].left - 40, B.grids[0].top, B.grids[0].left - 2,
-                        B.grids[0].bottom, ink),
-            0);
+  const Image bimg = png_of(blank, 20, &B);
+  EXPECT_EQ(count_dark(bimg, 0, B.grids[0].top, B.grids[0].left - 2, B.grids[0].bottom), 0);
 
-  // The colour bar runs from colormap(1) at the top to colormap(0) at the bottom.
+  // The colour bar: a gradient from colormap(1) at the top to colormap(0) at the bottom, the
+  // same across its width, in order of value (each row's colour is nearest the scale at its own
+  // height).
   const PixelRect& bar = L.colorbar;
   ASSERT_GT(bar.bottom - bar.top, 50);
   EXPECT_GT(bar.left, L.grids[1].right);
-  EXPECT_EQ(img.get(bar.center_x(), bar.top), colormap(1.0));
-  EXPECT_EQ(img.get(bar.center_x(), bar.bottom), colormap(0.0));
-  for (int y = bar.top; y <= bar.bottom; y += 7)
-    EXPECT_EQ(img.get(bar.left, y),
-              colormap(double(bar.bottom - y) / double(bar.bottom - bar.top)));
+  EXPECT_TRUE(close(img.get(bar.center_x(), bar.top), colormap(1.0), 2));
+  EXPECT_TRUE(close(img.get(bar.center_x(), bar.bottom), colormap(0.0), 2));
+  for (int y = bar.top; y <= bar.bottom; ++y) {
+    const Rgb want = colormap(double(bar.bottom - y) / double(bar.bottom - bar.top));
+    EXPECT_TRUE(close(img.get(bar.left, y), want, 2)) << y;
+    EXPECT_EQ(img.get(bar.left, y), img.get(bar.right, y)) << y;
+  }
+  EXPECT_TRUE(close(img.get(bar.left - 1, bar.center_y()), colors::kAxis, 10));  // outline
   // Ticks 0, 0.2, ..., 1 with labels and ink right of the bar.
   ASSERT_EQ(L.tick_labels.size(), 6u);
   EXPECT_EQ(L.tick_labels.front(), "0");
   EXPECT_EQ(L.tick_labels.back(), "1");
   EXPECT_EQ(L.tick_y.front(), bar.bottom);
   EXPECT_EQ(L.tick_y.back(), bar.top);
-  EXPECT_GT(count_color(img, bar.right + 3, bar.top - 10, img.width - 1, bar.bottom + 10, ink), 20);
+  for (int y : L.tick_y) {
+    EXPECT_TRUE(close(img.get(bar.right + 2, y), colors::kAxis, 10)) << y;
+    EXPECT_GT(count_dark(img, bar.right + 6, y - 4, img.width - 1, y + 4), 5) << y;
+  }
 }
 
 TEST(Heatmap, AutomaticRangeAndValueColours) {
@@ -134,7 +160,7 @@ TEST(Heatmap, AutomaticRangeAndValueColours) {
   h.vmin.reset();
   h.vmax.reset();
   HeatmapLayout L;
-  const Image img = round_trip(render_heatmap(h, 16, &L));
+  const Image img = png_of(h, 16, &L);
   EXPECT_EQ(L.vmin, 2.0);
   EXPECT_EQ(L.vmax, 4.0);
   EXPECT_TRUE(L.titles[0].right < L.titles[0].left);  // no panel title
@@ -201,6 +227,7 @@ TEST(Heatmap, OddLabelsAndManyPanelsStayInside) {
     HeatmapLayout L;
     const Image img = render_heatmap(h, cell_px, &L);
     EXPECT_EQ(int(img.rgb.size()), img.width * img.height * 3);
+    EXPECT_EQ(img.width, L.width);
     for (const PixelRect& g : L.grids) {
       EXPECT_GE(g.left, 0);
       EXPECT_GE(g.top, 0);
@@ -216,12 +243,32 @@ TEST(Heatmap, SaveWritesAtomically) {
   const std::string path = dir.file("h.png");
   save(small_heatmap(), path);
   const Image img = decode_png(io::read_file(path));
-  EXPECT_EQ(img.rgb, round_trip(render_heatmap(small_heatmap())).rgb);
+  EXPECT_EQ(img.rgb, render_heatmap(small_heatmap()).rgb);
+  // SVG and PDF of the same size, titled.
+  HeatmapLayout L;
+  render_heatmap(small_heatmap(), 0, &L);
+  save(small_heatmap(), dir.file("h.svg"));
+  const std::string svg = io::read_file(dir.file("h.svg"));
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_NE(svg.find("<title>weights</title>"), std::string::npos);
+  EXPECT_NE(svg.find("width=\"" + std::to_string(L.width) + "px\" height=\"" +
+                     std::to_string(L.height) + "px\""),
+            std::string::npos);
+  save(small_heatmap(), dir.file("h.pdf"));
+  const std::string pdf = io::read_file(dir.file("h.pdf"));
+  EXPECT_EQ(pdf.rfind("%PDF-", 0), 0u);
+  EXPECT_NE(pdf.find("/MediaBox [ 0 0 " + std::to_string(L.width) + " " + std::to_string(L.height) +
+                     " ]"),
+            std::string::npos);
+  // Failures leave nothing behind.
   EXPECT_THROW(save(small_heatmap(), dir.file("missing/h.png")), Error);
   Heatmap bad = small_heatmap();
   bad.panels.clear();
   EXPECT_THROW(save(bad, dir.file("bad.png")), Error);
-  EXPECT_EQ(dir.files(), std::vector<std::string>{"h.png"});
+  EXPECT_NE(
+      error_of([&] { save(small_heatmap(), dir.file("h.bmp")); }).find("unknown image format"),
+      std::string::npos);
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"h.pdf", "h.png", "h.svg"}));
 }
 
 }  // namespace
@@ -320,6 +367,24 @@ TEST(HeatmapCli, SingleHeadMechanisms) {
   }
 }
 
+TEST(HeatmapCli, SvgAndPdfByExtension) {
+  TempDir dir("heatmap_cli");
+  Cli r = run_cli({"heatmap", "--mechanism", "causal", "--out", dir.file("c.svg")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "wrote " + dir.file("c.svg") + ": 1 panel of 6 x 6 attention weights (causal)\n");
+  const std::string svg = io::read_file(dir.file("c.svg"));
+  EXPECT_EQ(plot::pixels::xml_problem(svg), "");
+  EXPECT_NE(svg.find("<title>causal attention weights (seed 123, d_out 2)</title>"),
+            std::string::npos);
+  r = run_cli({"heatmap", "--mechanism", "multihead", "--out", dir.file("m.PDF")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string pdf = io::read_file(dir.file("m.PDF"));
+  EXPECT_EQ(pdf.rfind("%PDF-", 0), 0u);
+  EXPECT_NE(pdf.find("/Count 1"), std::string::npos);
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"c.svg", "m.PDF"}));
+}
+
 TEST(HeatmapCli, ErrorsLeaveNoFile) {
   TempDir dir("heatmap_cli");
   const std::string out = dir.file("x.png");
@@ -334,6 +399,7 @@ TEST(HeatmapCli, ErrorsLeaveNoFile) {
       {"heatmap", "--mechanism", "causal", "--bogus", "1", "--out", out},
       {"heatmap", "--mechanism", "causal", "stray", "--out", out},
       {"heatmap", "--mechanism"},
+      {"heatmap", "--mechanism", "causal", "--out", dir.file("x.jpeg")},
   };
   for (const auto& args : usage) {
     Cli r = run_cli(args);
@@ -343,10 +409,15 @@ TEST(HeatmapCli, ErrorsLeaveNoFile) {
   EXPECT_NE(run_cli(usage[0]).err.find("unknown mechanism 'bogus'"), std::string::npos);
   EXPECT_NE(run_cli(usage[4]).err.find("does not divide"), std::string::npos);
   EXPECT_NE(run_cli(usage[3]).err.find("no words"), std::string::npos);
+  EXPECT_NE(run_cli(usage.back())
+                .err.find("heatmap: --out '" + dir.file("x.jpeg") +
+                          "': unknown image format; the file name must end in .png, .svg or .pdf"),
+            std::string::npos)
+      << run_cli(usage.back()).err;
   // An unwritable output is an error (exit 1), and nothing is left behind.
   Cli r = run_cli({"heatmap", "--mechanism", "causal", "--out", dir.file("no/such/dir/x.png")});
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("attn: error: [plot::write_png]"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("attn: error: [write_file_atomic]"), std::string::npos) << r.err;
   EXPECT_TRUE(dir.files().empty());
   // Help is listed.
   Cli h = run_cli({"--help"});

@@ -1,6 +1,6 @@
 // `attn plot`: argument parsing (parse_plot_args), running (run_plot, plot_command) and the exit
-// codes through cli_main. The PNGs written are decoded and checked pixel by pixel against the
-// layout attn::plot computes for the same spec.
+// codes through cli_main. The PNGs written are decoded and checked by content against the layout
+// attn::plot computes for the same spec; SVG and PDF by their structure.
 //
 // cli_main is defined by tools/attn/main.cpp, which test_walkthrough.cpp compiles into this test
 // binary (with ATTN_CLI_NO_MAIN); test_util.h declares it.
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../../tools/attn/plot_cmd.h"
+#include "plot_util.h"
 #include "test_util.h"
 
 namespace attn::tools {
@@ -21,6 +22,7 @@ namespace {
 
 using attn::testing::error_of;
 using attn::testing::TempDir;
+using namespace attn::plot::pixels;
 
 constexpr plot::Rgb kRed{255, 0, 0};
 constexpr plot::Rgb kBlue{0, 0, 255};
@@ -88,6 +90,11 @@ TEST(PlotCli, BadFlagsAreFlagErrors) {
               "plot: invalid value '" + bad + "' for --height: expected an integer in [64, 8192]")
         << bad;
   EXPECT_EQ(flag_error({"a.json", "--out", "x.png", "--width"}), "plot: --width needs a value");
+  EXPECT_EQ(flag_error({"a.json", "--out", "x.jpg"}),
+            "plot: --out 'x.jpg': unknown image format; the file name must end in .png, .svg or "
+            ".pdf");
+  EXPECT_EQ(parse({"a.json", "--out", "x.SVG"}).out, "x.SVG");
+  EXPECT_EQ(parse({"a.json", "--out", "x.pdf"}).out, "x.pdf");
 }
 
 TEST(PlotCli, WritesThePngTheSpecDescribes) {
@@ -107,27 +114,21 @@ TEST(PlotCli, WritesThePngTheSpecDescribes) {
   const plot::ChartLayout& a = L.charts[0];
   const plot::ChartLayout& b = L.charts[1];
   EXPECT_LT(a.plot_right, b.plot_left);
+  const double r = a.marker_size;  // square markers of this radius at each point
   for (double v : {1.0, 2.0, 3.0, 4.0}) {
-    EXPECT_EQ(img.get(int(std::lround(a.x_to_px(v))), int(std::lround(a.y_to_px(v)))), kRed) << v;
-    // Square markers: the corners of a 5 x 5 square (radius 2 at font scale 1).
-    EXPECT_EQ(img.get(int(std::lround(a.x_to_px(v))) + 2, int(std::lround(a.y_to_px(v))) + 2), kRed)
-        << v;
+    EXPECT_TRUE(close(at(img, a.x_to_px(v), a.y_to_px(v)), kRed, 10)) << v;
+    EXPECT_TRUE(close(at(img, a.x_to_px(v) + r - 1, a.y_to_px(v) + r - 1), kRed, 10)) << v;
   }
-  EXPECT_EQ(img.get(int(std::lround(b.x_to_px(10))), int(std::lround(b.y_to_px(5)))), kBlue);
-  EXPECT_EQ(img.get(int(std::lround(b.x_to_px(100))), int(std::lround(b.y_to_px(1)))), kBlue);
+  EXPECT_TRUE(near(img, b.x_to_px(10), b.y_to_px(5), kBlue, 1, 20));
+  EXPECT_TRUE(near(img, b.x_to_px(100), b.y_to_px(1), kBlue, 4, 20));  // a dash's gap may be here
   // No red in the right panel, no blue in the left one (outside the shared legend below them).
   EXPECT_EQ(L.legend_names, (std::vector<std::string>{"red", "blue"}));
-  int red_right = 0, blue_left = 0;
-  for (int y = 0; y < L.legend.top; ++y)
-    for (int x = 0; x < 900; ++x) {
-      red_right += x >= L.panels[1].left && img.get(x, y) == kRed;
-      blue_left += x < L.panels[1].left && img.get(x, y) == kBlue;
-    }
-  EXPECT_EQ(red_right, 0);
-  EXPECT_EQ(blue_left, 0);
-  // The reference line's row in the right panel is grey where the pattern is on.
+  EXPECT_EQ(count_close(img, kRed, L.panels[1].left, 0, 899, L.legend.top - 1, 100), 0);
+  EXPECT_EQ(count_close(img, kBlue, 0, 0, L.panels[1].left - 1, L.legend.top - 1, 100), 0);
+  // The reference line's rows in the right panel are grey where the pattern is on.
   const int row = int(std::lround(b.y_to_px(3)));
-  EXPECT_EQ(img.get(b.plot_left + 1, row), plot::colors::kReference);
+  EXPECT_TRUE(close(img.get(b.plot_left + 3, row), plot::colors::kReference, 10));
+  EXPECT_TRUE(close(img.get(b.plot_left + 3, row - 1), plot::colors::kReference, 10));
   EXPECT_EQ(dir.files(), (std::vector<std::string>{"out.png", "spec.json"}));
 }
 
@@ -145,6 +146,25 @@ TEST(PlotCli, SizeFlagsOverrideTheSpecAndStdinWorks) {
   f.width = 640;
   f.height = 300;
   EXPECT_EQ(img.rgb, plot::render(f).rgb);
+}
+
+TEST(PlotCli, SvgAndPdfByExtension) {
+  TempDir dir("attn_plot_cli");
+  const std::string spec = dir.write("spec.json", kSpec);
+  std::ostringstream out;
+  std::istringstream no_stdin;
+  EXPECT_EQ(run_plot(parse({spec, "--out", dir.file("f.svg")}), no_stdin, out), 0);
+  EXPECT_EQ(run_plot(parse({spec, "--out", dir.file("f.pdf"), "--width=640"}), no_stdin, out), 0);
+  EXPECT_EQ(out.str(), "wrote " + dir.file("f.svg") + ": 900 x 400, 2 charts, 2 series\nwrote " +
+                           dir.file("f.pdf") + ": 640 x 400, 2 charts, 2 series\n");
+  const std::string svg = io::read_file(dir.file("f.svg"));
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_NE(svg.find("width=\"900px\" height=\"400px\""), std::string::npos);
+  EXPECT_NE(svg.find("<title>left</title>"), std::string::npos);
+  const std::string pdf = io::read_file(dir.file("f.pdf"));
+  EXPECT_EQ(pdf.rfind("%PDF-", 0), 0u);
+  EXPECT_NE(pdf.find("/MediaBox [ 0 0 640 400 ]"), std::string::npos);
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"f.pdf", "f.svg", "spec.json"}));
 }
 
 TEST(PlotCli, BadSpecsAreErrorsAndWriteNothing) {

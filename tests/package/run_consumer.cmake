@@ -28,7 +28,7 @@ endfunction()
 # The consumer prints "... OK" after checking its results itself; make sure it did.
 function(check_output what exe)
   run("${what}: running the consumer" ${exe})
-  if(NOT out MATCHES "attn consumer sdpa=1\\.66047[0-9] expected=1\\.660477 matmul=4 png=3x2 OK")
+  if(NOT out MATCHES "attn consumer sdpa=1\\.66047[0-9] expected=1\\.660477 matmul=4 png=96x64 OK")
     message(FATAL_ERROR "run_consumer: ${what}: unexpected output:\n${out}")
   endif()
   message(STATUS "${what}: ${out}")

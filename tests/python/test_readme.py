@@ -361,13 +361,13 @@ def cpp_program(blocks):
 def link_flags():
     libs = None
     if shutil.which("pkg-config"):
-        proc = subprocess.run(["pkg-config", "--libs", "openblas", "libpng"],
+        proc = subprocess.run(["pkg-config", "--libs", "openblas", "cairo"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               universal_newlines=True)
         if proc.returncode == 0:
             libs = shlex.split(proc.stdout)
     if libs is None:
-        libs = ["-lopenblas", "-lpng"]
+        libs = ["-lopenblas", "-lcairo"]
     return ["-fopenmp", "-pthread"] + libs
 
 

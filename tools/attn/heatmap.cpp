@@ -120,6 +120,12 @@ HeatmapOptions parse_heatmap_args(std::span<const std::string> args) {
   if (!flags.count("out")) throw FlagError("heatmap: --out FILE.png is required");
   o.path = flag("out", "");
   if (o.path.empty()) throw FlagError("heatmap: --out needs a file name");
+  try {
+    (void)plot::format_from_path(o.path, "heatmap");
+  } catch (const Error& e) {
+    const std::string what = e.what();  // "[heatmap] 'x.jpg': unknown image format; ..."
+    throw FlagError("heatmap: --out " + what.substr(what.find("] ") + 2));
+  }
   const bool multihead = mechanism == "multihead";
   o.sentence = flag("sentence", "Life is short, eat dessert first");
   o.heads = parse_number<int64_t>(flags, "heads", multihead ? 2 : 1, 1, 256);

@@ -1,7 +1,8 @@
-// `attn heatmap`: the attention weights of one of the seeds' mechanisms as a PNG heatmap, one
-// panel per head, tokens on both axes; and the heatmaps `attn walkthrough --plots DIR` writes.
+// `attn heatmap`: the attention weights of one of the seeds' mechanisms as a heatmap (PNG, SVG or
+// PDF), one panel per head, tokens on both axes; and the heatmaps `attn walkthrough --plots DIR`
+// writes.
 //
-//   attn heatmap --mechanism {self-v1,self-v2,causal,multihead} --out FILE.png
+//   attn heatmap --mechanism {self-v1,self-v2,causal,multihead} --out FILE.png|.svg|.pdf
 //                [--sentence TEXT] [--heads H] [--d-out N] [--seed S]
 //
 // The sentence is split into words by seed 000's nn::Vocabulary (commas dropped), each word
@@ -10,7 +11,7 @@
 // embedded words are seed 000's. self-v1, self-v2 and causal project d_in = 3 to --d-out (default
 // 2) and give one panel; multihead is an nn::MultiheadAttention of embed_dim --d-out (default 4)
 // with --heads heads (default 2), whose per-head weights (average_attn_weights = false) give one
-// panel each. The causal mechanism runs without dropout. The PNG is written atomically.
+// panel each. The causal mechanism runs without dropout. The file is written atomically.
 #pragma once
 
 #include <attn/tensor.h>
@@ -39,12 +40,13 @@ HeatmapOptions parse_heatmap_args(std::span<const std::string> args);
 
 // The handler: `args` are the arguments after "heatmap". Prints one line naming the file written.
 // Throws FlagError for command-line mistakes (unknown option or mechanism, missing --out, an empty
-// sentence, --heads not dividing --d-out) and attn::Error for failures (unwritable output).
+// sentence, --heads not dividing --d-out, an --out not ending in .png, .svg or .pdf) and
+// attn::Error for failures (unwritable output).
 int heatmap_command(std::span<const std::string> args, std::ostream& out, std::ostream& err);
 
 inline constexpr const char* kHeatmapUsage = "--mechanism NAME --out FILE.png [options]";
 inline constexpr const char* kHeatmapSummary =
-    "draw a mechanism's attention weights as a PNG heatmap";
+    "draw a mechanism's attention weights as a heatmap (PNG, SVG or PDF)";
 inline constexpr const char* kHeatmapHelp =
     "  Embeds the words of a sentence (seed 000's vocabulary and nn::Embedding), runs one\n"
     "  attention mechanism and writes its attention weights as a heatmap: one panel per head,\n"
@@ -52,17 +54,19 @@ inline constexpr const char* kHeatmapHelp =
     "  `--flag VALUE` or `--flag=VALUE`.\n"
     "\n"
     "    --mechanism NAME       self-v1, self-v2, causal or multihead (required)\n"
-    "    --out FILE.png         the image to write, atomically (required)\n"
+    "    --out FILE.png         the image to write, atomically (required); its extension picks\n"
+    "                           the format: .png, .svg or .pdf\n"
     "    --sentence TEXT        default \"Life is short, eat dessert first\"\n"
     "    --heads H              multihead only: number of heads (default 2)\n"
     "    --d-out N              projection width, 1..256 (default 2; multihead: embed_dim,\n"
     "                           default 4, divisible by --heads)\n"
     "    --seed S               random seed of the embedding and the weights (default 123)\n";
 
-// Writes `weights` as a heatmap PNG to `path` (atomically): a (cols) tensor is one row, a
-// (rows, cols) tensor one panel, and the leading dimensions of a larger one are flattened into
-// panels titled "<panel_prefix> 0", "<panel_prefix> 1", ... The colour scale is 0..1. Throws
-// attn::Error when the label counts do not match the last two dimensions, or the write fails.
+// Writes `weights` as a heatmap to `path` (atomically; PNG, SVG or PDF by its extension): a (cols)
+// tensor is one row, a (rows, cols) tensor one panel, and the leading dimensions of a larger one
+// are flattened into panels titled "<panel_prefix> 0", "<panel_prefix> 1", ... The colour scale
+// is 0..1. Throws attn::Error when the label counts do not match the last two dimensions, the
+// extension is not one of those, or the write fails.
 void write_weights_heatmap(const std::string& path, const std::string& title, const Tensor& weights,
                            const std::vector<std::string>& row_labels,
                            const std::vector<std::string>& col_labels,

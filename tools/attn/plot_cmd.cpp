@@ -2,6 +2,7 @@
 #include "plot_cmd.h"
 
 #include <attn/common.h>
+#include <attn/io.h>
 #include <attn/plot.h>
 
 #include <cerrno>
@@ -92,6 +93,11 @@ PlotOptions parse_plot_args(std::span<const std::string> args) {
   }
   if (!have_spec) throw FlagError("plot: SPEC.json is required (or - for standard input)");
   if (!have_out) throw FlagError("plot: --out FILE.png is required");
+  try {
+    (void)plot::format_from_path(o.out, "plot");
+  } catch (const Error& e) {
+    throw FlagError("plot: --out " + without_prefix(e.what()));
+  }
   return o;
 }
 
@@ -106,19 +112,19 @@ int run_plot(const PlotOptions& o, std::istream& in, std::ostream& out) {
     text = read_limited(f, what);
   }
   plot::Figure fig;
-  plot::Image img;
+  std::string bytes;
   try {
     fig = plot::figure_from_json(text);
     if (o.width) fig.width = *o.width;
     if (o.height) fig.height = *o.height;
-    img = plot::render(fig);
+    bytes = plot::encode(fig, plot::format_from_path(o.out, "plot"));
   } catch (const Error& e) {
     throw Error("[plot] " + what + ": " + without_prefix(e.what()));
   }
-  plot::write_png(o.out, img);  // atomic; its errors name the path
+  io::write_file_atomic(o.out, bytes);  // its errors name the path
   std::size_t series = 0;
   for (const plot::LineChart& c : fig.charts) series += c.series.size();
-  out << "wrote " << o.out << ": " << img.width << " x " << img.height << ", " << fig.charts.size()
+  out << "wrote " << o.out << ": " << fig.width << " x " << fig.height << ", " << fig.charts.size()
       << (fig.charts.size() == 1 ? " chart, " : " charts, ") << series << " series\n";
   return 0;
 }

@@ -1,6 +1,6 @@
 // A program outside the attn tree: it sees only the installed headers and library (or the source
 // tree through add_subdirectory). It exercises the three parts of the static library that pull in
-// its private dependencies: attention (OpenMP), matmul (OpenBLAS) and PNG encoding (libpng).
+// its private dependencies: attention (OpenMP), matmul (OpenBLAS) and plotting (cairo).
 #include <attn/attn.h>
 #include <attn/plot.h>
 
@@ -20,13 +20,15 @@ int main() {
   // (q @ v)[1][1] = 4 through the BLAS-backed matmul.
   const double mm = attn::matmul(q, v).index({0, 0, 1, 1}).item_double();
 
-  // A PNG round trip through libpng.
-  attn::plot::Image img(3, 2, attn::plot::Rgb{10, 20, 30});
-  const auto back = attn::plot::decode_png(attn::plot::encode_png(img));
+  // A chart drawn by cairo as a PNG, and read back.
+  attn::plot::LineChart chart;
+  chart.series.push_back({"loss", {0, 1, 2}, {3, 2, 1.5}});
+  const auto png =
+      attn::plot::decode_png(attn::plot::encode(chart, attn::plot::Format::kPng, 96, 64));
 
-  const bool ok = std::fabs(got - expected) < 1e-5 && mm == 4.0 && back.width == 3 &&
-                  back.height == 2 && back.rgb == img.rgb;
+  const bool ok = std::fabs(got - expected) < 1e-5 && mm == 4.0 && png.width == 96 &&
+                  png.height == 64 && png.get(0, 0) == attn::plot::colors::kWhite;
   std::printf("attn consumer sdpa=%.6f expected=%.6f matmul=%g png=%dx%d %s\n", got, expected, mm,
-              back.width, back.height, ok ? "OK" : "FAIL");
+              png.width, png.height, ok ? "OK" : "FAIL");
   return ok ? 0 : 1;
 }
