@@ -18,7 +18,15 @@ cd "$(dirname "$0")/.."
 build=${ATTN_AARCH64_BUILD:-build-aarch64}
 jobs=${ATTN_AARCH64_JOBS:-$(nproc)}
 filter='Sdpa*:CausalMask*:Fused*:Autograd*:*SdpaTable*:*FusedVsReference*:*SdpaFusedBackwardTable*:*FiniteDifferences*:*SdpaBackwardTensorTable*:TensorMatmul*:TensorSoftmax*'
+# qemu-user 7.2 (Debian 12) never returns from a guest's first thread creation here (a bare
+# std::thread spins for ever), so the emulated tests run on one thread (OMP_NUM_THREADS=1) and
+# the tests that start threads themselves are left out; they run natively in the main suite.
+no_threads='FusedDeterminism.*:SdpaFusedBackward.OneAndTwoThreadsAreBitwiseIdentical'
+no_threads+=':Sdpa.NonContiguousMaskAndThreadCountIndependence'
+no_threads+=':AutogradGraphTest.SetGradEnabledAndThreadLocality:Concurrency.*'
 if [[ "${1:-}" == "--all" ]]; then filter='*'; fi
+filter="$filter-$no_threads"
+
 
 sudo=""
 if [[ "$(id -u)" != 0 ]]; then sudo=sudo; fi
@@ -56,7 +64,7 @@ built=$((SECONDS - t0))
 t1=$SECONDS
 out=$build/qemu-tests.log
 set +e
-qemu-aarch64 -L /usr/aarch64-linux-gnu \
+qemu-aarch64 -L /usr/aarch64-linux-gnu -E OMP_NUM_THREADS=1 \
   -E LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu/openblas-openmp "$build/attn_tests" \
   --gtest_filter="$filter" --gtest_brief=1 >"$out" 2>&1
 rc=$?
