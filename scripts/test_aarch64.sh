@@ -75,5 +75,5 @@ if (( rc != 0 )); then
   echo "test_aarch64: tests failed under qemu-aarch64 (rc $rc)" >&2
   exit 1
 fi
-echo "test_aarch64: $(grep -E '^\[  PASSED  \]' "$out" | sed 's/\[  PASSED  \] //') under" \
-  "qemu-aarch64 (build ${built}s, tests ${ran}s)"
+passed=$(grep -E '^\[  PASSED  \]' "$out" | sed 's/\[  PASSED  \] //; s/\.$//')
+echo "test_aarch64: $passed passed under qemu-aarch64, one thread (build ${built}s, tests ${ran}s)"
