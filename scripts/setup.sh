@@ -19,20 +19,8 @@ if [[ "${1:-}" == "--test" ]]; then
   packages+=(python3-pytest python3-torch clang libclang-rt-14-dev libomp-dev)
 fi
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-if (( ${#missing[@]} )); then
-  echo "setup: installing ${missing[*]}"
-  sudo=""
-  if [[ "$(id -u)" != 0 ]]; then sudo=sudo; fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null
-fi
+source scripts/lib/apt.sh
+apt_install_missing setup "${packages[@]}"
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE=/usr/bin/python3 >/dev/null
 # Quiet on success; on failure the compiler's diagnostics are shown.

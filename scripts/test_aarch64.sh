@@ -27,26 +27,10 @@ no_threads+=':AutogradGraphTest.SetGradEnabledAndThreadLocality:Concurrency.*'
 if [[ "${1:-}" == "--all" ]]; then filter='*'; fi
 filter="$filter-$no_threads"
 
-
-sudo=""
-if [[ "$(id -u)" != 0 ]]; then sudo=sudo; fi
 packages=(g++-aarch64-linux-gnu qemu-user libopenblas-openmp-dev:arm64 libcairo2-dev:arm64
           libgtest-dev:arm64 nlohmann-json3-dev)
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-if (( ${#missing[@]} )); then
-  echo "test_aarch64: installing ${missing[*]}"
-  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
-    $sudo dpkg --add-architecture arm64
-  fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null
-fi
+source scripts/lib/apt.sh
+apt_install_missing test_aarch64 "${packages[@]}"
 
 t0=$SECONDS
 mkdir -p "$build"
