@@ -48,6 +48,9 @@ namespace fs = std::filesystem;
 using attn::testing::CliResult;
 using attn::testing::FileSizeLimit;
 using attn::testing::run_cli;
+using attn::testing::slurp;
+// A plain write (write_file_atomic would clean up the temporary files these tests plant).
+using attn::testing::spit;
 using attn::testing::TempDir;
 
 template <typename F>
@@ -62,17 +65,6 @@ std::string allocation_error_of(F&& f) {
   }
   ADD_FAILURE() << "expected attn::AllocationError";
   return "";
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-// A plain write (write_file_atomic would clean up the temporary files these tests plant).
-void spit(const fs::path& p, const std::string& bytes) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << bytes;
 }
 
 // ---- allocations --------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ using json = nlohmann::json;
 
 using Result = attn::testing::CliResult;
 using attn::testing::run_cli;
+using attn::testing::slurp;
+using attn::testing::spit;
 
 // generate_command directly, to see what it writes to stderr.
 Result run_generate(std::vector<std::string> args) {
@@ -45,16 +47,6 @@ Result run_generate(std::vector<std::string> args) {
   r.out = out.str();
   r.err = err.str();
   return r;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void spit(const fs::path& p, const std::string& bytes) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << bytes;
 }
 
 std::vector<std::string> lines_of(const std::string& s) {

@@ -1,5 +1,5 @@
-// Helpers shared by the C++ tests: a temporary directory, the message of an expected error, and
-// the `attn` tool run in-process.
+// Helpers shared by the C++ tests: a temporary directory, the message of an expected error, the
+// `attn` tool run in-process, and whole-file reads and writes.
 #pragma once
 
 #include <attn/io.h>
@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <ostream>
 #include <span>
 #include <sstream>
@@ -127,6 +129,17 @@ inline CliResult run_cli(const std::vector<std::string>& args) {
   r.out = out.str();
   r.err = err.str();
   return r;
+}
+
+// The whole file at p ("" when it cannot be read), and a plain (not atomic) write of `bytes` to p:
+// tests plant and inspect files with these, beside the library's own readers and writers.
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+inline void spit(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << bytes;
 }
 
 }  // namespace attn::testing
