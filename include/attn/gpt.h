@@ -92,6 +92,13 @@ class GPT : public Module {
   Output forward_sharded(const Tensor& idx, const Tensor& targets, const Tensor& positions,
                          const MultiheadAttention::AttentionFn& attention) const;
 
+  // The attention weights of every layer and head on idx (B, T): (n_layer, B, n_head, T, T), row
+  // i of a map the causal softmax over keys 0..i (what the heads attend to). Computed without
+  // recording gradients, through the explicit softmax(q k^T / sqrt(d)) (the fused kernel keeps no
+  // weights), so it costs O(T^2) memory per head. No dropout on the weights; the residual
+  // branches' dropout applies in training mode, as in forward(): call eval() first.
+  Tensor attention_maps(const Tensor& idx) const;
+
   // Logits (B, T_new, V) of new tokens idx (B, T_new) that follow the cache's tokens; appends
   // their keys and values to the cache. The cache starts empty (KVCache{}) and holds at most
   // block_size tokens. Runs without recording gradients.

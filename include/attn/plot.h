@@ -284,7 +284,7 @@ Figure figure_from_json(std::string_view json);
 // (colormap(NaN)), which the colour scale never uses. Column labels are written rotated (reading
 // bottom to top) under the grid, row labels to its left; labels longer than kHeatmapLabelChars
 // characters are cut (ending in ".."), titles beyond 200. Text is UTF-8; invalid bytes and
-// control characters show as U+FFFD. Panels are laid out four to a row.
+// control characters show as U+FFFD. Panels are laid out `columns` to a row (0: up to four).
 struct HeatmapPanel {
   std::string title;           // e.g. "head 0"; empty: no title line
   std::vector<double> values;  // rows * cols values, row-major
@@ -296,6 +296,7 @@ struct Heatmap {
   std::vector<std::string> row_labels, col_labels;  // one per row / column, shared by all panels
   std::vector<HeatmapPanel> panels;                 // at least one
   std::optional<double> vmin = 0.0, vmax = 1.0;     // nullopt: from the finite values
+  int columns = 0;  // panels per row, 0..64 (0: min(panels, 4)), e.g. one per head
 };
 
 inline constexpr std::size_t kHeatmapLabelChars = 14;

@@ -143,6 +143,9 @@ void register_nn(py::module_& m) {
              return py::make_tuple(out.logits, out.loss);
            })
       .def(
+          "attention_maps",
+          [](const nn::GPT& m, const Tensor& idx) { return m.attention_maps(idx); }, release())
+      .def(
           "forward_cached",
           [](const nn::GPT& m, const Tensor& idx, nn::KVCache& cache) {
             return m.forward_cached(idx, cache);

@@ -130,6 +130,23 @@ Tensor GPT::forward(const Tensor& idx) const {
   return functional::linear(x, wte->weight);  // tied output weights
 }
 
+Tensor GPT::attention_maps(const Tensor& idx) const {
+  check_idx(idx, config_, "GPT.attention_maps");
+  NoGradGuard no_grad;
+  const int64_t T = idx.size(1);
+  const Tensor future = triu(ones({T, T}, Dtype::Bool), 1);  // keys after the query
+  std::vector<Tensor> maps;
+  auto attention = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+    const double scale = 1.0 / std::sqrt(double(q.size(-1)));
+    Tensor w = (q.matmul(k.mT()) * scale).masked_fill(future, -inf).softmax(-1);
+    maps.push_back(w);
+    return w.matmul(v);
+  };
+  Tensor x = (*wte)(idx) + wpe->weight.narrow(0, 0, T);
+  for (const auto& block : h) x = block->forward_with(x, attention);
+  return stack(maps, 0);
+}
+
 GPT::Output GPT::forward(const Tensor& idx, const Tensor& targets) const {
   const char* fn = "GPT";
   Tensor logits = forward(idx);

@@ -628,6 +628,7 @@ HeatmapGeometry heatmap_geometry(const Heatmap& h, int cell_px) {
            cols, " = ", rows * cols, " (one per row label times one per column label)");
   if (cell_px != 0 && (cell_px < 1 || cell_px > 256))
     fail(fn, "cell_px ", cell_px, " is outside 1..256 (or 0 for automatic)");
+  if (h.columns < 0 || h.columns > 64) fail(fn, "columns must be 0..64, got ", h.columns);
   if ((h.vmin && !std::isfinite(*h.vmin)) || (h.vmax && !std::isfinite(*h.vmax)))
     fail(fn, "vmin and vmax must be finite");
   if (h.vmin && h.vmax && !(*h.vmin < *h.vmax))
@@ -693,7 +694,8 @@ HeatmapGeometry heatmap_geometry(const Heatmap& h, int cell_px) {
   const int64_t block_w = std::max(rl + 2 * pad + gw, panel_title_w + 2 * pad);
   const int64_t block_h = pt + gh + 2 * pad + cl;
   const int64_t n = int64_t(h.panels.size());
-  const int64_t per_row = std::min<int64_t>(n, 4), nrow = (n + per_row - 1) / per_row;
+  const int64_t per_row = std::min<int64_t>(n, h.columns ? h.columns : 4),
+                nrow = (n + per_row - 1) / per_row;
   const int64_t gap = int64_t(std::round(1.6 * s));
   const int64_t title_band = g.title.empty() ? 0 : int64_t(std::ceil(kLine * g.title_px)) + 2 * pad;
   const int64_t ylabel_band = g.y_label.empty() ? 0 : int64_t(std::ceil(line)) + 2 * pad;

@@ -8,6 +8,7 @@
 #include <attn/plot.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "../../tools/attn/heatmap.h"
+#include "../../tools/attn/train.h"
 #include "plot_util.h"
 #include "test_util.h"
 
@@ -338,6 +340,68 @@ TEST(HeatmapCli, MultiheadOnePanelPerHead) {
   ASSERT_EQ(w.numel(), 4 * 36);
   expect_cells(img, L, w);
   EXPECT_EQ(dir.files(), std::vector<std::string>{"mh.png"});
+}
+
+// --ckpt: a trained GPT's every layer and head, a row of heads per layer, characters on the axes.
+TEST(HeatmapCli, CheckpointEveryLayerAndHead) {
+  TempDir dir("heatmap_ckpt");
+  std::string text;
+  for (int i = 0; i < 30; ++i) text += "the cat sat on the mat\n";
+  io::write_file_atomic(dir.file("corpus.txt"), text);
+  std::vector<std::string> train =
+      attn::testing::tiny_train_args(dir.file("corpus.txt"), dir.file("run"), 4, 4, 1);
+  *(std::find(train.begin(), train.end(), "--n-layer") + 1) = "2";
+  Cli t = run_cli(train);
+  ASSERT_EQ(t.code, 0) << t.err;
+
+  const std::string path = dir.file("maps.png");
+  Cli r = run_cli({"heatmap", "--ckpt", dir.file("run"), "--text", "a cat\n", "--out", path});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("4 panels (2 layers x 2 heads) of 6 x 6"), std::string::npos) << r.out;
+  // The same maps computed here from the checkpoint.
+  const std::string file = dir.file("run") + "/model.safetensors";
+  const Checkpoint ck = parse_checkpoint(io::read_file(file), file, CheckpointUse::Generate);
+  nn::GPT model(ck.config);
+  load_checkpoint_weights(model, ck, file, CheckpointUse::Generate);
+  model.eval();
+  const std::vector<int64_t> ids = ck.tokenizer.encode("a cat\n");
+  Tensor idx = empty({1, 6}, Dtype::Int64);
+  std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());
+  const Tensor maps = model.attention_maps(idx);
+  ASSERT_EQ(maps.shape(), (Shape{2, 1, 2, 6, 6}));
+  // Causal rows: each sums to one, nothing above the diagonal.
+  EXPECT_TRUE(allclose(maps.sum({-1}), ones({2, 1, 2, 6}), 1e-5, 1e-6));
+  EXPECT_EQ(maps.masked_fill(tril(ones({6, 6}, Dtype::Bool)), 0.0).abs().max().item<float>(), 0.f);
+
+  plot::Heatmap h;
+  h.title = "t";
+  h.x_label = "key";
+  h.y_label = "query";
+  h.row_labels = h.col_labels = {"a", "\u2423", "c", "a", "t", "\\n"};
+  h.columns = 2;
+  for (const char* p : {"layer 0 head 0", "layer 0 head 1", "layer 1 head 0", "layer 1 head 1"})
+    h.panels.push_back({p, std::vector<double>(36, 0.0)});
+  const plot::HeatmapLayout L = plot::layout_heatmap(h);
+  const plot::Image img = decode_png(io::read_file(path));
+  EXPECT_GE(img.width, L.width);  // wider when the title is wider than the panels
+  EXPECT_EQ(img.height, L.height);
+  expect_cells(img, L, maps);
+
+  // Bad input: outside the vocabulary, longer than block_size, flags of the other mode.
+  Cli bad = run_cli({"heatmap", "--ckpt", dir.file("run"), "--text", "Zebra", "--out", path});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("'Z'"), std::string::npos) << bad.err;
+  bad = run_cli({"heatmap", "--ckpt", dir.file("run"), "--text", "the cat sat", "--out", path});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("11 characters; the model reads at most block_size = 8"),
+            std::string::npos)
+      << bad.err;
+  bad =
+      run_cli({"heatmap", "--ckpt", dir.file("run"), "--text", "a", "--heads", "2", "--out", path});
+  EXPECT_EQ(bad.code, 2);
+  bad = run_cli({"heatmap", "--ckpt", dir.file("nothing"), "--text", "a", "--out", path});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("no checkpoint"), std::string::npos) << bad.err;
 }
 
 TEST(HeatmapCli, SingleHeadMechanisms) {

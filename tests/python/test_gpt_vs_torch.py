@@ -290,6 +290,7 @@ class TorchGPT(torch.nn.Module):
         F = torch.nn.functional
         B, T = idx.shape
         x = self.w("wte.weight")[idx] + self.w("wpe.weight")[:T]
+        self.maps = []  # each layer's attention weights (B, H, T, T), for attention_maps
         C = x.shape[-1]
         H = self.n_head
         for i in range(self.n_layer):
@@ -300,6 +301,7 @@ class TorchGPT(torch.nn.Module):
             q, k, v = [t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v)]
             att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
             att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+            self.maps.append(att.softmax(-1))
             y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
             x = x + F.linear(y, self.w(p + "attn.out_proj.weight"),
                              self.w(p + "attn.out_proj.bias"))
@@ -336,6 +338,12 @@ def test_gpt_matches_torch_forward_and_gradients(bias):
     loss_t.backward()
     for name, p in model.named_parameters():
         close(p.grad, ref.w(name).grad, 1e-3, 2e-6)
+    # The attention weights `attn heatmap --ckpt` draws: every layer and head, as torch computes.
+    maps = model.attention_maps(attn.tensor(idx.tolist()))
+    assert tuple(maps.shape) == (2, 3, 4, 16, 16) and not maps.requires_grad
+    close(maps, torch.stack(ref.maps).detach(), 1e-4, 1e-6)
+    with pytest.raises(ValueError, match=r"\[GPT.attention_maps\] cannot process a sequence"):
+        model.attention_maps(attn.zeros((1, 17), dtype=attn.long))
 
 
 def test_gpt_errors():

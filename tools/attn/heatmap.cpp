@@ -4,8 +4,10 @@
 #include <attn/attn.h>
 #include <attn/plot.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -24,8 +26,8 @@ const std::vector<std::string>& mechanisms() {
 
 // `--flag VALUE` / `--flag=VALUE` for the known flags; anything else is a FlagError.
 std::map<std::string, std::string> parse_flags(std::span<const std::string> args) {
-  static const std::vector<std::string> known = {"mechanism", "sentence", "heads",
-                                                 "d-out",     "seed",     "out"};
+  static const std::vector<std::string> known = {"mechanism", "sentence", "heads", "d-out",
+                                                 "seed",      "out",      "ckpt",  "text"};
   std::map<std::string, std::string> values;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -62,6 +64,87 @@ T parse_number(const std::map<std::string, std::string>& flags, const std::strin
                     ": expected an integer in [" + std::to_string(min) + ", " +
                     std::to_string(max) + "]");
   return v;
+}
+
+// --out, checked: present, non-empty, with an image extension.
+std::string out_path(const std::map<std::string, std::string>& flags) {
+  auto it = flags.find("out");
+  if (it == flags.end()) throw FlagError("heatmap: --out FILE.png is required");
+  const std::string& path = it->second;
+  if (path.empty()) throw FlagError("heatmap: --out needs a file name");
+  try {
+    (void)plot::format_from_path(path, "heatmap");
+  } catch (const Error& e) {
+    const std::string what = e.what();  // "[heatmap] 'x.jpg': unknown image format; ..."
+    throw FlagError("heatmap: --out " + what.substr(what.find("] ") + 2));
+  }
+  return path;
+}
+
+// A character as an axis label: blanks and control characters get a visible name.
+std::string char_label(const std::string& c) {
+  if (c == " ") return "\u2423";  // OPEN BOX
+  if (c == "\n") return "\\n";
+  if (c == "\t") return "\\t";
+  if (c.size() == 1 && ((unsigned char)c[0] < 0x20 || c[0] == 0x7f)) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02X", unsigned((unsigned char)c[0]));
+    return buf;
+  }
+  return c;
+}
+
+// `attn heatmap --ckpt`: every layer and head of a trained GPT on the text.
+int checkpoint_heatmap(const HeatmapOptions& o, std::ostream& out) {
+  const std::string file = checkpoint_file(o.ckpt, "heatmap");
+  const Checkpoint ck = parse_checkpoint(io::read_file(file), file, CheckpointUse::Generate);
+  const nn::GPTConfig& c = ck.config;
+  std::vector<int64_t> ids;
+  try {
+    ids = ck.tokenizer.encode(o.text);
+  } catch (const Error& e) {
+    throw Error(std::string("[heatmap] --text cannot be encoded with the checkpoint's "
+                            "vocabulary: ") +
+                e.what());
+  }
+  const int64_t T = int64_t(ids.size());
+  if (T > c.block_size)
+    throw Error(
+        "[heatmap] --text has " + std::to_string(T) +
+        " characters; the model reads at most block_size = " + std::to_string(c.block_size));
+  if (c.n_layer * c.n_head > 256)
+    throw Error("[heatmap] the model has " + std::to_string(c.n_layer) + " layers x " +
+                std::to_string(c.n_head) + " heads; at most 256 panels fit one image");
+  nn::GPT model(c);
+  load_checkpoint_weights(model, ck, file, CheckpointUse::Generate);
+  model.eval();
+  Tensor idx = empty({1, T}, Dtype::Int64);
+  std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());
+  const Tensor maps = model.attention_maps(idx);  // (n_layer, 1, n_head, T, T)
+  const std::vector<float> v = maps.contiguous().to_float_vector();
+
+  std::vector<std::string> labels;
+  for (int64_t id : ids) labels.push_back(char_label(ck.tokenizer.decode(id)));
+  plot::Heatmap h;
+  h.title = "attention of " + file + " (" + std::to_string(c.n_layer) + " layers x " +
+            std::to_string(c.n_head) + " heads)";
+  h.x_label = "key";
+  h.y_label = "query";
+  h.row_labels = h.col_labels = labels;
+  h.columns = int(std::min<int64_t>(c.n_head, 64));
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    for (int64_t hd = 0; hd < c.n_head; ++hd) {
+      plot::HeatmapPanel panel;
+      panel.title = "layer " + std::to_string(l) + " head " + std::to_string(hd);
+      const std::size_t at = std::size_t((l * c.n_head + hd) * T * T);
+      panel.values.assign(v.begin() + at, v.begin() + at + std::size_t(T * T));
+      h.panels.push_back(std::move(panel));
+    }
+  plot::save(h, o.path);
+  out << "wrote " << o.path << ": " << c.n_layer * c.n_head << " panels (" << c.n_layer
+      << " layers x " << c.n_head << " heads) of " << T << " x " << T << " attention weights of "
+      << file << "\n";
+  return 0;
 }
 
 }  // namespace
@@ -104,8 +187,22 @@ HeatmapOptions parse_heatmap_args(std::span<const std::string> args) {
     auto it = flags.find(name);
     return it == flags.end() ? fallback : it->second;
   };
-  if (!flags.count("mechanism")) throw FlagError("heatmap: --mechanism NAME is required");
   HeatmapOptions o;
+  if (flags.count("ckpt")) {
+    for (const char* other : {"mechanism", "sentence", "heads", "d-out", "seed"})
+      if (flags.count(other))
+        throw FlagError(std::string("heatmap: --") + other + " does not apply with --ckpt");
+    o.ckpt = flag("ckpt", "");
+    if (o.ckpt.empty()) throw FlagError("heatmap: --ckpt needs a directory or file");
+    if (!flags.count("text")) throw FlagError("heatmap: --ckpt needs --text TEXT");
+    o.text = flag("text", "");
+    if (o.text.empty()) throw FlagError("heatmap: --text is empty");
+    o.path = out_path(flags);
+    return o;
+  }
+  if (flags.count("text")) throw FlagError("heatmap: --text applies with --ckpt only");
+  if (!flags.count("mechanism"))
+    throw FlagError("heatmap: --mechanism NAME (or --ckpt DIR --text TEXT) is required");
   o.mechanism = flag("mechanism", "");
   const std::string& mechanism = o.mechanism;
   bool known = false;
@@ -117,15 +214,7 @@ HeatmapOptions parse_heatmap_args(std::span<const std::string> args) {
   if (!known)
     throw FlagError("heatmap: unknown mechanism '" + mechanism + "' (expected one of" + names +
                     ")");
-  if (!flags.count("out")) throw FlagError("heatmap: --out FILE.png is required");
-  o.path = flag("out", "");
-  if (o.path.empty()) throw FlagError("heatmap: --out needs a file name");
-  try {
-    (void)plot::format_from_path(o.path, "heatmap");
-  } catch (const Error& e) {
-    const std::string what = e.what();  // "[heatmap] 'x.jpg': unknown image format; ..."
-    throw FlagError("heatmap: --out " + what.substr(what.find("] ") + 2));
-  }
+  o.path = out_path(flags);
   const bool multihead = mechanism == "multihead";
   o.sentence = flag("sentence", "Life is short, eat dessert first");
   o.heads = parse_number<int64_t>(flags, "heads", multihead ? 2 : 1, 1, 256);
@@ -147,6 +236,7 @@ HeatmapOptions parse_heatmap_args(std::span<const std::string> args) {
 
 int heatmap_command(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
   const HeatmapOptions o = parse_heatmap_args(args);
+  if (!o.ckpt.empty()) return checkpoint_heatmap(o, out);
   const std::string& mechanism = o.mechanism;
   const std::string& path = o.path;
   const std::string& sentence = o.sentence;

@@ -4,6 +4,7 @@
 //
 //   attn heatmap --mechanism {self-v1,self-v2,causal,multihead} --out FILE.png|.svg|.pdf
 //                [--sentence TEXT] [--heads H] [--d-out N] [--seed S]
+//   attn heatmap --ckpt DIR|FILE --text TEXT --out FILE.png|.svg|.pdf
 //
 // The sentence is split into words by seed 000's nn::Vocabulary (commas dropped), each word
 // embedded by an nn::Embedding(50000, d_in) drawn after manual_seed(S), and the mechanism's weights
@@ -12,6 +13,11 @@
 // 2) and give one panel; multihead is an nn::MultiheadAttention of embed_dim --d-out (default 4)
 // with --heads heads (default 2), whose per-head weights (average_attn_weights = false) give one
 // panel each. The causal mechanism runs without dropout. The file is written atomically.
+//
+// With --ckpt, the model is a GPT trained by `attn train` (its model.safetensors, or the file
+// given): the text is encoded with the checkpoint's character vocabulary and the attention
+// weights of every layer and head (GPT::attention_maps, in eval mode) form one grid, a row of
+// panels per layer, one panel per head, with the characters on both axes.
 #pragma once
 
 #include <attn/tensor.h>
@@ -28,8 +34,9 @@ namespace attn::tools {
 
 // The flags of `attn heatmap`, validated (the sentence split into words) without drawing anything.
 struct HeatmapOptions {
-  std::string mechanism;  // one of self-v1, self-v2, causal, multihead
-  std::string path;       // --out
+  std::string mechanism;   // one of self-v1, self-v2, causal, multihead; empty with --ckpt
+  std::string ckpt, text;  // --ckpt mode: a trained GPT and the text it reads
+  std::string path;        // --out
   std::string sentence;
   std::vector<std::string> tokens;  // the sentence's words (1 to 512)
   int64_t heads = 1, d_out = 2;
@@ -44,16 +51,21 @@ HeatmapOptions parse_heatmap_args(std::span<const std::string> args);
 // attn::Error for failures (unwritable output).
 int heatmap_command(std::span<const std::string> args, std::ostream& out, std::ostream& err);
 
-inline constexpr const char* kHeatmapUsage = "--mechanism NAME --out FILE.png [options]";
+inline constexpr const char* kHeatmapUsage =
+    "--mechanism NAME --out FILE.png [options] | --ckpt DIR --text TEXT --out FILE.png";
 inline constexpr const char* kHeatmapSummary =
-    "draw a mechanism's attention weights as a heatmap (PNG, SVG or PDF)";
+    "draw attention weights as heatmaps (a seed mechanism, or every head of a trained GPT)";
 inline constexpr const char* kHeatmapHelp =
     "  Embeds the words of a sentence (seed 000's vocabulary and nn::Embedding), runs one\n"
     "  attention mechanism and writes its attention weights as a heatmap: one panel per head,\n"
     "  queries down, keys across, with a colour scale from 0 to 1. Every flag takes\n"
     "  `--flag VALUE` or `--flag=VALUE`.\n"
     "\n"
-    "    --mechanism NAME       self-v1, self-v2, causal or multihead (required)\n"
+    "    --mechanism NAME       self-v1, self-v2, causal or multihead (this or --ckpt)\n"
+    "    --ckpt DIR|FILE        a GPT trained by `attn train` (DIR/model.safetensors or the\n"
+    "                           file): draws every layer and head, a row of heads per layer\n"
+    "    --text TEXT            with --ckpt: the text the model reads (at most block_size\n"
+    "                           characters of its vocabulary)\n"
     "    --out FILE.png         the image to write, atomically (required); its extension picks\n"
     "                           the format: .png, .svg or .pdf\n"
     "    --sentence TEXT        default \"Life is short, eat dessert first\"\n"

@@ -1266,15 +1266,20 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
 
 // ---- attn generate ------------------------------------------------------------------------------
 
+std::string checkpoint_file(const std::string& ckpt, const char* command) {
+  std::error_code ec;
+  const std::string path =
+      fs::is_directory(ckpt, ec) ? (fs::path(ckpt) / kModelFile).string() : ckpt;
+  if (!fs::exists(path, ec))
+    throw Error(std::string("[") + command + "] no checkpoint '" + path +
+                "' (train one with `attn train --out DIR`, then pass --ckpt DIR)");
+  return path;
+}
+
 int generate_command(Args args, std::ostream& out, std::ostream& err) {
   keep_freed_memory();
   const GenerateArgs a = parse_generate_args(args);
-  std::error_code ec;
-  const std::string path =
-      fs::is_directory(a.ckpt, ec) ? (fs::path(a.ckpt) / kModelFile).string() : a.ckpt;
-  if (!fs::exists(path, ec))
-    throw Error("[generate] no checkpoint '" + path +
-                "' (train one with `attn train --out DIR`, then pass --ckpt DIR)");
+  const std::string path = checkpoint_file(a.ckpt, "generate");
   const Checkpoint ck = parse_checkpoint(io::read_file(path), path, CheckpointUse::Generate);
   generate_from_checkpoint(ck, path, a, out, err);
   return 0;

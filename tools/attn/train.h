@@ -151,6 +151,9 @@ struct Checkpoint {
 // "[generate] 'path': ..." or "[train] 'path': ..." ("[load_safetensors] 'path': ..." for a broken
 // container). Never reads out of bounds; allocates no more than a small multiple of the input.
 Checkpoint parse_checkpoint(std::string_view bytes, const std::string& path, CheckpointUse use);
+// The checkpoint file `--ckpt` names: DIR/model.safetensors for a directory, else the path itself.
+// Throws attn::Error "[command] no checkpoint 'path' (train one with ...)" when it does not exist.
+std::string checkpoint_file(const std::string& ckpt, const char* command);
 // Copies the checkpoint's weights (every tensor not prefixed "optim.") into `model` (strict: names
 // and shapes must match). Throws attn::Error "[fn] 'path': weights do not fit the model: ...".
 void load_checkpoint_weights(nn::GPT& model, const Checkpoint& ck, const std::string& path,

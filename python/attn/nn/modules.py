@@ -578,6 +578,12 @@ class GPT(Module):
             return self._impl.forward(idx), None
         return self._impl.forward_loss(idx, targets)
 
+    def attention_maps(self, idx):
+        """The attention weights of every layer and head on idx (B, T): a tensor (n_layer, B,
+        n_head, T, T) whose row i is the causal softmax over keys 0..i (call eval() first to
+        leave dropout out). `attn heatmap --ckpt` draws them."""
+        return self._impl.attention_maps(idx)
+
     def train(self, mode=True):
         super().train(mode)
         self._impl.train(bool(mode))
