@@ -1,0 +1,138 @@
+"""Small PyTorch training programs (tests/python/programs/, written for this suite in the idioms of
+the well-known small GPTs) run twice: on PyTorch 1.13 as written, and on attn with nothing changed
+but their imports (`import torch` -> `import attn as torch`, `from torch.X` -> `from attn.X`).
+Every printed line must agree: words exactly, numbers within a tolerance that grows with the
+training step (the first losses come from identical weights and batches, later ones drift by
+float rounding only)."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import attn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAMS = os.path.join(HERE, "programs")
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data", "tinyshakespeare.txt"))
+ATTN_PATH = os.path.dirname(os.path.dirname(os.path.abspath(attn.__file__)))
+
+pytestmark = pytest.mark.skipif(not os.path.exists(DATA), reason="needs " + DATA)
+
+_IMPORT = re.compile(r"^(\s*)(import|from)\s+torch(\.[\w.]+)?(\s.*)?$")
+
+
+def to_attn(source):
+    """The same program with only its torch imports changed to attn's."""
+    out = []
+    for line in source.splitlines():
+        m = _IMPORT.match(line)
+        if m:
+            indent, kw, sub, rest = m.group(1), m.group(2), m.group(3) or "", m.group(4) or ""
+            if kw == "import" and not sub and not rest.strip().startswith("as"):
+                line = indent + "import attn as torch" + rest
+            else:
+                line = indent + kw + " attn" + sub + rest
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_import_rewriting_changes_only_imports():
+    src = ("import torch\nimport torch.nn as nn\nfrom torch.nn import functional as F\n"
+           "from torch.utils.data.dataloader import DataLoader\nx = torch.zeros(1)  # torch\n")
+    assert to_attn(src) == ("import attn as torch\nimport attn.nn as nn\n"
+                            "from attn.nn import functional as F\n"
+                            "from attn.utils.data.dataloader import DataLoader\n"
+                            "x = torch.zeros(1)  # torch\n")
+
+
+def stage(tmp_path, name, on_attn):
+    """Copies the program (a file or a package) into tmp_path, rewritten for attn if asked."""
+    src = os.path.join(PROGRAMS, name)
+    dst = tmp_path / ("attn" if on_attn else "torch")
+    dst.mkdir(exist_ok=True)
+    files = [name] if name.endswith(".py") else [os.path.join(name, f)
+                                                 for f in sorted(os.listdir(src))
+                                                 if f.endswith(".py")]
+    for rel in files:
+        with open(os.path.join(PROGRAMS, rel), encoding="utf-8") as f:
+            text = f.read()
+        os.makedirs(os.path.dirname(str(dst / rel)), exist_ok=True)
+        with open(dst / rel, "w", encoding="utf-8") as f:
+            f.write(to_attn(text) if on_attn else text)
+    return dst
+
+
+def run(cwd, args, on_attn, timeout=240):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("PYTHONPATH", None)
+    if on_attn:
+        env["PYTHONPATH"] = ATTN_PATH
+    p = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode == 0, "{} on {} failed ({}):\n{}\n{}".format(
+        args, "attn" if on_attn else "torch", p.returncode, p.stdout, p.stderr[-6000:])
+    return p.stdout.splitlines()
+
+
+_NUMBER = re.compile(r"-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+")
+
+
+def compare(torch_lines, attn_lines, tol):
+    """Same lines: the words equal, each number within tol(line index) of torch's."""
+    assert len(attn_lines) == len(torch_lines), "\n".join(
+        ["torch:"] + torch_lines + ["attn:"] + attn_lines)
+    for i, (t, a) in enumerate(zip(torch_lines, attn_lines)):
+        assert _NUMBER.sub("#", t) == _NUMBER.sub("#", a), "line {}: torch {!r}, attn {!r}".format(
+            i, t, a)
+        for x, y in zip(_NUMBER.findall(t), _NUMBER.findall(a)):
+            assert abs(float(x) - float(y)) <= tol(i, t), "line {}: torch {!r}, attn {!r}".format(
+                i, t, a)
+
+
+def loss_tol(first_exact_lines):
+    """Exact (to the printed digits) for the first lines; 2e-3 later, when training has drifted."""
+    def tol(i, line):
+        return 1.5e-4 if i < first_exact_lines else 2e-3
+    return tol
+
+
+def test_char_gpt_single_file(tmp_path):
+    t = run(stage(tmp_path, "char_gpt.py", False), ["char_gpt.py", DATA], False)
+    a = run(stage(tmp_path, "char_gpt.py", True), ["char_gpt.py", DATA], True)
+    compare(t, a, loss_tol(2))
+
+
+def test_minigpt_package_with_trainer_and_dataloader(tmp_path):
+    args = ["-m", "minigpt_pkg.run", DATA]
+    t = run(stage(tmp_path, "minigpt_pkg", False), args, False)
+    a = run(stage(tmp_path, "minigpt_pkg", True), args, True)
+    compare(t, a, loss_tol(3))
+
+
+def test_mlp_regression_with_data_utilities_and_sgd(tmp_path):
+    t = run(stage(tmp_path, "mlp_regression.py", False), ["mlp_regression.py"], False)
+    a = run(stage(tmp_path, "mlp_regression.py", True), ["mlp_regression.py"], True)
+    compare(t, a, loss_tol(6))
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_nano_package_checkpoint_resume_and_generate(tmp_path, flash):
+    """flash=True takes the program's scaled_dot_product_attention + compile path on attn (torch
+    1.13 has neither, so its manual attention is the reference)."""
+    t = run(stage(tmp_path, "nano_pkg", False), ["-m", "nano_pkg.train", DATA,
+                                                 str(tmp_path / "out_t")], False)
+    a = run(stage(tmp_path, "nano_pkg", True), ["-m", "nano_pkg.train", DATA,
+                                                str(tmp_path / "out_a")] + (["flash"] if flash else []),
+            True)
+    compare(t, a, loss_tol(4))
+    # The checkpoint attn wrote with attn.save loads in torch, and holds what torch's holds.
+    import torch
+    ck_t = torch.load(str(tmp_path / "out_t" / "ckpt.pt"))
+    ck_a = torch.load(str(tmp_path / "out_a" / "ckpt.pt"), weights_only=True)
+    assert sorted(ck_a) == sorted(ck_t) and ck_a["model_args"]["n_layer"] == 2
+    assert sorted(ck_a["model"]) == sorted(ck_t["model"])
+    assert ck_a["optimizer"]["param_groups"][0].keys() == ck_t["optimizer"]["param_groups"][0].keys()
