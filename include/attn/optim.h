@@ -1,66 +1,183 @@
-// Optimisation: AdamW (torch.optim.AdamW's update, step for step), gradient-norm clipping
-// (torch.nn.utils.clip_grad_norm_) and nanoGPT's learning-rate schedule.
+// Optimisation as torch.optim computes it, step for step: Adam, AdamW and SGD over parameter
+// groups with their own hyper-parameters, gradient clipping (torch.nn.utils.clip_grad_norm_ /
+// clip_grad_value_), nanoGPT's learning-rate schedule and torch's lr schedulers
+// (attn/lr_scheduler.h).
 #pragma once
 
 #include <attn/nn.h>
 #include <attn/tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace attn::optim {
 
+// One of torch's param_groups: tensors and the hyper-parameters they get. A field left unset
+// takes the optimizer's default when the group is added (the constructor, add_param_group); from
+// then on every field the optimizer uses is set (groups() shows them resolved). Fields an
+// optimizer does not use (momentum for Adam) must stay unset.
 struct ParamGroup {
   std::vector<Tensor> params;
+  std::optional<double> weight_decay = {};
+  std::optional<double> lr = {};
+  std::optional<double> beta1 = {}, beta2 = {}, eps = {};  // Adam, AdamW
+  std::optional<bool> amsgrad = {};                        // Adam, AdamW
+  std::optional<double> momentum = {}, dampening = {};     // SGD
+  std::optional<bool> nesterov = {};                       // SGD
+  // torch's 'initial_lr': the lr a scheduler starts from, set by the first scheduler made over
+  // the optimizer (attn/lr_scheduler.h).
+  std::optional<double> initial_lr = {};
+};
+
+// What every optimizer shares: the groups, zero_grad, learning rates. The parameters are
+// numbered in group order (0, 1, ... over the first group, then the next): state_dict's indices.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = default;
+  Optimizer(Optimizer&&) = default;
+  Optimizer& operator=(const Optimizer&) = default;
+  Optimizer& operator=(Optimizer&&) = default;
+
+  // One update of every parameter that has a gradient (others are skipped, their state left).
+  virtual void step() = 0;
+  // Sets every gradient to none (set_to_none) or to zeros.
+  void zero_grad(bool set_to_none = true);
+
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  std::size_t num_groups() const { return groups_.size(); }
+  std::size_t num_params() const;
+  double lr(std::size_t group) const;
+  void set_lr(std::size_t group, double lr);
+  // Group 0's lr / every group's lr (the single-group API of `attn train`).
+  double lr() const { return lr(0); }
+  void set_lr(double lr);
+  void set_initial_lr(std::size_t group, double lr);
+  // Replaces group `group`'s hyper-parameters by the fields set in `options` (its params are
+  // ignored), validated as the constructor validates them: torch's param_groups[i][key] = value.
+  void set_group_options(std::size_t group, const ParamGroup& options);
+  // torch's add_param_group: unset fields take the defaults; a parameter already in a group is an
+  // error.
+  void add_param_group(ParamGroup group);
+
+  // The state of every parameter that has one, as "state.{i}.{name}" tensors (see the
+  // optimizers); load_state_dict replaces it (attn::Error on names or shapes that do not fit).
+  virtual nn::NamedTensors state_dict() const = 0;
+  virtual void load_state_dict(const nn::NamedTensors& state) = 0;
+
+ protected:
+  // `name` prefixes error messages ("Adam", "SGD"); `defaults` gives every field the optimizer
+  // uses (other fields of the groups must be unset).
+  Optimizer(std::string name, ParamGroup defaults);
+  void add_groups(std::vector<ParamGroup> groups);
+  // Throws attn::Error when a hyper-parameter of g is out of range (torch's ValueError).
+  virtual void check_group(const ParamGroup& g) const = 0;
+  // Every parameter, in group order.
+  std::vector<Tensor*> all_params();
+  std::vector<const Tensor*> const_params() const;
+
+  std::string name_;
+  ParamGroup defaults_;
+  std::vector<ParamGroup> groups_;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
   double weight_decay = 0.0;
+  bool amsgrad = false;
 };
 
 struct AdamWOptions {
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 1e-2;  // used by the constructor that takes a plain parameter list
+  double weight_decay = 1e-2;
+  bool amsgrad = false;
 };
 
-// Decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW (foreach=False) computes it:
-//   p *= 1 - lr * wd;  m = lerp(m, g, 1 - beta1);  v = beta2 v + (1 - beta2) g g
-//   p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-// Parameters without a gradient are skipped (their step count does not advance).
-class AdamW {
+// torch.optim.Adam (weight_decay: L2, added to the gradient) and, with decoupled = true,
+// torch.optim.AdamW (p *= 1 - lr wd), as torch 1.13 computes them (foreach=False):
+//   g += wd p (Adam);  p *= 1 - lr wd (AdamW)
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g g;  (amsgrad: vmax = max(vmax, v))
+//   p -= lr / (1 - beta1^t) * m / (sqrt(v or vmax) / sqrt(1 - beta2^t) + eps)
+// Each parameter counts its own steps t; one without a gradient is skipped.
+// state_dict: "state.{i}.exp_avg", "state.{i}.exp_avg_sq" (float32, the parameter's shape),
+// "state.{i}.max_exp_avg_sq" (amsgrad) and "state.{i}.step" (int64 scalar); load_state_dict
+// checks names and shapes and throws attn::Error on a mismatch.
+class Adam : public Optimizer {
  public:
-  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options);
-  AdamW(const std::vector<Tensor>& params, const AdamWOptions& options);
+  Adam(std::vector<ParamGroup> groups, const AdamOptions& options);
+  Adam(const std::vector<Tensor>& params, const AdamOptions& options);
 
-  void step();
-  void zero_grad(bool set_to_none = true);
-  double lr() const { return options_.lr; }
-  void set_lr(double lr);
-  const AdamWOptions& options() const { return options_; }
-  const std::vector<ParamGroup>& groups() const { return groups_; }
+  void step() override;
+  nn::NamedTensors state_dict() const override;
+  void load_state_dict(const nn::NamedTensors& state) override;
 
-  // Optimizer state for checkpoints: "state.{i}.exp_avg", "state.{i}.exp_avg_sq" (float32, the
-  // parameter's shape) and "state.{i}.step" (int64 scalar) for every parameter i (in group order)
-  // that has state. load_state_dict checks names and shapes and throws attn::Error on mismatch.
-  nn::NamedTensors state_dict() const;
-  void load_state_dict(const nn::NamedTensors& state);
+ protected:
+  Adam(std::string name, std::vector<ParamGroup> groups, const AdamOptions& options,
+       bool decoupled);
+  void check_group(const ParamGroup& g) const override;
 
  private:
   struct State {
-    Tensor exp_avg, exp_avg_sq;
+    Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;
     int64_t step = 0;
   };
-  std::vector<ParamGroup> groups_;
+  bool decoupled_;
   std::vector<State> state_;  // one per parameter, in group order
-  AdamWOptions options_;
 };
 
-// Scales every gradient by max_norm / (total_norm + 1e-6) when the total 2-norm of all gradients
-// exceeds max_norm, as torch.nn.utils.clip_grad_norm_ does. Returns the total norm before
-// clipping (inf or NaN if some gradient is not finite; the gradients are then left alone when
-// error_if_nonfinite is false, and attn::Error is thrown when it is true).
+class AdamW : public Adam {
+ public:
+  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options);
+  AdamW(const std::vector<Tensor>& params, const AdamWOptions& options);
+  // The defaults, with lr = group 0's lr.
+  AdamWOptions options() const;
+};
+
+struct SGDOptions {
+  double lr = 1e-3;  // torch requires it; attn's default is only a default
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+// torch.optim.SGD (1.13, foreach=False):
+//   g += wd p;  with momentum: buf = g at the first step, then buf = momentum buf + (1 - dampening)
+//   g; g = nesterov ? g + momentum buf : buf;  p -= lr g
+// state_dict: "state.{i}.momentum_buffer" for every parameter that has one.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<ParamGroup> groups, const SGDOptions& options);
+  SGD(const std::vector<Tensor>& params, const SGDOptions& options);
+
+  void step() override;
+  nn::NamedTensors state_dict() const override;
+  void load_state_dict(const nn::NamedTensors& state) override;
+
+ protected:
+  void check_group(const ParamGroup& g) const override;
+
+ private:
+  std::vector<Tensor> momentum_buffer_;  // one per parameter, in group order
+};
+
+// torch.nn.utils.clip_grad_norm_: the total norm_type-norm of all gradients (the norm of the
+// per-tensor norms; norm_type may be inf, the largest |g|), and every gradient multiplied by
+// min(1, max_norm / (total + 1e-6)). Returns the total norm before clipping; a non-finite total
+// throws attn::Error when error_if_nonfinite, else the gradients are scaled by it (NaN / 0).
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
+                       bool error_if_nonfinite = false);
+// The 2-norm version, as it always was.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
                        bool error_if_nonfinite = false);
+// torch.nn.utils.clip_grad_value_: every gradient clamped to [-clip_value, clip_value].
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
 // nanoGPT's get_lr: linear warm-up lr * (it + 1) / (warmup_iters + 1) while it < warmup_iters,
 // then cosine decay from lr to min_lr at lr_decay_iters, and min_lr after that.
@@ -68,3 +185,5 @@ double cosine_lr(int64_t it, double lr, double min_lr, int64_t warmup_iters,
                  int64_t lr_decay_iters);
 
 }  // namespace attn::optim
+
+#include <attn/lr_scheduler.h>

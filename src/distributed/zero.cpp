@@ -48,11 +48,11 @@ ZeroAdamW::ZeroAdamW(std::vector<optim::ParamGroup> groups, const optim::AdamWOp
   optim::AdamW check(groups, options);
   s.options = options;
   std::string shapes;
-  for (const optim::ParamGroup& g : groups)
+  for (const optim::ParamGroup& g : check.groups())  // resolved: every weight_decay set
     for (const Tensor& p : g.params) {
       s.offset.push_back(s.n);
       s.params.push_back(p);
-      s.decay.push_back(g.weight_decay);
+      s.decay.push_back(*g.weight_decay);
       s.n += p.numel();
       shapes += shape_str(p.shape());
     }

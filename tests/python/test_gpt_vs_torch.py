@@ -218,10 +218,10 @@ def test_adamw_matches_torch_over_steps():
         aopt.step()
     for a, t in zip(ap, tp):
         close(a, t, 1e-5, 1e-6)
-    st = aopt.state_dict()
+    st = aopt.state_dict()["state"]
     # State indices follow group order: group 0 holds ap[0], ap[2]; group 1 holds ap[1].
-    assert int(st["state.2.step"]) == 24 and int(st["state.0.step"]) == 25
-    close(st["state.1.exp_avg_sq"], topt.state[tp[2]]["exp_avg_sq"], 1e-5, 1e-9)
+    assert int(st[2]["step"]) == 24 and int(st[0]["step"]) == 25
+    close(st[1]["exp_avg_sq"], topt.state[tp[2]]["exp_avg_sq"], 1e-5, 1e-9)
 
 
 def test_adamw_state_round_trip_and_errors():
@@ -233,15 +233,17 @@ def test_adamw_state_round_trip_and_errors():
     q = attn.randn(3, 3).requires_grad_(True)
     opt2 = attn.optim.AdamW([q], lr=0.1)
     opt2.load_state_dict(st)
-    assert int(opt2.state_dict()["state.0.step"]) == 1
+    assert int(opt2.state_dict()["state"][0]["step"]) == 1
+    bad = {"state": {0: {"exp_avg": attn.zeros(2), "exp_avg_sq": attn.zeros(2),
+                         "step": attn.tensor(1.0)}}, "param_groups": st["param_groups"]}
     with pytest.raises(ValueError, match=r"AdamW.load_state_dict.*does not match parameter 0"):
-        opt2.load_state_dict({"state.0.exp_avg": attn.zeros(2), "state.0.exp_avg_sq": attn.zeros(2),
-                              "state.0.step": attn.tensor(1)})
-    with pytest.raises(ValueError, match=r"unexpected key 'bogus'"):
-        opt2.load_state_dict({"bogus": attn.zeros(1)})
-    with pytest.raises(ValueError, match=r"\[AdamW\] invalid beta2"):
+        opt2.load_state_dict(bad)
+    bad["state"][0] = {"bogus": attn.zeros(1)}
+    with pytest.raises(ValueError, match=r"unexpected key 'state.0.bogus'"):
+        opt2.load_state_dict(bad)
+    with pytest.raises(ValueError, match=r"Invalid beta parameter at index 1: 1.0"):
         attn.optim.AdamW([q], betas=(0.9, 1.0))
-    with pytest.raises(ValueError, match=r"appears more than once"):
+    with pytest.raises(ValueError, match=r"duplicate parameters"):
         attn.optim.AdamW([q, q])
 
 

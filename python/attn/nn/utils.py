@@ -1,14 +1,27 @@
-"""attn.nn.utils: torch.nn.utils.clip_grad_norm_."""
+"""attn.nn.utils: torch.nn.utils.clip_grad_norm_ and clip_grad_value_ over the C++ ones."""
 from .. import _C
 
 
-def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
-    """Scales the gradients so that their total 2-norm is at most max_norm; returns the norm
-    before clipping (a 0-d tensor, as torch)."""
-    if float(norm_type) != 2.0:
-        raise ValueError("[clip_grad_norm_] only norm_type=2 is supported, got {}".format(
-            norm_type))
+def _params(parameters):
     if isinstance(parameters, _C.Tensor):
-        parameters = [parameters]
-    norm = _C.optim.clip_grad_norm_(list(parameters), float(max_norm), bool(error_if_nonfinite))
+        return [parameters]
+    return list(parameters)
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
+                    foreach=None):
+    """Scales the gradients so that their total norm_type-norm (inf: the largest |g|) is at most
+    max_norm; returns the norm before clipping (a 0-d tensor, as torch)."""
+    try:
+        norm = _C.optim.clip_grad_norm_(_params(parameters), float(max_norm), float(norm_type),
+                                        bool(error_if_nonfinite))
+    except ValueError as e:
+        if "is non-finite, so it cannot be clipped" in str(e):
+            raise RuntimeError(str(e)) from None  # torch raises RuntimeError here
+        raise
     return _C.tensor(norm)
+
+
+def clip_grad_value_(parameters, clip_value, foreach=None):
+    """Clamps every gradient to [-clip_value, clip_value] in place."""
+    _C.optim.clip_grad_value_(_params(parameters), float(clip_value))

@@ -1,0 +1,117 @@
+// Learning-rate schedulers over an optimizer's parameter groups, as torch.optim.lr_scheduler
+// (1.13) computes them: the same recursive ("chainable") formulas, so that the lrs agree with
+// torch's to the last bit of double arithmetic.
+#pragma once
+
+#include <attn/optim.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace attn::optim {
+
+// torch's _LRScheduler. The constructor sets every group's initial_lr to its lr when it is unset
+// (last_epoch == -1; resuming with last_epoch >= 0 needs initial_lr set, else attn::Error), takes
+// base_lrs from them and makes the first step (last_epoch 0). step() advances last_epoch and
+// writes the new lrs into the optimizer's groups. The optimizer must outlive the scheduler.
+class LRScheduler {
+ public:
+  virtual ~LRScheduler() = default;
+  void step();
+  const std::vector<double>& get_last_lr() const { return last_lr_; }
+  const std::vector<double>& base_lrs() const { return base_lrs_; }
+  int64_t last_epoch() const { return last_epoch_; }
+  int64_t step_count() const { return step_count_; }
+  // Restores what torch's state_dict holds (base_lrs, last_epoch, _step_count, _last_lr); the
+  // optimizer's lrs are not touched (they come with the optimizer's own state).
+  void load_state(std::vector<double> base_lrs, int64_t last_epoch, int64_t step_count,
+                  std::vector<double> last_lr);
+
+ protected:
+  LRScheduler(Optimizer& optimizer, int64_t last_epoch, const char* name);
+  // The lrs of epoch last_epoch(), from the groups' current lrs (torch's get_lr).
+  virtual std::vector<double> get_lr() const = 0;
+  // The first step; derived constructors call it last, once get_lr can run.
+  void initial_step() { step(); }
+  std::vector<double> group_lrs() const;
+
+  Optimizer* optimizer_;
+  const char* name_;
+  std::vector<double> base_lrs_, last_lr_;
+  int64_t last_epoch_ = -1;
+  int64_t step_count_ = 0;
+};
+
+// lr = base_lr * lambda(last_epoch): one function for every group, or one per group.
+class LambdaLR : public LRScheduler {
+ public:
+  using Lambda = std::function<double(int64_t)>;
+  LambdaLR(Optimizer& optimizer, Lambda lr_lambda, int64_t last_epoch = -1);
+  LambdaLR(Optimizer& optimizer, std::vector<Lambda> lr_lambdas, int64_t last_epoch = -1);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  std::vector<Lambda> lambdas_;
+};
+
+// lr *= gamma every step_size epochs.
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1, int64_t last_epoch = -1);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+// lr *= gamma^k at an epoch that appears k times in milestones.
+class MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma = 0.1,
+              int64_t last_epoch = -1);
+  const std::vector<int64_t>& milestones() const { return milestones_; }
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  std::vector<int64_t> milestones_;  // sorted
+  double gamma_;
+};
+
+// Cosine annealing from base_lr to eta_min over T_max epochs (and back up, periodically, after
+// that), by torch's recursive formula.
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min = 0.0,
+                    int64_t last_epoch = -1);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  int64_t T_max_;
+  double eta_min_;
+};
+
+// The lr factor goes linearly from start_factor to end_factor over total_iters epochs.
+class LinearLR : public LRScheduler {
+ public:
+  LinearLR(Optimizer& optimizer, double start_factor = 1.0 / 3, double end_factor = 1.0,
+           int64_t total_iters = 5, int64_t last_epoch = -1);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  double start_, end_;
+  int64_t total_iters_;
+};
+
+}  // namespace attn::optim

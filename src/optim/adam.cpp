@@ -1,0 +1,234 @@
+// Adam and AdamW: torch.optim's single-tensor updates, fused into one loop per parameter.
+#include <attn/autograd.h>
+#include <attn/ops.h>
+#include <attn/optim.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "../kernels/cpu/vmath.h"
+#include "../tensor/internal.h"
+#include "adamw_kernel.h"
+#include "state_names.h"
+
+namespace attn::optim {
+
+using detail::fail;
+
+namespace kernels {
+
+// AdamW without amsgrad, fused: the five element-wise passes of torch's single-tensor AdamW in
+// one loop, with the same operations in the same order per element.
+ATTN_VMATH_CLONES
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float decay, float beta1,
+                  float one_minus_beta1, float beta2, float one_minus_beta2, float bc2_sqrt,
+                  float eps, float neg_step_size) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    float pi = p[i] * decay;
+    const float mi = m[i] * beta1 + one_minus_beta1 * gi;
+    const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
+    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    pi = pi + neg_step_size * (mi / denom);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+// Every other case: Adam's L2 term (g + l2 p; l2 = 0 for AdamW), AdamW's decay factor (1 for
+// Adam) and, when vmax is not null, amsgrad's running maximum of v.
+ATTN_VMATH_CLONES
+void adam_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, float l2,
+                 float decay, float beta1, float one_minus_beta1, float beta2,
+                 float one_minus_beta2, float bc2_sqrt, float eps, float neg_step_size) {
+  for (int64_t i = 0; i < n; ++i) {
+    float pi = p[i];
+    const float gi = l2 != 0.0f ? g[i] + l2 * pi : g[i];
+    pi = pi * decay;
+    const float mi = m[i] * beta1 + one_minus_beta1 * gi;
+    const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
+    float vu = vi;
+    if (vmax) {
+      vu = std::max(vmax[i], vi);
+      vmax[i] = vu;
+    }
+    const float denom = std::sqrt(vu) / bc2_sqrt + eps;
+    pi = pi + neg_step_size * (mi / denom);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t step,
+                  const AdamWOptions& o, double weight_decay) {
+  const double bc1 = 1.0 - std::pow(o.beta1, double(step));
+  const double bc2 = 1.0 - std::pow(o.beta2, double(step));
+  const double step_size = o.lr / bc1;
+  adamw_update(p, g, m, v, n, float(1.0 - o.lr * weight_decay), float(o.beta1),
+               float(1.0 - o.beta1), float(o.beta2), float(1.0 - o.beta2), float(std::sqrt(bc2)),
+               float(o.eps), float(-step_size));
+}
+
+}  // namespace kernels
+
+namespace {
+
+ParamGroup adam_defaults(const AdamOptions& o) {
+  ParamGroup d;
+  d.lr = o.lr;
+  d.beta1 = o.beta1;
+  d.beta2 = o.beta2;
+  d.eps = o.eps;
+  d.weight_decay = o.weight_decay;
+  d.amsgrad = o.amsgrad;
+  return d;
+}
+
+AdamOptions from_adamw(const AdamWOptions& o) {
+  return AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad};
+}
+
+}  // namespace
+
+Adam::Adam(std::string name, std::vector<ParamGroup> groups, const AdamOptions& options,
+           bool decoupled)
+    : Optimizer(std::move(name), adam_defaults(options)), decoupled_(decoupled) {
+  check_group(defaults_);
+  add_groups(std::move(groups));
+}
+
+Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options)
+    : Adam("Adam", std::move(groups), options, false) {}
+
+Adam::Adam(const std::vector<Tensor>& params, const AdamOptions& options)
+    : Adam(std::vector<ParamGroup>{ParamGroup{params}}, options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
+    : Adam("AdamW", std::move(groups), from_adamw(options), true) {}
+
+AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options)
+    : AdamW(std::vector<ParamGroup>{ParamGroup{params}}, options) {}
+
+AdamWOptions AdamW::options() const {
+  return AdamWOptions{lr(),           *defaults_.beta1,        *defaults_.beta2,
+                      *defaults_.eps, *defaults_.weight_decay, *defaults_.amsgrad};
+}
+
+void Adam::check_group(const ParamGroup& g) const {
+  const char* fn = name_.c_str();
+  // torch's words: "Invalid learning rate: -1.0", ...
+  if (!(*g.lr >= 0.0)) fail(fn, "Invalid learning rate: ", *g.lr);
+  if (!(*g.eps >= 0.0)) fail(fn, "Invalid epsilon value: ", *g.eps);
+  if (!(*g.beta1 >= 0.0 && *g.beta1 < 1.0))
+    fail(fn, "Invalid beta parameter at index 0: ", *g.beta1);
+  if (!(*g.beta2 >= 0.0 && *g.beta2 < 1.0))
+    fail(fn, "Invalid beta parameter at index 1: ", *g.beta2);
+  if (!(*g.weight_decay >= 0.0)) fail(fn, "Invalid weight_decay value: ", *g.weight_decay);
+  if (g.initial_lr && !(*g.initial_lr >= 0.0))
+    fail(fn, "Invalid initial learning rate: ", *g.initial_lr);
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  state_.resize(num_params());
+  std::size_t k = 0;
+  for (ParamGroup& group : groups_) {
+    const double lr = *group.lr, beta1 = *group.beta1, beta2 = *group.beta2, eps = *group.eps;
+    const double wd = *group.weight_decay;
+    const bool amsgrad = *group.amsgrad;
+    for (Tensor& p : group.params) {
+      State& s = state_[k++];
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      if (g.shape() != p.shape() || g.dtype() != Dtype::Float32)
+        fail(name_.c_str(), "gradient ", detail::tensor_desc(g), " does not match parameter ",
+             detail::tensor_desc(p));
+      g = g.contiguous();
+      if (!s.exp_avg.defined()) {
+        s.exp_avg = zeros(p.shape());
+        s.exp_avg_sq = zeros(p.shape());
+      }
+      if (amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = zeros(p.shape());
+      s.step += 1;
+      const double bc1 = 1.0 - std::pow(beta1, double(s.step));
+      const double bc2 = 1.0 - std::pow(beta2, double(s.step));
+      const double step_size = lr / bc1;
+      const float decay = decoupled_ ? float(1.0 - lr * wd) : 1.0f;
+      const float l2 = decoupled_ ? 0.0f : float(wd);
+      float* pp = p.data_ptr<float>();
+      if (decoupled_ && !amsgrad)
+        kernels::adamw_update(pp, g.data_ptr<float>(), s.exp_avg.data_ptr<float>(),
+                              s.exp_avg_sq.data_ptr<float>(), p.numel(), decay, float(beta1),
+                              float(1.0 - beta1), float(beta2), float(1.0 - beta2),
+                              float(std::sqrt(bc2)), float(eps), float(-step_size));
+      else
+        kernels::adam_update(
+            pp, g.data_ptr<float>(), s.exp_avg.data_ptr<float>(), s.exp_avg_sq.data_ptr<float>(),
+            amsgrad ? s.max_exp_avg_sq.data_ptr<float>() : nullptr, p.numel(), l2, decay,
+            float(beta1), float(1.0 - beta1), float(beta2), float(1.0 - beta2),
+            float(std::sqrt(bc2)), float(eps), float(-step_size));
+      detail::bump_version(p);
+    }
+  }
+}
+
+nn::NamedTensors Adam::state_dict() const {
+  nn::NamedTensors out;
+  for (std::size_t i = 0; i < state_.size(); ++i) {
+    const State& s = state_[i];
+    if (!s.exp_avg.defined()) continue;
+    const std::string prefix = "state." + std::to_string(i) + ".";
+    out.emplace_back(prefix + "exp_avg", s.exp_avg.clone());
+    out.emplace_back(prefix + "exp_avg_sq", s.exp_avg_sq.clone());
+    if (s.max_exp_avg_sq.defined())
+      out.emplace_back(prefix + "max_exp_avg_sq", s.max_exp_avg_sq.clone());
+    out.emplace_back(prefix + "step", tensor(NestedList(s.step), Dtype::Int64));
+  }
+  return out;
+}
+
+void Adam::load_state_dict(const nn::NamedTensors& state) {
+  const std::string fn_name = name_ + ".load_state_dict";
+  const char* fn = fn_name.c_str();
+  const std::vector<const Tensor*> params = const_params();
+  std::vector<State> fresh(params.size());
+  std::vector<int> seen(params.size(), 0);
+  for (const auto& [name, t] : state) {
+    const names::StateKey key = names::parse_state_key(
+        fn, name, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"}, params.size());
+    const std::size_t i = key.index;
+    if (!t.defined()) fail(fn, "'", name, "' is undefined");
+    if (key.field == "step") {
+      if (t.dtype() != Dtype::Int64 || t.numel() != 1)
+        fail(fn, "'", name, "' must be one int64, got ", detail::tensor_desc(t));
+      const int64_t step = t.contiguous().data_ptr<int64_t>()[0];
+      if (step < 1) fail(fn, "'", name, "' must be >= 1, got ", step);
+      fresh[i].step = step;
+      seen[i] |= 1;
+      continue;
+    }
+    if (t.dtype() != Dtype::Float32 || t.shape() != params[i]->shape())
+      fail(fn, "'", name, "' ", detail::tensor_desc(t), " does not match parameter ", i, " ",
+           shape_str(params[i]->shape()));
+    Tensor copy = t.contiguous().clone();
+    if (key.field == "exp_avg") {
+      fresh[i].exp_avg = copy;
+      seen[i] |= 2;
+    } else if (key.field == "exp_avg_sq") {
+      fresh[i].exp_avg_sq = copy;
+      seen[i] |= 4;
+    } else {
+      fresh[i].max_exp_avg_sq = copy;
+      seen[i] |= 8;
+    }
+  }
+  for (std::size_t i = 0; i < seen.size(); ++i)
+    if (seen[i] != 0 && (seen[i] & 7) != 7)
+      fail(fn, "incomplete state for parameter ", i,
+           " (need exp_avg, exp_avg_sq and step together)");
+  state_ = std::move(fresh);
+}
+
+}  // namespace attn::optim

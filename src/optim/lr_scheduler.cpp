@@ -1,0 +1,182 @@
+// torch.optim.lr_scheduler's schedulers over optim::Optimizer's groups. The formulas are torch's
+// chainable ones, written with the same operations in the same order (compiled without FMA
+// contraction), so that the lrs are torch's doubles.
+#include <attn/lr_scheduler.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "../tensor/internal.h"
+
+namespace attn::optim {
+
+using detail::fail;
+
+LRScheduler::LRScheduler(Optimizer& optimizer, int64_t last_epoch, const char* name)
+    : optimizer_(&optimizer), name_(name), last_epoch_(last_epoch) {
+  if (last_epoch < -1) fail(name, "last_epoch must be >= -1, got ", last_epoch);
+  const std::vector<ParamGroup>& groups = optimizer.groups();
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    if (last_epoch == -1) {
+      if (!groups[i].initial_lr) optimizer.set_initial_lr(i, *groups[i].lr);
+    } else if (!groups[i].initial_lr) {
+      fail(name, "param 'initial_lr' is not specified in param_groups[", i,
+           "] when resuming an optimizer (last_epoch ", last_epoch, ")");
+    }
+    base_lrs_.push_back(*optimizer.groups()[i].initial_lr);
+  }
+}
+
+std::vector<double> LRScheduler::group_lrs() const {
+  std::vector<double> out;
+  for (const ParamGroup& g : optimizer_->groups()) out.push_back(*g.lr);
+  return out;
+}
+
+void LRScheduler::step() {
+  if (optimizer_->num_groups() != base_lrs_.size())
+    fail(name_, "the optimizer has ", optimizer_->num_groups(), " parameter groups, but ",
+         base_lrs_.size(), " when the scheduler was made");
+  step_count_ += 1;
+  last_epoch_ += 1;
+  const std::vector<double> lrs = get_lr();
+  for (std::size_t i = 0; i < lrs.size(); ++i) optimizer_->set_lr(i, lrs[i]);
+  last_lr_ = group_lrs();
+}
+
+void LRScheduler::load_state(std::vector<double> base_lrs, int64_t last_epoch, int64_t step_count,
+                             std::vector<double> last_lr) {
+  if (base_lrs.size() != optimizer_->num_groups())
+    fail(name_, "the state has ", base_lrs.size(), " base_lrs, but the optimizer has ",
+         optimizer_->num_groups(), " parameter groups");
+  if (last_epoch < -1) fail(name_, "last_epoch must be >= -1, got ", last_epoch);
+  base_lrs_ = std::move(base_lrs);
+  last_epoch_ = last_epoch;
+  step_count_ = step_count;
+  last_lr_ = std::move(last_lr);
+}
+
+// ---- LambdaLR -----------------------------------------------------------------------------------
+
+LambdaLR::LambdaLR(Optimizer& optimizer, Lambda lr_lambda, int64_t last_epoch)
+    : LambdaLR(optimizer, std::vector<Lambda>(optimizer.num_groups(), lr_lambda), last_epoch) {}
+
+LambdaLR::LambdaLR(Optimizer& optimizer, std::vector<Lambda> lr_lambdas, int64_t last_epoch)
+    : LRScheduler(optimizer, last_epoch, "LambdaLR"), lambdas_(std::move(lr_lambdas)) {
+  if (lambdas_.size() != optimizer.num_groups())
+    fail(name_, "Expected ", optimizer.num_groups(), " lr_lambdas, but got ", lambdas_.size());
+  for (std::size_t i = 0; i < lambdas_.size(); ++i)
+    if (!lambdas_[i]) fail(name_, "lr_lambda ", i, " is empty");
+  initial_step();
+}
+
+std::vector<double> LambdaLR::get_lr() const {
+  std::vector<double> out;
+  for (std::size_t i = 0; i < base_lrs_.size(); ++i)
+    out.push_back(base_lrs_[i] * lambdas_[i](last_epoch_));
+  return out;
+}
+
+// ---- StepLR, MultiStepLR ------------------------------------------------------------------------
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma, int64_t last_epoch)
+    : LRScheduler(optimizer, last_epoch, "StepLR"), step_size_(step_size), gamma_(gamma) {
+  if (step_size < 1) fail(name_, "step_size must be >= 1, got ", step_size);
+  initial_step();
+}
+
+std::vector<double> StepLR::get_lr() const {
+  std::vector<double> lrs = group_lrs();
+  if (last_epoch_ == 0 || last_epoch_ % step_size_ != 0) return lrs;
+  for (double& lr : lrs) lr = lr * gamma_;
+  return lrs;
+}
+
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma,
+                         int64_t last_epoch)
+    : LRScheduler(optimizer, last_epoch, "MultiStepLR"),
+      milestones_(std::move(milestones)),
+      gamma_(gamma) {
+  std::sort(milestones_.begin(), milestones_.end());
+  initial_step();
+}
+
+std::vector<double> MultiStepLR::get_lr() const {
+  std::vector<double> lrs = group_lrs();
+  const auto count = std::count(milestones_.begin(), milestones_.end(), last_epoch_);
+  if (count == 0) return lrs;
+  const double factor = std::pow(gamma_, double(count));
+  for (double& lr : lrs) lr = lr * factor;
+  return lrs;
+}
+
+// ---- CosineAnnealingLR --------------------------------------------------------------------------
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min,
+                                     int64_t last_epoch)
+    : LRScheduler(optimizer, last_epoch, "CosineAnnealingLR"), T_max_(T_max), eta_min_(eta_min) {
+  if (T_max < 1) fail(name_, "T_max must be >= 1, got ", T_max);
+  initial_step();
+}
+
+std::vector<double> CosineAnnealingLR::get_lr() const {
+  constexpr double pi = std::numbers::pi;
+  const double T = double(T_max_), e = double(last_epoch_), eta = eta_min_;
+  std::vector<double> lrs = group_lrs();
+  if (last_epoch_ == 0) return lrs;
+  for (std::size_t i = 0; i < lrs.size(); ++i) {
+    const double base = base_lrs_[i];
+    if (step_count_ == 1 && last_epoch_ > 0)  // resumed: the closed form
+      lrs[i] = eta + (base - eta) * (1 + std::cos(e * pi / T)) / 2;
+    else if ((last_epoch_ - 1 - T_max_) % (2 * T_max_) == 0)
+      lrs[i] = lrs[i] + (base - eta) * (1 - std::cos(pi / T)) / 2;
+    else
+      lrs[i] = (1 + std::cos(pi * e / T)) / (1 + std::cos(pi * (e - 1) / T)) * (lrs[i] - eta) + eta;
+  }
+  return lrs;
+}
+
+// ---- LinearLR -----------------------------------------------------------------------------------
+
+LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
+                   int64_t total_iters, int64_t last_epoch)
+    : LRScheduler(optimizer, last_epoch, "LinearLR"),
+      start_(start_factor),
+      end_(end_factor),
+      total_iters_(total_iters) {
+  if (!(start_factor >= 0.0 && start_factor <= 1.0))
+    fail(name_, "Starting multiplicative factor expected to be between 0 and 1, got ",
+         start_factor);
+  if (!(end_factor >= 0.0 && end_factor <= 1.0))
+    fail(name_, "Ending multiplicative factor expected to be between 0 and 1, got ", end_factor);
+  if (total_iters < 1) fail(name_, "total_iters must be >= 1, got ", total_iters);
+  initial_step();
+}
+
+std::vector<double> LinearLR::get_lr() const {
+  std::vector<double> lrs = group_lrs();
+  if (last_epoch_ == 0) {
+    for (double& lr : lrs) lr = lr * start_;
+    return lrs;
+  }
+  if (last_epoch_ > total_iters_) return lrs;
+  const double f = 1. + (end_ - start_) / (double(total_iters_) * start_ +
+                                           double(last_epoch_ - 1) * (end_ - start_));
+  for (double& lr : lrs) lr = lr * f;
+  return lrs;
+}
+
+// ---- nanoGPT ------------------------------------------------------------------------------------
+
+double cosine_lr(int64_t it, double lr, double min_lr, int64_t warmup_iters,
+                 int64_t lr_decay_iters) {
+  if (it < warmup_iters) return lr * double(it + 1) / double(warmup_iters + 1);
+  if (it > lr_decay_iters) return min_lr;
+  if (lr_decay_iters <= warmup_iters) return min_lr;
+  const double ratio = double(it - warmup_iters) / double(lr_decay_iters - warmup_iters);
+  const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * ratio));
+  return min_lr + coeff * (lr - min_lr);
+}
+
+}  // namespace attn::optim
