@@ -45,8 +45,9 @@ class ToValue {
     if (h.is_none()) return io::Value();
     if (PyBool_Check(o)) return io::Value(o == Py_True);
     if (PyFloat_Check(o)) return io::Value(PyFloat_AsDouble(o));
-    if (PyLong_Check(o) || (!PyUnicode_Check(o) && !py::isinstance<Tensor>(h) &&
-                            py::hasattr(h, "__index__") && !PySequence_Check(o))) {
+    // NumPy's integer scalars count as ints (as pickle writes them, through __index__ here).
+    if (PyLong_Check(o) || (type_name(h).rfind("numpy.", 0) == 0 && py::hasattr(h, "__index__") &&
+                            !PySequence_Check(o))) {
       const py::int_ i =
           PyLong_Check(o) ? py::reinterpret_borrow<py::int_>(h) : py::int_(h.attr("__index__")());
       int overflow = 0;
