@@ -95,6 +95,7 @@ struct TensorImpl {
 };
 
 class TensorIndex;
+class Generator;
 
 class Tensor {
  public:
@@ -256,6 +257,67 @@ class Tensor {
   Tensor dot(const Tensor& other) const;
   Tensor tril(int64_t diagonal = 0) const;
   Tensor triu(int64_t diagonal = 0) const;
+
+  // ---- sorting, selection, scans, clamping, gather / scatter, splitting, sampling ---------------
+  // (src/ops/sort.cpp, scan_clamp.cpp, gather_scatter.cpp, src/tensor/sampling.cpp; the free
+  // functions of the same names are in attn/ops2.h.)
+  // sum(1), sum(-1, true), mean(0, true): one dim, as torch's t.sum(dim, keepdim). (A real bool is
+  // never taken for a dim.)
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) Tensor sum(I dim, bool keepdim = false)
+  const { return sum(Shape{int64_t(dim)}, keepdim); }
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) Tensor mean(I dim, bool keepdim = false)
+  const { return mean(Shape{int64_t(dim)}, keepdim); }
+  Tensor argmax() const;  // index into the flattened tensor (torch's dim=None)
+  Tensor argmin() const;
+  Tensor argmin(int64_t dim, bool keepdim = false) const;
+  // (values, indices) of the k largest (smallest) entries along dim, in torch's order.
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true,
+                                  bool sorted = true) const;
+  // (values, indices) sorted along dim; NaN sorts above every number, as in torch.
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false,
+                                  bool stable = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  Tensor cumsum(int64_t dim) const;
+  Tensor cumprod(int64_t dim) const;
+  // Elementwise min(max(x, min), max); an unset bound (nullopt, undefined tensor) is open.
+  Tensor clamp(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const;
+  Tensor clamp(const Tensor& min, const Tensor& max = Tensor()) const;
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+  Tensor& clamp_(const Tensor& min, const Tensor& max = Tensor());
+  Tensor clip(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt) const {
+    return clamp(min, max);
+  }
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor scatter(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor scatter(int64_t dim, const Tensor& index, Scalar value) const;
+  Tensor& scatter_(int64_t dim, const Tensor& index, const Tensor& src);
+  Tensor& scatter_(int64_t dim, const Tensor& index, Scalar value);
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor& scatter_add_(int64_t dim, const Tensor& index, const Tensor& src);
+  // Views of consecutive pieces along dim (the last one may be smaller).
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> split(const Shape& sizes, int64_t dim = 0) const;  // split_with_sizes
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  std::vector<Tensor> unbind(int64_t dim = 0) const;
+  // In-place elementwise math (bump the version counter; refused on leaves that require grad).
+  Tensor& exp_();
+  Tensor& log_();
+  Tensor& sqrt_();
+  Tensor& rsqrt_();
+  Tensor& tanh_();
+  Tensor& sigmoid_();
+  Tensor& relu_();
+  Tensor& abs_();
+  Tensor& neg_();
+  Tensor& pow_(Scalar exponent);
+  Tensor& pow_(const Tensor& exponent);
+  // Fills with Exp(lambd) samples drawn as torch's CPU kernel does (same stream, contiguous).
+  Tensor& exponential_(double lambd = 1.0, Generator* gen = nullptr);
+  // num_samples category indices per row of a 1-D or 2-D tensor of (unnormalised) probabilities,
+  // bit for bit torch.multinomial's CPU stream for the same generator state.
+  Tensor multinomial(int64_t num_samples, bool replacement = false, Generator* gen = nullptr) const;
 
   // PyTorch's repr: tensor([[0.2996, 0.8053], ...]) with the current print options.
   std::string repr() const;
