@@ -93,6 +93,7 @@ void register_ops(py::module_& m) {
   m.def("sqrt", &attn::sqrt);
   m.def("abs", &attn::abs);
   m.def("tanh", &attn::tanh);
+  m.def("erfinv", &attn::erfinv);
   m.def(
       "where",
       [](const Tensor& cond, const py::object& a, const py::object& b) {
