@@ -311,6 +311,21 @@ Tensor& ones_(Tensor& t);
 Tensor& kaiming_uniform_(Tensor& t, double a = 0.0, Generator* gen = nullptr);
 // xavier_uniform_: U(-b, b), b = gain * sqrt(6 / (fan_in + fan_out)).
 Tensor& xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+// ---- the rest of torch.nn.init (src/nn/init.cpp), with torch 1.13's arithmetic and draws
+Tensor& constant_(Tensor& t, double value);
+// torch.nn.init.calculate_gain; param is leaky_relu's negative slope (0.01 when not given).
+double calculate_gain(const std::string& nonlinearity, std::optional<double> param = std::nullopt);
+// kaiming_*_(t, a, mode "fan_in" | "fan_out", nonlinearity): std = gain / sqrt(fan).
+Tensor& kaiming_uniform_(Tensor& t, double a, const std::string& mode,
+                         const std::string& nonlinearity, Generator* gen = nullptr);
+Tensor& kaiming_normal_(Tensor& t, double a = 0.0, const std::string& mode = "fan_in",
+                        const std::string& nonlinearity = "leaky_relu", Generator* gen = nullptr);
+// xavier_normal_: N(0, std), std = gain * sqrt(2 / (fan_in + fan_out)).
+Tensor& xavier_normal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+// trunc_normal_: N(mean, std) truncated to [a, b] by inverse-CDF sampling (uniform_, erfinv_,
+// then clamp), the same numbers as torch for the same seed.
+Tensor& trunc_normal_(Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0,
+                      double b = 2.0, Generator* gen = nullptr);
 }  // namespace init
 
 // ---- functional ---------------------------------------------------------------------------------

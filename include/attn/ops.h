@@ -43,6 +43,16 @@ Tensor randint(int64_t high, Shape shape, Generator* gen = nullptr);
 Tensor& uniform_(Tensor& t, double from = 0.0, double to = 1.0, Generator* gen = nullptr);
 Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
 Tensor& bernoulli_(Tensor& t, double p, Generator* gen = nullptr);
+// ---- randperm and random_ (torch 1.13's CPU stream; src/tensor/random_int.cpp)
+// torch.randperm(n): a shuffle of 0..n-1 (int64, or float32 for n <= 2^24), one 32-bit draw per
+// swap of a Fisher-Yates pass, as torch 1.13.
+Tensor randperm(int64_t n, Generator* gen = nullptr, Dtype dtype = Dtype::Int64);
+// Tensor.random_(): int64 in [0, 2^63 - 1] (one 64-bit draw each), float32 in [0, 2^24], bool.
+Tensor& random_(Tensor& t, Generator* gen = nullptr);
+// Tensor.random_(from, to): integers in [from, to); to = nullopt means the dtype's largest value
+// (+1). Values are draw % (to - from) + from with a 64-bit draw when the range is >= 2^32.
+Tensor& random_(Tensor& t, int64_t from, std::optional<int64_t> to, Generator* gen = nullptr);
+Tensor erfinv(const Tensor& t);
 
 // ---- math
 // ---------------------------------------------------------------------------------------------

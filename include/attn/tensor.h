@@ -194,6 +194,9 @@ class Tensor {
   Tensor neg() const;
   Tensor tanh() const;
   Tensor sigmoid() const;
+  // The inverse error function (torch's rational approximation and two Newton steps, float32).
+  Tensor erfinv() const;
+  Tensor& erfinv_();
   Tensor relu() const;
   Tensor ceil() const;
   Tensor floor() const;

@@ -7,7 +7,12 @@ import builtins as _builtins
 import contextlib as _contextlib
 import math as _math
 
-from . import _C
+from . import _C, _compat, cuda
+from ._compat import (bfloat16, compile, float16, float64, get_default_dtype,  # noqa: A004
+                      get_float32_matmul_precision, set_default_dtype,
+                      set_float32_matmul_precision)
+from . import _unsupported
+from ._unsupported import UnsupportedError
 from ._C import (Generator, Tensor, allclose, arange, cat, concat, default_generator, dot, empty,
                  empty_like, equal, exp, from_numpy, full, full_like, get_num_threads,
                  get_rng_state, initial_seed, is_grad_enabled, log, log_softmax, manual_seed,
@@ -15,6 +20,7 @@ from ._C import (Generator, Tensor, allclose, arange, cat, concat, default_gener
                  seed, set_num_threads, set_printoptions, set_rng_state, softmax, sqrt, stack,
                  tanh, tensor, tril, triu, where, zeros, zeros_like)
 from ._C import abs  # noqa: A004  (torch.abs shadows the builtin the same way)
+from ._C import erfinv, randperm
 
 __version__ = "0.1.0"
 
@@ -27,6 +33,8 @@ float = float32  # noqa: A001
 int64 = _C.dtype.int64
 long = int64
 bool = _C.dtype.bool  # noqa: A001
+half = float16
+double = float64
 
 inf = _math.inf
 nan = _math.nan
@@ -110,39 +118,81 @@ def _grad_fn(self):
 
 
 class device:
-    """torch.device: attn computes on the cpu only, so that is the one device there is."""
+    """torch.device: "cpu", "cuda", "cuda:1", device("cuda", 0), device(0). Any of them can be
+    named, as in torch; attn computes on the cpu only, so tensors and modules moved to another
+    device raise (AssertionError for cuda, as torch built without CUDA)."""
+
+    _types = ("cpu", "cuda", "mps", "meta", "xpu", "hpu", "xla", "vulkan", "ipu", "ort", "mkldnn",
+              "opengl", "opencl", "ideep", "hip", "ve", "fpga", "lazy", "privateuseone")
 
     def __init__(self, type="cpu", index=None):  # noqa: A002
-        type = str(type)
-        if type != "cpu" or index not in (None, 0):
-            raise ValueError("[device] only the cpu device is supported, got {}{}".format(
-                type, "" if index is None else ":{}".format(index)))
+        if isinstance(type, device):
+            if index is not None:
+                raise TypeError("[device] device(device) takes no index")
+            type, index = type.type, type.index
+        elif isinstance(type, int) and not isinstance(type, _builtins.bool):
+            type, index = "cuda", type
+        else:
+            type = str(type)
+            if ":" in type:
+                if index is not None:
+                    raise RuntimeError("type (string) must not include an index because index "
+                                       "was passed explicitly: " + type)
+                type, _, idx = type.partition(":")
+                if not idx.isdigit():
+                    raise RuntimeError("Invalid device string: '{}:{}'".format(type, idx))
+                index = int(idx)
+        if type not in device._types:
+            raise RuntimeError("Expected one of {} device type at start of device string: {}"
+                               .format(", ".join(device._types), type))
+        if index is not None and (not isinstance(index, int) or index < 0):
+            raise RuntimeError("Device index must not be negative, got {}".format(index))
         self.type = type
-        self.index = None
+        self.index = index
 
     def __repr__(self):
-        return "device(type='cpu')"
+        if self.index is None:
+            return "device(type='%s')" % self.type
+        return "device(type='%s', index=%d)" % (self.type, self.index)
 
     def __str__(self):
-        return "cpu"
+        return self.type if self.index is None else "%s:%d" % (self.type, self.index)
 
     def __eq__(self, other):
-        return str(other) == "cpu"
+        if isinstance(other, str):
+            try:
+                other = device(other)
+            except (RuntimeError, TypeError):
+                return False
+        if not isinstance(other, device):
+            return NotImplemented
+        return self.type == other.type and self.index == other.index
 
     def __hash__(self):
-        return hash("cpu")
+        return hash((self.type, self.index))
+
+    def __reduce__(self):
+        return (device, (self.type, self.index))
 
 
 def _is_device(obj):
     return isinstance(obj, (str, device)) or type(obj).__name__ == "device"
 
 
-def _check_device(fn, device):
-    if device is not None and str(device) != "cpu":
-        raise ValueError("[%s] only the cpu device is supported, got %s" % (fn, device))
+def _check_device(fn, dev):
+    """Nothing for the cpu; AssertionError (torch's, without CUDA) for cuda; ValueError else."""
+    if dev is None:
+        return
+    d = dev if isinstance(dev, device) else device(str(dev))
+    if d.type == "cpu":
+        return
+    if d.type == "cuda":
+        raise cuda._no_cuda(fn)
+    raise ValueError("[%s] only the cpu device is supported, got %s" % (fn, d))
 
 
-def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False):
+def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
+        memory_format=None):
     """Tensor.to(dtype), .to("cpu"), .to(other), .to("cpu", dtype): a new tensor only when the
     dtype changes (or copy=True), as in torch."""
     args = list(args)
@@ -150,12 +200,14 @@ def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False):
         dtype = args.pop(0).dtype
     if args and _is_device(args[0]):
         device = args.pop(0)
-    if args and isinstance(args[0], _C.dtype):
+    if args and isinstance(args[0], (_C.dtype, _compat._UnsupportedDtype)):
         dtype = args.pop(0)
     if args:
         raise ValueError("[to] unexpected arguments %r (expected a dtype, a device or a tensor)"
                          % (args,))
     _check_device("to", device)
+    if dtype is not None and not isinstance(dtype, _C.dtype):
+        raise TypeError("[to] attn computes in float32, int64 and bool, not %s" % (dtype,))
     out = self if dtype is None or dtype == self.dtype else self._to_dtype(dtype)
     return out.clone() if copy and out is self else out
 
@@ -166,6 +218,17 @@ Tensor.grad_fn = property(_grad_fn)
 Tensor.to = _to
 Tensor.device = property(lambda self: device("cpu"))
 Tensor.cpu = lambda self: self
+
+
+def _tensor_cuda(self, device=None, non_blocking=False):
+    raise cuda._no_cuda("Tensor.cuda")
+
+
+Tensor.cuda = _tensor_cuda
+Tensor.is_cuda = property(lambda self: False)
+# pin_memory: page-locked memory only matters for copies to a GPU, so the tensor itself.
+Tensor.pin_memory = lambda self, device=None: self
+Tensor.is_pinned = lambda self, device=None: False
 Tensor.__array_priority__ = 1000  # numpy defers to our reflected operators
 
 
@@ -269,6 +332,12 @@ def isfinite(input):
 class _GradMode(_contextlib.ContextDecorator):
     _mode = True
 
+    def __new__(cls, *args, **kwargs):
+        # @no_grad without parentheses (torch >= 2.0) wraps the function directly.
+        if cls is not set_grad_enabled and len(args) == 1 and callable(args[0]) and not kwargs:
+            return cls()(args[0])
+        return super().__new__(cls)
+
     def __enter__(self):
         self._prev = is_grad_enabled()
         _C._set_grad_enabled(self._mode)
@@ -292,6 +361,18 @@ class enable_grad(_GradMode):
     _mode = True
 
 
+class inference_mode(_GradMode):
+    """torch.inference_mode(mode=True): no graph is recorded inside (as no_grad; attn has no
+    separate inference tensors). Context manager and decorator."""
+
+    def __init__(self, mode=True):
+        self._mode = not _builtins.bool(mode)
+
+
+def is_inference_mode_enabled():
+    return False
+
+
 class set_grad_enabled(_GradMode):
     """torch.set_grad_enabled(mode): sets the mode now; used as a context manager, restores the
     previous mode on exit."""
@@ -313,5 +394,16 @@ from . import nn  # noqa: E402  (nn uses the names above)
 from . import optim  # noqa: E402
 from . import distributed  # noqa: E402
 from .serialization import load, save  # noqa: E402
+from . import amp, backends, utils  # noqa: E402
+from .amp import autocast  # noqa: E402
 
 __all__ = [n for n in dir() if not n.startswith("_")]
+__getattr__ = _unsupported.module_getattr("attn")
+
+
+def _tensor_getattr(self, name):
+    raise _unsupported.unsupported("attn.Tensor" if not name.startswith("_")
+                                   else "'Tensor' object", name)
+
+
+Tensor.__getattr__ = _tensor_getattr

@@ -244,8 +244,23 @@ FactoryKwargs factory_kwargs(const py::kwargs& k, const char* fn, bool random,
     } else if (key == "dtype") {
       f.dtype = to_dtype(v);
     } else if (key == "device") {
-      if (!v.is_none() && std::string(py::str(v)) != "cpu")
-        throw Error(std::string("[") + fn + "] only the cpu device is supported, got " +
+      const std::string dev = v.is_none() ? "cpu" : std::string(py::str(v));
+      if (dev.rfind("cuda", 0) == 0) {
+        // What torch built without CUDA raises (torch.cuda._lazy_init's AssertionError).
+        const std::string what = std::string("[") + fn +
+                                 "] attn was built without CUDA (Torch not compiled with CUDA "
+                                 "enabled): only the cpu device is supported, got " +
+                                 dev;
+        PyErr_SetString(PyExc_AssertionError, what.c_str());
+        throw py::error_already_set();
+      }
+      if (dev != "cpu" && dev != "cpu:0")
+        throw Error(std::string("[") + fn + "] only the cpu device is supported, got " + dev);
+    } else if (key == "pin_memory") {
+      // Page-locked memory only matters for copies to a GPU: accepted and ignored.
+    } else if (key == "layout") {
+      if (!v.is_none() && std::string(py::str(v)) != "torch.strided")
+        throw Error(std::string("[") + fn + "] only the strided layout is supported, got " +
                     std::string(py::str(v)));
     } else if (key == "requires_grad") {
       f.requires_grad = v.cast<bool>();

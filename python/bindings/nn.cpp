@@ -38,6 +38,37 @@ void register_nn(py::module_& m) {
       "xavier_uniform_",
       [](Tensor& t, double gain) -> Tensor& { return nn::init::xavier_uniform_(t, gain); },
       py::arg("tensor"), py::arg("gain") = 1.0, py::return_value_policy::reference);
+  // The rest of torch.nn.init (src/nn/init.cpp); the Python wrappers check the argument types.
+  init.def(
+      "constant_", [](Tensor& t, double v) -> Tensor& { return nn::init::constant_(t, v); },
+      py::arg("tensor"), py::arg("val"), py::return_value_policy::reference);
+  init.def("calculate_gain", &nn::init::calculate_gain, py::arg("nonlinearity"),
+           py::arg("param") = py::none());
+  init.def(
+      "kaiming_uniform_full",
+      [](Tensor& t, double a, const std::string& mode, const std::string& nl) -> Tensor& {
+        return nn::init::kaiming_uniform_(t, a, mode, nl);
+      },
+      py::arg("tensor"), py::arg("a"), py::arg("mode"), py::arg("nonlinearity"),
+      py::return_value_policy::reference);
+  init.def(
+      "kaiming_normal_",
+      [](Tensor& t, double a, const std::string& mode, const std::string& nl) -> Tensor& {
+        return nn::init::kaiming_normal_(t, a, mode, nl);
+      },
+      py::arg("tensor"), py::arg("a") = 0.0, py::arg("mode") = "fan_in",
+      py::arg("nonlinearity") = "leaky_relu", py::return_value_policy::reference);
+  init.def(
+      "xavier_normal_",
+      [](Tensor& t, double gain) -> Tensor& { return nn::init::xavier_normal_(t, gain); },
+      py::arg("tensor"), py::arg("gain") = 1.0, py::return_value_policy::reference);
+  init.def(
+      "trunc_normal_",
+      [](Tensor& t, double mean, double std, double a, double b) -> Tensor& {
+        return nn::init::trunc_normal_(t, mean, std, a, b);
+      },
+      py::arg("tensor"), py::arg("mean") = 0.0, py::arg("std") = 1.0, py::arg("a") = -2.0,
+      py::arg("b") = 2.0, py::return_value_policy::reference);
 
   // ---- C++ modules the Python modules wrap (their parameters are shared, not copied) ---------
   py::module_ mods = m.def_submodule("modules");

@@ -39,8 +39,14 @@ Tensor where_operand(const py::object& o, const py::object& other) {
 
 void register_ops(py::module_& m) {
   // ---- creation --------------------------------------------------------------------------------
-  m.def("tensor", &make_tensor, py::arg("data"), py::arg("dtype") = py::none(),
-        py::arg("requires_grad") = false);
+  // tensor(data, dtype=None, device=None, requires_grad=False, pin_memory=False)
+  m.def(
+      "tensor",
+      [](const py::object& data, py::kwargs k) {
+        FactoryKwargs f = factory_kwargs(k, "tensor", false);
+        return make_tensor(data, f.dtype ? py::cast(*f.dtype) : py::none(), f.requires_grad);
+      },
+      py::arg("data"));
   m.def("from_numpy", [](py::array a) { return from_numpy(a); });
   auto shaped = [&m](const char* name, auto fn) {
     m.def(name, [fn, name](py::args a, py::kwargs k) {
@@ -60,22 +66,40 @@ void register_ops(py::module_& m) {
         return f.finish(full(to_shape(py::args(), sk, "full"), to_scalar(v), f.dtype));
       },
       py::arg("size"), py::arg("fill_value"));
-  m.def("zeros_like", &zeros_like);
-  m.def("ones_like", &ones_like);
-  m.def("empty_like", &empty_like);
-  m.def("full_like",
-        [](const Tensor& t, const py::object& v) { return full_like(t, to_scalar(v)); });
+  // *_like(t, dtype=None, device=None, requires_grad=False, memory_format=...): t's shape, and its
+  // dtype unless dtype is given.
+  auto like = [&m](const char* name, auto fn) {
+    m.def(
+        name,
+        [fn, name](const Tensor& t, py::kwargs k) {
+          FactoryKwargs f = factory_kwargs(k, name, false, {"memory_format"});
+          Tensor out = fn(t);
+          if (f.dtype && *f.dtype != out.dtype()) out = out.to(*f.dtype);
+          return f.finish(out);
+        },
+        py::arg("input"));
+  };
+  like("zeros_like", [](const Tensor& t) { return zeros_like(t); });
+  like("ones_like", [](const Tensor& t) { return ones_like(t); });
+  like("empty_like", [](const Tensor& t) { return empty_like(t); });
+  m.def(
+      "full_like",
+      [](const Tensor& t, const py::object& v, py::kwargs k) {
+        FactoryKwargs f = factory_kwargs(k, "full_like", false, {"memory_format"});
+        Tensor out = f.dtype ? full(t.shape(), to_scalar(v), *f.dtype) : full_like(t, to_scalar(v));
+        return f.finish(out);
+      },
+      py::arg("input"), py::arg("fill_value"));
   m.def(
       "arange",
-      [](const py::object& a, const py::object& b, const py::object& step,
-         const py::object& dtype) {
+      [](const py::object& a, const py::object& b, const py::object& step, py::kwargs k) {
+        FactoryKwargs f = factory_kwargs(k, "arange", false);
         Tensor t = b.is_none() ? arange(to_scalar(a))
                                : arange(to_scalar(a), to_scalar(b), to_scalar(step));
-        if (auto d = to_dtype(dtype)) t = t.to(*d);
-        return t;
+        if (f.dtype) t = t.to(*f.dtype);
+        return f.finish(t);
       },
-      py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1,
-      py::arg("dtype") = py::none());
+      py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1);
   m.def("tril", &tril, py::arg("input"), py::arg("diagonal") = 0);
   m.def("triu", &triu, py::arg("input"), py::arg("diagonal") = 0);
 
@@ -93,6 +117,7 @@ void register_ops(py::module_& m) {
   m.def("sqrt", &attn::sqrt);
   m.def("abs", &attn::abs);
   m.def("tanh", &attn::tanh);
+  m.def("erfinv", &attn::erfinv);
   m.def(
       "where",
       [](const Tensor& cond, const py::object& a, const py::object& b) {

@@ -163,6 +163,31 @@ void register_random(py::module_& m) {
     if (f.dtype) t = t.to(*f.dtype);
     return f.finish(t);
   });
+
+  // ---- randperm and Tensor.random_ (torch 1.13's CPU stream; src/tensor/random_int.cpp) ------
+  m.def(
+      "randperm",
+      [](int64_t n, py::kwargs k) {
+        FactoryKwargs f = factory_kwargs(k, "randperm", true);
+        return f.finish(randperm(n, f.generator, f.dtype.value_or(Dtype::Int64)));
+      },
+      py::arg("n"));
+  py::object tensor_cls = m.attr("Tensor");
+  // random_(), random_(to), random_(from, to), each with generator=.
+  tensor_cls.attr("random_") = py::cpp_function(
+      [](Tensor& t, const py::object& a, const py::object& b, const py::object& g) -> Tensor& {
+        Generator* gen = gen_arg(g);
+        if (a.is_none() && b.is_none()) return random_(t, gen);
+        if (b.is_none() && !a.is_none()) {
+          // random_(to) is random_(0, to), unless `to` was given by keyword as None.
+          return random_(t, 0, a.cast<int64_t>(), gen);
+        }
+        int64_t from = a.is_none() ? 0 : a.cast<int64_t>();
+        return random_(t, from, b.cast<std::optional<int64_t>>(), gen);
+      },
+      py::name("random_"), py::is_method(tensor_cls), py::arg("from") = py::none(),
+      py::arg("to") = py::none(), py::kw_only(), py::arg("generator") = py::none(),
+      py::return_value_policy::reference_internal);
 }
 
 }  // namespace attn::python

@@ -338,6 +338,8 @@ void register_tensor(py::module_& m) {
       .def("neg", &Tensor::neg)
       .def("tanh", &Tensor::tanh)
       .def("sigmoid", &Tensor::sigmoid)
+      .def("erfinv", &Tensor::erfinv)
+      .def("erfinv_", &Tensor::erfinv_, py::return_value_policy::reference_internal)
       .def("relu", &Tensor::relu)
       .def("ceil", &Tensor::ceil)
       .def("floor", &Tensor::floor)

@@ -171,7 +171,7 @@ def test_load_state_dict_strict_errors():
     with pytest.raises(ValueError, match=r"^\[load_state_dict\]") as e:
         m.load_state_dict(wrong_shape)
     assert "size mismatch for lin.weight" in str(e.value)
-    assert "(4, 3)" in str(e.value) and "(3, 4)" in str(e.value)
+    assert "torch.Size([4, 3])" in str(e.value) and "torch.Size([3, 4])" in str(e.value)
 
     # nothing was copied by a failed load
     for k, v in m.state_dict().items():
@@ -213,8 +213,8 @@ def test_train_eval_propagate_and_dropout():
 def test_module_to_and_calls():
     lin = attn.nn.Linear(2, 3)
     assert lin.to("cpu") is lin and lin.to(attn.float32) is lin and lin.cpu() is lin
-    with pytest.raises(ValueError, match=r"^\[Module.to\]"):
-        lin.to("cuda")
+    with pytest.raises(AssertionError, match=r"^\[Module.to\].*not compiled with CUDA"):
+        lin.to("cuda")  # what torch built without CUDA raises
     with pytest.raises(ValueError, match=r"^\[Module.to\]"):
         lin.to(attn.int64)
     with pytest.raises(NotImplementedError):

@@ -1,10 +1,16 @@
 """attn.nn: modules with torch.nn's names (Module, Parameter, Linear, Embedding, Dropout,
-MultiheadAttention, ...). Numeric work and initialisation happen in C++."""
+MultiheadAttention, activations, containers, ...). Numeric work and initialisation happen in
+C++."""
+from .. import _unsupported
 from . import functional, init, parallel, utils
-from .modules import (GELU, GPT, Dropout, Embedding, Identity, LayerNorm, Linear, Module,
-                      ModuleList, MultiheadAttention, NonDynamicallyQuantizableLinear, Parameter,
-                      Sequential)
+from .activation import GELU, Identity, ReLU, SiLU, Sigmoid, Tanh
+from .container import ModuleDict, ModuleList, Sequential
+from .modules import (GPT, Dropout, Embedding, LayerNorm, Linear, Module, MultiheadAttention,
+                      NonDynamicallyQuantizableLinear, Parameter)
 
 __all__ = ["GELU", "GPT", "LayerNorm", "Dropout", "Embedding", "Identity", "Linear", "Module",
-           "ModuleList", "MultiheadAttention", "NonDynamicallyQuantizableLinear", "Parameter", "Sequential",
-           "functional", "init", "parallel", "utils"]
+           "ModuleDict", "ModuleList", "MultiheadAttention", "NonDynamicallyQuantizableLinear",
+           "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid", "Tanh", "functional", "init",
+           "parallel", "utils"]
+
+__getattr__ = _unsupported.module_getattr("attn.nn")

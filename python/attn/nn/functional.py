@@ -1,5 +1,5 @@
 """attn.nn.functional: torch.nn.functional's names over the C++ kernels."""
-from .. import _C
+from .. import _C, _unsupported
 
 _F = _C.functional
 
@@ -112,3 +112,23 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         raise ValueError("[cross_entropy] label_smoothing is not supported, got {}".format(
             label_smoothing))
     return _F.cross_entropy(input, target, reduction, int(ignore_index))
+
+
+def sigmoid(input):
+    return input.sigmoid()
+
+
+def tanh(input):
+    return input.tanh()
+
+
+def silu(input, inplace=False):
+    """torch.nn.functional.silu: x * sigmoid(x)."""
+    out = input * input.sigmoid()
+    if inplace:
+        input.copy_(out)
+        return input
+    return out
+
+
+__getattr__ = _unsupported.module_getattr("attn.nn.functional")

@@ -6,10 +6,16 @@ Built-in layers create their C++ counterpart (which draws the initial weights fr
 exactly as PyTorch does) and adopt its tensors as Parameters: the storage is shared, not copied.
 """
 from collections import OrderedDict, namedtuple
+from collections.abc import Mapping
 
-from .. import _C
+from .. import Size, _C
 from .._C import Tensor
 from . import functional as F
+
+
+def _no_cuda(fn):
+    return ("[{}] attn {} was built without CUDA (Torch not compiled with CUDA enabled): only the "
+            "cpu device is supported".format(fn, __import__("attn").__version__))
 
 
 class _C_no_grad:
@@ -43,7 +49,21 @@ class Parameter(Tensor):
     __str__ = __repr__
 
 
-_IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    """What load_state_dict returns: the keys the model had that state_dict lacked, and the
+    reverse (torch.nn.modules.module._IncompatibleKeys)."""
+
+    def __repr__(self):
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+    __str__ = __repr__
+
+
+class StateDictError(RuntimeError, ValueError):
+    """load_state_dict's error: a RuntimeError as torch raises (and a ValueError, as attn's
+    other argument errors)."""
 
 
 class Module:
@@ -147,16 +167,18 @@ class Module:
         object.__delattr__(self, name)
 
     # ---- traversal ----------------------------------------------------------------------------
-    def named_modules(self, memo=None, prefix=""):
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
         memo = set() if memo is None else memo
-        if id(self) in memo:
-            return
-        memo.add(id(self))
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
         yield prefix, self
         for name, m in self._modules.items():
             if m is None:
                 continue
-            yield from m.named_modules(memo, prefix + ("." if prefix else "") + name)
+            yield from m.named_modules(memo, prefix + ("." if prefix else "") + name,
+                                       remove_duplicate)
 
     def modules(self):
         for _, m in self.named_modules():
@@ -209,40 +231,79 @@ class Module:
                 m.state_dict(out, prefix + name + ".", keep_vars)
         return out
 
-    def load_state_dict(self, state_dict, strict=True):
-        """Copies tensors in by name (in place, so shared C++ storage sees them).
+    def _local_state(self):
+        """This module's own entries of state_dict (parameters, then persistent buffers)."""
+        local = OrderedDict((k, v) for k, v in self._parameters.items() if v is not None)
+        for k, v in self._buffers.items():
+            if v is not None and k not in self._non_persistent_buffers_set:
+                local[k] = v
+        return local
 
-        Raises ValueError listing missing and unexpected keys (strict) or mismatched shapes."""
-        own = self.state_dict(keep_vars=True)
-        missing = [k for k in own if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in own]
-        errors = []
-        if strict:
-            if missing:
-                errors.append("Missing key(s) in state_dict: " +
-                              ", ".join('"{}"'.format(k) for k in missing) + ".")
-            if unexpected:
-                errors.append("Unexpected key(s) in state_dict: " +
-                              ", ".join('"{}"'.format(k) for k in unexpected) + ".")
-        converted = {}
-        for k, target in own.items():
-            if k not in state_dict:
+    def _check_state_dict(self, state_dict, prefix, missing, unexpected, errors, copies):
+        """torch's _load_from_state_dict, without copying: what this module would take from
+        state_dict (into copies), and its missing and unexpected keys and size mismatches."""
+        local = self._local_state()
+        for name, target in local.items():
+            key = prefix + name
+            if key not in state_dict:
+                missing.append(key)
                 continue
-            value = state_dict[k]
+            value = state_dict[key]
             if not isinstance(value, Tensor):
+                if not hasattr(value, "shape"):
+                    errors.append('While copying the parameter named "{}", expected torch.Tensor '
+                                  "or Tensor-like object from checkpoint but received {}".format(
+                                      key, type(value)))
+                    continue
                 value = _C.tensor(value.detach().cpu().numpy() if hasattr(value, "detach")
                                   else value)
+            if target.dim() == 0 and value.dim() == 1:
+                value = value[0]  # torch's backward compatibility with 0.3's 1-element params
             if tuple(value.shape) != tuple(target.shape):
                 errors.append("size mismatch for {}: copying a param with shape {} from "
                               "checkpoint, the shape in current model is {}.".format(
-                                  k, tuple(value.shape), tuple(target.shape)))
+                                  key, Size(value.shape), Size(target.shape)))
                 continue
-            converted[k] = value
+            copies.append((target, value))
+        for key in state_dict:
+            if not isinstance(key, str) or not key.startswith(prefix):
+                continue
+            name = key[len(prefix):].split(".", 1)[0]
+            if name not in self._modules and name not in local:
+                unexpected.append(key)
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copies tensors in by name, in place (so shared C++ storage sees them), and returns
+        (missing_keys, unexpected_keys) as torch's _IncompatibleKeys.
+
+        Missing or unexpected keys (strict) and shape mismatches (always) raise a RuntimeError
+        with torch's message naming them; then nothing is copied (torch copies what it could
+        before raising)."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError("Expected state_dict to be dict-like, got {}.".format(
+                type(state_dict)))
+        missing, unexpected, errors, copies = [], [], [], []
+
+        def visit(module, prefix):
+            module._check_state_dict(state_dict, prefix, missing, unexpected, errors, copies)
+            for name, child in module._modules.items():
+                if child is not None:
+                    visit(child, prefix + name + ".")
+
+        visit(self, "")
+        if strict:
+            if unexpected:
+                errors.insert(0, "Unexpected key(s) in state_dict: {}. ".format(
+                    ", ".join('"{}"'.format(k) for k in unexpected)))
+            if missing:
+                errors.insert(0, "Missing key(s) in state_dict: {}. ".format(
+                    ", ".join('"{}"'.format(k) for k in missing)))
         if errors:
-            raise ValueError("[load_state_dict] Error(s) in loading state_dict for {}:\n\t{}"
-                             .format(type(self).__name__, "\n\t".join(errors)))
-        for k, value in converted.items():
-            own[k].detach().copy_(value)
+            raise StateDictError("[load_state_dict] Error(s) in loading state_dict for {}:\n\t{}"
+                                 .format(type(self).__name__, "\n\t".join(errors)))
+        with _C_no_grad():
+            for target, value in copies:
+                target.detach().copy_(value)
         return _IncompatibleKeys(missing, unexpected)
 
     # ---- modes and calls ------------------------------------------------------------------------
@@ -282,14 +343,42 @@ class Module:
         return self
 
     def to(self, *args, **kwargs):
-        """Module.to(device / dtype): attn modules live on the cpu in float32, so only those are
-        accepted (anything else raises instead of being silently ignored)."""
+        """Module.to(device / dtype / tensor, non_blocking=...): attn modules live on the cpu in
+        float32, so those are accepted and self returned; anything else raises (never silently
+        ignored)."""
+        kwargs.pop("non_blocking", None)
+        kwargs.pop("memory_format", None)
         for a in list(args) + list(kwargs.values()):
-            if a is None or isinstance(a, bool) or str(a) in ("cpu", "torch.float32"):
+            if isinstance(a, Tensor):
+                a = a.dtype
+            if a is None or isinstance(a, bool) or str(a) in ("cpu", "cpu:0", "torch.float32"):
                 continue
+            if str(a).startswith("cuda"):
+                raise AssertionError(_no_cuda("Module.to"))
             raise ValueError("[Module.to] attn modules are float32 on the cpu; cannot move to "
                              "{!r}".format(a))
         return self
+
+    def cuda(self, device=None):
+        raise AssertionError(_no_cuda("Module.cuda"))
+
+    def get_submodule(self, target):
+        """The submodule at a dotted path ("transformer.h.0.attn")."""
+        if target == "":
+            return self
+        mod = self
+        for item in target.split("."):
+            if item not in mod._modules:
+                raise AttributeError(type(mod).__name__ + " has no attribute `" + item + "`")
+            mod = mod._modules[item]
+        return mod
+
+    def get_parameter(self, target):
+        module_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if name not in mod._parameters:
+            raise AttributeError("`" + name + "` is not an nn.Parameter")
+        return mod._parameters[name]
 
     def cpu(self):
         return self
@@ -328,49 +417,6 @@ class Module:
         keys = list(object.__dir__(self))
         keys += list(self._parameters) + list(self._buffers) + list(self._modules)
         return sorted(set(keys))
-
-
-class Identity(Module):
-    def forward(self, input):
-        return input
-
-
-class Sequential(Module):
-    def __init__(self, *modules):
-        super().__init__()
-        for i, m in enumerate(modules):
-            self.add_module(str(i), m)
-
-    def forward(self, input):
-        for m in self._modules.values():
-            input = m(input)
-        return input
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __getitem__(self, i):
-        return list(self._modules.values())[i]
-
-
-class ModuleList(Module):
-    def __init__(self, modules=None):
-        super().__init__()
-        for m in modules or []:
-            self.append(m)
-
-    def append(self, module):
-        self.add_module(str(len(self._modules)), module)
-        return self
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def __getitem__(self, i):
-        return list(self._modules.values())[i]
 
 
 class Linear(Module):
@@ -529,21 +575,6 @@ class LayerNorm(Module):
     def extra_repr(self):
         return "{}, eps={}, elementwise_affine={}".format(self.normalized_shape, self.eps,
                                                           self.elementwise_affine)
-
-
-class GELU(Module):
-    def __init__(self, approximate="none"):
-        super().__init__()
-        if approximate not in ("none", "tanh"):
-            raise ValueError("[GELU] approximate must be 'none' or 'tanh', got {!r}".format(
-                approximate))
-        self.approximate = approximate
-
-    def forward(self, input):
-        return F.gelu(input, self.approximate)
-
-    def extra_repr(self):
-        return "approximate={!r}".format(self.approximate)
 
 
 class GPT(Module):
