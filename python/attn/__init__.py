@@ -308,5 +308,6 @@ class set_grad_enabled(_GradMode):
 from . import nn  # noqa: E402  (nn uses the names above)
 from . import optim  # noqa: E402
 from . import distributed  # noqa: E402
+from . import data  # noqa: E402  (tokenizers: attn.data.BpeTokenizer)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -27,4 +27,5 @@ PYBIND11_MODULE(_C, m) {
   attn::python::register_nn(m);
   attn::python::register_distributed(m);
   attn::python::register_optim(m);
+  attn::python::register_hf(m);
 }

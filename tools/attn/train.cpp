@@ -5,6 +5,7 @@
 #include <attn/data.h>
 #include <attn/distributed.h>
 #include <attn/gpt.h>
+#include <attn/hf_gpt2.h>
 #include <attn/io.h>
 #include <attn/optim.h>
 #include <attn/plot.h>
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "../../src/io/file_internal.h"
+#include "hf_cmd.h"
 #include "progress.h"
 
 namespace attn::tools {
@@ -1270,6 +1272,7 @@ int generate_command(Args args, std::ostream& out, std::ostream& err) {
   keep_freed_memory();
   const GenerateArgs a = parse_generate_args(args);
   std::error_code ec;
+  if (nn::is_hf_checkpoint_dir(a.ckpt)) return generate_hf(a, out, err);
   const std::string path =
       fs::is_directory(a.ckpt, ec) ? (fs::path(a.ckpt) / kModelFile).string() : a.ckpt;
   if (!fs::exists(path, ec))
