@@ -6,7 +6,8 @@
 //                            n_inner, activation_function, layer_norm_epsilon, *_pdrop, ...)
 //   DIR/model.safetensors    the weights, F32, named "transformer.wte.weight",
 //                            "transformer.h.0.attn.c_attn.weight", ... (with or without the
-//                            "transformer." prefix); lm_head.weight is tied to wte and may be absent
+//                            "transformer." prefix); lm_head.weight is tied to wte and may be
+//                            absent
 //
 // The mapping: GPT-2's Conv1D weights are stored (in, out), attn's Linear weights (out, in), so
 // every c_attn / c_proj / c_fc weight is transposed; c_attn packs q, k, v along its output, as

@@ -34,13 +34,12 @@ void register_hf(py::module_& m) {
       .def("id_to_token", &data::BpeTokenizer::id_to_token)
       .def("token_to_id", &data::BpeTokenizer::token_to_id)
       .def(
-          "encode", [](const data::BpeTokenizer& t, const std::string& text) { return t.encode(text); },
+          "encode",
+          [](const data::BpeTokenizer& t, const std::string& text) { return t.encode(text); },
           release())
       .def("pretokenize", &data::BpeTokenizer::pretokenize)
-      .def("decode",
-           [](const data::BpeTokenizer& t, const std::vector<int64_t>& ids) {
-             return replace_errors(t.decode(ids));
-           })
+      .def("decode", [](const data::BpeTokenizer& t,
+                        const std::vector<int64_t>& ids) { return replace_errors(t.decode(ids)); })
       .def("decode_bytes", [](const data::BpeTokenizer& t, const std::vector<int64_t>& ids) {
         return py::bytes(t.decode(ids));
       });
@@ -50,8 +49,9 @@ void register_hf(py::module_& m) {
       "load_gpt2", [](const std::string& dir) { return nn::load_hf_gpt2(dir); }, release(),
       py::arg("dir"));
   hf.def(
-      "save_gpt2", [](const nn::GPT& model, const std::string& dir) { nn::save_hf_gpt2(model, dir); },
-      release(), py::arg("model"), py::arg("dir"));
+      "save_gpt2",
+      [](const nn::GPT& model, const std::string& dir) { nn::save_hf_gpt2(model, dir); }, release(),
+      py::arg("model"), py::arg("dir"));
   hf.def("config_from_json", &nn::gpt_config_from_hf_json, py::arg("json"),
          py::arg("what") = "config.json");
   hf.def("config_to_json", &nn::gpt_config_to_hf_json, py::arg("config"));

@@ -88,8 +88,8 @@ struct Pcre2Code {
     if (!code) {
       PCRE2_UCHAR buf[256];
       pcre2_get_error_message(err, buf, sizeof buf);
-      detail::fail(kFn, "PCRE2 cannot compile GPT-2's pattern: ",
-                   reinterpret_cast<const char*>(buf));
+      detail::fail(kFn,
+                   "PCRE2 cannot compile GPT-2's pattern: ", reinterpret_cast<const char*>(buf));
     }
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // faster where available; optional
   }
@@ -122,11 +122,11 @@ struct PairHash {
 }  // namespace
 
 struct BpeTokenizer::Impl {
-  std::vector<std::string> tokens;                   // id -> token
-  std::unordered_map<std::string, int64_t> ids;      // token -> id
+  std::vector<std::string> tokens;               // id -> token
+  std::unordered_map<std::string, int64_t> ids;  // token -> id
   std::unordered_map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>, PairHash>
-      merges;                                        // (left id, right id) -> (rank, merged id)
-  std::array<int64_t, 256> byte_id{};                // -1: the byte's symbol is not a token
+      merges;                          // (left id, right id) -> (rank, merged id)
+  std::array<int64_t, 256> byte_id{};  // -1: the byte's symbol is not a token
   std::array<uint32_t, 256> byte_cp{};
   std::unordered_map<uint32_t, uint8_t> cp_byte;
   int64_t eot = -1;
@@ -191,8 +191,8 @@ void BpeTokenizer::Impl::append_piece(std::string_view text, std::size_t base,
     if (rc < 0) {
       PCRE2_UCHAR buf[256];
       pcre2_get_error_message(rc, buf, sizeof buf);
-      detail::fail(kFn, "the text is not valid UTF-8 at byte ",
-                   base + pcre2_get_startchar(m.md), ": ", reinterpret_cast<const char*>(buf));
+      detail::fail(kFn, "the text is not valid UTF-8 at byte ", base + pcre2_get_startchar(m.md),
+                   ": ", reinterpret_cast<const char*>(buf));
     }
     options = PCRE2_NO_UTF_CHECK;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
@@ -309,8 +309,8 @@ int64_t BpeTokenizer::eot_id() const { return impl_ ? impl_->eot : -1; }
 
 const std::string& BpeTokenizer::id_to_token(int64_t id) const {
   if (id < 0 || id >= vocab_size())
-    throw IndexError(detail::msg(kFn, "token id ", id, " is outside the vocabulary [0, ",
-                                 vocab_size(), ")"));
+    throw IndexError(
+        detail::msg(kFn, "token id ", id, " is outside the vocabulary [0, ", vocab_size(), ")"));
   return impl_->tokens[std::size_t(id)];
 }
 

@@ -57,8 +57,8 @@ Block::Block(const GPTConfig& c) {
                                      std::nullopt, /*batch_first=*/true));
   ln_2 = register_module("ln_2",
                          std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_eps, true, c.bias));
-  mlp = register_module("mlp", std::make_shared<MLP>(c.n_embd, c.bias, c.dropout, c.mlp_width(),
-                                                     c.gelu_approximate));
+  mlp = register_module(
+      "mlp", std::make_shared<MLP>(c.n_embd, c.bias, c.dropout, c.mlp_width(), c.gelu_approximate));
 }
 
 Tensor Block::forward(const Tensor& x) const {

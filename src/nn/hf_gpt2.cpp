@@ -49,7 +49,8 @@ struct ConfigReader {
   double number(const char* key, double def) const {
     const json* v = find(key);
     if (!v) return def;
-    if (!v->is_number()) fail_in(kLoad, what, "field '", key, "' must be a number, got ", v->dump());
+    if (!v->is_number())
+      fail_in(kLoad, what, "field '", key, "' must be a number, got ", v->dump());
     return v->get<double>();
   }
   bool boolean(const char* key, bool def) const {
@@ -62,7 +63,8 @@ struct ConfigReader {
   std::string string(const char* key, const std::string& def) const {
     const json* v = find(key);
     if (!v) return def;
-    if (!v->is_string()) fail_in(kLoad, what, "field '", key, "' must be a string, got ", v->dump());
+    if (!v->is_string())
+      fail_in(kLoad, what, "field '", key, "' must be a string, got ", v->dump());
     return v->get<std::string>();
   }
   // A boolean field attn supports only at `supported`.
@@ -146,7 +148,8 @@ GPTConfig gpt_config_from_hf_json(std::string_view text, const std::string& what
   c.bias = true;
   if (const json* v = r.find("n_inner"); v && !v->is_null()) {
     c.n_inner = r.integer("n_inner", 0);
-    if (c.n_inner < 1) fail_in(kLoad, what, "field 'n_inner' must be null or >= 1, got ", c.n_inner);
+    if (c.n_inner < 1)
+      fail_in(kLoad, what, "field 'n_inner' must be null or >= 1, got ", c.n_inner);
   }
   const std::string act = r.string("activation_function", "gelu_new");
   if (act == "gelu_new" || act == "gelu_pytorch_tanh")
@@ -261,8 +264,7 @@ NamedTensors gpt_state_from_hf(const GPTConfig& c, const io::SafeTensors& st,
     const float* pb = b.data_ptr<float>();
     for (int64_t i = 0, n = a.numel(); i < n; ++i)
       if (pa[i] != pb[i])
-        fail_in(kLoad, what,
-                "'lm_head.weight' differs from the token embedding (at element ", i,
+        fail_in(kLoad, what, "'lm_head.weight' differs from the token embedding (at element ", i,
                 "); attn's GPT ties its output layer to wte (untied heads are not supported)");
   }
   NamedTensors out;
@@ -305,7 +307,8 @@ bool is_hf_checkpoint_dir(const std::string& dir) {
 std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    detail::fail(kLoad, "'", dir, "' is not a directory (expected config.json and model.safetensors)");
+    detail::fail(kLoad, "'", dir,
+                 "' is not a directory (expected config.json and model.safetensors)");
   const std::string config_path = (fs::path(dir) / "config.json").string();
   const std::string weights_path = (fs::path(dir) / "model.safetensors").string();
   if (!fs::exists(config_path, ec))

@@ -186,13 +186,12 @@ int export_command(std::span<const std::string> args, std::ostream& out, std::os
   const ExportArgs a = parse_export_args(args);
   std::error_code ec;
   const bool ckpt_is_dir = fs::is_directory(a.ckpt, ec);
-  const std::string path =
-      ckpt_is_dir ? (fs::path(a.ckpt) / "model.safetensors").string() : a.ckpt;
+  const std::string path = ckpt_is_dir ? (fs::path(a.ckpt) / "model.safetensors").string() : a.ckpt;
   if (!fs::exists(path, ec))
     throw Error("[export] no checkpoint '" + path +
                 "' (train one with `attn train --out DIR`, then pass --ckpt DIR)");
-  const fs::path ckpt_dir = fs::path(path).parent_path().empty() ? fs::path(".")
-                                                                  : fs::path(path).parent_path();
+  const fs::path ckpt_dir =
+      fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   if (fs::exists(a.out, ec) && fs::equivalent(a.out, ckpt_dir, ec))
     throw Error("[export] --out '" + a.out +
                 "' is the checkpoint's own directory: its model.safetensors would be replaced; "
@@ -217,9 +216,8 @@ int export_command(std::span<const std::string> args, std::ostream& out, std::os
   }
   nn::save_hf_gpt2(*model, a.out);
   io::write_file_atomic((fs::path(a.out) / kHfCharTokenizerFile).string(), tokenizer_json + "\n");
-  out << "exported '" << path << "' to '" << a.out
-      << "': config.json, model.safetensors, " << kHfCharTokenizerFile
-      << " (Hugging Face GPT-2 layout; n_layer=" << config.n_layer
+  out << "exported '" << path << "' to '" << a.out << "': config.json, model.safetensors, "
+      << kHfCharTokenizerFile << " (Hugging Face GPT-2 layout; n_layer=" << config.n_layer
       << " n_head=" << config.n_head << " n_embd=" << config.n_embd
       << " block_size=" << config.block_size << " vocab_size=" << config.vocab_size << ")\n";
   return 0;
