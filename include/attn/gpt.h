@@ -4,6 +4,8 @@
 //   x = wte(idx) + wpe(0..T-1), dropout
 //   each of n_layer blocks:  x = x + attn(ln_1(x))   (causal MultiheadAttention, fused kernel)
 //                            x = x + mlp(ln_2(x))    (Linear 4C, GELU, Linear C, dropout)
+// (the MLP width, the GELU approximation and the LayerNorm epsilon are configurable, so that
+// Hugging Face GPT-2 checkpoints load: include/attn/hf_gpt2.h)
 //   logits = ln_f(x) @ wte.weight^T                  (output weights tied to the token table)
 //
 // Initialisation follows nanoGPT: every Linear and Embedding weight N(0, 0.02), biases zero,
@@ -34,19 +36,27 @@ struct GPTConfig {
   int64_t n_embd = 128;
   double dropout = 0.0;
   bool bias = true;  // biases in Linear layers and LayerNorms
+  // GELU of the MLP: "none" (exact erf, nanoGPT's) or "tanh" (GPT-2's "gelu_new").
+  std::string gelu_approximate = "none";
+  double layer_norm_eps = 1e-5;  // every LayerNorm's epsilon
+  int64_t n_inner = 0;           // MLP hidden width; 0 means 4 * n_embd
+  int64_t mlp_width() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
   // Throws attn::Error naming `fn` and the offending field for sizes < 1, n_embd not divisible by
-  // n_head, or dropout outside [0, 1).
+  // n_head, dropout outside [0, 1), n_inner < 0, layer_norm_eps not positive and finite, or
+  // gelu_approximate other than "none" and "tanh".
   void validate(const char* fn) const;
   bool operator==(const GPTConfig&) const = default;
 };
 
 class MLP : public Module {
  public:
-  MLP(int64_t n_embd, bool bias, double dropout);
+  MLP(int64_t n_embd, bool bias, double dropout, int64_t hidden = 0,
+      std::string gelu_approximate = "none");  // hidden 0: 4 * n_embd
   Tensor forward(const Tensor& x) const;
   std::string name() const override { return "MLP"; }
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<Dropout> dropout;
+  std::string gelu_approximate;
 };
 
 class Block : public Module {

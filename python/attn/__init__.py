@@ -396,6 +396,7 @@ from . import distributed  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from . import amp, backends, utils  # noqa: E402
 from .amp import autocast  # noqa: E402
+from . import data  # noqa: E402  (tokenizers: attn.data.BpeTokenizer)
 
 __all__ = [n for n in dir() if not n.startswith("_")]
 __getattr__ = _unsupported.module_getattr("attn")

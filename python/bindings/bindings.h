@@ -38,5 +38,6 @@ void register_nn(py::module_& m);          // attn.nn.init and the C++ modules (
 void register_optim(py::module_& m);       // attn.optim (_C.optim)
 void register_distributed(py::module_& m);  // attn.distributed (_C.distributed)
 void register_io(py::module_& m);           // attn.save / attn.load: PyTorch's format (_C.io)
+void register_hf(py::module_& m);  // attn.data.BpeTokenizer, GPT.from_pretrained (_C.data, _C.hf)
 
 }  // namespace attn::python

@@ -29,4 +29,5 @@ PYBIND11_MODULE(_C, m) {
   attn::python::register_distributed(m);
   attn::python::register_optim(m);
   attn::python::register_io(m);
+  attn::python::register_hf(m);
 }

@@ -152,7 +152,10 @@ void register_nn(py::module_& m) {
       .def_readwrite("n_head", &nn::GPTConfig::n_head)
       .def_readwrite("n_embd", &nn::GPTConfig::n_embd)
       .def_readwrite("dropout", &nn::GPTConfig::dropout)
-      .def_readwrite("bias", &nn::GPTConfig::bias);
+      .def_readwrite("bias", &nn::GPTConfig::bias)
+      .def_readwrite("gelu_approximate", &nn::GPTConfig::gelu_approximate)
+      .def_readwrite("layer_norm_eps", &nn::GPTConfig::layer_norm_eps)
+      .def_readwrite("n_inner", &nn::GPTConfig::n_inner);
   py::class_<nn::GPT, std::shared_ptr<nn::GPT>>(mods, "GPT")
       .def(py::init([](const nn::GPTConfig& c, const py::object& g) {
              Generator* gen = gen_arg(g);
@@ -165,6 +168,7 @@ void register_nn(py::module_& m) {
              for (auto& [n, t] : m.named_parameters()) out.emplace_back(n, t);
              return out;
            })
+      .def_property_readonly("config", &nn::GPT::config)
       .def("train", [](nn::GPT& m, bool on) { m.train(on); })
       .def(
           "forward", [](const nn::GPT& m, const Tensor& idx) { return m.forward(idx); }, release())

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "../tensor/internal.h"
 
@@ -24,30 +25,40 @@ void GPTConfig::validate(const char* fn) const {
   positive(n_embd, "n_embd");
   if (n_embd % n_head != 0) fail(fn, "n_embd ", n_embd, " must be divisible by n_head ", n_head);
   if (!(dropout >= 0.0 && dropout < 1.0)) fail(fn, "dropout must be in [0, 1), got ", dropout);
+  if (n_inner < 0) fail(fn, "n_inner must be >= 0 (0: 4 * n_embd), got ", n_inner);
+  if (!(layer_norm_eps > 0.0) || !std::isfinite(layer_norm_eps))
+    fail(fn, "layer_norm_eps must be positive and finite, got ", layer_norm_eps);
+  if (gelu_approximate != "none" && gelu_approximate != "tanh")
+    fail(fn, "gelu_approximate must be 'none' or 'tanh', got '", gelu_approximate, "'");
 }
 
 // ---- modules
 // ----------------------------------------------------------------------------------------
 
-MLP::MLP(int64_t n_embd, bool bias, double p) {
-  c_fc = register_module("c_fc", std::make_shared<Linear>(n_embd, 4 * n_embd, bias));
-  c_proj = register_module("c_proj", std::make_shared<Linear>(4 * n_embd, n_embd, bias));
+MLP::MLP(int64_t n_embd, bool bias, double p, int64_t hidden, std::string approximate)
+    : gelu_approximate(std::move(approximate)) {
+  if (hidden <= 0) hidden = 4 * n_embd;
+  c_fc = register_module("c_fc", std::make_shared<Linear>(n_embd, hidden, bias));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(hidden, n_embd, bias));
   dropout = register_module("dropout", std::make_shared<Dropout>(p));
 }
 
 Tensor MLP::forward(const Tensor& x) const {
-  Tensor h = functional::gelu((*c_fc)(x));
+  Tensor h = functional::gelu((*c_fc)(x), gelu_approximate);
   h = (*c_proj)(h);
   return dropout->p > 0.0 ? (*dropout)(h) : h;
 }
 
 Block::Block(const GPTConfig& c) {
-  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, 1e-5, true, c.bias));
+  ln_1 = register_module("ln_1",
+                         std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_eps, true, c.bias));
   attn = register_module("attn", std::make_shared<MultiheadAttention>(
                                      c.n_embd, c.n_head, c.dropout, c.bias, std::nullopt,
                                      std::nullopt, /*batch_first=*/true));
-  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, 1e-5, true, c.bias));
-  mlp = register_module("mlp", std::make_shared<MLP>(c.n_embd, c.bias, c.dropout));
+  ln_2 = register_module("ln_2",
+                         std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_eps, true, c.bias));
+  mlp = register_module(
+      "mlp", std::make_shared<MLP>(c.n_embd, c.bias, c.dropout, c.mlp_width(), c.gelu_approximate));
 }
 
 Tensor Block::forward(const Tensor& x) const {
@@ -79,7 +90,8 @@ GPT::GPT(const GPTConfig& config, Generator* gen) : config_(config) {
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
   auto blocks = register_module("h", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < c.n_layer; ++i) h.push_back(blocks->append(std::make_shared<Block>(c)));
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, 1e-5, true, c.bias));
+  ln_f = register_module("ln_f",
+                         std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_eps, true, c.bias));
 
   // nanoGPT's initialisation, in parameter registration order.
   NoGradGuard no_grad;

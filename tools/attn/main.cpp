@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "heatmap.h"
+#include "hf_cmd.h"
 #include "plot_cmd.h"
 #include "train.h"
 #include "walkthrough.h"
@@ -78,6 +79,7 @@ void parse_train_only(Args args) { (void)parse_train_args(args); }
 void parse_generate_only(Args args) { (void)parse_generate_args(args); }
 void parse_heatmap_only(Args args) { (void)parse_heatmap_args(args); }
 void parse_plot_only(Args args) { (void)parse_plot_args(args); }
+void parse_export_only(Args args) { (void)parse_export_args(args); }
 
 // ---- attn walkthrough [SEED] --------------------------------------------------------------------
 
@@ -136,6 +138,8 @@ const std::vector<Command>& commands() {
        check_flags<parse_train_only>},
       {"generate", kGenerateUsage, kGenerateSummary, kGenerateHelp,
        run_command<UsageError, generate_command>, check_flags<parse_generate_only>},
+      {"export", kExportUsage, kExportSummary, kExportHelp,
+       run_command<UsageError, export_command>, check_flags<parse_export_only>},
       {"heatmap", kHeatmapUsage, kHeatmapSummary, kHeatmapHelp,
        run_command<UsageError, heatmap_command>, check_flags<parse_heatmap_only>},
       {"plot", kPlotUsage, kPlotSummary, kPlotHelp, run_command<UsageError, plot_command>,

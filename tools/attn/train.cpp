@@ -5,6 +5,7 @@
 #include <attn/data.h>
 #include <attn/distributed.h>
 #include <attn/gpt.h>
+#include <attn/hf_gpt2.h>
 #include <attn/io.h>
 #include <attn/optim.h>
 #include <attn/plot.h>
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "../../src/io/file_internal.h"
+#include "hf_cmd.h"
 #include "progress.h"
 
 namespace attn::tools {
@@ -1279,6 +1281,7 @@ std::string checkpoint_file(const std::string& ckpt, const char* command) {
 int generate_command(Args args, std::ostream& out, std::ostream& err) {
   keep_freed_memory();
   const GenerateArgs a = parse_generate_args(args);
+  if (nn::is_hf_checkpoint_dir(a.ckpt)) return generate_hf(a, out, err);
   const std::string path = checkpoint_file(a.ckpt, "generate");
   const Checkpoint ck = parse_checkpoint(io::read_file(path), path, CheckpointUse::Generate);
   generate_from_checkpoint(ck, path, a, out, err);

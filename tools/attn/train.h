@@ -247,10 +247,15 @@ inline constexpr const char* kTrainHelp =
     "  The last line is `done: iters=N ms_per_iter=X train_loss=Y val_loss=Z tokens_per_s=W`.\n";
 
 inline constexpr const char* kGenerateUsage = "--ckpt DIR";
-inline constexpr const char* kGenerateSummary = "sample text from a model trained by `attn train`";
+inline constexpr const char* kGenerateSummary =
+    "sample text from a model of `attn train` or a Hugging Face GPT-2";
 inline constexpr const char* kGenerateHelp =
     "  Loads DIR/model.safetensors (or the .safetensors FILE given) and continues the prompt,\n"
     "  printing each character as it is produced. Timing goes to stderr.\n"
+    "  A DIR with config.json is a Hugging Face GPT-2 (GPT2LMHeadModel.save_pretrained's\n"
+    "  config.json and model.safetensors, with GPT-2's vocab.json and merges.txt, or the\n"
+    "  attn_tokenizer.json of `attn export`): the prompt is encoded with GPT-2's byte-level BPE,\n"
+    "  an empty one starts from <|endoftext|>, and tokens (not characters) are counted.\n"
     "\n"
     "    --ckpt DIR|FILE        checkpoint directory or file (required)\n"
     "    --prompt TEXT          text to continue (default: a newline)\n"

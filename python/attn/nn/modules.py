@@ -5,6 +5,7 @@ state_dict() keys are PyTorch's (``out_proj.weight``) and weights move between t
 Built-in layers create their C++ counterpart (which draws the initial weights from the generator
 exactly as PyTorch does) and adopt its tensors as Parameters: the storage is shared, not copied.
 """
+import os as _os
 from collections import OrderedDict, namedtuple
 from collections.abc import Mapping
 
@@ -589,7 +590,12 @@ class GPT(Module):
         c = _C.modules.GPTConfig()
         c.vocab_size, c.block_size, c.n_layer = int(vocab_size), int(block_size), int(n_layer)
         c.n_head, c.n_embd, c.dropout, c.bias = int(n_head), int(n_embd), float(dropout), bool(bias)
-        object.__setattr__(self, "_impl", _C.modules.GPT(c, generator))
+        self._attach(_C.modules.GPT(c, generator))
+
+    def _attach(self, impl):
+        """Takes the C++ model `impl` and mirrors its parameters (shared storage, dotted names)."""
+        c = impl.config
+        object.__setattr__(self, "_impl", impl)
         object.__setattr__(self, "config", dict(vocab_size=c.vocab_size, block_size=c.block_size,
                                                 n_layer=c.n_layer, n_head=c.n_head,
                                                 n_embd=c.n_embd, dropout=c.dropout, bias=c.bias))
@@ -628,6 +634,26 @@ class GPT(Module):
 
     def get_num_params(self):
         return sum(p.numel() for p in self.parameters())
+
+    @classmethod
+    def from_pretrained(cls, path):
+        """A Hugging Face GPT-2 directory (config.json + model.safetensors, as
+        GPT2LMHeadModel.save_pretrained(path, safe_serialization=True) writes it) as attn's GPT:
+        the same logits as transformers' model (include/attn/hf_gpt2.h for what maps and what is
+        refused). Unlike nanoGPT's from_pretrained("gpt2"), nothing is downloaded: `path` is a
+        local directory. The model is in training mode, like a new module."""
+        self = cls.__new__(cls)
+        Module.__init__(self)
+        self._attach(_C.hf.load_gpt2(_os.fspath(path)))
+        c = self._impl.config
+        self.config.update(gelu_approximate=c.gelu_approximate, layer_norm_eps=c.layer_norm_eps,
+                           n_inner=c.n_inner or None)
+        return self
+
+    def save_pretrained(self, path):
+        """Writes config.json and model.safetensors to the directory `path` (created if missing),
+        so that transformers' GPT2LMHeadModel.from_pretrained(path) loads this model."""
+        _C.hf.save_gpt2(self._impl, _os.fspath(path))
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, eps=1e-8):
         """AdamW with nanoGPT's groups: 2-D parameters decay, the others do not."""

@@ -1,0 +1,226 @@
+// `attn generate` on Hugging Face GPT-2 directories and `attn export` (see hf_cmd.h).
+#include "hf_cmd.h"
+
+#include <attn/attn.h>
+#include <attn/bpe.h>
+#include <attn/data.h>
+#include <attn/hf_gpt2.h>
+#include <attn/io.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace attn::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The tokenizer of a Hugging Face directory: GPT-2's BPE, or attn's characters.
+struct DirTokenizer {
+  std::optional<data::BpeTokenizer> bpe;
+  std::optional<data::CharTokenizer> chars;
+
+  int64_t vocab_size() const { return bpe ? bpe->vocab_size() : chars->vocab_size(); }
+  std::vector<int64_t> encode(const std::string& text) const {
+    return bpe ? bpe->encode(text) : chars->encode(text);
+  }
+  std::string decode(int64_t id) const {
+    if (id >= vocab_size()) return "";  // a padded model vocabulary: no text
+    return bpe ? bpe->decode(id) : chars->decode(id);
+  }
+  // The start of an unconditional sample: <|endoftext|>, a newline or token 0.
+  int64_t start_id() const {
+    if (bpe) return std::max<int64_t>(bpe->eot_id(), 0);
+    const auto& c = chars->chars();
+    auto nl = std::find(c.begin(), c.end(), std::string("\n"));
+    return nl == c.end() ? 0 : int64_t(nl - c.begin());
+  }
+};
+
+DirTokenizer load_dir_tokenizer(const fs::path& dir) {
+  std::error_code ec;
+  DirTokenizer t;
+  const fs::path vocab = dir / "vocab.json", merges = dir / "merges.txt";
+  if (fs::exists(vocab, ec) || fs::exists(merges, ec)) {
+    for (const fs::path& p : {vocab, merges})
+      if (!fs::exists(p, ec))
+        throw Error("[generate] '" + dir.string() + "' has " +
+                    (p == vocab ? merges : vocab).filename().string() + " but no " +
+                    p.filename().string());
+    t.bpe = data::BpeTokenizer::from_files(vocab.string(), merges.string());
+    return t;
+  }
+  const fs::path chars = dir / kHfCharTokenizerFile;
+  if (fs::exists(chars, ec)) {
+    try {
+      t.chars = data::CharTokenizer::from_json(io::read_file(chars.string()));
+    } catch (const Error& e) {
+      throw Error("[generate] '" + chars.string() + "': " + e.what());
+    }
+    return t;
+  }
+  throw Error("[generate] '" + dir.string() +
+              "' has config.json but no tokenizer: expected vocab.json and merges.txt (GPT-2's "
+              "byte-level BPE) or " +
+              kHfCharTokenizerFile + " (written by `attn export`)");
+}
+
+class ThreadCount {
+ public:
+  explicit ThreadCount(int64_t threads) : previous_(get_num_threads()) {
+    int n = int(threads);
+    if (n == 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
+    set_num_threads(n);
+  }
+  ~ThreadCount() {
+    try {
+      set_num_threads(previous_);
+    } catch (...) {
+    }
+  }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace
+
+int generate_hf(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
+  const fs::path dir(a.ckpt);
+  const DirTokenizer tok = load_dir_tokenizer(dir);
+  std::shared_ptr<nn::GPT> model = nn::load_hf_gpt2(a.ckpt);
+  const nn::GPTConfig& config = model->config();
+  if (tok.vocab_size() > config.vocab_size)
+    throw Error("[generate] '" + dir.string() + "': the tokenizer has " +
+                std::to_string(tok.vocab_size()) + " tokens but the model's vocab_size is " +
+                std::to_string(config.vocab_size));
+  std::vector<int64_t> ids;
+  const bool has_prompt = a.has_prompt && !a.prompt.empty();
+  if (has_prompt) {
+    try {
+      ids = tok.encode(a.prompt);
+    } catch (const Error& e) {
+      throw Error(std::string("[generate] the prompt cannot be encoded with the checkpoint's "
+                              "vocabulary: ") +
+                  e.what());
+    }
+  }
+  if (ids.empty()) ids = {tok.start_id()};
+  if (int64_t(ids.size()) > config.block_size)
+    ids.erase(ids.begin(), ids.end() - config.block_size);  // the model sees the last block only
+  nn::GPT::GenerateOptions g = a.options;
+  g.top_k = std::min(g.top_k, config.vocab_size);
+
+  ThreadCount threads(a.threads);
+  model->eval();
+  Tensor idx = empty({1, int64_t(ids.size())}, Dtype::Int64);
+  std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());
+  // The prompt as given (an unconditional sample starts from <|endoftext|>, which is not shown;
+  // a character model's start, a newline, is).
+  std::string shown = has_prompt ? a.prompt : tok.bpe ? "" : tok.decode(ids[0]);
+  out << shown << std::flush;
+  char last = shown.empty() ? '\n' : shown.back();
+  int64_t produced = 0;
+  Generator gen(a.seed);
+  auto t0 = std::chrono::steady_clock::now();
+  model->generate(idx, g, &gen, [&](const Tensor& column) {
+    // Bytes as they come: a character split over two tokens is completed by the next one.
+    const std::string s = tok.decode(column.contiguous().data_ptr<int64_t>()[0]);
+    out << s << std::flush;
+    if (!s.empty()) last = s.back();
+    ++produced;
+  });
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (last != '\n') out << "\n";
+  out.flush();
+  char line[160];
+  std::snprintf(line, sizeof line, "generate: tokens=%lld ms=%.2f tokens_per_s=%.1f cache=%s",
+                (long long)produced, ms, ms > 0 ? double(produced) * 1000.0 / ms : 0.0,
+                g.use_cache ? "on" : "off");
+  err << line << "\n" << std::flush;
+  return 0;
+}
+
+ExportArgs parse_export_args(std::span<const std::string> args) {
+  ExportArgs a;
+  bool has_ckpt = false, has_out = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    std::string name = arg, value;
+    bool inline_value = false;
+    if (auto eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      inline_value = true;
+    }
+    if (name != "--ckpt" && name != "--out") {
+      if (!arg.empty() && arg[0] == '-') throw FlagError("export: unknown option '" + name + "'");
+      throw FlagError("export: unexpected argument '" + arg + "'");
+    }
+    if (!inline_value) {
+      if (i + 1 >= args.size()) throw FlagError("export: " + name + " needs a value");
+      value = args[++i];
+    }
+    if (value.empty())
+      throw FlagError("export: invalid value '' for " + name + ": expected " +
+                      (name == "--ckpt" ? "a checkpoint directory or .safetensors file"
+                                        : "an output directory"));
+    (name == "--ckpt" ? a.ckpt : a.out) = value;
+    (name == "--ckpt" ? has_ckpt : has_out) = true;
+  }
+  if (!has_ckpt) throw FlagError("export: --ckpt DIR is required");
+  if (!has_out) throw FlagError("export: --out DIR is required");
+  return a;
+}
+
+int export_command(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
+  (void)err;
+  const ExportArgs a = parse_export_args(args);
+  std::error_code ec;
+  const bool ckpt_is_dir = fs::is_directory(a.ckpt, ec);
+  const std::string path = ckpt_is_dir ? (fs::path(a.ckpt) / "model.safetensors").string() : a.ckpt;
+  if (!fs::exists(path, ec))
+    throw Error("[export] no checkpoint '" + path +
+                "' (train one with `attn train --out DIR`, then pass --ckpt DIR)");
+  const fs::path ckpt_dir =
+      fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  if (fs::exists(a.out, ec) && fs::equivalent(a.out, ckpt_dir, ec))
+    throw Error("[export] --out '" + a.out +
+                "' is the checkpoint's own directory: its model.safetensors would be replaced; "
+                "choose another directory");
+  // The checkpoint reader names `attn generate`, whose reading this is.
+  auto as_export = [](const Error& e) {
+    std::string m = e.what();
+    if (m.starts_with("[generate]")) m = "[export]" + m.substr(10);
+    return Error(m);
+  };
+  nn::GPTConfig config;
+  std::shared_ptr<nn::GPT> model;
+  std::string tokenizer_json;
+  try {
+    const Checkpoint ck = parse_checkpoint(io::read_file(path), path, CheckpointUse::Generate);
+    config = ck.config;
+    model = std::make_shared<nn::GPT>(config);
+    load_checkpoint_weights(*model, ck, path, CheckpointUse::Generate);
+    tokenizer_json = ck.tokenizer.to_json();
+  } catch (const Error& e) {
+    throw as_export(e);
+  }
+  nn::save_hf_gpt2(*model, a.out);
+  io::write_file_atomic((fs::path(a.out) / kHfCharTokenizerFile).string(), tokenizer_json + "\n");
+  out << "exported '" << path << "' to '" << a.out << "': config.json, model.safetensors, "
+      << kHfCharTokenizerFile << " (Hugging Face GPT-2 layout; n_layer=" << config.n_layer
+      << " n_head=" << config.n_head << " n_embd=" << config.n_embd
+      << " block_size=" << config.block_size << " vocab_size=" << config.vocab_size << ")\n";
+  return 0;
+}
+
+}  // namespace attn::tools
