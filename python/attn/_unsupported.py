@@ -23,7 +23,7 @@ def unsupported(owner, name):
         return AttributeError("{} has no attribute '{}'".format(owner, name))
     torch_owner = owner.replace("attn", "torch", 1)
     return UnsupportedError("{}.{} is not supported by attn {} ({} has no attribute '{}'); see "
-                            "docs/pytorch_compat.md".format(torch_owner, name, version(), owner,
+                            "docs/torch_surface.md".format(torch_owner, name, version(), owner,
                                                             name))
 
 
