@@ -208,6 +208,11 @@ def test_module_methods():
     assert p.requires_grad and p.tolist() == [0.0, 1.0, 2.0]
     with pytest.raises(AssertionError, match="not compiled with CUDA"):
         a.cuda()
+    for name in ["half", "bfloat16", "double", "register_forward_hook"]:
+        with pytest.raises(NotImplementedError, match=r"torch.nn.Module.%s is not supported by "
+                                                      r"attn" % name):
+            getattr(a, name)(*([] if name != "register_forward_hook" else [print]))
+    assert not hasattr(a.transformer.h[0], "no_such_attribute")
 
 
 def test_register_buffer_errors_match_torch():
