@@ -235,7 +235,8 @@ INITS = [("normal_", dict(mean=0.1, std=0.02)), ("uniform_", dict(a=-0.5, b=0.3)
          ("kaiming_uniform_", dict(mode="fan_out", nonlinearity="relu")),
          ("kaiming_normal_", {}), ("kaiming_normal_", dict(a=0.2, mode="fan_out")),
          ("kaiming_normal_", dict(nonlinearity="tanh")),
-         ("trunc_normal_", dict(std=0.02)), ("trunc_normal_", dict(mean=0.5, std=1.0, a=-0.3, b=1.2))]
+         ("trunc_normal_", dict(std=0.02)),
+         ("trunc_normal_", dict(mean=0.5, std=1.0, a=-0.3, b=1.2))]
 
 
 @pytest.mark.parametrize("name,kw", INITS)
