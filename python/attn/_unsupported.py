@@ -12,6 +12,12 @@ class UnsupportedError(NotImplementedError, AttributeError):
     """A torch feature attn does not implement (see attn._unsupported)."""
 
 
+class NoCudaError(AssertionError, ValueError):
+    """A tensor or module sent to a CUDA device: the AssertionError torch built without CUDA
+    raises ("Torch not compiled with CUDA enabled"), and a ValueError as attn's other argument
+    errors."""
+
+
 def version():
     import attn
     return attn.__version__

@@ -13,9 +13,9 @@ from .._C import Tensor
 from . import functional as F
 
 
-def _no_cuda(fn):
-    return ("[{}] attn {} was built without CUDA (Torch not compiled with CUDA enabled): only the "
-            "cpu device is supported".format(fn, __import__("attn").__version__))
+def _no_cuda_error(fn):
+    from ..cuda import _no_cuda
+    return _no_cuda(fn)
 
 
 class _C_no_grad:
@@ -354,13 +354,13 @@ class Module:
             if a is None or isinstance(a, bool) or str(a) in ("cpu", "cpu:0", "torch.float32"):
                 continue
             if str(a).startswith("cuda"):
-                raise AssertionError(_no_cuda("Module.to"))
+                raise _no_cuda_error("Module.to")
             raise ValueError("[Module.to] attn modules are float32 on the cpu; cannot move to "
                              "{!r}".format(a))
         return self
 
     def cuda(self, device=None):
-        raise AssertionError(_no_cuda("Module.cuda"))
+        raise _no_cuda_error("Module.cuda")
 
     def get_submodule(self, target):
         """The submodule at a dotted path ("transformer.h.0.attn")."""
