@@ -122,6 +122,11 @@ def test_load_state_dict_results_and_messages_match_torch():
         ra = a.load_state_dict(sd, strict=False)
         assert (ra.missing_keys, ra.unexpected_keys) == (rt.missing_keys, rt.unexpected_keys)
         assert repr(ra) == repr(rt)
+    # foreign dtypes are converted (float64, bfloat16 checkpoints)
+    for dt in (torch.float64, torch.bfloat16):
+        a.load_state_dict({k: v.to(dt) if v.is_floating_point() else v for k, v in sd_t.items()})
+        np.testing.assert_array_equal(a.lm_head.weight.detach().numpy(),
+                                      t.lm_head.weight.to(dt).float().detach().numpy())
     with pytest.raises(TypeError, match="Expected state_dict to be dict-like"):
         a.load_state_dict([1, 2])
 

@@ -13,6 +13,17 @@ from .._C import Tensor
 from . import functional as F
 
 
+def _foreign_to_numpy(value):
+    """A torch tensor (any float dtype, bfloat16 included) or array as a NumPy array."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if getattr(value, "is_floating_point", lambda: False)() and \
+                str(value.dtype) not in ("torch.float32", "torch.float64"):
+            value = value.float()  # float16 / bfloat16: NumPy cannot read bfloat16
+        return value.numpy()
+    return value
+
+
 def _no_cuda_error(fn):
     from ..cuda import _no_cuda
     return _no_cuda(fn)
@@ -255,8 +266,7 @@ class Module:
                                   "or Tensor-like object from checkpoint but received {}".format(
                                       key, type(value)))
                     continue
-                value = _C.tensor(value.detach().cpu().numpy() if hasattr(value, "detach")
-                                  else value)
+                value = _C.tensor(_foreign_to_numpy(value))
             if target.dim() == 0 and value.dim() == 1:
                 value = value[0]  # torch's backward compatibility with 0.3's 1-element params
             if tuple(value.shape) != tuple(target.shape):
