@@ -341,6 +341,8 @@ Tensor layer_norm(const Tensor& x, int64_t normalized_shape, const Tensor& weigh
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // approximate: "none" (erf) or "tanh". GeluBackward0.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+// silu(x) = x * sigmoid(x) (torch.nn.functional.silu; src/nn/init.cpp).
+Tensor silu(const Tensor& x);
 // Mean (or "sum" / "none") negative log-likelihood of targets under softmax(input):
 // input (N, C) float logits, target (N) int64 class ids; entries equal to ignore_index do not
 // count. Fused log-softmax and NLL (NllLossBackward0 after LogSoftmaxBackward0 in torch; one

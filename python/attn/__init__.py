@@ -12,7 +12,7 @@ from ._compat import (bfloat16, compile, float16, float64, get_default_dtype,  #
                       get_float32_matmul_precision, set_default_dtype,
                       set_float32_matmul_precision)
 from . import _unsupported
-from ._unsupported import UnsupportedError
+from ._unsupported import NoCudaError, UnsupportedError
 from ._C import (Generator, Tensor, allclose, arange, cat, concat, default_generator, dot, empty,
                  empty_like, equal, exp, from_numpy, full, full_like, get_num_threads,
                  get_rng_state, initial_seed, is_grad_enabled, log, log_softmax, manual_seed,

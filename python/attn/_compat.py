@@ -5,8 +5,8 @@ from . import _C
 _matmul_precision = ["highest"]
 
 
-def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None,  # noqa: A001
-            options=None, disable=False):
+def compile(model=None, *, fullgraph=False, dynamic=None,  # noqa: A001
+            backend="inductor", mode=None, options=None, disable=False):
     """torch.compile: returns the model (or function) unchanged. attn's kernels are already
     compiled C++ with the attention fused, so there is no graph to capture; the result computes
     exactly what the uncompiled model does. Used as @attn.compile or @attn.compile(...), too."""

@@ -12,6 +12,12 @@ class UnsupportedError(NotImplementedError, AttributeError):
     """A torch feature attn does not implement (see attn._unsupported)."""
 
 
+class NoCudaError(AssertionError, ValueError):
+    """A tensor or module sent to a CUDA device: the AssertionError torch built without CUDA
+    raises ("Torch not compiled with CUDA enabled"), and a ValueError as attn's other argument
+    errors."""
+
+
 def version():
     import attn
     return attn.__version__
@@ -23,7 +29,7 @@ def unsupported(owner, name):
         return AttributeError("{} has no attribute '{}'".format(owner, name))
     torch_owner = owner.replace("attn", "torch", 1)
     return UnsupportedError("{}.{} is not supported by attn {} ({} has no attribute '{}'); see "
-                            "docs/pytorch_compat.md".format(torch_owner, name, version(), owner,
+                            "docs/torch_surface.md".format(torch_owner, name, version(), owner,
                                                             name))
 
 

@@ -251,7 +251,9 @@ FactoryKwargs factory_kwargs(const py::kwargs& k, const char* fn, bool random,
                                  "] attn was built without CUDA (Torch not compiled with CUDA "
                                  "enabled): only the cpu device is supported, got " +
                                  dev;
-        PyErr_SetString(PyExc_AssertionError, what.c_str());
+        // attn._unsupported.NoCudaError: an AssertionError and a ValueError.
+        py::object cls = py::module_::import("attn._unsupported").attr("NoCudaError");
+        PyErr_SetString(cls.ptr(), what.c_str());
         throw py::error_already_set();
       }
       if (dev != "cpu" && dev != "cpu:0")

@@ -28,6 +28,7 @@ void register_functional(py::module_& m) {
       },
       py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
       py::arg("bias") = py::none(), py::arg("eps") = 1e-5);
+  fn.def("silu", &nn::functional::silu, py::arg("input"));
   fn.def("gelu", &nn::functional::gelu, py::arg("input"), py::arg("approximate") = "none",
          release());
   fn.def("cross_entropy", &nn::functional::cross_entropy, py::arg("input"), py::arg("target"),

@@ -1,5 +1,6 @@
 // torch.nn.init beyond uniform_/normal_/kaiming_uniform_/xavier_uniform_ (nn/layers.cpp):
-// constant_, calculate_gain, kaiming_* with mode and nonlinearity, xavier_normal_, trunc_normal_.
+// constant_, calculate_gain, kaiming_* with mode and nonlinearity, xavier_normal_, trunc_normal_;
+// and functional::silu, the one activation of torch.nn without its own kernel here.
 // The arithmetic is torch 1.13's (doubles, then one draw through uniform_ / normal_).
 #include <attn/autograd.h>
 #include <attn/nn.h>
@@ -114,3 +115,14 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
 }
 
 }  // namespace attn::nn::init
+
+namespace attn::nn::functional {
+
+Tensor silu(const Tensor& x) {
+  if (!x.defined()) detail::fail("silu", "undefined tensor argument");
+  if (x.dtype() != Dtype::Float32)
+    detail::fail("silu", "expects float32, got ", detail::tensor_desc(x));
+  return x * x.sigmoid();
+}
+
+}  // namespace attn::nn::functional

@@ -20,7 +20,7 @@ def both(fn):
     return [fn(lib, d) for lib, d in LIBS]
 
 
-# ---- randperm and random_ -------------------------------------------------------------------------
+# ---- randperm and random_ ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 10, 1000, 70000])
 @pytest.mark.parametrize("seed", [0, 1337])
@@ -70,7 +70,7 @@ def test_random_with_generator_and_errors():
         attn.empty(3).random_(0, 2**30)
 
 
-# ---- samplers and the DataLoader ------------------------------------------------------------------
+# ---- samplers and the DataLoader -----------------------------------------------------------------
 
 def tensor_dataset(lib, d, n=10):
     return d.TensorDataset(lib.arange(2 * n).reshape(n, 2), lib.arange(n) * 10)

@@ -122,6 +122,11 @@ def test_load_state_dict_results_and_messages_match_torch():
         ra = a.load_state_dict(sd, strict=False)
         assert (ra.missing_keys, ra.unexpected_keys) == (rt.missing_keys, rt.unexpected_keys)
         assert repr(ra) == repr(rt)
+    # foreign dtypes are converted (float64, bfloat16 checkpoints)
+    for dt in (torch.float64, torch.bfloat16):
+        a.load_state_dict({k: v.to(dt) if v.is_floating_point() else v for k, v in sd_t.items()})
+        np.testing.assert_array_equal(a.lm_head.weight.detach().numpy(),
+                                      t.lm_head.weight.to(dt).float().detach().numpy())
     with pytest.raises(TypeError, match="Expected state_dict to be dict-like"):
         a.load_state_dict([1, 2])
 
@@ -208,6 +213,11 @@ def test_module_methods():
     assert p.requires_grad and p.tolist() == [0.0, 1.0, 2.0]
     with pytest.raises(AssertionError, match="not compiled with CUDA"):
         a.cuda()
+    for name in ["half", "bfloat16", "double", "register_forward_hook"]:
+        with pytest.raises(NotImplementedError, match=r"torch.nn.Module.%s is not supported by "
+                                                      r"attn" % name):
+            getattr(a, name)(*([] if name != "register_forward_hook" else [print]))
+    assert not hasattr(a.transformer.h[0], "no_such_attribute")
 
 
 def test_register_buffer_errors_match_torch():
@@ -230,7 +240,8 @@ INITS = [("normal_", dict(mean=0.1, std=0.02)), ("uniform_", dict(a=-0.5, b=0.3)
          ("kaiming_uniform_", dict(mode="fan_out", nonlinearity="relu")),
          ("kaiming_normal_", {}), ("kaiming_normal_", dict(a=0.2, mode="fan_out")),
          ("kaiming_normal_", dict(nonlinearity="tanh")),
-         ("trunc_normal_", dict(std=0.02)), ("trunc_normal_", dict(mean=0.5, std=1.0, a=-0.3, b=1.2))]
+         ("trunc_normal_", dict(std=0.02)),
+         ("trunc_normal_", dict(mean=0.5, std=1.0, a=-0.3, b=1.2))]
 
 
 @pytest.mark.parametrize("name,kw", INITS)

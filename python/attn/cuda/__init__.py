@@ -45,8 +45,8 @@ def empty_cache():
 
 
 def _no_cuda(fn):
-    from .._unsupported import version
-    return AssertionError("[{}] attn {} was built without CUDA (Torch not compiled with CUDA "
+    from .._unsupported import NoCudaError, version
+    return NoCudaError("[{}] attn {} was built without CUDA (Torch not compiled with CUDA "
                           "enabled): only the cpu device is supported".format(fn, version()))
 
 

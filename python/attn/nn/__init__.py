@@ -5,7 +5,8 @@ from .. import _unsupported
 from . import functional, init, parallel, utils
 from .activation import GELU, Identity, ReLU, SiLU, Sigmoid, Tanh
 from .container import ModuleDict, ModuleList, Sequential
-from .modules import (GPT, Dropout, Embedding, LayerNorm, Linear, Module, MultiheadAttention,
+from .attention import MultiheadAttention
+from .modules import (GPT, Dropout, Embedding, LayerNorm, Linear, Module,
                       NonDynamicallyQuantizableLinear, Parameter)
 
 __all__ = ["GELU", "GPT", "LayerNorm", "Dropout", "Embedding", "Identity", "Linear", "Module",

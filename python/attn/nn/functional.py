@@ -124,7 +124,7 @@ def tanh(input):
 
 def silu(input, inplace=False):
     """torch.nn.functional.silu: x * sigmoid(x)."""
-    out = input * input.sigmoid()
+    out = _F.silu(input)
     if inplace:
         input.copy_(out)
         return input

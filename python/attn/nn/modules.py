@@ -14,9 +14,20 @@ from .._C import Tensor
 from . import functional as F
 
 
-def _no_cuda(fn):
-    return ("[{}] attn {} was built without CUDA (Torch not compiled with CUDA enabled): only the "
-            "cpu device is supported".format(fn, __import__("attn").__version__))
+def _foreign_to_numpy(value):
+    """A torch tensor (any float dtype, bfloat16 included) or array as a NumPy array."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if getattr(value, "is_floating_point", lambda: False)() and \
+                str(value.dtype) not in ("torch.float32", "torch.float64"):
+            value = value.float()  # float16 / bfloat16: NumPy cannot read bfloat16
+        return value.numpy()
+    return value
+
+
+def _no_cuda_error(fn):
+    from ..cuda import _no_cuda
+    return _no_cuda(fn)
 
 
 class _C_no_grad:
@@ -256,8 +267,7 @@ class Module:
                                   "or Tensor-like object from checkpoint but received {}".format(
                                       key, type(value)))
                     continue
-                value = _C.tensor(value.detach().cpu().numpy() if hasattr(value, "detach")
-                                  else value)
+                value = _C.tensor(_foreign_to_numpy(value))
             if target.dim() == 0 and value.dim() == 1:
                 value = value[0]  # torch's backward compatibility with 0.3's 1-element params
             if tuple(value.shape) != tuple(target.shape):
@@ -355,13 +365,13 @@ class Module:
             if a is None or isinstance(a, bool) or str(a) in ("cpu", "cpu:0", "torch.float32"):
                 continue
             if str(a).startswith("cuda"):
-                raise AssertionError(_no_cuda("Module.to"))
+                raise _no_cuda_error("Module.to")
             raise ValueError("[Module.to] attn modules are float32 on the cpu; cannot move to "
                              "{!r}".format(a))
         return self
 
     def cuda(self, device=None):
-        raise AssertionError(_no_cuda("Module.cuda"))
+        raise _no_cuda_error("Module.cuda")
 
     def get_submodule(self, target):
         """The submodule at a dotted path ("transformer.h.0.attn")."""
@@ -383,6 +393,30 @@ class Module:
 
     def cpu(self):
         return self
+
+    def _unsupported(self, what):
+        from .._unsupported import UnsupportedError, version
+        return UnsupportedError("torch.nn.Module.{} is not supported by attn {} (modules are "
+                                "float32 on the cpu, without hooks); see docs/torch_surface.md"
+                                .format(what, version()))
+
+    def half(self):
+        raise self._unsupported("half")
+
+    def bfloat16(self):
+        raise self._unsupported("bfloat16")
+
+    def double(self):
+        raise self._unsupported("double")
+
+    def register_forward_hook(self, *args, **kwargs):
+        raise self._unsupported("register_forward_hook")
+
+    def register_forward_pre_hook(self, *args, **kwargs):
+        raise self._unsupported("register_forward_pre_hook")
+
+    def register_full_backward_hook(self, *args, **kwargs):
+        raise self._unsupported("register_full_backward_hook")
 
     def float(self):
         return self
@@ -483,69 +517,6 @@ class Dropout(Module):
 
     def extra_repr(self):
         return "p={}, inplace={}".format(self.p, self.inplace)
-
-
-class MultiheadAttention(Module):
-    """torch.nn.MultiheadAttention over the C++ implementation; parameters share its storage and
-    carry PyTorch's names (in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias, or
-    q_proj_weight / k_proj_weight / v_proj_weight when kdim or vdim differ from embed_dim)."""
-
-    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
-                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
-                 dtype=None):
-        super().__init__()
-        if add_bias_kv or add_zero_attn:
-            raise ValueError("[MultiheadAttention] add_bias_kv and add_zero_attn are not supported")
-        impl = _C.modules.MultiheadAttention(embed_dim, num_heads, float(dropout), bool(bias),
-                                             kdim, vdim, bool(batch_first))
-        object.__setattr__(self, "_impl", impl)
-        self.embed_dim = embed_dim
-        self.kdim = kdim if kdim is not None else embed_dim
-        self.vdim = vdim if vdim is not None else embed_dim
-        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
-        self.num_heads = num_heads
-        self.dropout = float(dropout)
-        self.batch_first = batch_first
-        self.head_dim = impl.head_dim
-        if self._qkv_same_embed_dim:
-            self.in_proj_weight = Parameter(impl.in_proj_weight)
-            self.register_parameter("q_proj_weight", None)
-            self.register_parameter("k_proj_weight", None)
-            self.register_parameter("v_proj_weight", None)
-        else:
-            self.q_proj_weight = Parameter(impl.q_proj_weight)
-            self.k_proj_weight = Parameter(impl.k_proj_weight)
-            self.v_proj_weight = Parameter(impl.v_proj_weight)
-            self.register_parameter("in_proj_weight", None)
-        if bias:
-            self.in_proj_bias = Parameter(impl.in_proj_bias)
-        else:
-            self.register_parameter("in_proj_bias", None)
-        out_proj = NonDynamicallyQuantizableLinear.__new__(NonDynamicallyQuantizableLinear)
-        Module.__init__(out_proj)
-        out_proj.in_features = out_proj.out_features = embed_dim
-        out_proj.weight = Parameter(impl.out_proj_weight)
-        if bias:
-            out_proj.bias = Parameter(impl.out_proj_bias)
-        else:
-            out_proj.register_parameter("bias", None)
-        self.out_proj = out_proj
-        self.bias_k = self.bias_v = None
-        self.add_zero_attn = False
-
-    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
-                attn_mask=None, average_attn_weights=True, is_causal=False):
-        impl = self._impl
-        impl.train(self.training)
-        # The current Parameters (they may have been reassigned since construction).
-        impl._set_parameters(self.in_proj_weight, self.q_proj_weight, self.k_proj_weight,
-                             self.v_proj_weight, self.in_proj_bias, self.out_proj.weight,
-                             self.out_proj.bias, float(self.dropout))
-        return self._impl.forward(query, key, value, key_padding_mask, need_weights, attn_mask,
-                                  average_attn_weights, is_causal)
-
-    def extra_repr(self):
-        return ""
 
 
 class LayerNorm(Module):
