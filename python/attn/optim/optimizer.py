@@ -57,6 +57,7 @@ class Optimizer:
         for g in param_groups:
             self.param_groups.append(self._prepare_group(g))
         self._pushed = [self._cpp_options(g) for g in self.param_groups]
+        self._sizes = [len(g["params"]) for g in self.param_groups]
         self._impl = self._make([(g["params"], o)
                                  for g, o in zip(self.param_groups, self._pushed)])
 
@@ -107,6 +108,7 @@ class Optimizer:
         self._impl.add_param_group(g["params"], options)
         self.param_groups.append(g)
         self._pushed.append(options)
+        self._sizes.append(len(g["params"]))
 
     def _cpp_options(self, group):
         """The group's options as the C++ optimizer's fields (checked for unsupported flags)."""
@@ -126,6 +128,11 @@ class Optimizer:
                                "groups with add_param_group".format(len(self.param_groups),
                                                                    len(self._pushed)))
         for i, g in enumerate(self.param_groups):
+            if len(g["params"]) != self._sizes[i]:
+                raise RuntimeError("param_groups[{}]['params'] has {} tensors but the optimizer "
+                                   "was given {}: a group's parameters cannot change (add a "
+                                   "group with add_param_group)".format(i, len(g["params"]),
+                                                                        self._sizes[i]))
             options = self._cpp_options(g)
             if options != self._pushed[i]:
                 self._impl.set_group_options(i, options)
