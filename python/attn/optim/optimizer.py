@@ -145,6 +145,11 @@ class Optimizer:
             g["lr"] = d["lr"]
             if "initial_lr" in d:
                 g["initial_lr"] = d["initial_lr"]
+            # OneCycleLR cycles beta1 (Adam) or momentum (SGD)
+            if "beta1" in d and d["beta1"] != float(g["betas"][0]):
+                g["betas"] = (d["beta1"], *g["betas"][1:])
+            if "momentum" in d and d["momentum"] != float(g["momentum"]):
+                g["momentum"] = d["momentum"]
             self._pushed[i] = self._cpp_options(g)
 
     # ---- stepping --------------------------------------------------------------------------------
