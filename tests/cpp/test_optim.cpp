@@ -326,6 +326,35 @@ TEST(LRScheduler, LambdaStepMultiStepLinear) {
             std::string::npos);
 }
 
+TEST(LRScheduler, OneCycleRisesThenAnnealsAndCyclesMomentum) {
+  Tensor p = param({2}, 21);
+  optim::SGDOptions so;
+  so.lr = 0.1;
+  so.momentum = 0.9;
+  optim::SGD opt({p}, so);
+  optim::OneCycleLR s(opt, {0.1}, 10);  // pct_start 0.3: up over steps 0..2, down over 2..9
+  const double pi = std::numbers::pi;
+  auto cos_anneal = [&](double a, double b, double pct) {
+    return b + (a - b) / 2.0 * (std::cos(pi * pct) + 1);
+  };
+  const double initial = 0.1 / 25, min_lr = initial / 1e4;
+  for (int64_t e = 0; e < 10; ++e) {
+    const bool up = e <= 2;
+    const double pct = up ? double(e) / 2.0 : (double(e) - 2.0) / 7.0;
+    const double lr = up ? cos_anneal(initial, 0.1, pct) : cos_anneal(0.1, min_lr, pct);
+    const double m = up ? cos_anneal(0.95, 0.85, pct) : cos_anneal(0.85, 0.95, pct);
+    EXPECT_NEAR(opt.lr(0), lr, 1e-15) << e;
+    EXPECT_NEAR(*opt.groups()[0].momentum, m, 1e-15) << e;
+    s.step();
+  }
+  // The loop left last_epoch at 10 == total_steps (allowed, as in torch); one more is not.
+  EXPECT_NE(error_of([&] { s.step(); }).find("Tried to step 12 times"), std::string::npos);
+  optim::AdamW adam({param({2}, 22)}, optim::AdamWOptions{});
+  optim::OneCycleLR a(adam, {0.01}, 5);
+  EXPECT_EQ(*adam.groups()[0].beta1, 0.95);  // beta1 cycles for Adam
+  EXPECT_EQ(*adam.groups()[0].initial_lr, 0.01 / 25);
+}
+
 // ---- clipping -----------------------------------------------------------------------------------
 
 TEST(Optim, ClipGradNormAnyOrderAndClipValue) {
