@@ -252,6 +252,28 @@ def test_unsupported_flags_are_not_implemented():
         opt.step()
 
 
+def test_state_of_an_older_torch_without_the_new_flags_loads():
+    tp, ap, topt, aopt = run_pair("adamw_groups", 0)
+    grads_for(0, tp, ap)
+    topt.step()
+    sd = convert_state(topt.state_dict(), "attn")
+    for g in sd["param_groups"]:  # as torch 1.11 wrote them
+        for k in ("foreach", "maximize", "capturable"):
+            del g[k]
+        g["amsgrad"] = False
+    for s in sd["state"].values():
+        s["step"] = 1  # a number before torch 1.12
+    aopt.load_state_dict(sd)
+    assert aopt.param_groups[0]["maximize"] is False
+    assert float(aopt.state_dict()["state"][0]["step"]) == 1.0
+
+    class Custom(attn.optim.Optimizer):
+        def __init__(self, params):
+            super().__init__(params, dict(lr=0.1))
+    with pytest.raises(NotImplementedError, match="written in Python"):
+        Custom(ap)
+
+
 def test_add_param_group_and_closure():
     tp, ap = make_params(3)
     topt = torch.optim.SGD(tp[:2], lr=0.1, momentum=0.9)

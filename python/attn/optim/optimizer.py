@@ -44,6 +44,9 @@ class Optimizer:
     _flags = ()
 
     def __init__(self, params, defaults):
+        if not hasattr(self, "_make"):
+            raise _unsupported(type(self).__name__, "an optimizer written in Python on "
+                               "attn.optim.Optimizer (only Adam, AdamW and SGD are)")
         self.defaults = defaults
         if _is_tensor(params):
             raise TypeError("params argument given to the optimizer should be an iterable of "
@@ -222,6 +225,9 @@ class Optimizer:
         for g, saved in zip(groups, saved_groups):
             ng = copy.deepcopy({k: v for k, v in saved.items() if k != "params"})
             ng["params"] = g["params"]
+            for k, v in self.defaults.items():  # a state from an older torch lacks new flags
+                if v is not required:
+                    ng.setdefault(k, v)
             self._cpp_options(ng)
             new_groups.append(ng)
         self._impl.load_state_dict(flat)
