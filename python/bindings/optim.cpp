@@ -39,6 +39,8 @@ optim::ParamGroup group_options(const py::dict& d) {
       g.dampening = py::cast<double>(v);
     else if (key == "nesterov")
       g.nesterov = py::cast<bool>(v);
+    else if (key == "maximize")
+      g.maximize = py::cast<bool>(v);
     else if (key == "initial_lr")
       g.initial_lr = py::cast<double>(v);
     else
@@ -74,6 +76,7 @@ py::dict group_dict(const optim::ParamGroup& g) {
   put("momentum", g.momentum);
   put("dampening", g.dampening);
   put("nesterov", g.nesterov);
+  put("maximize", g.maximize);
   put("initial_lr", g.initial_lr);
   return d;
 }

@@ -249,6 +249,32 @@ TEST(Optim, GroupsAreValidated) {
             std::string::npos);
 }
 
+TEST(Optim, MaximizeAscends) {
+  // maximize negates the gradient: one step of each optimizer moves p by the opposite of the
+  // minimizing step from the same state (no weight decay).
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<float> moved[2];
+    for (bool maximize : {false, true}) {
+      Tensor p = param({5}, 23);
+      const std::vector<float> before = values(p);
+      optim::ParamGroup g{{p}};
+      g.maximize = maximize;
+      g.weight_decay = 0.0;
+      std::unique_ptr<optim::Optimizer> opt;
+      if (kind == 0) opt = std::make_unique<optim::Adam>(std::vector{g}, optim::AdamOptions{});
+      if (kind == 1) opt = std::make_unique<optim::AdamW>(std::vector{g}, optim::AdamWOptions{});
+      if (kind == 2) opt = std::make_unique<optim::SGD>(std::vector{g}, optim::SGDOptions{0.1});
+      p.set_grad(grad_for(p, 0, 0));
+      opt->step();
+      const std::vector<float> after = values(p);
+      for (std::size_t i = 0; i < after.size(); ++i)
+        moved[maximize].push_back(after[i] - before[i]);
+    }
+    for (std::size_t i = 0; i < moved[0].size(); ++i)
+      EXPECT_NEAR(moved[1][i], -moved[0][i], 1e-6) << "optimizer " << kind << " element " << i;
+  }
+}
+
 // ---- schedulers ---------------------------------------------------------------------------------
 
 TEST(LRScheduler, CosineAnnealingFollowsItsClosedFormAndResumes) {

@@ -60,7 +60,13 @@ CASES = {
                       ([1, 3], dict(weight_decay=0.0, lr=2e-2, eps=1e-5))]),
     "adamw_amsgrad_groups": ("AdamW", dict(lr=1e-2, amsgrad=True),
                              [([0], dict(weight_decay=0.5)), ([1, 2, 3], dict(amsgrad=False))]),
+    "adam_maximize": ("Adam", dict(lr=1e-2, weight_decay=0.1, maximize=True),
+                      [([0, 1, 2, 3], {})]),
+    "adamw_maximize_group": ("AdamW", dict(lr=1e-2),
+                             [([0, 1], {}), ([2, 3], dict(maximize=True, amsgrad=True))]),
     "sgd_plain": ("SGD", dict(lr=0.1), [([0, 1, 2, 3], {})]),
+    "sgd_maximize": ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=0.1, maximize=True),
+                     [([0, 1, 2, 3], {})]),
     "sgd_momentum_groups": ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=1e-2),
                             [([0, 1], dict(dampening=0.3)),
                              ([2, 3], dict(nesterov=True, lr=0.02, momentum=0.5))]),
@@ -236,17 +242,17 @@ def test_errors_as_torch(make):
 
 def test_unsupported_flags_are_not_implemented():
     p = [attn.zeros(2).requires_grad_(True)]
-    with pytest.raises(NotImplementedError, match="maximize=True"):
-        attn.optim.Adam(p, maximize=True)
+    with pytest.raises(NotImplementedError, match="capturable=True"):
+        attn.optim.Adam(p, capturable=True)
     with pytest.raises(NotImplementedError, match="RMSprop"):
         attn.optim.RMSprop(p)
     with pytest.raises(NotImplementedError, match="CyclicLR"):
         attn.optim.lr_scheduler.CyclicLR
     opt = attn.optim.SGD(p, lr=0.1)
-    opt.param_groups[0]["maximize"] = True
-    with pytest.raises(NotImplementedError, match="maximize=True"):
+    opt.param_groups[0]["differentiable"] = True
+    with pytest.raises(NotImplementedError, match="differentiable=True"):
         opt.step()
-    opt.param_groups[0]["maximize"] = False
+    opt.param_groups[0]["differentiable"] = False
     opt.param_groups[0]["lr"] = -1.0  # checked when it reaches the optimizer
     with pytest.raises(ValueError, match="Invalid learning rate: -1"):
         opt.step()

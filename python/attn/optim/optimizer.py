@@ -288,7 +288,7 @@ def _as_tensor(value, where):
 
 
 class _AdamBase(Optimizer):
-    _flags = ("maximize", "capturable", "differentiable", "fused")
+    _flags = ("capturable", "differentiable", "fused")
 
     def _check(self, lr, betas, eps, weight_decay):
         if not 0.0 <= lr:
@@ -309,7 +309,7 @@ class _AdamBase(Optimizer):
         except (TypeError, ValueError):
             raise TypeError("betas must be a pair of numbers, got {!r}".format(betas)) from None
         return {"beta1": float(beta1), "beta2": float(beta2), "eps": _number(group, "eps"),
-                "amsgrad": _flag(group, "amsgrad")}
+                "amsgrad": _flag(group, "amsgrad"), "maximize": _flag(group, "maximize")}
 
     def _make(self, groups):
         d = self.defaults
@@ -375,7 +375,7 @@ class AdamW(_AdamBase):
 class SGD(Optimizer):
     """torch.optim.SGD: momentum, dampening, Nesterov momentum, L2 weight decay."""
 
-    _flags = ("maximize", "differentiable")
+    _flags = ("differentiable",)
 
     def __init__(self, params, lr=required, momentum=0, dampening=0, weight_decay=0,
                  nesterov=False, *, maximize=False, foreach=None, differentiable=False):
@@ -395,7 +395,7 @@ class SGD(Optimizer):
 
     def _more_options(self, group):
         return {"momentum": _number(group, "momentum"), "dampening": _number(group, "dampening"),
-                "nesterov": _flag(group, "nesterov")}
+                "nesterov": _flag(group, "nesterov"), "maximize": _flag(group, "maximize")}
 
     def _make(self, groups):
         d = self.defaults
