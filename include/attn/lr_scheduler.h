@@ -70,6 +70,32 @@ class StepLR : public LRScheduler {
   double gamma_;
 };
 
+// lr *= gamma every epoch.
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& optimizer, double gamma, int64_t last_epoch = -1);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  double gamma_;
+};
+
+// lr * factor until epoch total_iters, then the lr again.
+class ConstantLR : public LRScheduler {
+ public:
+  ConstantLR(Optimizer& optimizer, double factor = 1.0 / 3, int64_t total_iters = 5,
+             int64_t last_epoch = -1);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  double factor_;
+  int64_t total_iters_;
+};
+
 // lr *= gamma^k at an epoch that appears k times in milestones.
 class MultiStepLR : public LRScheduler {
  public:

@@ -148,6 +148,13 @@ void register_optim(py::module_& m) {
   py::class_<optim::StepLR, optim::LRScheduler>(opt, "StepLR")
       .def(py::init<optim::Optimizer&, int64_t, double, int64_t>(), py::arg("optimizer"),
            py::arg("step_size"), py::arg("gamma"), py::arg("last_epoch"), py::keep_alive<1, 2>());
+  py::class_<optim::ExponentialLR, optim::LRScheduler>(opt, "ExponentialLR")
+      .def(py::init<optim::Optimizer&, double, int64_t>(), py::arg("optimizer"), py::arg("gamma"),
+           py::arg("last_epoch"), py::keep_alive<1, 2>());
+  py::class_<optim::ConstantLR, optim::LRScheduler>(opt, "ConstantLR")
+      .def(py::init<optim::Optimizer&, double, int64_t, int64_t>(), py::arg("optimizer"),
+           py::arg("factor"), py::arg("total_iters"), py::arg("last_epoch"),
+           py::keep_alive<1, 2>());
   py::class_<optim::MultiStepLR, optim::LRScheduler>(opt, "MultiStepLR")
       .def(py::init<optim::Optimizer&, std::vector<int64_t>, double, int64_t>(),
            py::arg("optimizer"), py::arg("milestones"), py::arg("gamma"), py::arg("last_epoch"),

@@ -93,6 +93,35 @@ std::vector<double> StepLR::get_lr() const {
   return lrs;
 }
 
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma, int64_t last_epoch)
+    : LRScheduler(optimizer, last_epoch, "ExponentialLR"), gamma_(gamma) {
+  initial_step();
+}
+
+std::vector<double> ExponentialLR::get_lr() const {
+  std::vector<double> lrs = group_lrs();
+  if (last_epoch_ == 0) return lrs;
+  for (double& lr : lrs) lr = lr * gamma_;
+  return lrs;
+}
+
+ConstantLR::ConstantLR(Optimizer& optimizer, double factor, int64_t total_iters, int64_t last_epoch)
+    : LRScheduler(optimizer, last_epoch, "ConstantLR"), factor_(factor), total_iters_(total_iters) {
+  if (!(factor >= 0.0 && factor <= 1.0))
+    fail(name_, "Constant multiplicative factor expected to be between 0 and 1, got ", factor);
+  initial_step();
+}
+
+std::vector<double> ConstantLR::get_lr() const {
+  std::vector<double> lrs = group_lrs();
+  if (last_epoch_ == 0) {
+    for (double& lr : lrs) lr = lr * factor_;
+  } else if (last_epoch_ == total_iters_) {
+    for (double& lr : lrs) lr = lr * (1.0 / factor_);
+  }
+  return lrs;
+}
+
 MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma,
                          int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch, "MultiStepLR"),

@@ -346,6 +346,21 @@ TEST(LRScheduler, LambdaStepMultiStepLinear) {
     EXPECT_NEAR(sgd3.lr(0), 0.8 * factor, 1e-15) << e;
     linear.step();
   }
+  Tensor w = param({2}, 24);
+  optim::SGD sgd4({w}, optim::SGDOptions{0.5});
+  optim::ExponentialLR expo(sgd4, 0.5);
+  for (int e = 0; e < 5; ++e) {
+    EXPECT_EQ(sgd4.lr(0), 0.5 * std::pow(0.5, e));
+    expo.step();
+  }
+  Tensor z = param({2}, 25);
+  optim::SGD sgd5({z}, optim::SGDOptions{1.0});
+  optim::ConstantLR constant(sgd5, 0.5, 3);
+  const std::vector<double> want_constant = {0.5, 0.5, 0.5, 1.0, 1.0};
+  for (double w5 : want_constant) {
+    EXPECT_EQ(sgd5.lr(0), w5);
+    constant.step();
+  }
   EXPECT_NE(error_of([&] { optim::LinearLR(sgd3, 1.5); }).find("Starting multiplicative factor"),
             std::string::npos);
   EXPECT_NE(error_of([&] { optim::StepLR(sgd3, 0); }).find("step_size must be >= 1"),

@@ -305,6 +305,8 @@ SCHEDULERS = {
                                                      lambda e: min(1.0, (e + 1) / 5)])),
     "step": ("StepLR", dict(step_size=3, gamma=0.5)),
     "multistep": ("MultiStepLR", dict(milestones=[2, 5, 5, 9], gamma=0.3)),
+    "exponential": ("ExponentialLR", dict(gamma=0.9)),
+    "constant": ("ConstantLR", dict(factor=0.3, total_iters=4)),
     "cosine": ("CosineAnnealingLR", dict(T_max=7, eta_min=1e-4)),
     "cosine_zero_min": ("CosineAnnealingLR", dict(T_max=10)),
     "linear": ("LinearLR", dict(start_factor=0.25, end_factor=1.0, total_iters=6)),

@@ -6,11 +6,11 @@ from collections import Counter
 from .. import _C
 from .optimizer import Optimizer, _unsupported
 
-__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "CosineAnnealingLR", "LinearLR",
-           "OneCycleLR"]
+__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR",
+           "CosineAnnealingLR", "LinearLR", "OneCycleLR"]
 
-_MISSING = {"ChainedScheduler", "ConstantLR", "CosineAnnealingWarmRestarts", "CyclicLR",
-            "ExponentialLR", "MultiplicativeLR", "PolynomialLR",
+_MISSING = {"ChainedScheduler", "CosineAnnealingWarmRestarts", "CyclicLR", "MultiplicativeLR",
+            "PolynomialLR",
             "ReduceLROnPlateau", "SequentialLR"}
 
 
@@ -171,6 +171,36 @@ class MultiStepLR(LRScheduler):
         return _C.optim.MultiStepLR(self.optimizer._impl,
                                     [int(m) for m in self.milestones.elements()],
                                     float(self.gamma), last_epoch)
+
+
+class ExponentialLR(LRScheduler):
+    """lr *= gamma every epoch."""
+
+    _hyper = ("gamma",)
+
+    def __init__(self, optimizer, gamma, last_epoch=-1, verbose=False):
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def _make(self, last_epoch):
+        return _C.optim.ExponentialLR(self.optimizer._impl, float(self.gamma), last_epoch)
+
+
+class ConstantLR(LRScheduler):
+    """lr * factor until epoch total_iters, then the lr again."""
+
+    _hyper = ("factor", "total_iters")
+
+    def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1, verbose=False):
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor = factor
+        self.total_iters = total_iters
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def _make(self, last_epoch):
+        return _C.optim.ConstantLR(self.optimizer._impl, float(self.factor),
+                                   int(self.total_iters), last_epoch)
 
 
 class CosineAnnealingLR(LRScheduler):
