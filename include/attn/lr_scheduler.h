@@ -70,6 +70,32 @@ class StepLR : public LRScheduler {
   double gamma_;
 };
 
+// lr *= gamma every epoch.
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& optimizer, double gamma, int64_t last_epoch = -1);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  double gamma_;
+};
+
+// lr * factor until epoch total_iters, then the lr again.
+class ConstantLR : public LRScheduler {
+ public:
+  ConstantLR(Optimizer& optimizer, double factor = 1.0 / 3, int64_t total_iters = 5,
+             int64_t last_epoch = -1);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  double factor_;
+  int64_t total_iters_;
+};
+
 // lr *= gamma^k at an epoch that appears k times in milestones.
 class MultiStepLR : public LRScheduler {
  public:
@@ -112,6 +138,48 @@ class LinearLR : public LRScheduler {
  private:
   double start_, end_;
   int64_t total_iters_;
+};
+
+struct OneCycleOptions {
+  double pct_start = 0.3;      // the fraction of the steps spent raising the lr
+  bool linear_anneal = false;  // torch's anneal_strategy: "cos" (false) or "linear" (true)
+  bool cycle_momentum = true;  // momentum (SGD) or beta1 (Adam, AdamW) cycles inversely
+  std::vector<double> base_momentum = {0.85};  // one value, or one per group
+  std::vector<double> max_momentum = {0.95};
+  double div_factor = 25.0;       // initial_lr = max_lr / div_factor
+  double final_div_factor = 1e4;  // min_lr = initial_lr / final_div_factor
+  bool three_phase = false;
+};
+
+// The 1cycle policy (Smith & Topin, 2017) as torch.optim.lr_scheduler.OneCycleLR: the lr goes
+// from max_lr / div_factor up to max_lr over pct_start of total_steps, then down to
+// initial_lr / final_div_factor (three_phase: back to initial_lr first), and the momentum
+// (beta1 for Adam) the other way between max_momentum and base_momentum. It sets every group's
+// initial_lr (when last_epoch == -1). Stepping past total_steps is an error, as in torch.
+class OneCycleLR : public LRScheduler {
+ public:
+  OneCycleLR(Optimizer& optimizer, std::vector<double> max_lrs, int64_t total_steps,
+             const OneCycleOptions& options = {}, int64_t last_epoch = -1);
+  int64_t total_steps() const { return total_steps_; }
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  struct Phase {
+    double end_step;
+    int start_lr, end_lr;  // 0 initial_lr, 1 max_lr, 2 min_lr
+    int start_m, end_m;    // 0 max_momentum, 1 base_momentum
+  };
+  static Optimizer& prepare(Optimizer& optimizer, const std::vector<double>& max_lrs,
+                            const OneCycleOptions& options, int64_t last_epoch);
+  double anneal(double start, double end, double pct) const;
+
+  int64_t total_steps_;
+  OneCycleOptions options_;
+  std::vector<double> max_lrs_, min_lrs_, max_m_, base_m_;
+  std::vector<Phase> phases_;
+  bool use_beta1_ = false;
 };
 
 }  // namespace attn::optim

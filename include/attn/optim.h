@@ -26,6 +26,7 @@ struct ParamGroup {
   std::optional<bool> amsgrad = {};                        // Adam, AdamW
   std::optional<double> momentum = {}, dampening = {};     // SGD
   std::optional<bool> nesterov = {};                       // SGD
+  std::optional<bool> maximize = {};  // every optimizer: ascend (the gradient negated)
   // torch's 'initial_lr': the lr a scheduler starts from, set by the first scheduler made over
   // the optimizer (attn/lr_scheduler.h).
   std::optional<double> initial_lr = {};
@@ -43,7 +44,8 @@ class Optimizer {
 
   // One update of every parameter that has a gradient (others are skipped, their state left).
   virtual void step() = 0;
-  // Sets every gradient to none (set_to_none) or to zeros.
+  // Sets every gradient to none (set_to_none) or to zeros. (attn.optim's Python default is
+  // torch 1.13's, zeros.)
   void zero_grad(bool set_to_none = true);
 
   const std::vector<ParamGroup>& groups() const { return groups_; }
@@ -89,6 +91,7 @@ struct AdamOptions {
   double eps = 1e-8;
   double weight_decay = 0.0;
   bool amsgrad = false;
+  bool maximize = false;
 };
 
 struct AdamWOptions {
@@ -97,11 +100,12 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 1e-2;
   bool amsgrad = false;
+  bool maximize = false;
 };
 
 // torch.optim.Adam (weight_decay: L2, added to the gradient) and, with decoupled = true,
 // torch.optim.AdamW (p *= 1 - lr wd), as torch 1.13 computes them (foreach=False):
-//   g += wd p (Adam);  p *= 1 - lr wd (AdamW)
+//   g = -g (maximize);  g += wd p (Adam);  p *= 1 - lr wd (AdamW)
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g g;  (amsgrad: vmax = max(vmax, v))
 //   p -= lr / (1 - beta1^t) * m / (sqrt(v or vmax) / sqrt(1 - beta2^t) + eps)
 // Each parameter counts its own steps t; one without a gradient is skipped.
@@ -145,11 +149,12 @@ struct SGDOptions {
   double dampening = 0.0;
   double weight_decay = 0.0;
   bool nesterov = false;
+  bool maximize = false;
 };
 
 // torch.optim.SGD (1.13, foreach=False):
-//   g += wd p;  with momentum: buf = g at the first step, then buf = momentum buf + (1 - dampening)
-//   g; g = nesterov ? g + momentum buf : buf;  p -= lr g
+//   g = -g (maximize);  g += wd p;  with momentum: buf = g at the first step, then buf = momentum
+//   buf + (1 - dampening) g; g = nesterov ? g + momentum buf : buf;  p -= lr g
 // state_dict: "state.{i}.momentum_buffer" for every parameter that has one.
 class SGD : public Optimizer {
  public:

@@ -39,6 +39,8 @@ optim::ParamGroup group_options(const py::dict& d) {
       g.dampening = py::cast<double>(v);
     else if (key == "nesterov")
       g.nesterov = py::cast<bool>(v);
+    else if (key == "maximize")
+      g.maximize = py::cast<bool>(v);
     else if (key == "initial_lr")
       g.initial_lr = py::cast<double>(v);
     else
@@ -74,6 +76,7 @@ py::dict group_dict(const optim::ParamGroup& g) {
   put("momentum", g.momentum);
   put("dampening", g.dampening);
   put("nesterov", g.nesterov);
+  put("maximize", g.maximize);
   put("initial_lr", g.initial_lr);
   return d;
 }
@@ -145,6 +148,13 @@ void register_optim(py::module_& m) {
   py::class_<optim::StepLR, optim::LRScheduler>(opt, "StepLR")
       .def(py::init<optim::Optimizer&, int64_t, double, int64_t>(), py::arg("optimizer"),
            py::arg("step_size"), py::arg("gamma"), py::arg("last_epoch"), py::keep_alive<1, 2>());
+  py::class_<optim::ExponentialLR, optim::LRScheduler>(opt, "ExponentialLR")
+      .def(py::init<optim::Optimizer&, double, int64_t>(), py::arg("optimizer"), py::arg("gamma"),
+           py::arg("last_epoch"), py::keep_alive<1, 2>());
+  py::class_<optim::ConstantLR, optim::LRScheduler>(opt, "ConstantLR")
+      .def(py::init<optim::Optimizer&, double, int64_t, int64_t>(), py::arg("optimizer"),
+           py::arg("factor"), py::arg("total_iters"), py::arg("last_epoch"),
+           py::keep_alive<1, 2>());
   py::class_<optim::MultiStepLR, optim::LRScheduler>(opt, "MultiStepLR")
       .def(py::init<optim::Optimizer&, std::vector<int64_t>, double, int64_t>(),
            py::arg("optimizer"), py::arg("milestones"), py::arg("gamma"), py::arg("last_epoch"),
@@ -156,6 +166,29 @@ void register_optim(py::module_& m) {
       .def(py::init<optim::Optimizer&, double, double, int64_t, int64_t>(), py::arg("optimizer"),
            py::arg("start_factor"), py::arg("end_factor"), py::arg("total_iters"),
            py::arg("last_epoch"), py::keep_alive<1, 2>());
+
+  py::class_<optim::OneCycleLR, optim::LRScheduler>(opt, "OneCycleLR")
+      .def(py::init([](optim::Optimizer& o, std::vector<double> max_lrs, int64_t total_steps,
+                       double pct_start, bool linear_anneal, bool cycle_momentum,
+                       std::vector<double> base_momentum, std::vector<double> max_momentum,
+                       double div_factor, double final_div_factor, bool three_phase,
+                       int64_t last_epoch) {
+             optim::OneCycleOptions oc;
+             oc.pct_start = pct_start;
+             oc.linear_anneal = linear_anneal;
+             oc.cycle_momentum = cycle_momentum;
+             oc.base_momentum = std::move(base_momentum);
+             oc.max_momentum = std::move(max_momentum);
+             oc.div_factor = div_factor;
+             oc.final_div_factor = final_div_factor;
+             oc.three_phase = three_phase;
+             return std::make_unique<optim::OneCycleLR>(o, std::move(max_lrs), total_steps, oc,
+                                                        last_epoch);
+           }),
+           py::arg("optimizer"), py::arg("max_lrs"), py::arg("total_steps"), py::arg("pct_start"),
+           py::arg("linear_anneal"), py::arg("cycle_momentum"), py::arg("base_momentum"),
+           py::arg("max_momentum"), py::arg("div_factor"), py::arg("final_div_factor"),
+           py::arg("three_phase"), py::arg("last_epoch"), py::keep_alive<1, 2>());
 
   opt.def(
       "clip_grad_norm_",

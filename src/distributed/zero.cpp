@@ -48,6 +48,15 @@ ZeroAdamW::ZeroAdamW(std::vector<optim::ParamGroup> groups, const optim::AdamWOp
   optim::AdamW check(groups, options);
   s.options = options;
   std::string shapes;
+  // One shard may span several groups: only the weight decay may differ between groups.
+  for (std::size_t gi = 0; gi < check.groups().size(); ++gi) {
+    const optim::ParamGroup& g = check.groups()[gi];
+    if (*g.lr != options.lr || *g.beta1 != options.beta1 || *g.beta2 != options.beta2 ||
+        *g.eps != options.eps || *g.amsgrad)
+      fail("ZeroAdamW", "parameter group ", gi,
+           " sets its own lr, betas, eps or amsgrad; ZeroAdamW supports only a per-group "
+           "weight_decay (and no amsgrad)");
+  }
   for (const optim::ParamGroup& g : check.groups())  // resolved: every weight_decay set
     for (const Tensor& p : g.params) {
       s.offset.push_back(s.n);

@@ -36,15 +36,16 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float
   }
 }
 
-// Every other case: Adam's L2 term (g + l2 p; l2 = 0 for AdamW), AdamW's decay factor (1 for
-// Adam) and, when vmax is not null, amsgrad's running maximum of v.
+// Every other case: the gradient times gsign (-1: maximize), Adam's L2 term (g + l2 p; l2 = 0
+// for AdamW), AdamW's decay factor (1 for Adam) and, when vmax is not null, amsgrad's running
+// maximum of v.
 ATTN_VMATH_CLONES
-void adam_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, float l2,
-                 float decay, float beta1, float one_minus_beta1, float beta2,
+void adam_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, float gsign,
+                 float l2, float decay, float beta1, float one_minus_beta1, float beta2,
                  float one_minus_beta2, float bc2_sqrt, float eps, float neg_step_size) {
   for (int64_t i = 0; i < n; ++i) {
     float pi = p[i];
-    const float gi = l2 != 0.0f ? g[i] + l2 * pi : g[i];
+    const float gi = l2 != 0.0f ? gsign * g[i] + l2 * pi : gsign * g[i];
     pi = pi * decay;
     const float mi = m[i] * beta1 + one_minus_beta1 * gi;
     const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
@@ -83,11 +84,12 @@ ParamGroup adam_defaults(const AdamOptions& o) {
   d.eps = o.eps;
   d.weight_decay = o.weight_decay;
   d.amsgrad = o.amsgrad;
+  d.maximize = o.maximize;
   return d;
 }
 
 AdamOptions from_adamw(const AdamWOptions& o) {
-  return AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad};
+  return AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad, o.maximize};
 }
 
 }  // namespace
@@ -112,8 +114,13 @@ AdamW::AdamW(const std::vector<Tensor>& params, const AdamWOptions& options)
     : AdamW(std::vector<ParamGroup>{ParamGroup{params}}, options) {}
 
 AdamWOptions AdamW::options() const {
-  return AdamWOptions{lr(),           *defaults_.beta1,        *defaults_.beta2,
-                      *defaults_.eps, *defaults_.weight_decay, *defaults_.amsgrad};
+  return AdamWOptions{lr(),
+                      *defaults_.beta1,
+                      *defaults_.beta2,
+                      *defaults_.eps,
+                      *defaults_.weight_decay,
+                      *defaults_.amsgrad,
+                      *defaults_.maximize};
 }
 
 void Adam::check_group(const ParamGroup& g) const {
@@ -137,7 +144,7 @@ void Adam::step() {
   for (ParamGroup& group : groups_) {
     const double lr = *group.lr, beta1 = *group.beta1, beta2 = *group.beta2, eps = *group.eps;
     const double wd = *group.weight_decay;
-    const bool amsgrad = *group.amsgrad;
+    const bool amsgrad = *group.amsgrad, maximize = *group.maximize;
     for (Tensor& p : group.params) {
       State& s = state_[k++];
       Tensor g = p.grad();
@@ -158,7 +165,7 @@ void Adam::step() {
       const float decay = decoupled_ ? float(1.0 - lr * wd) : 1.0f;
       const float l2 = decoupled_ ? 0.0f : float(wd);
       float* pp = p.data_ptr<float>();
-      if (decoupled_ && !amsgrad)
+      if (decoupled_ && !amsgrad && !maximize)
         kernels::adamw_update(pp, g.data_ptr<float>(), s.exp_avg.data_ptr<float>(),
                               s.exp_avg_sq.data_ptr<float>(), p.numel(), decay, float(beta1),
                               float(1.0 - beta1), float(beta2), float(1.0 - beta2),
@@ -166,9 +173,9 @@ void Adam::step() {
       else
         kernels::adam_update(
             pp, g.data_ptr<float>(), s.exp_avg.data_ptr<float>(), s.exp_avg_sq.data_ptr<float>(),
-            amsgrad ? s.max_exp_avg_sq.data_ptr<float>() : nullptr, p.numel(), l2, decay,
-            float(beta1), float(1.0 - beta1), float(beta2), float(1.0 - beta2),
-            float(std::sqrt(bc2)), float(eps), float(-step_size));
+            amsgrad ? s.max_exp_avg_sq.data_ptr<float>() : nullptr, p.numel(),
+            maximize ? -1.0f : 1.0f, l2, decay, float(beta1), float(1.0 - beta1), float(beta2),
+            float(1.0 - beta2), float(std::sqrt(bc2)), float(eps), float(-step_size));
       detail::bump_version(p);
     }
   }

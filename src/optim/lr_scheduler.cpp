@@ -93,6 +93,35 @@ std::vector<double> StepLR::get_lr() const {
   return lrs;
 }
 
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma, int64_t last_epoch)
+    : LRScheduler(optimizer, last_epoch, "ExponentialLR"), gamma_(gamma) {
+  initial_step();
+}
+
+std::vector<double> ExponentialLR::get_lr() const {
+  std::vector<double> lrs = group_lrs();
+  if (last_epoch_ == 0) return lrs;
+  for (double& lr : lrs) lr = lr * gamma_;
+  return lrs;
+}
+
+ConstantLR::ConstantLR(Optimizer& optimizer, double factor, int64_t total_iters, int64_t last_epoch)
+    : LRScheduler(optimizer, last_epoch, "ConstantLR"), factor_(factor), total_iters_(total_iters) {
+  if (!(factor >= 0.0 && factor <= 1.0))
+    fail(name_, "Constant multiplicative factor expected to be between 0 and 1, got ", factor);
+  initial_step();
+}
+
+std::vector<double> ConstantLR::get_lr() const {
+  std::vector<double> lrs = group_lrs();
+  if (last_epoch_ == 0) {
+    for (double& lr : lrs) lr = lr * factor_;
+  } else if (last_epoch_ == total_iters_) {
+    for (double& lr : lrs) lr = lr * (1.0 / factor_);
+  }
+  return lrs;
+}
+
 MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma,
                          int64_t last_epoch)
     : LRScheduler(optimizer, last_epoch, "MultiStepLR"),
@@ -164,6 +193,102 @@ std::vector<double> LinearLR::get_lr() const {
   const double f = 1. + (end_ - start_) / (double(total_iters_) * start_ +
                                            double(last_epoch_ - 1) * (end_ - start_));
   for (double& lr : lrs) lr = lr * f;
+  return lrs;
+}
+
+// ---- OneCycleLR ---------------------------------------------------------------------------------
+
+namespace {
+
+// One value per group from one value for all or one per group (torch's _format_param).
+std::vector<double> per_group(const char* what, const std::vector<double>& v, std::size_t n) {
+  if (v.size() == 1) return std::vector<double>(n, v[0]);
+  if (v.size() != n) fail("OneCycleLR", "expected ", n, " values for ", what, ", got ", v.size());
+  return v;
+}
+
+}  // namespace
+
+Optimizer& OneCycleLR::prepare(Optimizer& optimizer, const std::vector<double>& max_lrs,
+                               const OneCycleOptions& o, int64_t last_epoch) {
+  const std::vector<double> max_lr = per_group("max_lr", max_lrs, optimizer.num_groups());
+  if (last_epoch == -1)
+    for (std::size_t i = 0; i < max_lr.size(); ++i)
+      optimizer.set_initial_lr(i, max_lr[i] / o.div_factor);
+  return optimizer;
+}
+
+OneCycleLR::OneCycleLR(Optimizer& optimizer, std::vector<double> max_lrs, int64_t total_steps,
+                       const OneCycleOptions& o, int64_t last_epoch)
+    : LRScheduler(prepare(optimizer, max_lrs, o, last_epoch), last_epoch, "OneCycleLR"),
+      total_steps_(total_steps),
+      options_(o) {
+  const std::size_t n = optimizer.num_groups();
+  if (total_steps < 1) fail(name_, "Expected positive integer total_steps, but got ", total_steps);
+  if (!(o.pct_start >= 0.0 && o.pct_start <= 1.0))
+    fail(name_, "Expected float between 0 and 1 pct_start, but got ", o.pct_start);
+  max_lrs_ = per_group("max_lr", max_lrs, n);
+  for (std::size_t i = 0; i < n; ++i)
+    min_lrs_.push_back(*optimizer.groups()[i].initial_lr / o.final_div_factor);
+  const double T = double(total_steps);
+  if (o.three_phase)
+    phases_ = {{o.pct_start * T - 1, 0, 1, 0, 1},
+               {2 * o.pct_start * T - 2, 1, 0, 1, 0},
+               {T - 1, 0, 2, 0, 0}};
+  else
+    phases_ = {{o.pct_start * T - 1, 0, 1, 0, 1}, {T - 1, 1, 2, 1, 0}};
+  if (o.cycle_momentum) {
+    const ParamGroup& g = optimizer.groups()[0];
+    if (!g.beta1 && !g.momentum)
+      fail(name_, "optimizer must support momentum with `cycle_momentum` option enabled");
+    use_beta1_ = g.beta1.has_value();
+    max_m_ = per_group("max_momentum", o.max_momentum, n);
+    base_m_ = per_group("base_momentum", o.base_momentum, n);
+    if (last_epoch == -1)
+      for (std::size_t i = 0; i < n; ++i) {
+        ParamGroup m;
+        (use_beta1_ ? m.beta1 : m.momentum) = max_m_[i];
+        optimizer.set_group_options(i, m);
+      }
+  }
+  initial_step();
+}
+
+double OneCycleLR::anneal(double start, double end, double pct) const {
+  if (options_.linear_anneal) return (end - start) * pct + start;
+  const double cos_out = std::cos(std::numbers::pi * pct) + 1;
+  return end + (start - end) / 2.0 * cos_out;
+}
+
+std::vector<double> OneCycleLR::get_lr() const {
+  const int64_t step_num = last_epoch_;
+  if (step_num > total_steps_)
+    fail(name_, "Tried to step ", step_num + 1, " times. The specified number of total steps is ",
+         total_steps_);
+  std::vector<double> lrs;
+  for (std::size_t i = 0; i < optimizer_->num_groups(); ++i) {
+    const double lr_at[3] = {*optimizer_->groups()[i].initial_lr, max_lrs_[i], min_lrs_[i]};
+    double start_step = 0, lr = 0, momentum = 0;
+    for (std::size_t k = 0; k < phases_.size(); ++k) {
+      const Phase& ph = phases_[k];
+      if (double(step_num) <= ph.end_step || k + 1 == phases_.size()) {
+        const double pct = (double(step_num) - start_step) / (ph.end_step - start_step);
+        lr = anneal(lr_at[ph.start_lr], lr_at[ph.end_lr], pct);
+        if (options_.cycle_momentum) {
+          const double m_at[2] = {max_m_[i], base_m_[i]};
+          momentum = anneal(m_at[ph.start_m], m_at[ph.end_m], pct);
+        }
+        break;
+      }
+      start_step = ph.end_step;
+    }
+    lrs.push_back(lr);
+    if (options_.cycle_momentum) {
+      ParamGroup m;
+      (use_beta1_ ? m.beta1 : m.momentum) = momentum;
+      optimizer_->set_group_options(i, m);
+    }
+  }
   return lrs;
 }
 

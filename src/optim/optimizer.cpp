@@ -26,6 +26,7 @@ void merge(ParamGroup& to, const ParamGroup& from) {
   take(to.momentum, from.momentum);
   take(to.dampening, from.dampening);
   take(to.nesterov, from.nesterov);
+  take(to.maximize, from.maximize);
   take(to.initial_lr, from.initial_lr);
 }
 
@@ -39,6 +40,7 @@ const char* foreign_field(const ParamGroup& g, const ParamGroup& defaults) {
   if (g.momentum && !defaults.momentum) return "momentum";
   if (g.dampening && !defaults.dampening) return "dampening";
   if (g.nesterov && !defaults.nesterov) return "nesterov";
+  if (g.maximize && !defaults.maximize) return "maximize";
   return nullptr;
 }
 

@@ -20,10 +20,11 @@ namespace kernels {
 // with momentum buf = momentum buf + (1 - dampening) d (or buf = d when `first`), d = nesterov ?
 // d + momentum buf : buf; p = p - lr d (p + (-lr) d).
 ATTN_VMATH_CLONES
-void sgd_update(float* p, const float* g, float* buf, int64_t n, float wd, float momentum,
-                float one_minus_dampening, bool nesterov, bool first, float neg_lr) {
+void sgd_update(float* p, const float* g, float* buf, int64_t n, float gsign, float wd,
+                float momentum, float one_minus_dampening, bool nesterov, bool first,
+                float neg_lr) {
   for (int64_t i = 0; i < n; ++i) {
-    float d = wd != 0.0f ? g[i] + wd * p[i] : g[i];
+    float d = wd != 0.0f ? gsign * g[i] + wd * p[i] : gsign * g[i];
     if (buf) {
       const float b = first ? d : buf[i] * momentum + one_minus_dampening * d;
       buf[i] = b;
@@ -44,6 +45,7 @@ ParamGroup sgd_defaults(const SGDOptions& o) {
   d.dampening = o.dampening;
   d.weight_decay = o.weight_decay;
   d.nesterov = o.nesterov;
+  d.maximize = o.maximize;
   return d;
 }
 
@@ -89,8 +91,9 @@ void SGD::step() {
       if (first) buf = detail::make_tensor("SGD", p.shape(), Dtype::Float32, false);
       kernels::sgd_update(p.data_ptr<float>(), g.data_ptr<float>(),
                           momentum != 0.0 ? buf.data_ptr<float>() : nullptr, p.numel(),
-                          float(*group.weight_decay), float(momentum),
-                          float(1.0 - *group.dampening), *group.nesterov, first, float(-*group.lr));
+                          *group.maximize ? -1.0f : 1.0f, float(*group.weight_decay),
+                          float(momentum), float(1.0 - *group.dampening), *group.nesterov, first,
+                          float(-*group.lr));
       detail::bump_version(p);
     }
   }

@@ -249,6 +249,32 @@ TEST(Optim, GroupsAreValidated) {
             std::string::npos);
 }
 
+TEST(Optim, MaximizeAscends) {
+  // maximize negates the gradient: one step of each optimizer moves p by the opposite of the
+  // minimizing step from the same state (no weight decay).
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<float> moved[2];
+    for (bool maximize : {false, true}) {
+      Tensor p = param({5}, 23);
+      const std::vector<float> before = values(p);
+      optim::ParamGroup g{{p}};
+      g.maximize = maximize;
+      g.weight_decay = 0.0;
+      std::unique_ptr<optim::Optimizer> opt;
+      if (kind == 0) opt = std::make_unique<optim::Adam>(std::vector{g}, optim::AdamOptions{});
+      if (kind == 1) opt = std::make_unique<optim::AdamW>(std::vector{g}, optim::AdamWOptions{});
+      if (kind == 2) opt = std::make_unique<optim::SGD>(std::vector{g}, optim::SGDOptions{0.1});
+      p.set_grad(grad_for(p, 0, 0));
+      opt->step();
+      const std::vector<float> after = values(p);
+      for (std::size_t i = 0; i < after.size(); ++i)
+        moved[maximize].push_back(after[i] - before[i]);
+    }
+    for (std::size_t i = 0; i < moved[0].size(); ++i)
+      EXPECT_NEAR(moved[1][i], -moved[0][i], 1e-6) << "optimizer " << kind << " element " << i;
+  }
+}
+
 // ---- schedulers ---------------------------------------------------------------------------------
 
 TEST(LRScheduler, CosineAnnealingFollowsItsClosedFormAndResumes) {
@@ -320,10 +346,54 @@ TEST(LRScheduler, LambdaStepMultiStepLinear) {
     EXPECT_NEAR(sgd3.lr(0), 0.8 * factor, 1e-15) << e;
     linear.step();
   }
+  Tensor w = param({2}, 24);
+  optim::SGD sgd4({w}, optim::SGDOptions{0.5});
+  optim::ExponentialLR expo(sgd4, 0.5);
+  for (int e = 0; e < 5; ++e) {
+    EXPECT_EQ(sgd4.lr(0), 0.5 * std::pow(0.5, e));
+    expo.step();
+  }
+  Tensor z = param({2}, 25);
+  optim::SGD sgd5({z}, optim::SGDOptions{1.0});
+  optim::ConstantLR constant(sgd5, 0.5, 3);
+  const std::vector<double> want_constant = {0.5, 0.5, 0.5, 1.0, 1.0};
+  for (double w5 : want_constant) {
+    EXPECT_EQ(sgd5.lr(0), w5);
+    constant.step();
+  }
   EXPECT_NE(error_of([&] { optim::LinearLR(sgd3, 1.5); }).find("Starting multiplicative factor"),
             std::string::npos);
   EXPECT_NE(error_of([&] { optim::StepLR(sgd3, 0); }).find("step_size must be >= 1"),
             std::string::npos);
+}
+
+TEST(LRScheduler, OneCycleRisesThenAnnealsAndCyclesMomentum) {
+  Tensor p = param({2}, 21);
+  optim::SGDOptions so;
+  so.lr = 0.1;
+  so.momentum = 0.9;
+  optim::SGD opt({p}, so);
+  optim::OneCycleLR s(opt, {0.1}, 10);  // pct_start 0.3: up over steps 0..2, down over 2..9
+  const double pi = std::numbers::pi;
+  auto cos_anneal = [&](double a, double b, double pct) {
+    return b + (a - b) / 2.0 * (std::cos(pi * pct) + 1);
+  };
+  const double initial = 0.1 / 25, min_lr = initial / 1e4;
+  for (int64_t e = 0; e < 10; ++e) {
+    const bool up = e <= 2;
+    const double pct = up ? double(e) / 2.0 : (double(e) - 2.0) / 7.0;
+    const double lr = up ? cos_anneal(initial, 0.1, pct) : cos_anneal(0.1, min_lr, pct);
+    const double m = up ? cos_anneal(0.95, 0.85, pct) : cos_anneal(0.85, 0.95, pct);
+    EXPECT_NEAR(opt.lr(0), lr, 1e-15) << e;
+    EXPECT_NEAR(*opt.groups()[0].momentum, m, 1e-15) << e;
+    s.step();
+  }
+  // The loop left last_epoch at 10 == total_steps (allowed, as in torch); one more is not.
+  EXPECT_NE(error_of([&] { s.step(); }).find("Tried to step 12 times"), std::string::npos);
+  optim::AdamW adam({param({2}, 22)}, optim::AdamWOptions{});
+  optim::OneCycleLR a(adam, {0.01}, 5);
+  EXPECT_EQ(*adam.groups()[0].beta1, 0.95);  // beta1 cycles for Adam
+  EXPECT_EQ(*adam.groups()[0].initial_lr, 0.01 / 25);
 }
 
 // ---- clipping -----------------------------------------------------------------------------------

@@ -60,7 +60,13 @@ CASES = {
                       ([1, 3], dict(weight_decay=0.0, lr=2e-2, eps=1e-5))]),
     "adamw_amsgrad_groups": ("AdamW", dict(lr=1e-2, amsgrad=True),
                              [([0], dict(weight_decay=0.5)), ([1, 2, 3], dict(amsgrad=False))]),
+    "adam_maximize": ("Adam", dict(lr=1e-2, weight_decay=0.1, maximize=True),
+                      [([0, 1, 2, 3], {})]),
+    "adamw_maximize_group": ("AdamW", dict(lr=1e-2),
+                             [([0, 1], {}), ([2, 3], dict(maximize=True, amsgrad=True))]),
     "sgd_plain": ("SGD", dict(lr=0.1), [([0, 1, 2, 3], {})]),
+    "sgd_maximize": ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=0.1, maximize=True),
+                     [([0, 1, 2, 3], {})]),
     "sgd_momentum_groups": ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=1e-2),
                             [([0, 1], dict(dampening=0.3)),
                              ([2, 3], dict(nesterov=True, lr=0.02, momentum=0.5))]),
@@ -236,20 +242,42 @@ def test_errors_as_torch(make):
 
 def test_unsupported_flags_are_not_implemented():
     p = [attn.zeros(2).requires_grad_(True)]
-    with pytest.raises(NotImplementedError, match="maximize=True"):
-        attn.optim.Adam(p, maximize=True)
+    with pytest.raises(NotImplementedError, match="capturable=True"):
+        attn.optim.Adam(p, capturable=True)
     with pytest.raises(NotImplementedError, match="RMSprop"):
         attn.optim.RMSprop(p)
-    with pytest.raises(NotImplementedError, match="OneCycleLR"):
-        attn.optim.lr_scheduler.OneCycleLR
+    with pytest.raises(NotImplementedError, match="CyclicLR"):
+        attn.optim.lr_scheduler.CyclicLR
     opt = attn.optim.SGD(p, lr=0.1)
-    opt.param_groups[0]["maximize"] = True
-    with pytest.raises(NotImplementedError, match="maximize=True"):
+    opt.param_groups[0]["differentiable"] = True
+    with pytest.raises(NotImplementedError, match="differentiable=True"):
         opt.step()
-    opt.param_groups[0]["maximize"] = False
+    opt.param_groups[0]["differentiable"] = False
     opt.param_groups[0]["lr"] = -1.0  # checked when it reaches the optimizer
     with pytest.raises(ValueError, match="Invalid learning rate: -1"):
         opt.step()
+
+
+def test_state_of_an_older_torch_without_the_new_flags_loads():
+    tp, ap, topt, aopt = run_pair("adamw_groups", 0)
+    grads_for(0, tp, ap)
+    topt.step()
+    sd = convert_state(topt.state_dict(), "attn")
+    for g in sd["param_groups"]:  # as torch 1.11 wrote them
+        for k in ("foreach", "maximize", "capturable"):
+            del g[k]
+        g["amsgrad"] = False
+    for s in sd["state"].values():
+        s["step"] = 1  # a number before torch 1.12
+    aopt.load_state_dict(sd)
+    assert aopt.param_groups[0]["maximize"] is False
+    assert float(aopt.state_dict()["state"][0]["step"]) == 1.0
+
+    class Custom(attn.optim.Optimizer):
+        def __init__(self, params):
+            super().__init__(params, dict(lr=0.1))
+    with pytest.raises(NotImplementedError, match="written in Python"):
+        Custom(ap)
 
 
 def test_add_param_group_and_closure():
@@ -277,10 +305,25 @@ SCHEDULERS = {
                                                      lambda e: min(1.0, (e + 1) / 5)])),
     "step": ("StepLR", dict(step_size=3, gamma=0.5)),
     "multistep": ("MultiStepLR", dict(milestones=[2, 5, 5, 9], gamma=0.3)),
+    "exponential": ("ExponentialLR", dict(gamma=0.9)),
+    "constant": ("ConstantLR", dict(factor=0.3, total_iters=4)),
     "cosine": ("CosineAnnealingLR", dict(T_max=7, eta_min=1e-4)),
     "cosine_zero_min": ("CosineAnnealingLR", dict(T_max=10)),
     "linear": ("LinearLR", dict(start_factor=0.25, end_factor=1.0, total_iters=6)),
+    "onecycle": ("OneCycleLR", dict(max_lr=[0.1, 0.05], total_steps=40)),
+    "onecycle_three_phase_linear": ("OneCycleLR", dict(max_lr=0.1, epochs=4, steps_per_epoch=9,
+                                                       three_phase=True, pct_start=0.2,
+                                                       anneal_strategy="linear")),
 }
+
+
+def comparable(sd):
+    """A scheduler's state_dict without OneCycleLR's anneal_func (torch keeps a bound method)."""
+    sd = dict(sd)
+    f = sd.pop("anneal_func", None)
+    if f is not None:
+        sd["anneal"] = "linear" if "linear" in (f if isinstance(f, str) else f.__name__) else "cos"
+    return sd
 
 
 def make_sched(mod, name, params):
@@ -297,18 +340,21 @@ def test_scheduler_lrs_are_torchs(name):
     for epoch in range(30):  # past T_max: the cosine goes back up, torch's periodic branch
         assert as_.get_last_lr() == ts.get_last_lr(), epoch
         assert [g["lr"] for g in aopt.param_groups] == [g["lr"] for g in topt.param_groups]
+        # OneCycleLR cycles beta1 too; every group key is torch's
+        assert [{k: v for k, v in g.items() if k != "params"} for g in aopt.param_groups] == [
+            {k: v for k, v in g.items() if k != "params"} for g in topt.param_groups]
         assert as_.last_epoch == ts.last_epoch
         topt.step()
         aopt.step()
         ts.step()
         as_.step()
     sa, st = as_.state_dict(), ts.state_dict()
-    assert sa == st
+    assert comparable(sa) == comparable(st)
     assert [g["initial_lr"] for g in aopt.param_groups] == [g["initial_lr"]
                                                               for g in topt.param_groups]
 
 
-@pytest.mark.parametrize("name", ["cosine", "step", "linear", "lambda"])
+@pytest.mark.parametrize("name", ["cosine", "step", "linear", "lambda", "onecycle"])
 def test_scheduler_resumes_from_state_dict(name):
     tp, ap = make_params()
     topt, ts = make_sched(torch, name, tp)
@@ -322,9 +368,11 @@ def test_scheduler_resumes_from_state_dict(name):
     as_.load_state_dict(ts.state_dict())
     for _ in range(12):
         assert as_.get_last_lr() == ts.get_last_lr()
-        assert [g["lr"] for g in aopt.param_groups] == [g["lr"] for g in topt.param_groups]
+        assert [{k: v for k, v in g.items() if k != "params"} for g in aopt.param_groups] == [
+            {k: v for k, v in g.items() if k != "params"} for g in topt.param_groups]
         ts.step()
         as_.step()
+    assert comparable(as_.state_dict()) == comparable(ts.state_dict())
 
 
 def test_scheduler_with_last_epoch_needs_initial_lr_and_follows_lr_writes():
@@ -352,6 +400,22 @@ def test_scheduler_with_last_epoch_needs_initial_lr_and_follows_lr_writes():
         attn.optim.lr_scheduler.StepLR(object(), 2)
     with pytest.raises(ValueError, match="Starting multiplicative factor"):
         attn.optim.lr_scheduler.LinearLR(opt, start_factor=1.5)
+    oc = attn.optim.lr_scheduler.OneCycleLR(opt, 0.1, total_steps=3)
+    tc = torch.optim.lr_scheduler.OneCycleLR(topt, 0.1, total_steps=3)
+    topt.step()  # (torch warns about a scheduler stepped before its optimizer)
+    for s in (oc, tc):
+        s.step()
+        s.step()
+        s.step()  # one past total_steps
+    for s in (oc, tc):
+        with pytest.raises(ValueError, match="Tried to step 5 times. The specified number of "
+                                             "total steps is 3"):
+            s.step()
+    for mod, o in ((torch, topt), (attn, opt)):
+        with pytest.raises(ValueError, match="Expected float between 0 and 1 pct_start"):
+            mod.optim.lr_scheduler.OneCycleLR(o, 0.1, total_steps=3, pct_start=1)
+        with pytest.raises(ValueError, match="expected 1 values for max_lr, got 2"):
+            mod.optim.lr_scheduler.OneCycleLR(o, [0.1, 0.2], total_steps=3)
 
 
 # ---- gradient clipping --------------------------------------------------------------------------

@@ -6,10 +6,11 @@ from collections import Counter
 from .. import _C
 from .optimizer import Optimizer, _unsupported
 
-__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "CosineAnnealingLR", "LinearLR"]
+__all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR",
+           "CosineAnnealingLR", "LinearLR", "OneCycleLR"]
 
-_MISSING = {"ChainedScheduler", "ConstantLR", "CosineAnnealingWarmRestarts", "CyclicLR",
-            "ExponentialLR", "MultiplicativeLR", "OneCycleLR", "PolynomialLR",
+_MISSING = {"ChainedScheduler", "CosineAnnealingWarmRestarts", "CyclicLR", "MultiplicativeLR",
+            "PolynomialLR",
             "ReduceLROnPlateau", "SequentialLR"}
 
 
@@ -88,9 +89,10 @@ class LRScheduler:
         opt = self.optimizer
         opt._sync()
         lrs = [g["lr"] for g in opt.param_groups]
-        self._impl = self._make(-1)  # with the loaded hyper-parameters; its first step's lrs
-        for i, lr in enumerate(lrs):  # are undone
-            opt._impl.set_group_options(i, {"lr": float(lr)})
+        saved = [opt._impl.group(i) for i in range(len(lrs))]
+        self._impl = self._make(-1)  # with the loaded hyper-parameters; what its first step
+        for i, options in enumerate(saved):  # wrote into the groups is undone
+            opt._impl.set_group_options(i, options)
         opt._pull_lrs()
         self._impl.load_state([float(x) for x in state["base_lrs"]], int(state["last_epoch"]),
                               int(state.get("_step_count", 1)),
@@ -171,6 +173,36 @@ class MultiStepLR(LRScheduler):
                                     float(self.gamma), last_epoch)
 
 
+class ExponentialLR(LRScheduler):
+    """lr *= gamma every epoch."""
+
+    _hyper = ("gamma",)
+
+    def __init__(self, optimizer, gamma, last_epoch=-1, verbose=False):
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def _make(self, last_epoch):
+        return _C.optim.ExponentialLR(self.optimizer._impl, float(self.gamma), last_epoch)
+
+
+class ConstantLR(LRScheduler):
+    """lr * factor until epoch total_iters, then the lr again."""
+
+    _hyper = ("factor", "total_iters")
+
+    def __init__(self, optimizer, factor=1.0 / 3, total_iters=5, last_epoch=-1, verbose=False):
+        if factor > 1.0 or factor < 0:
+            raise ValueError("Constant multiplicative factor expected to be between 0 and 1.")
+        self.factor = factor
+        self.total_iters = total_iters
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def _make(self, last_epoch):
+        return _C.optim.ConstantLR(self.optimizer._impl, float(self.factor),
+                                   int(self.total_iters), last_epoch)
+
+
 class CosineAnnealingLR(LRScheduler):
     """Cosine annealing from the initial lr to eta_min over T_max epochs (torch's recursive
     form)."""
@@ -206,3 +238,103 @@ class LinearLR(LRScheduler):
     def _make(self, last_epoch):
         return _C.optim.LinearLR(self.optimizer._impl, float(self.start_factor),
                                  float(self.end_factor), int(self.total_iters), last_epoch)
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy: the lr rises from max_lr / div_factor to max_lr over pct_start of the
+    steps, then anneals to initial_lr / final_div_factor; momentum (beta1 for Adam) cycles the
+    other way. Stepping past total_steps is a ValueError, as in torch."""
+
+    _hyper = ("total_steps", "_schedule_phases", "anneal_func", "cycle_momentum", "use_beta1")
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None,
+                 pct_start=0.3, anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85,
+                 max_momentum=0.95, div_factor=25.0, final_div_factor=1e4, three_phase=False,
+                 last_epoch=-1, verbose=False):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError("{} is not an Optimizer".format(type(optimizer).__name__))
+        if total_steps is None and epochs is None and steps_per_epoch is None:
+            raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+        elif total_steps is not None:
+            if not isinstance(total_steps, int) or total_steps <= 0:
+                raise ValueError("Expected positive integer total_steps, but got {}".format(
+                    total_steps))
+            self.total_steps = total_steps
+        else:
+            if not isinstance(epochs, int) or epochs <= 0:
+                raise ValueError("Expected positive integer epochs, but got {}".format(epochs))
+            if not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
+                raise ValueError("Expected positive integer steps_per_epoch, but got {}".format(
+                    steps_per_epoch))
+            self.total_steps = epochs * steps_per_epoch
+        if not isinstance(pct_start, float) or pct_start < 0 or pct_start > 1:
+            raise ValueError("Expected float between 0 and 1 pct_start, but got {}".format(
+                pct_start))
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError("anneal_strategy must by one of 'cos' or 'linear', instead got "
+                             "{}".format(anneal_strategy))
+        n = len(optimizer.param_groups)
+        max_lrs = _per_group("max_lr", max_lr, n)
+        self.cycle_momentum = cycle_momentum
+        self.use_beta1 = "betas" in optimizer.defaults
+        if cycle_momentum and "momentum" not in optimizer.defaults and not self.use_beta1:
+            raise ValueError("optimizer must support momentum with `cycle_momentum` option "
+                             "enabled")
+        max_ms = _per_group("max_momentum", max_momentum, n)
+        base_ms = _per_group("base_momentum", base_momentum, n)
+        # What torch keeps in the groups (the C++ scheduler keeps its own copies).
+        if last_epoch == -1:
+            for i, group in enumerate(optimizer.param_groups):
+                group["initial_lr"] = max_lrs[i] / div_factor
+                group["max_lr"] = max_lrs[i]
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+                if cycle_momentum:
+                    group["max_momentum"] = max_ms[i]
+                    group["base_momentum"] = base_ms[i]
+        self._pct_start, self._div, self._final_div = pct_start, div_factor, final_div_factor
+        self._three_phase, self._max_lrs = three_phase, [float(x) for x in max_lrs]
+        self._max_ms, self._base_ms = [float(x) for x in max_ms], [float(x) for x in base_ms]
+        self.anneal_func = anneal_strategy
+        T = self.total_steps
+        if three_phase:
+            ends = [float(pct_start * T) - 1, float(2 * pct_start * T) - 2, T - 1]
+            names = [("initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                     ("max_lr", "initial_lr", "base_momentum", "max_momentum"),
+                     ("initial_lr", "min_lr", "max_momentum", "max_momentum")]
+        else:
+            ends = [float(pct_start * T) - 1, T - 1]
+            names = [("initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                     ("max_lr", "min_lr", "base_momentum", "max_momentum")]
+        self._schedule_phases = [
+            {"end_step": e, "start_lr": a, "end_lr": b, "start_momentum": c, "end_momentum": d}
+            for e, (a, b, c, d) in zip(ends, names)]
+        super().__init__(optimizer, last_epoch, verbose)
+
+    def _make(self, last_epoch):
+        return _C.optim.OneCycleLR(
+            self.optimizer._impl, self._max_lrs, int(self.total_steps), float(self._pct_start),
+            _anneal_name(self.anneal_func) == "linear", bool(self.cycle_momentum), self._base_ms,
+            self._max_ms, float(self._div), float(self._final_div), bool(self._three_phase),
+            last_epoch)
+
+    def step(self, epoch=None):
+        try:
+            super().step(epoch)
+        except ValueError as e:
+            if "Tried to step" in str(e):
+                raise ValueError(str(e).split("] ", 1)[-1]) from None
+            raise
+
+
+def _anneal_name(f):
+    """'cos' or 'linear', from attn's string or torch's bound method (_annealing_cos)."""
+    name = f if isinstance(f, str) else getattr(f, "__name__", "")
+    return "linear" if "linear" in name else "cos"
+
+
+def _per_group(name, value, n):
+    if isinstance(value, (list, tuple)):
+        if len(value) != n:
+            raise ValueError("expected {} values for {}, got {}".format(n, name, len(value)))
+        return list(value)
+    return [value] * n

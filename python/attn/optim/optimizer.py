@@ -44,6 +44,9 @@ class Optimizer:
     _flags = ()
 
     def __init__(self, params, defaults):
+        if not hasattr(self, "_make"):
+            raise _unsupported(type(self).__name__, "an optimizer written in Python on "
+                               "attn.optim.Optimizer (only Adam, AdamW and SGD are)")
         self.defaults = defaults
         if _is_tensor(params):
             raise TypeError("params argument given to the optimizer should be an iterable of "
@@ -57,6 +60,7 @@ class Optimizer:
         for g in param_groups:
             self.param_groups.append(self._prepare_group(g))
         self._pushed = [self._cpp_options(g) for g in self.param_groups]
+        self._sizes = [len(g["params"]) for g in self.param_groups]
         self._impl = self._make([(g["params"], o)
                                  for g, o in zip(self.param_groups, self._pushed)])
 
@@ -107,6 +111,7 @@ class Optimizer:
         self._impl.add_param_group(g["params"], options)
         self.param_groups.append(g)
         self._pushed.append(options)
+        self._sizes.append(len(g["params"]))
 
     def _cpp_options(self, group):
         """The group's options as the C++ optimizer's fields (checked for unsupported flags)."""
@@ -126,6 +131,11 @@ class Optimizer:
                                "groups with add_param_group".format(len(self.param_groups),
                                                                    len(self._pushed)))
         for i, g in enumerate(self.param_groups):
+            if len(g["params"]) != self._sizes[i]:
+                raise RuntimeError("param_groups[{}]['params'] has {} tensors but the optimizer "
+                                   "was given {}: a group's parameters cannot change (add a "
+                                   "group with add_param_group)".format(i, len(g["params"]),
+                                                                        self._sizes[i]))
             options = self._cpp_options(g)
             if options != self._pushed[i]:
                 self._impl.set_group_options(i, options)
@@ -138,6 +148,11 @@ class Optimizer:
             g["lr"] = d["lr"]
             if "initial_lr" in d:
                 g["initial_lr"] = d["initial_lr"]
+            # OneCycleLR cycles beta1 (Adam) or momentum (SGD)
+            if "beta1" in d and d["beta1"] != float(g["betas"][0]):
+                g["betas"] = (d["beta1"], *g["betas"][1:])
+            if "momentum" in d and d["momentum"] != float(g["momentum"]):
+                g["momentum"] = d["momentum"]
             self._pushed[i] = self._cpp_options(g)
 
     # ---- stepping --------------------------------------------------------------------------------
@@ -210,6 +225,9 @@ class Optimizer:
         for g, saved in zip(groups, saved_groups):
             ng = copy.deepcopy({k: v for k, v in saved.items() if k != "params"})
             ng["params"] = g["params"]
+            for k, v in self.defaults.items():  # a state from an older torch lacks new flags
+                if v is not required:
+                    ng.setdefault(k, v)
             self._cpp_options(ng)
             new_groups.append(ng)
         self._impl.load_state_dict(flat)
@@ -270,7 +288,7 @@ def _as_tensor(value, where):
 
 
 class _AdamBase(Optimizer):
-    _flags = ("maximize", "capturable", "differentiable", "fused")
+    _flags = ("capturable", "differentiable", "fused")
 
     def _check(self, lr, betas, eps, weight_decay):
         if not 0.0 <= lr:
@@ -291,7 +309,7 @@ class _AdamBase(Optimizer):
         except (TypeError, ValueError):
             raise TypeError("betas must be a pair of numbers, got {!r}".format(betas)) from None
         return {"beta1": float(beta1), "beta2": float(beta2), "eps": _number(group, "eps"),
-                "amsgrad": _flag(group, "amsgrad")}
+                "amsgrad": _flag(group, "amsgrad"), "maximize": _flag(group, "maximize")}
 
     def _make(self, groups):
         d = self.defaults
@@ -357,7 +375,7 @@ class AdamW(_AdamBase):
 class SGD(Optimizer):
     """torch.optim.SGD: momentum, dampening, Nesterov momentum, L2 weight decay."""
 
-    _flags = ("maximize", "differentiable")
+    _flags = ("differentiable",)
 
     def __init__(self, params, lr=required, momentum=0, dampening=0, weight_decay=0,
                  nesterov=False, *, maximize=False, foreach=None, differentiable=False):
@@ -377,7 +395,7 @@ class SGD(Optimizer):
 
     def _more_options(self, group):
         return {"momentum": _number(group, "momentum"), "dampening": _number(group, "dampening"),
-                "nesterov": _flag(group, "nesterov")}
+                "nesterov": _flag(group, "nesterov"), "maximize": _flag(group, "maximize")}
 
     def _make(self, groups):
         d = self.defaults
