@@ -77,6 +77,11 @@ struct ConfigReader {
 
 std::string shape_of(const Shape& s) { return shape_str(s); }
 
+// The dtype as the safetensors header names it.
+const char* st_dtype(Dtype d) {
+  return d == Dtype::Float32 ? "F32" : d == Dtype::Int64 ? "I64" : "BOOL";
+}
+
 struct Expected {
   std::string hf_name, attn_name;
   Shape hf_shape;
@@ -240,8 +245,8 @@ NamedTensors gpt_state_from_hf(const GPTConfig& c, const io::SafeTensors& st,
     }
     const Tensor& t = *it->second;
     if (t.dtype() != Dtype::Float32)
-      errors.push_back("'" + pre + e.hf_name + "' is " + dtype_name(t.dtype()) +
-                       ", expected float32");
+      errors.push_back("'" + pre + e.hf_name + "' is " + st_dtype(t.dtype()) +
+                       ", expected F32 (attn's GPT is float32)");
     else if (t.shape() != e.hf_shape)
       errors.push_back("'" + pre + e.hf_name + "' has shape " + shape_of(t.shape()) +
                        ", the config needs " + shape_of(e.hf_shape));
