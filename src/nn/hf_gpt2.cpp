@@ -343,6 +343,7 @@ std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir) {
   auto model = std::make_shared<GPT>(config);
   std::map<std::string, Tensor> sd(state.begin(), state.end());
   model->load_state_dict(sd, /*strict=*/true);
+  model->eval();  // as transformers' from_pretrained
   return model;
 }
 
