@@ -233,6 +233,11 @@ NamedTensors gpt_state_from_hf(const GPTConfig& c, const io::SafeTensors& st,
     have[key] = &t;
   }
   const std::string pre = prefixed ? kPrefix : "";
+  // 12 weights per layer: a config with more layers than the file could hold is refused before
+  // the list of expected names is built (n_layer comes from an outside file).
+  if (c.n_layer > int64_t(st.tensors.size()) / 12)
+    fail_in(kLoad, what, "the config's n_layer ", c.n_layer, " needs ", c.n_layer,
+            " x 12 layer weights but the file holds ", st.tensors.size(), " tensors in all");
   std::vector<Expected> want = expected_weights(c);
   std::set<std::string> wanted;
   std::vector<std::string> missing, errors;

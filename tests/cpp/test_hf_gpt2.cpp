@@ -228,6 +228,10 @@ TEST(HfGpt2, UnsupportedConfigFieldsAreNamed) {
     EXPECT_TRUE(has(m, "[load_hf_gpt2] '" + s.dir.file("config.json") + "'")) << m;
     EXPECT_TRUE(has(m, want)) << m;
   }
+  json many = s.cfg;
+  many["n_layer"] = int64_t(1) << 40;  // refused before anything of that size is built
+  s.write_config(many);
+  EXPECT_TRUE(has(s.load_error(), "the config's n_layer 1099511627776 needs")) << s.load_error();
   spit(s.dir.file("config.json"), "{\n\"n_embd\": 8,\n oops}");
   const std::string m = s.load_error();
   EXPECT_TRUE(has(m, "not valid JSON") && has(m, "line 3")) << m;
