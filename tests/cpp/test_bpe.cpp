@@ -219,6 +219,8 @@ TEST(Bpe, PretokenizesAsGpt2) {
   // Unicode letters and numbers (\p{L}, \p{N}) through PCRE2, and Unicode whitespace.
   EXPECT_EQ(tok.pretokenize("café 中文 ٣٤ 😀!"), (W{"café", " 中文", " ٣٤", " 😀!"}));
   EXPECT_EQ(tok.pretokenize("a\u00a0b"), (W{"a", "\u00a0", "b"}));  // U+00A0 is \s, not ' '
+  // U+180E (a format character since Unicode 6.3) is not whitespace, though PCRE2's \s says so.
+  EXPECT_EQ(tok.pretokenize("x\u180e\u180ey \u180e"), (W{"x", "\u180e\u180e", "y", " \u180e"}));
   for (const std::string t : {"ab12 cd", "  x  y\t\tz \n", "it's 'S 'sx ''d", "a,b;;c. ..d"})
     EXPECT_EQ(tok.pretokenize(t), ascii_pretokenize(t)) << t;
 }

@@ -160,6 +160,21 @@ UNICODE_SAMPLES = [
     "combining e\u0301 and \u200b zero width", "math ∑∫√∞ ≠ ≤ ≥", "", " ", "\n",
     "symbols !@#$%^&*()_+-=[]{};:'\",.<>/?\\|`~", "'s's 's 'S", "Zürich 2024: 10°C — “quotes”",
 ]
+# Where Unicode tables could disagree (\s, \p{L}, \p{N} of PCRE2 against Python's regex and
+# tokenizers' Oniguruma): control and separator characters, marks, superscripts, letter numbers.
+EDGE_CHARS = [0x0b, 0x0c, 0x1c, 0x1d, 0x1e, 0x1f, 0x85, 0xa0, 0x1680, 0x180e, 0x2000, 0x2007,
+              0x200b, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000, 0xfeff, 0x0300, 0x00b2, 0x2160,
+              0x00aa, 0x02b0, 0x3007]
+UNICODE_SAMPLES += ["a%sb %s x%sy  %s" % (chr(c), chr(c), chr(c) * 2, chr(c)) for c in EDGE_CHARS]
+
+
+def random_samples(n=300, seed=0):
+    """Random strings over an alphabet mixing the pieces above."""
+    import random
+    rng = random.Random(seed)
+    alphabet = (list("abcXYZ019 '\t\n.,!?") + ["'s", "'ll", "  ", "\r\n", "<|endoftext|>"] +
+                [chr(c) for c in EDGE_CHARS] + list("éüñ中文😀٣ⅷ"))
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randrange(30))) for _ in range(n)]
 
 
 @pytest.fixture(scope="module")
@@ -204,8 +219,9 @@ def test_bpe_matches_transformers_on_tinyshakespeare(bpe_dir, tmp_path):
 def test_bpe_matches_transformers_on_unicode_samples(bpe_dir, tmp_path):
     tok = attn.data.BpeTokenizer.from_files(str(bpe_dir / "vocab.json"),
                                             str(bpe_dir / "merges.txt"))
-    ref = hf_encode(bpe_dir, UNICODE_SAMPLES, tmp_path)
-    for i, text in enumerate(UNICODE_SAMPLES):
+    samples = UNICODE_SAMPLES + random_samples()
+    ref = hf_encode(bpe_dir, samples, tmp_path)
+    for i, text in enumerate(samples):
         ids = tok.encode(text)
         assert ids == ref["slow"][i], text
         assert ids == ref["fast"][i], text
