@@ -66,6 +66,13 @@ TEST(HfCli, ExportedCheckpointGeneratesTheSameText) {
     EXPECT_EQ(exported.out, original.out);
     EXPECT_GT(original.out.size(), 40u);
   }
+  // A Hugging Face directory's model.safetensors stands for its directory.
+  const auto by_file = run_cli({"generate", "--ckpt", hf + "/model.safetensors", "--seed", "3",
+                                "--max-new-tokens", "40", "--threads", "1"});
+  const auto by_dir = run_cli(
+      {"generate", "--ckpt", hf, "--seed", "3", "--max-new-tokens", "40", "--threads", "1"});
+  EXPECT_EQ(by_file.code, 0) << by_file.err;
+  EXPECT_EQ(by_file.out, by_dir.out);
   // The file form of --ckpt, and --out=DIR.
   r = run_cli({"export", "--ckpt=" + out + "/ckpt.safetensors", "--out=" + dir.file("hf2")});
   EXPECT_EQ(r.code, 0) << r.err;

@@ -1273,6 +1273,15 @@ int generate_command(Args args, std::ostream& out, std::ostream& err) {
   const GenerateArgs a = parse_generate_args(args);
   std::error_code ec;
   if (nn::is_hf_checkpoint_dir(a.ckpt)) return generate_hf(a, out, err);
+  if (fs::path file(a.ckpt); file.filename() == kModelFile && fs::is_regular_file(file, ec)) {
+    // DIR/model.safetensors of a Hugging Face directory: the directory is the checkpoint.
+    const fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+    if (nn::is_hf_checkpoint_dir(dir.string())) {
+      GenerateArgs in_dir = a;
+      in_dir.ckpt = dir.string();
+      return generate_hf(in_dir, out, err);
+    }
+  }
   const std::string path =
       fs::is_directory(a.ckpt, ec) ? (fs::path(a.ckpt) / kModelFile).string() : a.ckpt;
   if (!fs::exists(path, ec))
