@@ -3,7 +3,7 @@
 // unknown commands) but only parses and validates the command's flags: nothing is trained, drawn or
 // written. When the first argument names a command, its parser also runs on the rest directly and
 // must agree; what it accepts satisfies the documented constraints. Commands: walkthrough, train,
-// generate, heatmap, plot (tools/attn/plot_cmd.h's parse_plot_args).
+// generate, heatmap, plot (tools/attn/plot_cmd.h's parse_plot_args), export (hf_cmd.h).
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -116,6 +116,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     direct = accepted([&] { attn::tools::parse_walkthrough_args(rest); });
   } else if (cmd == "plot") {
     direct = accepted([&] { check_plot(attn::tools::parse_plot_args(rest)); });
+  } else if (cmd == "export") {
+    direct = accepted([&] {
+      const attn::tools::ExportArgs e = attn::tools::parse_export_args(rest);
+      FUZZ_CHECK(!e.ckpt.empty() && !e.out.empty());
+    });
   } else {
     FUZZ_CHECK(false && "a command without a parser here: add it");
   }

@@ -5,11 +5,12 @@
 //   encode: the text is cut at the special token "<|endoftext|>" (when the vocabulary has it: it
 //   is one id, never split); each piece is split by GPT-2's pattern
 //     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//   (PCRE2, UTF mode with Unicode properties); the bytes of each such word become the printable
-//   characters of GPT-2's bytes-to-unicode table (bytes 0x21-0x7E, 0xA1-0xAC and 0xAE-0xFF are
-//   themselves, the other 68 bytes U+0100...); then the adjacent pair of symbols with the lowest
-//   merge rank (its line in merges.txt) is merged, every occurrence left to right, until no pair
-//   has a rank; the symbols are looked up in vocab.json. Words already seen are cached.
+//   (PCRE2, UTF mode with Unicode properties; \s spelt \p{White_Space}, since PCRE2's \s also
+//   takes U+180E, which transformers' tokenizers do not); the bytes of each such word become the
+//   printable characters of GPT-2's bytes-to-unicode table (bytes 0x21-0x7E, 0xA1-0xAC and
+//   0xAE-0xFF are themselves, the other 68 bytes U+0100...); then the adjacent pair of symbols with
+//   the lowest merge rank (its line in merges.txt) is merged, every occurrence left to right, until
+//   no pair has a rank; the symbols are looked up in vocab.json. Words already seen are cached.
 //   decode: the tokens' characters mapped back to bytes (special tokens as their text).
 //
 // Files: vocab.json is a JSON object {"token": id, ...} with the ids 0..N-1 each once; merges.txt

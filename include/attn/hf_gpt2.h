@@ -47,8 +47,9 @@ NamedTensors gpt_state_from_hf(const GPTConfig& config, const io::SafeTensors& s
 // The GPT's weights under GPT-2's names ("transformer." prefix, Conv1D layout), no lm_head.
 NamedTensors gpt_state_to_hf(const GPT& model);
 
-// Loads DIR/config.json and DIR/model.safetensors. Throws attn::Error "[load_hf_gpt2] ..."
-// naming the file (a missing file, a sharded or PyTorch-pickle-only checkpoint included).
+// Loads DIR/config.json and DIR/model.safetensors, in evaluation mode (dropout off) as
+// transformers' from_pretrained. Throws attn::Error "[load_hf_gpt2] ..." naming the file (a
+// missing file, a sharded or PyTorch-pickle-only checkpoint included).
 std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir);
 // Writes DIR/config.json and DIR/model.safetensors (metadata {"format": "pt"}), each atomically
 // (io::write_file_atomic); creates DIR if missing. transformers' GPT2LMHeadModel.from_pretrained

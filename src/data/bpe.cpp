@@ -20,8 +20,12 @@ namespace {
 using json = nlohmann::json;
 constexpr const char* kFn = "BpeTokenizer";
 constexpr const char* kEndOfText = "<|endoftext|>";
+// GPT-2's pattern with \s spelt \p{White_Space}: PCRE2's \s also takes U+180E (Unicode's
+// White_Space until 6.3), which Python's regex module (GPT2Tokenizer) and Oniguruma (the fast
+// tokenizer) do not.
 constexpr const char* kPattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\p{White_Space}\p{L}\p{N}]+)"
+    R"(|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
 // Words cached at most (then the cache starts over), so that memory stays bounded on any input.
 constexpr std::size_t kCacheLimit = 1 << 18;
 

@@ -77,6 +77,11 @@ struct ConfigReader {
 
 std::string shape_of(const Shape& s) { return shape_str(s); }
 
+// The dtype as the safetensors header names it.
+const char* st_dtype(Dtype d) {
+  return d == Dtype::Float32 ? "F32" : d == Dtype::Int64 ? "I64" : "BOOL";
+}
+
 struct Expected {
   std::string hf_name, attn_name;
   Shape hf_shape;
@@ -228,6 +233,11 @@ NamedTensors gpt_state_from_hf(const GPTConfig& c, const io::SafeTensors& st,
     have[key] = &t;
   }
   const std::string pre = prefixed ? kPrefix : "";
+  // 12 weights per layer: a config with more layers than the file could hold is refused before
+  // the list of expected names is built (n_layer comes from an outside file).
+  if (c.n_layer > int64_t(st.tensors.size()) / 12)
+    fail_in(kLoad, what, "the config's n_layer ", c.n_layer, " needs ", c.n_layer,
+            " x 12 layer weights but the file holds ", st.tensors.size(), " tensors in all");
   std::vector<Expected> want = expected_weights(c);
   std::set<std::string> wanted;
   std::vector<std::string> missing, errors;
@@ -240,8 +250,8 @@ NamedTensors gpt_state_from_hf(const GPTConfig& c, const io::SafeTensors& st,
     }
     const Tensor& t = *it->second;
     if (t.dtype() != Dtype::Float32)
-      errors.push_back("'" + pre + e.hf_name + "' is " + dtype_name(t.dtype()) +
-                       ", expected float32");
+      errors.push_back("'" + pre + e.hf_name + "' is " + st_dtype(t.dtype()) +
+                       ", expected F32 (attn's GPT is float32)");
     else if (t.shape() != e.hf_shape)
       errors.push_back("'" + pre + e.hf_name + "' has shape " + shape_of(t.shape()) +
                        ", the config needs " + shape_of(e.hf_shape));
@@ -338,6 +348,7 @@ std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir) {
   auto model = std::make_shared<GPT>(config);
   std::map<std::string, Tensor> sd(state.begin(), state.end());
   model->load_state_dict(sd, /*strict=*/true);
+  model->eval();  // as transformers' from_pretrained
   return model;
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bpe_util.h"
 #include "test_util.h"
 
 namespace {
@@ -21,42 +22,8 @@ namespace {
 using attn::data::BpeTokenizer;
 using attn::testing::error_of;
 using json = nlohmann::json;
-
-std::string utf8_of(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += char(cp);
-  } else {  // all byte symbols are below U+0800
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
-
-// GPT-2's bytes_to_unicode, as its Python: the printable ranges first, then 256 + n.
-std::vector<std::string> byte_symbols() {
-  std::vector<int> bs;
-  for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
-  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
-  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
-  std::vector<uint32_t> cs(bs.begin(), bs.end());
-  int n = 0;
-  for (int b = 0; b < 256; ++b)
-    if (std::find(bs.begin(), bs.end(), b) == bs.end()) {
-      bs.push_back(b);
-      cs.push_back(uint32_t(256 + n++));
-    }
-  std::vector<std::string> sym(256);
-  for (std::size_t i = 0; i < bs.size(); ++i) sym[std::size_t(bs[i])] = utf8_of(cs[i]);
-  return sym;
-}
-
-std::string to_symbols(const std::string& bytes) {
-  static const std::vector<std::string> sym = byte_symbols();
-  std::string s;
-  for (char c : bytes) s += sym[static_cast<unsigned char>(c)];
-  return s;
-}
+using attn::testing::byte_symbols;
+using attn::testing::to_symbols;
 
 // A small vocabulary: every byte (in an order unlike the table's, so that ids and code points
 // differ), merges given as plain text pairs, and <|endoftext|>.
@@ -252,6 +219,8 @@ TEST(Bpe, PretokenizesAsGpt2) {
   // Unicode letters and numbers (\p{L}, \p{N}) through PCRE2, and Unicode whitespace.
   EXPECT_EQ(tok.pretokenize("café 中文 ٣٤ 😀!"), (W{"café", " 中文", " ٣٤", " 😀!"}));
   EXPECT_EQ(tok.pretokenize("a\u00a0b"), (W{"a", "\u00a0", "b"}));  // U+00A0 is \s, not ' '
+  // U+180E (a format character since Unicode 6.3) is not whitespace, though PCRE2's \s says so.
+  EXPECT_EQ(tok.pretokenize("x\u180e\u180ey \u180e"), (W{"x", "\u180e\u180e", "y", " \u180e"}));
   for (const std::string t : {"ab12 cd", "  x  y\t\tz \n", "it's 'S 'sx ''d", "a,b;;c. ..d"})
     EXPECT_EQ(tok.pretokenize(t), ascii_pretokenize(t)) << t;
 }

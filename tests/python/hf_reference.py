@@ -2,9 +2,11 @@
 (scripts/setup.sh --test), which has transformers and tokenizers on top of Debian's torch.
 
     hf_reference.py model DIR CONFIG_JSON SEED [--half] [--no-prefix] [--buffers]
-        a random GPT2LMHeadModel of GPT2Config(**CONFIG) saved with save_pretrained(DIR,
+                    [--logits IDS_JSON OUT_NPY]
+        a random GPT2LMHeadModel of GPT2Config(**CONFIG) (1-D weights moved off their 1 and 0) saved with save_pretrained(DIR,
         safe_serialization=True) (--no-prefix: its GPT2Model without the "transformer." prefix;
-        --buffers: plus the attn.bias / attn.masked_bias buffers older versions saved)
+        --buffers: plus the attn.bias / attn.masked_bias buffers older versions saved; --logits:
+        the model's float32 logits of the ids, saved as .npy)
     hf_reference.py logits DIR IDS_JSON OUT_NPY
         GPT2LMHeadModel.from_pretrained(DIR).eval() logits of the ids, saved as .npy
     hf_reference.py train-bpe CORPUS OUT_DIR VOCAB_SIZE
@@ -25,6 +27,16 @@ def model(out_dir, config_json, seed, *flags):
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(int(seed))
     m = GPT2LMHeadModel(GPT2Config(**json.loads(config_json))).eval()
+    # LayerNorm weights and biases start at 1 and 0: move them, so that a misplaced one shows.
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.3)
+    if "--logits" in flags:
+        i = flags.index("--logits")
+        ids = torch.tensor(json.loads(flags[i + 1]), dtype=torch.long)
+        with torch.no_grad():
+            np.save(flags[i + 2], m(ids).logits.numpy())
     if "--half" in flags:
         m = m.half()
     if "--no-prefix" in flags:

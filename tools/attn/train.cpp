@@ -1282,6 +1282,16 @@ int generate_command(Args args, std::ostream& out, std::ostream& err) {
   keep_freed_memory();
   const GenerateArgs a = parse_generate_args(args);
   if (nn::is_hf_checkpoint_dir(a.ckpt)) return generate_hf(a, out, err);
+  std::error_code ec;
+  if (fs::path file(a.ckpt); file.filename() == kModelFile && fs::is_regular_file(file, ec)) {
+    // DIR/model.safetensors of a Hugging Face directory: the directory is the checkpoint.
+    const fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+    if (nn::is_hf_checkpoint_dir(dir.string())) {
+      GenerateArgs in_dir = a;
+      in_dir.ckpt = dir.string();
+      return generate_hf(in_dir, out, err);
+    }
+  }
   const std::string path = checkpoint_file(a.ckpt, "generate");
   const Checkpoint ck = parse_checkpoint(io::read_file(path), path, CheckpointUse::Generate);
   generate_from_checkpoint(ck, path, a, out, err);

@@ -612,10 +612,11 @@ class GPT(Module):
         GPT2LMHeadModel.save_pretrained(path, safe_serialization=True) writes it) as attn's GPT:
         the same logits as transformers' model (include/attn/hf_gpt2.h for what maps and what is
         refused). Unlike nanoGPT's from_pretrained("gpt2"), nothing is downloaded: `path` is a
-        local directory. The model is in training mode, like a new module."""
+        local directory. The model is in evaluation mode, as transformers returns it."""
         self = cls.__new__(cls)
         Module.__init__(self)
         self._attach(_C.hf.load_gpt2(_os.fspath(path)))
+        self.eval()
         c = self._impl.config
         self.config.update(gelu_approximate=c.gelu_approximate, layer_norm_eps=c.layer_norm_eps,
                            n_inner=c.n_inner or None)
