@@ -216,6 +216,16 @@ Tensor.shape = property(lambda self: Size(self._shape))
 Tensor.size = _size
 Tensor.grad_fn = property(_grad_fn)
 Tensor.to = _to
+
+
+def _format(self, spec):
+    """format(t, ".4f") / f"{t:.4f}": a one-element 0-d tensor formats as its number, as torch."""
+    if self.dim() == 0:
+        return self.item().__format__(spec)
+    return object.__format__(self, spec)
+
+
+Tensor.__format__ = _format
 Tensor.device = property(lambda self: device("cpu"))
 Tensor.cpu = lambda self: self
 
