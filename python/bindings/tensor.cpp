@@ -394,7 +394,7 @@ void register_tensor(py::module_& m) {
       .def(
           "argmax",
           [](const Tensor& t, const py::object& dim, bool keepdim) {
-            if (dim.is_none()) return t.reshape({-1}).argmax(0, false);
+            if (dim.is_none()) return keepdim ? t.argmax().reshape(Shape(t.dim(), 1)) : t.argmax();
             return t.argmax(dim.cast<int64_t>(), keepdim);
           },
           py::arg("dim") = py::none(), py::arg("keepdim") = false)

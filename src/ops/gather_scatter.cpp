@@ -66,11 +66,9 @@ void for_each_index(const char* fn, const Tensor& self, int64_t d, const Tensor&
       oo += coord[i] * ost[i];
       if (i != d) so += coord[i] * sst[i];
     }
-    int64_t k = ip[io];
-    if (k < -limit || k >= limit)
-      throw IndexError(detail::msg(fn, "index ", k, " is out of bounds for dimension ", d,
-                                   " with size ", limit));
-    if (k < 0) k += limit;  // torch wraps negative indices here too
+    const int64_t k = ip[io];
+    if (k < 0 || k >= limit)  // torch takes no negative indices here (RuntimeError)
+      fail(fn, "index ", k, " is out of bounds for dimension ", d, " with size ", limit);
     f(so + k * sst[d], oo);
     int64_t i = rank - 1;
     for (; i >= 0; --i) {
