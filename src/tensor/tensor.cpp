@@ -798,6 +798,33 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
   return r;
 }
 
+// dst[ip[i]] = src[i] (put) or dst[i] = src[ip[i]] (take) for 1-D tensors of one dtype: the
+// element-per-index case of advanced indexing (x[mask], x[mask] = v) without a copy_ per element.
+// The indices are wrapped and checked already.
+template <typename T>
+void move_1d(const Tensor& dst, const Tensor& src, const int64_t* ip, int64_t n, int64_t size,
+             bool put) {
+  T* pd = static_cast<T*>(dst.impl()->storage->data) + dst.storage_offset();
+  const T* ps = static_cast<const T*>(src.impl()->storage->data) + src.storage_offset();
+  const int64_t sd = dst.strides()[0], ss = src.strides()[0];
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = ip[i] < 0 ? ip[i] + size : ip[i];
+    if (put)
+      pd[k * sd] = ps[i * ss];
+    else
+      pd[i * sd] = ps[k * ss];
+  }
+}
+
+void move_1d(const Tensor& dst, const Tensor& src, const int64_t* ip, int64_t n, int64_t size,
+             bool put) {
+  switch (dst.dtype()) {
+    case Dtype::Float32: move_1d<float>(dst, src, ip, n, size, put); break;
+    case Dtype::Int64: move_1d<int64_t>(dst, src, ip, n, size, put); break;
+    case Dtype::Bool: move_1d<bool>(dst, src, ip, n, size, put); break;
+  }
+}
+
 // The shape x[indices] has: the view's shape with the index dim replaced by index_shape.
 Shape indexed_shape(const Indexed& ix) {
   Shape s(ix.view.shape().begin(), ix.view.shape().begin() + ix.tensor_dim);
@@ -824,8 +851,11 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
   {
     NoGradGuard no_grad;
     const int64_t* ip = ix.index.data_ptr<int64_t>();
-    for (int64_t i = 0; i < ix.index.numel(); ++i)
-      out.select(d, i).copy_(v.select(d, wrap_index(ip[i], n, d, "index")));
+    if (v.dim() == 1)
+      move_1d(out, v, ip, ix.index.numel(), n, false);
+    else
+      for (int64_t i = 0; i < ix.index.numel(); ++i)
+        out.select(d, i).copy_(v.select(d, wrap_index(ip[i], n, d, "index")));
   }
   // The gradient of each picked slice is added back where it came from (repeats add up).
   out = detail::record(out, "IndexBackward0", {&v},
@@ -833,6 +863,14 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
                          Tensor idx = node.saved_tensor(0);
                          Tensor z = zeros(in_shape);
                          const int64_t* ip = idx.data_ptr<int64_t>();
+                         if (in_shape.size() == 1) {  // one element per index
+                           Tensor gc = g.contiguous();
+                           float* pz = z.data_ptr<float>();
+                           const float* pg = gc.data_ptr<float>();
+                           for (int64_t i = 0; i < idx.numel(); ++i)
+                             pz[ip[i] < 0 ? ip[i] + n : ip[i]] += pg[i];
+                           return one(z);
+                         }
                          for (int64_t i = 0; i < idx.numel(); ++i)
                            z.select(d, ip[i] < 0 ? ip[i] + n : ip[i]).add_(g.select(d, i));
                          return one(z);
@@ -869,8 +907,13 @@ Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor
     Tensor value = value_in.impl()->storage == impl()->storage ? value_in.clone() : value_in;
     Tensor ve = value.expand(result).reshape(flat);
     const int64_t* ip = ix.index.data_ptr<int64_t>();
-    for (int64_t i = 0; i < ix.index.numel(); ++i)
-      v.select(d, wrap_index(ip[i], n, d, "index_put_")).copy_(ve.select(d, i));
+    if (v.dim() == 1) {
+      move_1d(v, ve.to(dtype()), ip, ix.index.numel(), n, true);
+      detail::bump_version(*this);
+    } else {
+      for (int64_t i = 0; i < ix.index.numel(); ++i)
+        v.select(d, wrap_index(ip[i], n, d, "index_put_")).copy_(ve.select(d, i));
+    }
   }
   if (dtype() != Dtype::Float32) return *this;
   // torch's IndexPutBackward0: the overwritten elements get no gradient, the value gets the
@@ -884,14 +927,20 @@ Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor
         Indexed gi = apply_indices(gs, saved_indices, "index_put_", true);
         const int64_t* ip = gi.index.data_ptr<int64_t>();
         Tensor gv;
+        const int64_t m = gi.index.numel();
         if (node.needs_input_grad(1)) {
           Tensor picked = detail::make_tensor("index_put_", flat, Dtype::Float32);
-          for (int64_t i = 0; i < gi.index.numel(); ++i)
-            picked.select(d, i).copy_(gi.view.select(d, ip[i] < 0 ? ip[i] + n : ip[i]));
+          if (gi.view.dim() == 1)
+            move_1d(picked, gi.view, ip, m, n, false);
+          else
+            for (int64_t i = 0; i < m; ++i)
+              picked.select(d, i).copy_(gi.view.select(d, ip[i] < 0 ? ip[i] + n : ip[i]));
           gv = detail::sum_to(picked.view(result), vshape);
         }
-        for (int64_t i = 0; i < gi.index.numel(); ++i)
-          gi.view.select(d, ip[i] < 0 ? ip[i] + n : ip[i]).zero_();
+        if (gi.view.dim() == 1)
+          move_1d(gi.view, zeros({m}), ip, m, n, true);
+        else
+          for (int64_t i = 0; i < m; ++i) gi.view.select(d, ip[i] < 0 ? ip[i] + n : ip[i]).zero_();
         return std::vector<Tensor>{gs, gv};
       });
   return *this;
