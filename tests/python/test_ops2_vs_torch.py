@@ -93,6 +93,16 @@ def test_multinomial_stream(seed, n, replacement):
     assert_same_bits(attn.rand(3), torch.rand(3))
 
 
+@pytest.mark.parametrize("view", [lambda p: p.t(), lambda p: p[::2].t(), lambda p: p[::3, 1]])
+def test_multinomial_non_contiguous_probs(view):
+    """torch draws the noise into empty_like(probs), which keeps the input's memory order."""
+    torch.manual_seed(3)
+    attn.manual_seed(3)
+    pt, po = torch.rand(30, 4), attn.rand(30, 4)
+    for n, rep in [(1, False), (3, False), (5, True)]:
+        assert_same_bits(attn.multinomial(view(po), n, rep), torch.multinomial(view(pt), n, rep))
+
+
 def test_multinomial_generator_and_softmax_sampling():
     """The sampling step of a generate() loop: softmax over logits, one sample per row."""
     g_o, g_t = attn.Generator(), torch.Generator()
