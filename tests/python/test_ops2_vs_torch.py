@@ -505,6 +505,9 @@ def test_indexing_errors():
     raises_like_torch(lambda m: m.ones(3, 4)[m.tensor([0.0])], attn_exc=IndexError,
                       torch_exc=IndexError)
 
+    with pytest.raises(NotImplementedError, match="attn"):
+        attn.ones(3, 4)[attn.tensor([0, 1]), attn.tensor([1, 2])]
+
     def bad_value(m):
         x = m.ones(3, 4)
         x[x > 0] = m.ones(5)
