@@ -240,7 +240,9 @@ template <typename F>
 Tensor& inplace_from(Tensor& self, const char* fn, F f) {
   if (!self.defined()) fail(fn, "undefined tensor argument");
   detail::check_inplace(self, fn);
-  Tensor r = detail::should_record({&self}) ? f(self.clone()) : f(self);
+  // (With grad mode on the op may record a node saving its input even when self does not
+  // require grad, pow_'s exponent may; the copy keeps that input intact.)
+  Tensor r = is_grad_enabled() ? f(self.clone()) : f(self);
   if (r.dtype() != self.dtype())
     fail(fn, "result type ", dtype_name(r.dtype()), " can't be cast to the desired output type ",
          dtype_name(self.dtype()));

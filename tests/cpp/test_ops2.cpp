@@ -118,7 +118,7 @@ TEST(Ops2, TopkValuesIndicesAndGradient) {
   auto [vs, is] = x.topk(1, 0, false);
   EXPECT_EQ(floats(vs), (std::vector<float>{1, 0, 3, 4}));
   EXPECT_EQ(ints(is), (std::vector<int64_t>{0, 1, 0, 0}));
-  EXPECT_THROW(x.topk(5), IndexError);
+  EXPECT_THROW(x.topk(5), Error);
   Tensor w = x.clone().requires_grad_();
   std::get<0>(w.topk(2)).sum().backward();
   EXPECT_EQ(floats(w.grad()), (std::vector<float>{0, 1, 0, 1, 0, 0, 1, 1}));
