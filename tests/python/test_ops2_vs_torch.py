@@ -532,3 +532,38 @@ def test_sum_mean_int_dim():
     assert_same_bits(o.sum(1), t.sum(1))
     assert_same_bits(attn.sum(o, -1, keepdim=True), torch.sum(t, -1, keepdim=True))
     assert_same_bits(o.mean(0, True), t.mean(0, True))
+
+
+# ---- the torch functions rsqrt, sigmoid, relu, neg, square, bmm, index_select ------------------
+
+@pytest.mark.parametrize("name", ["rsqrt", "sigmoid", "relu", "neg", "negative", "square"])
+def test_math_functions(name):
+    o, t = pair((7, 65), 31)
+    if name == "rsqrt":
+        o, t = o.abs() + 0.1, t.abs() + 0.1
+    np.testing.assert_allclose(to_np(getattr(attn, name)(o)), to_np(getattr(torch, name)(t)),
+                               rtol=2e-6, atol=1e-7)
+    grads_match(lambda m, x: getattr(m, name)(x.abs() + 0.1 if name == "rsqrt" else x), (3, 4))
+    oi, ti = pair((9,), 31, "i")
+    if name in ("neg", "negative", "square", "relu"):
+        assert_same_bits(getattr(attn, name)(oi), getattr(torch, name)(ti))
+
+
+def test_bmm_and_index_select():
+    a_o, a_t = pair((3, 4, 5), 32)
+    b_o, b_t = pair((3, 5, 2), 33)
+    np.testing.assert_allclose(to_np(attn.bmm(a_o, b_o)), to_np(torch.bmm(a_t, b_t)), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(to_np(a_o.bmm(b_o)), to_np(a_t.bmm(b_t)), rtol=1e-5, atol=1e-6)
+    raises_like_torch(lambda m: m.bmm(m.ones(3, 4), m.ones(4, 3)))
+    raises_like_torch(lambda m: m.bmm(m.ones(2, 3, 4), m.ones(2, 3, 4)))
+    for dim, idx in ((0, [2, 0, 2]), (1, [3]), (-1, [4, 0, 1, 1])):
+        assert_same_bits(attn.index_select(a_o, dim, attn.tensor(idx)),
+                         torch.index_select(a_t, dim, torch.tensor(idx)))
+        assert_same_bits(a_o.index_select(dim, attn.tensor(idx)),
+                         a_t.index_select(dim, torch.tensor(idx)))
+    grads_match(lambda m, x: x.index_select(1, m.tensor([0, 0, 3])), (3, 4))
+    raises_like_torch(lambda m: m.ones(3, 4).index_select(1, m.tensor([4])))
+    raises_like_torch(lambda m: m.ones(3, 4).index_select(1, m.tensor([-1])))
+    raises_like_torch(lambda m: m.ones(3, 4).index_select(1, m.tensor([[1]])), attn_exc=IndexError,
+                      torch_exc=IndexError)
