@@ -277,3 +277,26 @@ TEST(Ops2, MaskAndTensorIndexing) {
   EXPECT_EQ(floats(x), (std::vector<float>{7, 1, 2, 8, 9, 10}));
   EXPECT_THROW(x.index({tensor({true, false, true})}), IndexError);
 }
+
+TEST(Ops2, SmallMathBmmIndexSelect) {
+  Tensor x = tensor({{1.0, -2.0, 3.0}, {4.0, 0.25, -1.0}});
+  EXPECT_EQ(floats(square(x)), (std::vector<float>{1, 4, 9, 16, 0.0625f, 1}));
+  EXPECT_EQ(floats(neg(x)), floats(-x));
+  EXPECT_EQ(floats(relu(x)), (std::vector<float>{1, 0, 3, 4, 0.25f, 0}));
+  EXPECT_EQ(floats(rsqrt(tensor({4.0, 0.25}))), (std::vector<float>{0.5f, 2.0f}));
+  EXPECT_FLOAT_EQ(sigmoid(tensor(0.0)).item<float>(), 0.5f);
+  EXPECT_EQ(ints(square(tensor({3, -2}))), (std::vector<int64_t>{9, 4}));
+  // index_select against the rows it names
+  Tensor s = index_select(x, 1, tensor({2, 0, 2}));
+  EXPECT_EQ(s.shape(), (Shape{2, 3}));
+  EXPECT_EQ(floats(s), (std::vector<float>{3, 1, 3, -1, 4, -1}));
+  EXPECT_EQ(floats(x.index_select(0, tensor({1}))), (std::vector<float>{4, 0.25f, -1}));
+  EXPECT_THROW(x.index_select(1, tensor({3})), Error);
+  EXPECT_THROW(x.index_select(1, tensor({-1})), Error);
+  EXPECT_THROW(x.index_select(1, tensor({{0}})), IndexError);
+  // bmm: each batch is its own matrix product
+  Tensor a = arange(12.0).reshape({2, 2, 3}), b = ones({2, 3, 1});
+  EXPECT_EQ(floats(bmm(a, b)), (std::vector<float>{3, 12, 21, 30}));
+  EXPECT_THROW(bmm(ones({2, 3}), ones({3, 2})), Error);
+  EXPECT_THROW(bmm(ones({2, 2, 3}), ones({3, 3, 1})), Error);
+}
