@@ -67,4 +67,16 @@ std::vector<Tensor> split(const Tensor& t, const Shape& sizes, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim = 0);
 std::vector<Tensor> unbind(const Tensor& t, int64_t dim = 0);
 
+// ---- small math the torch namespace has as functions
+// ---------------------------------------------
+Tensor rsqrt(const Tensor& t);
+Tensor sigmoid(const Tensor& t);
+Tensor relu(const Tensor& t);
+Tensor neg(const Tensor& t);
+Tensor square(const Tensor& t);  // t.pow(2)
+// torch.bmm: (b, n, m) x (b, m, p) -> (b, n, p), no broadcasting.
+Tensor bmm(const Tensor& a, const Tensor& b);
+// torch.index_select: the slices of t along dim at the positions of the 1-D int64 index.
+Tensor index_select(const Tensor& t, int64_t dim, const Tensor& index);
+
 }  // namespace attn

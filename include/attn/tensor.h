@@ -316,6 +316,8 @@ class Tensor {
   Tensor& neg_();
   Tensor& pow_(Scalar exponent);
   Tensor& pow_(const Tensor& exponent);
+  Tensor square() const;  // pow(2)
+  Tensor index_select(int64_t dim, const Tensor& index) const;
   // Fills with Exp(lambd) samples drawn as torch's CPU kernel does (same stream, contiguous).
   Tensor& exponential_(double lambd = 1.0, Generator* gen = nullptr);
   // num_samples category indices per row of a 1-D or 2-D tensor of (unnormalised) probabilities,

@@ -396,8 +396,9 @@ class set_grad_enabled(_GradMode):
         return self
 
 
-from ._ops2 import (argmin, argsort, chunk, clamp, clip, cumprod, cumsum, gather,  # noqa: E402
-                    multinomial, scatter, scatter_add, sort, split, topk, unbind)
+from ._ops2 import (argmin, argsort, bmm, chunk, clamp, clip, cumprod, cumsum,  # noqa: E402
+                    gather, index_select, multinomial, neg, negative, relu, rsqrt, scatter,
+                    scatter_add, sigmoid, sort, split, square, topk, unbind)
 return_types.topk = _ops2.topk_result
 return_types.sort = _ops2.sort_result
 from . import nn  # noqa: E402  (nn uses the names above)

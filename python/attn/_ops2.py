@@ -1,8 +1,9 @@
 """torch's names for the ops of attn/ops2.h: the (values, indices) pairs of topk and sort as
 torch.return_types, and the module-level functions. The numbers are computed in attn._C."""
 from . import _C
-from ._C import (argmin, argsort, chunk, clamp, clip, cumprod, cumsum, gather,  # noqa: F401
-                 multinomial, scatter, scatter_add, split, unbind)
+from ._C import (argmin, argsort, bmm, chunk, clamp, clip, cumprod, cumsum, gather,  # noqa: F401
+                 index_select, multinomial, neg, negative, relu, rsqrt, scatter, scatter_add,
+                 sigmoid, split, square, unbind)
 
 Tensor = _C.Tensor
 

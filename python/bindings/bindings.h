@@ -28,11 +28,10 @@ auto without_gil(F&& f) {
   return f();
 }
 
-void register_tensor(py::module_& m);  // attn.dtype, attn.Tensor (tensor.cpp)
-void register_random(py::module_& m);  // attn.Generator, seeds, rand / randn / randint
-void register_ops(py::module_& m);     // attn.tensor, zeros, ..., softmax, matmul, where, cat
-// multinomial, topk, sort, cumsum, clamp, gather / scatter, split, in-place math (ops2.cpp)
-void register_ops2(py::module_& m);
+void register_tensor(py::module_& m);      // attn.dtype, attn.Tensor (tensor.cpp)
+void register_random(py::module_& m);      // attn.Generator, seeds, rand / randn / randint
+void register_ops(py::module_& m);         // attn.tensor, zeros, ..., softmax, matmul, where, cat
+void register_ops2(py::module_& m);        // multinomial, topk, sort, clamp, gather, split, ...
 void register_functional(py::module_& m);  // attn.nn.functional (_C.functional)
 void register_nn(py::module_& m);          // attn.nn.init and the C++ modules (_C.init, _C.modules)
 void register_optim(py::module_& m);       // attn.optim (_C.optim)

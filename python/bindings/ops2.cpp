@@ -213,6 +213,19 @@ void register_ops2(py::module_& m) {
   T.def("unbind", unbind_fn, py::arg("dim") = 0);
   m.def("unbind", unbind_fn, py::arg("input"), py::arg("dim") = 0);
 
+  // ---- small math functions -------------------------------------------------------------------
+  m.def("rsqrt", &attn::rsqrt, py::arg("input"));
+  m.def("sigmoid", &attn::sigmoid, py::arg("input"));
+  m.def("relu", &attn::relu, py::arg("input"));
+  m.def("neg", &attn::neg, py::arg("input"));
+  m.def("negative", &attn::neg, py::arg("input"));
+  m.def("square", &attn::square, py::arg("input"));
+  T.def("square", &Tensor::square);
+  m.def("bmm", &attn::bmm, py::arg("input"), py::arg("mat2"), release());
+  T.def("bmm", &attn::bmm, py::arg("mat2"), release());
+  m.def("index_select", &attn::index_select, py::arg("input"), py::arg("dim"), py::arg("index"));
+  T.def("index_select", &Tensor::index_select, py::arg("dim"), py::arg("index"));
+
   // ---- in-place elementwise -------------------------------------------------------------------
   T.def("exp_", &Tensor::exp_, ref);
   T.def("log_", &Tensor::log_, ref);

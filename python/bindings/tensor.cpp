@@ -49,6 +49,20 @@ std::vector<TensorIndex> to_indices(const py::object& key) {
   } else {
     out.push_back(to_index(key));
   }
+  // torch broadcasts several index tensors together (x[rows, cols]); attn takes one.
+  int tensors = 0;
+  for (const auto& ix : out)
+    tensors +=
+        ix.kind() == TensorIndex::Kind::Tensor && ix.tensor().defined() && ix.tensor().dim() > 0;
+  if (tensors > 1) {
+    std::string version = py::str(py::module_::import("attn").attr("__version__"));
+    PyErr_SetString(PyExc_NotImplementedError,
+                    ("indexing with more than one index tensor or list (x[rows, cols]) is not "
+                     "supported by attn " +
+                     version + "; index one dim at a time or use gather")
+                        .c_str());
+    throw py::error_already_set();
+  }
   return out;
 }
 
@@ -396,7 +410,7 @@ void register_tensor(py::module_& m) {
       .def(
           "argmax",
           [](const Tensor& t, const py::object& dim, bool keepdim) {
-            if (dim.is_none()) return t.reshape({-1}).argmax(0, false);
+            if (dim.is_none()) return keepdim ? t.argmax().reshape(Shape(t.dim(), 1)) : t.argmax();
             return t.argmax(dim.cast<int64_t>(), keepdim);
           },
           py::arg("dim") = py::none(), py::arg("keepdim") = false)

@@ -66,11 +66,9 @@ void for_each_index(const char* fn, const Tensor& self, int64_t d, const Tensor&
       oo += coord[i] * ost[i];
       if (i != d) so += coord[i] * sst[i];
     }
-    int64_t k = ip[io];
-    if (k < -limit || k >= limit)
-      throw IndexError(detail::msg(fn, "index ", k, " is out of bounds for dimension ", d,
-                                   " with size ", limit));
-    if (k < 0) k += limit;  // torch wraps negative indices here too
+    const int64_t k = ip[io];
+    if (k < 0 || k >= limit)  // torch takes no negative indices here (RuntimeError)
+      fail(fn, "index ", k, " is out of bounds for dimension ", d, " with size ", limit);
     f(so + k * sst[d], oo);
     int64_t i = rank - 1;
     for (; i >= 0; --i) {
@@ -301,5 +299,57 @@ std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim) {
   return t.chunk(chunks, dim);
 }
 std::vector<Tensor> unbind(const Tensor& t, int64_t dim) { return t.unbind(dim); }
+
+}  // namespace attn
+
+// ---- index_select and the small math functions of attn/ops2.h -----------------------------------
+
+namespace attn {
+
+Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
+  if (!defined() || !index.defined()) fail("index_select", "undefined tensor argument");
+  if (index.dtype() != Dtype::Int64)
+    fail("index_select", "expected dtype int64 for index, got ", dtype_name(index.dtype()));
+  if (index.dim() > 1)
+    throw IndexError(detail::msg("index_select", "index must be a vector (0 or 1 dims), got ",
+                                 shape_str(index.shape())));
+  if (this->dim() == 0) {
+    if (index.numel() != 1 || index.reshape({}).item<int64_t>() != 0)
+      throw IndexError(detail::msg("index_select", "index out of range for a 0-dim tensor"));
+    return clone();
+  }
+  const int64_t d = detail::wrap_dim(dim, this->dim(), "index_select");
+  const int64_t n = shape()[d];
+  Tensor idx = index.reshape({-1}).contiguous();
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    if (ip[i] < 0 || ip[i] >= n)  // torch: no negative indices here (RuntimeError)
+      fail("index_select", "index ", ip[i], " is out of range for dimension ", d, " of size ", n);
+  std::vector<TensorIndex> key(d, indexing::Slice());
+  key.emplace_back(idx);
+  return this->index(key);
+}
+
+Tensor Tensor::square() const { return pow(Scalar(2)); }
+
+Tensor index_select(const Tensor& t, int64_t dim, const Tensor& index) {
+  return t.index_select(dim, index);
+}
+Tensor rsqrt(const Tensor& t) { return t.rsqrt(); }
+Tensor sigmoid(const Tensor& t) { return t.sigmoid(); }
+Tensor relu(const Tensor& t) { return t.relu(); }
+Tensor neg(const Tensor& t) { return t.neg(); }
+Tensor square(const Tensor& t) { return t.square(); }
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) fail("bmm", "undefined tensor argument");
+  if (a.dim() != 3 || b.dim() != 3)
+    fail("bmm", "batch1 must be a 3D tensor and batch2 too, got ", shape_str(a.shape()), " and ",
+         shape_str(b.shape()));
+  if (a.shape()[0] != b.shape()[0] || a.shape()[2] != b.shape()[1])
+    fail("bmm", "expected (b, n, m) and (b, m, p), got ", shape_str(a.shape()), " and ",
+         shape_str(b.shape()));
+  return matmul(a, b);
+}
 
 }  // namespace attn

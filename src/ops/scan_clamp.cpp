@@ -15,8 +15,8 @@ using detail::fail;
 
 namespace {
 
-// Calls f(in, out, n) on every row along dim d of the contiguous `src` and `dst`, with in/out
-// pointers and the row stride (the row's elements are n apart... `stride` apart).
+// Calls f(in, out, n, stride) for every row along dim d of the contiguous `src` and `dst`: the
+// pointers to the row's first element, its length and the distance between its elements.
 template <typename TI, typename TO, typename F>
 void scan_rows(const Tensor& src, const Tensor& dst, int64_t d, F f) {
   const Shape& s = src.shape();
@@ -91,11 +91,9 @@ Tensor Tensor::cumprod(int64_t dim) const {
                           Tensor r = detail::make_tensor("cumprod", g.shape(), Dtype::Float32);
                           const float* px = x.data_ptr<float>();
                           const float* pg = gc.data_ptr<float>();
-                          float* pr = r.data_ptr<float>();
                           scan_rows<float, float>(
                               x, r, d, [&](const float* xr, float* rr, int64_t n, int64_t st) {
                                 const float* gr = pg + (xr - px);
-                                (void)pr;
                                 for (int64_t i = 0; i < n; ++i) {
                                   double before = 1;
                                   for (int64_t k = 0; k < i; ++k) before *= xr[k * st];
@@ -240,7 +238,9 @@ template <typename F>
 Tensor& inplace_from(Tensor& self, const char* fn, F f) {
   if (!self.defined()) fail(fn, "undefined tensor argument");
   detail::check_inplace(self, fn);
-  Tensor r = detail::should_record({&self}) ? f(self.clone()) : f(self);
+  // (With grad mode on the op may record a node saving its input even when self does not
+  // require grad, pow_'s exponent may; the copy keeps that input intact.)
+  Tensor r = is_grad_enabled() ? f(self.clone()) : f(self);
   if (r.dtype() != self.dtype())
     fail(fn, "result type ", dtype_name(r.dtype()), " can't be cast to the desired output type ",
          dtype_name(self.dtype()));

@@ -126,9 +126,9 @@ std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest, bo
   if (!defined()) fail("topk", "undefined tensor argument");
   const int64_t d = detail::wrap_dim(dim, this->dim(), "topk");
   const int64_t n = this->dim() == 0 ? 1 : shape()[d];
-  if (k < 0 || k > n)
-    throw IndexError(detail::msg("topk", "selected index k (", k, ") out of range for dimension ",
-                                 d, " of size ", n, " (shape ", shape_str(shape()), ")"));
+  if (k < 0 || k > n)  // torch: RuntimeError
+    fail("topk", "selected index k (", k, ") out of range for dimension ", d, " of size ", n,
+         " (shape ", shape_str(shape()), ")");
   auto [v, i] =
       select_rows(*this, dim, k, "topk", [&](auto tag, int64_t dd, Tensor& vs, Tensor& is) {
         using T = decltype(tag);

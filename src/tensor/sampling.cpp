@@ -13,6 +13,7 @@
 #include <attn/ops.h>
 #include <attn/ops2.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 
@@ -39,6 +40,25 @@ void fill_exponential(float* data, int64_t n, double lambd, Generator& gen) {
     const double u = uniform53(gen);
     data[i] = float(-1.0 / lambd * std::log(1.0 - u));
   }
+}
+
+// An uninitialised float32 tensor shaped like t whose memory order keeps t's (dims by decreasing
+// stride, as for p.t() or p[::2].t()): torch's empty_like, whose layout decides the order in which
+// exponential_ draws.
+Tensor like_layout(const Tensor& t) {
+  const int64_t nd = t.dim();
+  Shape perm(nd);
+  for (int64_t d = 0; d < nd; ++d) perm[d] = d;
+  std::stable_sort(perm.begin(), perm.end(),
+                   [&](int64_t a, int64_t b) { return t.strides()[a] > t.strides()[b]; });
+  if (t.is_contiguous())
+    return detail::make_tensor("multinomial", t.shape(), Dtype::Float32, false);
+  Shape sorted_shape(nd), inverse(nd);
+  for (int64_t i = 0; i < nd; ++i) {
+    sorted_shape[i] = t.shape()[perm[i]];
+    inverse[perm[i]] = i;
+  }
+  return detail::make_tensor("multinomial", sorted_shape, Dtype::Float32, false).permute(inverse);
 }
 
 }  // namespace
@@ -110,9 +130,9 @@ Tensor Tensor::multinomial(int64_t n_sample, bool replacement, Generator* gen) c
       for (int64_t j = 0; j < n_categories; ++j) all_zero &= pp[r * n_categories + j] == 0.f;
       if (all_zero) fail(fn, "invalid multinomial distribution (sum of probabilities <= 0)");
     }
-    Tensor q = detail::make_tensor(fn, p.shape(), Dtype::Float32, false);
+    Tensor q = like_layout(*this);
     q.exponential_(1.0, &g);
-    q = p / q;
+    q = p / q.contiguous();
     if (n_sample == 1) return q.argmax(-1, true);
     return std::get<1>(q.topk(n_sample, -1, true, true));
   }

@@ -371,7 +371,9 @@ TEST(TensorIndexing, BasicIndexing) {
   EXPECT_INDEX_ERR("[index]", x.index({tensor({0.0})}));
   EXPECT_ERR("[index]", x.index({Slice(0, 2, 0)}));
   EXPECT_ERR("[index]", x.index({Slice(0, 2, -1)}));
-  EXPECT_ERR("[index]", x.index({tensor({true, false})}));
+  // A bool mask must match the sizes of the dims it covers (torch: IndexError).
+  EXPECT_INDEX_ERR("[index]", x.index({tensor({true, false, true})}));
+  EXPECT_EQ(x.index({tensor({true, false})}).shape(), (Shape{1, 3, 4}));  // torch: (1, 3, 4)
 }
 
 TEST(TensorIndexing, IndexTensor) {
