@@ -132,7 +132,17 @@ def test_nano_package_checkpoint_resume_and_generate(tmp_path, flash):
     # The checkpoint attn wrote with attn.save loads in torch, and holds what torch's holds.
     import torch
     ck_t = torch.load(str(tmp_path / "out_t" / "ckpt.pt"))
-    ck_a = torch.load(str(tmp_path / "out_a" / "ckpt.pt"), weights_only=True)
+    # (torch 1.13's weights_only loader refuses every float, its own files' too: default load.)
+    ck_a = torch.load(str(tmp_path / "out_a" / "ckpt.pt"))
     assert sorted(ck_a) == sorted(ck_t) and ck_a["model_args"]["n_layer"] == 2
-    assert sorted(ck_a["model"]) == sorted(ck_t["model"])
+    # (flash: no causal-mask buffer, as in nanoGPT when scaled_dot_product_attention exists)
+    assert sorted(ck_a["model"]) == sorted(k for k in ck_t["model"]
+                                          if not (flash and k.endswith(".attn.bias")))
     assert ck_a["optimizer"]["param_groups"][0].keys() == ck_t["optimizer"]["param_groups"][0].keys()
+    assert sorted(ck_a["optimizer"]["state"]) == sorted(ck_t["optimizer"]["state"])
+    for k, v in ck_a["model"].items():
+        v = ck_t["model"][k]
+        assert ck_a["model"][k].shape == v.shape and ck_a["model"][k].dtype == v.dtype, k
+    # Tied weights stay one storage, as torch saves them.
+    assert (ck_a["model"]["lm_head.weight"].data_ptr()
+            == ck_a["model"]["transformer.wte.weight"].data_ptr())
