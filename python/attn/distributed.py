@@ -15,6 +15,7 @@ deadline).
 """
 import datetime as _datetime
 import sys as _sys
+import traceback as _traceback
 import types as _types
 
 from . import _C
@@ -129,7 +130,12 @@ def _install_excepthook():
         return
 
     def hook(kind, value, tb):
-        previous(kind, value, tb)
+        if previous is _sys.__excepthook__:
+            # The whole traceback in one write: the launcher forwards a rank's stderr in chunks
+            # and may print its abort notice between the pieces Python's own hook writes.
+            _sys.stderr.write("".join(_traceback.format_exception(kind, value, tb)))
+        else:
+            previous(kind, value, tb)
         if _state["initialized"] and _D.world_size() > 1:
             _sys.stderr.flush()
             _D.abort_job("uncaught {} on this rank: stopping every rank".format(kind.__name__), 1)
