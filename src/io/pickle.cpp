@@ -2,6 +2,7 @@
 // write) and a restricted unpickler over attn::io::Value. The unpickler runs no code: the globals
 // it accepts are a fixed list (those a state dict needs, as PyTorch's weights_only loader), each
 // handled here by name.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -389,7 +390,13 @@ class Unpickler {
           if (state.kind() != Value::Kind::Dict) bad("BUILD with a ", state.kind_name(), " state");
           for (auto& [k, v] : state.entries()) {
             if (k.kind() != Value::Kind::Str) bad("BUILD with an attribute name that is not a str");
-            inst.attributes().emplace_back(k, v);
+            // obj.__dict__.update(state): a name set again replaces its value.
+            auto& attrs = inst.attributes();
+            auto same = [&](const auto& kv) { return kv.first.as_str() == k.as_str(); };
+            if (auto it = std::find_if(attrs.begin(), attrs.end(), same); it != attrs.end())
+              it->second = v;
+            else
+              attrs.emplace_back(k, v);
           }
           break;
         }
@@ -840,8 +847,9 @@ class Pickler {
       default: break;
     }
     const void* id = v.identity();
+    if (open_.count(id)) fail("the object contains itself (a recursive structure)");
     if (reuse(id)) return;
-    if (!open_.insert(id).second) fail("the object contains itself (a recursive structure)");
+    open_.insert(id);
     if (v.kind() == Value::Kind::Tuple) {
       const auto& items = v.items();
       if (items.empty()) {
