@@ -46,7 +46,8 @@ class ArchiveError : public Error {
   explicit ArchiveError(const std::string& what) : Error(what) {}
 };
 // Valid PyTorch content that attn cannot hold: a dtype other than float32 / int64 / bool, an
-// integer beyond 64 bits, a ZIP64 archive. Python sees NotImplementedError.
+// integer beyond 64 bits, bytes objects, compressed zip records, writing an archive over 4 GiB.
+// Python sees NotImplementedError.
 class UnsupportedError : public Error {
  public:
   explicit UnsupportedError(const std::string& what) : Error(what) {}

@@ -36,7 +36,11 @@ def save(obj, f, pickle_module=None, pickle_protocol=2, _use_new_zipfile_seriali
         raise NotImplementedError("attn.save: the legacy (pre-1.6) torch.save format "
                                   "(_use_new_zipfile_serialization=False) is not supported")
     if _is_path(f):
-        _C.io.save_torch(obj, os.fspath(f))
+        path = os.fspath(f)
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):  # torch.save's words and exception type
+            raise RuntimeError("Parent directory {} does not exist.".format(parent))
+        _C.io.save_torch(obj, path)
     elif hasattr(f, "write"):
         f.write(_C.io.to_torch_bytes(obj))
     else:
@@ -73,7 +77,10 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
             ", ".join(sorted(unknown))))
     _check_map_location(map_location)
     if _is_path(f):
-        return _C.io.load_torch(os.fspath(f))
+        # Opened here so that a missing file is FileNotFoundError, a directory IsADirectoryError,
+        # as torch.load raises.
+        with open(os.fspath(f), "rb") as fh:
+            return _C.io.from_torch_bytes(fh.read(), os.fspath(f))
     if hasattr(f, "read"):
         data = f.read()
         if not isinstance(data, bytes):

@@ -372,11 +372,16 @@ def test_save_refuses_what_it_cannot_write(tmp_path):
         deep = [deep]
     with pytest.raises(ValueError, match="deeper"):
         attn.save(deep, io.BytesIO())
-    assert not list(tmp_path.iterdir())
     with pytest.raises(RuntimeError, match="cpu"):
         attn.load(io.BytesIO(attn_bytes([1])), map_location="cuda")
     with pytest.raises(TypeError):
         attn.save([1], 42)
+    # Paths fail as torch's do.
+    for lib in (attn, torch):
+        with pytest.raises(RuntimeError, match="Parent directory"):
+            lib.save([1], tmp_path / "no" / "such.pt")
+        with pytest.raises(FileNotFoundError):
+            lib.load(tmp_path / "missing.pt")
 
 
 def test_corrupt_archives_are_clear_errors():
