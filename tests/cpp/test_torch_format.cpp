@@ -3,6 +3,7 @@
 // the documented kind. Interoperability with PyTorch itself is tested against torch 1.13 in
 // tests/python/test_torch_format.py.
 #include <attn/attn.h>
+#include <attn/gpt.h>
 #include <attn/torch_format.h>
 #include <gtest/gtest.h>
 
@@ -389,6 +390,34 @@ TEST(TorchFormat, FilesOnDisk) {
   EXPECT_TRUE(attn::equal(attn::io::load_torch(path).at("x").as_tensor(), attn::ones({2})));
   std::remove(path.c_str());
   EXPECT_TRUE(has(error_of([&] { attn::io::load_torch(path); }), "[load_torch] cannot open"));
+}
+
+}  // namespace
+
+namespace {
+
+TEST(TorchFormat, ModuleStateDictRoundTrip) {
+  attn::manual_seed(7);
+  attn::nn::GPTConfig cfg;
+  cfg.vocab_size = 11;
+  cfg.block_size = 8;
+  cfg.n_layer = 1;
+  cfg.n_head = 2;
+  cfg.n_embd = 8;
+  attn::nn::GPT a(cfg), b(cfg);
+  const std::string bytes = attn::io::to_torch_archive(attn::io::state_dict_value(a.state_dict()));
+  b.load_state_dict(attn::io::tensors_of(attn::io::from_torch_archive(bytes)));
+  const auto sa = a.state_dict(), sb = b.state_dict();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (std::size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_EQ(sa[i].first, sb[i].first);
+    EXPECT_TRUE(attn::equal(sa[i].second, sb[i].second)) << sa[i].first;
+  }
+  EXPECT_TRUE(has(error_of([] {
+                    attn::io::tensors_of(Value::dict({{"w", 1}}));
+                  }),
+                  "[tensors_of] state dict entry 'w' is a int, not a tensor"));
+  EXPECT_TRUE(has(error_of([] { attn::io::tensors_of(Value::list()); }), "must be a dict"));
 }
 
 }  // namespace
