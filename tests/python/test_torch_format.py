@@ -444,3 +444,26 @@ def test_malformed_pickles_are_unpickling_errors():
             attn.load(io.BytesIO(zip_with_pickle(pkl)))
     with pytest.raises(NotImplementedError, match="64-bit"):
         attn.load(io.BytesIO(zip_with_pickle(pickle.dumps(2**80, protocol=2))))
+
+
+def test_parameter_with_state_as_torch_2_writes_it(monkeypatch):
+    """PyTorch 2.x pickles Parameters through torch._utils._rebuild_parameter_with_state(data,
+    requires_grad, hooks, state). torch 1.13 lacks it: the test gives it one for the pickler,
+    which then writes the bytes 2.x writes."""
+    def _rebuild_parameter_with_state(data, requires_grad, backward_hooks, state):
+        return torch.nn.Parameter(data, requires_grad)
+
+    monkeypatch.setattr(torch._utils, "_rebuild_parameter_with_state",
+                        _rebuild_parameter_with_state, raising=False)
+    _rebuild_parameter_with_state.__module__ = "torch._utils"
+    _rebuild_parameter_with_state.__qualname__ = "_rebuild_parameter_with_state"
+    monkeypatch.setattr(torch.nn.Parameter, "__reduce_ex__", lambda self, proto: (
+        torch._utils._rebuild_parameter_with_state,
+        (self.data, self.requires_grad, collections.OrderedDict(), {})))
+    data = torch_bytes({"p": torch.nn.Parameter(torch.arange(3.0)),
+                        "f": torch.nn.Parameter(torch.ones(1), requires_grad=False)})
+    assert b"_rebuild_parameter_with_state" in data
+    got = attn.load(io.BytesIO(data))
+    assert isinstance(got["p"], attn.nn.Parameter) and got["p"].requires_grad
+    assert got["p"].tolist() == [0.0, 1.0, 2.0]
+    assert isinstance(got["f"], attn.nn.Parameter) and not got["f"].requires_grad
