@@ -59,6 +59,11 @@ uint32_t crc32(std::string_view bytes) {
 
 ZipReader::ZipReader(std::string_view b, const std::string& what, const char* fn) {
   auto bad = [&](const auto&... args) { raise<ArchiveError>(fn, "'", what, "': ", args...); };
+  if (!b.empty() && uint8_t(b[0]) == 0x80)  // a pickle: the legacy format's first record
+    raise<UnsupportedError>(fn, "'", what,
+                            "': a legacy torch.save file (PyTorch before 1.6, or "
+                            "_use_new_zipfile_serialization=False), which attn does not read; "
+                            "save it again with a recent PyTorch");
   if (b.size() < kEndSize)
     bad("not a zip archive (", b.size(), " bytes; a torch.save file is a zip archive)");
   // The end-of-central-directory record: the last signature within the 64 KiB comment window.

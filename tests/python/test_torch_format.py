@@ -399,6 +399,10 @@ def test_corrupt_archives_are_clear_errors():
             attn.load(io.BytesIO(bytes(bad)))
         except errors:
             pass
+    legacy = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, legacy, _use_new_zipfile_serialization=False)
+    with pytest.raises(NotImplementedError, match="legacy torch.save file"):
+        attn.load(io.BytesIO(legacy.getvalue()))
     with pytest.raises(RuntimeError, match="not a zip archive"):
         attn.load(io.BytesIO(b"not a zip file at all, just text"))
     with pytest.raises(RuntimeError, match="data.pkl"):
