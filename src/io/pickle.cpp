@@ -388,7 +388,9 @@ class Unpickler {
             bad("BUILD (setting attributes) on a ", inst.kind_name(),
                 "; attn allows it on OrderedDict only");
           if (state.kind() != Value::Kind::Dict) bad("BUILD with a ", state.kind_name(), " state");
-          for (auto& [k, v] : state.entries()) {
+          for (auto& kv_state : state.entries()) {
+            const Value& k = kv_state.first;
+            const Value& v = kv_state.second;
             if (k.kind() != Value::Kind::Str) bad("BUILD with an attribute name that is not a str");
             // obj.__dict__.update(state): a name set again replaces its value.
             auto& attrs = inst.attributes();

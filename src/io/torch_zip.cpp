@@ -171,7 +171,11 @@ std::string write_zip(const std::vector<std::pair<std::string, std::string_view>
   if (records.size() >= 0xffff)
     raise<UnsupportedError>(fn, records.size(), " records exceed the zip limit of 65534");
   std::string out, central;
-  for (const auto& [name, data] : records) {
+  for (const auto& record : records) {
+    // Named references, not structured bindings: the lambda below captures them (C++20 allows
+    // capturing bindings, clang 14 does not).
+    const std::string& name = record.first;
+    const std::string_view data = record.second;
     const uint64_t local = out.size();
     const uint64_t base = local + kLocalSize + name.size();
     uint64_t pad = (kAlign - base % kAlign) % kAlign;
