@@ -154,10 +154,12 @@ class Unpickler {
       : p_(p), zip_(zip), what_(what), fn_(fn) {}
 
   ~Unpickler() {
-    // On failure the containers may form cycles (a list holding itself) or chains too deep to
-    // free recursively: empty every one while all are still held here, so none frees another.
-    if (ok_) return;
+    // Containers may form cycles (a list holding itself) or chains too deep to free recursively:
+    // on failure all of them, on success those the result does not reach (it reaches no cycle and
+    // nothing deeper than kMaxDepth), are emptied while all are still held here, so none frees
+    // another.
     for (Value& c : created_) {
+      if (ok_ && reachable_.count(c.identity())) continue;
       if (c.kind() == Value::Kind::Dict) {
         c.entries().clear();
         c.attributes().clear();
@@ -659,6 +661,7 @@ class Unpickler {
     std::unordered_map<const void*, Seen> seen;
     std::string path;
     check(root, path, 0, seen);
+    for (const auto& kv : seen) reachable_.insert(kv.first);
   }
 
   static std::string key_str(const Value& k) {
@@ -708,6 +711,8 @@ class Unpickler {
     if (v.kind() == Value::Kind::Dict) {
       for (const auto& [k, x] : v.entries()) {
         path += key_str(k);
+        // Keys too: a tuple key is a container the result holds (and must not be freed early).
+        h = std::max(h, check(k, path, depth + 1, seen) + 1);
         h = std::max(h, check(x, path, depth + 1, seen) + 1);
         path.resize(len);
       }
@@ -737,6 +742,7 @@ class Unpickler {
   const char* fn_;
   bool ok_ = false;
   std::vector<Value> stack_, created_;
+  std::unordered_set<const void*> reachable_;
   std::vector<std::size_t> marks_;
   std::unordered_map<uint64_t, Value> memo_;
   std::unordered_map<const void*, std::unordered_map<std::string, std::size_t>> keys_;
