@@ -507,8 +507,17 @@ class Unpickler {
           !(a[3].kind() == Value::Kind::Dict && a[3].entries().empty()))
         fail_as<UnsupportedError>("a Parameter with Python attributes (", f, " with a state)");
       if (!a[0].unsupported().empty()) return a[0];
-      Tensor t = a[0].as_tensor();
-      if (a[1].as_bool() && !t.requires_grad()) {
+      // A new tensor on the data's storage, as torch.nn.Parameter(data, requires_grad) is: the
+      // data tensor, which the pickle may hold elsewhere too, stays as it is.
+      const TensorImpl& data = *a[0].as_tensor().impl();
+      auto impl = std::make_shared<TensorImpl>();
+      impl->storage = data.storage;
+      impl->sizes = data.sizes;
+      impl->strides = data.strides;
+      impl->offset = data.offset;
+      impl->dtype = data.dtype;
+      Tensor t(impl);
+      if (a[1].as_bool()) {
         if (t.dtype() != Dtype::Float32)
           fail_as<ArchiveError>("a Parameter of dtype ", dtype_name(t.dtype()),
                                 " requires grad (only float tensors can)");
