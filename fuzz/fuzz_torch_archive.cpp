@@ -31,13 +31,22 @@ bool same_tensor(const attn::Tensor& a, const attn::Tensor& b) {
          (sa.nbytes == 0 || std::memcmp(sa.data, sb.data, sa.nbytes) == 0);
 }
 
-// Structural equality, and the sharing of containers and storages maps one to one.
+// Structural equality, and the sharing of containers and storages maps one to one. A pair of
+// containers is compared once (values are DAGs: comparing shared parts again would take
+// exponential time).
 struct Same {
-  std::unordered_map<const void*, const void*> ids, storages;
+  std::unordered_map<const void*, const void*> ids, back, storages;
 
   bool shared(std::unordered_map<const void*, const void*>& m, const void* a, const void* b) {
     auto [it, inserted] = m.emplace(a, b);
     return inserted || it->second == b;
+  }
+  // 1: a new pair (compare it), 0: seen and consistent, -1: the sharing differs.
+  int visit(const Value& a, const Value& b) {
+    auto [it, inserted] = ids.emplace(a.identity(), b.identity());
+    auto [jt, back_inserted] = back.emplace(b.identity(), a.identity());
+    if (it->second != b.identity() || jt->second != a.identity()) return -1;
+    return inserted && back_inserted ? 1 : 0;
   }
 
   bool operator()(const Value& a, const Value& b) {
@@ -57,14 +66,14 @@ struct Same {
                       b.as_tensor().impl()->storage.get());
       case K::List:
       case K::Tuple: {
-        if (!shared(ids, a.identity(), b.identity())) return false;
+        if (const int v = visit(a, b); v <= 0) return v == 0;
         if (a.items().size() != b.items().size()) return false;
         for (std::size_t i = 0; i < a.items().size(); ++i)
           if (!(*this)(a.items()[i], b.items()[i])) return false;
         return true;
       }
       case K::Dict: {
-        if (!shared(ids, a.identity(), b.identity())) return false;
+        if (const int v = visit(a, b); v <= 0) return v == 0;
         if (a.ordered() != b.ordered() || a.entries().size() != b.entries().size() ||
             a.attributes().size() != b.attributes().size())
           return false;
