@@ -218,8 +218,7 @@ TEST(TorchFormat, CorruptArchivesAreArchiveErrors) {
                   }),
                   "needs 24 bytes but its record holds 8"));
   // Views that reach past their storage, or have negative strides or sizes.
-  for (const auto& [off, size, stride] :
-       std::vector<std::tuple<int, std::vector<int>, std::vector<int>>>{
+  for (const auto& view : std::vector<std::tuple<int, std::vector<int>, std::vector<int>>>{
            {0, {7}, {1}},
            {5, {2}, {1}},
            {0, {2, 3}, {3, 2}},
@@ -228,9 +227,10 @@ TEST(TorchFormat, CorruptArchivesAreArchiveErrors) {
            {7, {0}, {1}},
            {-1, {1}, {1}},
            {0, {2, 2}, {1 << 30, 1 << 30}}}) {
+    const auto& [off, size, stride] = view;  // (a lambda cannot capture bindings in clang 14)
+    const std::string pkl = tensor_pickle("FloatStorage", 6, off, size, stride);
     const std::string e = error_as<ArchiveError>([&] {
-      attn::io::from_torch_archive(archive(tensor_pickle("FloatStorage", 6, off, size, stride),
-                                           {{"data/0", std::string(24, '\0')}}));
+      attn::io::from_torch_archive(archive(pkl, {{"data/0", std::string(24, '\0')}}));
     });
     EXPECT_TRUE(has(e, "storage '0' (FloatStorage of 6 elements)")) << e;
   }
