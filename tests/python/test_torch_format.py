@@ -317,6 +317,7 @@ def test_other_dtypes_are_named_errors(dtype):
         attn.load(io.BytesIO(torch_bytes(obj)))
     name = str(dtype).split(".")[-1]
     assert "['model']['w']" in str(e.value) and name in str(e.value) and "(2, 3)" in str(e.value)
+    assert "[attn {}]".format(attn.__version__) in str(e.value)
 
 
 class Evil:
@@ -362,7 +363,7 @@ def test_save_refuses_what_it_cannot_write(tmp_path):
                             (2**70, NotImplementedError, "64 bits")]:
         with pytest.raises(err) as e:
             attn.save(obj, io.BytesIO())
-        assert words in str(e.value)
+        assert words in str(e.value) and "[attn {}]".format(attn.__version__) in str(e.value)
     rec = [1]
     rec.append(rec)
     with pytest.raises(ValueError, match="recursive"):
