@@ -151,6 +151,12 @@ def test_torch_state_dict_loads_in_attn(tmp_path):
     with open(path, "rb") as f:
         assert_same_tree(attn.load(f), sd)
     assert_same_tree(attn.load(io.BytesIO(path.read_bytes()), map_location="cpu"), sd)
+    # ... and drives an attn model to torch's outputs.
+    am = attn.nn.Sequential(attn.nn.Linear(4, 3), attn.nn.LayerNorm(3), attn.nn.Linear(3, 2))
+    am.load_state_dict({k: v for k, v in loaded.items() if k not in ("steps", "flags")})
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_allclose(am(attn.tensor(x)).detach().numpy(),
+                               m(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_nanogpt_checkpoint_from_torch(tmp_path):
