@@ -103,6 +103,8 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
             return _load_bytes(fh.read(), os.fspath(f))
     if hasattr(f, "read"):
         data = f.read()
+        if isinstance(data, (bytearray, memoryview)):
+            data = bytes(data)
         if not isinstance(data, bytes):
             raise TypeError("attn.load: f.read() returned {}, not bytes (open the file in binary "
                             "mode)".format(type(data).__name__))
