@@ -121,4 +121,45 @@ put("files", "png_palette", b"\x02" + png(2, 2, 3, 8, [b"\x00\x01", b"\x01\x00"]
 put("files", "png_gray1", b"\x02" + png(8, 1, 0, 1, [b"\xa5"]))
 put("files", "png_huge", b"\x02" + png(16384, 16384, 2, 8, [b""])[:60])  # truncated after IHDR
 PY
+# fuzz_torch_archive: torch.save files written by PyTorch (python3-torch), and the same content in
+# the target's packed form (data.pkl, then each storage record after "\n#rec#\n").
+/usr/bin/python3 - <<'PY'
+import collections, io, os, pickle, shutil, zipfile
+import torch
+
+shutil.rmtree("corpus/torch_archive", ignore_errors=True)
+os.makedirs("corpus/torch_archive")
+
+def save(name, obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = buf.getvalue()
+    with open(f"corpus/torch_archive/{name}", "wb") as f:
+        f.write(data)
+    z = zipfile.ZipFile(io.BytesIO(data))
+    keys = sorted((n for n in z.namelist() if "/data/" in n), key=lambda n: int(n.rsplit("/", 1)[1]))
+    assert [n.rsplit("/", 1)[1] for n in keys] == [str(i) for i in range(len(keys))]
+    packed = z.read("archive/data.pkl") + b"".join(b"\n#rec#\n" + z.read(n) for n in keys)
+    with open(f"corpus/torch_archive/{name}.packed", "wb") as f:
+        f.write(packed)
+
+torch.manual_seed(0)
+lin = torch.nn.Linear(3, 2)
+save("state_dict", lin.state_dict())
+emb = torch.nn.Embedding(5, 2)
+head = torch.nn.Linear(2, 5, bias=False)
+head.weight = emb.weight
+opt = torch.optim.AdamW(list(emb.parameters()) + list(lin.parameters()), betas=(0.9, 0.95))
+(emb(torch.tensor([1, 2])).sum() + lin(torch.ones(3)).sum()).backward()
+opt.step()
+save("checkpoint", {"model": collections.OrderedDict(wte=emb.weight.detach(), head=head.weight.detach()),
+                    "optimizer": opt.state_dict(), "model_args": dict(n_layer=1, bias=False, dropout=0.0),
+                    "iter_num": 5, "best_val_loss": torch.tensor(2.5), "config": {"out": "o", "x": None}})
+base = torch.arange(12.0).reshape(3, 4)
+save("views", {"t": base.t(), "row": base[1], "cols": base[:, 1:3], "expanded": torch.ones(2).expand(3, 2),
+               "empty": base[3:], "ids": torch.arange(4), "mask": torch.tensor([True, False])})
+save("parameter", {"p": torch.nn.Parameter(torch.ones(2)), "frozen": torch.nn.Parameter(torch.zeros(1), False)})
+save("float16", {"h": torch.ones(2, dtype=torch.float16)})
+save("values", [None, True, 1, -2**40, 2.5, "s", (1, 2), {0: "int key", (1, "a"): 1}])
+PY
 du -sh corpus

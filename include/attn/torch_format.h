@@ -23,6 +23,7 @@
 #include <attn/tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -46,7 +47,8 @@ class ArchiveError : public Error {
   explicit ArchiveError(const std::string& what) : Error(what) {}
 };
 // Valid PyTorch content that attn cannot hold: a dtype other than float32 / int64 / bool, an
-// integer beyond 64 bits, a ZIP64 archive. Python sees NotImplementedError.
+// integer beyond 64 bits, bytes objects, compressed zip records, writing an archive over 4 GiB.
+// Python sees NotImplementedError.
 class UnsupportedError : public Error {
  public:
   explicit UnsupportedError(const std::string& what) : Error(what) {}
@@ -142,6 +144,14 @@ class Value {
   std::shared_ptr<Container> c_;
   std::shared_ptr<StorageRef> storage_;
 };
+
+// A state dict as torch.save writes one: an OrderedDict of str -> tensor, in the given order
+// (Module::state_dict()'s). Tensors sharing storage stay shared in the file.
+Value state_dict_value(const std::vector<std::pair<std::string, Tensor>>& tensors);
+// The tensors of a loaded state dict (a dict or OrderedDict of str -> tensor), for
+// Module::load_state_dict. attn::Error ("[tensors_of] ...") naming the first entry that is not a
+// str -> tensor pair, or when `value` is not a dict.
+std::map<std::string, Tensor> tensors_of(const Value& value);
 
 // The bytes of a torch.save file holding `value` (tensors of any strides; storages shared between
 // tensors written once). attn::Error ("[save_torch] ...") for a value that cannot be written:

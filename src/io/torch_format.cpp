@@ -156,6 +156,31 @@ const void* Value::identity() const {
   return nullptr;
 }
 
+Value state_dict_value(const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  Value::Entries entries;
+  entries.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) attn::detail::fail("state_dict_value", "tensor '", name, "' is undefined");
+    entries.emplace_back(Value(name), Value(t));
+  }
+  return Value::dict(std::move(entries), true);
+}
+
+std::map<std::string, Tensor> tensors_of(const Value& value) {
+  if (value.kind() != Value::Kind::Dict)
+    attn::detail::fail("tensors_of", "a state dict must be a dict, got a ", value.kind_name());
+  std::map<std::string, Tensor> out;
+  for (const auto& [k, v] : value.entries()) {
+    if (k.kind() != Value::Kind::Str)
+      attn::detail::fail("tensors_of", "a state dict key is a ", k.kind_name(), ", not a str");
+    if (v.kind() != Value::Kind::Tensor)
+      attn::detail::fail("tensors_of", "state dict entry '", k.as_str(), "' is a ", v.kind_name(),
+                         ", not a tensor");
+    out.emplace(k.as_str(), v.as_tensor());
+  }
+  return out;
+}
+
 std::string to_torch_archive(const Value& value) {
   constexpr const char* fn = "save_torch";
   std::vector<std::pair<std::string, std::string_view>> storages;

@@ -59,6 +59,11 @@ uint32_t crc32(std::string_view bytes) {
 
 ZipReader::ZipReader(std::string_view b, const std::string& what, const char* fn) {
   auto bad = [&](const auto&... args) { raise<ArchiveError>(fn, "'", what, "': ", args...); };
+  if (!b.empty() && uint8_t(b[0]) == 0x80)  // a pickle: the legacy format's first record
+    raise<UnsupportedError>(fn, "'", what,
+                            "': a legacy torch.save file (PyTorch before 1.6, or "
+                            "_use_new_zipfile_serialization=False), which attn does not read; "
+                            "save it again with a recent PyTorch");
   if (b.size() < kEndSize)
     bad("not a zip archive (", b.size(), " bytes; a torch.save file is a zip archive)");
   // The end-of-central-directory record: the last signature within the 64 KiB comment window.
@@ -166,7 +171,11 @@ std::string write_zip(const std::vector<std::pair<std::string, std::string_view>
   if (records.size() >= 0xffff)
     raise<UnsupportedError>(fn, records.size(), " records exceed the zip limit of 65534");
   std::string out, central;
-  for (const auto& [name, data] : records) {
+  for (const auto& record : records) {
+    // Named references, not structured bindings: the lambda below captures them (C++20 allows
+    // capturing bindings, clang 14 does not).
+    const std::string& name = record.first;
+    const std::string_view data = record.second;
     const uint64_t local = out.size();
     const uint64_t base = local + kLocalSize + name.size();
     uint64_t pad = (kAlign - base % kAlign) % kAlign;

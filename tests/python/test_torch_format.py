@@ -151,6 +151,12 @@ def test_torch_state_dict_loads_in_attn(tmp_path):
     with open(path, "rb") as f:
         assert_same_tree(attn.load(f), sd)
     assert_same_tree(attn.load(io.BytesIO(path.read_bytes()), map_location="cpu"), sd)
+    # ... and drives an attn model to torch's outputs.
+    am = attn.nn.Sequential(attn.nn.Linear(4, 3), attn.nn.LayerNorm(3), attn.nn.Linear(3, 2))
+    am.load_state_dict({k: v for k, v in loaded.items() if k not in ("steps", "flags")})
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_allclose(am(attn.tensor(x)).detach().numpy(),
+                               m(torch.tensor(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_nanogpt_checkpoint_from_torch(tmp_path):
@@ -317,6 +323,7 @@ def test_other_dtypes_are_named_errors(dtype):
         attn.load(io.BytesIO(torch_bytes(obj)))
     name = str(dtype).split(".")[-1]
     assert "['model']['w']" in str(e.value) and name in str(e.value) and "(2, 3)" in str(e.value)
+    assert "[attn {}]".format(attn.__version__) in str(e.value)
 
 
 class Evil:
@@ -362,7 +369,7 @@ def test_save_refuses_what_it_cannot_write(tmp_path):
                             (2**70, NotImplementedError, "64 bits")]:
         with pytest.raises(err) as e:
             attn.save(obj, io.BytesIO())
-        assert words in str(e.value)
+        assert words in str(e.value) and "[attn {}]".format(attn.__version__) in str(e.value)
     rec = [1]
     rec.append(rec)
     with pytest.raises(ValueError, match="recursive"):
@@ -372,11 +379,16 @@ def test_save_refuses_what_it_cannot_write(tmp_path):
         deep = [deep]
     with pytest.raises(ValueError, match="deeper"):
         attn.save(deep, io.BytesIO())
-    assert not list(tmp_path.iterdir())
     with pytest.raises(RuntimeError, match="cpu"):
         attn.load(io.BytesIO(attn_bytes([1])), map_location="cuda")
     with pytest.raises(TypeError):
         attn.save([1], 42)
+    # Paths fail as torch's do.
+    for lib in (attn, torch):
+        with pytest.raises(RuntimeError, match="Parent directory"):
+            lib.save([1], tmp_path / "no" / "such.pt")
+        with pytest.raises(FileNotFoundError):
+            lib.load(tmp_path / "missing.pt")
 
 
 def test_corrupt_archives_are_clear_errors():
@@ -394,6 +406,10 @@ def test_corrupt_archives_are_clear_errors():
             attn.load(io.BytesIO(bytes(bad)))
         except errors:
             pass
+    legacy = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, legacy, _use_new_zipfile_serialization=False)
+    with pytest.raises(NotImplementedError, match="legacy torch.save file"):
+        attn.load(io.BytesIO(legacy.getvalue()))
     with pytest.raises(RuntimeError, match="not a zip archive"):
         attn.load(io.BytesIO(b"not a zip file at all, just text"))
     with pytest.raises(RuntimeError, match="data.pkl"):
@@ -439,3 +455,26 @@ def test_malformed_pickles_are_unpickling_errors():
             attn.load(io.BytesIO(zip_with_pickle(pkl)))
     with pytest.raises(NotImplementedError, match="64-bit"):
         attn.load(io.BytesIO(zip_with_pickle(pickle.dumps(2**80, protocol=2))))
+
+
+def test_parameter_with_state_as_torch_2_writes_it(monkeypatch):
+    """PyTorch 2.x pickles Parameters through torch._utils._rebuild_parameter_with_state(data,
+    requires_grad, hooks, state). torch 1.13 lacks it: the test gives it one for the pickler,
+    which then writes the bytes 2.x writes."""
+    def _rebuild_parameter_with_state(data, requires_grad, backward_hooks, state):
+        return torch.nn.Parameter(data, requires_grad)
+
+    monkeypatch.setattr(torch._utils, "_rebuild_parameter_with_state",
+                        _rebuild_parameter_with_state, raising=False)
+    _rebuild_parameter_with_state.__module__ = "torch._utils"
+    _rebuild_parameter_with_state.__qualname__ = "_rebuild_parameter_with_state"
+    monkeypatch.setattr(torch.nn.Parameter, "__reduce_ex__", lambda self, proto: (
+        torch._utils._rebuild_parameter_with_state,
+        (self.data, self.requires_grad, collections.OrderedDict(), {})))
+    data = torch_bytes({"p": torch.nn.Parameter(torch.arange(3.0)),
+                        "f": torch.nn.Parameter(torch.ones(1), requires_grad=False)})
+    assert b"_rebuild_parameter_with_state" in data
+    got = attn.load(io.BytesIO(data))
+    assert isinstance(got["p"], attn.nn.Parameter) and got["p"].requires_grad
+    assert got["p"].tolist() == [0.0, 1.0, 2.0]
+    assert isinstance(got["f"], attn.nn.Parameter) and not got["f"].requires_grad
