@@ -1,6 +1,6 @@
-// torch.nn.init beyond uniform_/normal_/kaiming_uniform_/xavier_uniform_ (nn/layers.cpp):
-// constant_, calculate_gain, kaiming_* with mode and nonlinearity, xavier_normal_, trunc_normal_;
-// and functional::silu, the one activation of torch.nn without its own kernel here.
+// torch.nn.init: uniform_, normal_, zeros_, ones_, constant_, calculate_gain, kaiming_* (with mode
+// and nonlinearity), xavier_*, trunc_normal_; and functional::silu, the one activation of torch.nn
+// without its own kernel here.
 // The arithmetic is torch 1.13's (doubles, then one draw through uniform_ / normal_).
 #include <attn/autograd.h>
 #include <attn/nn.h>
@@ -39,6 +39,45 @@ int64_t correct_fan(const Tensor& t, const std::string& mode, const char* fn) {
 }
 
 }  // namespace
+
+Tensor& uniform_(Tensor& t, double a, double b, Generator* gen) {
+  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
+  check_defined(t, "init.uniform_");
+  return attn::uniform_(t, a, b, gen);
+}
+
+Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
+  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
+  check_defined(t, "init.normal_");
+  return attn::normal_(t, mean, std, gen);
+}
+
+Tensor& zeros_(Tensor& t) {
+  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
+  check_defined(t, "init.zeros_");
+  return t.fill_(0.0);
+}
+
+Tensor& ones_(Tensor& t) {
+  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
+  check_defined(t, "init.ones_");
+  return t.fill_(1.0);
+}
+
+Tensor& kaiming_uniform_(Tensor& t, double a, Generator* gen) {
+  return kaiming_uniform_(t, a, "fan_in", "leaky_relu", gen);  // torch's defaults
+}
+
+Tensor& xavier_uniform_(Tensor& t, double gain, Generator* gen) {
+  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
+  const char* fn = "init.xavier_uniform_";
+  check_defined(t, fn);
+  auto [fan_in, fan_out] = fan_in_out(t, fn);
+  if (t.numel() == 0) return t;
+  const double std = gain * std::sqrt(2.0 / double(fan_in + fan_out));
+  const double a = std::sqrt(3.0) * std;
+  return attn::uniform_(t, -a, a, gen);
+}
 
 Tensor& constant_(Tensor& t, double value) {
   NoGradGuard no_grad;

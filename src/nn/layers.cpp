@@ -1,4 +1,4 @@
-// Linear, Embedding, Dropout, torch.nn.init and the functional forms.
+// Linear, Embedding, Dropout and the functional forms (torch.nn.init: nn/init.cpp).
 #include <attn/autograd.h>
 #include <attn/nn.h>
 #include <attn/ops.h>
@@ -11,75 +11,6 @@
 namespace attn::nn {
 
 using detail::fail;
-
-// ---- init ---------------------------------------------------------------------------------------
-namespace init {
-
-namespace {
-void check_defined(const Tensor& t, const char* fn) {
-  if (!t.defined()) fail(fn, "undefined tensor");
-}
-
-// torch.nn.init._calculate_fan_in_and_fan_out
-std::pair<int64_t, int64_t> fans(const Tensor& t, const char* fn) {
-  if (t.dim() < 2)
-    fail(fn, "fan in and fan out can not be computed for tensor ", shape_str(t.shape()),
-         " with fewer than 2 dimensions");
-  int64_t receptive = 1;
-  for (int64_t d = 2; d < t.dim(); ++d) receptive *= t.size(d);
-  return {t.size(1) * receptive, t.size(0) * receptive};
-}
-}  // namespace
-
-Tensor& uniform_(Tensor& t, double a, double b, Generator* gen) {
-  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
-  check_defined(t, "init.uniform_");
-  return attn::uniform_(t, a, b, gen);
-}
-
-Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
-  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
-  check_defined(t, "init.normal_");
-  return attn::normal_(t, mean, std, gen);
-}
-
-Tensor& zeros_(Tensor& t) {
-  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
-  check_defined(t, "init.zeros_");
-  return t.fill_(0.0);
-}
-
-Tensor& ones_(Tensor& t) {
-  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
-  check_defined(t, "init.ones_");
-  return t.fill_(1.0);
-}
-
-Tensor& kaiming_uniform_(Tensor& t, double a, Generator* gen) {
-  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
-  const char* fn = "init.kaiming_uniform_";
-  check_defined(t, fn);
-  if (t.numel() == 0) return t;  // torch: "Initializing zero-element tensors is a no-op"
-  auto [fan_in, fan_out] = fans(t, fn);
-  // Exactly torch.nn.init's double arithmetic: calculate_gain('leaky_relu', a), then the bound.
-  const double gain = std::sqrt(2.0 / (1 + std::pow(a, 2)));
-  const double std = gain / std::sqrt(double(fan_in));
-  const double bound = std::sqrt(3.0) * std;
-  return attn::uniform_(t, -bound, bound, gen);
-}
-
-Tensor& xavier_uniform_(Tensor& t, double gain, Generator* gen) {
-  NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
-  const char* fn = "init.xavier_uniform_";
-  check_defined(t, fn);
-  auto [fan_in, fan_out] = fans(t, fn);
-  if (t.numel() == 0) return t;
-  const double std = gain * std::sqrt(2.0 / double(fan_in + fan_out));
-  const double a = std::sqrt(3.0) * std;
-  return attn::uniform_(t, -a, a, gen);
-}
-
-}  // namespace init
 
 // ---- functional ---------------------------------------------------------------------------------
 namespace functional {
