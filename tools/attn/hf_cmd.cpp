@@ -70,26 +70,6 @@ DirTokenizer load_dir_tokenizer(const fs::path& dir) {
               kHfCharTokenizerFile + " (written by `attn export`)");
 }
 
-class ThreadCount {
- public:
-  explicit ThreadCount(int64_t threads) : previous_(get_num_threads()) {
-    int n = int(threads);
-    if (n == 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
-    set_num_threads(n);
-  }
-  ~ThreadCount() {
-    try {
-      set_num_threads(previous_);
-    } catch (...) {
-    }
-  }
-  ThreadCount(const ThreadCount&) = delete;
-  ThreadCount& operator=(const ThreadCount&) = delete;
-
- private:
-  int previous_;
-};
-
 }  // namespace
 
 int generate_hf(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
@@ -118,7 +98,7 @@ int generate_hf(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
   nn::GPT::GenerateOptions g = a.options;
   g.top_k = std::min(g.top_k, config.vocab_size);
 
-  ThreadCount threads(a.threads);
+  ThreadsGuard threads(a.threads);
   model->eval();
   Tensor idx = empty({1, int64_t(ids.size())}, Dtype::Int64);
   std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());

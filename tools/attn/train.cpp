@@ -187,28 +187,6 @@ class Flags {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Sets the worker threads (0 = all cores) for the lifetime of the guard; the previous count is
-// restored afterwards, so that in-process callers (tests) keep their setting.
-class ThreadsGuard {
- public:
-  explicit ThreadsGuard(int64_t threads) : previous_(get_num_threads()) {
-    int n = int(threads);
-    if (n == 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
-    set_num_threads(n);
-  }
-  ~ThreadsGuard() {
-    try {
-      set_num_threads(previous_);
-    } catch (...) {
-    }
-  }
-  ThreadsGuard(const ThreadsGuard&) = delete;
-  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
-
- private:
-  int previous_;
-};
-
 // --debug-nonfinite KIND:STEP[:PARAM][@RANK] (see train.h).
 struct NonFiniteSpec {
   bool in_loss = true;  // else in a gradient

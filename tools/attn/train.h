@@ -56,9 +56,11 @@
 #include <attn/data.h>
 #include <attn/gpt.h>
 #include <attn/io.h>
+#include <attn/ops.h>
 #include <attn/optim.h>
 #include <attn/random.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <iostream>
 #include <ostream>
@@ -66,6 +68,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace attn::tools {
@@ -121,6 +124,28 @@ struct GenerateArgs {
 };
 // The flags of `attn generate` (the arguments after "generate"). Throws FlagError.
 GenerateArgs parse_generate_args(std::span<const std::string> args);
+
+// Sets the worker threads (0 = all cores) for the lifetime of the guard; the previous count is
+// restored afterwards, so that in-process callers (tests) keep their setting.
+class ThreadsGuard {
+ public:
+  explicit ThreadsGuard(int64_t threads) : previous_(get_num_threads()) {
+    int n = int(threads);
+    if (n == 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
+    set_num_threads(n);
+  }
+  ~ThreadsGuard() {
+    try {
+      set_num_threads(previous_);
+    } catch (...) {
+    }
+  }
+  ThreadsGuard(const ThreadsGuard&) = delete;
+  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
+
+ private:
+  int previous_;
+};
 
 // ---- checkpoints: parsed from the bytes of the file (fuzz/fuzz_checkpoint.cpp) ------------------
 
