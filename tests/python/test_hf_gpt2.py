@@ -23,7 +23,9 @@ REFERENCE = os.path.join(HERE, "hf_reference.py")
 VENV_PYTHON = os.environ.get("ATTN_HF_PYTHON",
                              os.path.join(REPO_ROOT, ".venv-test", "bin", "python"))
 CORPUS = os.path.normpath(os.path.join(REPO_ROOT, "..", "shared", "data", "tinyshakespeare.txt"))
-ATTN_CLI = os.path.join(REPO_ROOT, "build", "attn")
+# The `attn` tool of the build the imported module comes from (build/python/attn -> build/attn).
+ATTN_CLI = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(attn.__file__)))), "attn")
 
 
 def _hf_missing():
