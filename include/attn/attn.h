@@ -6,7 +6,6 @@
 #include <attn/common.h>
 #include <attn/nn.h>
 #include <attn/ops.h>
-#include <attn/ops2.h>
 #include <attn/print.h>
 #include <attn/random.h>
 #include <attn/tensor.h>

@@ -263,7 +263,7 @@ class Tensor {
 
   // ---- sorting, selection, scans, clamping, gather / scatter, splitting, sampling ---------------
   // (src/ops/sort.cpp, scan_clamp.cpp, gather_scatter.cpp, src/tensor/sampling.cpp; the free
-  // functions of the same names are in attn/ops2.h.)
+  // functions of the same names are in attn/ops.h.)
   // sum(1), sum(-1, true), mean(0, true): one dim, as torch's t.sum(dim, keepdim). (A real bool is
   // never taken for a dim.)
   template <std::integral I>

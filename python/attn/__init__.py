@@ -60,22 +60,7 @@ class Size(tuple):
         return Size(r) if isinstance(key, slice) else r
 
 
-class return_types(tuple):
-    """The (values, indices) pair returned by max(dim) / min(dim)."""
-
-    def __new__(cls, values, indices):
-        return tuple.__new__(cls, (values, indices))
-
-    @property
-    def values(self):
-        return self[0]
-
-    @property
-    def indices(self):
-        return self[1]
-
-    def __repr__(self):
-        return "torch.return_types.max(\nvalues=%r,\nindices=%r)" % (self[0], self[1])
+from . import return_types  # noqa: E402  (max(dim), min(dim), topk, sort)
 
 
 def _size(self, dim=None):
@@ -396,11 +381,9 @@ class set_grad_enabled(_GradMode):
         return self
 
 
-from ._ops2 import (argmin, argsort, bmm, chunk, clamp, clip, cumprod, cumsum,  # noqa: E402
+from ._select import (argmin, argsort, bmm, chunk, clamp, clip, cumprod, cumsum,  # noqa: E402
                     gather, index_select, multinomial, neg, negative, relu, rsqrt, scatter,
                     scatter_add, sigmoid, sort, split, square, topk, unbind)
-return_types.topk = _ops2.topk_result
-return_types.sort = _ops2.sort_result
 from . import nn  # noqa: E402  (nn uses the names above)
 from . import optim  # noqa: E402
 from . import distributed  # noqa: E402

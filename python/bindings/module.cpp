@@ -23,7 +23,7 @@ PYBIND11_MODULE(_C, m) {
   attn::python::register_tensor(m);
   attn::python::register_random(m);
   attn::python::register_ops(m);
-  attn::python::register_ops2(m);
+  attn::python::register_ops_select(m);
   attn::python::register_functional(m);
   attn::python::register_nn(m);
   attn::python::register_distributed(m);

@@ -111,7 +111,7 @@ py::object max_like(const Tensor& t, const py::object& dim, bool keepdim, bool i
   if (dim.is_none()) return py::cast(is_max ? t.max() : t.min());
   auto [v, i] = is_max ? t.max(dim.cast<int64_t>(), keepdim) : t.min(dim.cast<int64_t>(), keepdim);
   py::module_ attn_mod = py::module_::import("attn");
-  return attn_mod.attr("return_types")(v, i);
+  return attn_mod.attr("return_types").attr(is_max ? "max" : "min")(v, i);
 }
 
 py::object dtype_obj(const Tensor& t) {

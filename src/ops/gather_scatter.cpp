@@ -1,7 +1,6 @@
 // gather, scatter, scatter_add (with their gradients) and split / chunk / unbind (views).
 #include <attn/autograd.h>
 #include <attn/ops.h>
-#include <attn/ops2.h>
 
 #include <string>
 
@@ -302,7 +301,7 @@ std::vector<Tensor> unbind(const Tensor& t, int64_t dim) { return t.unbind(dim);
 
 }  // namespace attn
 
-// ---- index_select and the small math functions of attn/ops2.h -----------------------------------
+// ---- index_select and the small math functions of attn/ops.h -----------------------------------
 
 namespace attn {
 

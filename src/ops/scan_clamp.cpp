@@ -2,7 +2,6 @@
 // tanh_, pow_, clamp_, ...), with their gradients.
 #include <attn/autograd.h>
 #include <attn/ops.h>
-#include <attn/ops2.h>
 
 #include <cmath>
 #include <string>

@@ -5,7 +5,6 @@
 // for topk, NaN above every number), so that indices agree with torch's even where values tie.
 #include <attn/autograd.h>
 #include <attn/ops.h>
-#include <attn/ops2.h>
 
 #include <algorithm>
 #include <cmath>

@@ -11,7 +11,6 @@
 // Kept apart from random.cpp (the generator and the fill kernels).
 #include <attn/autograd.h>
 #include <attn/ops.h>
-#include <attn/ops2.h>
 
 #include <algorithm>
 #include <cmath>

@@ -1,39 +1,13 @@
-"""torch's names for the ops of attn/ops2.h: the (values, indices) pairs of topk and sort as
-torch.return_types, and the module-level functions. The numbers are computed in attn._C."""
+"""torch's names for the sampling, sorting, scan, clamp, gather/scatter and split ops of
+attn/ops.h (the numbers are computed in attn._C); topk and sort return torch.return_types."""
 from . import _C
 from ._C import (argmin, argsort, bmm, chunk, clamp, clip, cumprod, cumsum, gather,  # noqa: F401
                  index_select, multinomial, neg, negative, relu, rsqrt, scatter, scatter_add,
                  sigmoid, split, square, unbind)
 
+from .return_types import sort as sort_result, topk as topk_result
+
 Tensor = _C.Tensor
-
-
-class _ValuesIndices(tuple):
-    """A (values, indices) pair with torch.return_types' attribute names and repr."""
-
-    _name = ""
-
-    def __new__(cls, values, indices):
-        return tuple.__new__(cls, (values, indices))
-
-    @property
-    def values(self):
-        return self[0]
-
-    @property
-    def indices(self):
-        return self[1]
-
-    def __repr__(self):
-        return "torch.return_types.%s(\nvalues=%r,\nindices=%r)" % (self._name, self[0], self[1])
-
-
-class topk_result(_ValuesIndices):
-    _name = "topk"
-
-
-class sort_result(_ValuesIndices):
-    _name = "sort"
 
 
 def _topk(self, k, dim=-1, largest=True, sorted=True):  # noqa: A002 (torch's argument name)

@@ -1,4 +1,4 @@
-// The ops of attn/ops2.h as attn._C functions and attn.Tensor methods: sampling (multinomial,
+// The ops of attn/ops.h as attn._C functions and attn.Tensor methods: sampling (multinomial,
 // exponential_), sorting and selection (the (values, indices) pairs come back as tuples that the
 // Python package wraps into torch.return_types), cumsum / cumprod, clamp, gather / scatter,
 // split / chunk / unbind and the in-place elementwise methods.
@@ -101,7 +101,7 @@ std::vector<Tensor> split_any(const Tensor& t, const py::object& s, int64_t dim)
 
 }  // namespace
 
-void register_ops2(py::module_& m) {
+void register_ops_select(py::module_& m) {
   auto T = py::reinterpret_borrow<py::class_<Tensor>>(m.attr("Tensor"));
   const auto ref = py::return_value_policy::reference_internal;
 

@@ -1,4 +1,4 @@
-// The C++ API of attn/ops2.h: multinomial and exponential_ against values printed by torch 1.13
+// The C++ API of attn/ops.h: multinomial and exponential_ against values printed by torch 1.13
 // (commands in the comments), sorting, scans, clamp, gather / scatter and splitting against naive
 // loops written here, gradients against their formulas, and the errors.
 #include <attn/attn.h>
@@ -29,7 +29,7 @@ Tensor randn_like_seeded(Shape s, uint64_t seed) {
 
 // torch.manual_seed(0); torch.multinomial(p, 8, True) / (p, 3, False) / (p[0], 1) with
 // p = torch.tensor([[0.1, 0.2, 0.3, 0.4], [1.0, 0.0, 2.0, 5.0]]).
-TEST(Ops2, MultinomialMatchesTorchStream) {
+TEST(OpsSelect, MultinomialMatchesTorchStream) {
   Tensor p = tensor({{0.1, 0.2, 0.3, 0.4}, {1.0, 0.0, 2.0, 5.0}});
   manual_seed(0);
   EXPECT_EQ(ints(multinomial(p, 8, true)),
@@ -48,7 +48,7 @@ TEST(Ops2, MultinomialMatchesTorchStream) {
 }
 
 // torch.manual_seed(7); torch.empty(5).exponential_(2.0).view(torch.int32)
-TEST(Ops2, ExponentialMatchesTorchStream) {
+TEST(OpsSelect, ExponentialMatchesTorchStream) {
   manual_seed(7);
   Tensor e = empty({5});
   const uint64_t v0 = e.version();
@@ -65,7 +65,7 @@ TEST(Ops2, ExponentialMatchesTorchStream) {
   EXPECT_THROW(empty({2}, Dtype::Int64).exponential_(), Error);
 }
 
-TEST(Ops2, MultinomialErrors) {
+TEST(OpsSelect, MultinomialErrors) {
   for (bool rep : {false, true}) {
     EXPECT_THROW(multinomial(tensor({0.5, -0.1}), 1, rep), Error);
     EXPECT_THROW(multinomial(tensor({0.5, attn::inf}), 1, rep), Error);
@@ -85,7 +85,7 @@ TEST(Ops2, MultinomialErrors) {
 }
 
 // sort against std::stable_sort of (value, index); stable ties keep their order.
-TEST(Ops2, SortMatchesNaiveStableSort) {
+TEST(OpsSelect, SortMatchesNaiveStableSort) {
   Tensor x =
       tensor({{3.0, 1.0, 2.0, 1.0, 3.0, attn::nan, 0.0}, {1.0, 1.0, 1.0, 0.0, 2.0, 2.0, -1.0}});
   for (bool desc : {false, true}) {
@@ -110,7 +110,7 @@ TEST(Ops2, SortMatchesNaiveStableSort) {
   EXPECT_EQ(ints(i0), (std::vector<int64_t>{1, 2, 0}));
 }
 
-TEST(Ops2, TopkValuesIndicesAndGradient) {
+TEST(OpsSelect, TopkValuesIndicesAndGradient) {
   Tensor x = tensor({{1.0, 5.0, 3.0, 4.0}, {2.0, 0.0, 7.0, 6.0}});
   auto [v, i] = topk(x, 2);
   EXPECT_EQ(floats(v), (std::vector<float>{5, 4, 7, 6}));
@@ -125,7 +125,7 @@ TEST(Ops2, TopkValuesIndicesAndGradient) {
   EXPECT_EQ(grad_fn(std::get<0>(w.topk(2)))->name, "TopkBackward0");
 }
 
-TEST(Ops2, ArgmaxArgminAndDimOverloads) {
+TEST(OpsSelect, ArgmaxArgminAndDimOverloads) {
   Tensor x = tensor({{1.0, 5.0, -3.0}, {2.0, -7.0, 6.0}});
   EXPECT_EQ(argmax(x).item<int64_t>(), 5);
   EXPECT_EQ(argmin(x).item<int64_t>(), 4);
@@ -142,7 +142,7 @@ TEST(Ops2, ArgmaxArgminAndDimOverloads) {
 }
 
 // cumsum against a double-accumulated loop (torch's CPU acc type), its gradient the reverse sum.
-TEST(Ops2, CumsumCumprod) {
+TEST(OpsSelect, CumsumCumprod) {
   Tensor x = randn_like_seeded({3, 50}, 1);
   std::vector<float> xv = floats(x), got = floats(cumsum(x, 1));
   for (int r = 0; r < 3; ++r) {
@@ -162,7 +162,7 @@ TEST(Ops2, CumsumCumprod) {
   EXPECT_EQ(floats(p.grad()), (std::vector<float>{1, 8, 0}));
 }
 
-TEST(Ops2, ClampScalarsTensorsAndGradients) {
+TEST(OpsSelect, ClampScalarsTensorsAndGradients) {
   Tensor x = tensor({-2.0, -0.5, 0.0, 0.5, 2.0, attn::nan});
   std::vector<float> c = floats(clamp(x, -1.0, 1.0));
   EXPECT_EQ(std::vector<float>(c.begin(), c.end() - 1), (std::vector<float>{-1, -0.5, 0, 0.5, 1}));
@@ -185,7 +185,7 @@ TEST(Ops2, ClampScalarsTensorsAndGradients) {
 }
 
 // gather / scatter / scatter_add against loops over the index.
-TEST(Ops2, GatherScatter) {
+TEST(OpsSelect, GatherScatter) {
   Tensor x = arange(12.0).reshape({3, 4});
   Tensor idx = tensor({{0, 3}, {2, 2}, {1, 0}});
   EXPECT_EQ(floats(gather(x, 1, idx)), (std::vector<float>{0, 3, 6, 6, 9, 8}));
@@ -215,7 +215,7 @@ TEST(Ops2, GatherScatter) {
   EXPECT_THROW(x.gather(2, tensor({{0}})), IndexError);
 }
 
-TEST(Ops2, SplitChunkUnbind) {
+TEST(OpsSelect, SplitChunkUnbind) {
   Tensor x = arange(10.0).reshape({2, 5});
   auto parts = split(x, 2, 1);
   ASSERT_EQ(parts.size(), 3u);
@@ -240,7 +240,7 @@ TEST(Ops2, SplitChunkUnbind) {
   EXPECT_EQ(floats(w.grad()), (std::vector<float>{1, 1, 1, 1, 2, 2}));
 }
 
-TEST(Ops2, InplaceMath) {
+TEST(OpsSelect, InplaceMath) {
   Tensor x = tensor({0.25, 1.0, 4.0});
   const uint64_t v0 = x.version();
   x.sqrt_();
@@ -263,7 +263,7 @@ TEST(Ops2, InplaceMath) {
 }
 
 // Indexing with bool masks and N-D index tensors, as torch's x[mask] and x[idx].
-TEST(Ops2, MaskAndTensorIndexing) {
+TEST(OpsSelect, MaskAndTensorIndexing) {
   using namespace attn::indexing;
   Tensor x = arange(6.0).reshape({2, 3});
   Tensor m = x > Scalar(2.5);
@@ -278,7 +278,7 @@ TEST(Ops2, MaskAndTensorIndexing) {
   EXPECT_THROW(x.index({tensor({true, false, true})}), IndexError);
 }
 
-TEST(Ops2, SmallMathBmmIndexSelect) {
+TEST(OpsSelect, SmallMathBmmIndexSelect) {
   Tensor x = tensor({{1.0, -2.0, 3.0}, {4.0, 0.25, -1.0}});
   EXPECT_EQ(floats(square(x)), (std::vector<float>{1, 4, 9, 16, 0.0625f, 1}));
   EXPECT_EQ(floats(neg(x)), floats(-x));

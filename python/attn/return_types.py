@@ -1,0 +1,36 @@
+"""torch.return_types: the (values, indices) pairs that max(dim), min(dim), topk and sort return,
+tuples with torch's attribute names and repr."""
+
+
+class _ValuesIndices(tuple):
+    _name = ""
+
+    def __new__(cls, values, indices):
+        return tuple.__new__(cls, (values, indices))
+
+    @property
+    def values(self):
+        return self[0]
+
+    @property
+    def indices(self):
+        return self[1]
+
+    def __repr__(self):
+        return "torch.return_types.%s(\nvalues=%r,\nindices=%r)" % (self._name, self[0], self[1])
+
+
+class max(_ValuesIndices):  # noqa: A001  (torch.return_types.max)
+    _name = "max"
+
+
+class min(_ValuesIndices):  # noqa: A001
+    _name = "min"
+
+
+class topk(_ValuesIndices):
+    _name = "topk"
+
+
+class sort(_ValuesIndices):
+    _name = "sort"
