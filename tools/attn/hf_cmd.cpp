@@ -8,11 +8,8 @@
 #include <attn/io.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <thread>
 #include <vector>
 
 namespace attn::tools {
@@ -83,49 +80,15 @@ int generate_hf(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
                 std::to_string(config.vocab_size));
   std::vector<int64_t> ids;
   const bool has_prompt = a.has_prompt && !a.prompt.empty();
-  if (has_prompt) {
-    try {
-      ids = tok.encode(a.prompt);
-    } catch (const Error& e) {
-      throw Error(std::string("[generate] the prompt cannot be encoded with the checkpoint's "
-                              "vocabulary: ") +
-                  e.what());
-    }
-  }
+  if (has_prompt) ids = encode_prompt([&] { return tok.encode(a.prompt); });
   if (ids.empty()) ids = {tok.start_id()};
-  if (int64_t(ids.size()) > config.block_size)
-    ids.erase(ids.begin(), ids.end() - config.block_size);  // the model sees the last block only
-  nn::GPT::GenerateOptions g = a.options;
-  g.top_k = std::min(g.top_k, config.vocab_size);
-
-  ThreadsGuard threads(a.threads);
   model->eval();
-  Tensor idx = empty({1, int64_t(ids.size())}, Dtype::Int64);
-  std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());
   // The prompt as given (an unconditional sample starts from <|endoftext|>, which is not shown;
   // a character model's start, a newline, is).
-  std::string shown = has_prompt ? a.prompt : tok.bpe ? "" : tok.decode(ids[0]);
-  out << shown << std::flush;
-  char last = shown.empty() ? '\n' : shown.back();
-  int64_t produced = 0;
-  Generator gen(a.seed);
-  auto t0 = std::chrono::steady_clock::now();
-  model->generate(idx, g, &gen, [&](const Tensor& column) {
-    // Bytes as they come: a character split over two tokens is completed by the next one.
-    const std::string s = tok.decode(column.contiguous().data_ptr<int64_t>()[0]);
-    out << s << std::flush;
-    if (!s.empty()) last = s.back();
-    ++produced;
-  });
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (last != '\n') out << "\n";
-  out.flush();
-  char line[160];
-  std::snprintf(line, sizeof line, "generate: tokens=%lld ms=%.2f tokens_per_s=%.1f cache=%s",
-                (long long)produced, ms, ms > 0 ? double(produced) * 1000.0 / ms : 0.0,
-                g.use_cache ? "on" : "off");
-  err << line << "\n" << std::flush;
+  const std::string shown = has_prompt ? a.prompt : tok.bpe ? "" : tok.decode(ids[0]);
+  stream_generation(
+      *model, ids, shown, shown.empty() ? '\n' : shown.back(),
+      [&](int64_t id) { return tok.decode(id); }, a, out, err);
   return 0;
 }
 

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -1276,58 +1277,69 @@ int generate_command(Args args, std::ostream& out, std::ostream& err) {
   return 0;
 }
 
+std::vector<int64_t> encode_prompt(const std::function<std::vector<int64_t>()>& encode) {
+  try {
+    return encode();
+  } catch (const Error& e) {
+    throw Error(std::string("[generate] the prompt cannot be encoded with the checkpoint's "
+                            "vocabulary: ") +
+                e.what());
+  }
+}
+
+void stream_generation(const nn::GPT& model, std::vector<int64_t> ids, const std::string& shown,
+                       char last, const std::function<std::string(int64_t)>& decode,
+                       const GenerateArgs& a, std::ostream& out, std::ostream& err) {
+  const nn::GPTConfig& config = model.config();
+  if (int64_t(ids.size()) > config.block_size)
+    ids.erase(ids.begin(), ids.end() - config.block_size);  // the model sees the last block only
+  nn::GPT::GenerateOptions g = a.options;
+  g.top_k = std::min(g.top_k, config.vocab_size);
+
+  ThreadsGuard threads_guard(a.threads);
+  Tensor idx = empty({1, int64_t(ids.size())}, Dtype::Int64);
+  std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());
+  out << shown << std::flush;
+  int64_t produced = 0;
+  Generator gen(a.seed);
+  auto t0 = std::chrono::steady_clock::now();
+  model.generate(idx, g, &gen, [&](const Tensor& column) {
+    // Bytes as they come: a character split over two tokens is completed by the next one.
+    const std::string s = decode(column.contiguous().data_ptr<int64_t>()[0]);
+    out << s << std::flush;
+    if (!s.empty()) last = s.back();
+    ++produced;
+  });
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (last != '\n') out << "\n";
+  out.flush();
+  err << strf("generate: tokens=%lld ms=%.2f tokens_per_s=%.1f cache=%s", (long long)produced, ms,
+              ms > 0 ? double(produced) * 1000.0 / ms : 0.0, g.use_cache ? "on" : "off")
+      << "\n"
+      << std::flush;
+}
+
 void generate_from_checkpoint(const Checkpoint& ck, const std::string& path, const GenerateArgs& a,
                               std::ostream& out, std::ostream& err) {
-  const nn::GPTConfig& config = ck.config;
   const data::CharTokenizer& tok = ck.tokenizer;
-  nn::GPT::GenerateOptions g = a.options;
   std::vector<int64_t> ids;
   const bool has_prompt = a.has_prompt && !a.prompt.empty();
   if (has_prompt) {
-    try {
-      ids = tok.encode(a.prompt);
-    } catch (const Error& e) {
-      throw Error(std::string("[generate] the prompt cannot be encoded with the checkpoint's "
-                              "vocabulary: ") +
-                  e.what());
-    }
+    ids = encode_prompt([&] { return tok.encode(a.prompt); });
   } else {
     // nanoGPT starts from "\n"; a vocabulary without it starts from token 0.
     const auto& chars = tok.chars();
     auto nl = std::find(chars.begin(), chars.end(), std::string("\n"));
     ids = {nl == chars.end() ? 0 : int64_t(nl - chars.begin())};
   }
-  if (int64_t(ids.size()) > config.block_size)
-    ids.erase(ids.begin(), ids.end() - config.block_size);  // the model sees the last block only
-  g.top_k = std::min(g.top_k, config.vocab_size);
-
-  ThreadsGuard threads_guard(a.threads);
-  nn::GPT model(config);
+  nn::GPT model(ck.config);
   load_checkpoint_weights(model, ck, path, CheckpointUse::Generate);
   model.eval();
-
-  Tensor idx = empty({1, int64_t(ids.size())}, Dtype::Int64);
-  std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());
-
-  out << (has_prompt ? a.prompt : tok.decode(ids)) << std::flush;
-  bool ends_with_newline = false;
-  int64_t produced = 0;
-  Generator gen(a.seed);
-  auto t0 = std::chrono::steady_clock::now();
-  model.generate(idx, g, &gen, [&](const Tensor& column) {
-    std::string s = tok.decode(column.contiguous().data_ptr<int64_t>()[0]);
-    out << s << std::flush;
-    ends_with_newline = s == "\n";
-    ++produced;
-  });
-  double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (!ends_with_newline) out << "\n";
-  out.flush();
-  err << strf("generate: tokens=%lld ms=%.2f tokens_per_s=%.1f cache=%s", (long long)produced, ms,
-              ms > 0 ? double(produced) * 1000.0 / ms : 0.0, g.use_cache ? "on" : "off")
-      << "\n"
-      << std::flush;
+  // The shown text, then the newline that ends the output unless a sampled character did.
+  stream_generation(
+      model, ids, has_prompt ? a.prompt : tok.decode(ids), /*last=*/'\0',
+      [&](int64_t id) { return tok.decode(id); }, a, out, err);
 }
 
 }  // namespace attn::tools

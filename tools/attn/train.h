@@ -62,6 +62,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <ostream>
 #include <span>
@@ -193,6 +194,16 @@ optim::AdamW make_optimizer(nn::GPT& model, const TrainOptions& o);
 // and streams the continuation of the prompt to `out` (timing to `err`).
 void generate_from_checkpoint(const Checkpoint& ck, const std::string& path, const GenerateArgs& a,
                               std::ostream& out, std::ostream& err);
+// The prompt's ids from `encode`, its attn::Error reported as "[generate] the prompt cannot be
+// encoded with the checkpoint's vocabulary: ...".
+std::vector<int64_t> encode_prompt(const std::function<std::vector<int64_t>()>& encode);
+// The part of `attn generate` every model shares: crops ids to the model's last block, writes
+// `shown`, streams the continuation (each new id through `decode`) to `out`, ends the output with
+// a newline unless its last byte (`last` before anything is sampled) is one, and writes the timing
+// line to `err`. The model is in eval mode.
+void stream_generation(const nn::GPT& model, std::vector<int64_t> ids, const std::string& shown,
+                       char last, const std::function<std::string(int64_t)>& decode,
+                       const GenerateArgs& a, std::ostream& out, std::ostream& err);
 
 // The handlers: `args` are the arguments after the command name. Results go to `out`; `err`
 // receives diagnostics that are not results (generate's timing line). attn::Error (bad data,
