@@ -27,12 +27,9 @@ int check_command_line(std::span<const std::string> args, std::ostream& out);  /
 
 namespace {
 
+using attn::testing::contains;
 using attn::testing::error_of;
 using json = nlohmann::json;
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // A safetensors file written byte by byte (8-byte little-endian header length, JSON, data).
 std::string safetensors_bytes(const std::string& header, const std::string& data) {

@@ -19,15 +19,12 @@
 namespace {
 
 namespace fs = std::filesystem;
+using attn::testing::contains;
 using attn::testing::run_cli;
 using attn::testing::slurp;
 using attn::testing::spit;
 using attn::testing::TempDir;
 using json = nlohmann::json;
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 std::string corpus() {
   std::string text;
@@ -43,7 +40,7 @@ TEST(HfCli, ExportedCheckpointGeneratesTheSameText) {
   ASSERT_EQ(r.code, 0) << r.err;
   r = run_cli({"export", "--ckpt", out, "--out", hf});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(has(r.out, "exported '" + out + "/model.safetensors' to '" + hf + "'")) << r.out;
+  EXPECT_TRUE(contains(r.out, "exported '" + out + "/model.safetensors' to '" + hf + "'")) << r.out;
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(hf)) files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
@@ -150,16 +147,16 @@ TEST(HfCli, BadInputIsReported) {
   fs::remove(d.dir.file("merges.txt"));
   auto r = run_cli({"generate", "--ckpt", d.dir.path()});
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.err, "has vocab.json but no merges.txt")) << r.err;
+  EXPECT_TRUE(contains(r.err, "has vocab.json but no merges.txt")) << r.err;
   fs::remove(d.dir.file("vocab.json"));
   r = run_cli({"generate", "--ckpt", d.dir.path()});
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.err, "has config.json but no tokenizer")) << r.err;
+  EXPECT_TRUE(contains(r.err, "has config.json but no tokenizer")) << r.err;
   spit(d.dir.file("vocab.json"), "{\"a\": 0,");
   spit(d.dir.file("merges.txt"), "");
   r = run_cli({"generate", "--ckpt", d.dir.path()});
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.err, "[BpeTokenizer] '" + d.dir.file("vocab.json") + "': not valid JSON"))
+  EXPECT_TRUE(contains(r.err, "[BpeTokenizer] '" + d.dir.file("vocab.json") + "': not valid JSON"))
       << r.err;
 
   for (const std::vector<std::string>& args : {std::vector<std::string>{"export"},
@@ -171,31 +168,31 @@ TEST(HfCli, BadInputIsReported) {
                                                {"export", "stray"}}) {
     r = run_cli(args);
     EXPECT_EQ(r.code, 2) << args.size();
-    EXPECT_TRUE(has(r.err, "attn: export: ")) << r.err;
+    EXPECT_TRUE(contains(r.err, "attn: export: ")) << r.err;
   }
   TempDir dir;
   r = run_cli({"export", "--ckpt", dir.path(), "--out", dir.file("o")});
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.err, "[export] no checkpoint")) << r.err;
+  EXPECT_TRUE(contains(r.err, "[export] no checkpoint")) << r.err;
   // Exporting into the checkpoint's own directory would replace its model.safetensors.
   const std::string data = dir.write("corpus.txt", corpus());
   ASSERT_EQ(run_cli(attn::testing::tiny_train_args(data, dir.file("run"), 2, 2, 1)).code, 0);
   const std::string before = slurp(dir.file("run") + "/model.safetensors");
   r = run_cli({"export", "--ckpt", dir.file("run"), "--out", dir.file("run") + "/."});
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.err, "is the checkpoint's own directory")) << r.err;
+  EXPECT_TRUE(contains(r.err, "is the checkpoint's own directory")) << r.err;
   EXPECT_EQ(slurp(dir.file("run") + "/model.safetensors"), before);
   // A broken checkpoint names export, not generate.
   spit(dir.file("bad.safetensors"), "nonsense");
   r = run_cli({"export", "--ckpt", dir.file("bad.safetensors"), "--out", dir.file("o")});
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(has(r.err, "'" + dir.file("bad.safetensors") + "'")) << r.err;
-  EXPECT_FALSE(has(r.err, "[generate]")) << r.err;
+  EXPECT_TRUE(contains(r.err, "'" + dir.file("bad.safetensors") + "'")) << r.err;
+  EXPECT_FALSE(contains(r.err, "[generate]")) << r.err;
 
   r = run_cli({"--help"});
-  EXPECT_TRUE(has(r.out, "export --ckpt DIR|FILE --out DIR")) << r.out;
+  EXPECT_TRUE(contains(r.out, "export --ckpt DIR|FILE --out DIR")) << r.out;
   r = run_cli({"export", "--help"});
-  EXPECT_TRUE(has(r.out, "Hugging Face GPT-2")) << r.out;
+  EXPECT_TRUE(contains(r.out, "Hugging Face GPT-2")) << r.out;
 }
 
 }  // namespace

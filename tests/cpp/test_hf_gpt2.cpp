@@ -22,15 +22,12 @@ namespace fs = std::filesystem;
 using attn::Tensor;
 using attn::nn::GPT;
 using attn::nn::GPTConfig;
+using attn::testing::contains;
 using attn::testing::error_of;
 using attn::testing::slurp;
 using attn::testing::spit;
 using attn::testing::TempDir;
 using json = nlohmann::json;
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // Plain loops over the HF tensors: (T) ids -> (T, V) logits.
 std::vector<float> naive_gpt2(const attn::io::SafeTensors& st, const json& cfg,
@@ -243,16 +240,17 @@ TEST(HfGpt2, UnsupportedConfigFieldsAreNamed) {
     j.update(patch);
     s.write_config(j);
     const std::string m = s.load_error();
-    EXPECT_TRUE(has(m, "[load_hf_gpt2] '" + s.dir.file("config.json") + "'")) << m;
-    EXPECT_TRUE(has(m, want)) << m;
+    EXPECT_TRUE(contains(m, "[load_hf_gpt2] '" + s.dir.file("config.json") + "'")) << m;
+    EXPECT_TRUE(contains(m, want)) << m;
   }
   json many = s.cfg;
   many["n_layer"] = int64_t(1) << 40;  // refused before anything of that size is built
   s.write_config(many);
-  EXPECT_TRUE(has(s.load_error(), "the config's n_layer 1099511627776 needs")) << s.load_error();
+  EXPECT_TRUE(contains(s.load_error(), "the config's n_layer 1099511627776 needs"))
+      << s.load_error();
   spit(s.dir.file("config.json"), "{\n\"n_embd\": 8,\n oops}");
   const std::string m = s.load_error();
-  EXPECT_TRUE(has(m, "not valid JSON") && has(m, "line 3")) << m;
+  EXPECT_TRUE(contains(m, "not valid JSON") && contains(m, "line 3")) << m;
 }
 
 TEST(HfGpt2, WeightDefectsNameTheKeys) {
@@ -264,28 +262,28 @@ TEST(HfGpt2, WeightDefectsNameTheKeys) {
     return t;
   };
   s.write_weights(without("transformer.h.1.mlp.c_fc.bias"));
-  EXPECT_TRUE(has(s.load_error(), "missing weights: transformer.h.1.mlp.c_fc.bias"));
+  EXPECT_TRUE(contains(s.load_error(), "missing weights: transformer.h.1.mlp.c_fc.bias"));
   auto extra = s.st.tensors;
   extra.emplace_back("transformer.h.7.attn.c_attn.weight", attn::zeros({8, 24}));
   s.write_weights(extra);
-  EXPECT_TRUE(has(s.load_error(), "unexpected weights: transformer.h.7.attn.c_attn.weight"));
+  EXPECT_TRUE(contains(s.load_error(), "unexpected weights: transformer.h.7.attn.c_attn.weight"));
   auto reshaped = without("transformer.h.0.attn.c_attn.weight");
   reshaped.emplace_back("transformer.h.0.attn.c_attn.weight", attn::zeros({24, 8}));
   s.write_weights(reshaped);
   std::string m = s.load_error();
-  EXPECT_TRUE(
-      has(m, "'transformer.h.0.attn.c_attn.weight' has shape (24, 8), the config needs (8, 24)"))
+  EXPECT_TRUE(contains(
+      m, "'transformer.h.0.attn.c_attn.weight' has shape (24, 8), the config needs (8, 24)"))
       << m;
   auto ints = without("transformer.ln_f.bias");
   ints.emplace_back("transformer.ln_f.bias", attn::zeros({8}, attn::Dtype::Int64));
   s.write_weights(ints);
   m = s.load_error();
-  EXPECT_TRUE(has(m, "'transformer.ln_f.bias' is I64, expected F32")) << m;
+  EXPECT_TRUE(contains(m, "'transformer.ln_f.bias' is I64, expected F32")) << m;
   // An untied head.
   auto untied = s.st.tensors;
   untied.emplace_back("lm_head.weight", attn::zeros({29, 8}));
   s.write_weights(untied);
-  EXPECT_TRUE(has(s.load_error(), "'lm_head.weight' differs from the token embedding"));
+  EXPECT_TRUE(contains(s.load_error(), "'lm_head.weight' differs from the token embedding"));
   // A tied head saved anyway, and the mask buffers of older files, without the prefix: accepted.
   std::vector<std::pair<std::string, Tensor>> plain;
   for (const auto& [k, t] : s.st.tensors) plain.emplace_back(k.substr(12), t);
@@ -302,22 +300,23 @@ TEST(HfGpt2, WeightDefectsNameTheKeys) {
   for (int i = 0; i < 8; ++i) bytes[std::size_t(i)] = char((header.size() >> (8 * i)) & 0xFF);
   spit(s.dir.file("model.safetensors"), bytes + header + std::string(2, '\0'));
   m = s.load_error();
-  EXPECT_TRUE(has(m, "'transformer.wte.weight' has unsupported dtype F16") &&
-              has(m, "model.float()"))
+  EXPECT_TRUE(contains(m, "'transformer.wte.weight' has unsupported dtype F16") &&
+              contains(m, "model.float()"))
       << m;
 }
 
 TEST(HfGpt2, MissingFilesAreNamed) {
   TempDir dir;
   auto err = [&] { return error_of([&] { attn::nn::load_hf_gpt2(dir.path()); }); };
-  EXPECT_TRUE(has(err(), "has no config.json"));
+  EXPECT_TRUE(contains(err(), "has no config.json"));
   spit(dir.file("config.json"), "{}");
-  EXPECT_TRUE(has(err(), "has no model.safetensors"));
+  EXPECT_TRUE(contains(err(), "has no model.safetensors"));
   spit(dir.file("pytorch_model.bin"), "x");
-  EXPECT_TRUE(has(err(), "safe_serialization=True"));
+  EXPECT_TRUE(contains(err(), "safe_serialization=True"));
   spit(dir.file("model.safetensors.index.json"), "{}");
-  EXPECT_TRUE(has(err(), "sharded checkpoint"));
-  EXPECT_TRUE(has(error_of([&] { attn::nn::load_hf_gpt2(dir.file("nope")); }), "not a directory"));
+  EXPECT_TRUE(contains(err(), "sharded checkpoint"));
+  EXPECT_TRUE(
+      contains(error_of([&] { attn::nn::load_hf_gpt2(dir.file("nope")); }), "not a directory"));
   EXPECT_FALSE(attn::nn::is_hf_checkpoint_dir(dir.file("nope")));
   EXPECT_TRUE(attn::nn::is_hf_checkpoint_dir(dir.path()));
 }
@@ -325,13 +324,13 @@ TEST(HfGpt2, MissingFilesAreNamed) {
 TEST(HfGpt2, ConfigFieldsAreValidated) {
   GPTConfig c = small();
   c.gelu_approximate = "sigmoid";
-  EXPECT_TRUE(has(error_of([&] { GPT m(c); }), "gelu_approximate must be 'none' or 'tanh'"));
+  EXPECT_TRUE(contains(error_of([&] { GPT m(c); }), "gelu_approximate must be 'none' or 'tanh'"));
   c = small();
   c.n_inner = -1;
-  EXPECT_TRUE(has(error_of([&] { GPT m(c); }), "n_inner must be >= 0"));
+  EXPECT_TRUE(contains(error_of([&] { GPT m(c); }), "n_inner must be >= 0"));
   c = small();
   c.layer_norm_eps = 0;
-  EXPECT_TRUE(has(error_of([&] { GPT m(c); }), "layer_norm_eps must be positive"));
+  EXPECT_TRUE(contains(error_of([&] { GPT m(c); }), "layer_norm_eps must be positive"));
 }
 
 }  // namespace

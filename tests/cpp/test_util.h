@@ -133,6 +133,11 @@ inline CliResult run_cli(const std::vector<std::string>& args) {
 
 // The whole file at p ("" when it cannot be read), and a plain (not atomic) write of `bytes` to p:
 // tests plant and inspect files with these, beside the library's own readers and writers.
+// Whether `part` occurs in `s` (for checks on messages and output).
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
