@@ -1,57 +1,69 @@
 #!/usr/bin/python3
-"""Trains the same char-level GPT with `attn train` and with PyTorch (bench/train_torch.py), same
-flags, same machine, same session, same thread counts, and compares ms/iter, final losses and peak
-memory; optionally times `attn generate` with and without the KV cache.
+"""Trains the same char-level GPT with `attn train` and with PyTorch (bench/train_torch.py:
+eager and torch.compile), same flags, same machine, same session, and compares ms/iter, the
+loss curves and peak memory on two models; optionally times `attn generate` with and without
+the KV cache. Writes a markdown section for BENCHMARKS.md (--markdown FILE).
 
-    /usr/bin/python3 bench/train_compare.py                        # threads 1 and 2, 2000 iters
-    /usr/bin/python3 bench/train_compare.py --quick                # 200 iters, smoke run
-    /usr/bin/python3 bench/train_compare.py --generate --markdown /tmp/train.md
+    /usr/bin/python3 bench/train_compare.py --markdown /tmp/train.md     # full: both models,
+                                                # threads 1,2, attn + PyTorch 2.15 eager + compile
+    /usr/bin/python3 bench/train_compare.py --quick --markdown /tmp/q.md # smoke run
+    /usr/bin/python3 bench/train_compare.py --torch-python /usr/bin/python3 \\
+        --contenders attn,eager --markdown /tmp/train113.md   # against Debian's PyTorch 1.13
+    /usr/bin/python3 bench/train_compare.py --model nanogpt --generate --markdown /tmp/t.md
 
-For every thread count N, attn runs first and PyTorch right after it. Both get the same flags
-(every training flag is passed explicitly, so the commands in the report are complete). attn gets
---threads N and OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=N. PyTorch 1.13 as Debian builds it has two
-thread pools, OpenMP for its own kernels and a pthread OpenBLAS for matmuls, and with both at N
-(what --threads N gives) 2N workers spin against each other on N cores. So for N > 1 it runs in
-three layouts by default (--torch-layouts best): OpenMP N + OpenBLAS N, OpenMP 1 + OpenBLAS N,
-OpenMP N + OpenBLAS 1 (train_torch.py --threads A --blas-threads B, with OMP_NUM_THREADS=A
-OPENBLAS_NUM_THREADS=B). The table compares with the fastest and lists them all. Figures come
-from the `done:` line each program prints last:
-    done: iters=N ms_per_iter=X train_loss=Y val_loss=Z tokens_per_s=W
-(ms_per_iter is each program's median step time, evaluation excluded). Peak memory is the
-child's ru_maxrss from wait4(), the same measure for both programs; for PyTorch it includes the
-interpreter and torch's libraries (the JSON of train_torch.py records the RSS before training).
-Both programs draw the same initial weights and batches from the seed, so their evaluation lines
-(`step N: train loss X, val loss Y`) should agree closely; the table shows the largest difference.
+On the 2-core VM (a step of 6x384 takes ~3.7 s with 1 thread, nanogpt's ~60 ms) the full run
+takes about 1.5 hours, --quick about 15 minutes, --model nanogpt alone about 30 minutes. The
+machine should be otherwise idle: OpenMP's spinning workers (both programs') slow down many
+times over when another process takes a core.
 
---generate trains nothing more: it uses the checkpoint `attn train --out DIR` wrote in the first
-thread count's run and runs, for every thread count, --gen-repeat times each,
-    attn generate --ckpt DIR --prompt "ROMEO:" --max-new-tokens 500 --seed 1 --temperature 0.8
-                  --top-k 200 --threads N [--no-cache]
-parsing the line attn generate prints last on stderr:
-    generate: tokens=N ms=X tokens_per_s=Y cache=on|off
-and reports the median tokens/s of each.
+PyTorch: --torch-python runs train_torch.py (default: the python of .venv-bench, PyPI's torch
+2.15, from `scripts/bench_setup.sh --print`, which installs it the first time; give
+/usr/bin/python3 for Debian's 1.13, which has no torch.compile: its compile contender is
+skipped). --contenders picks among attn, eager, compile (default all three).
 
-Targets checked (report only, the exit status is 0 whenever every run produced its figures):
-attn's final val loss <= 1.90 and torch ms/iter / attn ms/iter >= 2.
+Models (--model, default both), with their default run lengths (full / --quick):
+    nanogpt  nanoGPT's CPU config: 4 layers, 4 heads, 128 wide, block 64, batch 12;
+             2000 steps, eval every 250 over 200 batches / 200 steps, every 100 over 20
+    6x384    6 layers, 6 heads, 384 wide, block 256, batch 16 (nanoGPT's shakespeare_char
+             shape, smaller batch); 100 steps, eval every 50 over 20 batches (lr decay to
+             2000) / 10 steps, every 5 over 2
+Every other training flag has attn train's default. A training flag given here (--max-iters,
+--n-layer, ...) overrides it for every model run (tiny shapes for smoke tests).
+
+For each model and thread count N: attn train --threads N (OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=
+N), then each PyTorch contender at its own fastest thread layout. A layout AxB is A intra-op
+threads and B BLAS threads (train_torch.py --threads A --blas-threads B, OMP_NUM_THREADS=A,
+OPENBLAS_NUM_THREADS=MKL_NUM_THREADS=B; see train_torch.py for what B sets under each torch).
+For N = 1 the only layout is 1x1; for N > 1 (--torch-layouts best) NxN, 1xN, Nx1 and NxN with
+OMP_WAIT_POLICY=PASSIVE. The search runs each layout for --search-iters steps (default per
+model: 100 / 10, --quick 20 / 3; eval over 1 batch, a probe) and then trains the full run with
+the fastest; --search-iters 0 trains every layout the full length and keeps the fastest.
+torch.compile runs get --skip-steps min(10, steps/2): those first steps compile and are left
+out of the median.
+
+Figures come from the `done:` line each program prints last (ms_per_iter = median step time,
+evaluation excluded), the loss curve from its `step N: train loss X, val loss Y` lines (the
+report says whether every line equals attn's), peak memory from wait4()'s ru_maxrss of the
+child. Target (report only; the exit status is 0 whenever every run produced its figures):
+attn at least 1.3x faster than the best PyTorch configuration at every thread count, both models.
+
+--generate uses the checkpoint of the first attn run and runs, for every thread count,
+--gen-repeat times each, attn generate --ckpt DIR --prompt "ROMEO:" --max-new-tokens 500
+--seed 1 --temperature 0.8 --top-k 200 --threads N [--no-cache], reporting median tokens/s.
 """
 import argparse
 import datetime
 import json
 import os
-import re
-import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-
-VAL_LOSS_TARGET = 1.90
-SPEEDUP_TARGET = 2.0
+import train_report as report
+from train_report import fnum, md_table, text_table  # noqa: F401 (bench scripts import them)
+from train_runs import (ROOT, bench_python, git_describe, machine_info,  # noqa: F401
+                        parse_done, parse_evals, parse_generate, run_child, show, thread_env,
+                        torch_info, torch_version)
 
 # (flag, default) of every training flag attn train and train_torch.py share, in this order.
 TRAIN_FLAGS = (
@@ -60,346 +72,173 @@ TRAIN_FLAGS = (
     ("lr-decay-iters", 2000), ("weight-decay", 0.1), ("beta2", 0.99), ("grad-clip", 1.0),
     ("dropout", 0.0), ("eval-interval", 250), ("eval-iters", 200), ("seed", 1337),
 )
-QUICK_ITERS = 200
-QUICK_EVAL_ITERS = 20
-
-_NUM = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))"
-DONE_RE = re.compile(r"^done: iters=(\d+) ms_per_iter=%s train_loss=%s val_loss=%s "
-                     r"tokens_per_s=%s\s*$" % (_NUM, _NUM, _NUM, _NUM))
-EVAL_RE = re.compile(r"^step (\d+): train loss %s, val loss %s\s*$" % (_NUM, _NUM))
-GEN_RE = re.compile(r"^generate: tokens=(\d+) ms=%s tokens_per_s=%s cache=(on|off)\s*$" %
-                    (_NUM, _NUM))
-
-
-def parse_done(lines):
-    """The figures of the last `done:` line among lines, or None."""
-    for line in reversed(lines):
-        m = DONE_RE.match(line.strip())
-        if m:
-            return {"iters": int(m.group(1)), "ms_per_iter": float(m.group(2)),
-                    "train_loss": float(m.group(3)), "val_loss": float(m.group(4)),
-                    "tokens_per_s": float(m.group(5))}
-    return None
-
-
-def parse_evals(lines):
-    """{step: (train loss, val loss)} of the `step N: train loss X, val loss Y` lines."""
-    out = {}
-    for line in lines:
-        m = EVAL_RE.match(line.strip())
-        if m:
-            out[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
-    return out
-
-
-def max_eval_gap(a, t):
-    """Largest |attn - torch| over the evaluations both runs printed, or None."""
-    if not a or not t or not a.get("evals") or not t.get("evals"):
-        return None
-    common = set(a["evals"]) & set(t["evals"])
-    if not common:
-        return None
-    return max(abs(a["evals"][s][i] - t["evals"][s][i]) for s in common for i in (0, 1))
-
-
-def parse_generate(lines):
-    """The figures of the last `generate:` line among lines, or None."""
-    for line in reversed(lines):
-        m = GEN_RE.match(line.strip())
-        if m:
-            return {"tokens": int(m.group(1)), "ms": float(m.group(2)),
-                    "tokens_per_s": float(m.group(3)), "cache": m.group(4)}
-    return None
-
-
-# ---- running a child ---------------------------------------------------------------------------
-def run_child(cmd, env, label, echo=True, timeout=None):
-    """Runs cmd, echoing its output line by line with a label. Returns a dict with rc, stdout
-    and stderr lines, wall seconds and the child's own peak RSS (wait4's ru_maxrss, MiB)."""
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                cwd=ROOT, text=True, errors="replace", bufsize=1)
-    except OSError as e:
-        return {"rc": None, "error": "cannot start %s: %s" % (cmd[0], e), "stdout": [],
-                "stderr": [], "wall_s": 0.0, "peak_rss_mib": None}
-    out = {"stdout": [], "stderr": []}
-
-    def pump(stream, key):
-        for line in stream:
-            line = line.rstrip("\n")
-            out[key].append(line)
-            if echo:
-                print("  [%s%s] %s" % (label, "" if key == "stdout" else " err", line),
-                      flush=True)
-        stream.close()
-
-    readers = [threading.Thread(target=pump, args=(proc.stdout, "stdout"), daemon=True),
-               threading.Thread(target=pump, args=(proc.stderr, "stderr"), daemon=True)]
-    for r in readers:
-        r.start()
-    timer = None
-    if timeout:
-        timer = threading.Timer(timeout, proc.kill)
-        timer.start()
-    # wait4 rather than Popen.wait: it returns this child's own resource usage (RUSAGE_CHILDREN
-    # would give the maximum over every child waited for so far).
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if timer:
-        timer.cancel()
-    for r in readers:
-        r.join()
-    return {"rc": proc.returncode, "error": None, "stdout": out["stdout"],
-            "stderr": out["stderr"], "wall_s": time.perf_counter() - t0,
-            "peak_rss_mib": usage.ru_maxrss / 1024.0}
-
-
-def thread_env(n, blas=None):
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = str(n)
-    env["OPENBLAS_NUM_THREADS"] = str(n if blas is None else blas)
-    return env
-
-
-def env_prefix(n, blas=None):
-    return "OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d" % (n, n if blas is None else blas)
-
-
-def show(cmd, n, blas=None):
-    """cmd as a shell line run from the repository root, with its thread environment."""
-    def rel(c):
-        if os.path.isabs(c) and c.startswith(ROOT + os.sep):
-            return os.path.relpath(c, ROOT)
-        return c
-    return env_prefix(n, blas) + " " + " ".join(shlex.quote(rel(c)) for c in cmd)
-
+# Per model: its flags, the full run's length and --quick's; "search" is --search-iters.
+MODELS = {
+    "nanogpt": {
+        "shape": {"n-layer": 4, "n-head": 4, "n-embd": 128, "block-size": 64, "batch-size": 12},
+        "full": {"max-iters": 2000, "lr-decay-iters": 2000, "eval-interval": 250,
+                 "eval-iters": 200, "search": 100},
+        "quick": {"max-iters": 200, "lr-decay-iters": 200, "eval-interval": 100,
+                  "eval-iters": 20, "search": 20}},
+    "6x384": {
+        "shape": {"n-layer": 6, "n-head": 6, "n-embd": 384, "block-size": 256,
+                  "batch-size": 16},
+        "full": {"max-iters": 100, "lr-decay-iters": 2000, "eval-interval": 50,
+                 "eval-iters": 20, "search": 10},
+        "quick": {"max-iters": 10, "lr-decay-iters": 2000, "eval-interval": 5, "eval-iters": 2,
+                  "search": 3}},
+}
+CONTENDERS = ("attn", "eager", "compile")
+POSITIVE_FLAGS = ("n-layer", "n-head", "n-embd", "block-size", "batch-size", "max-iters",
+                  "eval-interval", "eval-iters")
 
 def torch_layouts(n, mode, fixed_blas):
-    """(OpenMP threads, OpenBLAS threads) layouts PyTorch runs with for n threads. torch 1.13 on
-    Debian keeps two pools: OpenMP for its own kernels and pthread OpenBLAS for matmuls, so
-    --threads n alone gives 2n workers that spin against each other on n cores. 'best' also
-    tries each pool alone at n (the other at 1) and the table reports the fastest."""
+    """(intra-op threads, BLAS threads, passive wait) layouts PyTorch tries for n threads. Debian's
+    1.13 has two pools (OpenMP, OpenBLAS's pthreads) that spin against each other at NxN; PyPI's
+    2.x has one libgomp pool shared with MKL, resized whenever the two counts differ. Which is
+    fastest depends on the machine, hence the search."""
     if fixed_blas:
-        return [(n, fixed_blas)]
+        return [(n, fixed_blas, False)]
     if mode == "same" or n == 1:
-        return [(n, n)]
-    return [(n, n), (1, n), (n, 1)]
+        return [(n, n, False)]
+    return [(n, n, False), (1, n, False), (n, 1, False), (n, n, True)]
+
+
+def layout_name(omp, blas, passive):
+    return "%dx%d%s" % (omp, blas, " passive" if passive else "")
 
 
 def fmt_flag_value(v):
     return repr(v) if isinstance(v, float) else str(v)
 
 
-# ---- machine -----------------------------------------------------------------------------------
-def machine_info():
-    info = {"model": None, "cpus": os.cpu_count()}
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Model name" and info["model"] is None:
-                info["model"] = value.strip()
-            elif key.strip() == "CPU(s)":
-                info["cpus"] = int(value.strip())
-            elif key.strip() == "Core(s) per socket":
-                info["cores_per_socket"] = int(value.strip())
-            elif key.strip() == "Socket(s)":
-                info["sockets"] = int(value.strip())
-    except (OSError, ValueError):
-        pass
-    try:
-        info["loadavg"] = os.getloadavg()
-    except OSError:
-        pass
-    return info
+# ---- running -----------------------------------------------------------------------------------
+def model_flags(args, model, kind):
+    """The training flags of one run of model: its shape, its run length (kind "full", or
+    "probe" for the layout search), every other flag's default, and what the command line
+    gave, which wins."""
+    preset = MODELS[model]
+    length = preset["quick" if args.quick else "full"]
+    values = dict(TRAIN_FLAGS)
+    values.update(preset["shape"])
+    values.update({k: v for k, v in length.items() if k != "search"})
+    for flag, _ in TRAIN_FLAGS:
+        given = getattr(args, flag.replace("-", "_"))
+        if given is not None:
+            values[flag] = given
+    if kind == "probe":
+        steps = args.search_iters if args.search_iters is not None else length["search"]
+        values.update({"max-iters": steps, "eval-interval": steps, "eval-iters": 1})
+    flags = []
+    for flag, _ in TRAIN_FLAGS:
+        flags += ["--" + flag, fmt_flag_value(values[flag])]
+    flags.append("--bias" if args.bias else "--no-bias")
+    return flags + ["--data", args.data_path], values
 
 
-def git_describe():
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, capture_output=True, text=True, check=True).stdout
-        return rev + ("+dirty" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return None
+def model_label(values):
+    return "%d layers, %d heads, %d wide, block %d, batch %d" % tuple(
+        values[k] for k in ("n-layer", "n-head", "n-embd", "block-size", "batch-size"))
 
 
-def torch_version(python):
-    try:
-        return subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
+def run_one(args, impl, n, flags, values, layout, kind, ckpt=None):
+    """One child: attn train, or train_torch.py (impl eager / compile) at layout. Returns its
+    record (see train_report.py)."""
+    omp, blas, passive = layout
+    json_path = None
+    if impl == "attn":
+        cmd = [args.attn_path, "train"] + flags + ["--threads", str(n), "--out", ckpt]
+    else:
+        cmd = [args.torch_python, os.path.join(ROOT, "bench", "train_torch.py")] + flags + \
+              ["--threads", str(omp), "--blas-threads", str(blas)]
+        if impl == "compile":
+            cmd += ["--compile", "--skip-steps", str(min(10, values["max-iters"] // 2))]
+    shown = show(cmd, omp, blas, passive)
+    if impl != "attn":  # figures the `done:` line lacks; not part of the command shown
+        fd, json_path = tempfile.mkstemp(prefix="train_torch_", suffix=".json")
+        os.close(fd)
+        cmd += ["--json", json_path]
+    name = layout_name(*layout)
+    print("\n== %s, %d thread(s), %s, %s run\n%s" % (impl, n, name, kind, shown), flush=True)
+    run = run_child(cmd, thread_env(omp, blas, passive), "%s %s" % (impl, name),
+                    not args.no_echo, args.timeout)
+    figures = parse_done(run["stdout"]) or parse_done(run["stderr"])
+    if figures:
+        figures["evals"] = parse_evals(run["stdout"]) or parse_evals(run["stderr"])
+    rec = {"impl": impl, "cmd": shown, "rc": run["rc"], "wall_s": run["wall_s"],
+           "peak_rss_mib": run["peak_rss_mib"], "figures": figures, "ckpt": ckpt,
+           "layout": name, "kind": kind, "iters": values["max-iters"], "error": run["error"]}
+    if json_path:
+        try:
+            with open(json_path) as f:
+                extra = json.load(f)
+            rec.update({k: extra.get(k) for k in ("blas", "blas_threads", "blas_threads_at_end",
+                                                  "attention", "skipped_steps_ms")})
+        except (OSError, ValueError):
+            pass
+        os.unlink(json_path)
+    if run["rc"] != 0 or figures is None:
+        rec["figures"] = None
+        rec["error"] = run["error"] or ("exit status %s" % run["rc"] if run["rc"] != 0
+                                        else "no 'done:' line in its output")
+        tail = (run["stderr"] or run["stdout"])[-5:]
+        print("!! %s with %d thread(s), %s failed: %s\n%s" %
+              (impl, n, name, rec["error"], "\n".join("   " + t for t in tail)), flush=True)
+    return rec
 
 
-# ---- report ------------------------------------------------------------------------------------
-def fnum(x, spec):
-    return "-" if x is None else format(x, spec)
+def run_contender(args, impl, n, model, commands):
+    """PyTorch contender impl with n threads on model: the layout search, then the full run at
+    the fastest layout. Returns {"best": full run, "tried": every run}."""
+    layouts = torch_layouts(n, args.torch_layouts, args.torch_blas_threads)
+    flags, values = model_flags(args, model, "full")
+    probe = len(layouts) > 1 and args.search_iters != 0
+    tried = []
+    if probe:
+        pflags, pvalues = model_flags(args, model, "probe")
+        for layout in layouts:
+            tried.append(run_one(args, impl, n, pflags, pvalues, layout, "probe"))
+        ok = [(r, l) for r, l in zip(tried, layouts) if report.ms_of(r)]
+        layouts = [min(ok, key=lambda x: report.ms_of(x[0]))[1]] if ok else layouts[:1]
+    full = [run_one(args, impl, n, flags, values, layout, "full") for layout in layouts]
+    tried += full
+    commands.extend(r["cmd"] for r in full)
+    ok = [r for r in full if report.ms_of(r)]
+    return {"best": min(ok, key=report.ms_of) if ok else full[0], "tried": tried}
 
 
-def train_rows(results):
-    rows = []
-    for r in results:
-        a, t = r["attn"], r["torch"]
-        am, tm = a["figures"], t["figures"]
-        ratio = (tm["ms_per_iter"] / am["ms_per_iter"]
-                 if am and tm and am["ms_per_iter"] > 0 else None)
-
-        def ms(rec, f):
-            if f:
-                return fnum(f["ms_per_iter"], ".2f")
-            return "skipped" if rec.get("skipped") else "failed"
-
-        rows.append([
-            str(r["threads"]), ms(a, am), ms(t, tm), t.get("layout") or "-",
-            fnum(ratio, ".2f") + ("x" if ratio is not None else ""),
-            fnum(am and am["val_loss"], ".4f"), fnum(tm and tm["val_loss"], ".4f"),
-            fnum(max_eval_gap(am, tm), ".4f"),
-            fnum(a["peak_rss_mib"], ".1f"), fnum(t["peak_rss_mib"], ".1f"),
-        ])
-    return rows
-
-
-TRAIN_HEAD = ["threads", "attn ms/iter", "torch ms/iter", "torch layout", "torch/attn",
-              "attn val loss", "torch val loss", "max loss diff", "attn peak MiB",
-              "torch peak MiB"]
-LAYOUT_HEAD = ["threads", "torch layout", "torch ms/iter", "torch/attn", "torch peak MiB"]
-
-
-def layout_rows(results):
-    """Every PyTorch thread layout tried, where more than one was."""
-    rows = []
-    for r in results:
-        layouts = r.get("torch_layouts") or []
-        if len(layouts) < 2:
-            continue
-        am = r["attn"]["figures"]
-        for t in layouts:
-            tm = t["figures"]
-            ratio = (tm["ms_per_iter"] / am["ms_per_iter"]
-                     if am and tm and am["ms_per_iter"] > 0 else None)
-            rows.append([str(r["threads"]), t["layout"],
-                         fnum(tm and tm["ms_per_iter"], ".2f") if tm else "failed",
-                         fnum(ratio, ".2f") + ("x" if ratio is not None else ""),
-                         fnum(t["peak_rss_mib"], ".1f")])
-    return rows
-GEN_HEAD = ["threads", "cache", "tokens", "ms (median)", "tokens/s (median)", "runs"]
-
-
-def gen_rows(gen):
-    rows = []
-    for g in gen:
-        f = g["figures"]
-        rows.append([str(g["threads"]), g["cache"], str(f["tokens"]) if f else "-",
-                     fnum(f and f["ms"], ".1f"), fnum(f and f["tokens_per_s"], ".1f"),
-                     "%d/%d" % (g["ok"], g["runs"])])
-    return rows
-
-
-def text_table(head, rows):
-    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join(lines)
-
-
-def md_table(head, rows):
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def verdicts(results, iters):
-    out = []
-    for r in results:
-        am, tm = r["attn"]["figures"], r["torch"]["figures"]
-        if am:
-            ok = am["val_loss"] <= VAL_LOSS_TARGET
-            out.append("threads %d: attn val loss %.4f at %d iterations %s %.2f: %s" %
-                       (r["threads"], am["val_loss"], am["iters"], "<=" if ok else ">",
-                        VAL_LOSS_TARGET, ("met" if ok else "missed") +
-                        ("" if am["iters"] == 2000 else " (the target is for 2000 iterations)")))
-        if am and tm and am["ms_per_iter"] > 0:
-            ratio = tm["ms_per_iter"] / am["ms_per_iter"]
-            out.append("threads %d: torch/attn ms per iteration %.2fx %s %.1fx: %s "
-                       "(against PyTorch's fastest layout tried, %s)" %
-                       (r["threads"], ratio, ">=" if ratio >= SPEEDUP_TARGET else "<",
-                        SPEEDUP_TARGET, "met" if ratio >= SPEEDUP_TARGET else "missed",
-                        r["torch"].get("layout")))
-    return out
-
-
-def generation_summary(gen):
-    out = []
-    by = {(g["threads"], g["cache"]): g["figures"] for g in gen}
-    for n in sorted({g["threads"] for g in gen}):
-        on, off = by.get((n, "on")), by.get((n, "off"))
-        if on and off and off["tokens_per_s"] > 0:
-            out.append("threads %d: KV cache speeds generation up %.2fx (%.1f vs %.1f tokens/s)"
-                       % (n, on["tokens_per_s"] / off["tokens_per_s"], on["tokens_per_s"],
-                          off["tokens_per_s"]))
-    return out
-
-
-def markdown(args, info, results, gen, commands, gen_commands):
-    m = info["machine"]
-    cores = m.get("cpus")
-    lines = ["## Training (attn train vs PyTorch)", ""]
-    lines.append("Measured %s on %s (%s CPU(s)%s), PyTorch %s, attn at git %s. Load average "
-                 "at the start: %s. attn gets `--threads N` (one OpenMP pool, OpenBLAS "
-                 "single-threaded inside it). PyTorch 1.13 (Debian) has two pools, OpenMP for "
-                 "its kernels and pthread OpenBLAS for matmuls; its layout `ompA+blasB` means "
-                 "`--threads A --blas-threads B` with OMP_NUM_THREADS=A OPENBLAS_NUM_THREADS=B, "
-                 "and the main table shows the fastest layout tried with at most N threads per "
-                 "pool. For each N attn runs first, then PyTorch's layouts." %
-                 (info["date"], m.get("model") or "unknown CPU", cores,
-                  ", %d core(s) per socket x %d socket(s)" % (m["cores_per_socket"],
-                                                             m["sockets"])
-                  if "cores_per_socket" in m and "sockets" in m else "",
-                  info["torch_version"], info["git"],
-                  " ".join("%.2f" % x for x in m.get("loadavg", ())) or "unknown"))
-    lines.append("")
-    lines.append("ms/iter is each program's median training-step time (evaluation excluded); "
-                 "losses are the mean over %d evaluation batches at the last step; peak MiB is "
-                 "the process's ru_maxrss (PyTorch's includes the Python interpreter and the "
-                 "torch libraries). Both programs draw the same initial weights and batches from "
-                 "the same seed; max loss diff is the largest difference between their "
-                 "train or val losses over the evaluations along the run." % args.eval_iters)
-    lines.append("")
-    lines.append(md_table(TRAIN_HEAD, train_rows(results)))
-    lines.append("")
-    if layout_rows(results):
-        lines.append("Every PyTorch thread layout tried:")
-        lines.append("")
-        lines.append(md_table(LAYOUT_HEAD, layout_rows(results)))
-        lines.append("")
-    for v in verdicts(results, args.max_iters):
-        lines.append("- " + v)
-    lines.append("")
-    lines.append("Commands (from the repository root):")
-    lines.append("")
-    lines.append("```")
-    lines.append("/usr/bin/python3 " + " ".join(shlex.quote(a) for a in info["argv"]))
-    lines.extend(commands)
-    lines.append("```")
-    if gen:
-        lines.append("")
-        lines.append("### Generation (attn generate, %d new tokens)" % args.gen_tokens)
-        lines.append("")
-        lines.append("Median of %d runs each; tokens/s as attn generate reports it." %
-                     args.gen_repeat)
-        lines.append("")
-        lines.append(md_table(GEN_HEAD, gen_rows(gen)))
-        lines.append("")
-        for s in generation_summary(gen):
-            lines.append("- " + s)
-        lines.append("")
-        lines.append("```")
-        lines.extend(gen_commands)
-        lines.append("```")
-    return "\n".join(lines) + "\n"
+def run_generation(args, ckpt):
+    gen, gen_commands, failed = [], [], False
+    for n in args.thread_list:
+        for cache in ("on", "off"):
+            cmd = [args.attn_path, "generate", "--ckpt", ckpt, "--prompt", "ROMEO:",
+                   "--max-new-tokens", str(args.gen_tokens), "--seed", "1", "--temperature",
+                   "0.8", "--top-k", "200", "--threads", str(n)] + \
+                  (["--no-cache"] if cache == "off" else [])
+            shown = show(cmd, n)
+            gen_commands.append(shown)
+            print("\n== generate, %d thread(s), cache %s\n%s" % (n, cache, shown), flush=True)
+            figs = []
+            for rep in range(args.gen_repeat):
+                # The generated text goes to stdout: echo it for the first run only.
+                run = run_child(cmd, thread_env(n), "gen t=%d %s" % (n, cache),
+                                not args.no_echo and rep == 0, args.timeout)
+                f = parse_generate(run["stderr"])
+                if run["rc"] != 0 or f is None or f["cache"] != cache:
+                    failed = True
+                    print("!! generate failed (status %s, figures %s)\n%s" %
+                          (run["rc"], f, "\n".join("   " + t for t in run["stderr"][-5:])),
+                          flush=True)
+                    continue
+                figs.append(f)
+            med = None
+            if figs:
+                med = {"tokens": figs[0]["tokens"], "cache": cache,
+                       "ms": statistics.median(x["ms"] for x in figs),
+                       "tokens_per_s": statistics.median(x["tokens_per_s"] for x in figs)}
+            gen.append({"threads": n, "cache": cache, "cmd": shown, "runs": args.gen_repeat,
+                        "ok": len(figs), "figures": med, "all": figs})
+    return gen, gen_commands, failed
 
 
 # ---- main --------------------------------------------------------------------------------------
@@ -407,25 +246,29 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n", 1)[1])
+    p.add_argument("--model", choices=("nanogpt", "6x384", "both"), default="both")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
+    p.add_argument("--contenders", default="attn,eager,compile",
+                   help="comma-separated, among attn, eager, compile (default all)")
     p.add_argument("--attn", help="the attn executable (default: build/attn in the repository)")
-    p.add_argument("--python", default="/usr/bin/python3", help="Python with torch 1.13")
+    p.add_argument("--torch-python", "--python", dest="torch_python", metavar="PATH",
+                   help="the Python that runs train_torch.py (default: .venv-bench's, PyTorch "
+                        "2.15, from scripts/bench_setup.sh --print; /usr/bin/python3: 1.13)")
     p.add_argument("--data", default=os.path.join("..", "shared", "data", "tinyshakespeare.txt"))
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: %d iterations, %d evaluation batches, eval interval 100"
-                        % (QUICK_ITERS, QUICK_EVAL_ITERS))
+    p.add_argument("--quick", action="store_true", help="smoke run: the models' short lengths")
     for flag, default in TRAIN_FLAGS:
         p.add_argument("--" + flag, type=type(default), default=None,
-                       help="passed to both programs (default %s)" % default)
+                       help="for every model (default: the model's, else %s)" % default)
     p.add_argument("--bias", dest="bias", action="store_true", default=False)
     p.add_argument("--no-bias", dest="bias", action="store_false")
-    p.add_argument("--only", choices=("attn", "torch"), help="run just one of the two")
     p.add_argument("--torch-layouts", choices=("best", "same"), default="best",
-                   help="PyTorch's thread pools for N threads. same: OpenMP N and OpenBLAS N "
-                        "(--threads N alone; 2N workers on N cores). best (default): also "
-                        "OpenMP 1 + OpenBLAS N and OpenMP N + OpenBLAS 1, report the fastest")
+                   help="best (default): search NxN, 1xN, Nx1, NxN passive for N > 1; "
+                        "same: NxN only")
     p.add_argument("--torch-blas-threads", type=int, default=None, metavar="K",
-                   help="run PyTorch only with OpenMP N + OpenBLAS K (overrides --torch-layouts)")
+                   help="PyTorch only at N x K (overrides --torch-layouts)")
+    p.add_argument("--search-iters", type=int, default=None, metavar="K",
+                   help="steps of each layout's probe (default: the model's; 0: train every "
+                        "layout the full length)")
     p.add_argument("--out-dir", help="where attn train writes its checkpoints "
                                      "(default: a new directory under /tmp)")
     p.add_argument("--generate", action="store_true", help="also time attn generate")
@@ -443,97 +286,93 @@ def parse_args(argv=None):
         p.error("--threads: expected comma-separated integers, got %r" % a.threads)
     if not a.thread_list or min(a.thread_list) < 1:
         p.error("--threads: expected counts >= 1, got %r" % a.threads)
-    defaults = dict(TRAIN_FLAGS)
-    if a.quick:
-        defaults.update({"max-iters": QUICK_ITERS, "lr-decay-iters": QUICK_ITERS,
-                         "eval-iters": QUICK_EVAL_ITERS, "eval-interval": 100})
+    a.contender_list = [c.strip() for c in a.contenders.split(",") if c.strip()]
+    bad = [c for c in a.contender_list if c not in CONTENDERS]
+    if bad or not a.contender_list:
+        p.error("--contenders: expected some of %s, got %r" % (",".join(CONTENDERS),
+                                                             a.contenders))
     for flag, _ in TRAIN_FLAGS:
-        attr = flag.replace("-", "_")
-        if getattr(a, attr) is None:
-            setattr(a, attr, defaults[flag])
+        v = getattr(a, flag.replace("-", "_"))
+        least = 1 if flag in POSITIVE_FLAGS else 0
+        if v is not None and v < least:
+            p.error("--%s must be >= %d" % (flag, least))
+    if a.torch_blas_threads is not None and a.torch_blas_threads < 1:
+        p.error("--torch-blas-threads must be >= 1")
+    if a.search_iters is not None and a.search_iters < 0:
+        p.error("--search-iters must be >= 0")
+    if a.search_iters is not None and 0 < a.search_iters < 2:
+        p.error("--search-iters must be 0 or >= 2")
+    if a.gen_tokens < 1 or a.gen_repeat < 1:
+        p.error("--gen-tokens and --gen-repeat must be >= 1")
+    if a.timeout is not None and a.timeout <= 0:
+        p.error("--timeout must be > 0")
+    a.models = list(MODELS) if a.model == "both" else [a.model]
     return a
 
 
 def main(argv=None):
     args = parse_args(argv)
     # The children run in the repository root; paths given are taken from the current directory.
-    attn = os.path.abspath(args.attn) if args.attn else os.path.join(ROOT, "build", "attn")
-    data = os.path.abspath(args.data)
-    if not os.path.isfile(data):
-        sys.exit("train_compare.py: error: no data file %s" % data)
-    if args.only != "torch" and not os.access(attn, os.X_OK):
+    args.attn_path = os.path.abspath(args.attn) if args.attn else os.path.join(ROOT, "build",
+                                                                               "attn")
+    args.data_path = os.path.abspath(args.data)
+    if not os.path.isfile(args.data_path):
+        sys.exit("train_compare.py: error: no data file %s" % args.data_path)
+    if "attn" in args.contender_list and not os.access(args.attn_path, os.X_OK):
         sys.exit("train_compare.py: error: %s is not an executable (build it, or --attn PATH)"
-                 % attn)
+                 % args.attn_path)
+    torch_contenders = [c for c in args.contender_list if c != "attn"]
+    tinfo = {"version": None, "blas": None}
+    if torch_contenders:
+        args.torch_python = args.torch_python or bench_python()
+        tinfo = torch_info(args.torch_python)
+        if tinfo["version"] is None:
+            sys.exit("train_compare.py: error: %s does not import torch" % args.torch_python)
+        if "compile" in torch_contenders and tinfo["version"].startswith("1."):
+            print("torch %s has no torch.compile: the compile contender is skipped" %
+                  tinfo["version"], flush=True)
+            torch_contenders.remove("compile")
     out_dir = args.out_dir or tempfile.mkdtemp(prefix="attn_train_compare_")
     os.makedirs(out_dir, exist_ok=True)
 
-    flags = []
-    for flag, _ in TRAIN_FLAGS:
-        flags += ["--" + flag, fmt_flag_value(getattr(args, flag.replace("-", "_")))]
-    flags.append("--bias" if args.bias else "--no-bias")
-    flags += ["--data", data]
-
+    search = ("layouts searched with probes of %s steps (1 evaluation batch), the full run at "
+              "the fastest" % ", ".join("%s %d" % (m, args.search_iters or MODELS[m][
+                  "quick" if args.quick else "full"]["search"]) for m in args.models)
+              if args.search_iters != 0 else "every layout trained the full length")
     info = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-            "machine": machine_info(), "git": git_describe(),
-            "torch_version": torch_version(args.python), "argv": ["bench/train_compare.py"] +
-            (sys.argv[1:] if argv is None else list(argv))}
-    print("machine: %s, %s CPU(s), load average %s; torch %s; git %s" %
+            "machine": machine_info(), "git": git_describe(), "torch": tinfo,
+            "torch_python": args.torch_python and (
+                os.path.relpath(args.torch_python, ROOT)
+                if args.torch_python.startswith(ROOT + os.sep) else args.torch_python),
+            "search_note": "Search: %s." % search if max(args.thread_list) > 1 else "",
+            "argv": ["bench/train_compare.py"] + (sys.argv[1:] if argv is None else list(argv))}
+    print("machine: %s, %s CPU(s), load average %s; torch %s (%s) from %s; git %s" %
           (info["machine"].get("model"), info["machine"].get("cpus"),
-           info["machine"].get("loadavg"), info["torch_version"], info["git"]), flush=True)
+           info["machine"].get("loadavg"), tinfo["version"], tinfo["blas"], args.torch_python,
+           info["git"]), flush=True)
 
-    results, commands, failed = [], [], False
-    first_ckpt = None
-    for n in args.thread_list:
-        entry = {"threads": n}
-        jobs = [("attn", n, None)]
-        jobs += [("torch", omp, blas) for omp, blas in
-                 torch_layouts(n, args.torch_layouts, args.torch_blas_threads)]
-        for impl, omp, blas in jobs:
-            if args.only and args.only != impl:
-                entry[impl] = {"figures": None, "peak_rss_mib": None, "rc": None,
-                               "skipped": True}
-                continue
-            if impl == "attn":
-                ckpt = os.path.join(out_dir, "threads%d" % n)
-                cmd = [attn, "train"] + flags + ["--threads", str(n), "--out", ckpt]
-                layout = None
+    results, commands, failed, first_ckpt = [], [], False, None
+    for model in args.models:
+        flags, values = model_flags(args, model, "full")
+        for n in args.thread_list:
+            entry = {"model": model, "label": model_label(values), "threads": n, "attn": None,
+                     "torch": {}, "steps": values["max-iters"],
+                     "preset": all(values[k] == v for k, v in MODELS[model]["shape"].items()),
+                     "eval": (values["eval-interval"], values["eval-iters"])}
+            if "attn" in args.contender_list:
+                ckpt = os.path.join(out_dir, "%s_threads%d" % (model, n))
+                entry["attn"] = run_one(args, "attn", n, flags, values, (n, n, False), "full",
+                                        ckpt)
+                commands.append(entry["attn"]["cmd"])
+                failed |= entry["attn"]["figures"] is None
+                if first_ckpt is None and entry["attn"]["figures"]:
+                    first_ckpt = ckpt
             else:
-                ckpt = None
-                cmd = [args.python, os.path.join(ROOT, "bench", "train_torch.py")] + flags + \
-                      ["--threads", str(omp), "--blas-threads", str(blas)]
-                layout = "omp%d+blas%d" % (omp, blas)
-            shown = show(cmd, omp, blas)
-            commands.append(shown)
-            print("\n== %s, %d thread(s)%s\n%s" %
-                  (impl, n, ", " + layout if layout else "", shown), flush=True)
-            run = run_child(cmd, thread_env(omp, blas), "%s t=%d" % (impl, n),
-                            not args.no_echo, args.timeout)
-            figures = parse_done(run["stdout"]) or parse_done(run["stderr"])
-            if figures:
-                figures["evals"] = parse_evals(run["stdout"]) or parse_evals(run["stderr"])
-            rec = {"cmd": shown, "rc": run["rc"], "error": run["error"],
-                   "wall_s": run["wall_s"], "peak_rss_mib": run["peak_rss_mib"],
-                   "figures": figures, "ckpt": ckpt, "layout": layout}
-            if run["rc"] != 0 or figures is None:
-                failed = True
-                rec["figures"] = None
-                why = run["error"] or ("exit status %s" % run["rc"] if run["rc"] != 0
-                                       else "no 'done:' line in its output")
-                rec["error"] = why
-                tail = (run["stderr"] or run["stdout"])[-5:]
-                print("!! %s with %d thread(s) failed: %s\n%s" %
-                      (impl, n, why, "\n".join("   " + t for t in tail)), flush=True)
-            elif impl == "attn" and first_ckpt is None:
-                first_ckpt = ckpt
-            if impl == "attn":
-                entry["attn"] = rec
-                continue
-            # PyTorch: keep every layout, report the fastest that produced its figures.
-            entry.setdefault("torch_layouts", []).append(rec)
-            ok = [r for r in entry["torch_layouts"] if r["figures"]]
-            entry["torch"] = (min(ok, key=lambda r: r["figures"]["ms_per_iter"]) if ok
-                              else entry["torch_layouts"][0])
-        results.append(entry)
+                entry["attn"] = {"skipped": True, "figures": None}
+            for c in torch_contenders:
+                entry["torch"][c] = run_contender(args, c, n, model, commands)
+                failed |= any(r["figures"] is None for r in entry["torch"][c]["tried"])
+            results.append(entry)
 
     gen, gen_commands = [], []
     if args.generate:
@@ -542,62 +381,25 @@ def main(argv=None):
             print("!! --generate: no checkpoint (no attn train run succeeded; give --ckpt)")
             failed = True
         else:
-            for n in args.thread_list:
-                for cache in ("on", "off"):
-                    cmd = [attn, "generate", "--ckpt", ckpt, "--prompt", "ROMEO:",
-                           "--max-new-tokens", str(args.gen_tokens), "--seed", "1",
-                           "--temperature", "0.8", "--top-k", "200", "--threads", str(n)]
-                    if cache == "off":
-                        cmd.append("--no-cache")
-                    shown = show(cmd, n)
-                    gen_commands.append(shown)
-                    print("\n== generate, %d thread(s), cache %s\n%s" % (n, cache, shown),
-                          flush=True)
-                    figs = []
-                    for rep in range(args.gen_repeat):
-                        # The generated text goes to stdout: echo it for the first run only.
-                        run = run_child(cmd, thread_env(n), "gen t=%d %s" % (n, cache),
-                                        not args.no_echo and rep == 0, args.timeout)
-                        f = parse_generate(run["stderr"])
-                        if run["rc"] != 0 or f is None:
-                            failed = True
-                            why = run["error"] or ("exit status %s" % run["rc"]
-                                                   if run["rc"] != 0 else
-                                                   "no 'generate:' line on stderr")
-                            print("!! generate failed: %s\n%s" %
-                                  (why, "\n".join("   " + t for t in run["stderr"][-5:])),
-                                  flush=True)
-                            continue
-                        if f["cache"] != cache:
-                            print("!! generate reported cache=%s for a cache=%s run" %
-                                  (f["cache"], cache), flush=True)
-                            failed = True
-                        figs.append(f)
-                    med = None
-                    if figs:
-                        med = {"tokens": figs[0]["tokens"],
-                               "ms": statistics.median(x["ms"] for x in figs),
-                               "tokens_per_s": statistics.median(x["tokens_per_s"]
-                                                                 for x in figs),
-                               "cache": cache}
-                    gen.append({"threads": n, "cache": cache, "cmd": shown, "runs":
-                                args.gen_repeat, "ok": len(figs), "figures": med,
-                                "all": figs})
+            gen, gen_commands, gen_failed = run_generation(args, ckpt)
+            failed |= gen_failed
 
-    print("\n" + text_table(TRAIN_HEAD, train_rows(results)))
-    if layout_rows(results):
-        print("\nPyTorch thread layouts:\n" + text_table(LAYOUT_HEAD, layout_rows(results)))
-    for v in verdicts(results, args.max_iters):
+    shown = [c for c in ("eager", "compile") if c in torch_contenders]
+    print("\n" + report.text_table(report.main_head(shown), report.main_rows(results, shown)))
+    if report.layout_rows(results):
+        print("\nPyTorch thread layouts:\n" +
+              report.text_table(report.LAYOUT_HEAD, report.layout_rows(results)))
+    for v in report.verdicts(results):
         print(v)
     if gen:
-        print("\n" + text_table(GEN_HEAD, gen_rows(gen)))
-        for s in generation_summary(gen):
+        print("\n" + report.text_table(report.GEN_HEAD, report.generation_rows(gen)))
+        for s in report.generation_summary(gen):
             print(s)
     print("checkpoints: %s" % out_dir)
-
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(markdown(args, info, results, gen, commands, gen_commands))
+            f.write(report.markdown(info, results, shown, commands, gen, gen_commands,
+                                    args.gen_tokens))
         print("wrote %s" % args.markdown)
     if args.json:
         with open(args.json, "w") as f:

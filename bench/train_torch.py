@@ -1,8 +1,24 @@
 #!/usr/bin/python3
-"""PyTorch 1.13 reference for `attn train`: the same character-level GPT, data, optimizer,
-learning-rate schedule and loop, with the same command-line flags and the same final line.
+"""PyTorch reference for `attn train` (torch 1.13 and 2.x): the same character-level GPT, data,
+optimizer, learning-rate schedule and loop, with the same command-line flags and the same final
+line.
 
     /usr/bin/python3 bench/train_torch.py --threads 1 --data ../shared/data/tinyshakespeare.txt
+    .venv-bench/bin/python bench/train_torch.py --threads 1 --data ../shared/data/tinyshakespeare.txt
+    .venv-bench/bin/python bench/train_torch.py --threads 1 --compile --data ...
+    (.venv-bench holds PyPI's torch 2.15: scripts/bench_setup.sh --print gives its python)
+
+Attention (--attention): `auto` (default) uses F.scaled_dot_product_attention(q, k, v,
+is_causal=True) where torch has it (2.x) and --dropout is 0, as a 2.x user writes it, and the
+hand-written softmax(q k^T / sqrt(hd) + causal mask) @ v otherwise (torch 1.13, or dropout > 0,
+whose draws SDPA would make differently); `manual` forces the hand-written path, `sdpa` requires
+SDPA. Both compute the same function, so the losses agree with attn's either way.
+
+--compile (torch 2.x) trains torch.compile(model) in the default mode (--compile-mode changes it;
+inductor on the CPU, the optimizer step stays eager). Compilation happens in the first timed
+steps (and in the first evaluation, which is never timed): the median leaves out the first
+--skip-steps timed steps (default 10 with --compile, 0 without), and the `compile:` line and the
+JSON give the time those steps took.
 
 Model (pre-norm GPT; no biases by default, --bias adds them to Linear layers and LayerNorms):
     x = wte(idx) + wpe(0..T-1); dropout
@@ -37,10 +53,21 @@ Loop, for it = 0 .. max_iters:
         optimizer step, zero_grad(set_to_none=True)
 
 Output: ms_per_iter is the median wall time (time.perf_counter) of the timed steps (evaluation
-excluded), tokens_per_s = batch_size * block_size / (ms_per_iter / 1000), peak memory is
-getrusage(RUSAGE_SELF).ru_maxrss. --threads sizes torch's OpenMP pool and --blas-threads
-(default: the same) the pthread OpenBLAS pool that Debian's torch calls for matmuls; torch's
-set_num_threads does not reach the latter. The last two lines are
+and the first --skip-steps steps excluded), tokens_per_s = batch_size * block_size /
+(ms_per_iter / 1000), peak memory is getrusage(RUSAGE_SELF).ru_maxrss.
+
+Threads: --threads sizes torch's intra-op pool (torch.set_num_threads: OpenMP) and --blas-threads
+(default: the same) the threads of the BLAS behind torch's matmuls, which depends on the build
+(torch.__config__.show() says which; the first line printed gives both counts):
+  - Debian's torch 1.13: OpenBLAS with its own pthread pool, which set_num_threads does not reach;
+    --blas-threads calls openblas_set_num_threads (the parent should also set
+    OPENBLAS_NUM_THREADS).
+  - PyPI's torch 2.x: MKL threaded by the same OpenMP runtime (libgomp) as torch's kernels.
+    torch.set_num_threads also sets MKL's count for the calling thread
+    (mkl_set_num_threads_local), which overrides MKL_NUM_THREADS, so --blas-threads calls
+    MKL_Set_Num_Threads_Local (exported by libtorch_cpu) afterwards. Training runs on the main
+    thread (CPU autograd included), the one that setting covers.
+The last two lines are
     peak_rss_mib=M
     done: iters=N ms_per_iter=X train_loss=Y val_loss=Z tokens_per_s=W
 where train_loss / val_loss are the evaluation at the last step. --json PATH writes the same
@@ -91,8 +118,21 @@ def parse_args(argv=None):
                    help="no biases (default, as nanoGPT's train.py and attn train)")
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     p.add_argument("--blas-threads", type=int, default=None,
-                   help="threads of OpenBLAS's own pool, which torch's matmuls use (default: "
-                        "--threads; PyTorch-only, attn has one pool)")
+                   help="threads of the BLAS behind torch's matmuls: OpenBLAS's own pool "
+                        "(Debian's 1.13) or MKL's (PyPI's 2.x) (default: --threads; "
+                        "PyTorch-only, attn has one pool)")
+    p.add_argument("--attention", choices=("auto", "sdpa", "manual"), default="auto",
+                   help="auto (default): F.scaled_dot_product_attention(is_causal=True) where "
+                        "torch has it and --dropout is 0, else the hand-written softmax")
+    p.add_argument("--compile", action="store_true",
+                   help="train torch.compile(model) (torch 2.x)")
+    p.add_argument("--compile-mode", default="default",
+                   choices=("default", "reduce-overhead", "max-autotune",
+                            "max-autotune-no-cudagraphs"),
+                   help="torch.compile's mode with --compile (default: default)")
+    p.add_argument("--skip-steps", type=int, default=None,
+                   help="timed steps left out of the median at the start (default: 10 with "
+                        "--compile, where they compile; 0 otherwise)")
     a = p.parse_args(argv)
 
     def need(cond, what):
@@ -108,6 +148,20 @@ def parse_args(argv=None):
     need(0.0 <= a.dropout < 1.0, "--dropout must be in [0, 1)")
     need(a.threads >= 0, "--threads must be >= 0")
     need(a.blas_threads is None or a.blas_threads >= 1, "--blas-threads must be >= 1")
+    has_sdpa = hasattr(F, "scaled_dot_product_attention")
+    need(a.attention != "sdpa" or has_sdpa,
+         "--attention sdpa: torch %s has no F.scaled_dot_product_attention" % torch.__version__)
+    need(a.attention != "sdpa" or a.dropout == 0.0,
+         "--attention sdpa needs --dropout 0 (SDPA's dropout draws differ from attn's)")
+    a.sdpa = a.attention == "sdpa" or (a.attention == "auto" and has_sdpa and a.dropout == 0.0)
+    need(not a.compile or hasattr(torch, "compile"),
+         "--compile: torch %s has no torch.compile (it needs torch 2.x)" % torch.__version__)
+    if a.skip_steps is None:
+        a.skip_steps = 10 if a.compile else 0
+    need(a.skip_steps >= 0, "--skip-steps must be >= 0")
+    need(a.skip_steps < a.max_iters,
+         "--skip-steps (%d) must be below --max-iters (%d): some steps must be timed"
+         % (a.skip_steps, a.max_iters))
     return a
 
 
@@ -126,7 +180,8 @@ class LayerNorm(nn.Module):
 
 class CausalSelfAttention(nn.Module):
     """Causal multi-head self-attention with one fused input projection (q, k, v stacked in
-    in_proj_weight, 3C x C), written out by hand (torch 1.13 has no scaled_dot_product_attention).
+    in_proj_weight, 3C x C): F.scaled_dot_product_attention(is_causal=True) when cfg.sdpa, else
+    written out by hand (torch 1.13 has no scaled_dot_product_attention).
     Parameters, their names and the random draws at construction are those of
     nn.MultiheadAttention(C, n_head, bias=bias, batch_first=True): out_proj's Linear draws first,
     then xavier_uniform_ fills in_proj_weight (GPT.__init__ redraws both afterwards)."""
@@ -135,6 +190,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         C = cfg.n_embd
         self.n_head = cfg.n_head
+        self.sdpa = cfg.sdpa
         self.in_proj_weight = nn.Parameter(torch.empty(3 * C, C))
         self.in_proj_bias = nn.Parameter(torch.zeros(3 * C)) if cfg.bias else None
         self.out_proj = nn.Linear(C, C, bias=cfg.bias)
@@ -152,6 +208,9 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
         k = k.view(B, T, H, hd).transpose(1, 2)
         v = v.view(B, T, H, hd).transpose(1, 2)
+        if self.sdpa:  # dropout is 0 here (parse_args)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.out_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
         scores = scores.masked_fill(self.future[:T, :T], float("-inf"))
         weights = self.att_drop(F.softmax(scores, dim=-1))
@@ -275,27 +334,61 @@ def estimate_loss(model, splits, a):
     return out
 
 
-def set_blas_threads(n):
-    """Gives OpenBLAS n threads. torch.set_num_threads sizes the OpenMP pool only; Debian's
-    pthread OpenBLAS (which torch's matmuls call) keeps a pool of its own, one thread per core
-    unless told otherwise. Returns the count OpenBLAS reports, or None if it is not loaded."""
+def _loaded_libraries(*needles):
+    """Paths of the shared libraries mapped into this process whose names contain a needle."""
     paths = []
     try:
         with open("/proc/self/maps") as f:
             for line in f:
                 path = line.split()[-1]
-                if "openblas" in os.path.basename(path) and path not in paths:
+                name = os.path.basename(path)
+                if any(k in name for k in needles) and path not in paths:
                     paths.append(path)
     except OSError:
         pass
-    for path in paths + ["libopenblas.so.0"]:
+    return paths
+
+
+def blas_library():
+    """(name, set_threads, get_threads) of the BLAS behind torch's matmuls, or Nones.
+    OpenBLAS (Debian's torch 1.13): a pthread pool of its own, one thread per core unless told
+    otherwise; torch.set_num_threads does not reach it.
+    MKL (PyPI's torch 2.x, linked into libtorch_cpu, threaded by the same libgomp as torch's
+    kernels): torch.set_num_threads calls mkl_set_num_threads_local for the calling thread;
+    calling it again afterwards sets MKL apart from the OpenMP pool."""
+    if torch.backends.mkl.is_available():
+        # Ask MKL first: Debian's numpy maps an OpenBLAS too, which torch 2.x does not call.
+        for path in _loaded_libraries("mkl", "torch_cpu"):
+            try:
+                lib = ctypes.CDLL(path)
+                # The C entry points (mkl_service.h maps mkl_set_num_threads_local to them):
+                # the lower-case symbols are the Fortran ones, which take a pointer.
+                return "MKL", lib.MKL_Set_Num_Threads_Local, lib.MKL_Get_Max_Threads
+            except (OSError, AttributeError):
+                continue
+    for path in _loaded_libraries("openblas") + ["libopenblas.so.0"]:
         try:
             lib = ctypes.CDLL(path)
-            lib.openblas_set_num_threads(ctypes.c_int(n))
-            return int(lib.openblas_get_num_threads())
+            return "OpenBLAS", lib.openblas_set_num_threads, lib.openblas_get_num_threads
         except (OSError, AttributeError):
             continue
-    return None
+    return None, None, None
+
+
+def set_blas_threads(n):
+    """Gives the BLAS n threads (call after torch.set_num_threads, which resets MKL's count);
+    returns (its name, the count it reports), or (None, None) when none is found."""
+    name, set_threads, get_threads = blas_library()
+    if name is None:
+        return None, None
+    set_threads(ctypes.c_int(n))
+    return name, int(get_threads())
+
+
+def blas_threads_now():
+    """The BLAS's thread count as it reports it now (None when no BLAS is found)."""
+    name, _, get_threads = blas_library()
+    return int(get_threads()) if name else None
 
 
 def peak_rss_mib():
@@ -306,7 +399,10 @@ def main(argv=None):
     a = parse_args(argv)
     threads = a.threads if a.threads > 0 else (os.cpu_count() or 1)
     torch.set_num_threads(threads)
-    blas_threads = set_blas_threads(a.blas_threads or threads)
+    # torch sets each thread's pools up lazily, at its first parallel region or get_num_threads
+    # (at::init_num_threads, which resets MKL's count to --threads): here, before the BLAS's.
+    torch.get_num_threads()
+    blas_name, blas_threads = set_blas_threads(a.blas_threads or threads)
     rss_before = peak_rss_mib()
 
     chars, train_data, val_data = load_data(a.data)
@@ -318,15 +414,19 @@ def main(argv=None):
     torch.manual_seed(a.seed)
     model = GPT(a, len(chars))
     model.train()
+    step_model = torch.compile(model, mode=a.compile_mode) if a.compile else model
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, a.beta2), eps=1e-8)
-    print("torch %s, %d threads (OpenBLAS %s), vocab %d, train %d / val %d tokens, "
-          "%d parameters (%.2fM)" % (torch.__version__, threads, blas_threads, len(chars),
-                                     len(train_data), len(val_data), n_params, n_params / 1e6),
+    print("torch %s, %d threads (%s %s), attention %s, %s, vocab %d, train %d / val %d tokens, "
+          "%d parameters (%.2fM)" % (torch.__version__, threads, blas_name or "BLAS", blas_threads,
+                                     "sdpa" if a.sdpa else "manual",
+                                     "torch.compile mode=%s" % a.compile_mode if a.compile
+                                     else "eager", len(chars), len(train_data), len(val_data),
+                                     n_params, n_params / 1e6),
           flush=True)
 
     splits = (("train", train_data), ("val", val_data))
@@ -336,7 +436,7 @@ def main(argv=None):
     t_start = time.perf_counter()
     for it in range(a.max_iters + 1):
         if it % a.eval_interval == 0 or it == a.max_iters:
-            losses = estimate_loss(model, splits, a)
+            losses = estimate_loss(step_model, splits, a)
             history.append({"iter": it, "train_loss": losses["train"], "val_loss": losses["val"]})
             print("step %d: train loss %.4f, val loss %.4f" % (it, losses["train"], losses["val"]),
                   flush=True)
@@ -347,7 +447,7 @@ def main(argv=None):
         for group in opt.param_groups:
             group["lr"] = lr
         x, y = get_batch(train_data, a.block_size, a.batch_size)
-        _, loss = model(x, y)
+        _, loss = step_model(x, y)
         loss.backward()
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
@@ -356,13 +456,23 @@ def main(argv=None):
         step_ms.append((time.perf_counter() - t0) * 1000.0)
     wall_s = time.perf_counter() - t_start
 
+    skipped, step_ms = step_ms[:a.skip_steps], step_ms[a.skip_steps:]
+    if a.compile:
+        print("compile: the first %d step(s) took %.1f s (compilation; not in the median)" %
+              (len(skipped), sum(skipped) / 1000.0), flush=True)
+    print("threads at the end: torch %d, %s %s" % (torch.get_num_threads(), blas_name or "BLAS",
+                                                    blas_threads_now()), flush=True)
     ms = statistics.median(step_ms) if step_ms else 0.0
     tok_s = a.batch_size * a.block_size / (ms / 1000.0) if ms > 0 else 0.0
     peak = peak_rss_mib()
     if a.json:
         record = {
             "impl": "torch", "torch_version": torch.__version__, "threads": threads,
-            "blas_threads": blas_threads,
+            "blas": blas_name, "blas_threads": blas_threads,
+            "blas_threads_at_end": blas_threads_now(),
+            "attention": "sdpa" if a.sdpa else "manual",
+            "compile": a.compile_mode if a.compile else None,
+            "skipped_steps_ms": skipped,
             "iters": a.max_iters, "ms_per_iter": ms, "train_loss": losses["train"],
             "val_loss": losses["val"], "tokens_per_s": tok_s, "peak_rss_mib": peak,
             "rss_before_data_mib": rss_before,
