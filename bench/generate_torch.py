@@ -128,6 +128,7 @@ def load_model(ckpt, keep_mask=False):
     path, config, chars = gc.load_meta(ckpt)
     cfg = types.SimpleNamespace(**config)
     cfg.dropout = 0.0
+    cfg.sdpa = HAVE_SDPA  # train_torch's full forward (the cached path below is ours)
     model = train_torch.GPT(cfg, config["vocab_size"])
     if not keep_mask:  # the (block, block) mask only train_torch's full forward uses
         for block in model.h:
