@@ -30,7 +30,6 @@ L >= 1024, causal and not, forward and forward + backward, at both thread counts
 import argparse
 import datetime
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -40,7 +39,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-BEGIN, END = "<!-- compare_torch.py:begin -->", "<!-- compare_torch.py:end -->"
 TARGET, TARGET_MIN_L = 1.5, 1024
 
 
@@ -246,11 +244,9 @@ def verdicts(results):
 
 
 def markdown(results, info, cmd):
-    sg = [r["times"][k]["gflops"] for r in results for k in ("sgemm:openblas", "sgemm:mkl")]
     ob = [r["times"]["sgemm:openblas"]["gflops"] for r in results]
     mk = [r["times"]["sgemm:mkl"]["gflops"] for r in results]
     return "\n".join([
-        BEGIN,
         "## Attention against PyTorch %s (bench/compare_torch.py)" % info["torch"],
         "",
         "Measured %s on %s (%s CPUs), PyTorch %s from PyPI (.venv-bench, CPU capability %s), "
@@ -266,20 +262,7 @@ def markdown(results, info, cmd):
         % (statistics.median(ob), statistics.median(mk)),
         "",
         "### Targets", "", verdicts(results), "",
-        "### Results", "", table(results), "",
-        END])
-
-
-def write_section(md, path):
-    old = open(path).read() if os.path.exists(path) else ""
-    if BEGIN in old and END in old:
-        new = old[:old.index(BEGIN)] + md + old[old.index(END) + len(END):]
-    else:
-        new = old.rstrip("\n") + "\n\n" + md + "\n"
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(new)
-    os.replace(tmp, path)
+        "### Results", "", table(results)])
 
 
 def parse_args(argv=None):
@@ -318,6 +301,7 @@ def main(argv=None):
     args = parse_args(argv)
     ensure_torch2(args.build_dir)
     import compare
+    import md_section
     import torch
     attn = compare.import_attn(args.build_dir)
     blas = compare.OpenBLAS()
@@ -350,7 +334,7 @@ def main(argv=None):
             json.dump({"info": info, "results": results}, f, indent=1)
     path = args.markdown or (None if args.quick else os.path.join(ROOT, "BENCHMARKS.md"))
     if path:
-        write_section(md, path)
+        md_section.replace_section(path, "compare_torch.py", md)
         print("wrote", path)
     else:
         print(md)

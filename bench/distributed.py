@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+import md_section  # noqa: E402  (bench/, the script's directory)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPIRUN = os.path.join(ROOT, "scripts", "mpirun.sh")
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "tinyshakespeare.txt")
@@ -226,19 +228,9 @@ def markdown(res):
     return "\n".join(L) + "\n"
 
 
-BEGIN, END = "<!-- distributed.py:begin -->", "<!-- distributed.py:end -->"
-
-
 def write_benchmarks(res, path):
-    """Replaces the section between the markers in BENCHMARKS.md (appends it the first time)."""
-    text = open(path).read() if os.path.exists(path) else ""
-    block = BEGIN + "\n" + markdown(res) + END + "\n"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END) + 1:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    with open(path, "w") as f:
-        f.write(text)
+    """Replaces this script's section of BENCHMARKS.md (appends it the first time)."""
+    md_section.replace_section(path, "distributed.py", markdown(res))
 
 
 def jsonl(text):
