@@ -23,7 +23,9 @@ OMP_NUM_THREADS=MKL_NUM_THREADS=OPENBLAS_NUM_THREADS=N and --threads N:
     hf     transformers' GPT2LMHeadModel.generate (generate_torch.py --impl hf), only if
            transformers imports in --python-torch; skipped otherwise
 All sample the same way: the prompt repeated --batch times, temperature --temperature, top-k
---top-k, --new-tokens new tokens after --warmup-tokens untimed ones. Repetitions alternate the
+--top-k, --new-tokens new tokens after --warmup-tokens untimed ones, capped per model so that
+the prompt, the warm-up and the new tokens fit its block (every step a cached one; --past-block
+lifts the cap: the context is then cropped and the caches rebuilt every step). Repetitions alternate the
 contenders (the order rotates every repetition); the tables show medians. Decode tokens/s leaves
 out the prefill (the prompt's pass and the first token); total includes it; both count every
 sequence's tokens (batch x steps / s). First / second half: the decode steps split in two, each
@@ -94,6 +96,11 @@ def parse_args(argv=None):
     p.add_argument("--batches", default="1,8")
     p.add_argument("--new-tokens", type=int, default=None, help="default 200 (--quick 24)")
     p.add_argument("--warmup-tokens", type=int, default=8)
+    p.add_argument("--past-block", action="store_true",
+                   help="generate --new-tokens even where prompt + tokens outgrow the model's "
+                        "block (the caches are then rebuilt from the cropped context every step, "
+                        "learned positions shift); by default the count is capped so that every "
+                        "step is a cached one")
     p.add_argument("--reps", type=int, default=None, help="repetitions (default 3, --quick 1)")
     p.add_argument("--prompt", default="ROMEO:")
     p.add_argument("--temperature", type=float, default=0.8)
@@ -285,13 +292,20 @@ def median(xs):
 def bench(models, contenders, args):
     rows, commands, failed = [], [], False
     for model, ckpt in models:
+        block = gc.load_meta(ckpt)[1]["block_size"]
+        new_tokens = args.new_tokens
+        if not args.past_block:  # stay in the cached regime: prompt + warm-up + new <= block
+            new_tokens = min(new_tokens, block - len(args.prompt) - args.warmup_tokens)
+            if new_tokens < 4:
+                sys.exit("generate_compare.py: error: the %s model's block (%d) leaves %d new "
+                         "tokens after the prompt and warm-up" % (model, block, new_tokens))
         for n in args.thread_list:
             for batch in args.batch_list:
                 impls = [c for c in contenders if c != "cli" or batch == 1]
                 runs = {c: [] for c in impls}
                 for rep in range(args.reps):
                     for impl in impls[rep % len(impls):] + impls[:rep % len(impls)]:
-                        cmd = child_cmd(impl, ckpt, n, batch, args)
+                        cmd = child_cmd(impl, ckpt, n, batch, args, new_tokens=new_tokens)
                         if rep == 0:
                             commands.append(shown(cmd, n, args))
                         label = "%s %s t=%d b=%d rep %d" % (model, impl, n, batch, rep + 1)
@@ -311,6 +325,7 @@ def bench(models, contenders, args):
                             "first_half_tokens_per_s", "second_half_tokens_per_s",
                             "peak_rss_mib")}
                     rows.append(dict(med, model=model, threads=n, batch=batch, impl=impl,
+                                     new_tokens=new_tokens,
                                      ok=len(runs[impl]), runs=args.reps, all=runs[impl]))
     return rows, commands, failed
 
@@ -320,7 +335,7 @@ def ratio(a, b):
 
 
 def table(rows):
-    head = ["model", "threads", "batch", "contender", "decode tok/s", "total tok/s",
+    head = ["model", "threads", "batch", "new tokens", "contender", "decode tok/s", "total tok/s",
             "prefill ms", "1st half", "2nd half", "attn/this (decode)", "peak MiB", "runs"]
     out = []
     for r in rows:
@@ -329,7 +344,8 @@ def table(rows):
         rel = ratio(a and a["decode_tokens_per_s"], r["decode_tokens_per_s"])
         if r["impl"] == "cli":  # total only: compare totals
             rel = ratio(a and a["total_tokens_per_s"], r["total_tokens_per_s"])
-        out.append([r["model"], str(r["threads"]), str(r["batch"]), r["impl"],
+        out.append([r["model"], str(r["threads"]), str(r["batch"]), str(r.get("new_tokens", "")),
+                    r["impl"],
                     fnum(r["decode_tokens_per_s"], ".1f"), fnum(r["total_tokens_per_s"], ".1f"),
                     fnum(r["prefill_ms"], ".1f"), fnum(r["first_half_tokens_per_s"], ".1f"),
                     fnum(r["second_half_tokens_per_s"], ".1f"),

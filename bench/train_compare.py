@@ -23,9 +23,10 @@ skipped). --contenders picks among attn, eager, compile (default all three).
 
 Models (--model, default both), with their default run lengths (full / --quick):
     nanogpt  nanoGPT's CPU config: 4 layers, 4 heads, 128 wide, block 64, batch 12;
-             2000 steps, eval every 250 over 200 batches / 200 steps, every 100 over 20
+             500 steps (lr decay to 2000), eval every 250 over 50 batches / 200 steps,
+             every 100 over 20
     6x384    6 layers, 6 heads, 384 wide, block 256, batch 16 (nanoGPT's shakespeare_char
-             shape, smaller batch); 100 steps, eval every 50 over 20 batches (lr decay to
+             shape, smaller batch); 24 steps, eval every 12 over 4 batches (lr decay to
              2000) / 10 steps, every 5 over 2
 Every other training flag has attn train's default. A training flag given here (--max-iters,
 --n-layer, ...) overrides it for every model run (tiny shapes for smoke tests).
@@ -76,15 +77,15 @@ TRAIN_FLAGS = (
 MODELS = {
     "nanogpt": {
         "shape": {"n-layer": 4, "n-head": 4, "n-embd": 128, "block-size": 64, "batch-size": 12},
-        "full": {"max-iters": 2000, "lr-decay-iters": 2000, "eval-interval": 250,
-                 "eval-iters": 200, "search": 100},
+        "full": {"max-iters": 500, "lr-decay-iters": 2000, "eval-interval": 250,
+                 "eval-iters": 50, "search": 100},
         "quick": {"max-iters": 200, "lr-decay-iters": 200, "eval-interval": 100,
                   "eval-iters": 20, "search": 20}},
     "6x384": {
         "shape": {"n-layer": 6, "n-head": 6, "n-embd": 384, "block-size": 256,
                   "batch-size": 16},
-        "full": {"max-iters": 100, "lr-decay-iters": 2000, "eval-interval": 50,
-                 "eval-iters": 20, "search": 10},
+        "full": {"max-iters": 24, "lr-decay-iters": 2000, "eval-interval": 12,
+                 "eval-iters": 4, "search": 4},
         "quick": {"max-iters": 10, "lr-decay-iters": 2000, "eval-interval": 5, "eval-iters": 2,
                   "search": 3}},
 }

@@ -1134,6 +1134,24 @@ TEST(TensorMatmul, NonContiguousOperands) {
   check_matmul(v, v);
 }
 
+TEST(TensorMatmul, OneRowLargeVsNaive) {
+  // One row against a matrix large enough for BLAS and for splitting across threads (a decoding
+  // step's projections: sgemv split by columns), the right operand stored both ways (x W^T with
+  // W (N, K) as nn.Linear holds it, and x B with B (K, N)), the row itself strided.
+  const int threads = get_num_threads();
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    SCOPED_TRACE("threads " + std::to_string(nt));
+    Tensor x = rnd({1, 300}, 40);
+    check_matmul(x, rnd({300, 5001}, 41));                      // B (K, N)
+    check_matmul(x, rnd({5001, 300}, 42).T());                  // W^T: B stored (N, K)
+    check_matmul(rnd({300, 1}, 43).T(), rnd({300, 4099}, 44));  // the row with stride 1 of a column
+    check_matmul(rnd({300, 3}, 45).T().slice(0, 1, 2), rnd({4099, 300}, 46).T());  // row stride 3
+    check_matmul(rnd({3, 1, 300}, 47), rnd({300, 3000}, 48));  // batched single rows
+  }
+  set_num_threads(threads);
+}
+
 TEST(TensorMatmul, Int64IsExact) {
   // torch: integer matmul in int64 arithmetic, exact beyond 2^24 and wrapping on overflow.
   int64_t big = (int64_t(1) << 40) + 1;
