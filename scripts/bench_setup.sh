@@ -4,6 +4,8 @@
 # that attn's module (built for /usr/bin/python3) imports in the same process.
 # Idempotent and quiet when everything is present; the benchmarks call it themselves.
 # The test suite does not need it: its correctness oracle stays Debian's torch 1.13.
+# It also installs the GEMM libraries that build/bench/bench_gemm times beside OpenBLAS (BLIS,
+# oneDNN, libxsmm; re-run cmake afterwards so that the bench finds them).
 #   scripts/bench_setup.sh          prints nothing when ready, installs otherwise
 #   scripts/bench_setup.sh --print  prints the venv's python path when ready (for other scripts)
 # PyPI's Linux wheel of torch is the CUDA build (it brings NVIDIA's libraries, ~3 GB); it runs on
@@ -23,10 +25,12 @@ sys.exit(0 if torch.__version__.startswith(want) else 1)
 EOF
 }
 
+source scripts/lib/apt.sh
+apt_install_missing bench_setup libblis-dev libdnnl-dev libxsmm-dev >&2  # stdout is --print's
+
 if ! ready; then
   # python3-venv: the venv itself; g++ is already a build dependency (torch.compile's C++ backend
   # needs it); numpy comes from Debian (attn's module was built against it).
-  source scripts/lib/apt.sh
   apt_install_missing bench_setup python3-venv python3-numpy python3-dev g++
   if [[ ! -x $py ]]; then
     echo "bench_setup: creating $venv ($TORCH_SPEC from PyPI)" >&2
