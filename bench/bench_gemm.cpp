@@ -110,7 +110,7 @@ struct BlisApi {
 };
 std::string blis_error;
 const BlisApi* blis() {
-  static const BlisApi* api = [] () -> const BlisApi* {
+  static const BlisApi* api = []() -> const BlisApi* {
     void* h = dlopen(ATTN_BENCH_BLIS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
       blis_error = dlerror();
@@ -134,9 +134,10 @@ const BlisApi* blis() {
 void blis_threads(int n) { blis()->set_num_threads(n); }
 void blis_run(const Gemm& g) {
   float one = 1.0f, zero = 0.0f;  // row-major: row stride ld, column stride 1
-  blis()->sgemm(g.ta ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, g.tb ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
-                g.M, g.N, g.K, &one, const_cast<float*>(g.A), g.lda, 1, const_cast<float*>(g.B),
-                g.ldb, 1, &zero, g.C, g.ldc, 1);
+  blis()->sgemm(g.ta ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
+                g.tb ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, g.M, g.N, g.K, &one,
+                const_cast<float*>(g.A), g.lda, 1, const_cast<float*>(g.B), g.ldb, 1, &zero, g.C,
+                g.ldc, 1);
 }
 #endif
 
@@ -174,8 +175,8 @@ void libxsmm_run(const Gemm& g) {
     for (int en = 0; en < 2; ++en) {
       const libxsmm_blasint m = em ? (g.N - 1) % kTile + 1 : std::min(kTile, g.N);
       const libxsmm_blasint n = en ? (g.M - 1) % kTile + 1 : std::min(kTile, g.M);
-      kernel[em][en] = libxsmm_smmdispatch(m, n, g.K, &ldp, &ldq, &ldc, &one, &zero, &flags,
-                                           &prefetch);
+      kernel[em][en] =
+          libxsmm_smmdispatch(m, n, g.K, &ldp, &ldq, &ldc, &one, &zero, &flags, &prefetch);
       if (!kernel[em][en]) {
         std::fprintf(stderr, "bench_gemm: libxsmm_smmdispatch gave no kernel for %lldx%lldx%lld\n",
                      (long long)m, (long long)n, (long long)g.K);
@@ -198,8 +199,7 @@ void libxsmm_run(const Gemm& g) {
     for (int64_t tile = 0; tile < tiles_n * tiles_m; ++tile) {
       const int64_t i0 = tile / tiles_m * kTile, j0 = tile % tiles_m * kTile;
       const float* q = g.ta ? g.A + j0 : g.A + j0 * g.lda;
-      kernel[i0 + kTile > g.N][j0 + kTile > g.M](
-          p + i0, q, g.C + i0 + j0 * g.ldc);
+      kernel[i0 + kTile > g.N][j0 + kTile > g.M](p + i0, q, g.C + i0 + j0 * g.ldc);
     }
   }
 }
@@ -238,7 +238,8 @@ std::string shape_name(const Shape& s) {
   return s.set + "/" + s.layer + "/" + buf;
 }
 
-// A linear layer W (out, in) over `tokens` rows: forward y = x W^T, backward dX = dY W, dW = dY^T X.
+// A linear layer W (out, in) over `tokens` rows: forward y = x W^T, backward dX = dY W, dW = dY^T
+// X.
 void add_layer(std::vector<Shape>& v, const std::string& set, const std::string& layer,
                int64_t tokens, int64_t out, int64_t in, bool backward) {
   v.push_back({set, layer + ".fwd", tokens, out, in, false, true});
@@ -250,8 +251,10 @@ void add_layer(std::vector<Shape>& v, const std::string& set, const std::string&
 std::vector<Shape> shapes() {
   std::vector<Shape> v;
   // 6 layers x 384 channels, batch 16 x block 256 = 4096 tokens.
-  for (auto [layer, out, in] : {std::tuple{"qkv", 1152, 384}, {"proj", 384, 384},
-                                {"fc", 1536, 384}, {"fc_proj", 384, 1536}})
+  for (auto [layer, out, in] : {std::tuple{"qkv", 1152, 384},
+                                {"proj", 384, 384},
+                                {"fc", 1536, 384},
+                                {"fc_proj", 384, 1536}})
     add_layer(v, "train6x384", layer, 4096, out, in, true);
   // nanoGPT's CPU config: 128 channels, 12 x 64 = 768 tokens, vocabulary 65.
   for (auto [layer, out, in] :
@@ -259,8 +262,10 @@ std::vector<Shape> shapes() {
     add_layer(v, "nanogpt", layer, 768, out, in, true);
   // Decoding 1 and 8 rows against GPT-2 small's weights.
   for (int64_t rows : {1, 8})
-    for (auto [layer, out, in] : {std::tuple{"qkv", 2304, 768}, {"fc", 3072, 768},
-                                  {"fc_proj", 768, 3072}, {"lm_head", 50257, 768}})
+    for (auto [layer, out, in] : {std::tuple{"qkv", 2304, 768},
+                                  {"fc", 3072, 768},
+                                  {"fc_proj", 768, 3072},
+                                  {"lm_head", 50257, 768}})
       add_layer(v, "decode_M" + std::to_string(rows), layer, rows, out, in, false);
   return v;
 }
@@ -302,8 +307,9 @@ Operands& operands(const Shape& s) {
   fill(ops.a, 12345);
   fill(ops.b, 67890);
   // Stored A is (K, M) when transposed, else (M, K); B is (N, K) when transposed, else (K, N).
-  ops.g = {s.ta, s.tb, s.M, s.N, s.K, ops.a.data(), s.ta ? s.M : s.K,
-           ops.b.data(), s.tb ? s.K : s.N, nullptr, s.N};
+  ops.g = {
+      s.ta,    s.tb, s.M, s.N, s.K, ops.a.data(), s.ta ? s.M : s.K, ops.b.data(), s.tb ? s.K : s.N,
+      nullptr, s.N};
   openblas_set_num_threads(1);
   openblas_run(ops.into(ops.ref.data()));
   return ops;
@@ -360,7 +366,8 @@ void bm_gemm(benchmark::State& state, Shape s, Library lib, int threads) {
 
 // ---- command line and context ----------------------------------------------------------------
 
-// --threads=LIST (comma-separated counts, default "1,2") is ours; the rest goes to Google Benchmark.
+// --threads=LIST (comma-separated counts, default "1,2") is ours; the rest goes to Google
+// Benchmark.
 std::vector<int> take_threads_flag(int& argc, char** argv) {
   std::vector<int> threads = {1, 2};
   int out = 1;
@@ -375,8 +382,10 @@ std::vector<int> take_threads_flag(int& argc, char** argv) {
       char* end = nullptr;
       const long n = std::strtol(p, &end, 10);
       if (end == p || n < 1 || n > 1024 || (*end != ',' && *end != '\0')) {
-        std::fprintf(stderr, "bench_gemm: --threads wants counts >= 1 separated by commas, e.g. "
-                             "--threads=1,2 (got '%s')\n", argv[i] + 10);
+        std::fprintf(stderr,
+                     "bench_gemm: --threads wants counts >= 1 separated by commas, e.g. "
+                     "--threads=1,2 (got '%s')\n",
+                     argv[i] + 10);
         std::exit(2);
       }
       threads.push_back(int(n));
@@ -412,8 +421,8 @@ void add_context() {
   }
 #ifdef ATTN_BENCH_BLIS_HEADER
   if (const BlisApi* b = blis())
-    benchmark::AddCustomContext("blis", std::string(b->version()) +
-                                            (b->openmp()     ? " openmp"
+    benchmark::AddCustomContext(
+        "blis", std::string(b->version()) + (b->openmp()     ? " openmp"
                                              : b->pthreads() ? " pthreads"
                                                              : " single-threaded build"));
   else

@@ -28,11 +28,12 @@ mkdir -p "$build"
 log=$build/tsan-build.log
 t0=$SECONDS
 
-# Without MPI: attn_tests never starts it, and OpenMPI's own threads would only add noise. The
+# Without MPI: attn_tests never starts it, and OpenMPI's own threads would only add noise. Without
+# oneDNN: its libgomp beside clang's libomp (products through OpenBLAS, as in sanitize.sh). The
 # build does not run the sanitized binary to list its tests (ctest would, when asked).
 if ! {
   CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=None -DATTN_MPI=OFF \
-    -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_EXAMPLES=OFF -DATTN_INSTALL=OFF \
+    -DATTN_ONEDNN=OFF -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_EXAMPLES=OFF -DATTN_INSTALL=OFF \
     -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST \
     -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" &&
     cmake --build "$build" -j"$jobs" --target attn_tests

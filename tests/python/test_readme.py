@@ -358,7 +358,7 @@ def cpp_program(blocks):
     return src, order
 
 
-def link_flags():
+def link_flags(bdir):
     libs = None
     if shutil.which("pkg-config"):
         proc = subprocess.run(["pkg-config", "--libs", "openblas", "cairo"],
@@ -368,6 +368,11 @@ def link_flags():
             libs = shlex.split(proc.stdout)
     if libs is None:
         libs = ["-lopenblas", "-lcairo"]
+    # Products go through oneDNN when the build found it (CMake ATTN_ONEDNN): dnnl_DIR is then
+    # a directory in its cache (absent with ATTN_ONEDNN=OFF, ...-NOTFOUND when not installed).
+    dnnl = cmake_cache(bdir, "dnnl_DIR")
+    if dnnl and not dnnl.endswith("NOTFOUND") and cmake_cache(bdir, "ATTN_ONEDNN") != "OFF":
+        libs.append("-ldnnl")
     return ["-fopenmp", "-pthread"] + libs
 
 
@@ -395,7 +400,7 @@ def cpp_run(blocks):
         extra = shlex.split(cmake_cache(bdir, "CMAKE_CXX_FLAGS") or "")
         cmd = ([cxx, "-std=c++20", "-O1", "-Wall", "-Wextra", "-Wno-unused-variable"] + extra
                + ["-I", os.path.join(REPO_ROOT, "include"), src_path, lib, "-o", exe]
-               + link_flags())
+               + link_flags(bdir))
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True, timeout=COMPILE_TIMEOUT_S)
         if proc.returncode != 0:

@@ -1,8 +1,12 @@
-// OpenBLAS sgemm split across attn's OpenMP threads (see gemm.h).
+// sgemm (oneDNN's where attn was built with it, else OpenBLAS's) split across attn's OpenMP
+// threads (see gemm.h).
 #include "gemm.h"
 
 #include <cblas.h>
 #include <omp.h>
+#ifdef ATTN_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include <algorithm>
 
@@ -15,9 +19,20 @@ namespace {
 // Below this many multiply-adds one thread is faster than waking another.
 constexpr int64_t kParallelMacs = int64_t(1) << 20;
 
+// One single-threaded product. oneDNN threads a call by itself unless it runs inside an active
+// parallel region, so outside one the calling thread's OpenMP count is held at 1 meanwhile.
 void call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
+#ifdef ATTN_HAVE_ONEDNN
+  const bool outside = !omp_in_parallel();
+  const int before = outside ? omp_get_max_threads() : 1;
+  if (outside && before != 1) omp_set_num_threads(1);
+  const dnnl_status_t st =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (outside && before != 1) omp_set_num_threads(before);
+  if (st == dnnl_success) return;  // else (cannot happen for valid arguments) OpenBLAS does it
+#endif
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M),
               int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
