@@ -16,7 +16,8 @@
 // Libraries (each only when CMake found it; see bench/README.md):
 //   openblas  cblas_sgemm with OpenBLAS's own threads (openblas_set_num_threads(n); n = 1 is the
 //             plain single-threaded call, and the reference every other result is checked against)
-//   attn      attn::kernels::sgemm: OpenBLAS single-threaded, split over attn's OpenMP threads
+//   attn      attn::kernels::sgemm, what the library calls: oneDNN (OpenBLAS when built without it)
+//             single-threaded per piece, split over attn's OpenMP threads; one row: OpenBLAS sgemv
 //   blis      bli_sgemm (BLIS's typed API with row/column strides), bli_thread_set_num_threads(n);
 //             dlopened (RTLD_LOCAL) since it exports a cblas_sgemm that would shadow OpenBLAS's
 //   onednn    dnnl_sgemm (row-major, 'N'/'T'), OpenMP runtime: omp_set_num_threads(n)
