@@ -25,7 +25,7 @@ def load(path):
         if len(parts) < 6 or parts[0] != "gemm" or "GFLOP" not in b:
             continue
         threads = int(parts[5].lstrip("t"))
-        out[threads].setdefault(tuple(parts[1:4]), {})[parts[4]] = b["GFLOP"] / 1e9
+        out[threads].setdefault(tuple(parts[1:4]), {})[parts[4]] = b["GFLOP"]  # GFLOP/s
     return out, d.get("context", {})
 
 
@@ -37,9 +37,9 @@ def geomean(xs):
 def report(rows_by_threads, context):
     libs = [l for l in LIBS if any(l in v for rows in rows_by_threads.values()
                                    for v in rows.values())]
-    out = ["Machine: %s, %s CPUs; libraries: %s." % (
-        context.get("host_name", "?"), context.get("num_cpus", "?"),
-        context.get("libraries", " ".join(libs)))]
+    out = ["From the run's context: %s CPUs; %s." % (context.get("num_cpus", "?"), "; ".join(
+        "%s %s" % (k, context[k]) for k in ("openblas", "blis", "onednn", "libxsmm")
+        if k in context))]
     for threads, rows in sorted(rows_by_threads.items()):
         out += ["", "#### %d thread%s (GFLOP/s)" % (threads, "" if threads == 1 else "s"), "",
                 "| set | product | M x N x K | " + " | ".join(libs) + " |",

@@ -192,7 +192,7 @@ def generation_summary(gen):
 def markdown(info, results, contenders, commands, gen=(), gen_commands=(), gen_tokens=0):
     m = info["machine"]
     tv = info["torch"]["version"] or "unknown"
-    lines = ["### Training against PyTorch %s (%s)" %
+    lines = ["## Training against PyTorch %s (%s)" %
              (tv, ", ".join(CONTENDER_NAMES[c] for c in contenders) or "attn only"), ""]
     lines.append(
         "Measured %s on %s (%s CPU(s)%s), PyTorch %s (%s, BLAS: %s), attn at git %s; load "
