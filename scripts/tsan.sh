@@ -33,7 +33,8 @@ t0=$SECONDS
 # build does not run the sanitized binary to list its tests (ctest would, when asked).
 if ! {
   CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=None -DATTN_MPI=OFF \
-    -DATTN_ONEDNN=OFF -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_EXAMPLES=OFF -DATTN_INSTALL=OFF \
+    -DATTN_ONEDNN=OFF -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_EXAMPLES=OFF \
+    -DATTN_INSTALL=OFF \
     -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST \
     -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" &&
     cmake --build "$build" -j"$jobs" --target attn_tests

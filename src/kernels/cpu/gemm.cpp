@@ -19,11 +19,30 @@ namespace {
 // Below this many multiply-adds one thread is faster than waking another.
 constexpr int64_t kParallelMacs = int64_t(1) << 20;
 
-// One single-threaded product. oneDNN threads a call by itself unless it runs inside an active
-// parallel region, so outside one the calling thread's OpenMP count is held at 1 meanwhile.
+// C (1, N) = alpha * x op(B) + beta * C, x the one row of op(A) with stride incx: a matrix-vector
+// product (sgemv), which reads B once as it streams; OpenBLAS 0.3.21's sgemm would first pack all
+// of B for a single row (2-6x slower for one token's projections).
+void row_times(bool tb, int64_t N, int64_t K, float alpha, const float* x, int64_t incx,
+               const float* B, int64_t ldb, float beta, float* C) {
+  if (beta == 0.0f) std::fill(C, C + N, 0.0f);  // C may hold garbage (NaN * 0)
+  if (tb)                                       // B (N, K): y = B x
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, int(N), int(K), alpha, B, int(ldb), x, int(incx), beta,
+                C, 1);
+  else  // B (K, N): y = B^T x
+    cblas_sgemv(CblasRowMajor, CblasTrans, int(K), int(N), alpha, B, int(ldb), x, int(incx), beta,
+                C, 1);
+}
+
+// One single-threaded product (a whole one, or a block of rows or columns of one): one row as a
+// matrix-vector product, else sgemm. oneDNN threads a call by itself unless it runs inside an
+// active parallel region, so outside one the calling thread's OpenMP count is held at 1 meanwhile.
 void call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
+  if (M == 1 && K > 0) {  // a decoding step
+    row_times(tb, N, K, alpha, A, ta ? lda : 1, B, ldb, beta, C);
+    return;
+  }
 #ifdef ATTN_HAVE_ONEDNN
   const bool outside = !omp_in_parallel();
   const int before = outside ? omp_get_max_threads() : 1;
@@ -37,21 +56,6 @@ void call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
               int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
-// C (1, N) = alpha * x op(B) + beta * C for columns [n0, n1), x the one row of op(A) with stride
-// incx: a matrix-vector product (sgemv), which reads B once as it streams; OpenBLAS 0.3.21's sgemm
-// would first pack all of B for a single row (2-6x slower for one token's projections).
-void row_times(bool tb, int64_t n0, int64_t n1, int64_t K, float alpha, const float* x,
-               int64_t incx, const float* B, int64_t ldb, float beta, float* C) {
-  if (n1 <= n0) return;
-  if (beta == 0.0f) std::fill(C + n0, C + n1, 0.0f);  // C may hold garbage (NaN * 0)
-  if (tb)                                             // B (N, K): y = B[n0:n1] x
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n1 - n0), int(K), alpha, B + n0 * ldb, int(ldb), x,
-                int(incx), beta, C + n0, 1);
-  else  // B (K, N): y = B[:, n0:n1]^T x
-    cblas_sgemv(CblasRowMajor, CblasTrans, int(K), int(n1 - n0), alpha, B + n0, int(ldb), x,
-                int(incx), beta, C + n0, 1);
-}
-
 }  // namespace
 
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -59,27 +63,12 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
   if (M <= 0 || N <= 0) return;
   BlasSingleThread single;
   const int nt = omp_in_parallel() ? 1 : num_threads();
-  if (M == 1 && K > 0) {  // one row (a decoding step): matrix-vector products, split by columns
-    const int64_t incx = ta ? lda : 1;
-    const int64_t units = (N + 15) / 16;
-    const int pieces = N * K < kParallelMacs ? 1 : int(std::min<int64_t>(nt, units));
-    if (pieces <= 1) {
-      row_times(tb, 0, N, K, alpha, A, incx, B, ldb, beta, C);
-      return;
-    }
-#pragma omp parallel num_threads(pieces)
-    {
-      const int t = omp_get_thread_num(), n = omp_get_num_threads();
-      row_times(tb, std::min(N, units * t / n * 16), std::min(N, units * (t + 1) / n * 16), K,
-                alpha, A, incx, B, ldb, beta, C);
-    }
-    return;
-  }
   if (nt <= 1 || M * N * K < kParallelMacs) {
     call(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  // Blocks of 16 rows (or columns) keep every piece on whole micro-kernel tiles.
+  // Blocks of 16 rows (or columns) keep every piece on whole micro-kernel tiles. One row is split
+  // by columns: each piece a matrix-vector product (call).
   const bool by_rows = M >= N;
   const int64_t extent = by_rows ? M : N;
   const int64_t units = (extent + 15) / 16;
