@@ -53,6 +53,15 @@ class AllocationError : public Error {
   explicit AllocationError(const std::string& what) : Error(what) {}
 };
 
+// A device that cannot be used or tensors on different devices: "[zeros] CUDA is not available:
+// attn was built without the CUDA backend", "[matmul] expected all tensors on the same device,
+// got cuda:0 and cpu", a CUDA runtime error ("[to] CUDA error: out of memory ..."). Python sees
+// RuntimeError, as PyTorch raises for these.
+class DeviceError : public Error {
+ public:
+  explicit DeviceError(const std::string& what) : Error(what) {}
+};
+
 // "1.2 TB", "512 bytes": a byte count for messages (decimal units, as PyTorch and df print them).
 std::string bytes_str(double bytes);
 

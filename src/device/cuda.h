@@ -1,0 +1,27 @@
+// The CUDA runtime as the rest of attn sees it: device memory, copies and streams behind plain C++
+// signatures, so that only src/device/cuda_runtime.cpp and the kernels (src/kernels/cuda) include
+// CUDA's headers. Built without CUDA (src/device/cuda_none.cpp) every function throws
+// attn::DeviceError, which callers never reach: a CUDA tensor cannot be created then.
+//
+// Errors: every CUDA call's status is checked; a failure throws attn::DeviceError naming `fn` (the
+// public function that asked) and CUDA's own message, out of memory as attn::AllocationError with
+// the bytes asked.
+#pragma once
+
+#include <attn/device.h>
+
+#include <cstddef>
+
+namespace attn::cuda_rt {
+
+// Device memory on GPU `index` (a concrete index, see resolve_device). malloc(0) is nullptr.
+void* malloc(std::size_t nbytes, int index, const char* fn);
+// Frees what malloc returned; never throws (errors at process exit are ignored).
+void free(void* ptr, int index) noexcept;
+// Copies nbytes; the direction is given by which side is a GPU (-1 for host memory). The copy is
+// complete when the call returns (host memory is pageable).
+void memcpy(void* dst, int dst_index, const void* src, int src_index, std::size_t nbytes,
+            const char* fn);
+void memset_zero(void* ptr, int index, std::size_t nbytes, const char* fn);
+
+}  // namespace attn::cuda_rt
