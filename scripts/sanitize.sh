@@ -41,7 +41,7 @@ build_failed() {
 
 # oneDNN off: Debian's libdnnl links libgomp, clang's -fopenmp uses libomp, and one process
 # would hold both runtimes; the products then go through OpenBLAS's sgemm.
-if ! CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=None -DATTN_ONEDNN=OFF \
+if ! CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=None -DATTN_ONEDNN=OFF -DATTN_CUDA=OFF \
   -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_EXAMPLES=OFF -DATTN_INSTALL=OFF \
   -DATTN_BUILD_FUZZ=ON -DATTN_FUZZ_SECONDS="$fuzz_seconds" \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \

@@ -38,7 +38,7 @@ mkdir -p "$build"
 log=$build/build.log
 if ! { cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
          -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_EXAMPLES=OFF \
-         -DATTN_BUILD_BENCH=OFF -DATTN_INSTALL=OFF -DATTN_MPI=OFF -DATTN_ONEDNN=OFF &&
+         -DATTN_BUILD_BENCH=OFF -DATTN_INSTALL=OFF -DATTN_MPI=OFF -DATTN_ONEDNN=OFF -DATTN_CUDA=OFF &&
        cmake --build "$build" -j"$jobs" --target attn_tests; } >"$log" 2>&1; then
   grep -E -A3 "error:|undefined reference|CMake Error" "$log" | head -80 >&2 || tail -40 "$log" >&2
   echo "test_aarch64: cross build failed (full log: $log)" >&2

@@ -4,6 +4,7 @@
 #include <attn/attention.h>
 #include <attn/autograd.h>
 #include <attn/common.h>
+#include <attn/device.h>
 #include <attn/nn.h>
 #include <attn/ops.h>
 #include <attn/print.h>

@@ -15,13 +15,16 @@ namespace attn {
 // ---------------------------------------------------------------------------------------
 // torch.tensor: dtype inferred from the values (float32 if any float, else int64, bool if all bool)
 // unless given.
-Tensor tensor(const NestedList& data, std::optional<Dtype> dtype = std::nullopt);
+Tensor tensor(const NestedList& data, std::optional<Dtype> dtype = std::nullopt,
+              const Device& device = Device());
 // A tensor that copies `values` into the given shape.
 Tensor from_vector(const std::vector<float>& values, Shape shape);
-Tensor empty(Shape shape, Dtype dtype = Dtype::Float32);
-Tensor zeros(Shape shape, Dtype dtype = Dtype::Float32);
-Tensor ones(Shape shape, Dtype dtype = Dtype::Float32);
-Tensor full(Shape shape, Scalar value, std::optional<Dtype> dtype = std::nullopt);
+// The creation functions take the device last ("cpu" by default); the *_like ones keep t's.
+Tensor empty(Shape shape, Dtype dtype = Dtype::Float32, const Device& device = Device());
+Tensor zeros(Shape shape, Dtype dtype = Dtype::Float32, const Device& device = Device());
+Tensor ones(Shape shape, Dtype dtype = Dtype::Float32, const Device& device = Device());
+Tensor full(Shape shape, Scalar value, std::optional<Dtype> dtype = std::nullopt,
+            const Device& device = Device());
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor empty_like(const Tensor& t);

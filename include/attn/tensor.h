@@ -7,6 +7,7 @@
 #pragma once
 
 #include <attn/common.h>
+#include <attn/device.h>
 
 #include <concepts>
 #include <cstdint>
@@ -75,9 +76,15 @@ struct Storage {
   std::shared_ptr<void> owner;
   // Bumped by every in-place write (autograd's version counter, shared by all views).
   uint64_t version = 0;
+  // Where `data` lives: host memory, or a GPU's (a concrete index, never plain "cuda").
+  Device device;
   // 64-byte aligned memory, zero-initialised unless `zero` is false (kernels that write every
   // element skip the memset).
   static std::shared_ptr<Storage> allocate(std::size_t nbytes, bool zero = true);
+  // The same on `device` (resolved: "cuda" means the current GPU); `fn` names the caller in
+  // errors (no GPU, out of GPU memory).
+  static std::shared_ptr<Storage> allocate(std::size_t nbytes, const Device& device, bool zero,
+                                           const char* fn);
 };
 
 // Reserved for reverse-mode autograd (grad, grad_fn); the forward-only core keeps the hook so
@@ -120,10 +127,19 @@ class Tensor {
   Dtype dtype() const;
   bool is_floating_point() const { return dtype() == Dtype::Float32; }
   bool is_contiguous() const;
-  // Pointer to element [0, 0, ...] (storage data plus offset). T must match dtype.
+  // Where the elements live (include/attn/device.h); views share their base's device.
+  Device device() const;
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  // Pointer to element [0, 0, ...] (storage data plus offset). T must match dtype. CPU tensors
+  // only: a CUDA tensor throws attn::DeviceError (the CPU must not dereference GPU memory), which
+  // is how every operation without a CUDA implementation refuses CUDA tensors.
   template <typename T>
   T* data_ptr() const;
   void* raw_data() const;
+  // The address of element [0, 0, ...] on the tensor's own device (a GPU address for a CUDA
+  // tensor), for kernels and libraries that run there.
+  void* device_data() const;
 
   // ---- autograd (include/attn/autograd.h) ------------------------------------------------------
   bool requires_grad() const;
@@ -149,10 +165,17 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(Dtype dtype) const;  // returns *this when the dtype already matches
+  // A copy on `device` ("cpu", "cuda", "cuda:1"), or *this when it is there already; gradients
+  // flow back to this tensor's device. Throws attn::DeviceError when the device cannot be used.
+  Tensor to(const Device& device) const;
+  Tensor to(const Device& device, Dtype dtype) const;
+  Tensor cuda(int index = -1) const { return to(Device(DeviceType::CUDA, index)); }
+  Tensor cpu() const { return to(Device()); }
   Tensor float_() const { return to(Dtype::Float32); }
   Tensor long_() const { return to(Dtype::Int64); }
   Tensor bool_() const { return to(Dtype::Bool); }
-  // Copies `src` (broadcast to this shape, converted to this dtype) into this tensor's elements.
+  // Copies `src` (broadcast to this shape, converted to this dtype) into this tensor's elements;
+  // src may be on another device.
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(Scalar value);
   Tensor& zero_() { return fill_(0.0); }

@@ -104,8 +104,9 @@ def _grad_fn(self):
 
 class device:
     """torch.device: "cpu", "cuda", "cuda:1", device("cuda", 0), device(0). Any of them can be
-    named, as in torch; attn computes on the cpu only, so tensors and modules moved to another
-    device raise (AssertionError for cuda, as torch built without CUDA)."""
+    named, as in torch; attn computes on the cpu and, when built with CUDA, on NVIDIA GPUs.
+    Tensors and modules moved to another device raise (AssertionError for cuda when attn was built
+    without CUDA, as torch built without it; RuntimeError when no GPU is present)."""
 
     _types = ("cpu", "cuda", "mps", "meta", "xpu", "hpu", "xla", "vulkan", "ipu", "ort", "mkldnn",
               "opengl", "opencl", "ideep", "hip", "ve", "fpga", "lazy", "privateuseone")
@@ -165,24 +166,28 @@ def _is_device(obj):
 
 
 def _check_device(fn, dev):
-    """Nothing for the cpu; AssertionError (torch's, without CUDA) for cuda; ValueError else."""
+    """The device as attn.device (None stays None): cpu, or cuda when attn was built with it
+    (AssertionError, torch's without CUDA, otherwise); ValueError for any other type."""
     if dev is None:
-        return
-    d = dev if isinstance(dev, device) else device(str(dev))
+        return None
+    d = dev if isinstance(dev, device) else device(dev if isinstance(dev, int) else str(dev))
     if d.type == "cpu":
-        return
+        return d
     if d.type == "cuda":
-        raise cuda._no_cuda(fn)
-    raise ValueError("[%s] only the cpu device is supported, got %s" % (fn, d))
+        if not _C._cuda_is_built():
+            raise cuda._no_cuda(fn)
+        return d
+    raise ValueError("[%s] only the cpu and cuda devices are supported, got %s" % (fn, d))
 
 
 def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
         memory_format=None):
-    """Tensor.to(dtype), .to("cpu"), .to(other), .to("cpu", dtype): a new tensor only when the
-    dtype changes (or copy=True), as in torch."""
+    """Tensor.to(dtype), .to("cuda"), .to(other), .to("cuda:0", dtype): a new tensor only when the
+    dtype or the device changes (or copy=True), as in torch."""
     args = list(args)
     if args and isinstance(args[0], Tensor):
-        dtype = args.pop(0).dtype
+        other = args.pop(0)
+        dtype, device = other.dtype, other.device
     if args and _is_device(args[0]):
         device = args.pop(0)
     if args and isinstance(args[0], (_C.dtype, _compat._UnsupportedDtype)):
@@ -190,10 +195,13 @@ def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
     if args:
         raise ValueError("[to] unexpected arguments %r (expected a dtype, a device or a tensor)"
                          % (args,))
-    _check_device("to", device)
+    device = _check_device("to", device)
     if dtype is not None and not isinstance(dtype, _C.dtype):
         raise TypeError("[to] attn computes in float32, int64 and bool, not %s" % (dtype,))
-    out = self if dtype is None or dtype == self.dtype else self._to_dtype(dtype)
+    if device is not None and device != self.device:
+        out = self._to_device(str(device), dtype)
+    else:
+        out = self if dtype is None or dtype == self.dtype else self._to_dtype(dtype)
     return out.clone() if copy and out is self else out
 
 
@@ -211,16 +219,25 @@ def _format(self, spec):
 
 
 Tensor.__format__ = _format
-Tensor.device = property(lambda self: device("cpu"))
-Tensor.cpu = lambda self: self
+Tensor.device = property(lambda self: device(self._device))
 
 
-def _tensor_cuda(self, device=None, non_blocking=False):
-    raise cuda._no_cuda("Tensor.cuda")
+def _tensor_cpu(self, memory_format=None):
+    return self if self._device == "cpu" else self._to_device("cpu")
 
 
+def _tensor_cuda(self, device=None, non_blocking=False, memory_format=None):
+    if not _C._cuda_is_built():
+        raise cuda._no_cuda("Tensor.cuda")
+    d = "cuda" if device is None else str(_check_device("Tensor.cuda", device))
+    if d == "cpu":
+        raise ValueError("[Tensor.cuda] expected a cuda device, got cpu")
+    return self._to_device(d)
+
+
+Tensor.cpu = _tensor_cpu
 Tensor.cuda = _tensor_cuda
-Tensor.is_cuda = property(lambda self: False)
+Tensor.is_cuda = property(lambda self: self._device != "cpu")
 # pin_memory: page-locked memory only matters for copies to a GPU, so the tensor itself.
 Tensor.pin_memory = lambda self, device=None: self
 Tensor.is_pinned = lambda self, device=None: False

@@ -31,7 +31,7 @@ auto without_gil(F&& f) {
 void register_tensor(py::module_& m);      // attn.dtype, attn.Tensor (tensor.cpp)
 void register_random(py::module_& m);      // attn.Generator, seeds, rand / randn / randint
 void register_ops(py::module_& m);         // attn.tensor, zeros, ..., softmax, matmul, where, cat
-void register_ops_select(py::module_& m);        // multinomial, topk, sort, clamp, gather, split, ...
+void register_ops_select(py::module_& m);  // multinomial, topk, sort, clamp, gather, split, ...
 void register_functional(py::module_& m);  // attn.nn.functional (_C.functional)
 void register_nn(py::module_& m);          // attn.nn.init and the C++ modules (_C.init, _C.modules)
 void register_optim(py::module_& m);       // attn.optim (_C.optim)

@@ -226,6 +226,7 @@ Shape FactoryKwargs::shape(const py::args& a, const char* fn, bool float32_only)
 }
 
 Tensor FactoryKwargs::finish(Tensor t) const {
+  if (device) t = t.to(*device);
   if (requires_grad) t.requires_grad_(true);
   return t;
 }
@@ -245,7 +246,7 @@ FactoryKwargs factory_kwargs(const py::kwargs& k, const char* fn, bool random,
       f.dtype = to_dtype(v);
     } else if (key == "device") {
       const std::string dev = v.is_none() ? "cpu" : std::string(py::str(v));
-      if (dev.rfind("cuda", 0) == 0) {
+      if (dev.rfind("cuda", 0) == 0 && !cuda::is_built()) {
         // What torch built without CUDA raises (torch.cuda._lazy_init's AssertionError).
         const std::string what = std::string("[") + fn +
                                  "] attn was built without CUDA (Torch not compiled with CUDA "
@@ -256,8 +257,11 @@ FactoryKwargs factory_kwargs(const py::kwargs& k, const char* fn, bool random,
         PyErr_SetString(cls.ptr(), what.c_str());
         throw py::error_already_set();
       }
-      if (dev != "cpu" && dev != "cpu:0")
-        throw Error(std::string("[") + fn + "] only the cpu device is supported, got " + dev);
+      if (dev != "cpu" && dev != "cpu:0" && dev.rfind("cuda", 0) != 0)
+        throw Error(std::string("[") + fn + "] only the cpu and cuda devices are supported, got " +
+                    dev);
+      // A bad index ("cuda:9") or no GPU: DeviceError (RuntimeError) from resolve_device.
+      f.device = resolve_device(Device(dev), fn);
     } else if (key == "pin_memory") {
       // Page-locked memory only matters for copies to a GPU: accepted and ignored.
     } else if (key == "layout") {

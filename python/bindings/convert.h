@@ -58,13 +58,14 @@ Tensor make_tensor(const py::object& data, const py::object& dtype, bool require
 struct FactoryKwargs {
   py::kwargs size;  // {"size": ...} when given by keyword
   std::optional<Dtype> dtype;
+  std::optional<Device> device;  // device=: the tensor is made on the CPU and moved there
   bool requires_grad = false;
   Generator* generator = nullptr;
 
   // The size given positionally (a) or by keyword; TypeError naming fn when there is none.
   // float32_only: a dtype other than float32 is an error (rand, randn).
   Shape shape(const py::args& a, const char* fn, bool float32_only = false) const;
-  // t, made to require grad when requires_grad=True was given.
+  // t, moved to device= and made to require grad when requires_grad=True was given.
   Tensor finish(Tensor t) const;
 };
 

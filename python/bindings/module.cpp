@@ -18,6 +18,7 @@ PYBIND11_MODULE(_C, m) {
   py::register_exception<attn::Error>(m, "AttnError", PyExc_ValueError);
   py::register_exception<attn::IndexError>(m, "AttnIndexError", PyExc_IndexError);
   py::register_exception<attn::AllocationError>(m, "AllocationError", PyExc_RuntimeError);
+  py::register_exception<attn::DeviceError>(m, "DeviceError", PyExc_RuntimeError);
 
   // In dependency order: a signature names the Python class of a type registered before it.
   attn::python::register_tensor(m);

@@ -44,19 +44,20 @@ void register_ops(py::module_& m) {
       "tensor",
       [](const py::object& data, py::kwargs k) {
         FactoryKwargs f = factory_kwargs(k, "tensor", false);
-        return make_tensor(data, f.dtype ? py::cast(*f.dtype) : py::none(), f.requires_grad);
+        return f.finish(make_tensor(data, f.dtype ? py::cast(*f.dtype) : py::none(), false));
       },
       py::arg("data"));
   m.def("from_numpy", [](py::array a) { return from_numpy(a); });
   auto shaped = [&m](const char* name, auto fn) {
     m.def(name, [fn, name](py::args a, py::kwargs k) {
       FactoryKwargs f = factory_kwargs(k, name, false);
-      return f.finish(fn(f.shape(a, name), f.dtype.value_or(Dtype::Float32)));
+      return f.finish(
+          fn(f.shape(a, name), f.dtype.value_or(Dtype::Float32), f.device.value_or(Device())));
     });
   };
-  shaped("zeros", [](Shape s, Dtype d) { return zeros(s, d); });
-  shaped("ones", [](Shape s, Dtype d) { return ones(s, d); });
-  shaped("empty", [](Shape s, Dtype d) { return empty(s, d); });
+  shaped("zeros", [](Shape s, Dtype d, const Device& dev) { return zeros(s, d, dev); });
+  shaped("ones", [](Shape s, Dtype d, const Device& dev) { return ones(s, d, dev); });
+  shaped("empty", [](Shape s, Dtype d, const Device& dev) { return empty(s, d, dev); });
   m.def(
       "full",
       [](const py::object& size, const py::object& v, py::kwargs k) {

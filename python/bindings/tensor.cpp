@@ -154,6 +154,15 @@ void register_tensor(py::module_& m) {
       .def_property_readonly("is_floating_point", [](Dtype d) { return d == Dtype::Float32; })
       .def_property_readonly("itemsize", [](Dtype d) { return itemsize(d); });
 
+  // attn.cuda's queries (python/attn/cuda/__init__.py); include/attn/device.h.
+  m.def("_cuda_is_built", &cuda::is_built);
+  m.def("_cuda_is_available", &cuda::is_available);
+  m.def("_cuda_device_count", &cuda::device_count);
+  m.def("_cuda_current_device", &cuda::current_device);
+  m.def("_cuda_set_device", &cuda::set_device, py::arg("device"));
+  m.def("_cuda_synchronize", &cuda::synchronize, py::arg("device") = -1, release());
+  m.def("_cuda_get_device_name", &cuda::get_device_name, py::arg("device") = -1);
+
   py::class_<Tensor> T(m, "Tensor", py::dynamic_attr());
   // torch.Tensor(data): a float32 copy of a list or array (a tensor argument is shared, detached;
   // nn.Parameter relies on that).
@@ -256,6 +265,14 @@ void register_tensor(py::module_& m) {
       .def("long", &Tensor::long_)
       .def("bool", &Tensor::bool_)
       .def("_to_dtype", [](const Tensor& t, Dtype d) { return t.to(d); })
+      // The device as a string ("cpu", "cuda:0"); attn.Tensor.device wraps it in attn.device.
+      .def_property_readonly("_device", [](const Tensor& t) { return t.device().str(); })
+      .def(
+          "_to_device",
+          [](const Tensor& t, const std::string& device, std::optional<Dtype> dtype) {
+            return t.to(Device(device), dtype.value_or(t.dtype()));
+          },
+          py::arg("device"), py::arg("dtype") = py::none(), release())
       .def("type", [](const Tensor& t, Dtype d) { return t.to(d); })
       .def("copy_", &Tensor::copy_, py::return_value_policy::reference_internal)
       .def(

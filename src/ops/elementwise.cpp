@@ -772,7 +772,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   const bool* pm = m.data_ptr<bool>();
   std::size_t isz = itemsize(dtype());
   const char* pv = static_cast<const char*>(v.raw_data());
-  char* base = static_cast<char*>(impl()->storage->data);
+  char* base = detail::base_ptr<char>(*this);
   int64_t i = 0;
   detail::strided_loop<1>(shape(), {&strides()}, {storage_offset()},
                           [&](const std::array<int64_t, 1>& o) {

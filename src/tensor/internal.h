@@ -29,7 +29,8 @@ int64_t shape_numel(const Shape& shape);
 // A new contiguous tensor, zero-filled unless `zero` is false (for kernels that write every
 // element). A shape whose size overflows, or memory that cannot be had, throws AllocationError
 // naming `fn` ("empty" when not given), the bytes asked and the shape.
-Tensor make_tensor(const char* fn, const Shape& shape, Dtype dtype, bool zero = true);
+Tensor make_tensor(const char* fn, const Shape& shape, Dtype dtype, bool zero = true,
+                   const Device& device = Device());
 Tensor make_tensor(const Shape& shape, Dtype dtype, bool zero = true);
 // Throws AllocationError "[fn] cannot allocate 1.2 TB (1200000000000 bytes) for <what>: out of
 // memory" (memory that is not a tensor: kernel workspaces).
@@ -84,8 +85,14 @@ bool textbook_gemm(int64_t M, int64_t N, int64_t K);
 // Strides of `t` broadcast to `shape` (0 where t's dim is 1 or missing). Assumes compatibility.
 Shape broadcast_strides(const Tensor& t, const Shape& shape);
 
+// Throws attn::DeviceError unless t is on the CPU: what every CPU kernel's pointer access goes
+// through (Tensor::data_ptr, raw_data, base_ptr), so no operation without a CUDA implementation
+// ever reads GPU memory.
+void check_cpu(const Tensor& t, const char* fn);
+
 template <typename T>
 inline T* base_ptr(const Tensor& t) {
+  if (!t.impl()->storage->device.is_cpu()) check_cpu(t, "data_ptr");
   return static_cast<T*>(t.impl()->storage->data);
 }
 

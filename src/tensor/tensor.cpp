@@ -12,6 +12,7 @@
 #include <new>
 #include <ostream>
 
+#include "../device/cuda.h"
 #include "internal.h"
 
 namespace attn {
@@ -63,6 +64,28 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
   return s;
 }
 
+std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, const Device& device_in, bool zero,
+                                           const char* fn) {
+  const Device device = resolve_device(device_in, fn);
+  if (device.is_cpu()) return allocate(nbytes, zero);
+  const int index = device.index();
+  void* p = cuda_rt::malloc(nbytes, index, fn);
+  std::shared_ptr<void> owner;
+  try {
+    owner = std::shared_ptr<void>(p, [index](void* q) { cuda_rt::free(q, index); });
+  } catch (const std::bad_alloc&) {
+    cuda_rt::free(p, index);
+    throw AllocationError("[Storage] cannot allocate the bookkeeping of a GPU storage");
+  }
+  auto s = std::make_shared<Storage>();
+  s->owner = std::move(owner);
+  if (zero) cuda_rt::memset_zero(p, index, nbytes, fn);
+  s->data = p;
+  s->nbytes = nbytes;
+  s->device = device;
+  return s;
+}
+
 namespace detail {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* fn) {
@@ -101,7 +124,8 @@ int64_t shape_numel(const Shape& shape) {
                             shape_str(shape), " ", dtype_name(dtype).substr(6), " tensor: ", why));
 }
 
-Tensor make_tensor(const char* fn, const Shape& shape, Dtype dtype, bool zero) {
+Tensor make_tensor(const char* fn, const Shape& shape, Dtype dtype, bool zero,
+                   const Device& device) {
   for (auto s : shape)
     if (s < 0) fail(fn, "negative dimension in shape ", shape_str(shape));
   int64_t numel = 1;
@@ -121,8 +145,11 @@ Tensor make_tensor(const char* fn, const Shape& shape, Dtype dtype, bool zero) {
     fail_allocation(fn, shape, dtype, asked, "more memory than any machine has");
   auto impl = std::make_shared<TensorImpl>();
   try {
-    impl->storage = Storage::allocate(std::size_t(bytes), zero);
-  } catch (const AllocationError&) {
+    impl->storage = device.is_cpu() ? Storage::allocate(std::size_t(bytes), zero)
+                                    : Storage::allocate(std::size_t(bytes), device, zero, fn);
+  } catch (const AllocationError& e) {
+    if (device.is_cuda()) throw;  // the CUDA message names the GPU and its free memory
+    (void)e;
     fail_allocation(fn, shape, dtype, asked, "out of memory");
   }
   impl->sizes = shape;
@@ -133,6 +160,14 @@ Tensor make_tensor(const char* fn, const Shape& shape, Dtype dtype, bool zero) {
 
 Tensor make_tensor(const Shape& shape, Dtype dtype, bool zero) {
   return make_tensor("empty", shape, dtype, zero);
+}
+
+void check_cpu(const Tensor& t, const char* fn) {
+  const Device d = t.impl()->storage->device;
+  if (d.is_cpu()) return;
+  throw DeviceError(msg(fn, "expected a tensor on the CPU, got one on ", d.str(),
+                        ": this operation has no CUDA implementation (move the tensor with "
+                        ".cpu() first)"));
 }
 
 void fail_workspace(const char* fn, double bytes, const std::string& what) {
@@ -213,9 +248,16 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
-void* Tensor::raw_data() const {
+Device Tensor::device() const { return checked().storage->device; }
+
+void* Tensor::device_data() const {
   const auto& im = checked();
   return static_cast<char*>(im.storage->data) + im.offset * int64_t(itemsize(im.dtype));
+}
+
+void* Tensor::raw_data() const {
+  detail::check_cpu(*this, "data_ptr");
+  return device_data();
 }
 
 template <typename T>
@@ -291,6 +333,68 @@ void convert_from(const Tensor& dst, const Tensor& src) {
 
 bool overlaps(const Tensor& a, const Tensor& b) { return a.impl()->storage == b.impl()->storage; }
 
+// ---- copies between devices ---------------------------------------------------------------------
+// The elements [lo, hi) of its storage that a tensor's view can reach (empty for no elements).
+std::pair<int64_t, int64_t> element_span(const Tensor& t) {
+  if (t.numel() == 0) return {t.storage_offset(), t.storage_offset()};
+  int64_t lo = t.storage_offset(), hi = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t reach = (t.shape()[d] - 1) * t.strides()[d];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi + 1};
+}
+
+// A CPU tensor with t's sizes and strides over a host copy of the span of t's (GPU) storage.
+Tensor download_span(const Tensor& t) {
+  const auto [lo, hi] = element_span(t);
+  const std::size_t isz = itemsize(t.dtype());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::allocate(std::size_t(hi - lo) * isz, /*zero=*/false);
+  impl->sizes = t.shape();
+  impl->strides = t.strides();
+  impl->offset = t.storage_offset() - lo;
+  impl->dtype = t.dtype();
+  const char* base = static_cast<const char*>(t.impl()->storage->data);
+  cuda_rt::memcpy(impl->storage->data, -1, base + lo * int64_t(isz), t.device().index(),
+                  std::size_t(hi - lo) * isz, "copy_");
+  return Tensor(impl);
+}
+
+// dst.copy_(src) where either is on a GPU: the conversion and broadcasting run on the CPU
+// (convert_from), the bytes cross by cudaMemcpy. A strided GPU destination is read back first,
+// so that the elements between its strides keep their values. Same dtype, shape and contiguity
+// on one GPU is a single device-to-device copy.
+void copy_across_devices(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
+  const std::size_t isz = itemsize(dst.dtype());
+  if (dst.is_cuda() && src.is_cuda() && dst.dtype() == src.dtype() && dst.shape() == src.shape() &&
+      dst.is_contiguous() && src.is_contiguous()) {
+    cuda_rt::memcpy(dst.device_data(), dst.device().index(), src.device_data(),
+                    src.device().index(), std::size_t(dst.numel()) * isz, "copy_");
+    return;
+  }
+  NoGradGuard no_grad;
+  const Tensor host_src = src.is_cuda() ? download_span(src) : src;
+  if (!dst.is_cuda()) {
+    Tensor(dst).copy_(host_src);
+    return;
+  }
+  if (dst.is_contiguous()) {
+    Tensor host = detail::make_tensor("copy_", dst.shape(), dst.dtype(), /*zero=*/false);
+    host.copy_(host_src);
+    cuda_rt::memcpy(dst.device_data(), dst.device().index(), host.raw_data(), -1,
+                    std::size_t(dst.numel()) * isz, "copy_");
+    return;
+  }
+  Tensor host = download_span(dst);
+  host.copy_(host_src);
+  const auto [lo, hi] = element_span(dst);
+  char* base = static_cast<char*>(dst.impl()->storage->data);
+  cuda_rt::memcpy(base + lo * int64_t(isz), dst.device().index(), host.impl()->storage->data, -1,
+                  std::size_t(hi - lo) * isz, "copy_");
+}
+
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src_in) {
@@ -309,28 +413,34 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     NoGradGuard no_grad;
     src = overlaps(*this, src_in) ? src_in.clone() : src_in;
   }
-  switch (dtype()) {
-    case Dtype::Float32: convert_from<float>(*this, src); break;
-    case Dtype::Int64: convert_from<int64_t>(*this, src); break;
-    case Dtype::Bool: convert_from<bool>(*this, src); break;
+  if (is_cuda() || src.is_cuda()) {
+    copy_across_devices(*this, src);
+  } else {
+    switch (dtype()) {
+      case Dtype::Float32: convert_from<float>(*this, src); break;
+      case Dtype::Int64: convert_from<int64_t>(*this, src); break;
+      case Dtype::Bool: convert_from<bool>(*this, src); break;
+    }
   }
   detail::bump_version(*this);
   // Only float32 tensors take part in the graph: x.long() or a copy into an int64 tensor does not.
   // The old value of self is overwritten (zero gradient); src, broadcast to self, gets the rest.
   if (dtype() == Dtype::Float32 && (src_in.requires_grad() || requires_grad())) {
     const Shape src_shape = src_in.shape();
-    detail::record_inplace(*this, "CopyBackwards", {this, &src_in},
-                           [src_shape](const Node& n, const Tensor& g) {
-                             return std::vector<Tensor>{
-                                 n.needs_input_grad(0) ? zeros(g.shape()) : Tensor(),
-                                 n.needs_input_grad(1) ? detail::sum_to(g, src_shape) : Tensor()};
-                           });
+    const Device src_device = src_in.device();
+    detail::record_inplace(
+        *this, "CopyBackwards", {this, &src_in},
+        [src_shape, src_device](const Node& n, const Tensor& g) {
+          return std::vector<Tensor>{
+              n.needs_input_grad(0) ? zeros(g.shape(), Dtype::Float32, g.device()) : Tensor(),
+              n.needs_input_grad(1) ? detail::sum_to(g, src_shape).to(src_device) : Tensor()};
+        });
   }
   return *this;
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = detail::make_tensor("clone", shape(), dtype());
+  Tensor out = detail::make_tensor("clone", shape(), dtype(), /*zero=*/true, device());
   {
     NoGradGuard no_grad;
     out.copy_(*this);
@@ -346,8 +456,19 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::to(Dtype dt) const {
   if (dt == dtype()) return *this;
-  Tensor out = detail::make_tensor("to", shape(), dt);
+  Tensor out = detail::make_tensor("to", shape(), dt, /*zero=*/true, device());
   out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(const Device& device) const { return to(device, dtype()); }
+
+Tensor Tensor::to(const Device& device_in, Dtype dt) const {
+  checked();
+  const Device dev = resolve_device(device_in, "to");
+  if (dev == device()) return to(dt);
+  Tensor out = detail::make_tensor("to", shape(), dt, /*zero=*/false, dev);
+  out.copy_(*this);  // records the gradient's way back to this device
   return out;
 }
 
@@ -357,7 +478,7 @@ template <typename T>
 T Tensor::item() const {
   if (numel() != 1)
     fail("item", "a Tensor with ", numel(), " elements cannot be converted to a scalar");
-  Tensor c = contiguous();
+  Tensor c = cpu().contiguous();
   switch (dtype()) {
     case Dtype::Float32: return T(*static_cast<float*>(c.raw_data()));
     case Dtype::Int64: return T(*static_cast<int64_t*>(c.raw_data()));
@@ -372,7 +493,7 @@ template bool Tensor::item<bool>() const;
 double Tensor::item_double() const { return item<double>(); }
 
 std::vector<float> Tensor::to_float_vector() const {
-  Tensor c = to(Dtype::Float32).contiguous();
+  Tensor c = cpu().to(Dtype::Float32).contiguous();
   const float* p = c.data_ptr<float>();
   return std::vector<float>(p, p + c.numel());
 }
@@ -804,8 +925,8 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
 template <typename T>
 void move_1d(const Tensor& dst, const Tensor& src, const int64_t* ip, int64_t n, int64_t size,
              bool put) {
-  T* pd = static_cast<T*>(dst.impl()->storage->data) + dst.storage_offset();
-  const T* ps = static_cast<const T*>(src.impl()->storage->data) + src.storage_offset();
+  T* pd = detail::base_ptr<T>(dst) + dst.storage_offset();
+  const T* ps = detail::base_ptr<const T>(src) + src.storage_offset();
   const int64_t sd = dst.strides()[0], ss = src.strides()[0];
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = ip[i] < 0 ? ip[i] + size : ip[i];
@@ -954,8 +1075,13 @@ Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar value
 
 std::string Tensor::repr() const {
   if (!defined()) return "tensor(undefined)";
-  Tensor c = contiguous();
+  Tensor c;
+  {
+    NoGradGuard no_grad;
+    c = cpu().contiguous();
+  }
   std::vector<std::string> suffixes;
+  if (is_cuda()) suffixes.push_back("device='" + device().str() + "'");
   if (auto fn = grad_fn(*this))
     suffixes.push_back("grad_fn=<" + fn->name + ">");
   else if (requires_grad())
@@ -1012,7 +1138,11 @@ void nested_fill(const NestedList& l, T*& out) {
 
 }  // namespace
 
-Tensor tensor(const NestedList& data, std::optional<Dtype> dtype) {
+Tensor tensor(const NestedList& data, std::optional<Dtype> dtype, const Device& device) {
+  if (!device.is_cpu()) {
+    const Device dev = resolve_device(device, "tensor");
+    return tensor(data, dtype).to(dev);
+  }
   Shape shape;
   bool any_float = false, all_bool = true;
   // First pass fixes the shape from the first path; a leaf at the top is a 0-dim tensor.
@@ -1067,34 +1197,39 @@ void check_shape(const Shape& s, const char* fn) {
 }
 }  // namespace
 
-Tensor empty(Shape shape, Dtype dtype) {
+Tensor empty(Shape shape, Dtype dtype, const Device& device) {
   check_shape(shape, "empty");
-  return detail::make_tensor("empty", shape, dtype);
+  return detail::make_tensor("empty", shape, dtype, /*zero=*/true, device);
 }
-Tensor zeros(Shape shape, Dtype dtype) {
+Tensor zeros(Shape shape, Dtype dtype, const Device& device) {
   check_shape(shape, "zeros");
-  return detail::make_tensor("zeros", shape, dtype);
+  return detail::make_tensor("zeros", shape, dtype, /*zero=*/true, device);
 }
 namespace {
-Tensor full_named(const char* fn, const Shape& shape, Scalar value, std::optional<Dtype> dtype) {
+Tensor full_named(const char* fn, const Shape& shape, Scalar value, std::optional<Dtype> dtype,
+                  const Device& device) {
   check_shape(shape, fn);
   Dtype dt = dtype.value_or(value.kind() == Scalar::Kind::Float  ? Dtype::Float32
                             : value.kind() == Scalar::Kind::Bool ? Dtype::Bool
                                                                  : Dtype::Int64);
-  Tensor out = detail::make_tensor(fn, shape, dt);
+  Tensor out = detail::make_tensor(fn, shape, dt, /*zero=*/!device.is_cpu(), device);
   out.fill_(value);
   return out;
 }
 }  // namespace
 
-Tensor ones(Shape shape, Dtype dtype) { return full_named("ones", shape, 1, dtype); }
-Tensor full(Shape shape, Scalar value, std::optional<Dtype> dtype) {
-  return full_named("full", shape, value, dtype);
+Tensor ones(Shape shape, Dtype dtype, const Device& device) {
+  return full_named("ones", shape, 1, dtype, device);
 }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
-Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype()); }
-Tensor full_like(const Tensor& t, Scalar value) { return full(t.shape(), value, t.dtype()); }
+Tensor full(Shape shape, Scalar value, std::optional<Dtype> dtype, const Device& device) {
+  return full_named("full", shape, value, dtype, device);
+}
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype(), t.device()); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
+Tensor full_like(const Tensor& t, Scalar value) {
+  return full(t.shape(), value, t.dtype(), t.device());
+}
 
 Tensor arange(Scalar end) { return arange(0, end, 1); }
 Tensor arange(Scalar start, Scalar end, Scalar step) {

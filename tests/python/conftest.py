@@ -37,6 +37,19 @@ def _reset_global_state():
 
 # ---- helpers shared by the test files (imported as `from conftest import ...`) -------------------
 
+def raises_no_gpu(fn_name=None):
+    """What using a GPU raises where there is none: torch's AssertionError ("Torch not compiled
+    with CUDA enabled") when attn was built without CUDA, RuntimeError (attn::DeviceError) when it
+    was built with CUDA but runs without a GPU or a driver. fn_name, when given, must open the
+    message ("[zeros] ...")."""
+    import attn
+    head = r"^\[%s\]" % fn_name if fn_name else ""
+    if not attn.cuda._built():
+        return pytest.raises(AssertionError, match=head + r".*not compiled with CUDA")
+    assert not attn.cuda.is_available(), "a GPU is present: this test expects none"
+    return pytest.raises(RuntimeError, match=head + r".*(CUDA is not available|run on the cpu)")
+
+
 def to_attn(t):
     """A torch tensor as an attn tensor holding the same values (a copy; float64 -> float32)."""
     import attn

@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 
 import attn  # noqa: E402
 import attn.nn.functional as AF  # noqa: E402
-from conftest import assert_same_bits, to_np  # noqa: E402
+from conftest import assert_same_bits, raises_no_gpu, to_np  # noqa: E402
 
 F32_EPS = 2.0 ** -23
 SIZES = [1, 7, 63, 65, 129]
@@ -889,7 +889,7 @@ def test_zeros_ones_empty(fn):
     assert attn.empty_like(like_o).dtype is attn.int64
     with pytest.raises(TypeError):
         attn.zeros(3, foo=1)
-    with pytest.raises(ValueError, match=r"^\[zeros\]"):
+    with raises_no_gpu("zeros"):
         attn.zeros(3, device="cuda")
     with pytest.raises(ValueError, match=r"^\[zeros\]"):
         attn.zeros(-1)
@@ -946,7 +946,7 @@ def test_dtype_promotion():
     assert_same_bits(i.to(f), ti.to(tf))
     with pytest.raises(ValueError, match=r"^\[sub\]"):
         b - b
-    with pytest.raises(ValueError, match=r"^\[to\]"):
+    with raises_no_gpu():
         f.to("cuda")
 
 

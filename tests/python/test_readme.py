@@ -373,6 +373,12 @@ def link_flags(bdir):
     dnnl = cmake_cache(bdir, "dnnl_DIR")
     if dnnl and not dnnl.endswith("NOTFOUND") and cmake_cache(bdir, "ATTN_ONEDNN") != "OFF":
         libs.append("-ldnnl")
+    # The CUDA backend (CMake ATTN_CUDA) links cudart and cuBLAS, found by FindCUDAToolkit.
+    if cmake_cache(bdir, "ATTN_CUDA") != "OFF":
+        for var in ("CUDA_cublas_LIBRARY", "CUDA_CUDART"):
+            path = cmake_cache(bdir, var)
+            if path and not path.endswith("NOTFOUND"):
+                libs.append(path)
     return ["-fopenmp", "-pthread"] + libs
 
 

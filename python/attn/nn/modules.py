@@ -26,8 +26,14 @@ def _foreign_to_numpy(value):
 
 
 def _no_cuda_error(fn):
-    from ..cuda import _no_cuda
-    return _no_cuda(fn)
+    """Without CUDA: torch's AssertionError. With it: modules cannot move yet, since the ops of
+    their forward passes (linear, layer norm, ...) run on the cpu only; tensors can."""
+    from ..cuda import _no_cuda, _built
+    if not _built():
+        return _no_cuda(fn)
+    return RuntimeError("[{}] attn's modules run on the cpu only: the CUDA backend has the fused "
+                        "attention kernels and tensor copies, not yet the other ops of a "
+                        "module's forward pass".format(fn))
 
 
 class _C_no_grad:

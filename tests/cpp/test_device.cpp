@@ -1,0 +1,130 @@
+// attn::Device and the device of a tensor (include/attn/device.h), on any machine: names as
+// torch.device spells them, what happens without a GPU, and the guard that keeps every CPU kernel
+// away from GPU memory. The GPU side (copies, kernels) is tested in tests/cuda (ctest label cuda).
+#include <attn/attn.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "test_util.h"
+
+namespace {
+
+using attn::Device;
+using attn::DeviceType;
+using attn::Tensor;
+using attn::testing::contains;
+using attn::testing::error_of;
+
+TEST(Device, NamesAsTorchDevice) {
+  EXPECT_EQ(Device().str(), "cpu");
+  EXPECT_TRUE(Device().is_cpu());
+  EXPECT_EQ(Device("cpu").str(), "cpu");
+  EXPECT_EQ(Device("cpu:0"), Device("cpu"));
+  EXPECT_EQ(Device("cuda").str(), "cuda");
+  EXPECT_FALSE(Device("cuda").has_index());
+  EXPECT_EQ(Device("cuda:0").str(), "cuda:0");
+  EXPECT_EQ(Device("cuda:12").index(), 12);
+  EXPECT_EQ(Device(DeviceType::CUDA, 1), Device("cuda:1"));
+  EXPECT_NE(Device("cuda:0"), Device("cuda"));
+  EXPECT_NE(Device("cuda:0"), Device("cpu"));
+  EXPECT_TRUE(Device("cuda:3").is_cuda());
+}
+
+TEST(Device, BadNamesThrowNamingTheString) {
+  for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "cuda:0:1", "CPU", "", "cpu:1"}) {
+    const std::string what = error_of([&] { Device d(bad); });
+    EXPECT_TRUE(contains(what, "[device]")) << bad << ": " << what;
+  }
+  EXPECT_TRUE(contains(error_of([] { Device(DeviceType::CUDA, -2); }), "[device]"));
+}
+
+TEST(Device, TensorsAreOnTheCpuByDefault) {
+  Tensor t = attn::ones({2, 3});
+  EXPECT_TRUE(t.is_cpu());
+  EXPECT_FALSE(t.is_cuda());
+  EXPECT_EQ(t.device(), Device("cpu"));
+  EXPECT_EQ(t.transpose(0, 1).device(), Device("cpu"));  // views share the device
+  EXPECT_TRUE(t.to(Device("cpu")).is_same(t));           // no copy when already there
+  EXPECT_TRUE(t.cpu().is_same(t));
+  EXPECT_EQ(t.device_data(), t.raw_data());
+  Tensor l = t.to(Device("cpu"), attn::Dtype::Int64);
+  EXPECT_EQ(l.dtype(), attn::Dtype::Int64);
+  EXPECT_EQ(attn::zeros({2}, attn::Dtype::Float32, Device("cpu")).device(), Device("cpu"));
+  EXPECT_EQ(attn::zeros_like(t).device(), Device("cpu"));
+}
+
+TEST(Device, NoGpuIsAClearDeviceError) {
+  if (attn::cuda::is_available()) GTEST_SKIP() << "a GPU is present (tests/cuda covers it)";
+  EXPECT_EQ(attn::cuda::device_count(), 0);
+  Tensor t = attn::ones({2});
+  const auto check = [](auto&& f, const char* fn) {
+    try {
+      f();
+      ADD_FAILURE() << fn << ": expected attn::DeviceError";
+    } catch (const attn::DeviceError& e) {
+      EXPECT_TRUE(contains(e.what(), std::string("[") + fn + "]")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "CUDA is not available")) << e.what();
+    }
+  };
+  check([&] { t.cuda(); }, "to");
+  check([&] { t.to(Device("cuda:1")); }, "to");
+  check([&] { attn::zeros({2}, attn::Dtype::Float32, Device("cuda")); }, "zeros");
+  check([&] { attn::full({2}, 1.5, std::nullopt, Device("cuda")); }, "full");
+  check([&] { attn::tensor({1.0, 2.0}, std::nullopt, Device("cuda:0")); }, "tensor");
+  EXPECT_THROW(attn::cuda::synchronize(), attn::DeviceError);
+  EXPECT_THROW(attn::cuda::get_device_name(0), attn::DeviceError);
+  // The tensor is untouched and still usable.
+  EXPECT_FLOAT_EQ((t + 1).sum().item<float>(), 4.0f);
+}
+
+// A tensor whose storage claims to be on a GPU, over host memory filled with a poison value: every
+// operation must refuse it with attn::DeviceError before reading a byte (a real GPU address would
+// crash the CPU kernel instead).
+Tensor fake_gpu_tensor(const attn::Shape& shape) {
+  Tensor host = attn::full(shape, 123.0f);
+  auto impl = std::make_shared<attn::TensorImpl>(*host.impl());
+  auto storage = std::make_shared<attn::Storage>(*host.impl()->storage);
+  storage->device = Device("cuda:0");
+  impl->storage = storage;
+  impl->autograd = nullptr;
+  return Tensor(impl);
+}
+
+TEST(Device, CpuKernelsRefuseGpuTensors) {
+  Tensor g = fake_gpu_tensor({2, 4, 8});
+  Tensor c = attn::ones({2, 4, 8});
+  EXPECT_TRUE(g.is_cuda());
+  EXPECT_EQ(g.device().str(), "cuda:0");
+  EXPECT_EQ(g.transpose(0, 1).device().str(), "cuda:0");  // views need no data
+  const auto refuses = [](auto&& f, bool names_device = true) {
+    try {
+      f();
+      ADD_FAILURE() << "expected attn::DeviceError";
+    } catch (const attn::DeviceError& e) {
+      if (names_device) EXPECT_TRUE(contains(e.what(), "on cuda:0")) << e.what();
+    }
+  };
+  refuses([&] { g.data_ptr<float>(); });
+  refuses([&] { g.raw_data(); });
+  refuses([&] { g + c; });
+  refuses([&] { c + g; });
+  refuses([&] { g.sum(); });
+  refuses([&] { attn::matmul(g, c.transpose(1, 2)); });
+  refuses([&] { attn::softmax(g, -1); });
+  refuses([&] { attn::scaled_dot_product_attention(g, c, c); });
+  refuses([&] { attn::scaled_dot_product_attention(c, c, g); });
+  refuses([&] { g.exp(); });
+  if (!attn::cuda::is_available()) {
+    // Copies go through the CUDA runtime, which has no GPU here.
+    refuses([&] { g.clone(); }, false);
+    refuses([&] { c.clone().copy_(g); }, false);
+    refuses([&] { fake_gpu_tensor({1}).item<float>(); }, false);
+    refuses([&] { g.repr(); }, false);
+  }
+  // The CPU operand was not written.
+  EXPECT_FLOAT_EQ(c.sum().item<float>(), 64.0f);
+}
+
+}  // namespace
