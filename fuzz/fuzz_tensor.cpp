@@ -4,8 +4,9 @@
 // and, for int64, every float leaf fits; the result has the shape, dtype and values in row-major
 // order that the tree gives.
 //
-// Input grammar: byte 0 chooses the dtype (bits 0-1: inferred, float32, int64, bool) and whether
-// the root is a single number (bit 2). Each following byte is one token (its low 3 bits):
+// Input grammar: byte 0 chooses the dtype (bits 0-1: inferred, float32, int64, bool; with bit 3
+// set, float32 becomes bfloat16 and with bit 4 float16) and whether the root is a single number
+// (bit 2). Each following byte is one token (its low 3 bits):
 //   0, 1  open a list          2  close the innermost list
 //   3     small int (next byte, signed)     4  int64 (next 8 bytes)
 //   5     double (next 8 bytes: any bits, NaN and inf included)
@@ -125,7 +126,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const uint8_t head = in.byte();
   std::optional<attn::Dtype> dtype;
   switch (head & 3) {
-    case 1: dtype = attn::Dtype::Float32; break;
+    case 1:
+      dtype = (head & 8)    ? attn::Dtype::BFloat16
+              : (head & 16) ? attn::Dtype::Float16
+                            : attn::Dtype::Float32;
+      break;
     case 2: dtype = attn::Dtype::Int64; break;
     case 3: dtype = attn::Dtype::Bool; break;
     default: break;
@@ -176,6 +181,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
         break;
       }
       case attn::Dtype::Bool: FUZZ_CHECK(t.data_ptr<bool>()[k] == (d != 0.0)); break;
+      // Through float, as torch.tensor(..., dtype=torch.bfloat16) rounds a Python number.
+      case attn::Dtype::BFloat16:
+        FUZZ_CHECK(t.data_ptr<attn::BFloat16>()[k].bits == attn::BFloat16(float(d)).bits);
+        break;
+      case attn::Dtype::Float16:
+        FUZZ_CHECK(t.data_ptr<attn::Half>()[k].bits == attn::Half(float(d)).bits);
+        break;
     }
   }
   return 0;

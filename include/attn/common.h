@@ -9,7 +9,12 @@
 namespace attn {
 
 // Element types. Float32 for values, Int64 for indices, Bool for masks (stored one byte each).
-enum class Dtype { Float32, Int64, Bool };
+// BFloat16 and Float16 (IEEE binary16) are 2-byte floats for storage and conversion (attn/half.h):
+// tensors of them are created, converted with to(), copied, viewed, indexed, compared, printed
+// and saved; elementwise arithmetic on them runs in float32 and rounds each result to their dtype
+// (as PyTorch's CPU kernels do), and every other op (matmul, reductions, nn, ...) refuses them
+// with an attn::Error that says to call .float() first.
+enum class Dtype { Float32, Int64, Bool, BFloat16, Float16 };
 
 // Size in bytes of one element of `dtype`.
 inline std::size_t itemsize(Dtype dtype) {
@@ -17,11 +22,24 @@ inline std::size_t itemsize(Dtype dtype) {
     case Dtype::Float32: return 4;
     case Dtype::Int64: return 8;
     case Dtype::Bool: return 1;
+    case Dtype::BFloat16:
+    case Dtype::Float16: return 2;
   }
   return 0;
 }
 
-// PyTorch's name for a dtype: "torch.float32", "torch.int64", "torch.bool".
+// float32, bfloat16 or float16 (torch's dtype.is_floating_point).
+inline bool is_floating_point(Dtype dtype) {
+  return dtype == Dtype::Float32 || dtype == Dtype::BFloat16 || dtype == Dtype::Float16;
+}
+
+// bfloat16 or float16: the dtypes attn stores and converts but computes in only through float32.
+inline bool is_reduced_float(Dtype dtype) {
+  return dtype == Dtype::BFloat16 || dtype == Dtype::Float16;
+}
+
+// PyTorch's name for a dtype: "torch.float32", "torch.int64", "torch.bool", "torch.bfloat16",
+// "torch.float16".
 std::string dtype_name(Dtype dtype);
 
 using Shape = std::vector<int64_t>;

@@ -4,7 +4,8 @@
 //
 //   DIR/config.json          GPT2Config as JSON (vocab_size, n_positions, n_embd, n_layer, n_head,
 //                            n_inner, activation_function, layer_norm_epsilon, *_pdrop, ...)
-//   DIR/model.safetensors    the weights, F32, named "transformer.wte.weight",
+//   DIR/model.safetensors    the weights, F32 (F16 and BF16 are widened to float32 on loading, as
+//                            from_pretrained does by default), named "transformer.wte.weight",
 //                            "transformer.h.0.attn.c_attn.weight", ... (with or without the
 //                            "transformer." prefix); lm_head.weight is tied to wte and may be
 //                            absent
@@ -21,8 +22,8 @@
 // or reorder_and_upcast_attn true, add_cross_attention true, tie_word_embeddings false, another
 // activation, resid/embd/attn_pdrop that differ (attn has one dropout), a model_type other than
 // gpt2. Weights are checked before the model is allocated: missing and unexpected keys are listed
-// by name, a wrong shape names the key and both shapes, F16/BF16/I64 tensors name the key and
-// dtype (attn's GPT is float32: save with model.float()).
+// by name, a wrong shape names the key and both shapes, I64/BOOL tensors name the key and dtype
+// (attn's GPT is float32).
 #pragma once
 
 #include <attn/gpt.h>

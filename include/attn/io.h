@@ -3,7 +3,8 @@
 // safetensors (https://huggingface.co/docs/safetensors): an 8-byte little-endian header length N,
 // N bytes of JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
 // "__metadata__": {"key": "value", ...}}, then the raw little-endian tensor bytes. Files written
-// here load in PyTorch with safetensors.torch.load_file. Supported dtypes: F32, I64, BOOL.
+// here load in PyTorch with safetensors.torch.load_file. Supported dtypes: F32, I64, BOOL, BF16,
+// F16.
 #pragma once
 
 #include <attn/tensor.h>

@@ -36,9 +36,10 @@ void set_printoptions(std::optional<int> precision = {}, std::optional<int64_t> 
 // Full repr, e.g. "tensor([[0.2996, 0.8053],\n        [0.1234, 0.5678]])", with suffixes
 // appended the way _add_suffixes does (wrapped onto a new line past linewidth).
 // `data` points to numel contiguous row-major elements of `dtype` (float for Float32, int64_t for
-// Int64, one byte 0/1 for Bool); it may be null when numel is 0.
-// `suffixes` are extra suffixes such as "requires_grad=True" or "grad_fn=<MmBackward0>", placed
-// after the size/dtype suffixes that empty tensors get.
+// Int64, one byte 0/1 for Bool, BFloat16 and Half for the 2-byte floats); it may be null when
+// numel is 0. `suffixes` are extra suffixes such as "requires_grad=True" or
+// "grad_fn=<MmBackward0>", placed after the size/dtype suffixes (empty tensors get both; bfloat16
+// and float16 tensors always get "dtype=torch.bfloat16" / "dtype=torch.float16").
 std::string format_tensor(const Shape& shape, Dtype dtype, const void* data,
                           const std::vector<std::string>& suffixes = {});
 

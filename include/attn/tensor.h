@@ -8,6 +8,7 @@
 
 #include <attn/common.h>
 #include <attn/device.h>
+#include <attn/half.h>
 
 #include <concepts>
 #include <cstdint>
@@ -125,14 +126,15 @@ class Tensor {
   int64_t ndim() const { return dim(); }
   int64_t numel() const;
   Dtype dtype() const;
-  bool is_floating_point() const { return dtype() == Dtype::Float32; }
+  // float32, bfloat16 or float16.
+  bool is_floating_point() const { return attn::is_floating_point(dtype()); }
   bool is_contiguous() const;
   // Where the elements live (include/attn/device.h); views share their base's device.
   Device device() const;
   bool is_cuda() const { return device().is_cuda(); }
   bool is_cpu() const { return device().is_cpu(); }
-  // Pointer to element [0, 0, ...] (storage data plus offset). T must match dtype. CPU tensors
-  // only: a CUDA tensor throws attn::DeviceError (the CPU must not dereference GPU memory), which
+  // Pointer to element [0, 0, ...] (storage data plus offset). T must match dtype: float,
+  // int64_t, bool, BFloat16 or Half. CPU tensors only: a CUDA tensor throws attn::DeviceError (the CPU must not dereference GPU memory), which
   // is how every operation without a CUDA implementation refuses CUDA tensors.
   template <typename T>
   T* data_ptr() const;
@@ -174,16 +176,20 @@ class Tensor {
   Tensor float_() const { return to(Dtype::Float32); }
   Tensor long_() const { return to(Dtype::Int64); }
   Tensor bool_() const { return to(Dtype::Bool); }
+  Tensor bfloat16() const { return to(Dtype::BFloat16); }
+  Tensor half() const { return to(Dtype::Float16); }
   // Copies `src` (broadcast to this shape, converted to this dtype) into this tensor's elements;
   // src may be on another device.
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(Scalar value);
   Tensor& zero_() { return fill_(0.0); }
-  // The single element of a one-element tensor.
+  // The single element of a one-element tensor (T: float, double, int64_t or bool; a bfloat16 or
+  // float16 element is converted through float).
   template <typename T>
   T item() const;
   double item_double() const;
-  std::vector<float> to_float_vector() const;  // row-major copy of a float32 tensor
+  // Row-major copy of the elements as float (other dtypes are converted as to(Float32) does).
+  std::vector<float> to_float_vector() const;
 
   // ---- views (share storage) -------------------------------------------------------------------
   Tensor view(Shape shape) const;     // one -1 allowed; fails if strides do not allow a view

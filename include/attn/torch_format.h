@@ -13,11 +13,11 @@
 // None, bools, ints (64-bit), floats, strings, lists, tuples, dicts and collections.OrderedDict
 // (with their attributes, such as a state dict's _metadata), and tensors rebuilt by
 // torch._utils._rebuild_tensor_v2 / _rebuild_parameter[_with_state] from the storage classes
-// torch.FloatStorage, torch.LongStorage and torch.BoolStorage. Any other global (a class or
-// function the pickle would call) is an UnpicklingError naming it; a storage of another dtype
-// (HalfStorage, DoubleStorage, ...) is an UnsupportedError naming the entry and the dtype, never a
-// silent conversion; a corrupt or truncated archive is an ArchiveError. Nothing reads out of
-// bounds.
+// torch.FloatStorage, torch.LongStorage, torch.BoolStorage, torch.BFloat16Storage and
+// torch.HalfStorage. Any other global (a class or function the pickle would call) is an
+// UnpicklingError naming it; a storage of another dtype (DoubleStorage, IntStorage, ...) is an
+// UnsupportedError naming the entry and the dtype, never a silent conversion; a corrupt or
+// truncated archive is an ArchiveError. Nothing reads out of bounds.
 #pragma once
 
 #include <attn/tensor.h>
@@ -46,7 +46,8 @@ class ArchiveError : public Error {
  public:
   explicit ArchiveError(const std::string& what) : Error(what) {}
 };
-// Valid PyTorch content that attn cannot hold: a dtype other than float32 / int64 / bool, an
+// Valid PyTorch content that attn cannot hold: a dtype other than float32 / int64 / bool /
+// bfloat16 / float16, an
 // integer beyond 64 bits, bytes objects, compressed zip records, writing an archive over 4 GiB.
 // Python sees NotImplementedError.
 class UnsupportedError : public Error {

@@ -8,7 +8,7 @@ import contextlib as _contextlib
 import math as _math
 
 from . import _C, _compat, cuda
-from ._compat import (bfloat16, compile, float16, float64, get_default_dtype,  # noqa: A004
+from ._compat import (compile, float64, get_default_dtype,  # noqa: A004
                       get_float32_matmul_precision, set_default_dtype,
                       set_float32_matmul_precision)
 from . import _unsupported
@@ -33,6 +33,10 @@ float = float32  # noqa: A001
 int64 = _C.dtype.int64
 long = int64
 bool = _C.dtype.bool  # noqa: A001
+# 2-byte floats for storage and conversion: elementwise arithmetic runs in float32 and rounds to
+# them; other ops (matmul, reductions, nn) raise and ask for .float().
+bfloat16 = _C.dtype.bfloat16
+float16 = _C.dtype.float16
 half = float16
 double = float64
 
@@ -197,7 +201,8 @@ def _to(self, *args, dtype=None, device=None, non_blocking=False, copy=False,
                          % (args,))
     device = _check_device("to", device)
     if dtype is not None and not isinstance(dtype, _C.dtype):
-        raise TypeError("[to] attn computes in float32, int64 and bool, not %s" % (dtype,))
+        raise TypeError("[to] attn holds float32, int64, bool, bfloat16 and float16, not %s"
+                        % (dtype,))
     if device is not None and device != self.device:
         out = self._to_device(str(device), dtype)
     else:

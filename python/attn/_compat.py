@@ -1,5 +1,5 @@
 """torch's top-level conveniences that small training programs call: compile,
-set_float32_matmul_precision, get_default_dtype, and the dtype names attn does not compute in."""
+set_float32_matmul_precision, get_default_dtype, and the dtype names attn does not hold."""
 from . import _C
 
 _matmul_precision = ["highest"]
@@ -43,8 +43,8 @@ def set_default_dtype(d):
 
 
 class _UnsupportedDtype:
-    """A torch dtype attn does not compute in (float16, bfloat16, float64, ...). It exists so that
-    programs can name it (a dict of dtypes, autocast(dtype=...)); making a tensor of it raises."""
+    """A torch dtype attn does not hold (float64, ...). It exists so that programs can name it (a
+    dict of dtypes, autocast(dtype=...)); making a tensor of it raises."""
 
     def __init__(self, name, is_floating_point=True, itemsize=None):
         self._name = name
@@ -60,6 +60,4 @@ class _UnsupportedDtype:
         return (_UnsupportedDtype, (self._name, self.is_floating_point, self.itemsize))
 
 
-float16 = _UnsupportedDtype("float16", True, 2)
-bfloat16 = _UnsupportedDtype("bfloat16", True, 2)
 float64 = _UnsupportedDtype("float64", True, 8)

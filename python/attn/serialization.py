@@ -2,12 +2,12 @@
 
 A file written by attn.save loads in torch.load (weights_only=True included, for state dicts) and
 a file written by torch.save loads here, as long as it holds what checkpoints hold: None, bool,
-int, float, str, list, tuple, dict, OrderedDict, tensors and Parameters of dtype float32, int64 or
-bool. Tensors that share storage (tied weights, views) come back sharing it.
+int, float, str, list, tuple, dict, OrderedDict, tensors and Parameters of dtype float32, int64,
+bool, bfloat16 or float16. Tensors that share storage (tied weights, views) come back sharing it.
 
 attn.load never runs pickled code, whatever weights_only says: it allows only the classes a state
 dict needs, as torch.load(weights_only=True) does. Anything else raises pickle.UnpicklingError
-naming it; a tensor of another dtype (float16, float64, ...) raises NotImplementedError naming the
+naming it; a tensor of another dtype (float64, int32, ...) raises NotImplementedError naming the
 entry; a corrupt archive raises RuntimeError. The C++ side is attn::io::save_torch / load_torch
 (include/attn/torch_format.h).
 """

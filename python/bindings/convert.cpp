@@ -18,7 +18,9 @@ Scalar to_scalar(const py::handle& h) {
       throw Error("[scalar] a tensor with " + std::to_string(t.numel()) +
                   " elements cannot be used as a number");
     switch (t.dtype()) {
-      case Dtype::Float32: return Scalar(t.item<double>());
+      case Dtype::Float32:
+      case Dtype::BFloat16:
+      case Dtype::Float16: return Scalar(t.item<double>());
       case Dtype::Int64: return Scalar((long long)t.item<int64_t>());
       case Dtype::Bool: return Scalar(t.item<bool>());
     }
@@ -67,8 +69,10 @@ NestedList to_nested(const py::handle& h) {
 std::optional<Dtype> to_dtype(const py::object& o) {
   if (o.is_none()) return std::nullopt;
   if (!py::isinstance<Dtype>(o))
-    throw Error("[dtype] expected attn.float32, attn.int64 or attn.bool, got " +
-                std::string(py::repr(o)));
+    throw Error(
+        "[dtype] expected attn.float32, attn.int64, attn.bool, attn.bfloat16 or attn.float16, "
+        "got " +
+        std::string(py::repr(o)));
   return o.cast<Dtype>();
 }
 
@@ -141,6 +145,8 @@ Tensor from_numpy(py::array arr) {
     d = Dtype::Int64;
   } else if (dt.is(py::dtype::of<bool>())) {
     d = Dtype::Bool;
+  } else if (dt.equal(py::dtype("float16"))) {  // numpy.float16 (native order): binary16, shared
+    d = Dtype::Float16;
   } else if (dt.kind() == 'f') {
     return from_numpy(py::array_t<float, py::array::c_style | py::array::forcecast>(arr));
   } else if (dt.kind() == 'i' || dt.kind() == 'u') {
@@ -170,6 +176,8 @@ Tensor from_numpy(py::array arr) {
 }
 
 py::array to_numpy(const Tensor& t) {
+  // NumPy has no bfloat16; torch raises this TypeError too.
+  if (t.dtype() == Dtype::BFloat16) throw py::type_error("Got unsupported ScalarType BFloat16");
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
   std::vector<py::ssize_t> strides;
   auto isz = py::ssize_t(itemsize(t.dtype()));
@@ -182,6 +190,8 @@ py::array to_numpy(const Tensor& t) {
     case Dtype::Int64:
       return py::array(py::dtype::of<int64_t>(), shape, strides, t.raw_data(), base);
     case Dtype::Bool: return py::array(py::dtype::of<bool>(), shape, strides, t.raw_data(), base);
+    case Dtype::Float16: return py::array(py::dtype("float16"), shape, strides, t.raw_data(), base);
+    case Dtype::BFloat16: break;  // refused above
   }
   return py::array();
 }
@@ -189,7 +199,9 @@ py::array to_numpy(const Tensor& t) {
 py::object to_list(const Tensor& t) {
   if (t.dim() == 0) {
     switch (t.dtype()) {
-      case Dtype::Float32: return py::float_(t.item<double>());
+      case Dtype::Float32:
+      case Dtype::BFloat16:
+      case Dtype::Float16: return py::float_(t.item<double>());
       case Dtype::Int64: return py::int_(t.item<int64_t>());
       case Dtype::Bool: return py::bool_(t.item<bool>());
     }

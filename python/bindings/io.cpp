@@ -1,5 +1,7 @@
 // attn._C.io: PyTorch's file format (attn.save / attn.load in python/attn/serialization.py).
-// Python objects <-> attn::io::Value, keeping shared objects shared both ways.
+// Python objects <-> attn::io::Value, keeping shared objects shared both ways. Also the
+// safetensors reader and writer (attn/io.h), as safetensors.torch's save_file / load_file.
+#include <attn/io.h>
 #include <attn/torch_format.h>
 #include <pybind11/stl.h>
 
@@ -231,6 +233,25 @@ void register_io(py::module_& m) {
         return ToPython().convert(v);
       },
       py::arg("path"), "torch.load(path).");
+  io.def(
+      "save_safetensors",
+      [](const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& path,
+         const std::map<std::string, std::string>& metadata) {
+        without_gil([&] {
+          io::save_safetensors(path, tensors, metadata);
+          return 0;
+        });
+      },
+      py::arg("tensors"), py::arg("path"),
+      py::arg("metadata") = std::map<std::string, std::string>(),
+      "safetensors.torch.save_file: [(name, tensor), ...] written to path, atomically.");
+  io.def(
+      "load_safetensors",
+      [](const std::string& path) {
+        io::SafeTensors st = without_gil([&] { return io::load_safetensors(path); });
+        return py::make_tuple(st.tensors, st.metadata);
+      },
+      py::arg("path"), "safetensors.torch.load_file: ([(name, tensor), ...], metadata).");
 }
 
 }  // namespace attn::python

@@ -23,7 +23,7 @@ Tensor where_operand(const py::object& o, const py::object& other) {
                                             : Dtype::Bool;
   if (py::isinstance<Tensor>(other)) {
     Dtype od = other.cast<const Tensor&>().dtype();
-    if (od == Dtype::Float32 || d == Dtype::Bool || (d == Dtype::Int64 && od == Dtype::Int64))
+    if (is_floating_point(od) || d == Dtype::Bool || (d == Dtype::Int64 && od == Dtype::Int64))
       d = od;
   } else if (!py::isinstance<Tensor>(o) && is_number(other)) {
     Scalar so = to_scalar(other);

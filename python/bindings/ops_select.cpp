@@ -38,7 +38,7 @@ Tensor clamp_any(const Tensor& t, const py::object& lo, const py::object& hi) {
       if (o.is_none()) return Tensor();
       if (py::isinstance<Tensor>(o)) return o.cast<Tensor>();
       Scalar s = to_scalar(o);
-      return full({}, s, s.is_floating() ? Dtype::Float32 : t.dtype());
+      return full({}, s, s.is_floating() && !t.is_floating_point() ? Dtype::Float32 : t.dtype());
     };
     return t.clamp(as_t(lo), as_t(hi));
   }

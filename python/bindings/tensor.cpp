@@ -121,6 +121,8 @@ py::object dtype_obj(const Tensor& t) {
     case Dtype::Float32: return cls.attr("float32");
     case Dtype::Int64: return cls.attr("int64");
     case Dtype::Bool: return cls.attr("bool");
+    case Dtype::BFloat16: return cls.attr("bfloat16");
+    case Dtype::Float16: return cls.attr("float16");
   }
   return py::none();
 }
@@ -149,9 +151,11 @@ void register_tensor(py::module_& m) {
       .value("float32", Dtype::Float32)
       .value("int64", Dtype::Int64)
       .value("bool", Dtype::Bool)
+      .value("bfloat16", Dtype::BFloat16)
+      .value("float16", Dtype::Float16)
       .def("__repr__", [](Dtype d) { return dtype_name(d); })
       .def("__str__", [](Dtype d) { return dtype_name(d); })
-      .def_property_readonly("is_floating_point", [](Dtype d) { return d == Dtype::Float32; })
+      .def_property_readonly("is_floating_point", [](Dtype d) { return is_floating_point(d); })
       .def_property_readonly("itemsize", [](Dtype d) { return itemsize(d); });
 
   // attn.cuda's queries (python/attn/cuda/__init__.py); include/attn/device.h.
@@ -264,6 +268,8 @@ void register_tensor(py::module_& m) {
       .def("float", &Tensor::float_)
       .def("long", &Tensor::long_)
       .def("bool", &Tensor::bool_)
+      .def("bfloat16", &Tensor::bfloat16)
+      .def("half", &Tensor::half)
       .def("_to_dtype", [](const Tensor& t, Dtype d) { return t.to(d); })
       // The device as a string ("cpu", "cuda:0"); attn.Tensor.device wraps it in attn.device.
       .def_property_readonly("_device", [](const Tensor& t) { return t.device().str(); })
@@ -321,7 +327,7 @@ void register_tensor(py::module_& m) {
       .def("__int__", [](const Tensor& t) { return t.item<int64_t>(); })
       .def("__index__",
            [](const Tensor& t) {
-             if (t.dtype() == Dtype::Float32 || t.numel() != 1)
+             if (t.is_floating_point() || t.numel() != 1)
                throw py::type_error("only integer tensors of a single element can be an index");
              return t.item<int64_t>();
            })

@@ -126,8 +126,10 @@ detail::Type type_of(const Tensor& t) {
     case Dtype::Float32: return detail::Type::F32;
     case Dtype::Int64: return detail::Type::I64;
     case Dtype::Bool: return detail::Type::U8;
+    case Dtype::BFloat16:
+    case Dtype::Float16: break;  // refused by check_op before any reduction
   }
-  return detail::Type::U8;
+  attn::detail::fail_reduced(t.dtype(), "distributed");
 }
 
 const char* op_name(ReduceOp op) {
@@ -149,6 +151,7 @@ void check_tensor(const Tensor& t, const char* fn, const char* name = "tensor") 
 }
 
 void check_op(const Tensor& t, ReduceOp op, const char* fn) {
+  attn::detail::check_not_reduced(t, fn);  // reductions add in float32 or int64 only
   if (t.dtype() == Dtype::Bool && (op == ReduceOp::Sum || op == ReduceOp::Avg))
     fail(fn, "ReduceOp.", op_name(op), " is not supported for bool tensors (use MAX or MIN)");
   if (t.dtype() == Dtype::Int64 && op == ReduceOp::Avg)

@@ -22,8 +22,8 @@ inline constexpr StorageType kStorageTypes[] = {
     {"LongStorage", "int64", true, Dtype::Int64},
     {"BoolStorage", "bool", true, Dtype::Bool},
     {"DoubleStorage", "float64", false, Dtype::Float32},
-    {"HalfStorage", "float16", false, Dtype::Float32},
-    {"BFloat16Storage", "bfloat16", false, Dtype::Float32},
+    {"HalfStorage", "float16", true, Dtype::Float16},
+    {"BFloat16Storage", "bfloat16", true, Dtype::BFloat16},
     {"IntStorage", "int32", false, Dtype::Float32},
     {"ShortStorage", "int16", false, Dtype::Float32},
     {"CharStorage", "int8", false, Dtype::Float32},
@@ -50,6 +50,8 @@ inline const char* storage_name(Dtype d) {
     case Dtype::Float32: return "FloatStorage";
     case Dtype::Int64: return "LongStorage";
     case Dtype::Bool: return "BoolStorage";
+    case Dtype::BFloat16: return "BFloat16Storage";
+    case Dtype::Float16: return "HalfStorage";
   }
   return "?";
 }

@@ -31,6 +31,8 @@ const char* st_dtype(Dtype d) {
     case Dtype::Float32: return "F32";
     case Dtype::Int64: return "I64";
     case Dtype::Bool: return "BOOL";
+    case Dtype::BFloat16: return "BF16";
+    case Dtype::Float16: return "F16";
   }
   return "?";
 }
@@ -197,8 +199,13 @@ class Reader {
       e.dtype = Dtype::Int64;
     } else if (ds == "BOOL") {
       e.dtype = Dtype::Bool;
+    } else if (ds == "BF16") {
+      e.dtype = Dtype::BFloat16;
+    } else if (ds == "F16") {
+      e.dtype = Dtype::Float16;
     } else {
-      fail("tensor '", name, "' has unsupported dtype ", ds, " (supported: F32, I64, BOOL)");
+      fail("tensor '", name, "' has unsupported dtype ", ds,
+           " (supported: F32, I64, BOOL, BF16, F16)");
     }
 
     const json& sh = v["shape"];

@@ -397,7 +397,7 @@ class Unpickler {
       if (a[1].as_bool()) {
         if (t.dtype() != Dtype::Float32)
           fail_as<ArchiveError>("a Parameter of dtype ", dtype_name(t.dtype()),
-                                " requires grad (only float tensors can)");
+                                " requires grad (only float32 tensors can in attn)");
         t.requires_grad_(true);
       }
       return Value(t, true);
@@ -480,7 +480,7 @@ class Unpickler {
     if (a[4].as_bool()) {
       if (s.dtype != Dtype::Float32)
         fail_as<ArchiveError>("storage '", s.key, "': a ", dtype_name(s.dtype),
-                              " tensor requires grad (only float tensors can)");
+                              " tensor requires grad (only float32 tensors can in attn)");
       t.requires_grad_(true);
     }
     return Value(t);

@@ -79,7 +79,14 @@ std::string shape_of(const Shape& s) { return shape_str(s); }
 
 // The dtype as the safetensors header names it.
 const char* st_dtype(Dtype d) {
-  return d == Dtype::Float32 ? "F32" : d == Dtype::Int64 ? "I64" : "BOOL";
+  switch (d) {
+    case Dtype::Float32: return "F32";
+    case Dtype::Int64: return "I64";
+    case Dtype::Bool: return "BOOL";
+    case Dtype::BFloat16: return "BF16";
+    case Dtype::Float16: return "F16";
+  }
+  return "?";
 }
 
 struct Expected {
@@ -211,8 +218,13 @@ std::string gpt_config_to_hf_json(const GPTConfig& c) {
   return j.dump(2) + "\n";
 }
 
-NamedTensors gpt_state_from_hf(const GPTConfig& c, const io::SafeTensors& st,
+NamedTensors gpt_state_from_hf(const GPTConfig& c, const io::SafeTensors& st_in,
                                const std::string& what) {
+  // F16 and BF16 weights (a model saved after .half() or .bfloat16()) are widened to float32, as
+  // transformers' from_pretrained loads them into a float32 model by default.
+  io::SafeTensors st = st_in;
+  for (auto& [name, t] : st.tensors)
+    if (is_reduced_float(t.dtype())) t = t.to(Dtype::Float32);
   // With or without the "transformer." prefix (GPT2LMHeadModel or GPT2Model), not a mixture.
   bool prefixed = false;
   for (const auto& [name, t] : st.tensors) prefixed = prefixed || name.starts_with(kPrefix);

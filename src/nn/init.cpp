@@ -159,6 +159,7 @@ namespace attn::nn::functional {
 
 Tensor silu(const Tensor& x) {
   if (!x.defined()) detail::fail("silu", "undefined tensor argument");
+  detail::check_not_reduced(x, "silu");
   if (x.dtype() != Dtype::Float32)
     detail::fail("silu", "expects float32, got ", detail::tensor_desc(x));
   return x * x.sigmoid();

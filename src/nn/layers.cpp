@@ -20,6 +20,7 @@ Tensor linear_rows(const Tensor& x, const Tensor& weight, const Tensor& bias);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const char* fn = "linear";
   if (!x.defined() || !weight.defined()) fail(fn, "undefined input or weight");
+  for (const Tensor* t : {&x, &weight, &bias}) detail::check_not_reduced(*t, fn);
   if (x.dtype() != Dtype::Float32 || weight.dtype() != Dtype::Float32)
     fail(fn, "input and weight must be float32, got ", dtype_name(x.dtype()), " and ",
          dtype_name(weight.dtype()));
@@ -113,6 +114,7 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
 Tensor embedding(const Tensor& indices, const Tensor& weight) {
   const char* fn = "embedding";
   if (!indices.defined() || !weight.defined()) fail(fn, "undefined indices or weight");
+  detail::check_not_reduced(weight, fn);
   if (indices.dtype() != Dtype::Int64)
     fail(fn, "indices must be int64, got ", dtype_name(indices.dtype()));
   if (weight.dtype() != Dtype::Float32 || weight.dim() != 2)
@@ -154,6 +156,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (!x.defined()) fail(fn, "undefined input");
   if (!(p >= 0.0 && p <= 1.0))
     fail(fn, "dropout probability has to be between 0 and 1, but got ", p);
+  detail::check_not_reduced(x, fn);
   if (x.dtype() != Dtype::Float32) fail(fn, "input must be float32, got ", dtype_name(x.dtype()));
   if (!training || p == 0.0) return x;  // torch returns the input itself, drawing nothing
   // torch: noise = empty_like(x).bernoulli_(1 - p).div_(1 - p); x * noise. The draws follow the

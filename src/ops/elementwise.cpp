@@ -15,17 +15,29 @@ using detail::fail;
 namespace detail {
 
 Dtype promote(Dtype a, Dtype b) {
-  if (a == Dtype::Float32 || b == Dtype::Float32) return Dtype::Float32;
+  if (a == b) return a;
+  // Two different float dtypes meet in float32 (bfloat16 with float16 too, as in torch); a float
+  // dtype with an int or bool keeps the float dtype.
+  if (is_floating_point(a) && is_floating_point(b)) return Dtype::Float32;
+  if (is_floating_point(a)) return a;
+  if (is_floating_point(b)) return b;
   if (a == Dtype::Int64 || b == Dtype::Int64) return Dtype::Int64;
   return Dtype::Bool;
 }
 
-// A Python scalar only raises the category (bool < int < float), never the width.
+// A Python scalar only raises the category (bool < int < float), never the width: a float scalar
+// keeps a bfloat16 tensor bfloat16.
 Dtype promote_scalar(Dtype a, const Scalar& s) {
-  if (s.kind() == Scalar::Kind::Float) return Dtype::Float32;
+  if (s.kind() == Scalar::Kind::Float) return is_floating_point(a) ? a : Dtype::Float32;
   if (s.kind() == Scalar::Kind::Int && a == Dtype::Bool) return Dtype::Int64;
   return a;
 }
+
+namespace {
+float scalar_float(const Scalar& s) {
+  return s.kind() == Scalar::Kind::Float ? float(s.to_double()) : float(s.to_int());
+}
+}  // namespace
 
 Tensor scalar_tensor(const Scalar& s, Dtype dtype) {
   Tensor t = make_tensor({}, dtype);
@@ -33,6 +45,9 @@ Tensor scalar_tensor(const Scalar& s, Dtype dtype) {
     case Dtype::Float32: *t.data_ptr<float>() = float(s.to_double()); break;
     case Dtype::Int64: *t.data_ptr<int64_t>() = s.to_int(); break;
     case Dtype::Bool: *t.data_ptr<bool>() = s.to_double() != 0; break;
+    // Through float, as c10::convert does: a double or an int is rounded to float first.
+    case Dtype::BFloat16: *t.data_ptr<BFloat16>() = BFloat16(scalar_float(s)); break;
+    case Dtype::Float16: *t.data_ptr<Half>() = Half(scalar_float(s)); break;
   }
   return t;
 }
@@ -79,6 +94,18 @@ const char* op_name(Op op) {
 }
 
 bool is_comparison(Op op) { return op >= Op::Eq; }
+
+// c10's ScalarType name, as torch's "result type Float can't be cast to ..." spells it.
+const char* torch_type_name(Dtype d) {
+  switch (d) {
+    case Dtype::Float32: return "Float";
+    case Dtype::Int64: return "Long";
+    case Dtype::Bool: return "Bool";
+    case Dtype::BFloat16: return "BFloat16";
+    case Dtype::Float16: return "Half";
+  }
+  return "?";
+}
 
 // PyTorch's backward-node name for `op`; `form` 0 tensor-tensor, 1 tensor-scalar, 2 scalar-tensor.
 const char* node_name(Op op, int form) {
@@ -379,7 +406,7 @@ void run_binary(Op op, const Tensor& a, const Tensor& b, const Tensor& out) {
 
 Dtype compute_type(Op op, Dtype a, Dtype b) {
   Dtype t = detail::promote(a, b);
-  if (op == Op::Div) return Dtype::Float32;  // true division
+  if (op == Op::Div) return is_floating_point(t) ? t : Dtype::Float32;  // true division
   if (t == Dtype::Bool && (op == Op::Add || op == Op::Mul || op == Op::Max || op == Op::Min))
     return Dtype::Bool;
   if (t == Dtype::Bool && !is_comparison(op)) return Dtype::Int64;
@@ -396,33 +423,35 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
     fail(fn,
          "subtraction, the `-` operator, with a bool tensor is not supported; use ~ or "
          "logical_not() to invert a mask");
-  Tensor ca = a.to(ct), cb = b.to(ct);
+  // bfloat16 and float16 compute in float32, as torch's CPU kernels do: the operands are first
+  // made the common dtype (a float32 0-dim tensor is rounded to bfloat16 like a scalar), then
+  // widened exactly, and each result is rounded back to the common dtype once.
+  const Dtype kt = is_reduced_float(ct) ? Dtype::Float32 : ct;
+  Tensor ca = a.to(ct).to(kt), cb = b.to(ct).to(kt);
   Dtype out_dtype = is_comparison(op) ? Dtype::Bool : ct;
+  Dtype tmp_dtype = is_comparison(op) ? Dtype::Bool : kt;
   if (out.defined()) {
     if (shape != out.shape())
       fail(fn, "output with shape ", shape_str(out.shape()), " doesn't match the broadcast shape ",
            shape_str(shape));
-    if (out.dtype() != out_dtype && !(out.dtype() == Dtype::Float32))
+    if (out.dtype() != out_dtype && !is_floating_point(out.dtype()))
       fail(fn, "result type ", dtype_name(out_dtype), " can't be cast to the desired output type ",
            dtype_name(out.dtype()));
-    Tensor tmp =
-        detail::make_tensor(fn, shape, out_dtype, /*zero=*/false);  // run_binary writes it all
-    switch (ct) {
-      case Dtype::Float32: run_binary<float>(op, ca, cb, tmp); break;
-      case Dtype::Int64: run_binary<int64_t>(op, ca, cb, tmp); break;
-      case Dtype::Bool: run_binary<bool>(op, ca, cb, tmp); break;
-    }
-    out.copy_(tmp);
-    return out;
   }
   Tensor res =
-      detail::make_tensor(fn, shape, out_dtype, /*zero=*/false);  // every element is written
-  switch (ct) {
+      detail::make_tensor(fn, shape, tmp_dtype, /*zero=*/false);  // run_binary writes it all
+  switch (kt) {
     case Dtype::Float32: run_binary<float>(op, ca, cb, res); break;
     case Dtype::Int64: run_binary<int64_t>(op, ca, cb, res); break;
     case Dtype::Bool: run_binary<bool>(op, ca, cb, res); break;
+    case Dtype::BFloat16:
+    case Dtype::Float16: fail(fn, "internal: computing in ", dtype_name(kt));
   }
-  return res;
+  if (out.defined()) {
+    out.copy_(res);
+    return out;
+  }
+  return tmp_dtype == out_dtype ? res : res.to(out_dtype);
 }
 
 Tensor binary_tt(Op op, const Tensor& a, const Tensor& b) {
@@ -430,12 +459,18 @@ Tensor binary_tt(Op op, const Tensor& a, const Tensor& b) {
   if (op == Op::Pow && a.dtype() == Dtype::Bool && b.dtype() == Dtype::Bool)
     fail("pow", "not implemented for two bool tensors ", detail::tensor_desc(a), " and ",
          detail::tensor_desc(b));
-  // A 0-dim tensor behaves like a scalar of its category (as in PyTorch's promotion).
+  // A 0-dim tensor behaves like a scalar of its category (as in PyTorch's promotion): one of no
+  // higher a category (bool < int < float) than the other operand takes the other's dtype
+  // (a float32 0-dim tensor times a bfloat16 tensor is bfloat16); one of a higher category
+  // promotes as a tensor would.
+  const auto category = [](Dtype d) {
+    return is_floating_point(d) ? 2 : d == Dtype::Int64 ? 1 : 0;
+  };
   Dtype ct;
-  if (a.dim() == 0 && b.dim() > 0 && a.dtype() != Dtype::Float32)
-    ct = compute_type(op, b.dtype(), b.dtype() == Dtype::Bool ? a.dtype() : b.dtype());
-  else if (b.dim() == 0 && a.dim() > 0 && b.dtype() != Dtype::Float32)
-    ct = compute_type(op, a.dtype(), a.dtype() == Dtype::Bool ? b.dtype() : a.dtype());
+  if (a.dim() == 0 && b.dim() > 0 && category(a.dtype()) <= category(b.dtype()))
+    ct = compute_type(op, b.dtype(), b.dtype());
+  else if (b.dim() == 0 && a.dim() > 0 && category(b.dtype()) <= category(a.dtype()))
+    ct = compute_type(op, a.dtype(), a.dtype());
   else
     ct = compute_type(op, a.dtype(), b.dtype());
   return graph(binary(op, a, b, ct), op, 0, &a, &b);
@@ -461,9 +496,9 @@ Tensor binary_st(Op op, const Scalar& s, const Tensor& b) {
 Tensor& inplace(Op op, Tensor& self, const Tensor& other) {
   detail::check_inplace(self, (std::string(op_name(op)) + "_").c_str());
   Dtype ct = compute_type(op, self.dtype(), other.dtype());
-  if (ct == Dtype::Float32 && self.dtype() != Dtype::Float32)
-    fail(op_name(op), "result type Float can't be cast to the desired output type ",
-         dtype_name(self.dtype()));
+  if (is_floating_point(ct) && !is_floating_point(self.dtype()))
+    fail(op_name(op), "result type ", torch_type_name(ct),
+         " can't be cast to the desired output type ", dtype_name(self.dtype()));
   const char* name = node_name(op, 0);
   const bool rec = name && detail::should_record({&self, &other});
   // Mul and div read the other operand for self's gradient and the old self for other's: save
@@ -508,9 +543,9 @@ Tensor& inplace(Op op, Tensor& self, const Tensor& other) {
 Tensor& inplace_s(Op op, Tensor& self, const Scalar& s) {
   detail::check_inplace(self, (std::string(op_name(op)) + "_").c_str());
   Dtype ct = compute_type(op, self.dtype(), detail::promote_scalar(self.dtype(), s));
-  if (ct == Dtype::Float32 && self.dtype() != Dtype::Float32)
-    fail(op_name(op), "result type Float can't be cast to the desired output type ",
-         dtype_name(self.dtype()));
+  if (is_floating_point(ct) && !is_floating_point(self.dtype()))
+    fail(op_name(op), "result type ", torch_type_name(ct),
+         " can't be cast to the desired output type ", dtype_name(self.dtype()));
   {
     NoGradGuard no_grad;  // the internal copy into self is not part of the graph
     binary(op, self, detail::scalar_tensor(s, ct), ct, self);
@@ -537,6 +572,9 @@ Tensor unary_float(const Tensor& t, const char* fn, F f, UnaryGrad grad, int sav
   int64_t i = 0;
   detail::strided_loop<1>(src.shape(), {&src.strides()}, {src.storage_offset()},
                           [&](const std::array<int64_t, 1>& o) { po[i++] = f(ps[o[0]]); });
+  // bfloat16 and float16 compute in float32 and round each result back (they never require
+  // grad, so nothing is recorded for them).
+  if (is_reduced_float(t.dtype())) return out.to(t.dtype());
   std::string node = fn;
   node[0] = char(std::toupper(node[0]));
   return detail::record(out, node + "Backward0", {&t},
@@ -682,20 +720,20 @@ Tensor Tensor::neg() const {
       [](const Tensor& g, const Tensor&, const Tensor&) { return -g; }, 0);
 }
 Tensor Tensor::relu() const {
-  if (dtype() != Dtype::Float32) return where(*this > Scalar(0), *this, zeros_like(*this));
+  if (!attn::is_floating_point(dtype())) return where(*this > Scalar(0), *this, zeros_like(*this));
   return unary_float(
       *this, "relu", [](float x) { return x < 0 ? 0.f : x; },
       [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y > Scalar(0)).float_(); },
       kSaveResult);  // -0, NaN kept
 }
 Tensor Tensor::ceil() const {
-  if (dtype() != Dtype::Float32) return clone();
+  if (!attn::is_floating_point(dtype())) return clone();
   return unary_float(
       *this, "ceil", [](float x) { return std::ceil(x); },
       [](const Tensor& g, const Tensor&, const Tensor&) { return zeros(g.shape()); }, 0);
 }
 Tensor Tensor::floor() const {
-  if (dtype() != Dtype::Float32) return clone();
+  if (!attn::is_floating_point(dtype())) return clone();
   return unary_float(
       *this, "floor", [](float x) { return std::floor(x); },
       [](const Tensor& g, const Tensor&, const Tensor&) { return zeros(g.shape()); }, 0);
@@ -764,7 +802,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   if (s != shape())
     fail("masked_fill_", "mask ", shape_str(mask.shape()), " does not broadcast to the tensor ",
          shape_str(shape()));
-  if (dtype() != Dtype::Float32 && value.is_floating() && !std::isfinite(value.to_double()))
+  if (!attn::is_floating_point(dtype()) && value.is_floating() && !std::isfinite(value.to_double()))
     fail("masked_fill_", "value ", value.to_double(), " cannot be converted to ",
          dtype_name(dtype()), " without overflow");
   Tensor m = mask.expand(shape()).contiguous();
@@ -772,7 +810,8 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   const bool* pm = m.data_ptr<bool>();
   std::size_t isz = itemsize(dtype());
   const char* pv = static_cast<const char*>(v.raw_data());
-  char* base = detail::base_ptr<char>(*this);
+  detail::check_cpu(*this, "masked_fill_");
+  char* base = static_cast<char*>(impl()->storage->data);
   int64_t i = 0;
   detail::strided_loop<1>(shape(), {&strides()}, {storage_offset()},
                           [&](const std::array<int64_t, 1>& o) {

@@ -94,35 +94,19 @@ void scatter_kernel(const char* fn, const Tensor& out, int64_t d, const Tensor& 
   for_each_index(fn, out, d, index, src, [&](int64_t so, int64_t oo) {
     if constexpr (std::is_same_v<T, bool>)
       po[so] = add ? (po[so] || ps[oo]) : ps[oo];
+    else if constexpr (detail::is_half_type<T>)  // added in float32, rounded each time (torch)
+      po[so] = add ? T(float(po[so]) + float(ps[oo])) : ps[oo];
     else
       po[so] = add ? T(po[so] + ps[oo]) : ps[oo];
   });
 }
 
-#define ATTN_DISPATCH(DTYPE, CALL) \
-  switch (DTYPE) {                 \
-    case Dtype::Float32: {         \
-      using T = float;             \
-      CALL;                        \
-      break;                       \
-    }                              \
-    case Dtype::Int64: {           \
-      using T = int64_t;           \
-      CALL;                        \
-      break;                       \
-    }                              \
-    case Dtype::Bool: {            \
-      using T = bool;              \
-      CALL;                        \
-      break;                       \
-    }                              \
-  }
-
 // Writes into `out` (contiguous, self's dtype) in place: the scatter family's common body.
 void scatter_into(const char* fn, Tensor& out, int64_t d, const Tensor& index, const Tensor& src_in,
                   bool add) {
   Tensor src = src_in.to(out.dtype());
-  ATTN_DISPATCH(out.dtype(), scatter_kernel<T>(fn, out, d, index, src, add))
+  detail::dispatch_dtype(out.dtype(),
+                         [&]<typename T>() { scatter_kernel<T>(fn, out, d, index, src, add); });
 }
 
 }  // namespace
@@ -130,7 +114,7 @@ void scatter_into(const char* fn, Tensor& out, int64_t d, const Tensor& index, c
 Tensor Tensor::gather(int64_t dim, const Tensor& index) const {
   const int64_t d = check_index("gather", *this, dim, index, nullptr);
   Tensor out = detail::make_tensor("gather", index.shape(), dtype());
-  ATTN_DISPATCH(dtype(), gather_kernel<T>(*this, d, index, out))
+  detail::dispatch_dtype(dtype(), [&]<typename T>() { gather_kernel<T>(*this, d, index, out); });
   if (dtype() != Dtype::Float32) return out;
   return detail::record(
       out, "GatherBackward0", {this},
@@ -342,6 +326,8 @@ Tensor square(const Tensor& t) { return t.square(); }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) fail("bmm", "undefined tensor argument");
+  detail::check_not_reduced(a, "bmm");
+  detail::check_not_reduced(b, "bmm");
   if (a.dim() != 3 || b.dim() != 3)
     fail("bmm", "batch1 must be a 3D tensor and batch2 too, got ", shape_str(a.shape()), " and ",
          shape_str(b.shape()));

@@ -229,6 +229,8 @@ Tensor record_matmul(Tensor out, const char* node, const Tensor& a_in, const Ten
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (!a_in.defined() || !b_in.defined()) fail("matmul", "undefined tensor argument");
+  detail::check_not_reduced(a_in, "matmul");
+  detail::check_not_reduced(b_in, "matmul");
   if (a_in.dim() == 0 || b_in.dim() == 0)
     fail("matmul", "both arguments need at least 1 dimension, got ", shape_str(a_in.shape()),
          " and ", shape_str(b_in.shape()));
@@ -288,6 +290,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 Tensor Tensor::matmul(const Tensor& other) const { return attn::matmul(*this, other); }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
+  detail::check_not_reduced(a, "dot");
+  detail::check_not_reduced(b, "dot");
   if (a.dim() != 1 || b.dim() != 1)
     fail("dot", "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors ",
          shape_str(a.shape()), " and ", shape_str(b.shape()));

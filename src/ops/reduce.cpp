@@ -265,6 +265,7 @@ BackwardFn select_backward(const Tensor& t, int64_t dim, bool keepdim) {
 }  // namespace
 
 Tensor Tensor::sum(Shape dims, bool keepdim) const {
+  detail::check_not_reduced(*this, "sum");
   if (dtype() != Dtype::Float32) {
     Plan p = plan(*this, std::move(dims), keepdim, "sum");
     Tensor src = p.arranged.to(Dtype::Int64);
@@ -289,6 +290,7 @@ Tensor Tensor::sum(Shape dims, bool keepdim) const {
 Tensor Tensor::sum() const { return sum({}, false); }
 
 Tensor Tensor::mean(Shape dims, bool keepdim) const {
+  detail::check_not_reduced(*this, "mean");
   if (dtype() != Dtype::Float32)
     fail("mean", "could not infer output dtype: input dtype must be floating point, got ",
          dtype_name(dtype()));
@@ -304,6 +306,7 @@ Tensor Tensor::mean(Shape dims, bool keepdim) const {
 Tensor Tensor::mean() const { return mean({}, false); }
 
 Tensor Tensor::var(Shape dims, bool unbiased, bool keepdim) const {
+  detail::check_not_reduced(*this, "var");
   if (dtype() != Dtype::Float32)
     fail("var", "expects a floating point tensor, got ", dtype_name(dtype()));
   BackwardFn backward = var_backward(*this, dims, unbiased, keepdim);
@@ -355,6 +358,10 @@ std::tuple<Tensor, Tensor> extreme(const Tensor& t, int64_t dim, bool keepdim, b
   if (t.dim() > 0 && t.shape()[d] == 0)
     throw IndexError(detail::msg(fn, "expected reduction dim ", d, " of ", shape_str(t.shape()),
                                  " to have a non-zero size"));
+  if (is_reduced_float(t.dtype())) {  // exact in float32, and back
+    auto [v, i] = extreme(t.to(Dtype::Float32), dim, keepdim, is_max, fn);
+    return {v.to(t.dtype()), i};
+  }
   Plan p = plan(t, {dim}, keepdim, fn);
   // Computed in the input's own dtype: int64 values above 2^24 would not survive float32.
   Tensor vals = detail::make_tensor(p.out_shape, t.dtype());
@@ -363,6 +370,8 @@ std::tuple<Tensor, Tensor> extreme(const Tensor& t, int64_t dim, bool keepdim, b
     case Dtype::Float32: extreme_rows<float>(p, is_max, vals, idx); break;
     case Dtype::Int64: extreme_rows<int64_t>(p, is_max, vals, idx); break;
     case Dtype::Bool: extreme_rows<bool>(p, is_max, vals, idx); break;
+    case Dtype::BFloat16:
+    case Dtype::Float16: detail::fail_reduced(t.dtype(), fn);  // converted above
   }
   return {vals, idx};
 }
@@ -411,6 +420,7 @@ void amax_rows(const Plan& p, const Tensor& out) {
 }  // namespace
 
 Tensor Tensor::amax(Shape dims, bool keepdim) const {
+  if (is_reduced_float(dtype())) return to(Dtype::Float32).amax(dims, keepdim).to(dtype());
   Plan p = plan(*this, dims, keepdim, "amax");
   if (p.inner == 0 && p.outer > 0)
     throw IndexError(detail::msg("amax", "expected the reduced dims ", shape_str(dims), " of ",
@@ -420,6 +430,8 @@ Tensor Tensor::amax(Shape dims, bool keepdim) const {
     case Dtype::Float32: amax_rows<float>(p, out); break;
     case Dtype::Int64: amax_rows<int64_t>(p, out); break;
     case Dtype::Bool: amax_rows<bool>(p, out); break;
+    case Dtype::BFloat16:
+    case Dtype::Float16: detail::fail_reduced(dtype(), "amax");  // converted above
   }
   return detail::record(out, "AmaxBackward0", {this}, evenly_backward(*this, dims, keepdim),
                         {*this, out});
@@ -453,6 +465,7 @@ Tensor var(const Tensor& t, Shape dims, bool unbiased, bool keepdim) {
 namespace {
 Tensor softmax_impl(const Tensor& t, int64_t dim, bool log, const char* fn) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
+  detail::check_not_reduced(t, fn);
   if (t.dtype() != Dtype::Float32)
     fail(fn, "expects a float32 tensor, got ", dtype_name(t.dtype()),
          " (convert with .float() first)");

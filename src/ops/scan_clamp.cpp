@@ -32,6 +32,7 @@ void scan_rows(const Tensor& src, const Tensor& dst, int64_t d, F f) {
 // torch accumulates float32 scans in double (its CPU acc_type) and integer ones in int64.
 Tensor scan(const Tensor& t, int64_t dim, bool prod, const char* fn) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
+  detail::check_not_reduced(t, fn);
   const int64_t d = detail::wrap_dim(dim, t.dim(), fn);
   NoGradGuard no_grad;
   const Dtype out_dtype = t.dtype() == Dtype::Float32 ? Dtype::Float32 : Dtype::Int64;
@@ -161,6 +162,8 @@ Tensor clamp_forward(const Tensor& t, const Tensor& lo_in, const Tensor& hi_in, 
     case Dtype::Float32: run(float{}); break;
     case Dtype::Int64: run(int64_t{}); break;
     case Dtype::Bool: fail("clamp", "not implemented for bool tensors");
+    case Dtype::BFloat16:
+    case Dtype::Float16: detail::fail_reduced(dt, "clamp");  // clamped in float32 by clamp_impl
   }
   return out;
 }
@@ -173,6 +176,14 @@ Tensor clamp_impl(const Tensor& t, const Tensor& lo, const Tensor& hi) {
   if (lo.defined()) dt = detail::promote(dt, lo.dtype());
   if (hi.defined()) dt = detail::promote(dt, hi.dtype());
   if (dt == Dtype::Bool) fail("clamp", "not implemented for bool tensors");
+  if (is_reduced_float(dt)) {
+    // The bounds rounded to the dtype first (as torch's kernel), then compared exactly in float32;
+    // every result is an input or a bound, so converting back is exact.
+    NoGradGuard no_grad;
+    return clamp_forward(t.to(dt), lo.defined() ? lo.to(dt) : Tensor(),
+                         hi.defined() ? hi.to(dt) : Tensor(), Dtype::Float32)
+        .to(dt);
+  }
   Tensor out = clamp_forward(t, lo, hi, dt);
   if (dt != Dtype::Float32) return out;
   const Shape xs = t.shape(), ls = lo.defined() ? lo.shape() : Shape(),
@@ -240,7 +251,8 @@ Tensor& inplace_from(Tensor& self, const char* fn, F f) {
   // (With grad mode on the op may record a node saving its input even when self does not
   // require grad, pow_'s exponent may; the copy keeps that input intact.)
   Tensor r = is_grad_enabled() ? f(self.clone()) : f(self);
-  if (r.dtype() != self.dtype())
+  if (r.dtype() != self.dtype() &&
+      !(attn::is_floating_point(r.dtype()) && attn::is_floating_point(self.dtype())))
     fail(fn, "result type ", dtype_name(r.dtype()), " can't be cast to the desired output type ",
          dtype_name(self.dtype()));
   return self.copy_(r);

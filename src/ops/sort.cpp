@@ -91,6 +91,8 @@ std::tuple<Tensor, Tensor> select_rows(const Tensor& t, int64_t dim, int64_t kee
     case Dtype::Float32: order_for_type(float{}, d, values, indices); break;
     case Dtype::Int64: order_for_type(int64_t{}, d, values, indices); break;
     case Dtype::Bool: order_for_type(bool{}, d, values, indices); break;
+    case Dtype::BFloat16:
+    case Dtype::Float16: detail::fail_reduced(t.dtype(), fn);  // sorted as float32 by the callers
   }
   return {values, indices};
 }
@@ -99,6 +101,10 @@ std::tuple<Tensor, Tensor> select_rows(const Tensor& t, int64_t dim, int64_t kee
 
 std::tuple<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending, bool stable) const {
   if (!defined()) fail("sort", "undefined tensor argument");
+  if (is_reduced_float(dtype())) {  // the order is float32's; the values go back exactly
+    auto [v, i] = to(Dtype::Float32).sort(dim, descending, stable);
+    return {v.to(dtype()), i};
+  }
   const int64_t d = detail::wrap_dim(dim, this->dim(), "sort");
   const int64_t n = this->dim() == 0 ? 1 : shape()[d];
   auto [v, i] =
@@ -123,6 +129,10 @@ Tensor Tensor::argsort(int64_t dim, bool descending, bool stable) const {
 
 std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest, bool sorted) const {
   if (!defined()) fail("topk", "undefined tensor argument");
+  if (is_reduced_float(dtype())) {
+    auto [v, i] = to(Dtype::Float32).topk(k, dim, largest, sorted);
+    return {v.to(dtype()), i};
+  }
   const int64_t d = detail::wrap_dim(dim, this->dim(), "topk");
   const int64_t n = this->dim() == 0 ? 1 : shape()[d];
   if (k < 0 || k > n)  // torch: RuntimeError

@@ -59,6 +59,7 @@ Tensor Tensor::erfinv() const {
   detail::strided_loop<1>(
       src.shape(), {&src.strides()}, {src.storage_offset()},
       [&](const std::array<int64_t, 1>& o) { po[i++] = erfinv_float(ps[o[0]]); });
+  if (is_reduced_float(dtype())) return out.to(dtype());  // computed in float32, rounded back
   // d/dy erfinv(y) = sqrt(pi) / 2 * exp(erfinv(y)^2)
   return detail::record(out, "ErfinvBackward0", {this},
                         [](const Node& n, const Tensor& g) {
@@ -69,7 +70,7 @@ Tensor Tensor::erfinv() const {
 }
 
 Tensor& Tensor::erfinv_() {
-  if (dtype() != Dtype::Float32)
+  if (!attn::is_floating_point(dtype()))
     fail("erfinv_", "expects a float32 tensor, got ", detail::tensor_desc(*this));
   return copy_(erfinv());
 }

@@ -10,6 +10,8 @@ std::string dtype_name(Dtype dtype) {
     case Dtype::Float32: return "torch.float32";
     case Dtype::Int64: return "torch.int64";
     case Dtype::Bool: return "torch.bool";
+    case Dtype::BFloat16: return "torch.bfloat16";
+    case Dtype::Float16: return "torch.float16";
   }
   throw Error("[dtype_name] unknown dtype " + std::to_string(static_cast<int>(dtype)));
 }

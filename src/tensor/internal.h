@@ -6,6 +6,7 @@
 #include <array>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 namespace attn::detail {
 
@@ -21,6 +22,50 @@ template <typename... Args>
 [[noreturn]] void fail(const char* fn, const Args&... args) {
   throw Error(msg(fn, args...));
 }
+
+// ---- dtypes and their C++ types -----------------------------------------------------------------
+
+template <typename T>
+inline constexpr bool is_half_type = std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>;
+
+// The dtype whose elements have C++ type T (float, int64_t, bool, BFloat16, Half).
+template <typename T>
+constexpr Dtype dtype_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return Dtype::Float32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return Dtype::Int64;
+  else if constexpr (std::is_same_v<T, bool>)
+    return Dtype::Bool;
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return Dtype::BFloat16;
+  else {
+    static_assert(std::is_same_v<T, Half>, "no dtype has this C++ type");
+    return Dtype::Float16;
+  }
+}
+
+// Calls f.template operator()<T>() with the C++ type T of `dtype`: every dtype, so that code
+// written once over T (copies, conversions, element moves) covers them all.
+template <typename F>
+decltype(auto) dispatch_dtype(Dtype dtype, F&& f) {
+  switch (dtype) {
+    case Dtype::Float32: return f.template operator()<float>();
+    case Dtype::Int64: return f.template operator()<int64_t>();
+    case Dtype::Bool: return f.template operator()<bool>();
+    case Dtype::BFloat16: return f.template operator()<BFloat16>();
+    case Dtype::Float16: return f.template operator()<Half>();
+  }
+  throw Error("[dtype] unknown dtype " + std::to_string(static_cast<int>(dtype)));
+}
+
+// Ops that compute (matmul, reductions, softmax, nn layers, ...) call this on each tensor input:
+// a bfloat16 or float16 tensor is refused with
+//   "[matmul] expected float32 tensors, got torch.bfloat16 (bfloat16 and float16 are supported
+//    for storage and conversion; call .float())"
+// and every other dtype passes (the op's own checks follow).
+void check_not_reduced(const Tensor& t, const char* fn);
+[[noreturn]] void fail_reduced(Dtype dtype, const char* fn);
 
 // Wraps a negative dim and checks the range; `ndim` 0 accepts dims -1 and 0 like torch.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* fn);
@@ -82,6 +127,8 @@ void strided_loop(const Shape& shape, const std::array<const Shape*, N>& strides
 // BLAS (ops/linalg.cpp). Anything that must round exactly like matmul (functional::linear) asks.
 bool textbook_gemm(int64_t M, int64_t N, int64_t K);
 
+[[noreturn]] void fail_base_ptr(Dtype have, Dtype want);
+
 // Strides of `t` broadcast to `shape` (0 where t's dim is 1 or missing). Assumes compatibility.
 Shape broadcast_strides(const Tensor& t, const Shape& shape);
 
@@ -90,9 +137,13 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape);
 // ever reads GPU memory.
 void check_cpu(const Tensor& t, const char* fn);
 
+// The storage's first element as T (offsets are added by the caller). T must be the tensor's
+// element type: a mismatch is a bug in attn, refused rather than read as the wrong type. CPU
+// tensors only (check_cpu).
 template <typename T>
 inline T* base_ptr(const Tensor& t) {
   if (!t.impl()->storage->device.is_cpu()) check_cpu(t, "data_ptr");
+  if (t.dtype() != dtype_of<T>()) fail_base_ptr(t.dtype(), dtype_of<T>());
   return static_cast<T*>(t.impl()->storage->data);
 }
 

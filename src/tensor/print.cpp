@@ -6,6 +6,7 @@
 //   * suffixes ("size=...", "dtype=...", "requires_grad=True") wrapped past linewidth.
 // Values are float32, but torch formats them as Python floats, i.e. as doubles; snprintf on the
 // double gives the same correctly rounded digits as Python's format().
+#include <attn/half.h>
 #include <attn/print.h>
 
 #include <algorithm>
@@ -79,8 +80,14 @@ struct Elements {
   Dtype dtype;
   const void* data;
 
-  double as_double(int64_t i) const { return static_cast<const float*>(data)[i]; }
-  float as_float(int64_t i) const { return static_cast<const float*>(data)[i]; }
+  double as_double(int64_t i) const { return as_float(i); }
+  // bfloat16 and float16 are formatted as their float32 values (torch 1.13's _tensor_str calls
+  // .float() on them first).
+  float as_float(int64_t i) const {
+    if (dtype == Dtype::BFloat16) return float(static_cast<const BFloat16*>(data)[i]);
+    if (dtype == Dtype::Float16) return float(static_cast<const Half*>(data)[i]);
+    return static_cast<const float*>(data)[i];
+  }
   // str(value) for the integer and bool dtypes.
   std::string as_text(int64_t i) const {
     if (dtype == Dtype::Int64) return std::to_string(static_cast<const int64_t*>(data)[i]);
@@ -93,7 +100,7 @@ class Formatter {
  public:
   Formatter(const Elements& elems, const std::vector<int64_t>& indices, const PrintOptions& opts)
       : elems_(elems), precision_(opts.precision) {
-    floating_ = elems.dtype == Dtype::Float32;
+    floating_ = is_floating_point(elems.dtype);
     if (!floating_) {
       for (int64_t i : indices) max_width_ = std::max(max_width_, py_len(elems.as_text(i)));
       return;
@@ -367,7 +374,9 @@ std::string format_tensor(const Shape& shape, Dtype dtype, const void* data,
     body = "[]";
   } else {
     if (data == nullptr) throw Error("[format_tensor] data is null for shape " + shape_str(shape));
-    // float32, int64 and bool are all "default" dtypes: no dtype suffix.
+    // float32, int64 and bool are all "default" dtypes: no dtype suffix; the others have one,
+    // before any other suffix.
+    if (is_reduced_float(dtype)) all_suffixes.push_back("dtype=" + dtype_name(dtype));
     bool summarize = numel > opts.threshold;
     Elements elems{dtype, data};
     Printer printer(shape, opts, summarize);

@@ -22,6 +22,7 @@ constexpr int64_t kFloatExact = int64_t{1} << 24;  // the largest run of integer
 template <typename F>
 Tensor& fill_ints(Tensor& t, const char* fn, F&& draw) {
   if (!t.defined()) fail(fn, "undefined tensor");
+  detail::check_not_reduced(t, fn);
   detail::check_inplace(t, fn);
   Tensor dst = t.is_contiguous() ? t : detail::make_tensor(fn, t.shape(), t.dtype(), false);
   const int64_t n = dst.numel();
@@ -41,6 +42,8 @@ Tensor& fill_ints(Tensor& t, const char* fn, F&& draw) {
       for (int64_t i = 0; i < n; ++i) p[i] = draw(Dtype::Bool) != 0;
       break;
     }
+    case Dtype::BFloat16:
+    case Dtype::Float16: detail::fail_reduced(dst.dtype(), fn);
   }
   if (!t.is_contiguous()) {
     NoGradGuard no_grad;
@@ -56,6 +59,7 @@ Tensor randperm(int64_t n, Generator* gen, Dtype dtype) {
   const char* fn = "randperm";
   if (n < 0) fail(fn, "n must be non-negative, got ", n);
   if (dtype == Dtype::Bool) fail(fn, "dtype torch.bool cannot hold a permutation of ", n);
+  if (is_reduced_float(dtype)) detail::fail_reduced(dtype, fn);
   if (dtype == Dtype::Float32 && n > kFloatExact)
     fail(fn, "n ", n, " is too large for torch.float32, which holds integers exactly only up to ",
          kFloatExact);
@@ -91,6 +95,8 @@ Tensor& random_(Tensor& t, Generator* gen) {
       case Dtype::Float32:  // [0, 2^24]
         return static_cast<int64_t>(static_cast<uint64_t>(g.random()) % uint64_t(kFloatExact + 1));
       case Dtype::Bool: return static_cast<int64_t>(g.random() & 1u);
+      case Dtype::BFloat16:
+      case Dtype::Float16: break;  // refused by fill_ints before any draw
     }
     return 0;
   });
@@ -99,6 +105,7 @@ Tensor& random_(Tensor& t, Generator* gen) {
 Tensor& random_(Tensor& t, int64_t from, std::optional<int64_t> to, Generator* gen) {
   const char* fn = "random_";
   if (!t.defined()) fail(fn, "undefined tensor");
+  detail::check_not_reduced(t, fn);
   const Dtype d = t.dtype();
   // The dtype's exclusive upper end when `to` is not given.
   const int64_t top = d == Dtype::Float32 ? kFloatExact : d == Dtype::Bool ? 1 : 0;

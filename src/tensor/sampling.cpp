@@ -64,6 +64,7 @@ Tensor like_layout(const Tensor& t) {
 
 Tensor& Tensor::exponential_(double lambd, Generator* gen) {
   if (!defined()) fail("exponential_", "undefined tensor argument");
+  detail::check_not_reduced(*this, "exponential_");
   if (dtype() != Dtype::Float32)
     fail("exponential_", "expects a float32 tensor, got ", dtype_name(dtype()));
   if (!(lambd >= 0.0)) fail("exponential_", "expects lambda >= 0.0, but found lambda=", lambd);
@@ -102,6 +103,7 @@ Tensor Tensor::multinomial(int64_t n_sample, bool replacement, Generator* gen) c
   const char* fn = "multinomial";
   if (!defined()) fail(fn, "undefined tensor argument");
   if (dim() < 1 || dim() > 2) fail(fn, "prob_dist must be 1 or 2 dim, got ", shape_str(shape()));
+  detail::check_not_reduced(*this, fn);
   if (dtype() != Dtype::Float32)
     fail(fn, "only supports floating-point dtypes for input, got: ", dtype_name(dtype()));
   if (n_sample <= 0) fail(fn, "cannot sample n_sample <= 0 samples (got ", n_sample, ")");

@@ -204,7 +204,23 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape) {
 void check_float32(const Tensor& t, const char* what, const char* fn) {
   if (!t.defined()) fail(fn, what, " is an undefined tensor");
   if (t.dtype() != Dtype::Float32)
-    fail(fn, what, " must be float32, got ", dtype_name(t.dtype()), " ", shape_str(t.shape()));
+    fail(fn, what, " must be float32, got ", dtype_name(t.dtype()), " ", shape_str(t.shape()),
+         is_reduced_float(t.dtype())
+             ? " (bfloat16 and float16 are supported for storage and conversion; call .float())"
+             : "");
+}
+
+void fail_reduced(Dtype dtype, const char* fn) {
+  fail(fn, "expected float32 tensors, got ", dtype_name(dtype),
+       " (bfloat16 and float16 are supported for storage and conversion; call .float())");
+}
+
+void check_not_reduced(const Tensor& t, const char* fn) {
+  if (t.defined() && is_reduced_float(t.dtype())) fail_reduced(t.dtype(), fn);
+}
+
+void fail_base_ptr(Dtype have, Dtype want) {
+  fail("data_ptr", "internal: a ", dtype_name(have), " tensor read as ", dtype_name(want));
 }
 
 std::string tensor_desc(const Tensor& t) {
@@ -262,9 +278,7 @@ void* Tensor::raw_data() const {
 
 template <typename T>
 T* Tensor::data_ptr() const {
-  constexpr Dtype want = std::is_same_v<T, float>     ? Dtype::Float32
-                         : std::is_same_v<T, int64_t> ? Dtype::Int64
-                                                      : Dtype::Bool;
+  constexpr Dtype want = detail::dtype_of<T>();
   if (dtype() != want)
     fail("data_ptr", "tensor has dtype ", dtype_name(dtype()), ", asked for ", dtype_name(want));
   return static_cast<T*>(raw_data());
@@ -272,6 +286,8 @@ T* Tensor::data_ptr() const {
 template float* Tensor::data_ptr<float>() const;
 template int64_t* Tensor::data_ptr<int64_t>() const;
 template bool* Tensor::data_ptr<bool>() const;
+template BFloat16* Tensor::data_ptr<BFloat16>() const;
+template Half* Tensor::data_ptr<Half>() const;
 
 bool Tensor::requires_grad() const {
   const TensorImpl& im = checked();
@@ -307,28 +323,37 @@ Tensor Tensor::detach() const {
 
 namespace {
 
+// One element converted as torch's static_cast_with_inter_type: a 2-byte float goes through float
+// (to bool: non-zero, NaN included, is true; to int64: truncated), and into one every value goes
+// through float (an int64 is rounded to float32 first, then to the 2-byte type, as c10 does).
+template <typename To, typename From>
+To convert_one(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (detail::is_half_type<From>) {
+    return convert_one<To>(float(v));
+  } else if constexpr (detail::is_half_type<To>) {
+    return To(float(v));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else {
+    return To(v);
+  }
+}
+
 template <typename To, typename From>
 void convert_loop(const Tensor& dst, const Tensor& src) {
   To* d = detail::base_ptr<To>(dst);
   const From* s = detail::base_ptr<From>(src);
   Shape sst = detail::broadcast_strides(src, dst.shape());
-  detail::strided_loop<2>(dst.shape(), {&dst.strides(), &sst},
-                          {dst.storage_offset(), src.storage_offset()},
-                          [&](const std::array<int64_t, 2>& o) {
-                            if constexpr (std::is_same_v<To, bool>)
-                              d[o[0]] = s[o[1]] != From(0);
-                            else
-                              d[o[0]] = To(s[o[1]]);
-                          });
+  detail::strided_loop<2>(
+      dst.shape(), {&dst.strides(), &sst}, {dst.storage_offset(), src.storage_offset()},
+      [&](const std::array<int64_t, 2>& o) { d[o[0]] = convert_one<To>(s[o[1]]); });
 }
 
 template <typename To>
 void convert_from(const Tensor& dst, const Tensor& src) {
-  switch (src.dtype()) {
-    case Dtype::Float32: convert_loop<To, float>(dst, src); break;
-    case Dtype::Int64: convert_loop<To, int64_t>(dst, src); break;
-    case Dtype::Bool: convert_loop<To, bool>(dst, src); break;
-  }
+  detail::dispatch_dtype(src.dtype(), [&]<typename From>() { convert_loop<To, From>(dst, src); });
 }
 
 bool overlaps(const Tensor& a, const Tensor& b) { return a.impl()->storage == b.impl()->storage; }
@@ -413,15 +438,10 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     NoGradGuard no_grad;
     src = overlaps(*this, src_in) ? src_in.clone() : src_in;
   }
-  if (is_cuda() || src.is_cuda()) {
+  if (is_cuda() || src.is_cuda())
     copy_across_devices(*this, src);
-  } else {
-    switch (dtype()) {
-      case Dtype::Float32: convert_from<float>(*this, src); break;
-      case Dtype::Int64: convert_from<int64_t>(*this, src); break;
-      case Dtype::Bool: convert_from<bool>(*this, src); break;
-    }
-  }
+  else
+    detail::dispatch_dtype(dtype(), [&]<typename To>() { convert_from<To>(*this, src); });
   detail::bump_version(*this);
   // Only float32 tensors take part in the graph: x.long() or a copy into an int64 tensor does not.
   // The old value of self is overwritten (zero gradient); src, broadcast to self, gets the rest.
@@ -483,6 +503,8 @@ T Tensor::item() const {
     case Dtype::Float32: return T(*static_cast<float*>(c.raw_data()));
     case Dtype::Int64: return T(*static_cast<int64_t*>(c.raw_data()));
     case Dtype::Bool: return T(*static_cast<bool*>(c.raw_data()));
+    case Dtype::BFloat16: return T(float(*static_cast<BFloat16*>(c.raw_data())));
+    case Dtype::Float16: return T(float(*static_cast<Half*>(c.raw_data())));
   }
   return T();
 }
@@ -926,7 +948,7 @@ template <typename T>
 void move_1d(const Tensor& dst, const Tensor& src, const int64_t* ip, int64_t n, int64_t size,
              bool put) {
   T* pd = detail::base_ptr<T>(dst) + dst.storage_offset();
-  const T* ps = detail::base_ptr<const T>(src) + src.storage_offset();
+  const T* ps = detail::base_ptr<T>(src) + src.storage_offset();
   const int64_t sd = dst.strides()[0], ss = src.strides()[0];
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = ip[i] < 0 ? ip[i] + size : ip[i];
@@ -939,11 +961,11 @@ void move_1d(const Tensor& dst, const Tensor& src, const int64_t* ip, int64_t n,
 
 void move_1d(const Tensor& dst, const Tensor& src, const int64_t* ip, int64_t n, int64_t size,
              bool put) {
-  switch (dst.dtype()) {
-    case Dtype::Float32: move_1d<float>(dst, src, ip, n, size, put); break;
-    case Dtype::Int64: move_1d<int64_t>(dst, src, ip, n, size, put); break;
-    case Dtype::Bool: move_1d<bool>(dst, src, ip, n, size, put); break;
-  }
+  if (src.dtype() != dst.dtype())
+    fail("index", "internal: moving ", dtype_name(src.dtype()), " elements into ",
+         dtype_name(dst.dtype()));
+  detail::dispatch_dtype(dst.dtype(),
+                         [&]<typename T>() { move_1d<T>(dst, src, ip, n, size, put); });
 }
 
 // The shape x[indices] has: the view's shape with the index dim replaced by index_shape.
@@ -1129,6 +1151,8 @@ void nested_fill(const NestedList& l, T*& out) {
       *out++ = l.scalar().to_double() != 0;
     else if constexpr (std::is_same_v<T, int64_t>)
       *out++ = nested_int(l.scalar());
+    else if constexpr (detail::is_half_type<T>)
+      *out++ = T(float(l.scalar().to_double()));  // double -> float -> 2 bytes, as torch.tensor
     else
       *out++ = T(l.scalar().to_double());
     return;
@@ -1162,23 +1186,10 @@ Tensor tensor(const NestedList& data, std::optional<Dtype> dtype, const Device& 
                             : all_bool         ? Dtype::Bool
                                                : Dtype::Int64);
   Tensor out = detail::make_tensor("tensor", shape, dt);
-  switch (dt) {
-    case Dtype::Float32: {
-      float* p = out.data_ptr<float>();
-      nested_fill(data, p);
-      break;
-    }
-    case Dtype::Int64: {
-      int64_t* p = out.data_ptr<int64_t>();
-      nested_fill(data, p);
-      break;
-    }
-    case Dtype::Bool: {
-      bool* p = out.data_ptr<bool>();
-      nested_fill(data, p);
-      break;
-    }
-  }
+  detail::dispatch_dtype(dt, [&]<typename T>() {
+    T* p = out.data_ptr<T>();
+    nested_fill(data, p);
+  });
   return out;
 }
 
@@ -1346,6 +1357,7 @@ namespace {
 // Runs a contiguous fill on t directly, or on a contiguous temporary copied back.
 template <typename F>
 Tensor& fill_float(Tensor& t, const char* fn, F&& f) {
+  detail::check_not_reduced(t, fn);
   if (t.dtype() != Dtype::Float32)
     fail(fn, "expects a float32 tensor, got ", dtype_name(t.dtype()));
   detail::check_inplace(t, fn);

@@ -293,16 +293,40 @@ TEST(HfGpt2, WeightDefectsNameTheKeys) {
   s.write_weights(plain);
   s.write_config(s.cfg);
   EXPECT_NO_THROW(attn::nn::load_hf_gpt2(s.dir.path()));
-  // F16: the key and the dtype (the safetensors header written by hand).
+  // F64: the key and the dtype (the safetensors header written by hand).
   const std::string header =
-      R"({"__metadata__":{"format":"pt"},"transformer.wte.weight":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}})";
+      R"({"__metadata__":{"format":"pt"},"transformer.wte.weight":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})";
   std::string bytes(8, '\0');
   for (int i = 0; i < 8; ++i) bytes[std::size_t(i)] = char((header.size() >> (8 * i)) & 0xFF);
-  spit(s.dir.file("model.safetensors"), bytes + header + std::string(2, '\0'));
+  spit(s.dir.file("model.safetensors"), bytes + header + std::string(8, '\0'));
   m = s.load_error();
-  EXPECT_TRUE(contains(m, "'transformer.wte.weight' has unsupported dtype F16") &&
+  EXPECT_TRUE(contains(m, "'transformer.wte.weight' has unsupported dtype F64") &&
               contains(m, "model.float()"))
       << m;
+}
+
+// A model saved after .half() or .bfloat16(): its weights are widened to float32 on loading (as
+// transformers' from_pretrained does by default), the same model as the widened float32 file.
+TEST(HfGpt2, HalfAndBfloat16CheckpointsAreWidenedToFloat32) {
+  Saved s;
+  for (attn::Dtype dt : {attn::Dtype::Float16, attn::Dtype::BFloat16}) {
+    std::vector<std::pair<std::string, Tensor>> low, widened;
+    for (const auto& [k, t] : s.st.tensors) {
+      low.emplace_back(k, t.to(dt));
+      widened.emplace_back(k, t.to(dt).to(attn::Dtype::Float32));
+    }
+    s.write_weights(low);
+    auto a = attn::nn::load_hf_gpt2(s.dir.path());
+    s.write_weights(widened);
+    auto b = attn::nn::load_hf_gpt2(s.dir.path());
+    const auto sa = a->state_dict(), sb = b->state_dict();
+    ASSERT_EQ(sa.size(), sb.size());
+    for (std::size_t i = 0; i < sa.size(); ++i) {
+      EXPECT_EQ(sa[i].first, sb[i].first);
+      EXPECT_EQ(sa[i].second.dtype(), attn::Dtype::Float32);
+      EXPECT_TRUE(attn::equal(sa[i].second, sb[i].second)) << sa[i].first;
+    }
+  }
 }
 
 TEST(HfGpt2, MissingFilesAreNamed) {

@@ -243,6 +243,8 @@ TEST(SafeTensors, RoundTripEveryDtypeAndLayout) {
       case Dtype::Float32: EXPECT_EQ(values<float>(r), values<float>(t)); break;
       case Dtype::Int64: EXPECT_EQ(values<int64_t>(r), values<int64_t>(t)); break;
       case Dtype::Bool: EXPECT_EQ(values<bool>(r), values<bool>(t)); break;
+      case Dtype::BFloat16:
+      case Dtype::Float16: EXPECT_TRUE(attn::equal(r, t)); break;
     }
   }
   EXPECT_TRUE(st.contains("fs"));
@@ -346,10 +348,12 @@ TEST(SafeTensors, MalformedHeaders) {
       {R"({"a": {"dtype": "F32", "shape": [2]}})", f8, "has no \"data_offsets\""},
       {R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], "x": 1}})", f8,
        "unknown field 'x'"},
-      {R"({"a": {"dtype": "F16", "shape": [4], "data_offsets": [0, 8]}})", f8,
-       "unsupported dtype F16"},
-      {R"({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}})", f8,
-       "unsupported dtype BF16"},
+      {R"({"a": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}})", f8,
+       "unsupported dtype F64"},
+      {R"({"a": {"dtype": "I32", "shape": [2], "data_offsets": [0, 8]}})", f8,
+       "unsupported dtype I32"},
+      {R"({"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 8]}})", f8, "needs 4"},
+      {R"({"a": {"dtype": "F16", "shape": [5], "data_offsets": [0, 8]}})", f8, "needs 10"},
       {R"({"a": {"dtype": "f32", "shape": [2], "data_offsets": [0, 8]}})", f8,
        "unsupported dtype f32"},
       {R"({"a": {"dtype": 1, "shape": [2], "data_offsets": [0, 8]}})", f8, "not a string"},

@@ -53,6 +53,8 @@ double at(const Tensor& t, const Shape& idx) {
     case Dtype::Float32: return static_cast<const float*>(base)[off];
     case Dtype::Int64: return double(static_cast<const int64_t*>(base)[off]);
     case Dtype::Bool: return static_cast<const bool*>(base)[off] ? 1.0 : 0.0;
+    case Dtype::BFloat16: return float(static_cast<const attn::BFloat16*>(base)[off]);
+    case Dtype::Float16: return float(static_cast<const attn::Half*>(base)[off]);
   }
   return 0;
 }

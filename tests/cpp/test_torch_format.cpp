@@ -249,15 +249,15 @@ TEST(TorchFormat, CorruptArchivesAreArchiveErrors) {
 }
 
 TEST(TorchFormat, UnsupportedDtypesNameTheEntry) {
-  const std::string half = tensor_pickle("HalfStorage", 6, 0, {2, 3}, {3, 1});
+  const std::string half = tensor_pickle("DoubleStorage", 6, 0, {2, 3}, {3, 1});
   // Inside {'model': {'w': tensor}}: the pickle of the tensor wrapped by hand.
   std::string p = "\x80\x02}(X\x05\0\0\0model}(X\x01\0\0\0w"s;
   p += half.substr(2, half.size() - 3) + "uu.";
   const std::string e =
       error_as<UnsupportedError>([&] { attn::io::from_torch_archive(archive(p), "ckpt.pt"); });
   EXPECT_TRUE(has(e,
-                  "[load_torch] 'ckpt.pt': entry ['model']['w'] is a float16 tensor "
-                  "(torch.HalfStorage) of shape (2, 3)"))
+                  "[load_torch] 'ckpt.pt': entry ['model']['w'] is a float64 tensor "
+                  "(torch.DoubleStorage) of shape (2, 3)"))
       << e;
   EXPECT_TRUE(has(error_as<UnsupportedError>([] {
                     attn::io::from_torch_archive(

@@ -99,14 +99,15 @@ def assert_same_bits(ours, theirs, what=""):
 def read_safetensors(path):
     """{name: array}, metadata: the safetensors format read with json + numpy (8-byte little-endian
     header length, JSON header of dtype/shape/data_offsets, then the data), independently of attn's
-    own reader."""
+    own reader. BF16 tensors come back as their uint16 bit patterns (NumPy has no bfloat16)."""
     raw = open(path, "rb").read()
     assert len(raw) >= 8, "{}: {} bytes, not a safetensors file".format(path, len(raw))
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + n])
     meta = header.pop("__metadata__", {})
     data = raw[8 + n:]
-    dtypes = {"F32": np.float32, "I64": np.int64, "BOOL": np.bool_}
+    dtypes = {"F32": np.float32, "I64": np.int64, "BOOL": np.bool_, "F16": np.float16,
+              "BF16": np.uint16}
     out = {}
     for name, e in header.items():
         b, end = e["data_offsets"]

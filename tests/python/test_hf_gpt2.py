@@ -133,11 +133,16 @@ def test_attn_model_exports_to_transformers(tmp_path, bias):
 
 
 @needs_hf
-def test_half_precision_checkpoint_is_refused_naming_key_and_dtype(tmp_path):
+def test_half_precision_checkpoint_loads_widened_to_float32(tmp_path):
+    """A model saved after .half(): its F16 weights are widened to float32, as transformers'
+    from_pretrained loads them into a float32 model by default; the logits are the same."""
+    cfg = CONFIGS["gelu_new"]
     d = tmp_path / "half"
-    reference("model", d, json.dumps(CONFIGS["gelu_new"]), 1, "--half")
-    with pytest.raises(ValueError, match=r"transformer\.\S+' has unsupported dtype F16"):
-        attn.nn.GPT.from_pretrained(d)
+    reference("model", d, json.dumps(cfg), 1, "--half")
+    model = attn.nn.GPT.from_pretrained(d)
+    assert all(p.dtype is attn.float32 for p in model.parameters())
+    ids = ids_for(cfg)
+    assert_logits_close(attn_logits(model, ids), hf_logits(d, ids, tmp_path))
 
 
 def test_unsupported_config_fields_are_named(tmp_path):
