@@ -1,0 +1,602 @@
+// FlashAttention-2 backward on tensor cores (Dao 2023, Algorithm 2), deterministic: no atomics.
+// See sdpa_cuda.h for what is computed and sdpa_cuda_common.cuh for the fragment conventions.
+//
+// With P = exp(S - lse) recomputed from the forward's lse, Z the dropout factors (0 or
+// 1 / (1 - p), regenerated from the seed) and D_i = rowsum(dO o O):
+//
+//   dV = (P o Z)^T dO      dP = (dO V^T) o Z      dS = P o (dP - D_i)
+//   dK = scale dS^T Q      dQ = scale dS K
+//
+// Three kernels, each output written by exactly one thread block in a fixed order:
+//   1. sdpa_bwd_dot_kernel: D_i per row (one warp per row), into the workspace.
+//   2. sdpa_bwd_dkdv_kernel: one block per (key block of 64, key/value head, batch); warp w owns
+//      keys [16 w, 16 w + 16). It loops over the query heads of the GQA group (in order) and over
+//      the query blocks that can see its keys, computing the transposed tile S^T = K Q^T so that
+//      P^T and dS^T land in registers already in the A-operand layout of dV += (P o Z)^T dO and
+//      dK += dS^T Q. Q and dO tiles (and their lse, D_i) are double-buffered through cp.async.
+//      For padded head dims of 256 the dK and dV accumulators do not both fit in registers: the
+//      kernel runs twice, once for dV and once for dK (kMode).
+//   3. sdpa_bwd_dq_kernel: one block per (query block of 64, head, batch); warp w owns query rows
+//      [16 w, 16 w + 16) and loops over the key blocks its rows can see (K and V double-buffered),
+//      accumulating dQ += dS K.
+// Kernel 3 recomputes S and dP that kernel 2 also computes (7 tile products instead of FA2's 5
+// with atomic dQ); that is the price of determinism without a dQ buffer per key block.
+#include "sdpa_cuda_common.cuh"
+
+namespace attn::kernels {
+
+namespace cuda_detail {
+namespace {
+
+constexpr int kBwdWarps = 4, kBwdThreads = 32 * kBwdWarps;
+
+// Tile sizes per padded head dim. dK/dV kernel: 64 keys per block, kBrKV query rows per step;
+// registers per thread are about dK + dV (kD floats) + S^T and dP^T (kBrKV / 2 floats each).
+// dQ kernel: 64 query rows per block, kBcQ keys per step.
+template <int kD>
+struct BwdConfig;
+template <>
+struct BwdConfig<64> {
+  static constexpr int kBrKV = 64, kBcQ = 64;
+};
+template <>
+struct BwdConfig<128> {
+  static constexpr int kBrKV = 32, kBcQ = 64;
+};
+template <>
+struct BwdConfig<256> {
+  static constexpr int kBrKV = 32, kBcQ = 32;
+};
+
+template <int kD>
+struct DkDvShape {
+  static constexpr int kBc = 16 * kBwdWarps;  // keys per block
+  static constexpr int kBr = BwdConfig<kD>::kBrKV;
+  static constexpr int kLd = kD + 8;
+  // K, V (one tile each), Q and dO (two stages each), lse and D_i (two stages each).
+  static constexpr int kSmemBytes = (2 * kBc + 4 * kBr) * kLd * 2 + 4 * kBr * 4;
+};
+
+template <int kD>
+struct DqShape {
+  static constexpr int kBr = 16 * kBwdWarps;  // query rows per block
+  static constexpr int kBc = BwdConfig<kD>::kBcQ;
+  static constexpr int kLd = kD + 8;
+  // Q, dO (one tile each), K and V (two stages each).
+  static constexpr int kSmemBytes = (2 * kBr + 4 * kBc) * kLd * 2;
+};
+
+enum : int { kBoth = 0, kOnlyDv = 1, kOnlyDk = 2 };
+
+__device__ __forceinline__ const void* mask_bh_of(const KernelParams& p, int b, int h) {
+  if (p.mask_kind == 1) return static_cast<const uint8_t*>(p.mask) + b * p.m_bs + h * p.m_hs;
+  if (p.mask_kind == 2) return static_cast<const uint16_t*>(p.mask) + b * p.m_bs + h * p.m_hs;
+  return nullptr;
+}
+
+// ---- 1. D_i = rowsum(dO o O) ------------------------------------------------------------------
+constexpr int kDotRowsPerBlock = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(32 * kDotRowsPerBlock) sdpa_bwd_dot_kernel(const KernelParams p) {
+  const int64_t row = int64_t(blockIdx.x) * kDotRowsPerBlock + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= int64_t(p.B) * p.H * p.L_q) return;  // whole warps leave together
+  const int64_t i = row % p.L_q, bh = row / p.L_q;
+  const int64_t h = bh % p.H, b = bh / p.H;
+  const uint16_t* o = p.out + b * p.out_bs + h * p.out_hs + i * p.out_rs;
+  const uint16_t* d = p.dout + b * p.do_bs + h * p.do_hs + i * p.do_rs;
+  float acc = 0.0f;
+  for (int e = lane; e < p.D_v; e += 32) acc += Elem<T>::to_float(o[e]) * Elem<T>::to_float(d[e]);
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+  if (lane == 0) p.Di[row] = acc;
+}
+
+// ---- 2. dK, dV --------------------------------------------------------------------------------
+template <typename T, int kD, int kMode>
+__global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dkdv_kernel(const KernelParams p) {
+  using Shape = DkDvShape<kD>;
+  constexpr int kBc = Shape::kBc, kBr = Shape::kBr, kLd = Shape::kLd;
+  constexpr bool kDv = kMode != kOnlyDk, kDk = kMode != kOnlyDv;
+  constexpr int kNT = kBr / 8;  // n-tiles of S^T (query columns)
+  constexpr int kOT = kD / 8;   // n-tiles of dK, dV (head dims)
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* sK = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sV = sK + kBc * kLd;
+  uint16_t* sQ = sV + kBc * kLd;                                // 2 stages
+  uint16_t* sdO = sQ + 2 * kBr * kLd;                           // 2 stages
+  float* sLse = reinterpret_cast<float*>(sdO + 2 * kBr * kLd);  // 2 stages
+  float* sDi = sLse + 2 * kBr;                                  // 2 stages
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int b = blockIdx.z, h_kv = blockIdx.y;
+  const int64_t j0 = int64_t(blockIdx.x) * kBc;
+  const int64_t j_end = min(j0 + kBc, int64_t(p.L_k));
+  const uint8_t* pad_b = p.key_padding ? p.key_padding + b * p.kp_bs : nullptr;
+
+  // The query blocks that can see some key of this block, for each head of the group.
+  int64_t i_lo, i_hi;
+  visible_queries(p, j0, j_end, &i_lo, &i_hi);
+  const int qb_begin = int(i_lo / kBr);
+  const int n_qb = i_hi > i_lo ? int((i_hi + kBr - 1) / kBr) - qb_begin : 0;
+  const int n_iters = p.group * n_qb;
+
+  const int rows_kv = int(j_end - j0);
+  load_tile<kBc, kD, kBwdThreads>(sK, p.k + b * p.k_bs + h_kv * p.k_hs + j0 * p.k_rs, p.k_rs,
+                                  rows_kv, p.D, p.k_vec, tid);
+  if constexpr (kDk)
+    load_tile<kBc, kD, kBwdThreads>(sV, p.v + b * p.v_bs + h_kv * p.v_hs + j0 * p.v_rs, p.v_rs,
+                                    rows_kv, p.D_v, p.v_vec, tid);
+
+  // Iteration it: query head h_kv * group + it / n_qb, query block qb_begin + it % n_qb.
+  auto load_q = [&](int it, int stage) {
+    const int h = h_kv * p.group + it / n_qb;
+    const int64_t i0 = int64_t(qb_begin + it % n_qb) * kBr;
+    const int rows = int(min(int64_t(kBr), p.L_q - i0));
+    load_tile<kBr, kD, kBwdThreads>(sQ + stage * kBr * kLd,
+                                    p.q + b * p.q_bs + h * p.q_hs + i0 * p.q_rs, p.q_rs, rows, p.D,
+                                    p.q_vec, tid);
+    load_tile<kBr, kD, kBwdThreads>(sdO + stage * kBr * kLd,
+                                    p.dout + b * p.do_bs + h * p.do_hs + i0 * p.do_rs, p.do_rs,
+                                    rows, p.D_v, p.dout_vec, tid);
+    if (tid < kBr) {
+      const int64_t row = (int64_t(b) * p.H + h) * p.L_q + i0 + tid;
+      const int n = tid < rows ? 4 : 0;  // rows past L_q: zero-filled (and never used)
+      cp_async_4(sLse + stage * kBr + tid, p.lse + (n ? row : 0), n);
+      cp_async_4(sDi + stage * kBr + tid, p.Di + (n ? row : 0), n);
+    }
+  };
+  if (n_iters > 0) load_q(0, 0);
+  cp_async_commit();
+
+  float acc_dv[kDv ? kOT : 1][4], acc_dk[kDk ? kOT : 1][4];
+#pragma unroll
+  for (int ot = 0; ot < (kDv ? kOT : 1); ++ot)
+    acc_dv[ot][0] = acc_dv[ot][1] = acc_dv[ot][2] = acc_dv[ot][3] = 0.0f;
+#pragma unroll
+  for (int ot = 0; ot < (kDk ? kOT : 1); ++ot)
+    acc_dk[ot][0] = acc_dk[ot][1] = acc_dk[ot][2] = acc_dk[ot][3] = 0.0f;
+  const int n_ksteps = (p.D + 15) / 16, n_vsteps = (p.D_v + 15) / 16;
+  const int64_t key0 = j0 + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
+
+  for (int it = 0; it < n_iters; ++it) {
+    const int stage = it & 1;
+    if (it + 1 < n_iters) {
+      load_q(it + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int h = h_kv * p.group + it / n_qb;
+    const int64_t i0 = int64_t(qb_begin + it % n_qb) * kBr;
+    const int64_t bh = int64_t(b) * p.H + h;
+    const uint16_t* tQ = sQ + stage * kBr * kLd;
+    const uint16_t* tdO = sdO + stage * kBr * kLd;
+    const float* tLse = sLse + stage * kBr;
+    const float* tDi = sDi + stage * kBr;
+
+    // ---- S^T = K Q^T (16 keys x kBr queries per warp) ------------------------------------------
+    float st[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) st[nt][0] = st[nt][1] = st[nt][2] = st[nt][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      if (ks < n_ksteps) {
+        uint32_t a[4];
+        load_a(a, sK, kLd, warp * 16, ks * 16, lane);
+#pragma unroll
+        for (int np = 0; np < kBr / 16; ++np) {
+          uint32_t bb[4];
+          load_b_nk(bb, tQ, kLd, np * 16, ks * 16, lane);
+          mma16816<T>(st[2 * np], a, bb[0], bb[1]);
+          mma16816<T>(st[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+    }
+    const bool elementwise = tile_needs_elementwise(p, i0, i0 + kBr, j0, j0 + kBc);
+    scale_and_mask<T, kNT, true>(p, st, key0, i0 + 2 * t, elementwise, mask_bh_of(p, b, h), pad_b);
+
+    // ---- P^T = 2^(x - lse log2 e); rows of lse = -inf (fully masked) or past L_q give 0 ---------
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + 2 * t + (e & 1);
+        const float lse = tLse[col];
+        const float lse2 = (i0 + col < p.L_q && lse != -INFINITY) ? lse * kLog2e : INFINITY;
+        st[nt][e] = exp2f(st[nt][e] - lse2);
+      }
+
+    // ---- dP^T = V dO^T ------------------------------------------------------------------------
+    float dpt[kDk ? kNT : 1][4];
+    if constexpr (kDk) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        if (ks < n_vsteps) {
+          uint32_t a[4];
+          load_a(a, sV, kLd, warp * 16, ks * 16, lane);
+#pragma unroll
+          for (int np = 0; np < kBr / 16; ++np) {
+            uint32_t bb[4];
+            load_b_nk(bb, tdO, kLd, np * 16, ks * 16, lane);
+            mma16816<T>(dpt[2 * np], a, bb[0], bb[1]);
+            mma16816<T>(dpt[2 * np + 1], a, bb[2], bb[3]);
+          }
+        }
+      }
+    }
+
+    // ---- dropout factors Z^T, then dV += (P o Z)^T dO and dK += dS^T Q, 16 queries at a time --
+    DropoutRow drop[2];
+    if (p.dropout) {
+      drop[0] = dropout_row<true>(p, bh, key0, i0 + 2 * t);
+      drop[1] = dropout_row<true>(p, bh, key0 + 8, i0 + 2 * t);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBr / 16; ++kk) {
+      float pz[2][4], ds[2][4];  // n-tiles 2 kk and 2 kk + 1
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int nt = 2 * kk + half;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float z =
+              p.dropout
+                  ? (dropout_keep_dev(p, drop[e >> 1], nt * 8 + (e & 1)) ? p.keep_scale : 0.0f)
+                  : 1.0f;
+          pz[half][e] = st[nt][e] * z;
+          if constexpr (kDk)
+            ds[half][e] = st[nt][e] * (dpt[nt][e] * z - tDi[nt * 8 + 2 * t + (e & 1)]);
+        }
+      }
+      if constexpr (kDv) {
+        const uint32_t a[4] = {Elem<T>::pack(pz[0][0], pz[0][1]), Elem<T>::pack(pz[0][2], pz[0][3]),
+                               Elem<T>::pack(pz[1][0], pz[1][1]),
+                               Elem<T>::pack(pz[1][2], pz[1][3])};
+#pragma unroll
+        for (int np = 0; np < kD / 16; ++np) {
+          if (np < n_vsteps) {
+            uint32_t bb[4];
+            load_b_kn(bb, tdO, kLd, kk * 16, np * 16, lane);
+            mma16816<T>(acc_dv[2 * np], a, bb[0], bb[1]);
+            mma16816<T>(acc_dv[2 * np + 1], a, bb[2], bb[3]);
+          }
+        }
+      }
+      if constexpr (kDk) {
+        const uint32_t a[4] = {Elem<T>::pack(ds[0][0], ds[0][1]), Elem<T>::pack(ds[0][2], ds[0][3]),
+                               Elem<T>::pack(ds[1][0], ds[1][1]),
+                               Elem<T>::pack(ds[1][2], ds[1][3])};
+#pragma unroll
+        for (int np = 0; np < kD / 16; ++np) {
+          if (np < n_ksteps) {
+            uint32_t bb[4];
+            load_b_kn(bb, tQ, kLd, kk * 16, np * 16, lane);
+            mma16816<T>(acc_dk[2 * np], a, bb[0], bb[1]);
+            mma16816<T>(acc_dk[2 * np + 1], a, bb[2], bb[3]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before the next copy overwrites it
+  }
+  cp_async_wait<0>();  // nothing in flight at exit (when the loop never ran)
+
+  // ---- store dV and scale dK (keys < L_k, dims < D_v / D)
+  // ----------------------------------------
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = key0 + 8 * r;
+    if (j >= p.L_k) continue;
+    if constexpr (kDv) {
+      uint16_t* row = p.dv + b * p.dv_bs + h_kv * p.dv_hs + j * p.dv_rs;
+#pragma unroll
+      for (int ot = 0; ot < kOT; ++ot)
+        if (ot * 8 < p.D_v)
+          store_pair<T>(row, ot * 8 + 2 * t, p.D_v, acc_dv[ot][2 * r], acc_dv[ot][2 * r + 1],
+                        p.dv_pair);
+    }
+    if constexpr (kDk) {
+      uint16_t* row = p.dk + b * p.dk_bs + h_kv * p.dk_hs + j * p.dk_rs;
+#pragma unroll
+      for (int ot = 0; ot < kOT; ++ot)
+        if (ot * 8 < p.D)
+          store_pair<T>(row, ot * 8 + 2 * t, p.D, acc_dk[ot][2 * r] * p.scale,
+                        acc_dk[ot][2 * r + 1] * p.scale, p.dk_pair);
+    }
+  }
+}
+
+// ---- 3. dQ ------------------------------------------------------------------------------------
+template <typename T, int kD>
+__global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dq_kernel(const KernelParams p) {
+  using Shape = DqShape<kD>;
+  constexpr int kBr = Shape::kBr, kBc = Shape::kBc, kLd = Shape::kLd;
+  constexpr int kNT = kBc / 8;  // n-tiles of S (key columns)
+  constexpr int kOT = kD / 8;   // n-tiles of dQ
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* sQ = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sdO = sQ + kBr * kLd;
+  uint16_t* sK = sdO + kBr * kLd;     // 2 stages
+  uint16_t* sV = sK + 2 * kBc * kLd;  // 2 stages
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int b = blockIdx.z, h = blockIdx.y, h_kv = h / p.group;
+  const int64_t i0 = int64_t(blockIdx.x) * kBr;
+  const int64_t i_end = min(i0 + kBr, int64_t(p.L_q));
+  const int64_t bh = int64_t(b) * p.H + h;
+  const uint16_t* k = p.k + b * p.k_bs + h_kv * p.k_hs;
+  const uint16_t* v = p.v + b * p.v_bs + h_kv * p.v_hs;
+  const void* mask_bh = mask_bh_of(p, b, h);
+  const uint8_t* pad_b = p.key_padding ? p.key_padding + b * p.kp_bs : nullptr;
+
+  int64_t j_lo, j_hi;
+  visible_keys(p, i0, i_end, &j_lo, &j_hi);
+  const int jb_begin = int(j_lo / kBc);
+  const int n_blocks = j_hi > j_lo ? int((j_hi + kBc - 1) / kBc) - jb_begin : 0;
+
+  auto load_kv = [&](int jb, int stage) {
+    const int64_t j0 = int64_t(jb) * kBc;
+    const int rows = int(min(int64_t(kBc), p.L_k - j0));
+    load_tile<kBc, kD, kBwdThreads>(sK + stage * kBc * kLd, k + j0 * p.k_rs, p.k_rs, rows, p.D,
+                                    p.k_vec, tid);
+    load_tile<kBc, kD, kBwdThreads>(sV + stage * kBc * kLd, v + j0 * p.v_rs, p.v_rs, rows, p.D_v,
+                                    p.v_vec, tid);
+  };
+  const int rows_q = int(i_end - i0);
+  load_tile<kBr, kD, kBwdThreads>(sQ, p.q + b * p.q_bs + h * p.q_hs + i0 * p.q_rs, p.q_rs, rows_q,
+                                  p.D, p.q_vec, tid);
+  load_tile<kBr, kD, kBwdThreads>(sdO, p.dout + b * p.do_bs + h * p.do_hs + i0 * p.do_rs, p.do_rs,
+                                  rows_q, p.D_v, p.dout_vec, tid);
+  if (n_blocks > 0) load_kv(jb_begin, 0);
+  cp_async_commit();
+
+  // This thread's rows row0 and row0 + 8: lse in log2 units (+inf: the row has no visible key or
+  // is past L_q, so P = 0) and D_i.
+  const int64_t row0 = i0 + warp * 16 + g;
+  float lse2[2], di[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = row0 + 8 * r;
+    const float lse = i < p.L_q ? p.lse[bh * p.L_q + i] : -INFINITY;
+    lse2[r] = lse != -INFINITY ? lse * kLog2e : INFINITY;
+    di[r] = i < p.L_q ? p.Di[bh * p.L_q + i] : 0.0f;
+  }
+
+  float acc[kOT][4];
+#pragma unroll
+  for (int ot = 0; ot < kOT; ++ot) acc[ot][0] = acc[ot][1] = acc[ot][2] = acc[ot][3] = 0.0f;
+  const int n_ksteps = (p.D + 15) / 16, n_vsteps = (p.D_v + 15) / 16;
+
+  for (int it = 0; it < n_blocks; ++it) {
+    const int jb = jb_begin + it, stage = it & 1;
+    if (it + 1 < n_blocks) {
+      load_kv(jb + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* tK = sK + stage * kBc * kLd;
+    const uint16_t* tV = sV + stage * kBc * kLd;
+    const int64_t j0 = int64_t(jb) * kBc;
+
+    // ---- S = Q K^T, P = 2^(x - lse log2 e) ------------------------------------------------------
+    float s[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      if (ks < n_ksteps) {
+        uint32_t a[4];
+        load_a(a, sQ, kLd, warp * 16, ks * 16, lane);
+#pragma unroll
+        for (int np = 0; np < kBc / 16; ++np) {
+          uint32_t bb[4];
+          load_b_nk(bb, tK, kLd, np * 16, ks * 16, lane);
+          mma16816<T>(s[2 * np], a, bb[0], bb[1]);
+          mma16816<T>(s[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+    }
+    const bool elementwise = tile_needs_elementwise(p, i0, i_end, j0, j0 + kBc);
+    scale_and_mask<T, kNT, false>(p, s, row0, j0 + 2 * t, elementwise, mask_bh, pad_b);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(s[nt][e] - lse2[e >> 1]);
+
+    // ---- dP = dO V^T
+    // ------------------------------------------------------------------------------
+    float dp[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      if (ks < n_vsteps) {
+        uint32_t a[4];
+        load_a(a, sdO, kLd, warp * 16, ks * 16, lane);
+#pragma unroll
+        for (int np = 0; np < kBc / 16; ++np) {
+          uint32_t bb[4];
+          load_b_nk(bb, tV, kLd, np * 16, ks * 16, lane);
+          mma16816<T>(dp[2 * np], a, bb[0], bb[1]);
+          mma16816<T>(dp[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+    }
+
+    // ---- dS = P o (dP o Z - D_i), in place of S ------------------------------------------------
+    DropoutRow drop[2];
+    if (p.dropout) {
+      drop[0] = dropout_row<false>(p, bh, row0, j0 + 2 * t);
+      drop[1] = dropout_row<false>(p, bh, row0 + 8, j0 + 2 * t);
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float z =
+            p.dropout ? (dropout_keep_dev(p, drop[e >> 1], nt * 8 + (e & 1)) ? p.keep_scale : 0.0f)
+                      : 1.0f;
+        s[nt][e] = s[nt][e] * (dp[nt][e] * z - di[e >> 1]);
+      }
+
+      // ---- dQ += dS K
+      // ---------------------------------------------------------------------------------
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; ++kk) {
+      const uint32_t a[4] = {Elem<T>::pack(s[2 * kk][0], s[2 * kk][1]),
+                             Elem<T>::pack(s[2 * kk][2], s[2 * kk][3]),
+                             Elem<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             Elem<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int np = 0; np < kD / 16; ++np) {
+        if (np < n_ksteps) {
+          uint32_t bb[4];
+          load_b_kn(bb, tK, kLd, kk * 16, np * 16, lane);
+          mma16816<T>(acc[2 * np], a, bb[0], bb[1]);
+          mma16816<T>(acc[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();  // nothing in flight at exit (when the loop never ran)
+
+  // ---- store scale dQ (rows < L_q, dims < D)
+  // ------------------------------------------------------
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = row0 + 8 * r;
+    if (i >= p.L_q) continue;
+    uint16_t* row = p.dq + b * p.dq_bs + h * p.dq_hs + i * p.dq_rs;
+#pragma unroll
+    for (int ot = 0; ot < kOT; ++ot)
+      if (ot * 8 < p.D)
+        store_pair<T>(row, ot * 8 + 2 * t, p.D, acc[ot][2 * r] * p.scale,
+                      acc[ot][2 * r + 1] * p.scale, p.dq_pair);
+  }
+}
+
+// ---- launches
+// ------------------------------------------------------------------------------------
+template <typename T, int kD, int kMode>
+void launch_dkdv(const KernelParams& kp, cudaStream_t stream, const char* fn) {
+  using Shape = DkDvShape<kD>;
+  auto kernel = sdpa_bwd_dkdv_kernel<T, kD, kMode>;
+  set_shared_memory(kernel, Shape::kSmemBytes, fn);
+  const dim3 grid(unsigned((kp.L_k + Shape::kBc - 1) / Shape::kBc), unsigned(kp.H_kv),
+                  unsigned(kp.B));
+  kernel<<<grid, kBwdThreads, Shape::kSmemBytes, stream>>>(kp);
+  check_cuda(cudaGetLastError(), fn, "the launch of the dK/dV kernel");
+}
+
+template <typename T, int kD>
+void launch_dq(const KernelParams& kp, cudaStream_t stream, const char* fn) {
+  using Shape = DqShape<kD>;
+  auto kernel = sdpa_bwd_dq_kernel<T, kD>;
+  set_shared_memory(kernel, Shape::kSmemBytes, fn);
+  const dim3 grid(unsigned((kp.L_q + Shape::kBr - 1) / Shape::kBr), unsigned(kp.H), unsigned(kp.B));
+  kernel<<<grid, kBwdThreads, Shape::kSmemBytes, stream>>>(kp);
+  check_cuda(cudaGetLastError(), fn, "the launch of the dQ kernel");
+}
+
+template <typename T, int kD>
+void backward_kernels(const KernelParams& kp, cudaStream_t stream, const char* fn) {
+  const bool rows = int64_t(kp.B) * kp.H * kp.L_q > 0;
+  const bool keys = int64_t(kp.B) * kp.H_kv * kp.L_k > 0;
+  if (rows) {
+    const int64_t n = int64_t(kp.B) * kp.H * kp.L_q;
+    const unsigned blocks = unsigned((n + kDotRowsPerBlock - 1) / kDotRowsPerBlock);
+    sdpa_bwd_dot_kernel<T><<<blocks, 32 * kDotRowsPerBlock, 0, stream>>>(kp);
+    check_cuda(cudaGetLastError(), fn, "the launch of the D_i kernel");
+  }
+  if (keys) {
+    if constexpr (kD <= 128) {
+      launch_dkdv<T, kD, kBoth>(kp, stream, fn);
+    } else {
+      launch_dkdv<T, kD, kOnlyDv>(kp, stream, fn);
+      launch_dkdv<T, kD, kOnlyDk>(kp, stream, fn);
+    }
+  }
+  if (rows) launch_dq<T, kD>(kp, stream, fn);
+}
+
+template <typename T>
+void backward_dispatch(const KernelParams& kp, int kd, cudaStream_t stream, const char* fn) {
+  switch (kd) {
+    case 64: backward_kernels<T, 64>(kp, stream, fn); break;
+    case 128: backward_kernels<T, 128>(kp, stream, fn); break;
+    default: backward_kernels<T, 256>(kp, stream, fn); break;
+  }
+}
+
+}  // namespace
+}  // namespace cuda_detail
+
+std::size_t sdpa_cuda_backward_workspace_bytes(const CudaSdpaParams& fwd) {
+  const std::size_t rows = std::size_t(std::max<int64_t>(fwd.B, 0)) *
+                           std::size_t(std::max<int64_t>(fwd.H, 0)) *
+                           std::size_t(std::max<int64_t>(fwd.L_q, 0));
+  return (rows * sizeof(float) + 15) / 16 * 16;
+}
+
+void sdpa_cuda_backward(const CudaSdpaBackwardParams& bp) {
+  using namespace cuda_detail;
+  const char* fn = "sdpa_cuda_backward";
+  const CudaSdpaParams& s = bp.fwd;
+  validate(s, fn);
+  if (!bp.dout || !bp.dq || !bp.dk || !bp.dv || !s.lse)
+    throw DeviceError(prefix(fn) + "dout, dq, dk, dv and fwd.lse must be set");
+  if (!aligned(bp.dout, 2) || !aligned(bp.dq, 2) || !aligned(bp.dk, 2) || !aligned(bp.dv, 2))
+    throw DeviceError(prefix(fn) + "dout, dq, dk and dv must be aligned to their 2-byte elements");
+  if (bp.workspace && !aligned(bp.workspace, 16))
+    throw DeviceError(prefix(fn) + "the workspace must be 16-byte aligned");
+
+  KernelParams kp = make_params(s);
+  kp.dout = static_cast<const uint16_t*>(bp.dout);
+  kp.do_bs = bp.dout_batch_stride, kp.do_hs = bp.dout_head_stride, kp.do_rs = bp.dout_row_stride;
+  kp.dq = static_cast<uint16_t*>(bp.dq);
+  kp.dq_bs = bp.dq_batch_stride, kp.dq_hs = bp.dq_head_stride, kp.dq_rs = bp.dq_row_stride;
+  kp.dk = static_cast<uint16_t*>(bp.dk);
+  kp.dk_bs = bp.dk_batch_stride, kp.dk_hs = bp.dk_head_stride, kp.dk_rs = bp.dk_row_stride;
+  kp.dv = static_cast<uint16_t*>(bp.dv);
+  kp.dv_bs = bp.dv_batch_stride, kp.dv_hs = bp.dv_head_stride, kp.dv_rs = bp.dv_row_stride;
+  kp.dout_vec = vec_ok(bp.dout, bp.dout_batch_stride, bp.dout_head_stride, bp.dout_row_stride);
+  kp.dq_pair = pair_ok(bp.dq, bp.dq_batch_stride, bp.dq_head_stride, bp.dq_row_stride);
+  kp.dk_pair = pair_ok(bp.dk, bp.dk_batch_stride, bp.dk_head_stride, bp.dk_row_stride);
+  kp.dv_pair = pair_ok(bp.dv, bp.dv_batch_stride, bp.dv_head_stride, bp.dv_row_stride);
+
+  if (s.B == 0 || (s.L_q == 0 && s.L_k == 0)) return;
+  const auto stream = static_cast<cudaStream_t>(s.stream);
+  const std::size_t ws_bytes = sdpa_cuda_backward_workspace_bytes(s);
+  float* owned = nullptr;
+  kp.Di = bp.workspace;
+  if (!kp.Di && ws_bytes > 0) {
+    void* ptr = nullptr;
+    check_cuda(cudaMallocAsync(&ptr, ws_bytes, stream), fn, "cudaMallocAsync (workspace)");
+    owned = kp.Di = static_cast<float*>(ptr);
+  }
+  try {
+    const int kd = padded_head_dim(s.D, s.D_v);
+    if (s.dtype == ElemType::Float16)
+      backward_dispatch<__half>(kp, kd, stream, fn);
+    else
+      backward_dispatch<__nv_bfloat16>(kp, kd, stream, fn);
+  } catch (...) {
+    if (owned) cudaFreeAsync(owned, stream);
+    throw;
+  }
+  if (owned) check_cuda(cudaFreeAsync(owned, stream), fn, "cudaFreeAsync (workspace)");
+}
+
+}  // namespace attn::kernels

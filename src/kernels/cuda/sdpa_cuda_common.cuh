@@ -1,0 +1,491 @@
+// Device-side building blocks of the CUDA attention kernels (sdpa_forward.cu, sdpa_backward.cu):
+// the kernels' parameter block, tensor-core instructions (mma.sync m16n8k16, ldmatrix), cp.async
+// tile loads into padded shared memory, the visibility rules (causal, window, key padding, masks)
+// and the counter-based dropout of sdpa_reference.h.
+//
+// Conventions used by every kernel:
+//   - Element data (fp16 or bf16) is moved as raw 16-bit words (uint16_t) and only interpreted
+//     (Elem<T>) where a value is needed: mask values, stores of fp32 results, D_i.
+//   - A tile of R rows by C = kD columns lives in shared memory with rows kD + 8 elements apart
+//     (kD * 2 + 16 bytes): the 8 row addresses of one ldmatrix 8x8 matrix then fall into 8
+//     different 16-byte bank groups, so ldmatrix is free of bank conflicts without swizzling.
+//   - Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"),
+//     with g = lane / 4 and t = lane % 4:
+//       A (16 x 16, row-major): reg0 = (row g, cols 2t, 2t+1), reg1 = (g + 8, 2t..),
+//                               reg2 = (g, 2t + 8..), reg3 = (g + 8, 2t + 8..)
+//       B (16 x 8, "col"):      reg0 = (k 2t, 2t+1; n g), reg1 = (k 2t + 8, 2t + 9; n g)
+//       C (16 x 8, fp32):       c0, c1 = (row g, cols 2t, 2t+1), c2, c3 = (row g + 8, same cols)
+//     The lower-indexed element of a pair sits in the low 16 bits of the register.
+//   - ldmatrix.x4 (PTX "ldmatrix"): lanes 8m .. 8m+7 give the row addresses of matrix m; every
+//     lane receives, for matrix m, register m = (row lane / 4, cols 2 (lane % 4), +1), or with
+//     .trans the transposed matrix's (stored row 2 (lane % 4) (+1), stored column lane / 4).
+#pragma once
+
+#include <attn/common.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "sdpa_cuda.h"
+
+namespace attn::kernels::cuda_detail {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- the parameter block every kernel receives (by value) --------------------------------------
+// Built on the host from CudaSdpaParams / CudaSdpaBackwardParams (make_params in the .cu files).
+struct KernelParams {
+  const uint16_t* q;
+  const uint16_t* k;
+  const uint16_t* v;
+  int64_t q_bs, q_hs, q_rs;
+  int64_t k_bs, k_hs, k_rs;
+  int64_t v_bs, v_hs, v_rs;
+  uint16_t* out;
+  int64_t out_bs, out_hs, out_rs;
+  float* lse;  // contiguous (B, H, L_q)
+
+  int B, H, H_kv, group;  // group = H / H_kv
+  int L_q, L_k, D, D_v;
+  float scale;       // scale (for dK, dQ)
+  float scale_log2;  // scale * log2(e)
+
+  // Visibility: key j is visible to query i iff (wl < 0 || j >= i + off - wl) and
+  // (wr < 0 || j <= i + off + wr); causal is folded into wr.
+  int64_t off, wl, wr;
+
+  int mask_kind;  // 0 none, 1 bool (bytes), 2 additive (T)
+  const void* mask;
+  int64_t m_bs, m_hs, m_rs, m_cs;
+  const uint8_t* key_padding;
+  int64_t kp_bs;
+
+  bool dropout;
+  uint32_t drop_threshold;  // floor(p * 2^32)
+  float keep_scale;         // float(1 / (1 - p))
+  uint64_t seed, offset;
+
+  // 16-byte cp.async allowed for the tiles of q, k, v (and dout); paired 32-bit stores for out.
+  bool q_vec, k_vec, v_vec, dout_vec, out_pair;
+
+  // ---- backward only ----
+  const uint16_t* dout;
+  int64_t do_bs, do_hs, do_rs;
+  uint16_t* dq;
+  int64_t dq_bs, dq_hs, dq_rs;
+  uint16_t* dk;
+  int64_t dk_bs, dk_hs, dk_rs;
+  uint16_t* dv;
+  int64_t dv_bs, dv_hs, dv_rs;
+  bool dq_pair, dk_pair, dv_pair;
+  float* Di;  // (B, H, L_q) rowsum(dout o out), fp32
+};
+
+// ---- element types
+// --------------------------------------------------------------------------------
+template <typename T>
+struct Elem;
+
+template <>
+struct Elem<__half> {
+  static __device__ __forceinline__ float to_float(uint16_t bits) {
+    return __half2float(__ushort_as_half(bits));
+  }
+  static __device__ __forceinline__ uint16_t from_float(float x) {
+    return __half_as_ushort(__float2half_rn(x));
+  }
+  // (a, b) rounded to nearest even, a in the low half.
+  static __device__ __forceinline__ uint32_t pack(float a, float b) {
+    return uint32_t(from_float(a)) | (uint32_t(from_float(b)) << 16);
+  }
+};
+
+template <>
+struct Elem<__nv_bfloat16> {
+  static __device__ __forceinline__ float to_float(uint16_t bits) {
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+  }
+  static __device__ __forceinline__ uint16_t from_float(float x) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  }
+  static __device__ __forceinline__ uint32_t pack(float a, float b) {
+    return uint32_t(from_float(a)) | (uint32_t(from_float(b)) << 16);
+  }
+};
+
+// ---- tensor cores -------------------------------------------------------------------------------
+// d += a * b on a 16x8x16 tile, fp32 accumulate.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                 uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
+                                                        uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+
+// The three ldmatrix patterns of the kernels, for a tile in shared memory with rows `ld`
+// elements apart:
+//
+// A operand, rows [r0, r0 + 16) x cols [c0, c0 + 16) of a row-major tile (row = M, col = K):
+// matrices 0..3 = (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, cols 8-15),
+// (rows 8-15, cols 8-15), i.e. A's reg0..reg3.
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* tile, int ld, int r0,
+                                       int c0, int lane) {
+  ldmatrix_x4(a, tile + (r0 + (lane & 15)) * ld + c0 + (lane >> 4) * 8);
+}
+// B operands of two n-tiles from a tile stored (n, k) row-major, i.e. B^T (keys x dims for
+// S = Q K^T): rows [n0, n0 + 16) x cols [k0, k0 + 16). Matrices = (n 0-7, k 0-7), (n 0-7, k 8-15),
+// (n 8-15, k 0-7), (n 8-15, k 8-15): b[0], b[1] is n-tile n0, b[2], b[3] is n-tile n0 + 8.
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[4], const uint16_t* tile, int ld, int n0,
+                                          int k0, int lane) {
+  ldmatrix_x4(b, tile + (n0 + (lane & 7) + (lane >> 4) * 8) * ld + k0 + ((lane >> 3) & 1) * 8);
+}
+// B operands of two n-tiles from a tile stored (k, n) row-major (values: keys x dims for O = P V),
+// through the transposing ldmatrix: rows [k0, k0 + 16) x cols [n0, n0 + 16). Matrices =
+// (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15): b[0], b[1] is n-tile n0,
+// b[2], b[3] is n-tile n0 + 8.
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const uint16_t* tile, int ld, int k0,
+                                          int n0, int lane) {
+  ldmatrix_x4_trans(b,
+                    tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8);
+}
+
+// ---- cp.async
+// --------------------------------------------------------------------------------------- Copies
+// src_bytes (0..16) from global memory and zero-fills the rest of the 16 bytes.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Loads rows [0, rows) x cols [0, round_up(cols, 16)) of a (rows_total x kCols) tile into shared
+// memory (rows kCols + 8 elements apart) from global memory (rows `row_stride` elements apart):
+// rows >= rows_valid and cols >= cols_valid are zeros; columns from round_up(cols_valid, 16) on
+// are left untouched (the kernels never read them). `vec`: 16-byte cp.async (needs src 16-byte
+// aligned); otherwise scalar loads stored synchronously. Either way the data is visible to the
+// block after cp_async_wait + __syncthreads.
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, int64_t row_stride,
+                                          int rows_valid, int cols_valid, bool vec, int tid) {
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kLd = kCols + 8;
+  const int cols_read = (cols_valid + 15) & ~15;
+  constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll 1
+  for (int it = 0; it < (kChunks + kThreads - 1) / kThreads; ++it) {
+    const int c = tid + it * kThreads;
+    if (kChunks % kThreads != 0 && c >= kChunks) break;
+    const int r = c / kChunksPerRow, col0 = (c % kChunksPerRow) * 8;
+    if (col0 >= cols_read) continue;
+    uint16_t* d = dst + r * kLd + col0;
+    const int n = r < rows_valid ? min(8, cols_valid - col0) : 0;  // elements to read (<= 0: none)
+    if (n <= 0) {
+      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    } else if (vec) {
+      cp_async_16(d, src + r * row_stride + col0, n * 2);
+    } else {
+      const uint16_t* s = src + r * row_stride + col0;
+      uint32_t w[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        w[e] =
+            uint32_t(2 * e < n ? s[2 * e] : 0) | (uint32_t(2 * e + 1 < n ? s[2 * e + 1] : 0) << 16);
+      *reinterpret_cast<uint4*>(d) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
+// ---- outputs
+// -------------------------------------------------------------------------------------- Stores the
+// fp32 pair (x0, x1) as elements col, col + 1 of a row of n_cols elements (col even); `pair`: the
+// row start and col are 4-byte aligned, so one 32-bit store when both are in range.
+template <typename T>
+__device__ __forceinline__ void store_pair(uint16_t* row, int col, int n_cols, float x0, float x1,
+                                           bool pair) {
+  if (col + 1 < n_cols && pair) {
+    *reinterpret_cast<uint32_t*>(row + col) = Elem<T>::pack(x0, x1);
+  } else {
+    if (col < n_cols) row[col] = Elem<T>::from_float(x0);
+    if (col + 1 < n_cols) row[col + 1] = Elem<T>::from_float(x1);
+  }
+}
+
+// ---- visibility ---------------------------------------------------------------------------------
+// Keys [*j_lo, *j_hi) hold every key visible to some query row of [i_lo, i_hi) (i_hi > i_lo, rows
+// < L_q) by the causal/window rule; empty when *j_hi <= *j_lo.
+__device__ __forceinline__ void visible_keys(const KernelParams& p, int64_t i_lo, int64_t i_hi,
+                                             int64_t* j_lo, int64_t* j_hi) {
+  int64_t lo = 0, hi = p.L_k;
+  if (p.wl >= 0) lo = max(lo, i_lo + p.off - p.wl);
+  if (p.wr >= 0) hi = min(hi, i_hi - 1 + p.off + p.wr + 1);
+  *j_lo = lo;
+  *j_hi = hi;
+}
+// Query rows [*i_lo, *i_hi) holding every row that sees some key of [j_lo, j_hi) (j_hi > j_lo,
+// keys < L_k).
+__device__ __forceinline__ void visible_queries(const KernelParams& p, int64_t j_lo, int64_t j_hi,
+                                                int64_t* i_lo, int64_t* i_hi) {
+  int64_t lo = 0, hi = p.L_q;
+  if (p.wr >= 0) lo = max(lo, j_lo - p.off - p.wr);
+  if (p.wl >= 0) hi = min(hi, j_hi - 1 - p.off + p.wl + 1);
+  *i_lo = lo;
+  *i_hi = hi;
+}
+// Whether the tile of query rows [i_lo, i_hi) (clamped to L_q) by keys [j_lo, j_hi) needs the
+// per-element rules: keys past L_k, a partially visible window, a mask or key padding. When false
+// every (row < L_q, key) of the tile is visible and only the scale applies.
+__device__ __forceinline__ bool tile_needs_elementwise(const KernelParams& p, int64_t i_lo,
+                                                       int64_t i_hi, int64_t j_lo, int64_t j_hi) {
+  if (p.mask_kind != 0 || p.key_padding != nullptr || j_hi > p.L_k) return true;
+  i_hi = min(i_hi, int64_t(p.L_q));
+  if (i_hi <= i_lo) return true;
+  if (p.wl >= 0 && j_lo < i_hi - 1 + p.off - p.wl) return true;
+  if (p.wr >= 0 && j_hi - 1 > i_lo + p.off + p.wr) return true;
+  return false;
+}
+
+// Scales a 16 x (8 kNT) score fragment to log2 units (x = acc * scale * log2(e)) and, when
+// `elementwise`, applies the per-element rules: -inf where the key is hidden (out of range,
+// causal/window, key padding, bool mask), + mask * log2(e) for an additive mask.
+//
+// The fragment's rows are query rows (kKeyRows false: forward, dQ) or keys (kKeyRows true: the
+// dK/dV kernel, which computes S^T); this thread holds rows row0 and row0 + 8 and, in n-tile nt,
+// columns col0 + 8 nt and col0 + 8 nt + 1 (col0 = the tile's first column + 2 (lane % 4)).
+// `mask_bh`: the mask advanced to (b, h); `pad_b`: key_padding advanced to b (or null).
+template <typename T, int kNT, bool kKeyRows>
+__device__ __forceinline__ void scale_and_mask(const KernelParams& p, float (&s)[kNT][4],
+                                               int64_t row0, int64_t col0, bool elementwise,
+                                               const void* mask_bh, const uint8_t* pad_b) {
+  if (!elementwise) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
+    return;
+  }
+  const int64_t n_rows = kKeyRows ? p.L_k : p.L_q, n_cols = kKeyRows ? p.L_q : p.L_k;
+  // Mask element (row, col) is at mask_bh + row * row_step + col * col_step.
+  const int64_t m_row_step = kKeyRows ? p.m_cs : p.m_rs, m_col_step = kKeyRows ? p.m_rs : p.m_cs;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = row0 + 8 * r;
+    // Visible columns [lo, hi] of this row by the causal/window rule and the lengths.
+    int64_t lo = 0, hi = n_cols - 1;
+    if (!kKeyRows) {  // row = query i: keys i + off - wl <= j <= i + off + wr
+      if (p.wl >= 0) lo = max(lo, row + p.off - p.wl);
+      if (p.wr >= 0) hi = min(hi, row + p.off + p.wr);
+    } else {  // row = key j: queries j - off - wr <= i <= j - off + wl
+      if (p.wr >= 0) lo = max(lo, row - p.off - p.wr);
+      if (p.wl >= 0) hi = min(hi, row - p.off + p.wl);
+    }
+    bool row_ok = row < n_rows;
+    if (kKeyRows && row_ok && pad_b != nullptr) row_ok = pad_b[row] == 0;
+    // The same bounds relative to col0, clamped to [-1, 8 kNT] (so they fit an int).
+    constexpr int64_t kW = 8 * kNT;
+    const int c_lo = row_ok ? int(min(max(lo - col0, int64_t(-1)), kW)) : int(kW);
+    const int c_hi = int(min(max(hi - col0, int64_t(-1)), kW));
+    const int64_t m_base = row * m_row_step + col0 * m_col_step;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int c01 = 0; c01 < 2; ++c01) {
+        const int c = nt * 8 + c01;  // column col0 + c
+        float x = s[nt][2 * r + c01] * p.scale_log2;
+        bool visible = c >= c_lo && c <= c_hi;
+        if (!kKeyRows && visible && pad_b != nullptr) visible = pad_b[col0 + c] == 0;
+        if (visible && p.mask_kind == 1)
+          visible = static_cast<const uint8_t*>(mask_bh)[m_base + c * m_col_step] != 0;
+        if (visible && p.mask_kind == 2)
+          x += Elem<T>::to_float(static_cast<const uint16_t*>(mask_bh)[m_base + c * m_col_step]) *
+               kLog2e;
+        s[nt][2 * r + c01] = visible ? x : -INFINITY;
+      }
+    }
+  }
+}
+
+// ---- counter-based dropout (sdpa_reference.h: dropout_state, dropout_mix, dropout_threshold) ----
+__device__ __forceinline__ uint64_t dropout_mix_dev(uint64_t z) {
+  z = (z ^ (z >> 30)) * kDropoutMul1;
+  z = (z ^ (z >> 27)) * kDropoutMul2;
+  return z ^ (z >> 31);
+}
+
+// The SplitMix64 states of one fragment row: weight (b, h, i, j) has flat index
+// ((b H + h) L_q + i) L_k + j and state seed + (offset + index + 1) gamma, so along the row the
+// state steps by gamma per key (query rows) or by L_k gamma per query (key rows, kKeyRows).
+struct DropoutRow {
+  uint64_t state0, step;
+};
+template <bool kKeyRows>
+__device__ __forceinline__ DropoutRow dropout_row(const KernelParams& p, int64_t bh, int64_t row,
+                                                  int64_t col0) {
+  const uint64_t L_q = uint64_t(p.L_q), L_k = uint64_t(p.L_k);
+  const uint64_t index = kKeyRows ? (uint64_t(bh) * L_q + uint64_t(col0)) * L_k + uint64_t(row)
+                                  : (uint64_t(bh) * L_q + uint64_t(row)) * L_k + uint64_t(col0);
+  return {p.seed + (p.offset + index + 1) * kDropoutGamma,
+          (kKeyRows ? L_k : uint64_t(1)) * kDropoutGamma};
+}
+// Whether the weight at column col0 + c of the row is kept.
+__device__ __forceinline__ bool dropout_keep_dev(const KernelParams& p, const DropoutRow& d,
+                                                 int c) {
+  const uint64_t state = d.state0 + uint64_t(c) * d.step;
+  return uint32_t(dropout_mix_dev(state) >> 32) >= p.drop_threshold;
+}
+
+// ---- warp reductions over the 4 threads of a quad (one row of an mma fragment) ------------------
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace attn::kernels::cuda_detail
+
+// ---- host side: parameter translation, checks, launches ---------------------------------------
+namespace attn::kernels::cuda_detail {
+
+inline std::string prefix(const char* fn) { return std::string("[") + fn + "] "; }
+
+// Throws attn::DeviceError "[fn] CUDA error in <what>: <name> (<message>)" unless status is OK.
+inline void check_cuda(cudaError_t status, const char* fn, const char* what) {
+  if (status == cudaSuccess) return;
+  cudaGetLastError();  // clear a non-sticky error so the next call starts clean
+  throw DeviceError(prefix(fn) + "CUDA error in " + what + ": " + cudaGetErrorName(status) + " (" +
+                    cudaGetErrorString(status) + ")");
+}
+
+// The padded head dim a problem runs with: the larger of D and D_v rounded up to 64, 128 or 256.
+inline int padded_head_dim(int64_t D, int64_t D_v) {
+  const int64_t d = std::max(D, D_v);
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
+inline bool aligned(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+// 16-byte loads of 8-element chunks: the base and every row start 16-byte aligned.
+inline bool vec_ok(const void* p, int64_t bs, int64_t hs, int64_t rs) {
+  return aligned(p, 16) && bs % 8 == 0 && hs % 8 == 0 && rs % 8 == 0;
+}
+// 32-bit stores of element pairs at even columns.
+inline bool pair_ok(const void* p, int64_t bs, int64_t hs, int64_t rs) {
+  return aligned(p, 4) && bs % 2 == 0 && hs % 2 == 0 && rs % 2 == 0;
+}
+
+inline KernelParams make_params(const CudaSdpaParams& s) {
+  KernelParams p{};
+  p.q = static_cast<const uint16_t*>(s.q);
+  p.k = static_cast<const uint16_t*>(s.k);
+  p.v = static_cast<const uint16_t*>(s.v);
+  p.q_bs = s.q_batch_stride, p.q_hs = s.q_head_stride, p.q_rs = s.q_row_stride;
+  p.k_bs = s.k_batch_stride, p.k_hs = s.k_head_stride, p.k_rs = s.k_row_stride;
+  p.v_bs = s.v_batch_stride, p.v_hs = s.v_head_stride, p.v_rs = s.v_row_stride;
+  p.out = static_cast<uint16_t*>(s.out);
+  p.out_bs = s.out_batch_stride, p.out_hs = s.out_head_stride, p.out_rs = s.out_row_stride;
+  p.lse = s.lse;
+  p.B = int(s.B), p.H = int(s.H), p.H_kv = int(s.H_kv), p.group = int(s.H / s.H_kv);
+  p.L_q = int(s.L_q), p.L_k = int(s.L_k), p.D = int(s.D), p.D_v = int(s.D_v);
+  p.scale = float(s.scale);
+  p.scale_log2 = float(s.scale * 1.4426950408889634);
+  p.off = s.causal_bottom_right ? s.L_k - s.L_q : 0;
+  p.wl = s.window_left < 0 ? -1 : s.window_left;
+  p.wr = s.window_right < 0 ? -1 : s.window_right;
+  if (s.causal) p.wr = p.wr >= 0 ? std::min<int64_t>(p.wr, 0) : 0;
+  p.mask_kind = s.mask_kind == MaskKind::Bool ? 1 : s.mask_kind == MaskKind::Float ? 2 : 0;
+  p.mask = s.mask;
+  p.m_bs = s.mask_batch_stride, p.m_hs = s.mask_head_stride, p.m_rs = s.mask_row_stride;
+  p.m_cs = s.mask_col_stride;
+  p.key_padding = s.key_padding;
+  p.kp_bs = s.key_padding_batch_stride;
+  p.dropout = s.dropout_p > 0.0;
+  p.drop_threshold = p.dropout ? dropout_threshold(s.dropout_p) : 0;
+  p.keep_scale = p.dropout ? dropout_keep_scale(s.dropout_p) : 1.0f;
+  p.seed = s.dropout_seed, p.offset = s.dropout_offset;
+  p.q_vec = vec_ok(s.q, s.q_batch_stride, s.q_head_stride, s.q_row_stride);
+  p.k_vec = vec_ok(s.k, s.k_batch_stride, s.k_head_stride, s.k_row_stride);
+  p.v_vec = vec_ok(s.v, s.v_batch_stride, s.v_head_stride, s.v_row_stride);
+  p.out_pair = pair_ok(s.out, s.out_batch_stride, s.out_head_stride, s.out_row_stride);
+  return p;
+}
+
+// Throws attn::DeviceError naming fn unless sdpa_cuda_supported(s).
+inline void validate(const CudaSdpaParams& s, const char* fn) {
+  std::string why;
+  if (!sdpa_cuda_supported(s, &why)) throw DeviceError(prefix(fn) + why);
+}
+
+// Allows `kernel` `bytes` of dynamic shared memory on the current device, or throws naming fn
+// when the device has less (e.g. 99 KB GPUs of compute capability 8.6 / 8.9 for the largest
+// tiles).
+template <typename Kernel>
+void set_shared_memory(Kernel kernel, int bytes, const char* fn) {
+  int device = 0, optin = 0;
+  check_cuda(cudaGetDevice(&device), fn, "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), fn,
+             "cudaDeviceGetAttribute");
+  if (bytes > optin)
+    throw DeviceError(prefix(fn) + "the kernel needs " + std::to_string(bytes) +
+                      " bytes of shared memory per block; cuda:" + std::to_string(device) +
+                      " allows " + std::to_string(optin));
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), fn,
+             "cudaFuncSetAttribute");
+}
+
+}  // namespace attn::kernels::cuda_detail
