@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU test suite (tests/cuda, ctest label cuda) on a machine with an NVIDIA GPU.
 #
-#   scripts/test_cuda.sh pack   builds build-cuda/attn_cuda_tests here (CUDA toolkit, no GPU
-#                               needed) and gathers it with the shared libraries it needs that a
-#                               GPU machine may lack (OpenBLAS, cairo, ...) into .cuda-bundle/
-#                               (git-ignored, about 50 MB)
+#   scripts/test_cuda.sh pack   builds build-cuda/attn_cuda_tests and bench_cuda (attn's side of
+#                               bench/compare_cuda.py) here (CUDA toolkit, no GPU needed) and
+#                               gathers them with the shared libraries they load that a GPU machine
+#                               may lack into .cuda-bundle/ (git-ignored, a few MB)
 #   scripts/test_cuda.sh run    on the GPU machine: runs .cuda-bundle's tests, then
 #                               compute-sanitizer's memcheck and racecheck on the kernel test table
 #   scripts/test_cuda.sh        both, where one machine has the toolkit, the libraries and a GPU
@@ -22,21 +22,22 @@ bundle=.cuda-bundle
 
 pack() {
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DATTN_CUDA=ON -DATTN_BUILD_PYTHON=OFF \
-    -DATTN_BUILD_EXAMPLES=OFF -DATTN_BUILD_BENCH=OFF -DATTN_MPI=OFF -DATTN_ONEDNN=OFF \
+    -DATTN_BUILD_EXAMPLES=OFF -DATTN_BUILD_BENCH=ON -DATTN_MPI=OFF -DATTN_ONEDNN=OFF \
     -DATTN_INSTALL=OFF >/dev/null
-  cmake --build "$build" -j"$(nproc)" --target attn_cuda_tests
+  cmake --build "$build" -j"$(nproc)" --target attn_cuda_tests bench_cuda
   rm -rf "$bundle"
   mkdir -p "$bundle/lib"
-  cp "$build/attn_cuda_tests" "$bundle/"
-  # Everything the binary loads except the C library's own parts and the driver (which must be
+  cp "$build/attn_cuda_tests" "$build/bench/bench_cuda" "$bundle/"
+  # Everything the binaries load except the C library's own parts and the driver (which must be
   # the machine's). cuBLAS is the machine's too (its toolkit's, hundreds of MB).
-  ldd "$build/attn_cuda_tests" | awk '/=> \// {print $3}' | while read -r lib; do
-    case "$(basename "$lib")" in
-      libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcuda.so* | \
-        libcublas*) ;;
-      *) cp -L "$lib" "$bundle/lib/" ;;
-    esac
-  done
+  ldd "$build/attn_cuda_tests" "$build/bench/bench_cuda" | awk '/=> \// {print $3}' | sort -u |
+    while read -r lib; do
+      case "$(basename "$lib")" in
+        libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libcuda.so* | \
+          libcublas*) ;;
+        *) cp -L "$lib" "$bundle/lib/" ;;
+      esac
+    done
   echo "test_cuda: $(du -sh "$bundle" | cut -f1) in $bundle ($(ls "$bundle/lib" | wc -l) libraries)"
 }
 

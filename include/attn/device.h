@@ -59,6 +59,9 @@ int current_device();
 void set_device(int index);
 // Waits until every kernel queued on the device (the current one for -1) has finished.
 void synchronize(int index = -1);
+// Gives the GPU memory that freed tensors left in attn's cache back to CUDA (torch's
+// cuda.empty_cache()); a no-op without CUDA.
+void empty_cache();
 // "NVIDIA H100 80GB HBM3"; throws attn::DeviceError without that device.
 std::string get_device_name(int index = -1);
 }  // namespace cuda

@@ -165,6 +165,7 @@ void register_tensor(py::module_& m) {
   m.def("_cuda_current_device", &cuda::current_device);
   m.def("_cuda_set_device", &cuda::set_device, py::arg("device"));
   m.def("_cuda_synchronize", &cuda::synchronize, py::arg("device") = -1, release());
+  m.def("_cuda_empty_cache", &cuda::empty_cache);
   m.def("_cuda_get_device_name", &cuda::get_device_name, py::arg("device") = -1);
 
   py::class_<Tensor> T(m, "Tensor", py::dynamic_attr());

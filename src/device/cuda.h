@@ -15,13 +15,29 @@
 namespace attn::cuda_rt {
 
 // Device memory on GPU `index` (a concrete index, see resolve_device). malloc(0) is nullptr.
+// Blocks come from a cache of freed ones when one of the (rounded) size is there.
 void* malloc(std::size_t nbytes, int index, const char* fn);
-// Frees what malloc returned; never throws (errors at process exit are ignored).
+// Returns what malloc gave to the cache; never throws.
 void free(void* ptr, int index) noexcept;
+// Gives every cached block back to CUDA (attn.cuda.empty_cache()).
+void empty_cache();
 // Copies nbytes; the direction is given by which side is a GPU (-1 for host memory). The copy is
 // complete when the call returns (host memory is pageable).
 void memcpy(void* dst, int dst_index, const void* src, int src_index, std::size_t nbytes,
             const char* fn);
 void memset_zero(void* ptr, int index, std::size_t nbytes, const char* fn);
+
+// Makes GPU `index` the current device (where kernels launch) for its scope, restoring the
+// previous one after.
+class DeviceGuard {
+ public:
+  DeviceGuard(int index, const char* fn);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
 
 }  // namespace attn::cuda_rt

@@ -1,7 +1,10 @@
 // The CUDA runtime behind src/device/cuda.h and attn::cuda (include/attn/device.h).
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "cuda.h"
 
@@ -77,6 +80,7 @@ void synchronize(int index) {
   DeviceScope scope(i, "cuda.synchronize");
   check(cudaDeviceSynchronize(), "cuda.synchronize", "cudaDeviceSynchronize");
 }
+void empty_cache() { cuda_rt::empty_cache(); }
 std::string get_device_name(int index) {
   const int i = index < 0 ? current_device() : index;
   check_index(i, "cuda.get_device_name");
@@ -88,12 +92,70 @@ std::string get_device_name(int index) {
 
 namespace cuda_rt {
 
+// ---- the caching allocator ---------------------------------------------------------------------
+// cudaMalloc and cudaFree are slow (cudaFree waits for the whole device), and a training step or an
+// attention backward allocates and frees the same sizes every call. Freed blocks are kept per
+// (device, rounded size) and handed out again, as PyTorch's caching allocator does. Every kernel
+// and copy of attn runs on the legacy default stream, which orders all work, so a block freed by
+// the host may be reused at once: the kernels still reading it run before any kernel of the new
+// owner. When cudaMalloc runs out of memory the cache is released and the allocation tried again.
+namespace {
+
+struct Cache {
+  std::mutex mutex;
+  std::map<std::pair<int, std::size_t>, std::vector<void*>> free_blocks;
+  std::map<void*, std::size_t> sizes;  // every live or cached block: its rounded size
+};
+
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: tensors may be freed during exit
+  return *c;
+}
+
+// Sizes rounded so that near sizes share blocks: 512 bytes below 1 MiB, 2 MiB above.
+std::size_t round_size(std::size_t n) {
+  const std::size_t unit = n < (std::size_t(1) << 20) ? 512 : (std::size_t(2) << 20);
+  return (n + unit - 1) / unit * unit;
+}
+
+void release_cached(int index) {
+  Cache& c = cache();
+  for (auto it = c.free_blocks.begin(); it != c.free_blocks.end();) {
+    if (index >= 0 && it->first.first != index) {
+      ++it;
+      continue;
+    }
+    for (void* p : it->second) {
+      cudaFree(p);
+      c.sizes.erase(p);
+    }
+    it = c.free_blocks.erase(it);
+  }
+  cudaGetLastError();
+}
+
+}  // namespace
+
 void* malloc(std::size_t nbytes, int index, const char* fn) {
   if (nbytes == 0) return nullptr;
   check_index(index, fn);
+  const std::size_t size = round_size(nbytes);
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto it = c.free_blocks.find({index, size});
+  if (it != c.free_blocks.end() && !it->second.empty()) {
+    void* p = it->second.back();
+    it->second.pop_back();
+    return p;
+  }
   DeviceScope scope(index, fn);
   void* ptr = nullptr;
-  const cudaError_t status = cudaMalloc(&ptr, nbytes);
+  cudaError_t status = cudaMalloc(&ptr, size);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    release_cached(index);
+    status = cudaMalloc(&ptr, size);
+  }
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     std::size_t free_bytes = 0, total_bytes = 0;
@@ -104,17 +166,34 @@ void* malloc(std::size_t nbytes, int index, const char* fn) {
         bytes_str(double(free_bytes)) + " free of " + bytes_str(double(total_bytes)) + ")");
   }
   check(status, fn, "cudaMalloc");
+  c.sizes[ptr] = size;
   return ptr;
 }
 
 void free(void* ptr, int index) noexcept {
   if (ptr == nullptr) return;
+  Cache& c = cache();
+  try {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.sizes.find(ptr);
+    if (it != c.sizes.end()) {
+      c.free_blocks[{index, it->second}].push_back(ptr);
+      return;
+    }
+  } catch (...) {  // bookkeeping without memory: give the block back to CUDA instead
+  }
   int previous = 0;
   if (cudaGetDevice(&previous) != cudaSuccess) return;
   if (previous != index) cudaSetDevice(index);
   cudaFree(ptr);
   if (previous != index) cudaSetDevice(previous);
   cudaGetLastError();
+}
+
+void empty_cache() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  release_cached(-1);
 }
 
 void memcpy(void* dst, int dst_index, const void* src, int src_index, std::size_t nbytes,
@@ -134,6 +213,16 @@ void memset_zero(void* ptr, int index, std::size_t nbytes, const char* fn) {
   if (nbytes == 0) return;
   DeviceScope scope(index, fn);
   check(cudaMemset(ptr, 0, nbytes), fn, "cudaMemset");
+}
+
+DeviceGuard::DeviceGuard(int index, const char* fn) {
+  check_index(index, fn);
+  check(cudaGetDevice(&previous_), fn, "cudaGetDevice");
+  if (index != previous_) check(cudaSetDevice(index), fn, "cudaSetDevice");
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
 }
 
 }  // namespace cuda_rt

@@ -12,6 +12,7 @@
 #include "../kernels/cpu/sdpa_reference.h"
 #include "../kernels/cpu/workspace.h"
 #include "../tensor/internal.h"
+#include "attention_internal.h"
 
 namespace attn {
 
@@ -20,6 +21,13 @@ using detail::fail;
 namespace {
 
 constexpr const char* kSdpa = "scaled_dot_product_attention";
+
+// Whether attention runs on a GPU (undefined inputs are reported by the validation).
+bool any_on_gpu(const Tensor& q, const Tensor& k, const Tensor& v) {
+  for (const Tensor* t : {&q, &k, &v})
+    if (t->defined() && t->is_cuda()) return true;
+  return false;
+}
 
 // Runs a kernel call; scratch memory it cannot allocate becomes AllocationError naming `fn`.
 template <typename F>
@@ -108,20 +116,45 @@ Tensor unit_inner(const Tensor& t) {
   return t.size(-1) <= 1 || t.stride(-1) == 1 ? t : t.contiguous();
 }
 
-struct Prepared {
-  Tensor q, k, v;      // expanded to the output batch shape (k, v with H_kv heads under GQA)
-  Tensor mask;         // expanded to S + (L_q, L_k), or undefined
-  Tensor key_padding;  // bool (B, L_k) or (1, L_k), contiguous; B = S[-2]; or undefined
-  Shape S;             // output batch shape: out is S + (L_q, D_v)
-  Shape drop_batch;    // batch shape of q @ k^T, over which dropout draws (torch's order)
-  int64_t L_q, L_k, D, D_v, H_kv_ratio = 1;
-  double scale;
-};
+}  // namespace
+
+namespace sdpa_detail {
+
+// On a GPU: q, k, v of one half-precision dtype (bf16 or fp16) on one device, masks there too.
+void check_gpu_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,
+                      const char* fn) {
+  for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}})
+    if (!t->defined()) fail(fn, name, " is undefined");
+  const Device dev = q.device();
+  for (auto [t, name] : {std::pair{&k, "k"},
+                         {&v, "v"},
+                         {&o.attn_mask, "attn_mask"},
+                         {&o.key_padding_mask, "key_padding_mask"}})
+    if (t->defined() && t->device() != dev)
+      throw DeviceError(detail::msg(fn, "expected all tensors on the same device, got q on ",
+                                    dev.str(), " and ", name, " on ", t->device().str()));
+  if (!dev.is_cuda())
+    throw DeviceError(detail::msg(fn, "expected all tensors on the same device, got q on ",
+                                  dev.str(), " and k or v on ", k.device().str()));
+  const Dtype dt = q.dtype();
+  if (dt != Dtype::BFloat16 && dt != Dtype::Float16)
+    fail(fn, "on a GPU q, k and v must be bfloat16 or float16 (the fused kernel's dtypes), got ",
+         dtype_name(dt), " (float32 on a GPU is not supported yet: convert with .to(bfloat16))");
+  for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}})
+    if (t->dtype() != dt)
+      fail(fn, "q, k and v must have one dtype, got q ", dtype_name(dt), " and ", name, " ",
+           dtype_name(t->dtype()));
+  if (o.attn_mask.defined() && o.attn_mask.dtype() != Dtype::Bool && o.attn_mask.dtype() != dt)
+    fail(fn, "attn_mask must be bool or q's dtype ", dtype_name(dt), ", got ",
+         dtype_name(o.attn_mask.dtype()));
+}
 
 Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const SdpaOptions& o,
                  const char* fn) {
+  const bool gpu = any_on_gpu(q_in, k_in, v_in);
+  if (gpu) check_gpu_inputs(q_in, k_in, v_in, o, fn);
   for (auto [t, name] : {std::pair{&q_in, "q"}, {&k_in, "k"}, {&v_in, "v"}}) {
-    detail::check_float32(*t, name, fn);
+    if (!gpu) detail::check_float32(*t, name, fn);
     if (t->dim() < 2)
       fail(fn, name, " ", shape_str(t->shape()), " must have at least 2 dims (..., L, D), got ",
            t->dim());
@@ -190,7 +223,7 @@ Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, con
 
   if (o.attn_mask.defined()) {
     const Tensor& m = o.attn_mask;
-    if (m.dtype() != Dtype::Bool && m.dtype() != Dtype::Float32)
+    if (!gpu && m.dtype() != Dtype::Bool && m.dtype() != Dtype::Float32)
       fail(fn, "attn_mask must be bool or float32, got ", dtype_name(m.dtype()));
     Shape target = concat(S, {p.L_q, p.L_k});
     bool ok = m.dim() <= int64_t(target.size());
@@ -264,11 +297,20 @@ kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o) {
     kp.mask_row_stride = p.mask.stride(r), kp.mask_col_stride = p.mask.stride(r + 1);
   }
   if (p.key_padding.defined()) {
-    kp.key_padding = reinterpret_cast<const uint8_t*>(p.key_padding.raw_data());
+    kp.key_padding = reinterpret_cast<const uint8_t*>(p.key_padding.device_data());
     kp.key_padding_batch_stride = p.key_padding.size(0) == 1 ? 0 : p.L_k;
   }
   return kp;
 }
+
+}  // namespace sdpa_detail
+
+namespace {
+
+using sdpa_detail::kernel_params;
+using sdpa_detail::outer_offset;
+using sdpa_detail::prepare;
+using sdpa_detail::Prepared;
 
 // Sets the q, k, v, mask pointers of call number c (outer index idx) and its dropout offset.
 void call_pointers(const Prepared& p, const Shape& idx, int64_t c, uint64_t dropout_offset,
@@ -466,12 +508,20 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const char* fn = "scaled_dot_product_attention";
   const std::vector<const Tensor*> inputs{&q, &k, &v, &options.attn_mask};
   const bool recording = detail::should_record(inputs);
-  if (recording && !(options.attn_mask.defined() && options.attn_mask.requires_grad())) {
+  const bool gpu = any_on_gpu(q, k, v);
+  const bool mask_grad = options.attn_mask.defined() && options.attn_mask.requires_grad();
+  if (gpu && mask_grad)
+    fail(fn,
+         "a float attn_mask that requires grad is not supported on a GPU (its gradient needs "
+         "the materialised weights); detach it or compute on the CPU");
+  if (gpu && !recording) return sdpa_detail::cuda_forward(q, k, v, options, fn).out;
+  if (recording && !mask_grad) {
     // One graph node whose backward is scaled_dot_product_attention_backward: the forward saves
     // out and the per-row log-sum-exp, the backward recomputes the scores and regenerates the
     // dropout mask from the forward's seed (nothing (L_q, L_k)-sized is kept). A trainable float
     // mask takes the composed path below, whose backward also yields the mask's gradient.
-    SdpaForwardResult fwd = scaled_dot_product_attention_forward(q, k, v, options);
+    SdpaForwardResult fwd = gpu ? sdpa_detail::cuda_forward(q, k, v, options, fn)
+                                : scaled_dot_product_attention_forward(q, k, v, options);
     SdpaOptions opts = options;
     opts.attn_mask = Tensor();  // saved (with its version) instead
     opts.generator = nullptr;
@@ -507,6 +557,7 @@ SdpaForwardResult scaled_dot_product_attention_forward(const Tensor& q, const Te
                                                        const Tensor& v,
                                                        const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention_forward";
+  if (any_on_gpu(q, k, v)) return sdpa_detail::cuda_forward(q, k, v, options, fn);
   Prepared p = prepare(q, k, v, options, fn);
   SdpaForwardResult r;
   r.out = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
@@ -521,6 +572,11 @@ std::tuple<Tensor, Tensor> scaled_dot_product_attention_with_weights(const Tenso
                                                                      const Tensor& v,
                                                                      const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention_with_weights";
+  if (any_on_gpu(q, k, v))
+    throw DeviceError(detail::msg(fn,
+                                  "the attention weights are materialised on the CPU only "
+                                  "(the GPU kernel never forms them): q is on ",
+                                  q.device().str()));
   Prepared p = prepare(q, k, v, options, fn);
   Tensor out = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
   Tensor weights = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.L_k}), Dtype::Float32);
@@ -568,6 +624,7 @@ std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
     const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
     const SdpaForwardResult& forward, const SdpaOptions& o) {
   const char* fn = "scaled_dot_product_attention_backward";
+  if (any_on_gpu(q, k, v)) return sdpa_detail::cuda_backward(dout, q, k, v, forward, o, fn);
   const Prepared p = prepare(q, k, v, o, fn);
   const Shape& S = p.S;  // out is S + (L_q, D_v)
   check_backward_input(dout, "dout", concat(S, {p.L_q, p.D_v}), fn);

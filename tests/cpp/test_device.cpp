@@ -123,6 +123,15 @@ TEST(Device, CpuKernelsRefuseGpuTensors) {
     refuses([&] { fake_gpu_tensor({1}).item<float>(); }, false);
     refuses([&] { g.repr(); }, false);
   }
+  // Attention on a GPU takes bfloat16 or float16 (the CUDA kernel's dtypes), named in the error.
+  try {
+    attn::scaled_dot_product_attention(g, g, g);
+    ADD_FAILURE() << "expected attn::Error";
+  } catch (const attn::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "[scaled_dot_product_attention]")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "bfloat16 or float16")) << e.what();
+  }
+  EXPECT_THROW(attn::scaled_dot_product_attention_with_weights(g, g, g), attn::DeviceError);
   // The CPU operand was not written.
   EXPECT_FLOAT_EQ(c.sum().item<float>(), 64.0f);
 }

@@ -68,7 +68,9 @@ def synchronize(device=None):
 
 
 def empty_cache():
-    """No-op: attn frees GPU memory when its last tensor goes (no caching allocator yet)."""
+    """Gives the GPU memory that freed tensors left in attn's cache back to CUDA (a no-op without
+    CUDA)."""
+    _C._cuda_empty_cache()
 
 
 def _no_cuda(fn):

@@ -1,0 +1,46 @@
+// What the attention entry points (attention.cpp) share with their GPU side (attention_cuda.cpp):
+// the validated, broadcast inputs and the kernel parameters they give, so that both devices accept
+// and reject exactly the same calls.
+#pragma once
+
+#include <attn/attention.h>
+
+#include "../kernels/cpu/sdpa_reference.h"
+
+namespace attn::sdpa_detail {
+
+struct Prepared {
+  Tensor q, k, v;      // expanded to the output batch shape (k, v with H_kv heads under GQA)
+  Tensor mask;         // expanded to S + (L_q, L_k), or undefined
+  Tensor key_padding;  // bool (B, L_k) or (1, L_k), contiguous; B = S[-2]; or undefined
+  Shape S;             // output batch shape: out is S + (L_q, D_v)
+  Shape drop_batch;    // batch shape of q @ k^T, over which dropout draws (torch's order)
+  int64_t L_q, L_k, D, D_v, H_kv_ratio = 1;
+  double scale;
+};
+
+// Validates q, k, v and the options for `fn` (attn::Error naming it and the shapes) and
+// broadcasts them. On the CPU q, k, v are float32; on a GPU bfloat16 or float16, every tensor on
+// q's device (attn::DeviceError otherwise).
+Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,
+                 const char* fn);
+
+// The kernel parameters of prepared inputs over the batch shape S: its last two dims become the
+// kernel's (B, H); any dims before them are looped over by the caller, which sets the data
+// pointers of each call. out (and lse) are contiguous S + (L_q, D_v) (S + (L_q)). The key padding
+// pointer is set (on the inputs' device); q, k, v, mask, out and lse pointers are not.
+kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o);
+
+// Offset in elements of t's element [idx..., 0, 0, 0] for an index over its outer dims.
+int64_t outer_offset(const Tensor& t, const Shape& idx);
+
+// The GPU side (attention_cuda.cpp; without CUDA, attention_nocuda.cpp throws DeviceError): the
+// fused CUDA kernel forward, and its backward from the saved out and lse.
+SdpaForwardResult cuda_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const SdpaOptions& o, const char* fn);
+std::tuple<Tensor, Tensor, Tensor> cuda_backward(const Tensor& dout, const Tensor& q,
+                                                 const Tensor& k, const Tensor& v,
+                                                 const SdpaForwardResult& forward,
+                                                 const SdpaOptions& o, const char* fn);
+
+}  // namespace attn::sdpa_detail

@@ -1,0 +1,136 @@
+// scaled_dot_product_attention on GPU tensors (src/ops/attention_cuda.cpp): the dispatch, the
+// validation shared with the CPU, and results against the CPU on the same bf16/fp16-rounded
+// inputs. The kernels themselves are tested case by case in test_sdpa_cuda.cpp. Skipped without
+// a GPU.
+#include <attn/attn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+namespace {
+
+using attn::Device;
+using attn::Dtype;
+using attn::SdpaOptions;
+using attn::Tensor;
+
+#define REQUIRE_GPU() \
+  if (!attn::cuda::is_available()) GTEST_SKIP() << "no CUDA GPU"
+
+// Largest |a - b| over max(1, max|b|): a GPU result in bf16/fp16 against the CPU's float32.
+double rel_err(const Tensor& gpu, const Tensor& cpu) {
+  Tensor a = gpu.cpu().to(Dtype::Float32), b = cpu.to(Dtype::Float32);
+  const double diff = (a - b).abs().max().item<double>();
+  return diff / std::max(1.0, b.abs().max().item<double>());
+}
+
+struct Inputs {
+  Tensor q, k, v;  // float32 on the CPU, already rounded to the GPU dtype
+};
+
+Inputs make(int64_t B, int64_t H, int64_t H_kv, int64_t L_q, int64_t L_k, int64_t D, Dtype dt,
+            uint64_t seed) {
+  attn::manual_seed(seed);
+  auto r = [&](int64_t h, int64_t l) {
+    return attn::randn({B, h, l, D}).to(dt).to(Dtype::Float32);
+  };
+  return {r(H, L_q), r(H_kv, L_k), r(H_kv, L_k)};
+}
+
+Tensor gpu(const Tensor& t, Dtype dt) { return t.to(Device("cuda"), dt); }
+
+class CudaAttention : public ::testing::TestWithParam<Dtype> {};
+
+TEST_P(CudaAttention, ForwardMatchesTheCpu) {
+  REQUIRE_GPU();
+  const Dtype dt = GetParam();
+  const double tol = dt == Dtype::BFloat16 ? 2e-2 : 4e-3;
+  for (bool causal : {false, true}) {
+    Inputs in = make(2, 4, 4, 77, 77, 64, dt, 1);
+    SdpaOptions o;
+    o.is_causal = causal;
+    Tensor want = attn::scaled_dot_product_attention(in.q, in.k, in.v, o);
+    Tensor got = attn::scaled_dot_product_attention(gpu(in.q, dt), gpu(in.k, dt), gpu(in.v, dt), o);
+    EXPECT_TRUE(got.is_cuda());
+    EXPECT_EQ(got.dtype(), dt);
+    EXPECT_EQ(got.shape(), want.shape());
+    EXPECT_LT(rel_err(got, want), tol) << "causal " << causal;
+  }
+}
+
+TEST_P(CudaAttention, MasksGqaAndLayoutsMatchTheCpu) {
+  REQUIRE_GPU();
+  const Dtype dt = GetParam();
+  const double tol = dt == Dtype::BFloat16 ? 2e-2 : 4e-3;
+  Inputs in = make(2, 8, 2, 33, 50, 40, dt, 2);
+  SdpaOptions o;
+  o.enable_gqa = true;
+  o.attn_mask = attn::rand({2, 1, 33, 50}) > 0.3;  // bool, broadcast over heads
+  Tensor want = attn::scaled_dot_product_attention(in.q, in.k, in.v, o);
+  SdpaOptions og = o;
+  og.attn_mask = o.attn_mask.cuda();
+  Tensor got = attn::scaled_dot_product_attention(gpu(in.q, dt), gpu(in.k, dt), gpu(in.v, dt), og);
+  EXPECT_LT(rel_err(got, want), tol);
+  // (B, L, H, D) views: no copies, same result.
+  Tensor qt = gpu(in.q.transpose(1, 2).contiguous(), dt).transpose(1, 2);
+  Tensor got2 = attn::scaled_dot_product_attention(qt, gpu(in.k, dt), gpu(in.v, dt), og);
+  EXPECT_LT(rel_err(got2, want), tol);
+}
+
+TEST_P(CudaAttention, DropoutDropsTheSameWeightsAsTheCpu) {
+  REQUIRE_GPU();
+  const Dtype dt = GetParam();
+  Inputs in = make(1, 2, 2, 64, 64, 32, dt, 3);
+  SdpaOptions o;
+  o.dropout_p = 0.3;
+  attn::manual_seed(77);
+  Tensor want = attn::scaled_dot_product_attention(in.q, in.k, in.v, o);
+  attn::manual_seed(77);
+  Tensor got = attn::scaled_dot_product_attention(gpu(in.q, dt), gpu(in.k, dt), gpu(in.v, dt), o);
+  EXPECT_LT(rel_err(got, want), dt == Dtype::BFloat16 ? 3e-2 : 6e-3);
+}
+
+TEST_P(CudaAttention, BackwardMatchesTheCpu) {
+  REQUIRE_GPU();
+  const Dtype dt = GetParam();
+  const double tol = dt == Dtype::BFloat16 ? 3e-2 : 6e-3;
+  Inputs in = make(2, 4, 4, 65, 65, 64, dt, 4);
+  Tensor dout = attn::randn({2, 4, 65, 64}).to(dt).to(Dtype::Float32);
+  SdpaOptions o;
+  o.is_causal = true;
+  attn::SdpaForwardResult f = attn::scaled_dot_product_attention_forward(in.q, in.k, in.v, o);
+  auto [dq, dk, dv] = attn::scaled_dot_product_attention_backward(dout, in.q, in.k, in.v, f, o);
+  Tensor q = gpu(in.q, dt), k = gpu(in.k, dt), v = gpu(in.v, dt);
+  attn::SdpaForwardResult fg = attn::scaled_dot_product_attention_forward(q, k, v, o);
+  EXPECT_LT(rel_err(fg.lse, f.lse), 1e-2);
+  auto [gq, gk, gv] = attn::scaled_dot_product_attention_backward(gpu(dout, dt), q, k, v, fg, o);
+  EXPECT_LT(rel_err(gq, dq), tol);
+  EXPECT_LT(rel_err(gk, dk), tol);
+  EXPECT_LT(rel_err(gv, dv), tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttention, ::testing::Values(Dtype::BFloat16, Dtype::Float16),
+                         [](const auto& info) {
+                           return std::string(info.param == Dtype::BFloat16 ? "bf16" : "fp16");
+                         });
+
+TEST(CudaAttentionErrors, NameTheFunctionAndTheDevice) {
+  REQUIRE_GPU();
+  Tensor g = attn::randn({1, 2, 8, 16}).to(Device("cuda"), Dtype::BFloat16);
+  Tensor c = attn::randn({1, 2, 8, 16}).to(Dtype::BFloat16);
+  try {
+    attn::scaled_dot_product_attention(g, c, g);
+    ADD_FAILURE() << "expected attn::DeviceError";
+  } catch (const attn::DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("same device"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(attn::scaled_dot_product_attention(g.to(Dtype::Float32), g.to(Dtype::Float32),
+                                                  g.to(Dtype::Float32)),
+               attn::Error);
+  Tensor big = attn::randn({1, 1, 8, 512}).to(Device("cuda"), Dtype::BFloat16);  // head dim 512
+  EXPECT_THROW(attn::scaled_dot_product_attention(big, big, big), attn::Error);
+  EXPECT_THROW(attn::scaled_dot_product_attention_with_weights(g, g, g), attn::DeviceError);
+}
+
+}  // namespace
