@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Copies the CUDA attention kernels (src/kernels/cuda) into OUT as host C++ for the emulation
+build (run.sh): the PTX wrappers (mma.sync, ldmatrix, cp.async) are removed in favour of emu.h's,
+the dynamic shared memory becomes the emulator's buffer and each <<<...>>> launch a call of
+emu_launch. The kernels themselves are not touched.
+
+usage: prepare.py ROOT OUT
+"""
+import os
+import re
+import shutil
+import sys
+
+root, out = sys.argv[1], sys.argv[2]
+src = os.path.join(root, 'src/kernels/cuda')
+dst = os.path.join(out, 'src/kernels/cuda')
+os.makedirs(dst, exist_ok=True)
+cpu = os.path.join(out, 'src/kernels/cpu')
+if not os.path.exists(cpu):
+    os.symlink(os.path.join(root, 'src/kernels/cpu'), cpu)
+shutil.copy(os.path.join(src, 'sdpa_cuda.h'), dst)
+
+
+def strip_definition(text, head):
+    """Removes the declaration or definition starting at `head` (up to its ';' or body)."""
+    i = text.index(head)
+    depth = 0
+    for j in range(i, len(text)):
+        c = text[j]
+        if c == ';' and depth == 0:
+            return text[:i] + text[j + 1:]
+        if c == '{':
+            depth += 1
+        elif c == '}':
+            depth -= 1
+            if depth == 0:
+                return text[:i] + text[j + 1:]
+    raise ValueError(head)
+
+
+s = open(os.path.join(src, 'sdpa_cuda_common.cuh')).read()
+for inc in ['#include <cuda_bf16.h>\n', '#include <cuda_fp16.h>\n', '#include <cuda_runtime.h>\n']:
+    s = s.replace(inc, '')
+s = s.replace('#pragma once\n', '#pragma once\n#include "emu.h"\n', 1)
+for head in ['template <typename T>\n__device__ __forceinline__ void mma16816(',
+             'template <>\n__device__ __forceinline__ void mma16816<__half>(',
+             'template <>\n__device__ __forceinline__ void mma16816<__nv_bfloat16>(',
+             '__device__ __forceinline__ uint32_t smem_addr(',
+             '__device__ __forceinline__ void ldmatrix_x4(',
+             '__device__ __forceinline__ void ldmatrix_x4_trans(',
+             '__device__ __forceinline__ void cp_async_16(',
+             '__device__ __forceinline__ void cp_async_4(',
+             '__device__ __forceinline__ void cp_async_commit(',
+             'template <int N>\n__device__ __forceinline__ void cp_async_wait(']:
+    s = strip_definition(s, head)
+open(os.path.join(dst, 'sdpa_cuda_common.cuh'), 'w').write(s)
+
+for name in ['sdpa_forward.cu', 'sdpa_backward.cu']:
+    s = open(os.path.join(src, name)).read()
+    s = s.replace('extern __shared__ __align__(16) unsigned char smem_raw[];',
+                  'unsigned char* smem_raw = ::emu_smem();')
+    s, n = re.subn(r'([\w][\w<>:]*)<<<([^,]+), ([^,]+), ([^,]+), stream>>>\((\w+)\);',
+                   r'emu_launch(\1, dim3(\2), \3, \4, \5);', s)
+    if n == 0:
+        sys.exit(f'prepare.py: no kernel launch found in {name}')
+    open(os.path.join(dst, name.replace('.cu', '.cpp')), 'w').write(s)
