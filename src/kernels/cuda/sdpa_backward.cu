@@ -497,7 +497,7 @@ void launch_dkdv(const KernelParams& kp, cudaStream_t stream, const char* fn) {
   const dim3 grid(unsigned((kp.L_k + Shape::kBc - 1) / Shape::kBc), unsigned(kp.H_kv),
                   unsigned(kp.B));
   kernel<<<grid, kBwdThreads, Shape::kSmemBytes, stream>>>(kp);
-  check_cuda(cudaGetLastError(), fn, "the launch of the dK/dV kernel");
+  check_launch(fn, "the launch of the dK/dV kernel");
 }
 
 template <typename T, int kD>
@@ -507,7 +507,7 @@ void launch_dq(const KernelParams& kp, cudaStream_t stream, const char* fn) {
   set_shared_memory(kernel, Shape::kSmemBytes, fn);
   const dim3 grid(unsigned((kp.L_q + Shape::kBr - 1) / Shape::kBr), unsigned(kp.H), unsigned(kp.B));
   kernel<<<grid, kBwdThreads, Shape::kSmemBytes, stream>>>(kp);
-  check_cuda(cudaGetLastError(), fn, "the launch of the dQ kernel");
+  check_launch(fn, "the launch of the dQ kernel");
 }
 
 template <typename T, int kD>
@@ -518,7 +518,7 @@ void backward_kernels(const KernelParams& kp, cudaStream_t stream, const char* f
     const int64_t n = int64_t(kp.B) * kp.H * kp.L_q;
     const unsigned blocks = unsigned((n + kDotRowsPerBlock - 1) / kDotRowsPerBlock);
     sdpa_bwd_dot_kernel<T><<<blocks, 32 * kDotRowsPerBlock, 0, stream>>>(kp);
-    check_cuda(cudaGetLastError(), fn, "the launch of the D_i kernel");
+    check_launch(fn, "the launch of the D_i kernel");
   }
   if (keys) {
     if constexpr (kD <= 128) {

@@ -411,6 +411,17 @@ inline void check_cuda(cudaError_t status, const char* fn, const char* what) {
                     cudaGetErrorString(status) + ")");
 }
 
+// After a kernel launch: the launch's own status (a bad configuration, too much shared memory)
+// always; in debug builds (no NDEBUG) also the kernel's execution, by waiting for it, so that a
+// fault is reported at the launch that caused it. Release builds report execution errors at the
+// next synchronising call; CUDA_LAUNCH_BLOCKING=1 in the environment makes that the launch too.
+inline void check_launch(const char* fn, const char* what) {
+  check_cuda(cudaGetLastError(), fn, what);
+#ifndef NDEBUG
+  check_cuda(cudaDeviceSynchronize(), fn, what);
+#endif
+}
+
 // The padded head dim a problem runs with: the larger of D and D_v rounded up to 64, 128 or 256.
 inline int padded_head_dim(int64_t D, int64_t D_v) {
   const int64_t d = std::max(D, D_v);

@@ -234,7 +234,7 @@ void launch_forward(const KernelParams& kp, cudaStream_t stream, const char* fn)
   set_shared_memory(kernel, Shape::kSmemBytes, fn);
   const dim3 grid(unsigned((kp.L_q + Shape::kBr - 1) / Shape::kBr), unsigned(kp.H), unsigned(kp.B));
   kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(kp);
-  check_cuda(cudaGetLastError(), fn, "the launch of the forward kernel");
+  check_launch(fn, "the launch of the forward kernel");
 }
 
 template <typename T>
