@@ -417,6 +417,7 @@ Dtype compute_type(Op op, Dtype a, Dtype b) {
 Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Tensor()) {
   const char* fn = op_name(op);
   if (!a.defined() || !b.defined()) fail(fn, "undefined tensor argument");
+  detail::check_cpu_operands(fn, {&a, &b});
   Shape shape = broadcast_shapes(a.shape(), b.shape(), fn);
   // As torch's sub_check: any bool operand (a Python scalar counts as its tensor) is refused.
   if (op == Op::Sub && (a.dtype() == Dtype::Bool || b.dtype() == Dtype::Bool))

@@ -229,6 +229,7 @@ Tensor record_matmul(Tensor out, const char* node, const Tensor& a_in, const Ten
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (!a_in.defined() || !b_in.defined()) fail("matmul", "undefined tensor argument");
+  detail::check_cpu_operands("matmul", {&a_in, &b_in});
   detail::check_not_reduced(a_in, "matmul");
   detail::check_not_reduced(b_in, "matmul");
   if (a_in.dim() == 0 || b_in.dim() == 0)

@@ -136,6 +136,10 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape);
 // through (Tensor::data_ptr, raw_data, base_ptr), so no operation without a CUDA implementation
 // ever reads GPU memory.
 void check_cpu(const Tensor& t, const char* fn);
+// For an operation of several tensors that runs on the CPU only: attn::DeviceError naming fn when
+// two are on different devices ("expected all tensors on the same device, got cuda:0 and cpu",
+// torch's wording) or when they are on a GPU.
+void check_cpu_operands(const char* fn, std::initializer_list<const Tensor*> ts);
 
 // The storage's first element as T (offsets are added by the caller). T must be the tensor's
 // element type: a mismatch is a bug in attn, refused rather than read as the wrong type. CPU

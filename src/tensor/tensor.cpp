@@ -170,6 +170,18 @@ void check_cpu(const Tensor& t, const char* fn) {
                         ".cpu() first)"));
 }
 
+void check_cpu_operands(const char* fn, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (first && t->device() != first->device())
+      throw DeviceError(msg(fn, "expected all tensors on the same device, got ",
+                            first->device().str(), " and ", t->device().str()));
+    if (!first) first = t;
+  }
+  if (first) check_cpu(*first, fn);
+}
+
 void fail_workspace(const char* fn, double bytes, const std::string& what) {
   std::string exact = bytes < 1.8e19 ? std::to_string(uint64_t(bytes)) : std::to_string(bytes);
   throw AllocationError(msg(fn, "cannot allocate ", bytes_str(bytes), " (", exact, " bytes) for ",

@@ -103,9 +103,21 @@ TEST(Device, CpuKernelsRefuseGpuTensors) {
       f();
       ADD_FAILURE() << "expected attn::DeviceError";
     } catch (const attn::DeviceError& e) {
-      if (names_device) EXPECT_TRUE(contains(e.what(), "on cuda:0")) << e.what();
+      if (names_device) EXPECT_TRUE(contains(e.what(), "cuda:0")) << e.what();
     }
   };
+  // Two devices in one operation: torch's "expected all tensors on the same device".
+  for (auto f : {+[](const Tensor&x, const Tensor&y) { return x + y; },
+                 +[](const Tensor&x, const Tensor&y) { return attn::matmul(x, y); }}) {
+    try {
+      f(g, c);
+      ADD_FAILURE() << "expected attn::DeviceError";
+    } catch (const attn::DeviceError& e) {
+      EXPECT_TRUE(contains(e.what(), "expected all tensors on the same device, got cuda:0 and cpu"))
+          << e.what();
+    }
+  }
+  EXPECT_TRUE(contains(error_of([&] { g* g; }), "[mul] expected a tensor on the CPU"));
   refuses([&] { g.data_ptr<float>(); });
   refuses([&] { g.raw_data(); });
   refuses([&] { g + c; });
