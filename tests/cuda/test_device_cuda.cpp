@@ -99,6 +99,14 @@ TEST(CudaDevice, GradientsFlowBackAcrossDevices) {
   ASSERT_TRUE(x.grad().defined());
   EXPECT_TRUE(x.grad().is_cpu());
   EXPECT_TRUE(attn::equal(x.grad(), attn::full({3, 4}, 2.0)));
+  // A CPU tensor broadcast into a GPU one: its gradient sums over the broadcast dim.
+  Tensor b = attn::tensor({1.0, 2.0, 3.0, 4.0}).to(Dtype::Float32).requires_grad_();
+  Tensor g = attn::zeros({3, 4}, Dtype::Float32, Device("cuda"));
+  g.copy_(b);
+  (g.cpu() * 2.0).sum().backward();
+  ASSERT_TRUE(b.grad().defined());
+  EXPECT_TRUE(b.grad().is_cpu());
+  EXPECT_TRUE(attn::equal(b.grad(), attn::full({4}, 6.0)));
 }
 
 TEST(CudaDevice, ErrorsNameTheFunction) {
