@@ -421,6 +421,10 @@ void emu_launch_checked(const char* name, K kernel, dim3 grid, int threads, int 
     emu_set_launch_error(cudaErrorIllegalAddress);
     return;
   }
+  // One launch at a time (the shared-memory buffer and the fault flag are global): host threads
+  // launching at once see their kernels run one after the other, as on one stream.
+  static std::mutex launch_mutex;
+  std::lock_guard<std::mutex> lock(launch_mutex);
   emu_launch(kernel, grid, threads, smem, params);
   if (emu_faulted) emu_set_launch_error(cudaErrorIllegalAddress);
 }

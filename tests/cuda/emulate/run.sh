@@ -9,23 +9,30 @@
 # src/tensor, src/ops/attention_cuda.cpp.
 #
 # It checks the kernels' indexing, tiling, masking, dropout and pipelines, and the host side's
-# pointers, strides and copies, without a GPU. It does not check races between cp.async and
-# shared-memory reads, bank conflicts, register use or speed, nor the fragment layouts themselves
-# beyond emu.h's reading of the ISA. Too slow for ctest or CI (about 20 minutes on 2 cores for
-# everything): run it by hand, or a subset with a gtest filter.
+# pointers, strides, copies and launches, without a GPU; what a GPU would fault on (a kernel
+# argument outside device memory, misaligned cp.async/ldmatrix/vector accesses, shared memory out
+# of bounds, a launch configuration it refuses) fails the call as on a GPU (see emu.h). It does not
+# check bank conflicts, register use or speed, races beyond the two cp.async timings
+# (ATTN_EMU_CP_ASYNC=late for the second), nor the fragment layouts themselves beyond emu.h's
+# reading of the ISA. Too slow for ctest or CI (about 20 minutes on 2 cores for everything): run
+# it by hand, or a subset with a gtest filter.
 #
-#   # from a fresh checkout: configure and build libattn.a (with CUDA: nvcc must be found)
+#   # from a fresh checkout: configure (nvcc must be found) and build libattn.a
 #   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2 --target attn
-#   tests/cuda/emulate/run.sh                         # every test
-#   tests/cuda/emulate/run.sh 'CudaDevice*:CudaAttention*'  # a gtest filter (seconds to minutes)
-#   tests/cuda/emulate/run.sh '*Forward/Lq17*'        # one kernel case
-#   tests/cuda/emulate/run.sh --list                  # the tests, nothing run
+#   tests/cuda/emulate/run.sh                        # every test (about 20 minutes)
+#   tests/cuda/emulate/run.sh 'CudaDevice*:*CudaAttention*'  # tensors and dispatch (~1 minute)
+#   tests/cuda/emulate/run.sh '*Forward/Lq17*'       # one kernel case (seconds)
+#   tests/cuda/emulate/run.sh '*Backward/all_features*' --gtest_repeat=3  # more gtest flags
+#   tests/cuda/emulate/run.sh --list                 # the tests, nothing run
+#   ATTN_EMU_DEVICES=2 tests/cuda/emulate/run.sh 'CudaDevice*'      # two GPUs
+#   ATTN_EMU_CP_ASYNC=late tests/cuda/emulate/run.sh '*all_features*'
 #
 # The build is incremental (a Makefile in build/cuda_emulation, with header dependencies): only
-# what changed is recompiled. Environment: BUILD (default build), CUDA_HOME (default
-# /usr/local/cuda; only its headers are used, nothing links cudart), JOBS (default 2),
-# ATTN_EMU_DEVICES (emulated GPUs, default 1), ATTN_EMU_SMEM_OPTIN (opt-in shared memory per block
-# in bytes, default 232448 as on an H100).
+# what changed is recompiled (after a change to src/, rebuild libattn.a first). Environment: BUILD
+# (default build), CUDA_HOME (default /usr/local/cuda; only its headers are used, nothing links
+# cudart), JOBS (default 2), ATTN_EMU_DEVICES (emulated GPUs, default 1), ATTN_EMU_SMEM_OPTIN
+# (opt-in shared memory per block in bytes, default 232448 as on an H100; 101376 for sm_86/89),
+# ATTN_EMU_CP_ASYNC (early, the default, or late).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -49,8 +56,9 @@ link_txt=$build/CMakeFiles/attn_cuda_tests.dir/link.txt
 if [ -f "$link_txt" ]; then
   libs=$(tr ' ' '\n' <"$link_txt" | sed -n '/^attn_cuda_tests$/,$p' | tail -n +2 |
     grep -v -e '^$' -e 'libattn\.a$' -e '^-L' -e 'cuda' -e 'cublas' -e 'culibos' | tr '\n' ' ')
-else
-  libs="-lgtest -lgtest_main -fopenmp $(pkg-config --libs openblas) -ldl -lpthread"
+else  # another generator than Makefiles: the installed package's own list (build/cmake/attn.pc)
+  libs="-lgtest -lgtest_main $(PKG_CONFIG_PATH=$build/cmake pkg-config --static --libs attn |
+    tr ' ' '\n' | grep -v -e '^$' -e '^-lattn$' -e '^-L' -e 'cuda' -e 'cublas' | tr '\n' ' ')"
 fi
 
 mkdir -p "$out"
@@ -58,6 +66,9 @@ python3 "$here/prepare.py" "$root" "$out"
 tests=$(cd "$root/tests/cuda" && ls ./*.cpp | sed 's|^\./||; s|\.cpp$||')
 objs="kernel_forward.o kernel_backward.o runtime.o"
 for t in $tests; do objs="$objs $t.o"; done
+for o in "$out"/test_*.o; do  # objects of test files since removed
+  if [ -e "$o" ] && [ ! -e "$root/tests/cuda/$(basename "$o" .o).cpp" ]; then rm -f "$o" "${o%.o}.d"; fi
+done
 
 cc=g++
 command -v ccache >/dev/null && cc="ccache g++"
