@@ -456,16 +456,22 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     detail::dispatch_dtype(dtype(), [&]<typename To>() { convert_from<To>(*this, src); });
   detail::bump_version(*this);
   // Only float32 tensors take part in the graph: x.long() or a copy into an int64 tensor does not.
-  // The old value of self is overwritten (zero gradient); src, broadcast to self, gets the rest.
+  // The old value of self is overwritten (zero gradient); src, broadcast to self, gets the rest,
+  // summed over the broadcast dims on the CPU (a GPU has no reduction) and moved to src's device.
   if (dtype() == Dtype::Float32 && (src_in.requires_grad() || requires_grad())) {
     const Shape src_shape = src_in.shape();
     const Device src_device = src_in.device();
     detail::record_inplace(
         *this, "CopyBackwards", {this, &src_in},
         [src_shape, src_device](const Node& n, const Tensor& g) {
+          Tensor src_grad;
+          if (n.needs_input_grad(1)) {
+            const Tensor summed = g.is_cuda() && g.shape() != src_shape ? g.cpu() : g;
+            src_grad = detail::sum_to(summed, src_shape).to(src_device);
+          }
           return std::vector<Tensor>{
               n.needs_input_grad(0) ? zeros(g.shape(), Dtype::Float32, g.device()) : Tensor(),
-              n.needs_input_grad(1) ? detail::sum_to(g, src_shape).to(src_device) : Tensor()};
+              src_grad};
         });
   }
   return *this;

@@ -110,10 +110,85 @@ TEST_P(CudaAttention, BackwardMatchesTheCpu) {
   EXPECT_LT(rel_err(gv, dv), tol);
 }
 
+// The dispatch's less common paths: batch dims before (B, H) (one kernel call each, dropout offsets
+// running on), a mask broadcast over them, key padding, a window with an additive mask in the
+// GPU dtype, and q broadcast over k's batch.
+TEST_P(CudaAttention, OuterDimsPaddingAndBroadcastMatchTheCpu) {
+  REQUIRE_GPU();
+  const Dtype dt = GetParam();
+  const bool bf16 = dt == Dtype::BFloat16;
+  auto r = [&](const attn::Shape& s) { return attn::randn(s).to(dt).to(Dtype::Float32); };
+  auto check_backward = [&](const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,
+                            const SdpaOptions& og, uint64_t seed) {
+    attn::manual_seed(seed);
+    attn::SdpaForwardResult f = attn::scaled_dot_product_attention_forward(q, k, v, o);
+    attn::manual_seed(seed);
+    attn::SdpaForwardResult fg =
+        attn::scaled_dot_product_attention_forward(gpu(q, dt), gpu(k, dt), gpu(v, dt), og);
+    EXPECT_LT(rel_err(fg.out, f.out), bf16 ? 3e-2 : 6e-3);
+    EXPECT_LT(rel_err(fg.lse, f.lse), 1e-2);
+    Tensor dout = r(f.out.shape());
+    auto [dq, dk, dv] = attn::scaled_dot_product_attention_backward(dout, q, k, v, f, o);
+    auto [gq, gk, gv] = attn::scaled_dot_product_attention_backward(gpu(dout, dt), gpu(q, dt),
+                                                                    gpu(k, dt), gpu(v, dt), fg, og);
+    const double tol = bf16 ? 3e-2 : 6e-3;
+    EXPECT_LT(rel_err(gq, dq), tol);
+    EXPECT_LT(rel_err(gk, dk), tol);
+    EXPECT_LT(rel_err(gv, dv), tol);
+  };
+  attn::manual_seed(5);
+  {
+    Tensor q = r({2, 2, 3, 20, 16}), k = r({2, 2, 3, 24, 16}), v = r({2, 2, 3, 24, 8});
+    SdpaOptions o;
+    o.attn_mask = attn::rand({2, 1, 1, 20, 24}) > 0.3;
+    o.dropout_p = 0.2;
+    SdpaOptions og = o;
+    og.attn_mask = o.attn_mask.cuda();
+    check_backward(q, k, v, o, og, 9);
+  }
+  {
+    Tensor q = r({3, 2, 20, 16}), k = r({3, 2, 30, 16}), v = r({3, 2, 30, 16});
+    SdpaOptions o;
+    o.key_padding_mask = attn::rand({3, 30}) > 0.7;
+    o.window_left = 5;
+    o.attn_mask = r({2, 20, 30});
+    SdpaOptions og = o;
+    og.key_padding_mask = o.key_padding_mask.cuda();
+    og.attn_mask = gpu(o.attn_mask, dt);
+    check_backward(q, k, v, o, og, 10);
+  }
+  Tensor q = r({1, 2, 10, 16}), k = r({3, 2, 12, 16}), v = r({3, 2, 12, 16});
+  Tensor want = attn::scaled_dot_product_attention(q, k, v);
+  Tensor got = attn::scaled_dot_product_attention(gpu(q, dt), gpu(k, dt), gpu(v, dt));
+  EXPECT_EQ(got.shape(), want.shape());
+  EXPECT_LT(rel_err(got, want), bf16 ? 2e-2 : 4e-3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttention, ::testing::Values(Dtype::BFloat16, Dtype::Float16),
                          [](const auto& info) {
                            return std::string(info.param == Dtype::BFloat16 ? "bf16" : "fp16");
                          });
+
+// No keys: zero outputs and lse = -inf, as on the CPU; no queries: zero dk and dv.
+TEST(CudaAttentionEdges, EmptySequences) {
+  REQUIRE_GPU();
+  Tensor q = attn::randn({1, 2, 5, 16}), k = attn::randn({1, 2, 0, 16});
+  const Dtype dt = Dtype::BFloat16;
+  attn::SdpaForwardResult f = attn::scaled_dot_product_attention_forward(q, k, k);
+  attn::SdpaForwardResult g =
+      attn::scaled_dot_product_attention_forward(gpu(q, dt), gpu(k, dt), gpu(k, dt));
+  EXPECT_TRUE(attn::equal(g.out.cpu().to(Dtype::Float32), f.out));
+  EXPECT_TRUE(attn::equal(g.lse.cpu(), f.lse));
+  Tensor q0 = attn::randn({1, 2, 0, 16}), k0 = attn::randn({1, 2, 4, 16});
+  attn::SdpaForwardResult g0 =
+      attn::scaled_dot_product_attention_forward(gpu(q0, dt), gpu(k0, dt), gpu(k0, dt));
+  EXPECT_EQ(g0.out.numel(), 0);
+  auto [gq, gk, gv] = attn::scaled_dot_product_attention_backward(gpu(q0, dt), gpu(q0, dt),
+                                                                  gpu(k0, dt), gpu(k0, dt), g0, {});
+  EXPECT_EQ(gq.numel(), 0);
+  EXPECT_TRUE(attn::equal(gk.cpu().to(Dtype::Float32), attn::zeros({1, 2, 4, 16})));
+  EXPECT_TRUE(attn::equal(gv.cpu().to(Dtype::Float32), attn::zeros({1, 2, 4, 16})));
+}
 
 TEST(CudaAttentionErrors, NameTheFunctionAndTheDevice) {
   REQUIRE_GPU();

@@ -4,6 +4,7 @@
 #include <attn/attn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,41 @@ TEST(CudaDevice, GradientsFlowBackAcrossDevices) {
   ASSERT_TRUE(x.grad().defined());
   EXPECT_TRUE(x.grad().is_cpu());
   EXPECT_TRUE(attn::equal(x.grad(), attn::full({3, 4}, 2.0)));
+  // A CPU tensor broadcast into a GPU one: its gradient sums over the broadcast dim.
+  Tensor b = attn::tensor({1.0, 2.0, 3.0, 4.0}).to(Dtype::Float32).requires_grad_();
+  Tensor g = attn::zeros({3, 4}, Dtype::Float32, Device("cuda"));
+  g.copy_(b);
+  (g.cpu() * 2.0).sum().backward();
+  ASSERT_TRUE(b.grad().defined());
+  EXPECT_TRUE(b.grad().is_cpu());
+  EXPECT_TRUE(attn::equal(b.grad(), attn::full({4}, 6.0)));
+}
+
+// Two GPUs (tests/cuda/emulate/run.sh with ATTN_EMU_DEVICES=2 emulates them): peer copies,
+// strided ones through the host, the current device, attention on the inputs' GPU.
+TEST(CudaDevice, MovesBetweenGpus) {
+  REQUIRE_GPU();
+  if (attn::cuda::device_count() < 2) GTEST_SKIP() << "one GPU";
+  Tensor c = sample({3, 4});
+  Tensor g0 = c.cuda(0), g1 = g0.to(Device("cuda:1"));
+  EXPECT_EQ(g1.device(), Device("cuda:1"));
+  EXPECT_TRUE(same(g1, c));
+  EXPECT_TRUE(same(g0.transpose(0, 1).to(Device("cuda:1")), c.transpose(0, 1).contiguous()));
+  Tensor z = attn::zeros({4, 3}, Dtype::Float32, Device("cuda:1"));
+  z.transpose(0, 1).copy_(g0);
+  EXPECT_TRUE(same(z, c.transpose(0, 1).contiguous()));
+  attn::cuda::set_device(1);
+  EXPECT_EQ(attn::zeros({2}, Dtype::Float32, Device("cuda")).device(), Device("cuda:1"));
+  attn::cuda::set_device(0);
+  Tensor q = attn::randn({1, 2, 8, 16}).to(Dtype::BFloat16).to(Dtype::Float32);
+  Tensor out = attn::scaled_dot_product_attention(q.to(Device("cuda:1"), Dtype::BFloat16),
+                                                  q.to(Device("cuda:1"), Dtype::BFloat16),
+                                                  q.to(Device("cuda:1"), Dtype::BFloat16));
+  EXPECT_EQ(out.device(), Device("cuda:1"));
+  Tensor want = attn::scaled_dot_product_attention(q, q, q);
+  const double err = (out.cpu().to(Dtype::Float32) - want).abs().max().item<double>();
+  EXPECT_LT(err / std::max(1.0, want.abs().max().item<double>()), 2e-2);
+  EXPECT_EQ(attn::cuda::current_device(), 0);
 }
 
 TEST(CudaDevice, ErrorsNameTheFunction) {

@@ -2,13 +2,13 @@
 """Copies the CUDA attention kernels (src/kernels/cuda) into OUT as host C++ for the emulation
 build (run.sh): the PTX wrappers (mma.sync, ldmatrix, cp.async) are removed in favour of emu.h's,
 the dynamic shared memory becomes the emulator's buffer and each <<<...>>> launch a call of
-emu_launch. The kernels themselves are not touched.
+emu_launch_checked, which checks the kernel's pointers against the emulated device memory
+first. The kernels themselves are not touched.
 
 usage: prepare.py ROOT OUT
 """
 import os
 import re
-import shutil
 import sys
 
 root, out = sys.argv[1], sys.argv[2]
@@ -18,7 +18,16 @@ os.makedirs(dst, exist_ok=True)
 cpu = os.path.join(out, 'src/kernels/cpu')
 if not os.path.exists(cpu):
     os.symlink(os.path.join(root, 'src/kernels/cpu'), cpu)
-shutil.copy(os.path.join(src, 'sdpa_cuda.h'), dst)
+
+
+def write(path, text):
+    """Writes text to path unless it holds it already (so that make sees unchanged sources)."""
+    if os.path.exists(path) and open(path).read() == text:
+        return
+    open(path, 'w').write(text)
+
+
+write(os.path.join(dst, 'sdpa_cuda.h'), open(os.path.join(src, 'sdpa_cuda.h')).read())
 
 
 def strip_definition(text, head):
@@ -53,14 +62,20 @@ for head in ['template <typename T>\n__device__ __forceinline__ void mma16816(',
              '__device__ __forceinline__ void cp_async_commit(',
              'template <int N>\n__device__ __forceinline__ void cp_async_wait(']:
     s = strip_definition(s, head)
-open(os.path.join(dst, 'sdpa_cuda_common.cuh'), 'w').write(s)
+write(os.path.join(dst, 'sdpa_cuda_common.cuh'), s)
 
 for name in ['sdpa_forward.cu', 'sdpa_backward.cu']:
     s = open(os.path.join(src, name)).read()
     s = s.replace('extern __shared__ __align__(16) unsigned char smem_raw[];',
                   'unsigned char* smem_raw = ::emu_smem();')
-    s, n = re.subn(r'([\w][\w<>:]*)<<<([^,]+), ([^,]+), ([^,]+), stream>>>\((\w+)\);',
-                   r'emu_launch(\1, dim3(\2), \3, \4, \5);', s)
+    launch = r'([\w][\w<>:]*)<<<([^,]+), ([^,]+), ([^,]+), stream>>>\((\w+)\);'
+
+    def emu_launch(m, name=name, text=s):
+        where = f'{name}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1)}'
+        return (f'emu_launch_checked("{where}", {m.group(1)}, dim3({m.group(2)}), {m.group(3)}, '
+                f'{m.group(4)}, {m.group(5)});')
+
+    s, n = re.subn(launch, emu_launch, s)
     if n == 0:
         sys.exit(f'prepare.py: no kernel launch found in {name}')
-    open(os.path.join(dst, name.replace('.cu', '.cpp')), 'w').write(s)
+    write(os.path.join(dst, name.replace('.cu', '.cpp')), s)
