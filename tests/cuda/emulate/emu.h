@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -289,21 +290,21 @@ inline void cp_async_wait() {
 // The dynamic shared memory each kernel was allowed (cudaFuncAttributeMaxDynamicSharedMemorySize):
 // a launch asking for more than 48 KiB without it fails on a GPU.
 inline std::mutex emu_attr_mutex;
-inline std::vector<std::pair<const void*, int>> emu_smem_allowed;
+inline std::map<const void*, int> emu_smem_allowed;
+int emu_smem_optin();  // runtime.cpp: the device's cudaDevAttrMaxSharedMemoryPerBlockOptin
 template <class K>
 cudaError_t cudaFuncSetAttribute(K* kernel, cudaFuncAttribute attr, int value) {
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    if (value < 0 || value > emu_smem_optin()) return cudaErrorInvalidValue;
     std::lock_guard<std::mutex> lock(emu_attr_mutex);
-    emu_smem_allowed.emplace_back(reinterpret_cast<const void*>(kernel), value);
+    emu_smem_allowed[reinterpret_cast<const void*>(kernel)] = value;
   }
   return cudaSuccess;
 }
 inline int emu_smem_allowed_for(const void* kernel) {
   std::lock_guard<std::mutex> lock(emu_attr_mutex);
-  int allowed = 48 * 1024;
-  for (const auto& [k, v] : emu_smem_allowed)
-    if (k == kernel) allowed = v;  // the latest setting
-  return allowed;
+  const auto it = emu_smem_allowed.find(kernel);
+  return it == emu_smem_allowed.end() ? 48 * 1024 : it->second;
 }
 
 // ---- launches

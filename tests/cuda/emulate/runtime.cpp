@@ -3,18 +3,19 @@
 // tests/cuda/*.cpp call, and nothing of attn itself: attn::cuda::is_available() and the caching
 // allocator are libattn's own, running on top of this.
 //
-// The emulated machine: ATTN_EMU_DEVICES GPUs (default 1) of 64 GiB each, compute capability 9.0
-// with 227 KiB of opt-in shared memory per block (ATTN_EMU_SMEM_OPTIN overrides, e.g. 101376 for
-// the 99 KiB of sm_86/sm_89). Everything is synchronous. "Device" memory is host memory, but every
-// block cudaMalloc gives is registered with its device, so that the runtime can check what a GPU
-// would: copies name device and host memory on the right sides and stay inside one allocation,
-// cudaFree/cudaMemset get device pointers, kernels get device pointers whose whole extent lies
-// in device memory (emu_check_launch, from emu.h's emu_launch). New blocks are filled with 0xff
-// (NaN in every float type), so that a read of memory nobody wrote shows. A check that fails
-// prints what was wrong on stderr and returns the error a GPU would (cudaErrorInvalidValue,
-// cudaErrorIllegalAddress for a kernel).
+// The emulated machine: ATTN_EMU_DEVICES GPUs (default 1, at most 64; 0 for none) of 64 GiB each,
+// compute capability 9.0 with 227 KiB of opt-in shared memory per block (ATTN_EMU_SMEM_OPTIN
+// overrides, e.g. 101376 for the 99 KiB of sm_86/sm_89). Everything is synchronous. "Device" memory
+// is host memory, but every block cudaMalloc gives is registered with its device, so that the
+// runtime can check what a GPU would: copies name device and host memory on the right sides and
+// stay inside one allocation, cudaFree/cudaMemset get device pointers, kernels get device pointers
+// whose whole extent lies in device memory (emu_check_launch, from emu.h's emu_launch). New blocks
+// are filled with 0xff (NaN in every float type), so that a read of memory nobody wrote shows. A
+// check that fails prints what was wrong on stderr and returns the error a GPU would
+// (cudaErrorInvalidValue, cudaErrorIllegalAddress for a kernel).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -34,7 +35,7 @@ int env_int(const char* name, int fallback) {
 }
 
 int device_count() {
-  static const int n = env_int("ATTN_EMU_DEVICES", 1);
+  static const int n = std::clamp(env_int("ATTN_EMU_DEVICES", 1), 0, 64);  // 0: no GPU
   return n;
 }
 
@@ -164,6 +165,7 @@ bool emu_check_device_range(const char* kernel, const char* what, const void* p,
 }
 
 void emu_set_launch_error(cudaError_t e) { fail(e); }
+int emu_smem_optin() { return env_int("ATTN_EMU_SMEM_OPTIN", 227 * 1024); }
 
 extern "C" {
 
@@ -199,7 +201,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   std::snprintf(prop->name, sizeof prop->name, "attn emulated GPU %d (host threads)", device);
   prop->totalGlobalMem = kDeviceBytes;
   prop->sharedMemPerBlock = 48 * 1024;
-  prop->sharedMemPerBlockOptin = std::size_t(env_int("ATTN_EMU_SMEM_OPTIN", 227 * 1024));
+  prop->sharedMemPerBlockOptin = std::size_t(emu_smem_optin());
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;
   prop->major = 9, prop->minor = 0;
@@ -212,7 +214,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
   if (device < 0 || device >= device_count()) return fail(cudaErrorInvalidDevice);
   switch (attr) {
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
-      *value = env_int("ATTN_EMU_SMEM_OPTIN", 227 * 1024);
+      *value = emu_smem_optin();
       return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = 48 * 1024; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
