@@ -42,13 +42,6 @@ void run_kernel(const char* fn, F&& call) {
   }
 }
 
-Shape leading(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
-
-Shape concat(Shape a, std::initializer_list<int64_t> tail) {
-  a.insert(a.end(), tail);
-  return a;
-}
-
 // Broadcast of batch shapes, or an error naming the three inputs.
 Shape broadcast3(const Shape& a, const Shape& b, const Shape& c, const Tensor& q, const Tensor& k,
                  const Tensor& v, const char* fn) {
@@ -111,14 +104,21 @@ bool any_nan(const Tensor& t) {
   return false;
 }
 
+}  // namespace
+
+namespace sdpa_detail {
+
+Shape leading(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
+
+Shape concat(Shape a, std::initializer_list<int64_t> tail) {
+  a.insert(a.end(), tail);
+  return a;
+}
+
 // The kernel wants unit stride along the head dim; anything else is copied once.
 Tensor unit_inner(const Tensor& t) {
   return t.size(-1) <= 1 || t.stride(-1) == 1 ? t : t.contiguous();
 }
-
-}  // namespace
-
-namespace sdpa_detail {
 
 // On a GPU: q, k, v of one half-precision dtype (bf16 or fp16) on one device, masks there too.
 void check_gpu_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,
@@ -307,10 +307,13 @@ kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o) {
 
 namespace {
 
+using sdpa_detail::concat;
 using sdpa_detail::kernel_params;
+using sdpa_detail::leading;
 using sdpa_detail::outer_offset;
 using sdpa_detail::prepare;
 using sdpa_detail::Prepared;
+using sdpa_detail::unit_inner;
 
 // Sets the q, k, v, mask pointers of call number c (outer index idx) and its dropout offset.
 void call_pointers(const Prepared& p, const Shape& idx, int64_t c, uint64_t dropout_offset,

@@ -22,11 +22,6 @@ using detail::fail;
 
 namespace {
 
-Shape concat(Shape a, std::initializer_list<int64_t> tail) {
-  a.insert(a.end(), tail);
-  return a;
-}
-
 kernels::ElemType elem_type(Dtype d) {
   return d == Dtype::BFloat16 ? kernels::ElemType::BFloat16 : kernels::ElemType::Float16;
 }
@@ -76,10 +71,6 @@ void for_each_call(const Shape& S, F&& f) {
       idx[d] = 0;
     }
   }
-}
-
-Tensor unit_inner(const Tensor& t) {
-  return t.size(-1) <= 1 || t.stride(-1) == 1 ? t : t.contiguous();
 }
 
 void check_like(const Tensor& t, const char* name, const Shape& want, Dtype dt, const Device& dev,
@@ -145,7 +136,7 @@ std::tuple<Tensor, Tensor, Tensor> cuda_backward(const Tensor& dout, const Tenso
   check_like(forward.lse, "forward.lse", concat(S, {p.L_q}), Dtype::Float32, dev, fn);
   NoGradGuard no_grad;  // a gradient pass records nothing
 
-  const Shape Sk(p.k.shape().begin(), p.k.shape().end() - 2);  // S, with H_kv heads under GQA
+  const Shape Sk = leading(p.k);  // S, with H_kv heads under GQA
   // Broadcast inputs would need their gradients summed over the broadcast dims, a reduction the
   // GPU side does not have yet.
   for (auto [in, want, name] : {std::tuple{&q, concat(S, {p.L_q, p.D}), "q"},

@@ -19,6 +19,12 @@ struct Prepared {
   double scale;
 };
 
+// The batch dims of t (all but the last two); a shape with dims appended.
+Shape leading(const Tensor& t);
+Shape concat(Shape a, std::initializer_list<int64_t> tail);
+// t itself when its head dim has unit stride (what the kernels need), else a contiguous copy.
+Tensor unit_inner(const Tensor& t);
+
 // Validates q, k, v and the options for `fn` (attn::Error naming it and the shapes) and
 // broadcasts them. On the CPU q, k, v are float32; on a GPU bfloat16 or float16, every tensor on
 // q's device (attn::DeviceError otherwise).
