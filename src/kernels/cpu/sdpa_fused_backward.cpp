@@ -316,9 +316,13 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
       // Explicit masks and key padding as an additive bias (key padding alone: one shared row).
       const float* bias = nullptr;
       int64_t ld_bias = 0;
-      if (p.mask_kind != MaskKind::None) {
-        const int64_t mbase =
-            b * p.mask_batch_stride + h * p.mask_head_stride + j0 * p.mask_col_stride;
+      const int64_t mbase =
+          b * p.mask_batch_stride + h * p.mask_head_stride + j0 * p.mask_col_stride;
+      if (p.mask_kind == MaskKind::Float && p.mask_col_stride == 1 && !p.key_padding && nc == kBc) {
+        // A whole tile of a row-major float mask is read where it lies.
+        bias = static_cast<const float*>(p.mask) + mbase + i0 * p.mask_row_stride;
+        ld_bias = p.mask_row_stride;
+      } else if (p.mask_kind != MaskKind::None) {
         for (int64_t r = 0; r < nr; ++r) {
           float* brow = sc.bias.data() + r * kBc;
           const int64_t m0 = mbase + (i0 + r) * p.mask_row_stride, cs = p.mask_col_stride;

@@ -19,6 +19,7 @@
 //   zero_if_neginf(x)       x with -inf lanes replaced by 0
 //   mask_rows(s, i, lo, hi) s with lanes whose row index i[lane] (int32) is outside [lo, hi] set to
 //                           -inf
+//   transpose(r)            r[0 .. W-1] in place: lane l of r[k] becomes lane k of r[l]
 //   dropout(p, base, add, threshold, keep_scale)
 //                           p * keep_scale where the lane is kept, 0 where it is dropped; lane l is
 //                           kept iff dropout_bits_from_state(base[l] + add) >> 32 >= threshold
@@ -149,6 +150,14 @@ struct Scalar {
       if (i[l] < lo || i[l] > hi) s.v[l] = kNegInfF;
     return s;
   }
+  static ATTN_ALWAYS_INLINE void transpose(T* r) {
+    for (int k = 0; k < W; ++k)
+      for (int l = k + 1; l < W; ++l) {
+        const float t = r[k].v[l];
+        r[k].v[l] = r[l].v[k];
+        r[l].v[k] = t;
+      }
+  }
   static ATTN_ALWAYS_INLINE T dropout(T p, const uint64_t* base, uint64_t add, uint32_t threshold,
                                       float keep_scale) {
     for (int l = 0; l < W; ++l)
@@ -226,6 +235,24 @@ struct Avx2 {
     const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lo), iv),
                                         _mm256_cmpgt_epi32(iv, _mm256_set1_epi32(hi)));
     return _mm256_blendv_ps(s, _mm256_set1_ps(kNegInfF), _mm256_castsi256_ps(out));
+  }
+  // 8 x 8: interleave pairs of rows, then pairs of pairs within each 128-bit half, then the halves.
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE void transpose(T* r) {
+    T t[8], u[8];
+    for (int k = 0; k < 8; k += 2) {
+      t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);      // a0 b0 a1 b1 | a4 b4 a5 b5
+      t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);  // a2 b2 a3 b3 | a6 b6 a7 b7
+    }
+    for (int k = 0; k < 8; k += 4) {
+      u[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);          // a0 b0 c0 d0 | a4 b4 c4 d4
+      u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);      // column 1 | 5
+      u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);  // column 2 | 6
+      u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);  // column 3 | 7
+    }
+    for (int c = 0; c < 4; ++c) {
+      r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+      r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
   }
   // a * c mod 2^64 for four 64-bit lanes (AVX2 has only 32 x 32 -> 64-bit multiplies).
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE __m256i mul64(__m256i a, uint64_t c) {
@@ -316,6 +343,35 @@ struct Avx512 {
                           _mm512_cmpgt_epi32_mask(iv, _mm512_set1_epi32(hi));
     return _mm512_mask_mov_ps(s, out, _mm512_set1_ps(kNegInfF));
   }
+  // 16 x 16: within each 128-bit lane as the 4 x 4 transposes of unpack{lo,hi}_{ps,pd}, then the
+  // 128-bit lanes of four rows at a time in two rounds of shuffle_f32x4.
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE void transpose(T* r) {
+    T t[16], u[16];
+    for (int k = 0; k < 16; k += 2) {
+      t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+      t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+    // u[4 g + m]: in 128-bit lane q, rows 4 g .. 4 g + 3 of column 4 q + m.
+    for (int g = 0; g < 4; ++g) {
+      const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]),
+                    c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+      u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+      u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+      u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+      u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int m = 0; m < 4; ++m) {
+      // x: groups 0, 1; y: groups 2, 3; lanes (column m, 8 + m) or (4 + m, 12 + m) of each.
+      const T x0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88);
+      const T x1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xDD);
+      const T y0 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88);
+      const T y1 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xDD);
+      r[m] = _mm512_shuffle_f32x4(x0, y0, 0x88);
+      r[8 + m] = _mm512_shuffle_f32x4(x0, y0, 0xDD);
+      r[4 + m] = _mm512_shuffle_f32x4(x1, y1, 0x88);
+      r[12 + m] = _mm512_shuffle_f32x4(x1, y1, 0xDD);
+    }
+  }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE __m256i mix_hi(__m512i z) {
     z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
                            _mm512_set1_epi64(int64_t(kDropoutMul1)));
@@ -391,6 +447,14 @@ struct Neon {
     const uint32x4_t out =
         vorrq_u32(vcltq_s32(iv, vdupq_n_s32(lo)), vcgtq_s32(iv, vdupq_n_s32(hi)));
     return vbslq_f32(out, vdupq_n_f32(kNegInfF), s);
+  }
+  static ATTN_ALWAYS_INLINE void transpose(T* r) {
+    const float32x4x2_t ab = vtrnq_f32(r[0], r[1]);  // a0 b0 a2 b2, a1 b1 a3 b3
+    const float32x4x2_t cd = vtrnq_f32(r[2], r[3]);
+    r[0] = vcombine_f32(vget_low_f32(ab.val[0]), vget_low_f32(cd.val[0]));
+    r[1] = vcombine_f32(vget_low_f32(ab.val[1]), vget_low_f32(cd.val[1]));
+    r[2] = vcombine_f32(vget_high_f32(ab.val[0]), vget_high_f32(cd.val[0]));
+    r[3] = vcombine_f32(vget_high_f32(ab.val[1]), vget_high_f32(cd.val[1]));
   }
   // NEON has no 64-bit lane multiply: the generator runs per lane (as Scalar does).
   static ATTN_ALWAYS_INLINE T dropout(T p, const uint64_t* base, uint64_t add, uint32_t threshold,
