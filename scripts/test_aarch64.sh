@@ -2,7 +2,9 @@
 # The fused kernels on 64-bit ARM: cross-builds attn_tests for AArch64 with Debian's cross
 # toolchain against arm64 libraries (multiarch), and runs the kernel and autograd tests under
 # qemu-user, so the NEON build of the kernels (src/kernels/cpu/simd.h: Neon) and the portable
-# scalar build are checked against the reference kernels on every change.
+# scalar build are checked against the reference kernels on every change. The kernel tests run a
+# second time on an emulated CPU with 256-bit SVE, where the SVE build (simd.h: Sve) is the one
+# chosen (ATTN_CPU_ISA=sve makes FusedIsaChoice check that it is).
 #
 # Usage: scripts/test_aarch64.sh [--all]
 #   --all  every test of attn_tests, not only the kernels and autograd (slower under emulation)
@@ -48,11 +50,23 @@ built=$((SECONDS - t0))
 
 t1=$SECONDS
 out=$build/qemu-tests.log
+out_sve=$build/qemu-tests-sve.log
+run() {  # qemu CPU options, log, gtest filter, extra -E settings
+  local cpu=$1 log=$2 tests=$3
+  shift 3
+  qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu "$cpu" -E OMP_NUM_THREADS=1 "$@" \
+    -E LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu/openblas-openmp "$build/attn_tests" \
+    --gtest_filter="$tests" --gtest_brief=1 >"$log" 2>&1
+}
+sve_filter="Sdpa*:Fused*:*SdpaTable*:*FusedVsReference*:*SdpaFusedBackwardTable*-$no_threads"
 set +e
-qemu-aarch64 -L /usr/aarch64-linux-gnu -E OMP_NUM_THREADS=1 \
-  -E LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu/openblas-openmp "$build/attn_tests" \
-  --gtest_filter="$filter" --gtest_brief=1 >"$out" 2>&1
+run max,sve=off "$out" "$filter"
 rc=$?
+rc_sve=0
+if (( rc == 0 )); then
+  run max,sve-default-vector-length=32 "$out_sve" "$sve_filter" -E ATTN_CPU_ISA=sve
+  rc_sve=$?
+fi
 set -e
 ran=$((SECONDS - t1))
 if (( rc != 0 )); then
@@ -60,5 +74,11 @@ if (( rc != 0 )); then
   echo "test_aarch64: tests failed under qemu-aarch64 (rc $rc)" >&2
   exit 1
 fi
-passed=$(grep -E '^\[  PASSED  \]' "$out" | sed 's/\[  PASSED  \] //; s/\.$//')
-echo "test_aarch64: $passed passed under qemu-aarch64, one thread (build ${built}s, tests ${ran}s)"
+if (( rc_sve != 0 )); then
+  cat "$out_sve" >&2
+  echo "test_aarch64: kernel tests failed under qemu-aarch64 with 256-bit SVE (rc $rc_sve)" >&2
+  exit 1
+fi
+count() { grep -E '^\[  PASSED  \]' "$1" | sed 's/\[  PASSED  \] //; s/\.$//'; }
+echo "test_aarch64: $(count "$out") passed under qemu-aarch64 (NEON), $(count "$out_sve") with" \
+  "256-bit SVE, one thread (build ${built}s, tests ${ran}s)"

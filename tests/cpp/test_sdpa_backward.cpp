@@ -529,7 +529,8 @@ void expect_close_to_reference(Problem& pb, const Grads& got, const Grads& ref, 
 const std::pair<k::FusedIsa, const char*> kIsas[] = {{k::FusedIsa::Scalar, "scalar"},
                                                      {k::FusedIsa::Avx2, "avx2"},
                                                      {k::FusedIsa::Avx512, "avx512"},
-                                                     {k::FusedIsa::Neon, "neon"}};
+                                                     {k::FusedIsa::Neon, "neon"},
+                                                     {k::FusedIsa::Sve, "sve"}};
 
 class SdpaFusedBackwardTable : public ::testing::TestWithParam<Case> {};
 

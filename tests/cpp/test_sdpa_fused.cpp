@@ -303,7 +303,8 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 std::vector<FusedIsa> supported_isas() {
   std::vector<FusedIsa> r;
-  for (FusedIsa isa : {FusedIsa::Scalar, FusedIsa::Avx2, FusedIsa::Avx512, FusedIsa::Neon})
+  for (FusedIsa isa :
+       {FusedIsa::Scalar, FusedIsa::Avx2, FusedIsa::Avx512, FusedIsa::Neon, FusedIsa::Sve})
     if (K::fused_isa_supported(isa)) r.push_back(isa);
   return r;
 }
@@ -494,7 +495,7 @@ TEST(FusedIsaChoice, AutoPicksTheWidestInstructionSet) {
   }
   const FusedIsa want =
 #if defined(__aarch64__)
-      FusedIsa::Neon;
+      K::fused_isa_supported(FusedIsa::Sve) ? FusedIsa::Sve : FusedIsa::Neon;
 #else
       K::fused_isa_supported(FusedIsa::Avx512) ? FusedIsa::Avx512
       : K::fused_isa_supported(FusedIsa::Avx2) ? FusedIsa::Avx2

@@ -15,6 +15,9 @@
 #include <optional>
 
 #include "simd.h"
+#if ATTN_SIMD_SVE
+#include <sys/prctl.h>
+#endif
 #include "threads.h"
 #include "workspace.h"
 
@@ -128,6 +131,22 @@ constexpr int NV = 4, RQK = 6, RPV = 6, BC = 64, ROWS_MAX = 4;
 }  // namespace fused_neon
 #endif  // ATTN_SIMD_NEON
 
+#if ATTN_SIMD_SVE
+namespace fused_sve {
+using V = simd::Sve;
+constexpr int NV = 4, RQK = 6, RPV = 6, BC = 64, ROWS_MAX = 4;
+#define KTARGET ATTN_TARGET_SVE
+#include "sdpa_fused_kernel.inc"
+#undef KTARGET
+// The CPU's vector length in bits (the compiler takes svcntw() for the fixed one): from the kernel
+// (prctl), 0 without SVE.
+int sve_bits() {
+  const int vl = prctl(PR_SVE_GET_VL);
+  return vl < 0 ? 0 : (vl & PR_SVE_VL_LEN_MASK) * 8;
+}
+}  // namespace fused_sve
+#endif  // ATTN_SIMD_SVE
+
 namespace {
 
 struct Impl {
@@ -147,6 +166,9 @@ const Impl kAvx512 = ATTN_IMPL(fused_avx512, FusedIsa::Avx512);
 #if ATTN_SIMD_NEON
 const Impl kNeon = ATTN_IMPL(fused_neon, FusedIsa::Neon);
 #endif
+#if ATTN_SIMD_SVE
+const Impl kSve = ATTN_IMPL(fused_sve, FusedIsa::Sve);
+#endif
 #undef ATTN_IMPL
 
 std::atomic<FusedIsa> g_override{FusedIsa::Auto};
@@ -155,13 +177,15 @@ std::atomic<FusedIsa> g_override{FusedIsa::Auto};
 // (scalar, avx2, avx512, neon: for benchmarks and for testing a narrower path on a wide CPU).
 FusedIsa best_isa() {
   static const FusedIsa best = [] {
-    const FusedIsa order[] = {FusedIsa::Avx512, FusedIsa::Avx2, FusedIsa::Neon, FusedIsa::Scalar};
+    const FusedIsa order[] = {FusedIsa::Avx512, FusedIsa::Avx2, FusedIsa::Sve, FusedIsa::Neon,
+                              FusedIsa::Scalar};
+    constexpr int n = int(std::size(order));
     int first = 0;
     if (const char* cap = std::getenv("ATTN_CPU_ISA")) {
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < n; ++i)
         if (std::strcmp(cap, fused_isa_name(order[i])) == 0) first = i;
     }
-    for (int i = first; i < 4; ++i)
+    for (int i = first; i < n; ++i)
       if (fused_isa_supported(order[i])) return order[i];
     return FusedIsa::Scalar;
   }();
@@ -175,6 +199,9 @@ const Impl& impl_of(FusedIsa isa) {
 #endif
 #if ATTN_SIMD_NEON
   if (isa == FusedIsa::Neon) return kNeon;
+#endif
+#if ATTN_SIMD_SVE
+  if (isa == FusedIsa::Sve) return kSve;
 #endif
   return kScalar;
 }
@@ -196,6 +223,12 @@ bool fused_isa_supported(FusedIsa isa) {
     case FusedIsa::Avx512: return false;
 #endif
     case FusedIsa::Neon: return ATTN_SIMD_NEON != 0;
+    case FusedIsa::Sve:
+#if ATTN_SIMD_SVE
+      return fused_sve::sve_bits() == ATTN_SVE_BITS;
+#else
+      return false;
+#endif
   }
   return false;
 }
@@ -218,6 +251,7 @@ const char* fused_isa_name(FusedIsa isa) {
     case FusedIsa::Avx2: return "avx2";
     case FusedIsa::Avx512: return "avx512";
     case FusedIsa::Neon: return "neon";
+    case FusedIsa::Sve: return "sve";
   }
   return "?";
 }

@@ -75,6 +75,16 @@ constexpr int GEMM_NV = 4;  // 6 x 16 tiles: 24 accumulators of 32 registers
 }  // namespace bwd_neon
 #endif
 
+#if ATTN_SIMD_SVE
+namespace bwd_sve {
+using V = simd::Sve;
+constexpr int GEMM_NV = 4;  // 6 x 4W tiles: 24 accumulators of 32 registers
+#define KTARGET ATTN_TARGET_SVE
+#include "sdpa_fused_backward_kernel.inc"
+#undef KTARGET
+}  // namespace bwd_sve
+#endif
+
 // The primitives of an instruction set this CPU runs (Auto: the forward kernel's current choice).
 Isa pick_isa(FusedIsa want) {
   if (want == FusedIsa::Auto || !fused_isa_supported(want)) want = fused_isa();
@@ -85,6 +95,9 @@ Isa pick_isa(FusedIsa want) {
 #endif
 #if ATTN_SIMD_NEON
     case FusedIsa::Neon: return {bwd_neon::gemm, bwd_neon::tile, bwd_neon::dropout};
+#endif
+#if ATTN_SIMD_SVE
+    case FusedIsa::Sve: return {bwd_sve::gemm, bwd_sve::tile, bwd_sve::dropout};
 #endif
     default: return {bwd_scalar::gemm, bwd_scalar::tile, bwd_scalar::dropout};
   }

@@ -5,10 +5,14 @@
 //   Avx2    AVX2 + FMA, W = 8 lanes in a __m256                       (x86-64)
 //   Avx512  AVX-512 F/DQ/BW/VL, W = 16 lanes in a __m512              (x86-64)
 //   Neon    Advanced SIMD, W = 4 lanes in a float32x4_t               (AArch64, always present)
+//   Sve     SVE at a vector length fixed when compiling (ATTN_SVE_BITS, with GCC's
+//           -msve-vector-bits), W = ATTN_SVE_BITS / 32 lanes          (AArch64 with SVE)
 //
 // The library is compiled for the baseline ISA; only functions marked ATTN_TARGET_AVX2 /
 // ATTN_TARGET_AVX512 use the wider x86 instructions, and sdpa_fused.cpp calls them only after
-// __builtin_cpu_supports has said the CPU has them. NEON is part of the AArch64 baseline.
+// __builtin_cpu_supports has said the CPU has them. NEON is part of the AArch64 baseline; SVE code
+// (ATTN_TARGET_SVE) runs only where the kernel's vector length is the CPU's (sdpa_fused.cpp asks
+// the kernel with prctl).
 //
 // Interface of a backend V (T is one vector of W floats; kRegs vector registers):
 //   load, store, set1, zero, add, sub, mul, fmadd(a, b, c) = a * b + c, max
@@ -48,6 +52,14 @@
 #define ATTN_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define ATTN_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
 #define ATTN_ALWAYS_INLINE inline __attribute__((always_inline))
+// SVE kernels need GCC's -msve-vector-bits=ATTN_SVE_BITS for the whole build (it changes nothing
+// outside SVE code) and are compiled for SVE function by function, as the x86 ones are.
+#if ATTN_SIMD_NEON && defined(ATTN_SVE_BITS) && defined(__GNUC__) && !defined(__clang__)
+#define ATTN_SIMD_SVE 1
+#define ATTN_TARGET_SVE __attribute__((target("+sve")))
+#else
+#define ATTN_SIMD_SVE 0
+#endif
 
 namespace attn::kernels::simd {
 
@@ -467,5 +479,97 @@ struct Neon {
   }
 };
 #endif  // ATTN_SIMD_NEON
+
+#if ATTN_SIMD_SVE
+// ---- AArch64 SVE at a fixed vector length
+// ------------------------------------------------------------------------
+
+#pragma GCC push_options
+#pragma GCC target("+sve")
+}  // namespace attn::kernels::simd
+#include <arm_sve.h>
+namespace attn::kernels::simd {
+
+struct Sve {
+  static constexpr int W = ATTN_SVE_BITS / 32;
+  static constexpr int kRegs = 32;  // vector registers
+  using T = svfloat32_t __attribute__((arm_sve_vector_bits(ATTN_SVE_BITS)));
+  using U64 = svuint64_t __attribute__((arm_sve_vector_bits(ATTN_SVE_BITS)));
+  static ATTN_ALWAYS_INLINE svbool_t all() { return svptrue_b32(); }
+  static ATTN_ALWAYS_INLINE T load(const float* p) { return svld1_f32(all(), p); }
+  static ATTN_ALWAYS_INLINE void store(float* p, T a) { svst1_f32(all(), p, a); }
+  static ATTN_ALWAYS_INLINE T set1(float x) { return svdup_n_f32(x); }
+  static ATTN_ALWAYS_INLINE T zero() { return svdup_n_f32(0.0f); }
+  // Predicated: inactive lanes are neither read nor written (and read as zero).
+  static ATTN_ALWAYS_INLINE T load_partial(const float* p, int n) {
+    return svld1_f32(svwhilelt_b32(0, n), p);
+  }
+  static ATTN_ALWAYS_INLINE void store_partial(float* p, T a, int n) {
+    svst1_f32(svwhilelt_b32(0, n), p, a);
+  }
+  static ATTN_ALWAYS_INLINE float reduce_add(T a) { return svaddv_f32(all(), a); }
+  static ATTN_ALWAYS_INLINE float reduce_max(T a) { return svmaxv_f32(all(), a); }
+  static ATTN_ALWAYS_INLINE T add(T a, T b) { return svadd_f32_x(all(), a, b); }
+  static ATTN_ALWAYS_INLINE T sub(T a, T b) { return svsub_f32_x(all(), a, b); }
+  static ATTN_ALWAYS_INLINE T mul(T a, T b) { return svmul_f32_x(all(), a, b); }
+  // FMAX propagates a NaN in either operand (the interface asks for one in b).
+  static ATTN_ALWAYS_INLINE T max(T a, T b) { return svmax_f32_x(all(), a, b); }
+  static ATTN_ALWAYS_INLINE T fmadd(T a, T b, T c) { return svmla_f32_x(all(), c, a, b); }
+  static ATTN_ALWAYS_INLINE T exp2(T x) {
+    x = svmax_f32_x(all(), svdup_n_f32(-127.0f), x);  // FMAX/FMIN keep a NaN in x
+    x = svmin_f32_x(all(), svdup_n_f32(127.0f), x);
+    const T n = svrintn_f32_x(all(), x);  // to nearest, ties to even
+    const T f = svsub_f32_x(all(), x, n);
+    T p = svdup_n_f32(kExp2C6);
+    p = svmad_f32_x(all(), p, f, svdup_n_f32(kExp2C5));
+    p = svmad_f32_x(all(), p, f, svdup_n_f32(kExp2C4));
+    p = svmad_f32_x(all(), p, f, svdup_n_f32(kExp2C3));
+    p = svmad_f32_x(all(), p, f, svdup_n_f32(kExp2C2));
+    p = svmad_f32_x(all(), p, f, svdup_n_f32(kExp2C1));
+    p = svmad_f32_x(all(), p, f, svdup_n_f32(1.0f));
+    const svint32_t e =
+        svlsl_n_s32_x(all(), svadd_n_s32_x(all(), svcvt_s32_f32_x(all(), n), 127), 23);
+    return svmul_f32_x(all(), p, svreinterpret_f32_s32(e));
+  }
+  static ATTN_ALWAYS_INLINE T zero_if_neginf(T x) {
+    return svsel_f32(svcmpeq_n_f32(all(), x, kNegInfF), svdup_n_f32(0.0f), x);
+  }
+  static ATTN_ALWAYS_INLINE T mask_rows(T s, const int32_t* i, int32_t lo, int32_t hi) {
+    const svint32_t iv = svld1_s32(all(), i);
+    const svbool_t out =
+        svorr_b_z(all(), svcmplt_n_s32(all(), iv, lo), svcmpgt_n_s32(all(), iv, hi));
+    return svsel_f32(out, svdup_n_f32(kNegInfF), s);
+  }
+  // W x W as log2(W) rounds of a perfect shuffle: row k and row k + W / 2 zip into rows 2k, 2k + 1.
+  static ATTN_ALWAYS_INLINE void transpose(T* r) {
+    for (int round = 1; round < W; round *= 2) {
+      T z[W];
+      for (int k = 0; k < W / 2; ++k) {
+        z[2 * k] = svzip1_f32(r[k], r[k + W / 2]);
+        z[2 * k + 1] = svzip2_f32(r[k], r[k + W / 2]);
+      }
+      for (int k = 0; k < W; ++k) r[k] = z[k];
+    }
+  }
+  static ATTN_ALWAYS_INLINE U64 mix(U64 z) {
+    const svbool_t all64 = svptrue_b64();
+    z = svmul_n_u64_x(all64, sveor_u64_x(all64, z, svlsr_n_u64_x(all64, z, 30)), kDropoutMul1);
+    z = svmul_n_u64_x(all64, sveor_u64_x(all64, z, svlsr_n_u64_x(all64, z, 27)), kDropoutMul2);
+    return sveor_u64_x(all64, z, svlsr_n_u64_x(all64, z, 31));
+  }
+  static ATTN_ALWAYS_INLINE T dropout(T p, const uint64_t* base, uint64_t add, uint32_t threshold,
+                                      float keep_scale) {
+    const svbool_t all64 = svptrue_b64();
+    const U64 z0 = mix(svadd_n_u64_x(all64, svld1_u64(all64, base), add));
+    const U64 z1 = mix(svadd_n_u64_x(all64, svld1_u64(all64, base + W / 2), add));
+    // The high halves of the 64-bit lanes are the odd 32-bit ones: z0's lanes, then z1's.
+    const svuint32_t r = svuzp2_u32(svreinterpret_u32_u64(z0), svreinterpret_u32_u64(z1));
+    const svbool_t keep = svcmpge_n_u32(all(), r, threshold);
+    return svsel_f32(keep, svmul_n_f32_x(all(), p, keep_scale), svdup_n_f32(0.0f));
+  }
+};
+
+#pragma GCC pop_options
+#endif  // ATTN_SIMD_SVE
 
 }  // namespace attn::kernels::simd
