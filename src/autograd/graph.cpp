@@ -7,6 +7,7 @@
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "../tensor/internal.h"
 
@@ -443,16 +444,20 @@ Tensor Tensor::grad() const {
 
 void Tensor::set_grad(const Tensor& g) {
   if (!defined()) fail("set_grad", "undefined tensor");
+  // The gradient replaced is freed after the lock is let go: freeing a tensor that views a
+  // Python-owned buffer (a NumPy array) takes the GIL, and a thread holding the GIL may be waiting
+  // for grad_mutex (Tensor::grad()), so taking it under the lock could deadlock.
+  Tensor old;
   if (g.defined()) {
     if (g.dtype() != Dtype::Float32 || g.shape() != shape())
       fail("set_grad", "assigned grad ", detail::tensor_desc(g), " must be float32 of shape ",
            shape_str(shape()));
     Tensor detached = g.detach();
     GradLock lock(grad_mutex);
-    meta_of(*impl()).grad = std::move(detached);
+    old = std::exchange(meta_of(*impl()).grad, std::move(detached));
   } else if (impl()->autograd) {
     GradLock lock(grad_mutex);
-    impl()->autograd->grad = Tensor();
+    old = std::exchange(impl()->autograd->grad, Tensor());
   }
 }
 
