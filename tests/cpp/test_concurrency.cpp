@@ -1,9 +1,10 @@
 // Concurrent use of the library from several std::threads (README "Thread safety"): attention
 // forward and backward, MultiheadAttention and GPT (own models, and one model shared), training
-// steps, the shared default generator, grad mode and the thread count. Each thread works on its own
-// inputs; results must be bitwise those of the same computation on one thread, except gradients
-// that several threads add into the same parameters, whose order of addition is the threads'
-// (checked against the sum of the one-thread gradients, see check_shared_model).
+// steps, views shared after an in-place write, the shared default generator, grad mode and the
+// thread count. Each thread works on its own inputs; results must be bitwise those of the same
+// computation on one thread, except gradients that several threads add into the same parameters,
+// whose order of addition is the threads' (checked against the sum of the one-thread gradients,
+// see check_shared_model).
 //
 // scripts/tsan.sh runs these tests (Concurrency.*) under ThreadSanitizer.
 #include <attn/attn.h>
@@ -227,6 +228,48 @@ TEST(Concurrency, SharedGPTForwardBackwardAndCachedGeneration) {
     Tensor tokens = model.generate(idx.narrow(1, 0, 4), o, &g);
     return std::vector<Tensor>{out.logits.detach(), out.loss.detach(), tokens};
   });
+}
+
+// ---- views shared after an in-place write -------------------------------------------------------
+
+// A view is brought up to date (grad_fn, requires_grad) by the first read after its storage was
+// written in place. Views that several threads share as inputs they only read are read by all of
+// them at once: a transposed plain tensor after an optimizer-like step under no_grad, and a
+// transposed non-leaf whose history an in-place op rewrote (every thread records a graph through
+// the view's new AsStridedBackward0). ThreadSanitizer checks the refresh; the results must be
+// bitwise the one-thread ones.
+TEST(Concurrency, ViewsSharedAfterAnInPlaceWrite) {
+  Generator g(32);
+  const Tensor w = randn({24, 16}, &g), leaf = randn({24, 16}, &g).requires_grad_(true);
+  std::vector<Tensor> xs;
+  for (int i = 0; i < kThreads; ++i) xs.push_back(randn({16, 24}, &g));
+  auto make_views = [&] {
+    Tensor plain = w.clone(), base = leaf * 2.0;
+    Tensor plain_t = plain.transpose(0, 1), base_t = base.transpose(0, 1);
+    {
+      NoGradGuard no_grad;
+      plain.add_(1.0);
+    }
+    base.mul_(3.0);
+    return std::pair{plain_t, base_t};
+  };
+  auto run = [&](const Tensor& plain_t, const Tensor& base_t, int i) {
+    Tensor y = (plain_t * xs[std::size_t(i)]).sum(1);
+    Tensor z = base_t * xs[std::size_t(i)];
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_TRUE(z.requires_grad());
+    auto fn = grad_fn(base_t);
+    EXPECT_TRUE(fn && fn->name == "AsStridedBackward0");
+    return std::vector<Tensor>{y, z.detach()};
+  };
+  std::vector<std::vector<Tensor>> expected, got(kThreads);
+  for (int i = 0; i < kThreads; ++i) {
+    auto [plain_t, base_t] = make_views();
+    expected.push_back(run(plain_t, base_t, i));
+  }
+  const auto shared = make_views();  // (not a structured binding: clang 14 cannot capture one)
+  run_threads(kThreads, [&](int i) { got[std::size_t(i)] = run(shared.first, shared.second, i); });
+  expect_same_bits(got, expected);
 }
 
 // ---- the default generator, grad mode, the thread count ---------------------------------------
