@@ -3,11 +3,18 @@
 // PYBIND11_MODULE and calls them in order. Conversions between Python values and attn's types,
 // shared by several areas, are in convert.h.
 //
-// The GIL. Calls that take real time (attention, matmul, softmax, the nn layers, backward(), the
-// modules' forward passes, generation, optimizer steps) release the GIL while the C++ library
-// works, so several Python threads can run them at once: `release` where the function touches no
-// Python object (pybind11 converts the arguments before and the result after the guard), and an
-// explicit py::gil_scoped_release around the library call where the arguments are Python objects.
+// The GIL. As in torch, every call whose C++ work grows with the tensors' sizes releases the GIL
+// while the library works, so several Python threads can run them at once: elementwise math and
+// comparisons (in place too), reductions, copies and conversions, creation and random fills,
+// indexing, attention, matmul, the nn layers, backward(), the modules' forward passes, generation
+// and optimizer steps. `release` where the function touches no Python object (pybind11 converts
+// the arguments before and the result after the guard); where the arguments are Python objects,
+// they are converted first and only the library call runs in without_gil. Calls whose work is
+// O(1) or O(ndim) (metadata, views, grad mode) keep it, and so do those that build or read Python
+// objects element by element (tolist, attn.tensor(list), from_numpy, NumPy conversions) and
+// __repr__ (the print options are set under the GIL). Code without the GIL may still drop the
+// last reference to a tensor viewing a NumPy array: that array is released under
+// py::gil_scoped_acquire (convert.cpp), so no C++ lock may be held meanwhile (see set_grad).
 // What the library guarantees across threads is in README.md ("Thread safety").
 #pragma once
 
@@ -21,9 +28,9 @@ namespace py = pybind11;
 using release = py::call_guard<py::gil_scoped_release>;
 
 // f() with the GIL released, for a binding that reads its Python arguments first (f must not
-// touch a Python object).
+// touch a Python object). A reference f returns (an in-place method's Tensor&) stays a reference.
 template <typename F>
-auto without_gil(F&& f) {
+decltype(auto) without_gil(F&& f) {
   py::gil_scoped_release released;
   return f();
 }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "bindings.h"
+
 namespace attn::python {
 
 Scalar to_scalar(const py::handle& h) {
@@ -213,14 +215,21 @@ py::object to_list(const Tensor& t) {
 
 Tensor make_tensor(const py::object& data, const py::object& dtype, bool requires_grad) {
   Tensor t;
+  const std::optional<Dtype> d = to_dtype(dtype);
+  // Copies and conversions of tensor data run without the GIL (bindings.h); the NumPy array and
+  // the nested lists are read with it.
   if (py::isinstance<Tensor>(data)) {
-    t = data.cast<const Tensor&>().detach().clone();
-    if (auto d = to_dtype(dtype)) t = t.to(*d);
+    const Tensor& src = data.cast<const Tensor&>();
+    t = without_gil([&] {
+      Tensor c = src.detach().clone();
+      return d ? c.to(*d) : c;
+    });
   } else if (py::isinstance<py::array>(data)) {
     t = from_numpy(data.cast<py::array>());
-    if (auto d = to_dtype(dtype)) t = t.to(*d);
+    if (d) t = without_gil([&] { return t.to(*d); });
   } else {
-    t = tensor(to_nested(data), to_dtype(dtype));
+    NestedList values = to_nested(data);
+    t = without_gil([&] { return tensor(values, d); });
   }
   if (requires_grad) t.requires_grad_(true);
   return t;

@@ -28,7 +28,7 @@ void register_functional(py::module_& m) {
       },
       py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
       py::arg("bias") = py::none(), py::arg("eps") = 1e-5);
-  fn.def("silu", &nn::functional::silu, py::arg("input"));
+  fn.def("silu", &nn::functional::silu, py::arg("input"), release());
   fn.def("gelu", &nn::functional::gelu, py::arg("input"), py::arg("approximate") = "none",
          release());
   fn.def("cross_entropy", &nn::functional::cross_entropy, py::arg("input"), py::arg("target"),
@@ -76,7 +76,7 @@ void register_functional(py::module_& m) {
       [](int64_t lq, int64_t lk, bool bottom_right) {
         return causal_mask(lq, lk, bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft);
       },
-      py::arg("L_q"), py::arg("L_k"), py::arg("bottom_right") = false);
+      py::arg("L_q"), py::arg("L_k"), py::arg("bottom_right") = false, release());
 }
 
 }  // namespace attn::python

@@ -13,35 +13,36 @@
 namespace attn::python {
 
 void register_nn(py::module_& m) {
+  // The initialisers fill without the GIL (the default generator locks itself for its draws).
   py::module_ init = m.def_submodule("init");
   init.def(
       "uniform_",
       [](Tensor& t, double a, double b) -> Tensor& { return nn::init::uniform_(t, a, b); },
-      py::arg("tensor"), py::arg("a") = 0.0, py::arg("b") = 1.0,
-      py::return_value_policy::reference);
+      py::arg("tensor"), py::arg("a") = 0.0, py::arg("b") = 1.0, py::return_value_policy::reference,
+      release());
   init.def(
       "normal_",
       [](Tensor& t, double mean, double std) -> Tensor& { return nn::init::normal_(t, mean, std); },
       py::arg("tensor"), py::arg("mean") = 0.0, py::arg("std") = 1.0,
-      py::return_value_policy::reference);
+      py::return_value_policy::reference, release());
   init.def(
       "zeros_", [](Tensor& t) -> Tensor& { return nn::init::zeros_(t); },
-      py::return_value_policy::reference);
+      py::return_value_policy::reference, release());
   init.def(
       "ones_", [](Tensor& t) -> Tensor& { return nn::init::ones_(t); },
-      py::return_value_policy::reference);
+      py::return_value_policy::reference, release());
   init.def(
       "kaiming_uniform_",
       [](Tensor& t, double a) -> Tensor& { return nn::init::kaiming_uniform_(t, a); },
-      py::arg("tensor"), py::arg("a") = 0.0, py::return_value_policy::reference);
+      py::arg("tensor"), py::arg("a") = 0.0, py::return_value_policy::reference, release());
   init.def(
       "xavier_uniform_",
       [](Tensor& t, double gain) -> Tensor& { return nn::init::xavier_uniform_(t, gain); },
-      py::arg("tensor"), py::arg("gain") = 1.0, py::return_value_policy::reference);
+      py::arg("tensor"), py::arg("gain") = 1.0, py::return_value_policy::reference, release());
   // The rest of torch.nn.init (src/nn/init.cpp); the Python wrappers check the argument types.
   init.def(
       "constant_", [](Tensor& t, double v) -> Tensor& { return nn::init::constant_(t, v); },
-      py::arg("tensor"), py::arg("val"), py::return_value_policy::reference);
+      py::arg("tensor"), py::arg("val"), py::return_value_policy::reference, release());
   init.def("calculate_gain", &nn::init::calculate_gain, py::arg("nonlinearity"),
            py::arg("param") = py::none());
   init.def(
@@ -50,40 +51,50 @@ void register_nn(py::module_& m) {
         return nn::init::kaiming_uniform_(t, a, mode, nl);
       },
       py::arg("tensor"), py::arg("a"), py::arg("mode"), py::arg("nonlinearity"),
-      py::return_value_policy::reference);
+      py::return_value_policy::reference, release());
   init.def(
       "kaiming_normal_",
       [](Tensor& t, double a, const std::string& mode, const std::string& nl) -> Tensor& {
         return nn::init::kaiming_normal_(t, a, mode, nl);
       },
       py::arg("tensor"), py::arg("a") = 0.0, py::arg("mode") = "fan_in",
-      py::arg("nonlinearity") = "leaky_relu", py::return_value_policy::reference);
+      py::arg("nonlinearity") = "leaky_relu", py::return_value_policy::reference, release());
   init.def(
       "xavier_normal_",
       [](Tensor& t, double gain) -> Tensor& { return nn::init::xavier_normal_(t, gain); },
-      py::arg("tensor"), py::arg("gain") = 1.0, py::return_value_policy::reference);
+      py::arg("tensor"), py::arg("gain") = 1.0, py::return_value_policy::reference, release());
   init.def(
       "trunc_normal_",
       [](Tensor& t, double mean, double std, double a, double b) -> Tensor& {
         return nn::init::trunc_normal_(t, mean, std, a, b);
       },
       py::arg("tensor"), py::arg("mean") = 0.0, py::arg("std") = 1.0, py::arg("a") = -2.0,
-      py::arg("b") = 2.0, py::return_value_policy::reference);
+      py::arg("b") = 2.0, py::return_value_policy::reference, release());
 
   // ---- C++ modules the Python modules wrap (their parameters are shared, not copied) ---------
   py::module_ mods = m.def_submodule("modules");
   py::class_<nn::Linear, std::shared_ptr<nn::Linear>>(mods, "Linear")
-      .def(py::init<int64_t, int64_t, bool>())
+      // The constructors draw their initial weights without the GIL.
+      .def(py::init([](int64_t in, int64_t out, bool bias) {
+        return without_gil([&] { return std::make_shared<nn::Linear>(in, out, bias); });
+      }))
       .def_readonly("weight", &nn::Linear::weight)
       .def_readonly("bias", &nn::Linear::bias);
   py::class_<nn::Embedding, std::shared_ptr<nn::Embedding>>(mods, "Embedding")
-      .def(py::init<int64_t, int64_t>())
+      .def(py::init([](int64_t n, int64_t dim) {
+        return without_gil([&] { return std::make_shared<nn::Embedding>(n, dim); });
+      }))
       .def_readonly("weight", &nn::Embedding::weight);
   py::class_<nn::Dropout, std::shared_ptr<nn::Dropout>>(mods, "Dropout").def(py::init<double>());
   py::class_<nn::MultiheadAttention, std::shared_ptr<nn::MultiheadAttention>>(mods,
                                                                               "MultiheadAttention")
-      .def(py::init<int64_t, int64_t, double, bool, std::optional<int64_t>, std::optional<int64_t>,
-                    bool>())
+      .def(py::init([](int64_t embed_dim, int64_t num_heads, double dropout, bool bias,
+                       std::optional<int64_t> kdim, std::optional<int64_t> vdim, bool batch_first) {
+        return without_gil([&] {
+          return std::make_shared<nn::MultiheadAttention>(embed_dim, num_heads, dropout, bias, kdim,
+                                                          vdim, batch_first);
+        });
+      }))
       .def_readonly("in_proj_weight", &nn::MultiheadAttention::in_proj_weight)
       .def_readonly("in_proj_bias", &nn::MultiheadAttention::in_proj_bias)
       .def_readonly("q_proj_weight", &nn::MultiheadAttention::q_proj_weight)

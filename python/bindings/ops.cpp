@@ -48,11 +48,14 @@ void register_ops(py::module_& m) {
       },
       py::arg("data"));
   m.def("from_numpy", [](py::array a) { return from_numpy(a); });
+  // Creation: the arguments read with the GIL, the tensor filled (and moved to device=) without.
   auto shaped = [&m](const char* name, auto fn) {
     m.def(name, [fn, name](py::args a, py::kwargs k) {
       FactoryKwargs f = factory_kwargs(k, name, false);
-      return f.finish(
-          fn(f.shape(a, name), f.dtype.value_or(Dtype::Float32), f.device.value_or(Device())));
+      const Shape shape = f.shape(a, name);
+      return without_gil([&] {
+        return f.finish(fn(shape, f.dtype.value_or(Dtype::Float32), f.device.value_or(Device())));
+      });
     });
   };
   shaped("zeros", [](Shape s, Dtype d, const Device& dev) { return zeros(s, d, dev); });
@@ -64,7 +67,9 @@ void register_ops(py::module_& m) {
         FactoryKwargs f = factory_kwargs(k, "full", false);
         py::kwargs sk;
         sk["size"] = size;
-        return f.finish(full(to_shape(py::args(), sk, "full"), to_scalar(v), f.dtype));
+        const Shape shape = to_shape(py::args(), sk, "full");
+        const Scalar s = to_scalar(v);
+        return without_gil([&] { return f.finish(full(shape, s, f.dtype)); });
       },
       py::arg("size"), py::arg("fill_value"));
   // *_like(t, dtype=None, device=None, requires_grad=False, memory_format=...): t's shape, and its
@@ -74,9 +79,11 @@ void register_ops(py::module_& m) {
         name,
         [fn, name](const Tensor& t, py::kwargs k) {
           FactoryKwargs f = factory_kwargs(k, name, false, {"memory_format"});
-          Tensor out = fn(t);
-          if (f.dtype && *f.dtype != out.dtype()) out = out.to(*f.dtype);
-          return f.finish(out);
+          return without_gil([&] {
+            Tensor out = fn(t);
+            if (f.dtype && *f.dtype != out.dtype()) out = out.to(*f.dtype);
+            return f.finish(out);
+          });
         },
         py::arg("input"));
   };
@@ -87,22 +94,30 @@ void register_ops(py::module_& m) {
       "full_like",
       [](const Tensor& t, const py::object& v, py::kwargs k) {
         FactoryKwargs f = factory_kwargs(k, "full_like", false, {"memory_format"});
-        Tensor out = f.dtype ? full(t.shape(), to_scalar(v), *f.dtype) : full_like(t, to_scalar(v));
-        return f.finish(out);
+        const Scalar s = to_scalar(v);
+        return without_gil([&] {
+          Tensor out = f.dtype ? full(t.shape(), s, *f.dtype) : full_like(t, s);
+          return f.finish(out);
+        });
       },
       py::arg("input"), py::arg("fill_value"));
   m.def(
       "arange",
       [](const py::object& a, const py::object& b, const py::object& step, py::kwargs k) {
         FactoryKwargs f = factory_kwargs(k, "arange", false);
-        Tensor t = b.is_none() ? arange(to_scalar(a))
-                               : arange(to_scalar(a), to_scalar(b), to_scalar(step));
-        if (f.dtype) t = t.to(*f.dtype);
-        return f.finish(t);
+        const Scalar start = to_scalar(a);
+        const std::optional<Scalar> end =
+            b.is_none() ? std::nullopt : std::optional<Scalar>(to_scalar(b));
+        const Scalar by = end ? to_scalar(step) : Scalar(1);
+        return without_gil([&] {
+          Tensor t = end ? arange(start, *end, by) : arange(start);
+          if (f.dtype) t = t.to(*f.dtype);
+          return f.finish(t);
+        });
       },
       py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1);
-  m.def("tril", &tril, py::arg("input"), py::arg("diagonal") = 0);
-  m.def("triu", &triu, py::arg("input"), py::arg("diagonal") = 0);
+  m.def("tril", &tril, py::arg("input"), py::arg("diagonal") = 0, release());
+  m.def("triu", &triu, py::arg("input"), py::arg("diagonal") = 0, release());
 
   // ---- math ------------------------------------------------------------------------------------
   m.def(
@@ -113,29 +128,32 @@ void register_ops(py::module_& m) {
       py::arg("input"), py::arg("dim"), release());
   m.def("matmul", &matmul, release());
   m.def("dot", &dot, release());
-  m.def("exp", &attn::exp);
-  m.def("log", &attn::log);
-  m.def("sqrt", &attn::sqrt);
-  m.def("abs", &attn::abs);
-  m.def("tanh", &attn::tanh);
-  m.def("erfinv", &attn::erfinv);
+  m.def("exp", &attn::exp, release());
+  m.def("log", &attn::log, release());
+  m.def("sqrt", &attn::sqrt, release());
+  m.def("abs", &attn::abs, release());
+  m.def("tanh", &attn::tanh, release());
+  m.def("erfinv", &attn::erfinv, release());
   m.def(
       "where",
       [](const Tensor& cond, const py::object& a, const py::object& b) {
-        return where(cond, where_operand(a, b), where_operand(b, a));
+        const Tensor x = where_operand(a, b), y = where_operand(b, a);
+        return without_gil([&] { return where(cond, x, y); });
       },
       py::arg("condition"), py::arg("input"), py::arg("other"));
-  m.def("maximum", &maximum);
-  m.def("minimum", &minimum);
+  m.def("maximum", &maximum, release());
+  m.def("minimum", &minimum, release());
   m.def("masked_fill", [](const Tensor& t, const Tensor& mask, const py::object& v) {
-    return t.masked_fill(mask, to_scalar(v));
+    const Scalar s = to_scalar(v);
+    return without_gil([&] { return t.masked_fill(mask, s); });
   });
-  m.def("cat", &cat, py::arg("tensors"), py::arg("dim") = 0);
-  m.def("concat", &cat, py::arg("tensors"), py::arg("dim") = 0);
-  m.def("stack", &stack, py::arg("tensors"), py::arg("dim") = 0);
+  // The list of tensors is converted to a std::vector before the guard.
+  m.def("cat", &cat, py::arg("tensors"), py::arg("dim") = 0, release());
+  m.def("concat", &cat, py::arg("tensors"), py::arg("dim") = 0, release());
+  m.def("stack", &stack, py::arg("tensors"), py::arg("dim") = 0, release());
   m.def("allclose", &allclose, py::arg("input"), py::arg("other"), py::arg("rtol") = 1e-5,
-        py::arg("atol") = 1e-8, py::arg("equal_nan") = false);
-  m.def("equal", &equal);
+        py::arg("atol") = 1e-8, py::arg("equal_nan") = false, release());
+  m.def("equal", &equal, release());
   m.def("broadcast_shapes_",
         [](const Shape& a, const Shape& b) { return broadcast_shapes(a, b, "broadcast_shapes"); });
   m.def("is_grad_enabled", &is_grad_enabled);

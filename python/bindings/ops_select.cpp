@@ -30,6 +30,7 @@ std::optional<Scalar> scalar_bound(const py::object& o) {
   return to_scalar(o);
 }
 
+// The bounds are read with the GIL, the clamp runs without it.
 Tensor clamp_any(const Tensor& t, const py::object& lo, const py::object& hi) {
   if (lo.is_none() && hi.is_none())
     throw Error("[clamp] at least one of 'min' or 'max' must not be None");
@@ -40,9 +41,11 @@ Tensor clamp_any(const Tensor& t, const py::object& lo, const py::object& hi) {
       Scalar s = to_scalar(o);
       return full({}, s, s.is_floating() && !t.is_floating_point() ? Dtype::Float32 : t.dtype());
     };
-    return t.clamp(as_t(lo), as_t(hi));
+    const Tensor min = as_t(lo), max = as_t(hi);
+    return without_gil([&] { return t.clamp(min, max); });
   }
-  return t.clamp(scalar_bound(lo), scalar_bound(hi));
+  const std::optional<Scalar> min = scalar_bound(lo), max = scalar_bound(hi);
+  return without_gil([&] { return t.clamp(min, max); });
 }
 
 Tensor& clamp_any_(Tensor& t, const py::object& lo, const py::object& hi) {
@@ -54,16 +57,20 @@ Tensor& clamp_any_(Tensor& t, const py::object& lo, const py::object& hi) {
       if (py::isinstance<Tensor>(o)) return o.cast<Tensor>();
       return full({}, to_scalar(o), t.dtype());
     };
-    return t.clamp_(as_t(lo), as_t(hi));
+    const Tensor min = as_t(lo), max = as_t(hi);
+    return without_gil([&]() -> Tensor& { return t.clamp_(min, max); });
   }
-  return t.clamp_(scalar_bound(lo), scalar_bound(hi));
+  const std::optional<Scalar> min = scalar_bound(lo), max = scalar_bound(hi);
+  return without_gil([&]() -> Tensor& { return t.clamp_(min, max); });
 }
 
 // torch's cumsum(dim, dtype=None): the result converted to dtype when given.
 Tensor scan_any(const Tensor& t, int64_t dim, const py::object& dtype, bool prod) {
-  Tensor in = t;
-  if (auto d = to_dtype(dtype)) in = t.to(*d);
-  return prod ? in.cumprod(dim) : in.cumsum(dim);
+  const std::optional<Dtype> d = to_dtype(dtype);
+  return without_gil([&] {
+    const Tensor in = d ? t.to(*d) : t;
+    return prod ? in.cumprod(dim) : in.cumsum(dim);
+  });
 }
 
 // NotImplementedError naming the feature and attn's version (torch features attn lacks).
@@ -87,8 +94,12 @@ const py::object& scatter_source(const py::object& src, const py::object& value,
 Tensor scatter_any(const Tensor& t, int64_t dim, const Tensor& index, const py::object& src,
                    const py::object& value, const py::object& reduce) {
   const py::object& s = scatter_source(src, value, reduce);
-  if (py::isinstance<Tensor>(s)) return t.scatter(dim, index, s.cast<const Tensor&>());
-  return t.scatter(dim, index, to_scalar(s));
+  if (py::isinstance<Tensor>(s)) {
+    const Tensor& x = s.cast<const Tensor&>();
+    return without_gil([&] { return t.scatter(dim, index, x); });
+  }
+  const Scalar x = to_scalar(s);
+  return without_gil([&] { return t.scatter(dim, index, x); });
 }
 
 std::vector<Tensor> split_any(const Tensor& t, const py::object& s, int64_t dim) {
@@ -109,11 +120,13 @@ void register_ops_select(py::module_& m) {
   T.def(
       "exponential_",
       [](Tensor& t, double lambd, const py::object& g) -> Tensor& {
-        return t.exponential_(lambd, gen_arg(g));
+        Generator* gen = gen_arg(g);  // locked by the draw itself (attn/random.h)
+        return without_gil([&]() -> Tensor& { return t.exponential_(lambd, gen); });
       },
       py::arg("lambd") = 1.0, py::kw_only(), py::arg("generator") = py::none(), ref);
   auto multinomial_fn = [](const Tensor& t, int64_t n, bool replacement, const py::object& g) {
-    return t.multinomial(n, replacement, gen_arg(g));
+    Generator* gen = gen_arg(g);
+    return without_gil([&] { return t.multinomial(n, replacement, gen); });
   };
   T.def("multinomial", multinomial_fn, py::arg("num_samples"), py::arg("replacement") = false,
         py::kw_only(), py::arg("generator") = py::none());
@@ -122,12 +135,12 @@ void register_ops_select(py::module_& m) {
 
   // ---- sorting and selection (pairs wrapped by the package) ------------------------------------
   auto topk_fn = [](const Tensor& t, int64_t k, int64_t dim, bool largest, bool sorted) {
-    return pair(t.topk(k, dim, largest, sorted));
+    return pair(without_gil([&] { return t.topk(k, dim, largest, sorted); }));
   };
   T.def("_topk", topk_fn, py::arg("k"), py::arg("dim") = -1, py::arg("largest") = true,
         py::arg("sorted") = true);
   auto sort_fn = [](const Tensor& t, int64_t dim, bool descending, bool stable) {
-    return pair(t.sort(dim, descending, stable));
+    return pair(without_gil([&] { return t.sort(dim, descending, stable); }));
   };
   T.def("_sort", sort_fn, py::arg("dim") = -1, py::arg("descending") = false,
         py::arg("stable") = false);
@@ -135,12 +148,15 @@ void register_ops_select(py::module_& m) {
     return t.argsort(dim, descending, stable);
   };
   T.def("argsort", argsort_fn, py::arg("dim") = -1, py::arg("descending") = false,
-        py::arg("stable") = false);
+        py::arg("stable") = false, release());
   m.def("argsort", argsort_fn, py::arg("input"), py::arg("dim") = -1, py::arg("descending") = false,
-        py::arg("stable") = false);
+        py::arg("stable") = false, release());
   auto argmin_fn = [](const Tensor& t, const py::object& dim, bool keepdim) {
-    if (dim.is_none()) return keepdim ? t.argmin().reshape(Shape(t.dim(), 1)) : t.argmin();
-    return t.argmin(dim.cast<int64_t>(), keepdim);
+    if (dim.is_none())
+      return without_gil(
+          [&] { return keepdim ? t.argmin().reshape(Shape(t.dim(), 1)) : t.argmin(); });
+    const auto d = dim.cast<int64_t>();
+    return without_gil([&] { return t.argmin(d, keepdim); });
   };
   T.def("argmin", argmin_fn, py::arg("dim") = py::none(), py::arg("keepdim") = false);
   m.def("argmin", argmin_fn, py::arg("input"), py::arg("dim") = py::none(),
@@ -170,7 +186,7 @@ void register_ops_select(py::module_& m) {
   // ---- gather / scatter -------------------------------------------------------------------------
   auto gather_fn = [](const Tensor& t, int64_t dim, const Tensor& index, bool sparse_grad) {
     if (sparse_grad) not_implemented("gather(sparse_grad=True)");
-    return t.gather(dim, index);
+    return without_gil([&] { return t.gather(dim, index); });
   };
   T.def("gather", gather_fn, py::arg("dim"), py::arg("index"), py::kw_only(),
         py::arg("sparse_grad") = false);
@@ -186,16 +202,21 @@ void register_ops_select(py::module_& m) {
       [](Tensor& t, int64_t dim, const Tensor& index, const py::object& src,
          const py::object& value, const py::object& reduce) -> Tensor& {
         const py::object& s = scatter_source(src, value, reduce);
-        if (py::isinstance<Tensor>(s)) return t.scatter_(dim, index, s.cast<const Tensor&>());
-        return t.scatter_(dim, index, to_scalar(s));
+        if (py::isinstance<Tensor>(s)) {
+          const Tensor& x = s.cast<const Tensor&>();
+          return without_gil([&]() -> Tensor& { return t.scatter_(dim, index, x); });
+        }
+        const Scalar x = to_scalar(s);
+        return without_gil([&]() -> Tensor& { return t.scatter_(dim, index, x); });
       },
       py::arg("dim"), py::arg("index"), py::arg("src") = py::none(), py::kw_only(),
       py::arg("value") = py::none(), py::arg("reduce") = py::none(), ref);
-  T.def("scatter_add", &Tensor::scatter_add, py::arg("dim"), py::arg("index"), py::arg("src"));
+  T.def("scatter_add", &Tensor::scatter_add, py::arg("dim"), py::arg("index"), py::arg("src"),
+        release());
   m.def("scatter_add", &attn::scatter_add, py::arg("input"), py::arg("dim"), py::arg("index"),
-        py::arg("src"));
+        py::arg("src"), release());
   T.def("scatter_add_", &Tensor::scatter_add_, py::arg("dim"), py::arg("index"), py::arg("src"),
-        ref);
+        ref, release());
 
   // ---- splitting ------------------------------------------------------------------------------
   auto split_fn = [](const Tensor& t, const py::object& s, int64_t dim) {
@@ -214,33 +235,38 @@ void register_ops_select(py::module_& m) {
   m.def("unbind", unbind_fn, py::arg("input"), py::arg("dim") = 0);
 
   // ---- small math functions -------------------------------------------------------------------
-  m.def("rsqrt", &attn::rsqrt, py::arg("input"));
-  m.def("sigmoid", &attn::sigmoid, py::arg("input"));
-  m.def("relu", &attn::relu, py::arg("input"));
-  m.def("neg", &attn::neg, py::arg("input"));
-  m.def("negative", &attn::neg, py::arg("input"));
-  m.def("square", &attn::square, py::arg("input"));
-  T.def("square", &Tensor::square);
+  m.def("rsqrt", &attn::rsqrt, py::arg("input"), release());
+  m.def("sigmoid", &attn::sigmoid, py::arg("input"), release());
+  m.def("relu", &attn::relu, py::arg("input"), release());
+  m.def("neg", &attn::neg, py::arg("input"), release());
+  m.def("negative", &attn::neg, py::arg("input"), release());
+  m.def("square", &attn::square, py::arg("input"), release());
+  T.def("square", &Tensor::square, release());
   m.def("bmm", &attn::bmm, py::arg("input"), py::arg("mat2"), release());
   T.def("bmm", &attn::bmm, py::arg("mat2"), release());
-  m.def("index_select", &attn::index_select, py::arg("input"), py::arg("dim"), py::arg("index"));
-  T.def("index_select", &Tensor::index_select, py::arg("dim"), py::arg("index"));
+  m.def("index_select", &attn::index_select, py::arg("input"), py::arg("dim"), py::arg("index"),
+        release());
+  T.def("index_select", &Tensor::index_select, py::arg("dim"), py::arg("index"), release());
 
   // ---- in-place elementwise -------------------------------------------------------------------
-  T.def("exp_", &Tensor::exp_, ref);
-  T.def("log_", &Tensor::log_, ref);
-  T.def("sqrt_", &Tensor::sqrt_, ref);
-  T.def("rsqrt_", &Tensor::rsqrt_, ref);
-  T.def("tanh_", &Tensor::tanh_, ref);
-  T.def("sigmoid_", &Tensor::sigmoid_, ref);
-  T.def("relu_", &Tensor::relu_, ref);
-  T.def("abs_", &Tensor::abs_, ref);
-  T.def("neg_", &Tensor::neg_, ref);
+  T.def("exp_", &Tensor::exp_, ref, release());
+  T.def("log_", &Tensor::log_, ref, release());
+  T.def("sqrt_", &Tensor::sqrt_, ref, release());
+  T.def("rsqrt_", &Tensor::rsqrt_, ref, release());
+  T.def("tanh_", &Tensor::tanh_, ref, release());
+  T.def("sigmoid_", &Tensor::sigmoid_, ref, release());
+  T.def("relu_", &Tensor::relu_, ref, release());
+  T.def("abs_", &Tensor::abs_, ref, release());
+  T.def("neg_", &Tensor::neg_, ref, release());
   T.def(
       "pow_",
       [](Tensor& t, const py::object& e) -> Tensor& {
-        if (py::isinstance<Tensor>(e)) return t.pow_(e.cast<const Tensor&>());
-        return t.pow_(to_scalar(e));
+        if (py::isinstance<Tensor>(e)) {
+          const Tensor& x = e.cast<const Tensor&>();
+          return without_gil([&]() -> Tensor& { return t.pow_(x); });
+        }
+        const Scalar x = to_scalar(e);
+        return without_gil([&]() -> Tensor& { return t.pow_(x); });
       },
       py::arg("exponent"), ref);
 }

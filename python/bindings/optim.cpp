@@ -87,7 +87,7 @@ void register_optim(py::module_& m) {
   py::module_ opt = m.def_submodule("optim");
   py::class_<optim::Optimizer>(opt, "Optimizer")
       .def("step", &optim::Optimizer::step, release())
-      .def("zero_grad", &optim::Optimizer::zero_grad, py::arg("set_to_none") = true)
+      .def("zero_grad", &optim::Optimizer::zero_grad, py::arg("set_to_none") = true, release())
       .def("num_groups", &optim::Optimizer::num_groups)
       .def("lr", py::overload_cast<std::size_t>(&optim::Optimizer::lr, py::const_))
       .def("set_lr", py::overload_cast<double>(&optim::Optimizer::set_lr))
@@ -104,8 +104,8 @@ void register_optim(py::module_& m) {
              g.params = params;
              o.add_param_group(std::move(g));
            })
-      .def("state_dict", &optim::Optimizer::state_dict)
-      .def("load_state_dict", &optim::Optimizer::load_state_dict);
+      .def("state_dict", &optim::Optimizer::state_dict, release())
+      .def("load_state_dict", &optim::Optimizer::load_state_dict, release());
 
   py::class_<optim::Adam, optim::Optimizer>(opt, "Adam")
       .def(py::init([](const Groups& groups, double lr, double beta1, double beta2, double eps,

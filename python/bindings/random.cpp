@@ -126,11 +126,13 @@ void register_random(py::module_& m) {
     return s;
   });
   m.def("initial_seed", []() { return default_generator().initial_seed(); });
-  // rand / randn: float32 only (the dtype torch draws these bits for).
+  // rand / randn: float32 only (the dtype torch draws these bits for). The random factories draw
+  // without the GIL: a Generator, the default one too, locks itself for each call's draws.
   auto random_shaped = [&m](const char* name, auto fn) {
     m.def(name, [fn, name](py::args a, py::kwargs k) {
       FactoryKwargs f = factory_kwargs(k, name, true);
-      return f.finish(fn(f.shape(a, name, true), f.generator));
+      const Shape shape = f.shape(a, name, true);
+      return without_gil([&] { return f.finish(fn(shape, f.generator)); });
     });
   };
   random_shaped("rand", [](Shape s, Generator* g) { return rand(s, g); });
@@ -158,10 +160,13 @@ void register_random(py::module_& m) {
     }
     if (!f.size.contains("size") || py::isinstance<py::int_>(f.size["size"]))
       throw Error("[randint] size must be a tuple of ints, e.g. randint(10, (3,))");
-    Tensor t = randint(to_scalar(low).to_int(), to_scalar(high).to_int(),
-                       to_shape(py::args(), f.size, "randint"), f.generator);
-    if (f.dtype) t = t.to(*f.dtype);
-    return f.finish(t);
+    const int64_t lo = to_scalar(low).to_int(), hi = to_scalar(high).to_int();
+    const Shape shape = to_shape(py::args(), f.size, "randint");
+    return without_gil([&] {
+      Tensor t = randint(lo, hi, shape, f.generator);
+      if (f.dtype) t = t.to(*f.dtype);
+      return f.finish(t);
+    });
   });
 
   // ---- randperm and Tensor.random_ (torch 1.13's CPU stream; src/tensor/random_int.cpp) ------
@@ -169,7 +174,8 @@ void register_random(py::module_& m) {
       "randperm",
       [](int64_t n, py::kwargs k) {
         FactoryKwargs f = factory_kwargs(k, "randperm", true);
-        return f.finish(randperm(n, f.generator, f.dtype.value_or(Dtype::Int64)));
+        return without_gil(
+            [&] { return f.finish(randperm(n, f.generator, f.dtype.value_or(Dtype::Int64))); });
       },
       py::arg("n"));
   py::object tensor_cls = m.attr("Tensor");
@@ -177,13 +183,16 @@ void register_random(py::module_& m) {
   tensor_cls.attr("random_") = py::cpp_function(
       [](Tensor& t, const py::object& a, const py::object& b, const py::object& g) -> Tensor& {
         Generator* gen = gen_arg(g);
-        if (a.is_none() && b.is_none()) return random_(t, gen);
+        if (a.is_none() && b.is_none())
+          return without_gil([&]() -> Tensor& { return random_(t, gen); });
         if (b.is_none() && !a.is_none()) {
           // random_(to) is random_(0, to), unless `to` was given by keyword as None.
-          return random_(t, 0, a.cast<int64_t>(), gen);
+          const auto to = a.cast<int64_t>();
+          return without_gil([&]() -> Tensor& { return random_(t, 0, to, gen); });
         }
-        int64_t from = a.is_none() ? 0 : a.cast<int64_t>();
-        return random_(t, from, b.cast<std::optional<int64_t>>(), gen);
+        const int64_t from = a.is_none() ? 0 : a.cast<int64_t>();
+        const auto to = b.cast<std::optional<int64_t>>();
+        return without_gil([&]() -> Tensor& { return random_(t, from, to, gen); });
       },
       py::name("random_"), py::is_method(tensor_cls), py::arg("from") = py::none(),
       py::arg("to") = py::none(), py::kw_only(), py::arg("generator") = py::none(),

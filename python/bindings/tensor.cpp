@@ -74,23 +74,36 @@ Tensor as_tensor_like(const py::object& o, const Tensor& like) {
   return full({}, s, like.dtype());
 }
 
-// Binary operator with a tensor or a Python number on the right.
+// Binary operator with a tensor or a Python number on the right: the operand converted with the
+// GIL, the op without it.
 template <typename TT, typename TS>
 py::object binop(const Tensor& a, const py::object& b, TT tt, TS ts) {
-  if (py::isinstance<Tensor>(b)) return py::cast(tt(a, b.cast<const Tensor&>()));
-  if (is_number(b)) return py::cast(ts(a, to_scalar(b)));
-  if (py::isinstance<py::array>(b)) return py::cast(tt(a, from_numpy(b.cast<py::array>())));
+  if (py::isinstance<Tensor>(b)) {
+    const Tensor& y = b.cast<const Tensor&>();
+    return py::cast(without_gil([&] { return tt(a, y); }));
+  }
+  if (is_number(b)) {
+    const Scalar y = to_scalar(b);
+    return py::cast(without_gil([&] { return ts(a, y); }));
+  }
+  if (py::isinstance<py::array>(b)) {
+    const Tensor y = from_numpy(b.cast<py::array>());
+    return py::cast(without_gil([&] { return tt(a, y); }));
+  }
   return py::reinterpret_borrow<py::object>(Py_NotImplemented);
 }
 
 Tensor sum_like(const Tensor& t, const py::object& dim, bool keepdim, const py::object& axis,
                 int which) {
   py::object d = dim.is_none() ? axis : dim;
-  if (d.is_none()) {
-    if (which == 0) return keepdim ? t.sum({}, true) : t.sum();
-    return keepdim ? t.mean({}, true) : t.mean();
-  }
-  return which == 0 ? t.sum(to_dims(d), keepdim) : t.mean(to_dims(d), keepdim);
+  const std::optional<Shape> dims = d.is_none() ? std::nullopt : std::optional<Shape>(to_dims(d));
+  return without_gil([&] {
+    if (!dims) {
+      if (which == 0) return keepdim ? t.sum({}, true) : t.sum();
+      return keepdim ? t.mean({}, true) : t.mean();
+    }
+    return which == 0 ? t.sum(*dims, keepdim) : t.mean(*dims, keepdim);
+  });
 }
 
 Tensor var_like(const Tensor& t, const py::object& dim, const py::object& unbiased, bool keepdim,
@@ -103,13 +116,14 @@ Tensor var_like(const Tensor& t, const py::object& dim, const py::object& unbias
     unb = c == 1;
   }
   py::object d = dim.is_none() ? axis : dim;
-  if (d.is_none()) return t.var(Shape{}, unb, keepdim);
-  return t.var(to_dims(d), unb, keepdim);
+  const Shape dims = d.is_none() ? Shape{} : to_dims(d);
+  return without_gil([&] { return t.var(dims, unb, keepdim); });
 }
 
 py::object max_like(const Tensor& t, const py::object& dim, bool keepdim, bool is_max) {
-  if (dim.is_none()) return py::cast(is_max ? t.max() : t.min());
-  auto [v, i] = is_max ? t.max(dim.cast<int64_t>(), keepdim) : t.min(dim.cast<int64_t>(), keepdim);
+  if (dim.is_none()) return py::cast(without_gil([&] { return is_max ? t.max() : t.min(); }));
+  const auto d = dim.cast<int64_t>();
+  auto [v, i] = without_gil([&] { return is_max ? t.max(d, keepdim) : t.min(d, keepdim); });
   py::module_ attn_mod = py::module_::import("attn");
   return attn_mod.attr("return_types").attr(is_max ? "max" : "min")(v, i);
 }
@@ -262,16 +276,17 @@ void register_tensor(py::module_& m) {
               throw Error("[data] cannot assign a " + dtype_name(v.dtype()) + " tensor of shape " +
                           shape_str(v.shape()) + " to the data of a " + dtype_name(t.dtype()) +
                           " tensor of shape " + shape_str(t.shape()));
-            t.detach().copy_(v.detach());
+            without_gil([&] { t.detach().copy_(v.detach()); });
           })
-      .def("contiguous", &Tensor::contiguous)
-      .def("clone", &Tensor::clone)
-      .def("float", &Tensor::float_)
-      .def("long", &Tensor::long_)
-      .def("bool", &Tensor::bool_)
-      .def("bfloat16", &Tensor::bfloat16)
-      .def("half", &Tensor::half)
-      .def("_to_dtype", [](const Tensor& t, Dtype d) { return t.to(d); })
+      .def("contiguous", &Tensor::contiguous, release())
+      .def("clone", &Tensor::clone, release())
+      .def("float", &Tensor::float_, release())
+      .def("long", &Tensor::long_, release())
+      .def("bool", &Tensor::bool_, release())
+      .def("bfloat16", &Tensor::bfloat16, release())
+      .def("half", &Tensor::half, release())
+      .def(
+          "_to_dtype", [](const Tensor& t, Dtype d) { return t.to(d); }, release())
       // The device as a string ("cpu", "cuda:0"); attn.Tensor.device wraps it in attn.device.
       .def_property_readonly("_device", [](const Tensor& t) { return t.device().str(); })
       .def(
@@ -280,12 +295,17 @@ void register_tensor(py::module_& m) {
             return t.to(Device(device), dtype.value_or(t.dtype()));
           },
           py::arg("device"), py::arg("dtype") = py::none(), release())
-      .def("type", [](const Tensor& t, Dtype d) { return t.to(d); })
-      .def("copy_", &Tensor::copy_, py::return_value_policy::reference_internal)
       .def(
-          "fill_", [](Tensor& t, const py::object& v) -> Tensor& { return t.fill_(to_scalar(v)); },
+          "type", [](const Tensor& t, Dtype d) { return t.to(d); }, release())
+      .def("copy_", &Tensor::copy_, py::return_value_policy::reference_internal, release())
+      .def(
+          "fill_",
+          [](Tensor& t, const py::object& v) -> Tensor& {
+            const Scalar s = to_scalar(v);
+            return without_gil([&]() -> Tensor& { return t.fill_(s); });
+          },
           py::return_value_policy::reference_internal)
-      .def("zero_", &Tensor::zero_, py::return_value_policy::reference_internal)
+      .def("zero_", &Tensor::zero_, py::return_value_policy::reference_internal, release())
       .def("item",
            [](const Tensor& t) -> py::object {
              if (t.numel() != 1)
@@ -335,13 +355,18 @@ void register_tensor(py::module_& m) {
       .def("__hash__", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.impl().get()); })
       // views
       .def("view", [](const Tensor& t, py::args a, py::kwargs k) { return t.view(to_shape(a, k)); })
+      // reshape copies a tensor whose strides do not allow the view.
       .def("reshape",
-           [](const Tensor& t, py::args a, py::kwargs k) { return t.reshape(to_shape(a, k)); })
+           [](const Tensor& t, py::args a, py::kwargs k) {
+             const Shape shape = to_shape(a, k);
+             return without_gil([&] { return t.reshape(shape); });
+           })
       .def("expand",
            [](const Tensor& t, py::args a, py::kwargs k) { return t.expand(to_shape(a, k)); })
       .def("permute",
            [](const Tensor& t, py::args a, py::kwargs k) { return t.permute(to_shape(a, k)); })
-      .def("flatten", &Tensor::flatten, py::arg("start_dim") = 0, py::arg("end_dim") = -1)
+      .def("flatten", &Tensor::flatten, py::arg("start_dim") = 0, py::arg("end_dim") = -1,
+           release())
       .def("transpose", &Tensor::transpose)
       .def("t",
            [](const Tensor& t) {
@@ -361,41 +386,55 @@ void register_tensor(py::module_& m) {
           py::arg("dim") = py::none())
       .def("select", &Tensor::select)
       .def("narrow", &Tensor::narrow)
+      // Indexing with a tensor gathers, and __setitem__ writes: both without the GIL.
       .def("__getitem__",
-           [](const Tensor& t, const py::object& key) { return t.index(to_indices(key)); })
+           [](const Tensor& t, const py::object& key) {
+             const std::vector<TensorIndex> ix = to_indices(key);
+             return without_gil([&] { return t.index(ix); });
+           })
       .def("__setitem__",
            [](Tensor& t, const py::object& key, const py::object& value) {
-             t.index_put_(to_indices(key), as_tensor_like(value, t));
+             const std::vector<TensorIndex> ix = to_indices(key);
+             const Tensor v = as_tensor_like(value, t);
+             without_gil([&] { t.index_put_(ix, v); });
            })
       // math
-      .def("exp", &Tensor::exp)
-      .def("log", &Tensor::log)
-      .def("sqrt", &Tensor::sqrt)
-      .def("rsqrt", &Tensor::rsqrt)
-      .def("abs", &Tensor::abs)
-      .def("neg", &Tensor::neg)
-      .def("tanh", &Tensor::tanh)
-      .def("sigmoid", &Tensor::sigmoid)
-      .def("erfinv", &Tensor::erfinv)
-      .def("erfinv_", &Tensor::erfinv_, py::return_value_policy::reference_internal)
-      .def("relu", &Tensor::relu)
-      .def("ceil", &Tensor::ceil)
-      .def("floor", &Tensor::floor)
-      .def("isnan", &Tensor::isnan)
-      .def("isinf", &Tensor::isinf)
-      .def("isfinite", &Tensor::isfinite)
-      .def("logical_not", &Tensor::logical_not)
+      .def("exp", &Tensor::exp, release())
+      .def("log", &Tensor::log, release())
+      .def("sqrt", &Tensor::sqrt, release())
+      .def("rsqrt", &Tensor::rsqrt, release())
+      .def("abs", &Tensor::abs, release())
+      .def("neg", &Tensor::neg, release())
+      .def("tanh", &Tensor::tanh, release())
+      .def("sigmoid", &Tensor::sigmoid, release())
+      .def("erfinv", &Tensor::erfinv, release())
+      .def("erfinv_", &Tensor::erfinv_, py::return_value_policy::reference_internal, release())
+      .def("relu", &Tensor::relu, release())
+      .def("ceil", &Tensor::ceil, release())
+      .def("floor", &Tensor::floor, release())
+      .def("isnan", &Tensor::isnan, release())
+      .def("isinf", &Tensor::isinf, release())
+      .def("isfinite", &Tensor::isfinite, release())
+      .def("logical_not", &Tensor::logical_not, release())
       .def("pow",
            [](const Tensor& a, const py::object& e) {
-             if (py::isinstance<Tensor>(e)) return a.pow(e.cast<const Tensor&>());
-             return a.pow(to_scalar(e));
+             if (py::isinstance<Tensor>(e)) {
+               const Tensor& x = e.cast<const Tensor&>();
+               return without_gil([&] { return a.pow(x); });
+             }
+             const Scalar x = to_scalar(e);
+             return without_gil([&] { return a.pow(x); });
            })
-      .def("masked_fill", [](const Tensor& t, const Tensor& mask,
-                             const py::object& v) { return t.masked_fill(mask, to_scalar(v)); })
+      .def("masked_fill",
+           [](const Tensor& t, const Tensor& mask, const py::object& v) {
+             const Scalar s = to_scalar(v);
+             return without_gil([&] { return t.masked_fill(mask, s); });
+           })
       .def(
           "masked_fill_",
           [](Tensor& t, const Tensor& mask, const py::object& v) -> Tensor& {
-            return t.masked_fill_(mask, to_scalar(v));
+            const Scalar s = to_scalar(v);
+            return without_gil([&]() -> Tensor& { return t.masked_fill_(mask, s); });
           },
           py::return_value_policy::reference_internal)
       .def(
@@ -428,18 +467,24 @@ void register_tensor(py::module_& m) {
       .def(
           "amax",
           [](const Tensor& t, const py::object& dim, bool keepdim) {
-            return t.amax(to_dims(dim), keepdim);
+            const Shape dims = to_dims(dim);
+            return without_gil([&] { return t.amax(dims, keepdim); });
           },
           py::arg("dim") = py::tuple(), py::arg("keepdim") = false)
       .def(
           "argmax",
           [](const Tensor& t, const py::object& dim, bool keepdim) {
-            if (dim.is_none()) return keepdim ? t.argmax().reshape(Shape(t.dim(), 1)) : t.argmax();
-            return t.argmax(dim.cast<int64_t>(), keepdim);
+            if (dim.is_none())
+              return without_gil(
+                  [&] { return keepdim ? t.argmax().reshape(Shape(t.dim(), 1)) : t.argmax(); });
+            const auto d = dim.cast<int64_t>();
+            return without_gil([&] { return t.argmax(d, keepdim); });
           },
           py::arg("dim") = py::none(), py::arg("keepdim") = false)
-      .def("all", [](const Tensor& t) { return full({}, t.all(), Dtype::Bool); })
-      .def("any", [](const Tensor& t) { return full({}, t.any(), Dtype::Bool); })
+      .def(
+          "all", [](const Tensor& t) { return full({}, t.all(), Dtype::Bool); }, release())
+      .def(
+          "any", [](const Tensor& t) { return full({}, t.any(), Dtype::Bool); }, release())
       .def(
           "softmax", [](const Tensor& t, int64_t dim) { return t.softmax(dim); }, py::arg("dim"),
           release())
@@ -448,42 +493,49 @@ void register_tensor(py::module_& m) {
           py::arg("dim"), release())
       .def("matmul", &Tensor::matmul, release())
       .def("dot", &Tensor::dot, release())
-      .def("tril", &Tensor::tril, py::arg("diagonal") = 0)
-      .def("triu", &Tensor::triu, py::arg("diagonal") = 0)
+      .def("tril", &Tensor::tril, py::arg("diagonal") = 0, release())
+      .def("triu", &Tensor::triu, py::arg("diagonal") = 0, release())
+      // Random fills: a Generator locks itself for each call's draws (attn/random.h).
       .def(
           "uniform_",
           [](Tensor& t, double a, double b, const py::object& g) -> Tensor& {
-            return uniform_(t, a, b, gen_arg(g));
+            Generator* gen = gen_arg(g);
+            return without_gil([&]() -> Tensor& { return uniform_(t, a, b, gen); });
           },
           py::arg("from") = 0.0, py::arg("to") = 1.0, py::arg("generator") = py::none(),
           py::return_value_policy::reference_internal)
       .def(
           "normal_",
           [](Tensor& t, double mean, double std, const py::object& g) -> Tensor& {
-            return normal_(t, mean, std, gen_arg(g));
+            Generator* gen = gen_arg(g);
+            return without_gil([&]() -> Tensor& { return normal_(t, mean, std, gen); });
           },
           py::arg("mean") = 0.0, py::arg("std") = 1.0, py::arg("generator") = py::none(),
           py::return_value_policy::reference_internal)
       .def(
           "bernoulli_",
           [](Tensor& t, double p, const py::object& g) -> Tensor& {
-            return bernoulli_(t, p, gen_arg(g));
+            Generator* gen = gen_arg(g);
+            return without_gil([&]() -> Tensor& { return bernoulli_(t, p, gen); });
           },
           py::arg("p") = 0.5, py::arg("generator") = py::none(),
           py::return_value_policy::reference_internal)
-      .def("equal", [](const Tensor& a, const Tensor& b) { return equal(a, b); })
+      .def(
+          "equal", [](const Tensor& a, const Tensor& b) { return equal(a, b); }, release())
       .def(
           "allclose",
           [](const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
             return allclose(a, b, rtol, atol, equal_nan);
           },
           py::arg("other"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8,
-          py::arg("equal_nan") = false)
+          py::arg("equal_nan") = false, release())
       // operators
-      .def("__neg__", [](const Tensor& a) { return -a; })
+      .def(
+          "__neg__", [](const Tensor& a) { return -a; }, release())
       .def("__pos__", [](const Tensor& a) { return a; })
-      .def("__abs__", &Tensor::abs)
-      .def("__invert__", [](const Tensor& a) { return ~a; })
+      .def("__abs__", &Tensor::abs, release())
+      .def(
+          "__invert__", [](const Tensor& a) { return ~a; }, release())
       .def(
           "__matmul__", [](const Tensor& a, const Tensor& b) { return matmul(a, b); }, release())
       .def(
@@ -528,13 +580,17 @@ void register_tensor(py::module_& m) {
   ATTN_BINOP("ge", x >= y, x >= y)
 #undef ATTN_BINOP
 
-#define ATTN_INPLACE(PYNAME, METHOD)                                             \
-  T.def(                                                                         \
-      PYNAME,                                                                    \
-      [](Tensor& a, const py::object& b) -> Tensor& {                            \
-        if (py::isinstance<Tensor>(b)) return a.METHOD(b.cast<const Tensor&>()); \
-        return a.METHOD(to_scalar(b));                                           \
-      },                                                                         \
+#define ATTN_INPLACE(PYNAME, METHOD)                                    \
+  T.def(                                                                \
+      PYNAME,                                                           \
+      [](Tensor& a, const py::object& b) -> Tensor& {                   \
+        if (py::isinstance<Tensor>(b)) {                                \
+          const Tensor& y = b.cast<const Tensor&>();                    \
+          return without_gil([&]() -> Tensor& { return a.METHOD(y); }); \
+        }                                                               \
+        const Scalar y = to_scalar(b);                                  \
+        return without_gil([&]() -> Tensor& { return a.METHOD(y); });   \
+      },                                                                \
       py::return_value_policy::reference_internal);
   ATTN_INPLACE("__iadd__", add_)
   ATTN_INPLACE("__isub__", sub_)

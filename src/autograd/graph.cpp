@@ -7,6 +7,7 @@
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "../tensor/internal.h"
 
@@ -223,13 +224,23 @@ void refresh_view(TensorImpl& impl) {
   AutogradMeta* m = impl.autograd.get();
   if (!m || !m->base) return;
   const uint64_t v = impl.storage->version;
+  // A view is refreshed by whoever reads it first after its storage was written, and several
+  // threads may read one view at once (an input they share, written in place earlier, as a
+  // parameter's view is by an optimizer step): one of them rewrites grad_fn and requires_grad
+  // under view_mutex and publishes the version last, so that a thread that sees the new version
+  // without the lock also sees what was rewritten.
+  if (std::atomic_ref<uint64_t>(m->version).load(std::memory_order_acquire) == v) return;
+  static std::mutex view_mutex;
+  std::lock_guard<std::mutex> lock(view_mutex);
   if (m->version == v) return;
-  m->version = v;
-  if (impl.requires_grad && !m->grad_fn) return;  // a leaf keeps its own identity
   const TensorImpl& b = *m->base;
-  if (impl.dtype != Dtype::Float32 || !b.autograd || !b.autograd->grad_fn) return;
-  m->grad_fn = as_strided_node(edge_to(m->base), geometry_of(b), geometry_of(impl));
-  impl.requires_grad = true;
+  // A leaf keeps its own identity.
+  if (!(impl.requires_grad && !m->grad_fn) && impl.dtype == Dtype::Float32 && b.autograd &&
+      b.autograd->grad_fn) {
+    m->grad_fn = as_strided_node(edge_to(m->base), geometry_of(b), geometry_of(impl));
+    impl.requires_grad = true;
+  }
+  std::atomic_ref<uint64_t>(m->version).store(v, std::memory_order_release);
 }
 
 Tensor record(Tensor out, const std::string& name, const std::vector<const Tensor*>& inputs,
@@ -443,16 +454,20 @@ Tensor Tensor::grad() const {
 
 void Tensor::set_grad(const Tensor& g) {
   if (!defined()) fail("set_grad", "undefined tensor");
+  // The gradient replaced is freed after the lock is let go: freeing a tensor that views a
+  // Python-owned buffer (a NumPy array) takes the GIL, and a thread holding the GIL may be waiting
+  // for grad_mutex (Tensor::grad()), so taking it under the lock could deadlock.
+  Tensor old;
   if (g.defined()) {
     if (g.dtype() != Dtype::Float32 || g.shape() != shape())
       fail("set_grad", "assigned grad ", detail::tensor_desc(g), " must be float32 of shape ",
            shape_str(shape()));
     Tensor detached = g.detach();
     GradLock lock(grad_mutex);
-    meta_of(*impl()).grad = std::move(detached);
+    old = std::exchange(meta_of(*impl()).grad, std::move(detached));
   } else if (impl()->autograd) {
     GradLock lock(grad_mutex);
-    impl()->autograd->grad = Tensor();
+    old = std::exchange(impl()->autograd->grad, Tensor());
   }
 }
 

@@ -1,9 +1,10 @@
 // Concurrent use of the library from several std::threads (README "Thread safety"): attention
 // forward and backward, MultiheadAttention and GPT (own models, and one model shared), training
-// steps, the shared default generator, grad mode and the thread count. Each thread works on its own
-// inputs; results must be bitwise those of the same computation on one thread, except gradients
-// that several threads add into the same parameters, whose order of addition is the threads'
-// (checked against the sum of the one-thread gradients, see check_shared_model).
+// steps, elementwise ops, reductions and in-place ops, views shared after an in-place write, the
+// shared default generator, grad mode and the thread count. Each thread works on its own inputs;
+// results must be bitwise those of the same computation on one thread, except gradients that
+// several threads add into the same parameters, whose order of addition is the threads' (checked
+// against the sum of the one-thread gradients, see check_shared_model).
 //
 // scripts/tsan.sh runs these tests (Concurrency.*) under ThreadSanitizer.
 #include <attn/attn.h>
@@ -227,6 +228,90 @@ TEST(Concurrency, SharedGPTForwardBackwardAndCachedGeneration) {
     Tensor tokens = model.generate(idx.narrow(1, 0, 4), o, &g);
     return std::vector<Tensor>{out.logits.detach(), out.loss.detach(), tokens};
   });
+}
+
+// ---- elementwise ops, reductions, in-place ops, views ------------------------------------------
+
+// What the Python bindings run without the GIL besides attention and the models: elementwise ops
+// and comparisons, reductions, scans, copies, indexing, in-place ops (also through a view) and a
+// backward pass, on each thread's own tensors, every step feeding the next through `state`.
+std::vector<Tensor> elementwise_run(const Tensor& x, const Tensor& y, int64_t seed) {
+  Generator g(static_cast<uint64_t>(seed));
+  Tensor state = x.clone();
+  std::vector<Tensor> out;
+  for (int it = 0; it < 20; ++it) {
+    Tensor noise = randn(x.shape(), &g) * 0.1;
+    Tensor a = (state * 0.5 + y) / double(1 + it % 3) - noise;
+    Tensor b = where(a > 0.0, a.exp().clamp(std::nullopt, 4.0), (-a).sqrt().neg());
+    Tensor c = maximum(b.tanh(), a.sigmoid() - 0.5).pow(2.0) + (a.abs() + 1.0).log();
+    auto [vmax, imax] = b.max(1);
+    out.insert(out.end(), {b.sum(), a.mean(1), a.var(0), vmax, imax, c.amax({0, 1}), a.argmax(1),
+                           c.cumsum(1), c.softmax(-1), a.transpose(0, 1).contiguous()});
+    state.mul_(0.9).add_(c.mean(0, true)).sub_(noise);
+    state.clamp_(-3.0, 3.0);
+    state.masked_fill_(state.abs() < 0.01, 0.0);
+    state.index({indexing::Slice(), indexing::Slice(0, std::nullopt, 7)}).mul_(0.5).exp_();
+    Tensor p = x.clone().requires_grad_(true);
+    Tensor q = (p * state).tanh() + p.exp().clamp(std::nullopt, 3.0) - p.sigmoid() * y;
+    Tensor loss = (q.softmax(-1) * y).sum() + q.var() + p.pow(2.0).mean();
+    loss.backward();
+    out.insert(out.end(), {loss, p.grad()});
+  }
+  out.push_back(state);
+  return out;
+}
+
+TEST(Concurrency, ElementwiseReductionsInPlaceAndBackwardMatchOneThread) {
+  Generator g(31);
+  std::vector<std::pair<Tensor, Tensor>> inputs;
+  for (int i = 0; i < kThreads; ++i) inputs.emplace_back(randn({48, 80}, &g), randn({48, 80}, &g));
+  std::vector<std::vector<Tensor>> expected, got(kThreads);
+  for (int i = 0; i < kThreads; ++i)
+    expected.push_back(elementwise_run(inputs[i].first, inputs[i].second, 700 + i));
+  run_threads(kThreads, [&](int i) {
+    got[std::size_t(i)] = elementwise_run(inputs[i].first, inputs[i].second, 700 + i);
+  });
+  expect_same_bits(got, expected);
+}
+
+// A view is brought up to date (grad_fn, requires_grad) by the first read after its storage was
+// written in place. Views that several threads share as inputs they only read are read by all of
+// them at once: a transposed plain tensor after an optimizer-like step under no_grad, and a
+// transposed non-leaf whose history an in-place op rewrote (every thread records a graph through
+// the view's new AsStridedBackward0). ThreadSanitizer checks the refresh; the results must be
+// bitwise the one-thread ones.
+TEST(Concurrency, ViewsSharedAfterAnInPlaceWrite) {
+  Generator g(32);
+  const Tensor w = randn({24, 16}, &g), leaf = randn({24, 16}, &g).requires_grad_(true);
+  std::vector<Tensor> xs;
+  for (int i = 0; i < kThreads; ++i) xs.push_back(randn({16, 24}, &g));
+  auto make_views = [&] {
+    Tensor plain = w.clone(), base = leaf * 2.0;
+    Tensor plain_t = plain.transpose(0, 1), base_t = base.transpose(0, 1);
+    {
+      NoGradGuard no_grad;
+      plain.add_(1.0);
+    }
+    base.mul_(3.0);
+    return std::pair{plain_t, base_t};
+  };
+  auto run = [&](const Tensor& plain_t, const Tensor& base_t, int i) {
+    Tensor y = (plain_t * xs[std::size_t(i)]).sum(1);
+    Tensor z = base_t * xs[std::size_t(i)];
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_TRUE(z.requires_grad());
+    auto fn = grad_fn(base_t);
+    EXPECT_TRUE(fn && fn->name == "AsStridedBackward0");
+    return std::vector<Tensor>{y, z.detach()};
+  };
+  std::vector<std::vector<Tensor>> expected, got(kThreads);
+  for (int i = 0; i < kThreads; ++i) {
+    auto [plain_t, base_t] = make_views();
+    expected.push_back(run(plain_t, base_t, i));
+  }
+  const auto shared = make_views();  // (not a structured binding: clang 14 cannot capture one)
+  run_threads(kThreads, [&](int i) { got[std::size_t(i)] = run(shared.first, shared.second, i); });
+  expect_same_bits(got, expected);
 }
 
 // ---- the default generator, grad mode, the thread count ---------------------------------------

@@ -10,8 +10,16 @@ that several threads' backward passes add into (a model shared by the threads): 
 come in the threads' order, so its gradient is compared with the sum of the one-thread gradients
 to float32 rounding (check_shared_module).
 
-The last tests check that the threads really overlap: while a long kernel runs in one thread,
-another thread keeps executing Python code, which it can only do if the kernel released the GIL.
+Besides attention and the models, one test runs a mix of elementwise ops, comparisons,
+reductions, copies, indexing, in-place ops, random fills from its own generator and backward
+passes on each thread's own tensors (bitwise the one-thread results too), and one draws from the
+shared default generator on every thread (each call a whole run of its stream).
+
+The last tests check that the threads really overlap: while a long kernel runs in one thread
+(attention, matmul, a model, and one call of each kind the bindings run without the GIL: a
+reduction, a scan, a sort, elementwise ops, an operator, a comparison, an in-place op, a copy, a
+random fill), another thread keeps executing Python code, which it can only do if the kernel
+released the GIL.
 """
 import threading
 import time
@@ -120,6 +128,106 @@ def test_gpt_training_steps_in_threads_match_one_thread():
     got = run_threads(own_gpt_training)
     for i in range(N_THREADS):
         assert_same_bits(got[i], expected[i], "thread {}".format(i))
+
+
+MIXED_ITERATIONS = 200
+
+
+def mixed_inputs(i):
+    g = attn.Generator().manual_seed(500 + i)
+    return (randn(g, 48, 80), randn(g, 48, 80), attn.randint(80, (48, 6), generator=g), 600 + i)
+
+
+def mixed_run(inputs, iterations=MIXED_ITERATIONS):
+    """Elementwise ops, comparisons, reductions, copies, indexing, in-place ops (on a tensor this
+    thread owns, and through a view of it), random fills from this thread's own Generator and a
+    backward pass, every iteration feeding the next through `state`. Returns each iteration's
+    small results as one float32 array, and the final state and gradient."""
+    x, y, idx, seed = inputs
+    g = attn.Generator().manual_seed(seed)
+    state = x.clone()
+    rows = attn.tensor([0, 5, 9, 47])
+    digests = []
+    for it in range(iterations):
+        noise = attn.empty(48, 80).normal_(0.0, 0.1, generator=g)
+        # elementwise and comparisons
+        a = (state * 0.5 + y) / (1.0 + it % 3) - noise
+        b = attn.where(a > 0, a.exp().clamp(max=4.0), (-a).sqrt().neg())
+        c = attn.maximum(b.tanh(), a.sigmoid() - 0.5).pow(2) + (a.abs() + 1).log()
+        d = (c >= 0.25) & ~(a < -1.0) | (b == 0)
+        e = attn.clamp(c.masked_fill(d, 0.5), -2.0, 2.0).relu().rsqrt() ** 0.5 - 2 ** c.neg()
+        # reductions
+        vmax, imax = b.max(1)
+        top = attn.topk(c, 3, dim=1)
+        sorted_c = attn.sort(a[:4], dim=1, descending=True)
+        reductions = [b.sum(), a.mean(1), a.var(0), vmax, imax, a.min(), c.amax((0, 1)),
+                      e.argmax(1), attn.argmin(a, 0), c.cumsum(1)[:, -1], a[:3].cumprod(1)[:, 5],
+                      c.softmax(-1)[:, 0], c.log_softmax(0)[0], d.all(), d.any(), d.sum(),
+                      top.values, top.indices, sorted_c.values, c.gather(1, idx), e.mean()]
+        # copies, conversions and indexing
+        t = a.t().contiguous().reshape(-1)[::97].clone()
+        ints = (a * 100).to(attn.int64) * 3 - (b * 10).long()
+        picked = attn.cat([state[rows], attn.stack([a[1], b[2]])]).sum(0)
+        # in place: on the state, through a view of it, and on a scratch copy
+        state.mul_(0.9).add_(c.mean(0, keepdim=True)).sub_(noise)
+        state.clamp_(-3.0, 3.0)
+        state.masked_fill_(state.abs() < 0.01, 0.0)
+        state[:, ::7] = 0.25 * b[:, ::7]
+        state[:, 1::7].mul_(0.5).exp_()
+        scratch = attn.empty_like(state)
+        scratch.copy_(state)
+        scratch.abs_().add_(1.0).log_().pow_(2).div_(2.0)
+        state += scratch / (1 + it)
+        scratch.zero_()
+        scratch.fill_(float(it))
+        # a graph of this thread's own leaf, backpropagated
+        p = x.clone().requires_grad_()
+        q = (p * state).tanh() + p.exp().clamp(max=3.0) - p.sigmoid() * y
+        loss = (q.softmax(-1) * y).sum() + q.var() + p.pow(2).mean() + q.max(0).values.sum()
+        loss.backward()
+        digest = reductions + [t, ints, picked, scratch[0, :2], loss, p.grad.sum(0),
+                               p.grad.abs().amax(())]
+        digests.append(attn.cat([r.float().reshape(-1) for r in digest]))
+    return snapshot(attn.stack(digests), state, p.grad)
+
+
+def test_elementwise_reductions_in_place_and_backward_in_threads_match_one_thread():
+    """Every op the bindings run without the GIL, on each thread's own tensors, from N_THREADS
+    threads at once: bitwise the one-thread results."""
+    inputs = [mixed_inputs(i) for i in range(N_THREADS)]
+    expected = [mixed_run(inputs[i]) for i in range(N_THREADS)]
+    got = run_threads(lambda i: mixed_run(inputs[i]))
+    for i in range(N_THREADS):
+        assert_same_bits(got[i], expected[i], "thread {}".format(i))
+
+
+def test_default_generator_draws_whole_runs_per_call_in_threads():
+    """Threads drawing from the shared default generator at once (rand, randn, randint and
+    normal_, which run without the GIL): the generator locks itself for each call's draws, so
+    every call takes a whole run of the stream. Each kind of call here takes 320 32-bit draws
+    (randn and normal_ a multiple of 16 of them), so the stream splits into the same runs
+    whatever the order: each call's values are those its kind gives at one run, every run is
+    taken by exactly one call, and the generator ends where one thread's calls leave it."""
+    calls, n = 24, 320
+    kinds = (lambda: attn.rand(n), lambda: attn.randn(n),
+             lambda: attn.randint(1000, (n,)).float(), lambda: attn.empty(n).normal_())
+
+    def draw(i):
+        return [(k, kinds[k]().numpy().tobytes()) for k in ((i + j) % 4 for j in range(calls))]
+
+    start = attn.get_rng_state()
+    runs = calls * N_THREADS
+    at_run = [{} for _ in kinds]  # at_run[kind][values] = the run
+    for r in range(runs):
+        state = attn.get_rng_state()
+        for k, make in enumerate(kinds):
+            attn.set_rng_state(state)
+            at_run[k][make().numpy().tobytes()] = r
+    end = attn.get_rng_state()
+    attn.set_rng_state(start)
+    taken = sorted(at_run[k].get(values, -1) for d in run_threads(draw) for k, values in d)
+    assert taken == list(range(runs))
+    assert np.array_equal(np.asarray(attn.get_rng_state()), np.asarray(end))
 
 
 # ---- one module shared by every thread -----------------------------------------------------------
@@ -239,9 +347,40 @@ def gpt_forward_kernel(n):
     return lambda: model(x, x)
 
 
-@pytest.mark.parametrize("make_kernel, n", [(matmul_kernel, 512), (sdpa_forward_kernel, 512),
-                                            (sdpa_backward_kernel, 512), (gpt_forward_kernel, 256)],
-                         ids=["matmul", "sdpa_forward", "sdpa_backward", "gpt_forward"])
+def tensor_kernel(op):
+    """A kernel of one call op(x, y) on two n x n tensors (made from 2n random numbers, which is
+    quicker than n * n of them), for the elementwise ops, reductions, copies and in-place ops
+    that release the GIL: on 4096 x 4096 each takes 0.1 to 0.5 s on this machine's two cores."""
+    def make(n):
+        x = attn.randn(n, 1) + attn.randn(1, n)
+        y = attn.randn(n, 1) * attn.randn(1, n)
+        return lambda: op(x, y)
+    return make
+
+
+KERNELS = [
+    ("matmul", matmul_kernel, 512),
+    ("sdpa_forward", sdpa_forward_kernel, 512),
+    ("sdpa_backward", sdpa_backward_kernel, 512),
+    ("gpt_forward", gpt_forward_kernel, 256),
+    # reductions (along dim 0, the slow direction), scans and sorting
+    ("sum_dim", tensor_kernel(lambda x, y: x.sum(0)), 2048),
+    ("var", tensor_kernel(lambda x, y: attn.var(x, 0)), 2048),
+    ("max_dim", tensor_kernel(lambda x, y: x.max(0)), 2048),
+    ("cumsum", tensor_kernel(lambda x, y: x.cumsum(0)), 2048),
+    ("sort", tensor_kernel(lambda x, y: x[:x.shape[0] // 4].sort(1)), 2048),
+    # elementwise: unary, a binary operator, where (and its comparison)
+    ("tanh", tensor_kernel(lambda x, y: x.tanh()), 2048),
+    ("pow_operator", tensor_kernel(lambda x, y: x ** y), 2048),
+    ("where", tensor_kernel(lambda x, y: attn.where(x > 0, x, y)), 2048),
+    # in place, copies, random fills
+    ("add_inplace", tensor_kernel(lambda x, y: x.add_(y.t())), 2048),
+    ("contiguous", tensor_kernel(lambda x, y: x.t().contiguous()), 2048),
+    ("randn", tensor_kernel(lambda x, y: attn.randn(*x.shape)), 2048),
+]
+
+
+@pytest.mark.parametrize("make_kernel, n", [k[1:] for k in KERNELS], ids=[k[0] for k in KERNELS])
 def test_kernels_release_the_gil(make_kernel, n):
     """While one call runs, the ticker thread makes progress in the middle half of the call.
 
