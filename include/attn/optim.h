@@ -181,6 +181,13 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
 // The 2-norm version, as it always was.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
                        bool error_if_nonfinite = false);
+// clip_grad_norm_ in two steps, so that a caller can look at the total norm before the gradients
+// change (a finite total means that every gradient is finite): the total norm_type-norm of the
+// parameters' gradients (torch.nn.utils.get_total_norm of them), and every gradient multiplied by
+// min(1, max_norm / (total_norm + 1e-6)) (torch.nn.utils.clip_grads_with_norm_). The two give
+// clip_grad_norm_'s results.
+double total_grad_norm(const std::vector<Tensor>& params, double norm_type = 2.0);
+void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm);
 // torch.nn.utils.clip_grad_value_: every gradient clamped to [-clip_value, clip_value].
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 

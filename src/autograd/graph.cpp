@@ -140,13 +140,26 @@ AutogradMeta& meta_of(TensorImpl& t) {
   return *t.autograd;
 }
 
-void accumulate(TensorImpl& leaf, const Tensor& grad) {
+// Whether `t` is the only handle on its elements: no other Tensor, view or saved tensor shares its
+// TensorImpl or its storage, and it covers a contiguous storage of its own from the start. Such a
+// gradient can be kept (as a leaf's .grad) or added into in place without anyone seeing it change,
+// as torch's AccumulateGrad steals a gradient nobody else references.
+bool sole_owner(const Tensor& t) {
+  const auto& impl = t.impl();
+  return impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->autograd &&
+         impl->offset == 0 && impl->dtype == Dtype::Float32 && !impl->storage->device.is_cuda() &&
+         t.is_contiguous();
+}
+
+void accumulate(TensorImpl& leaf, Tensor grad) {
   GradLock lock(grad_mutex);
   AutogradMeta& m = meta_of(leaf);
-  if (!m.grad.defined())
-    m.grad = grad.clone();  // never alias a gradient that other edges may still hold
-  else
+  if (m.grad.defined())
     m.grad.add_(grad);
+  else if (sole_owner(grad))
+    m.grad = std::move(grad);  // nobody else holds it: kept as it is, no copy
+  else
+    m.grad = grad.clone();  // never alias a gradient that other edges may still hold
 }
 
 bool has_grad(const TensorImpl& leaf) {
@@ -398,10 +411,17 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
           fail("backward", node->name, " returned a gradient ", detail::tensor_desc(gi),
                " for its input ", i, " of shape ", shape_str(e.shape));
         if (e.leaf) {
-          accumulate(*e.leaf, gi);
+          accumulate(*e.leaf, std::move(grads[i]));
         } else {
+          // The first gradient is taken as it is; later ones are added into it in place when no
+          // one else holds it (else into a new tensor, as p + gi).
           Tensor& p = pending[e.fn.get()];
-          p = p.defined() ? p + gi : gi;
+          if (!p.defined())
+            p = std::move(grads[i]);
+          else if (sole_owner(p))
+            p.add_(grads[i]);
+          else
+            p = p + grads[i];
         }
       }
       if (e.leaf && !leaf_deps.empty()) {

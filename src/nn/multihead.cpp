@@ -1,7 +1,9 @@
 // MultiheadAttention: torch.nn.MultiheadAttention built from linear + scaled_dot_product_attention.
+#include <attn/autograd.h>
 #include <attn/nn.h>
 #include <attn/ops.h>
 
+#include "../ops/attention_internal.h"
 #include "../tensor/internal.h"
 
 namespace attn::nn {
@@ -164,8 +166,27 @@ MultiheadAttention::Output MultiheadAttention::forward(
   auto heads = [&](const Tensor& t, int64_t L) {
     return t.reshape({B, L, H, head_dim}).transpose(1, 2);
   };
+  // Dropout on the attention weights only while training, as torch.
+  const double p = training_ ? dropout : 0.0;
+  const bool drop_all = p == 1.0;  // torch's dropout(p=1) zeroes every weight without drawing
+  o.dropout_p = drop_all ? 0.0 : p;
+  const bool self_attention =
+      same_embed_dim && query.impl() == key.impl() && key.impl() == value.impl();
   Tensor q, k, v;
-  if (same_embed_dim && query.impl() == key.impl() && key.impl() == value.impl()) {
+  if (self_attention && !need_weights && !drop_all && !q_in.is_cuda() &&
+      !(mask.defined() && mask.requires_grad()) &&
+      detail::should_record({&q_in, &in_proj_weight, &in_proj_bias})) {
+    // Training self-attention: the attention of the packed projection as one graph node, whose
+    // backward yields the projection's gradient in one piece.
+    Tensor qkv = functional::linear(q_in, in_proj_weight, in_proj_bias);  // (B, L, 3 E)
+    Tensor ctx = sdpa_detail::packed_self_attention(qkv, H, o);
+    Tensor out = (*out_proj)(ctx.transpose(1, 2).reshape({B, L_q, E}));
+    return {!batched      ? out.squeeze(0)
+            : batch_first ? out
+                          : out.transpose(0, 1).contiguous(),
+            Tensor()};
+  }
+  if (self_attention) {
     // Self-attention: one (B L, E) x (E, 3E) product for q, k and v together, as PyTorch does.
     Tensor qkv = packed_qkv(q_in);
     q = qkv[0], k = qkv[1], v = qkv[2];
@@ -175,10 +196,8 @@ MultiheadAttention::Output MultiheadAttention::forward(
     v = heads(functional::linear(v_in, w_v, b_v), L_k);
   }
 
-  // ---- attention (dropout on the weights only while training, as torch) -------------------------
-  const double p = training_ ? dropout : 0.0;
-  const bool drop_all = p == 1.0;  // torch's dropout(p=1) zeroes every weight without drawing
-  o.dropout_p = drop_all ? 0.0 : p;
+  // ---- attention
+  // ----------------------------------------------------------------------------------
   Tensor ctx, weights;  // (B, H, L_q, head_dim), (B, H, L_q, L_k)
   if (need_weights) {
     std::tie(ctx, weights) = scaled_dot_product_attention_with_weights(q, k, v, o);

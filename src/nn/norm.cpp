@@ -30,31 +30,46 @@ int threads_for(int64_t elems) { return elems >= kParallelElems ? kernels::num_t
 
 // ---- LayerNorm ----------------------------------------------------------------------------------
 
+// Rows whose statistics are computed together: each row's sums keep their own order (so the
+// results are those of one row at a time), but kRows independent chains of additions run side by
+// side instead of one chain waiting on each add's latency.
+constexpr int64_t kRows = 8;
+
 ATTN_VMATH_CLONES
 void layer_norm_rows(const float* x, const float* w, const float* b, float* y, float* mean_out,
                      float* rstd_out, int64_t r0, int64_t r1, int64_t C, float eps) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* xr = x + r * C;
-    float* yr = y + r * C;
-    double s = 0.0;
-    for (int64_t c = 0; c < C; ++c) s += xr[c];
-    const double mean = s / double(C);
-    double ss = 0.0;
-    for (int64_t c = 0; c < C; ++c) {
-      const double d = xr[c] - mean;
-      ss += d * d;
+  for (int64_t rb = r0; rb < r1; rb += kRows) {
+    const int64_t nr = std::min(kRows, r1 - rb);
+    // mean and 1 / std of rows [rb, rb + nr), each accumulated in double in column order. A last
+    // block of fewer rows repeats its last row (results unused): the loops over the block's rows
+    // always have kRows iterations, so that the sums stay in registers.
+    const float* xs[kRows];
+    for (int64_t j = 0; j < kRows; ++j) xs[j] = x + (rb + std::min(j, nr - 1)) * C;
+    double s[kRows] = {}, ss[kRows] = {}, mean[kRows] = {};
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t j = 0; j < kRows; ++j) s[j] += xs[j][c];
+    for (int64_t j = 0; j < kRows; ++j) mean[j] = s[j] / double(C);
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t j = 0; j < kRows; ++j) {
+        const double d = xs[j][c] - mean[j];
+        ss[j] += d * d;
+      }
+    for (int64_t j = 0; j < nr; ++j) {
+      const int64_t r = rb + j;
+      const float* xr = x + r * C;
+      float* yr = y + r * C;
+      const float rstd = float(1.0 / std::sqrt(ss[j] / double(C) + double(eps)));
+      const float m = float(mean[j]);
+      if (w && b) {
+        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd * w[c] + b[c];
+      } else if (w) {
+        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd * w[c];
+      } else {
+        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd;
+      }
+      mean_out[r] = m;
+      rstd_out[r] = rstd;
     }
-    const float rstd = float(1.0 / std::sqrt(ss / double(C) + double(eps)));
-    const float m = float(mean);
-    if (w && b) {
-      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd * w[c] + b[c];
-    } else if (w) {
-      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd * w[c];
-    } else {
-      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd;
-    }
-    mean_out[r] = m;
-    rstd_out[r] = rstd;
   }
 }
 
@@ -74,19 +89,45 @@ void layer_norm_backward_rows(const float* x, const float* w, const float* mean,
         if (db) db[c] += gr[c];
       }
     }
-    if (!dx) continue;
-    float a = 0.f, bsum = 0.f;  // sums of dy*w and dy*w*xhat
-    for (int64_t c = 0; c < C; ++c) {
-      const float gw = w ? gr[c] * w[c] : gr[c];
-      a += gw;
-      bsum += gw * (xr[c] - m) * rs;
+  }
+  if (!dx) return;
+  // dx, kRows rows at a time (see layer_norm_rows). The terms of the two row sums are formed
+  // first (rounded as one row's vectorised loop rounds them: no fused multiply-add), then added
+  // in column order, the rows side by side (the sums of a last, shorter block's missing rows are
+  // of stale terms, and unused).
+  std::vector<float> terms(std::size_t(2 * kRows * C));
+  for (int64_t rb = r0; rb < r1; rb += kRows) {
+    const int64_t nr = std::min(kRows, r1 - rb);
+    for (int64_t j = 0; j < nr; ++j) {
+      const int64_t r = rb + j;
+      const float* xr = x + r * C;
+      const float* gr = dy + r * C;
+      const float m = mean[r], rs = rstd[r];
+      float* ta = terms.data() + 2 * j * C;  // dy*w
+      float* tb = ta + C;                    // dy*w*xhat
+      for (int64_t c = 0; c < C; ++c) {
+        const float gw = w ? gr[c] * w[c] : gr[c];
+        ta[c] = gw;
+        tb[c] = gw * (xr[c] - m) * rs;
+      }
     }
-    a /= float(C);
-    bsum /= float(C);
-    float* dxr = dx + r * C;
-    for (int64_t c = 0; c < C; ++c) {
-      const float gw = w ? gr[c] * w[c] : gr[c];
-      dxr[c] = rs * (gw - a - (xr[c] - m) * rs * bsum);
+    float a[kRows] = {}, bsum[kRows] = {};
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t j = 0; j < kRows; ++j) {
+        a[j] += terms[std::size_t(2 * j * C + c)];
+        bsum[j] += terms[std::size_t((2 * j + 1) * C + c)];
+      }
+    for (int64_t j = 0; j < nr; ++j) {
+      const int64_t r = rb + j;
+      const float* xr = x + r * C;
+      const float* gr = dy + r * C;
+      const float m = mean[r], rs = rstd[r];
+      const float aj = a[j] / float(C), bj = bsum[j] / float(C);
+      float* dxr = dx + r * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const float gw = w ? gr[c] * w[c] : gr[c];
+        dxr[c] = rs * (gw - aj - (xr[c] - m) * rs * bj);
+      }
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <attn/autograd.h>
 #include <attn/ops.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -621,14 +622,12 @@ void check_backward_input(const Tensor& t, const char* name, const Shape& want, 
          shape_str(want));
 }
 
-}  // namespace
-
-std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
-    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-    const SdpaForwardResult& forward, const SdpaOptions& o) {
-  const char* fn = "scaled_dot_product_attention_backward";
-  if (any_on_gpu(q, k, v)) return sdpa_detail::cuda_backward(dout, q, k, v, forward, o, fn);
-  const Prepared p = prepare(q, k, v, o, fn);
+// The CPU backward of prepared inputs into dq (S + (L_q, D)), dk (Sk + (L_k, D)) and dv
+// (Sk + (L_k, D_v)): zeroed tensors of the broadcast shapes whose rows have unit stride (any
+// strides outside the rows). dout and forward are checked against the shapes.
+void backward_into(const Tensor& dout, const Prepared& p, const SdpaForwardResult& forward,
+                   const SdpaOptions& o, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                   const char* fn) {
   const Shape& S = p.S;  // out is S + (L_q, D_v)
   check_backward_input(dout, "dout", concat(S, {p.L_q, p.D_v}), fn);
   check_backward_input(forward.out, "forward.out", concat(S, {p.L_q, p.D_v}), fn);
@@ -636,11 +635,6 @@ std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
   NoGradGuard no_grad;  // a gradient pass records nothing
 
   const Tensor g = unit_inner(dout), out = unit_inner(forward.out), lse = forward.lse.contiguous();
-  const Shape Sk = leading(p.k);  // S, with H_kv heads under GQA
-  // Gradients at the broadcast shapes; summed down to the inputs' shapes at the end.
-  Tensor dq = detail::make_tensor(kSdpa, concat(S, {p.L_q, p.D}), Dtype::Float32);
-  Tensor dk = detail::make_tensor(kSdpa, concat(Sk, {p.L_k, p.D}), Dtype::Float32);
-  Tensor dv = detail::make_tensor(kSdpa, concat(Sk, {p.L_k, p.D_v}), Dtype::Float32);
 
   // The forward's kernel parameters (kernel_params, call_pointers: same strides, masks, window,
   // key padding and dropout counters), plus the saved out and lse, dout and the gradients.
@@ -656,9 +650,12 @@ std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
   kp.out_row_stride = out.stride(r);
   bp.dout_batch_stride = bstride(g), bp.dout_head_stride = hstride(g);
   bp.dout_row_stride = g.stride(r);
-  bp.dq_batch_stride = bstride(dq), bp.dq_head_stride = hstride(dq), bp.dq_row_stride = p.D;
-  bp.dk_batch_stride = bstride(dk), bp.dk_head_stride = hstride(dk), bp.dk_row_stride = p.D;
-  bp.dv_batch_stride = bstride(dv), bp.dv_head_stride = hstride(dv), bp.dv_row_stride = p.D_v;
+  bp.dq_batch_stride = bstride(dq), bp.dq_head_stride = hstride(dq),
+  bp.dq_row_stride = dq.stride(r);
+  bp.dk_batch_stride = bstride(dk), bp.dk_head_stride = hstride(dk),
+  bp.dk_row_stride = dk.stride(r);
+  bp.dv_batch_stride = bstride(dv), bp.dv_head_stride = hstride(dv),
+  bp.dv_row_stride = dv.stride(r);
   // Dropout: the forward's counter-based mask, regenerated from its seed and offset.
   if (o.dropout_p > 0.0) kp.dropout_p = o.dropout_p, kp.dropout_seed = forward.dropout_seed;
 
@@ -697,10 +694,75 @@ std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
   if (!reference && !(all_finite(dq) && all_finite(dk) && all_finite(dv)) &&
       !(all_finite(g) && all_finite(p.q) && all_finite(p.k) && all_finite(p.v)))
     launch(true);
+}
 
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
+    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+    const SdpaForwardResult& forward, const SdpaOptions& o) {
+  const char* fn = "scaled_dot_product_attention_backward";
+  if (any_on_gpu(q, k, v)) return sdpa_detail::cuda_backward(dout, q, k, v, forward, o, fn);
+  const Prepared p = prepare(q, k, v, o, fn);
+  const Shape Sk = leading(p.k);  // S, with H_kv heads under GQA
+  // Gradients at the broadcast shapes; summed down to the inputs' shapes at the end.
+  Tensor dq = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.D}), Dtype::Float32);
+  Tensor dk = detail::make_tensor(kSdpa, concat(Sk, {p.L_k, p.D}), Dtype::Float32);
+  Tensor dv = detail::make_tensor(kSdpa, concat(Sk, {p.L_k, p.D_v}), Dtype::Float32);
+  backward_into(dout, p, forward, o, dq, dk, dv, fn);
+  NoGradGuard no_grad;
   // Inputs that were broadcast get their gradient summed over the broadcast dims.
   return {detail::sum_to(dq, q.shape()), detail::sum_to(dk, k.shape()),
           detail::sum_to(dv, v.shape())};
 }
+
+namespace sdpa_detail {
+
+// q, k, v as views of a packed (B, L, 3 E) projection: (B, H, L, E / H) each.
+std::array<Tensor, 3> unpack_qkv(const Tensor& qkv, int64_t H) {
+  const int64_t B = qkv.size(0), L = qkv.size(1), D = qkv.size(2) / (3 * H);
+  const Tensor t = qkv.view({B, L, 3, H, D}).permute({2, 0, 3, 1, 4});
+  return {t.select(0, 0), t.select(0, 1), t.select(0, 2)};
+}
+
+Tensor packed_self_attention(const Tensor& qkv, int64_t H, const SdpaOptions& options) {
+  const char* fn = "scaled_dot_product_attention";
+  if (qkv.dim() != 3 || H < 1 || qkv.size(2) % (3 * H) != 0 || !qkv.is_contiguous() ||
+      qkv.is_cuda())
+    fail(fn,
+         "packed self-attention needs a contiguous CPU (B, L, 3 E) projection with E "
+         "divisible by ",
+         H, " heads, got ", detail::tensor_desc(qkv));
+  SdpaForwardResult fwd;
+  {
+    NoGradGuard no_grad;
+    const auto [q, k, v] = unpack_qkv(qkv.detach(), H);
+    fwd = scaled_dot_product_attention_forward(q, k, v, options);
+  }
+  SdpaOptions opts = options;
+  opts.attn_mask = Tensor();  // saved (with its version) instead
+  opts.generator = nullptr;
+  const uint64_t seed = fwd.dropout_seed, offset = fwd.dropout_offset;
+  return detail::record(fwd.out, "UnsafeViewBackward0", {&qkv, &options.attn_mask},
+                        [opts, seed, offset, H, fn](const Node& n, const Tensor& g) {
+                          SdpaOptions o = opts;
+                          o.attn_mask = n.saved_tensor(1);
+                          SdpaForwardResult f;
+                          f.out = n.saved_tensor(2);
+                          f.lse = n.saved_tensor(3);
+                          f.dropout_seed = seed, f.dropout_offset = offset;
+                          const Tensor qkv = n.saved_tensor(0);
+                          const auto [q, k, v] = unpack_qkv(qkv, H);
+                          // dq, dk and dv written straight into the packed layout: the gradient of
+                          // the projection.
+                          Tensor dqkv = detail::make_tensor(kSdpa, qkv.shape(), Dtype::Float32);
+                          const auto [dq, dk, dv] = unpack_qkv(dqkv, H);
+                          backward_into(g, prepare(q, k, v, o, fn), f, o, dq, dk, dv, fn);
+                          return std::vector<Tensor>{dqkv, Tensor()};
+                        },
+                        {qkv, options.attn_mask, fwd.out, fwd.lse});
+}
+
+}  // namespace sdpa_detail
 
 }  // namespace attn

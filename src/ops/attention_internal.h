@@ -40,6 +40,13 @@ kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o);
 // Offset in elements of t's element [idx..., 0, 0, 0] for an index over its outer dims.
 int64_t outer_offset(const Tensor& t, const Shape& idx);
 
+// Causal or masked self-attention whose q, k and v are the (B, L, 3 E) output of one packed
+// projection (MultiheadAttention's in_proj): scaled_dot_product_attention of its three (B, H, L,
+// E / H) views, recorded as one graph node of the projection, whose backward writes dq, dk and dv
+// straight into one (B, L, 3 E) gradient (no per-view scatter into zeros and sum). CPU only; the
+// attn_mask, if any, must not require grad.
+Tensor packed_self_attention(const Tensor& qkv, int64_t H, const SdpaOptions& options);
+
 // The GPU side (attention_cuda.cpp; without CUDA, attention_nocuda.cpp throws DeviceError): the
 // fused CUDA kernel forward, and its backward from the saved out and lse.
 SdpaForwardResult cuda_forward(const Tensor& q, const Tensor& k, const Tensor& v,

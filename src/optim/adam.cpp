@@ -2,10 +2,13 @@
 #include <attn/autograd.h>
 #include <attn/ops.h>
 #include <attn/optim.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "../kernels/cpu/threads.h"
 #include "../kernels/cpu/vmath.h"
 #include "../tensor/internal.h"
 #include "adamw_kernel.h"
@@ -140,6 +143,21 @@ void Adam::check_group(const ParamGroup& g) const {
 void Adam::step() {
   NoGradGuard no_grad;
   state_.resize(num_params());
+  // One update per parameter with a gradient, gathered first and then run over all parameters
+  // together: their elements are split evenly across the threads in one parallel region (a small
+  // parameter does not get a region of its own). Every element sees the same arithmetic whatever
+  // the split.
+  struct Update {
+    float *p, *m, *v, *vmax;
+    const float* g;
+    int64_t n;
+    bool fused;  // AdamW without amsgrad or maximize
+    float gsign, l2, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps,
+        neg_step_size;
+  };
+  std::vector<Update> updates;
+  std::vector<Tensor> keep;  // contiguous copies of strided gradients, alive until the updates ran
+  std::vector<const Tensor*> updated;
   std::size_t k = 0;
   for (ParamGroup& group : groups_) {
     const double lr = *group.lr, beta1 = *group.beta1, beta2 = *group.beta2, eps = *group.eps;
@@ -152,7 +170,7 @@ void Adam::step() {
       if (g.shape() != p.shape() || g.dtype() != Dtype::Float32)
         fail(name_.c_str(), "gradient ", detail::tensor_desc(g), " does not match parameter ",
              detail::tensor_desc(p));
-      g = g.contiguous();
+      if (!g.is_contiguous()) keep.push_back(g = g.contiguous());
       if (!s.exp_avg.defined()) {
         s.exp_avg = zeros(p.shape());
         s.exp_avg_sq = zeros(p.shape());
@@ -162,23 +180,45 @@ void Adam::step() {
       const double bc1 = 1.0 - std::pow(beta1, double(s.step));
       const double bc2 = 1.0 - std::pow(beta2, double(s.step));
       const double step_size = lr / bc1;
-      const float decay = decoupled_ ? float(1.0 - lr * wd) : 1.0f;
-      const float l2 = decoupled_ ? 0.0f : float(wd);
-      float* pp = p.data_ptr<float>();
-      if (decoupled_ && !amsgrad && !maximize)
-        kernels::adamw_update(pp, g.data_ptr<float>(), s.exp_avg.data_ptr<float>(),
-                              s.exp_avg_sq.data_ptr<float>(), p.numel(), decay, float(beta1),
-                              float(1.0 - beta1), float(beta2), float(1.0 - beta2),
-                              float(std::sqrt(bc2)), float(eps), float(-step_size));
-      else
-        kernels::adam_update(
-            pp, g.data_ptr<float>(), s.exp_avg.data_ptr<float>(), s.exp_avg_sq.data_ptr<float>(),
-            amsgrad ? s.max_exp_avg_sq.data_ptr<float>() : nullptr, p.numel(),
-            maximize ? -1.0f : 1.0f, l2, decay, float(beta1), float(1.0 - beta1), float(beta2),
-            float(1.0 - beta2), float(std::sqrt(bc2)), float(eps), float(-step_size));
-      detail::bump_version(p);
+      updates.push_back(
+          {p.data_ptr<float>(), s.exp_avg.data_ptr<float>(), s.exp_avg_sq.data_ptr<float>(),
+           amsgrad ? s.max_exp_avg_sq.data_ptr<float>() : nullptr, g.data_ptr<float>(), p.numel(),
+           decoupled_ && !amsgrad && !maximize, maximize ? -1.0f : 1.0f,
+           decoupled_ ? 0.0f : float(wd), decoupled_ ? float(1.0 - lr * wd) : 1.0f, float(beta1),
+           float(1.0 - beta1), float(beta2), float(1.0 - beta2), float(std::sqrt(bc2)), float(eps),
+           float(-step_size)});
+      updated.push_back(&p);
     }
   }
+  // Elements [i0, i1) of update u.
+  auto run = [](const Update& u, int64_t i0, int64_t i1) {
+    if (u.fused)
+      kernels::adamw_update(u.p + i0, u.g + i0, u.m + i0, u.v + i0, i1 - i0, u.decay, u.beta1,
+                            u.one_minus_beta1, u.beta2, u.one_minus_beta2, u.bc2_sqrt, u.eps,
+                            u.neg_step_size);
+    else
+      kernels::adam_update(u.p + i0, u.g + i0, u.m + i0, u.v + i0, u.vmax ? u.vmax + i0 : nullptr,
+                           i1 - i0, u.gsign, u.l2, u.decay, u.beta1, u.one_minus_beta1, u.beta2,
+                           u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size);
+  };
+  int64_t total = 0;
+  for (const Update& u : updates) total += u.n;
+  // Below this many elements one thread does it all (a parallel region costs more).
+  constexpr int64_t kParallelElems = int64_t(1) << 16;
+  const int nt = total >= kParallelElems ? attn::kernels::num_threads() : 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    const int64_t lo = total * t / n, hi = total * (t + 1) / n;  // this thread's elements
+    int64_t start = 0;
+    for (const Update& u : updates) {
+      const int64_t i0 = std::max(lo - start, int64_t(0)), i1 = std::min(hi - start, u.n);
+      if (i0 < i1) run(u, i0, i1);
+      start += u.n;
+      if (start >= hi) break;
+    }
+  }
+  for (const Tensor* p : updated) detail::bump_version(*p);
 }
 
 nn::NamedTensors Adam::state_dict() const {

@@ -1,4 +1,5 @@
-// Gradient clipping: torch.nn.utils.clip_grad_norm_ (any norm_type) and clip_grad_value_.
+// Gradient clipping: torch.nn.utils.clip_grad_norm_ (any norm_type), its two halves (the total
+// norm, and clip_grads_with_norm_) and clip_grad_value_.
 #include <attn/autograd.h>
 #include <attn/ops.h>
 #include <attn/optim.h>
@@ -6,7 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "../kernels/cpu/threads.h"
+#include "../kernels/cpu/vmath.h"
 #include "../tensor/internal.h"
 
 namespace attn::optim {
@@ -60,7 +64,89 @@ float p_norm(int64_t n, double p, Get get) {
   return float(std::pow(s, 1.0 / p));
 }
 
+// The sum of x*x over n floats, in double: eight running sums (so that the loop vectorises), added
+// up pairwise at the end. Each square is exact in double; only the order of the additions differs
+// from one running sum.
+ATTN_VMATH_CLONES
+double sum_squares(const float* x, int64_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += double(x[i + j]) * double(x[i + j]);
+  for (int j = 0; i < n; ++i, ++j) acc[j] += double(x[i]) * double(x[i]);
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+// Below this many gradient elements one thread does it all (a parallel region costs more).
+constexpr int64_t kParallelElems = int64_t(1) << 16;
+
+int threads_for(const std::vector<Tensor>& grads) {
+  int64_t n = 0;
+  for (const Tensor& g : grads) n += g.numel();
+  return n >= kParallelElems ? kernels::num_threads() : 1;
+}
+
+// torch: the norm of the per-tensor norms (each a float), or the largest for inf. Each tensor's
+// norm is one thread's, so the result does not depend on the thread count.
+float total_norm(const std::vector<Tensor>& grads, double norm_type) {
+  if (grads.empty()) return 0.0f;
+  std::vector<float> norms(grads.size());
+  std::vector<Tensor> cs(grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i) cs[i] = grads[i].contiguous();
+  const int64_t count = int64_t(grads.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_for(grads)) if (count > 1)
+  for (int64_t i = 0; i < count; ++i) {
+    const Tensor& c = cs[std::size_t(i)];
+    const float* d = c.data_ptr<float>();
+    norms[std::size_t(i)] = norm_type == 2.0
+                                ? float(std::sqrt(sum_squares(d, c.numel())))
+                                : p_norm(c.numel(), norm_type, [d](int64_t j) { return d[j]; });
+  }
+  return norms.size() == 1 ? norms[0]
+                           : p_norm(int64_t(norms.size()), norm_type,
+                                    [&norms](int64_t i) { return norms[std::size_t(i)]; });
+}
+
+// As torch computes it in float: max_norm * (1 / (total + 1e-6)), clamped to at most 1 (NaN
+// stays NaN).
+float clip_coef(float total, double max_norm) {
+  const float coef = (1.0f / (total + 1e-6f)) * float(max_norm);
+  return coef > 1.0f ? 1.0f : coef;
+}
+
+// Every gradient multiplied by coef (nothing when it is 1).
+void scale(std::vector<Tensor>& grads, float coef) {
+  if (coef == 1.0f) return;
+  for (Tensor& g : grads)
+    if (!g.is_contiguous()) g.mul_(double(coef));
+  const int64_t count = int64_t(grads.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_for(grads)) if (count > 1)
+  for (int64_t i = 0; i < count; ++i) {
+    Tensor& g = grads[std::size_t(i)];
+    if (!g.is_contiguous()) continue;
+    float* d = g.data_ptr<float>();
+    for (int64_t j = 0, n = g.numel(); j < n; ++j) d[j] *= coef;
+  }
+  for (Tensor& g : grads)
+    if (g.is_contiguous()) detail::bump_version(g);
+}
+
 }  // namespace
+
+double total_grad_norm(const std::vector<Tensor>& params, double norm_type) {
+  const char* fn = "total_grad_norm";
+  if (std::isnan(norm_type)) fail(fn, "norm_type must be a number, got nan");
+  NoGradGuard no_grad;
+  return total_norm(grads_of(fn, params), norm_type);
+}
+
+void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm) {
+  const char* fn = "clip_grads_with_norm_";
+  if (std::isnan(max_norm)) fail(fn, "max_norm must be a number, got nan");
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads = grads_of(fn, params);
+  scale(grads, clip_coef(float(total_norm), max_norm));
+}
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
                        bool error_if_nonfinite) {
@@ -70,37 +156,13 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   NoGradGuard no_grad;
   std::vector<Tensor> grads = grads_of(fn, params);
   if (grads.empty()) return 0.0;
-  // torch: the norm of the per-tensor norms (each a float), or the largest for inf.
-  std::vector<float> norms;
-  for (const Tensor& g : grads) {
-    const Tensor c = g.contiguous();
-    const float* d = c.data_ptr<float>();
-    norms.push_back(p_norm(c.numel(), norm_type, [d](int64_t i) { return d[i]; }));
-  }
-  const float total =
-      norms.size() == 1 ? norms[0] : p_norm(int64_t(norms.size()), norm_type, [&norms](int64_t i) {
-        return norms[std::size_t(i)];
-      });
+  const float total = total_norm(grads, norm_type);
   if (!std::isfinite(total) && error_if_nonfinite)
     fail(fn, "The total norm of order ", norm_type,
          " for gradients from `parameters` is non-finite, so it cannot be clipped. To disable "
          "this error and scale the gradients by the non-finite norm anyway, set "
          "`error_if_nonfinite=False`");
-  // As torch computes it in float: max_norm * (1 / (total + 1e-6)), clamped to at most 1 (NaN
-  // stays NaN), and every gradient multiplied by it.
-  float coef = (1.0f / (total + 1e-6f)) * float(max_norm);
-  if (coef > 1.0f) coef = 1.0f;
-  if (coef != 1.0f) {
-    for (Tensor& g : grads) {
-      if (!g.is_contiguous()) {
-        g.mul_(double(coef));
-        continue;
-      }
-      float* d = g.data_ptr<float>();
-      for (int64_t i = 0, n = g.numel(); i < n; ++i) d[i] *= coef;
-      detail::bump_version(g);
-    }
-  }
+  scale(grads, clip_coef(total, max_norm));
   return double(total);
 }
 

@@ -478,7 +478,7 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = detail::make_tensor("clone", shape(), dtype(), /*zero=*/true, device());
+  Tensor out = detail::make_tensor("clone", shape(), dtype(), /*zero=*/false, device());
   {
     NoGradGuard no_grad;
     out.copy_(*this);
@@ -494,7 +494,7 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::to(Dtype dt) const {
   if (dt == dtype()) return *this;
-  Tensor out = detail::make_tensor("to", shape(), dt, /*zero=*/true, device());
+  Tensor out = detail::make_tensor("to", shape(), dt, /*zero=*/false, device());
   out.copy_(*this);
   return out;
 }

@@ -899,6 +899,33 @@ TEST_F(AutogradTest, AccumulationAcrossCallsAndSharedInputs) {
   EXPECT_FALSE(unused.grad().defined());
 }
 
+// The engine keeps a gradient as a leaf's .grad without copying it only when nothing else holds
+// it: gradients handed to several inputs, or given by the caller, are copied.
+TEST_F(AutogradTest, KeptGradientsAliasNothing) {
+  Tensor a = tensor({1.0, 2.0}).requires_grad_(), b = tensor({3.0, 4.0}).requires_grad_();
+  (a + b).sum().backward();  // add's backward hands the same gradient to both
+  {
+    NoGradGuard no_grad;
+    a.grad().add_(1.0);
+  }
+  EXPECT_TRUE(equal(a.grad(), tensor({2.0, 2.0})));
+  EXPECT_TRUE(equal(b.grad(), tensor({1.0, 1.0})));
+  Tensor v = tensor({1.0, 2.0}).requires_grad_();
+  Tensor g = tensor({5.0, 6.0});
+  v.backward(g);
+  {
+    NoGradGuard no_grad;
+    g.mul_(2.0);
+  }
+  EXPECT_TRUE(equal(v.grad(), tensor({5.0, 6.0})));
+  // A fresh gradient (mul's) is kept; the next pass adds into it.
+  Tensor w = tensor({1.0, 2.0}).requires_grad_();
+  (w * 3.0).sum().backward();
+  Tensor first = w.grad();
+  (w * 3.0).sum().backward();
+  EXPECT_TRUE(equal(first, tensor({6.0, 6.0})));
+}
+
 TEST_F(AutogradTest, RetainGraph) {
   Tensor w = tensor({1.0, 2.0}).requires_grad_();
   Tensor loss = (w.exp() * w).sum();

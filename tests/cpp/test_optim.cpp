@@ -419,5 +419,50 @@ TEST(Optim, ClipGradNormAnyOrderAndClipValue) {
             std::string::npos);
 }
 
+// total_grad_norm then clip_grads_with_norm_ give clip_grad_norm_'s total and gradients, bit for
+// bit, for a total computed over several threads and tensors of lengths that are not multiples of
+// the vector width.
+TEST(Optim, ClipInTwoStepsIsClipGradNorm) {
+  const int threads = get_num_threads();
+  std::vector<Tensor> a, b;
+  for (int i = 0; i < 6; ++i) {
+    a.push_back(param({37 + 1000 * i}, uint64_t(30 + i)));
+    b.push_back(a.back().detach().requires_grad_(true));
+    Tensor g = grad_for(a.back(), 1, i) * 3.0;
+    a.back().set_grad(g.clone());
+    b.back().set_grad(g.clone());
+  }
+  set_num_threads(3);
+  const double total = optim::total_grad_norm(b);
+  optim::clip_grads_with_norm_(b, 1.0, total);
+  set_num_threads(1);
+  EXPECT_EQ(optim::clip_grad_norm_(a, 1.0), total);
+  set_num_threads(threads);
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(values(a[i].grad()), values(b[i].grad()));
+  // A non-finite gradient makes the total non-finite.
+  b[2].grad().data_ptr<float>()[5] = INFINITY;
+  EXPECT_FALSE(std::isfinite(optim::total_grad_norm(b)));
+}
+
+// AdamW's update runs over all parameters in one parallel region, split by elements across the
+// threads: the results do not depend on the thread count.
+TEST(Optim, AdamWIsTheSameOnAnyNumberOfThreads) {
+  const int threads = get_num_threads();
+  std::vector<std::vector<float>> results[2];
+  for (int run = 0; run < 2; ++run) {
+    set_num_threads(run == 0 ? 1 : 3);
+    std::vector<Tensor> p;
+    for (int i = 0; i < 5; ++i) p.push_back(param({7 + 20000 * i}, uint64_t(40 + i)));
+    optim::AdamW opt(p, optim::AdamWOptions{0.01, 0.9, 0.99, 1e-8, 0.1});
+    for (int step = 1; step <= 3; ++step) {
+      for (std::size_t i = 0; i < p.size(); ++i) p[i].set_grad(grad_for(p[i], step, int(i)));
+      opt.step();
+    }
+    for (const Tensor& t : p) results[run].push_back(values(t));
+  }
+  set_num_threads(threads);
+  EXPECT_EQ(results[0], results[1]);
+}
+
 }  // namespace
 }  // namespace attn

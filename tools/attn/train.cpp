@@ -655,13 +655,15 @@ struct StepFault {
   bool bad() const { return !what.empty(); }
 };
 
+// `grads_finite`: the caller knows every gradient to be finite (their total norm is), so they are
+// not read again.
 StepFault check_step(const nn::NamedTensors& params, double loss, bool local_grads,
-                     distributed::Communicator& comm) {
+                     distributed::Communicator& comm, bool grads_finite) {
   StepFault f;
   // The first parameter whose gradient is not finite (its index; params.size() if none).
   std::size_t first = params.size();
   NonFiniteCount first_count;
-  for (std::size_t i = 0; i < params.size(); ++i) {
+  for (std::size_t i = 0; i < params.size() && !grads_finite; ++i) {
     const NonFiniteCount c = count_nonfinite(params[i].second.grad());
     if (c.count > 0) {
       first = i, first_count = c;
@@ -1151,7 +1153,13 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
       for (const auto& [name, p] : named_params)
         if (name == inject->param) p.grad().data_ptr<float>()[0] = float(inject->value);
     }
-    if (const StepFault fault = check_step(named_params, loss, zero_opt.has_value(), comm);
+    // Clipping with one optimizer: the total gradient norm first. A finite norm means that every
+    // gradient is finite (inf or NaN in any makes it inf or NaN), so the step check reads the
+    // gradients only when it is not (or when it overflowed: then the check finds them finite).
+    const bool clip = !zero_opt && o.grad_clip > 0;
+    const double grad_norm = clip ? optim::total_grad_norm(params) : 0.0;
+    if (const StepFault fault = check_step(named_params, loss, zero_opt.has_value(), comm,
+                                           clip && std::isfinite(grad_norm));
         fault.bad()) {
       const std::string detail = fault.detail.empty() ? "" : "; " + fault.detail;
       if (o.on_nonfinite == TrainOptions::OnNonFinite::Stop || fault.weights_bad)
@@ -1175,7 +1183,7 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
       zero_opt->step(o.grad_clip);
       zero_opt->zero_grad();
     } else {
-      if (o.grad_clip > 0) optim::clip_grad_norm_(params, o.grad_clip);
+      if (clip) optim::clip_grads_with_norm_(params, o.grad_clip, grad_norm);
       opt.step();
       opt.zero_grad();
     }
