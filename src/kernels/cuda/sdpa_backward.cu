@@ -33,19 +33,10 @@ constexpr int kBwdWarps = 4, kBwdThreads = 32 * kBwdWarps;
 // Tile sizes per padded head dim. dK/dV kernel: 64 keys per block, kBrKV query rows per step;
 // registers per thread are about dK + dV (kD floats) + S^T and dP^T (kBrKV / 2 floats each).
 // dQ kernel: 64 query rows per block, kBcQ keys per step.
+// kD = 64: kBrKV = 64, kBcQ = 64; kD = 128: 32, 64; kD = 256: 32, 32.
 template <int kD>
-struct BwdConfig;
-template <>
-struct BwdConfig<64> {
-  static constexpr int kBrKV = 64, kBcQ = 64;
-};
-template <>
-struct BwdConfig<128> {
-  static constexpr int kBrKV = 32, kBcQ = 64;
-};
-template <>
-struct BwdConfig<256> {
-  static constexpr int kBrKV = 32, kBcQ = 32;
+struct BwdConfig {
+  static constexpr int kBrKV = kD <= 64 ? 64 : 32, kBcQ = kD <= 128 ? 64 : 32;
 };
 
 template <int kD>
@@ -328,7 +319,7 @@ void launch_dq(const KernelParams& kp, cudaStream_t stream, const char* fn) {
   using Shape = DqShape<kD>;
   auto kernel = sdpa_bwd_dq_kernel<T, kD>;
   set_shared_memory(kernel, Shape::kSmemBytes, fn);
-  const dim3 grid(unsigned((kp.L_q + Shape::kBr - 1) / Shape::kBr), unsigned(kp.H), unsigned(kp.B));
+  const dim3 grid = query_block_grid(kp, Shape::kBr);
   kernel<<<grid, kBwdThreads, Shape::kSmemBytes, stream>>>(kp);
   check_launch(fn, "the launch of the dQ kernel");
 }
@@ -352,15 +343,6 @@ void backward_kernels(const KernelParams& kp, cudaStream_t stream, const char* f
     }
   }
   if (rows) launch_dq<T, kD>(kp, stream, fn);
-}
-
-template <typename T>
-void backward_dispatch(const KernelParams& kp, int kd, cudaStream_t stream, const char* fn) {
-  switch (kd) {
-    case 64: backward_kernels<T, 64>(kp, stream, fn); break;
-    case 128: backward_kernels<T, 128>(kp, stream, fn); break;
-    default: backward_kernels<T, 256>(kp, stream, fn); break;
-  }
 }
 
 }  // namespace
@@ -410,11 +392,7 @@ void sdpa_cuda_backward(const CudaSdpaBackwardParams& bp) {
     owned = kp.Di = static_cast<float*>(ptr);
   }
   try {
-    const int kd = padded_head_dim(s.D, s.D_v);
-    if (s.dtype == ElemType::Float16)
-      backward_dispatch<__half>(kp, kd, stream, fn);
-    else
-      backward_dispatch<__nv_bfloat16>(kp, kd, stream, fn);
+    dispatch_kernels(s, [&]<typename T, int kD>() { backward_kernels<T, kD>(kp, stream, fn); });
   } catch (...) {
     if (owned) cudaFreeAsync(owned, stream);
     throw;

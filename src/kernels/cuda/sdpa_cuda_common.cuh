@@ -587,6 +587,29 @@ inline int padded_head_dim(int64_t D, int64_t D_v) {
   return d <= 64 ? 64 : d <= 128 ? 128 : 256;
 }
 
+// Calls launch.template operator()<T, kD>() with the problem's element type T (__half or
+// __nv_bfloat16) and padded head dim kD: the six instantiations every kernel is compiled for.
+template <typename T, typename Launch>
+void dispatch_head_dim(int64_t D, int64_t D_v, Launch& launch) {
+  switch (padded_head_dim(D, D_v)) {
+    case 64: launch.template operator()<T, 64>(); break;
+    case 128: launch.template operator()<T, 128>(); break;
+    default: launch.template operator()<T, 256>(); break;
+  }
+}
+template <typename Launch>
+void dispatch_kernels(const CudaSdpaParams& s, Launch&& launch) {
+  if (s.dtype == ElemType::Float16)
+    dispatch_head_dim<__half>(s.D, s.D_v, launch);
+  else
+    dispatch_head_dim<__nv_bfloat16>(s.D, s.D_v, launch);
+}
+
+// The grid of a kernel with one thread block per (block of `rows` query rows, head, batch).
+inline dim3 query_block_grid(const KernelParams& kp, int rows) {
+  return dim3(unsigned((kp.L_q + rows - 1) / rows), unsigned(kp.H), unsigned(kp.B));
+}
+
 inline bool aligned(const void* p, std::size_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }

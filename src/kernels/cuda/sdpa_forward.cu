@@ -25,19 +25,10 @@ namespace {
 
 // Tile sizes per padded head dim: warps (16 query rows each) and keys per tile. Registers per
 // thread: O is kD / 2 floats, S is kBc / 2 floats.
+// kD = 64, 128: 8 warps, 64 keys; kD = 256: 4 warps, 32 keys.
 template <int kD>
-struct FwdConfig;
-template <>
-struct FwdConfig<64> {
-  static constexpr int kWarps = 8, kBc = 64;
-};
-template <>
-struct FwdConfig<128> {
-  static constexpr int kWarps = 8, kBc = 64;
-};
-template <>
-struct FwdConfig<256> {
-  static constexpr int kWarps = 4, kBc = 32;
+struct FwdConfig {
+  static constexpr int kWarps = kD <= 128 ? 8 : 4, kBc = kD <= 128 ? 64 : 32;
 };
 
 template <int kD>
@@ -170,18 +161,9 @@ void launch_forward(const KernelParams& kp, cudaStream_t stream, const char* fn)
   using Shape = FwdShape<kD>;
   auto kernel = sdpa_fwd_kernel<T, kD>;
   set_shared_memory(kernel, Shape::kSmemBytes, fn);
-  const dim3 grid(unsigned((kp.L_q + Shape::kBr - 1) / Shape::kBr), unsigned(kp.H), unsigned(kp.B));
+  const dim3 grid = query_block_grid(kp, Shape::kBr);
   kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(kp);
   check_launch(fn, "the launch of the forward kernel");
-}
-
-template <typename T>
-void forward_dispatch(const KernelParams& kp, int kd, cudaStream_t stream, const char* fn) {
-  switch (kd) {
-    case 64: launch_forward<T, 64>(kp, stream, fn); break;
-    case 128: launch_forward<T, 128>(kp, stream, fn); break;
-    default: launch_forward<T, 256>(kp, stream, fn); break;
-  }
 }
 
 }  // namespace
@@ -233,12 +215,8 @@ void sdpa_cuda_forward(const CudaSdpaParams& s) {
   validate(s, fn);
   if (s.B == 0 || s.L_q == 0) return;
   const KernelParams kp = make_params(s);
-  const int kd = padded_head_dim(s.D, s.D_v);
   const auto stream = static_cast<cudaStream_t>(s.stream);
-  if (s.dtype == ElemType::Float16)
-    forward_dispatch<__half>(kp, kd, stream, fn);
-  else
-    forward_dispatch<__nv_bfloat16>(kp, kd, stream, fn);
+  dispatch_kernels(s, [&]<typename T, int kD>() { launch_forward<T, kD>(kp, stream, fn); });
 }
 
 }  // namespace attn::kernels
