@@ -33,19 +33,10 @@ constexpr int kBwdWarps = 4, kBwdThreads = 32 * kBwdWarps;
 // Tile sizes per padded head dim. dK/dV kernel: 64 keys per block, kBrKV query rows per step;
 // registers per thread are about dK + dV (kD floats) + S^T and dP^T (kBrKV / 2 floats each).
 // dQ kernel: 64 query rows per block, kBcQ keys per step.
+// kD = 64: kBrKV = 64, kBcQ = 64; kD = 128: 32, 64; kD = 256: 32, 32.
 template <int kD>
-struct BwdConfig;
-template <>
-struct BwdConfig<64> {
-  static constexpr int kBrKV = 64, kBcQ = 64;
-};
-template <>
-struct BwdConfig<128> {
-  static constexpr int kBrKV = 32, kBcQ = 64;
-};
-template <>
-struct BwdConfig<256> {
-  static constexpr int kBrKV = 32, kBcQ = 32;
+struct BwdConfig {
+  static constexpr int kBrKV = kD <= 64 ? 64 : 32, kBcQ = kD <= 128 ? 64 : 32;
 };
 
 template <int kD>
@@ -67,12 +58,6 @@ struct DqShape {
 };
 
 enum : int { kBoth = 0, kOnlyDv = 1, kOnlyDk = 2 };
-
-__device__ __forceinline__ const void* mask_bh_of(const KernelParams& p, int b, int h) {
-  if (p.mask_kind == 1) return static_cast<const uint8_t*>(p.mask) + b * p.m_bs + h * p.m_hs;
-  if (p.mask_kind == 2) return static_cast<const uint16_t*>(p.mask) + b * p.m_bs + h * p.m_hs;
-  return nullptr;
-}
 
 // ---- 1. D_i = rowsum(dO o O) ------------------------------------------------------------------
 constexpr int kDotRowsPerBlock = 8;
@@ -114,13 +99,11 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dkdv_kernel(const Kernel
   const int b = blockIdx.z, h_kv = blockIdx.y;
   const int64_t j0 = int64_t(blockIdx.x) * kBc;
   const int64_t j_end = min(j0 + kBc, int64_t(p.L_k));
-  const uint8_t* pad_b = p.key_padding ? p.key_padding + b * p.kp_bs : nullptr;
+  const uint8_t* pad_b = key_padding_of(p, b);
 
   // The query blocks that can see some key of this block, for each head of the group.
-  int64_t i_lo, i_hi;
-  visible_queries(p, j0, j_end, &i_lo, &i_hi);
-  const int qb_begin = int(i_lo / kBr);
-  const int n_qb = i_hi > i_lo ? int((i_hi + kBr - 1) / kBr) - qb_begin : 0;
+  int qb_begin, n_qb;
+  visible_query_blocks<kBr>(p, j0, j_end, &qb_begin, &n_qb);
   const int n_iters = p.group * n_qb;
 
   const int rows_kv = int(j_end - j0);
@@ -148,29 +131,17 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dkdv_kernel(const Kernel
       cp_async_4(sDi + stage * kBr + tid, p.Di + (n ? row : 0), n);
     }
   };
-  if (n_iters > 0) load_q(0, 0);
-  cp_async_commit();
+  pipeline_start(n_iters, load_q);
 
   float acc_dv[kDv ? kOT : 1][4], acc_dk[kDk ? kOT : 1][4];
-#pragma unroll
-  for (int ot = 0; ot < (kDv ? kOT : 1); ++ot)
-    acc_dv[ot][0] = acc_dv[ot][1] = acc_dv[ot][2] = acc_dv[ot][3] = 0.0f;
-#pragma unroll
-  for (int ot = 0; ot < (kDk ? kOT : 1); ++ot)
-    acc_dk[ot][0] = acc_dk[ot][1] = acc_dk[ot][2] = acc_dk[ot][3] = 0.0f;
+  zero_frags(acc_dv);
+  zero_frags(acc_dk);
   const int n_ksteps = (p.D + 15) / 16, n_vsteps = (p.D_v + 15) / 16;
   const int64_t key0 = j0 + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
 
   for (int it = 0; it < n_iters; ++it) {
     const int stage = it & 1;
-    if (it + 1 < n_iters) {
-      load_q(it + 1, stage ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    pipeline_wait(it, n_iters, load_q);
     const int h = h_kv * p.group + it / n_qb;
     const int64_t i0 = int64_t(qb_begin + it % n_qb) * kBr;
     const int64_t bh = int64_t(b) * p.H + h;
@@ -181,22 +152,7 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dkdv_kernel(const Kernel
 
     // ---- S^T = K Q^T (16 keys x kBr queries per warp) ------------------------------------------
     float st[kNT][4];
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) st[nt][0] = st[nt][1] = st[nt][2] = st[nt][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      if (ks < n_ksteps) {
-        uint32_t a[4];
-        load_a(a, sK, kLd, warp * 16, ks * 16, lane);
-#pragma unroll
-        for (int np = 0; np < kBr / 16; ++np) {
-          uint32_t bb[4];
-          load_b_nk(bb, tQ, kLd, np * 16, ks * 16, lane);
-          mma16816<T>(st[2 * np], a, bb[0], bb[1]);
-          mma16816<T>(st[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
-    }
+    mma_abt<T, kD / 16>(st, sK, warp * 16, tQ, kLd, n_ksteps, lane);
     const bool elementwise = tile_needs_elementwise(p, i0, i0 + kBr, j0, j0 + kBc);
     scale_and_mask<T, kNT, true>(p, st, key0, i0 + 2 * t, elementwise, mask_bh_of(p, b, h), pad_b);
 
@@ -213,31 +169,11 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dkdv_kernel(const Kernel
 
     // ---- dP^T = V dO^T ------------------------------------------------------------------------
     float dpt[kDk ? kNT : 1][4];
-    if constexpr (kDk) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        if (ks < n_vsteps) {
-          uint32_t a[4];
-          load_a(a, sV, kLd, warp * 16, ks * 16, lane);
-#pragma unroll
-          for (int np = 0; np < kBr / 16; ++np) {
-            uint32_t bb[4];
-            load_b_nk(bb, tdO, kLd, np * 16, ks * 16, lane);
-            mma16816<T>(dpt[2 * np], a, bb[0], bb[1]);
-            mma16816<T>(dpt[2 * np + 1], a, bb[2], bb[3]);
-          }
-        }
-      }
-    }
+    if constexpr (kDk) mma_abt<T, kD / 16>(dpt, sV, warp * 16, tdO, kLd, n_vsteps, lane);
 
     // ---- dropout factors Z^T, then dV += (P o Z)^T dO and dK += dS^T Q, 16 queries at a time --
     DropoutRow drop[2];
-    if (p.dropout) {
-      drop[0] = dropout_row<true>(p, bh, key0, i0 + 2 * t);
-      drop[1] = dropout_row<true>(p, bh, key0 + 8, i0 + 2 * t);
-    }
+    dropout_rows<true>(p, bh, key0, i0 + 2 * t, drop);
 #pragma unroll
     for (int kk = 0; kk < kBr / 16; ++kk) {
       float pz[2][4], ds[2][4];  // n-tiles 2 kk and 2 kk + 1
@@ -246,70 +182,30 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dkdv_kernel(const Kernel
         const int nt = 2 * kk + half;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float z =
-              p.dropout
-                  ? (dropout_keep_dev(p, drop[e >> 1], nt * 8 + (e & 1)) ? p.keep_scale : 0.0f)
-                  : 1.0f;
+          const float z = dropout_factor(p, drop, nt, e);
           pz[half][e] = st[nt][e] * z;
           if constexpr (kDk)
             ds[half][e] = st[nt][e] * (dpt[nt][e] * z - tDi[nt * 8 + 2 * t + (e & 1)]);
         }
       }
-      if constexpr (kDv) {
-        const uint32_t a[4] = {Elem<T>::pack(pz[0][0], pz[0][1]), Elem<T>::pack(pz[0][2], pz[0][3]),
-                               Elem<T>::pack(pz[1][0], pz[1][1]),
-                               Elem<T>::pack(pz[1][2], pz[1][3])};
-#pragma unroll
-        for (int np = 0; np < kD / 16; ++np) {
-          if (np < n_vsteps) {
-            uint32_t bb[4];
-            load_b_kn(bb, tdO, kLd, kk * 16, np * 16, lane);
-            mma16816<T>(acc_dv[2 * np], a, bb[0], bb[1]);
-            mma16816<T>(acc_dv[2 * np + 1], a, bb[2], bb[3]);
-          }
-        }
-      }
-      if constexpr (kDk) {
-        const uint32_t a[4] = {Elem<T>::pack(ds[0][0], ds[0][1]), Elem<T>::pack(ds[0][2], ds[0][3]),
-                               Elem<T>::pack(ds[1][0], ds[1][1]),
-                               Elem<T>::pack(ds[1][2], ds[1][3])};
-#pragma unroll
-        for (int np = 0; np < kD / 16; ++np) {
-          if (np < n_ksteps) {
-            uint32_t bb[4];
-            load_b_kn(bb, tQ, kLd, kk * 16, np * 16, lane);
-            mma16816<T>(acc_dk[2 * np], a, bb[0], bb[1]);
-            mma16816<T>(acc_dk[2 * np + 1], a, bb[2], bb[3]);
-          }
-        }
-      }
+      if constexpr (kDv) mma_frags_b<T>(acc_dv, pz[0], pz[1], tdO, kLd, kk * 16, n_vsteps, lane);
+      if constexpr (kDk) mma_frags_b<T>(acc_dk, ds[0], ds[1], tQ, kLd, kk * 16, n_ksteps, lane);
     }
     __syncthreads();  // every warp is done with this stage before the next copy overwrites it
   }
   cp_async_wait<0>();  // nothing in flight at exit (when the loop never ran)
 
-  // ---- store dV and scale dK (keys < L_k, dims < D_v / D)
-  // ----------------------------------------
+  // ---- store dV and scale dK (keys < L_k, dims < D_v / D) ---------------------------------------
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t j = key0 + 8 * r;
     if (j >= p.L_k) continue;
-    if constexpr (kDv) {
-      uint16_t* row = p.dv + b * p.dv_bs + h_kv * p.dv_hs + j * p.dv_rs;
-#pragma unroll
-      for (int ot = 0; ot < kOT; ++ot)
-        if (ot * 8 < p.D_v)
-          store_pair<T>(row, ot * 8 + 2 * t, p.D_v, acc_dv[ot][2 * r], acc_dv[ot][2 * r + 1],
-                        p.dv_pair);
-    }
-    if constexpr (kDk) {
-      uint16_t* row = p.dk + b * p.dk_bs + h_kv * p.dk_hs + j * p.dk_rs;
-#pragma unroll
-      for (int ot = 0; ot < kOT; ++ot)
-        if (ot * 8 < p.D)
-          store_pair<T>(row, ot * 8 + 2 * t, p.D, acc_dk[ot][2 * r] * p.scale,
-                        acc_dk[ot][2 * r + 1] * p.scale, p.dk_pair);
-    }
+    if constexpr (kDv)
+      store_frag_row<T>(p.dv + b * p.dv_bs + h_kv * p.dv_hs + j * p.dv_rs, acc_dv, r, 1.0f, p.D_v,
+                        t, p.dv_pair);
+    if constexpr (kDk)
+      store_frag_row<T>(p.dk + b * p.dk_bs + h_kv * p.dk_hs + j * p.dk_rs, acc_dk, r, p.scale, p.D,
+                        t, p.dk_pair);
   }
 }
 
@@ -332,31 +228,17 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dq_kernel(const KernelPa
   const int64_t i0 = int64_t(blockIdx.x) * kBr;
   const int64_t i_end = min(i0 + kBr, int64_t(p.L_q));
   const int64_t bh = int64_t(b) * p.H + h;
-  const uint16_t* k = p.k + b * p.k_bs + h_kv * p.k_hs;
-  const uint16_t* v = p.v + b * p.v_bs + h_kv * p.v_hs;
+  // The key tiles some row of this block can see (KvTiles: step it is tile jb_begin + it).
+  const KvTiles<kBc, kD, kBwdThreads> kv(p, sK, sV, b, h_kv, i0, i_end, tid);
+  const int jb_begin = kv.jb_begin, n_blocks = kv.n_blocks;
   const void* mask_bh = mask_bh_of(p, b, h);
-  const uint8_t* pad_b = p.key_padding ? p.key_padding + b * p.kp_bs : nullptr;
-
-  int64_t j_lo, j_hi;
-  visible_keys(p, i0, i_end, &j_lo, &j_hi);
-  const int jb_begin = int(j_lo / kBc);
-  const int n_blocks = j_hi > j_lo ? int((j_hi + kBc - 1) / kBc) - jb_begin : 0;
-
-  auto load_kv = [&](int jb, int stage) {
-    const int64_t j0 = int64_t(jb) * kBc;
-    const int rows = int(min(int64_t(kBc), p.L_k - j0));
-    load_tile<kBc, kD, kBwdThreads>(sK + stage * kBc * kLd, k + j0 * p.k_rs, p.k_rs, rows, p.D,
-                                    p.k_vec, tid);
-    load_tile<kBc, kD, kBwdThreads>(sV + stage * kBc * kLd, v + j0 * p.v_rs, p.v_rs, rows, p.D_v,
-                                    p.v_vec, tid);
-  };
+  const uint8_t* pad_b = key_padding_of(p, b);
   const int rows_q = int(i_end - i0);
   load_tile<kBr, kD, kBwdThreads>(sQ, p.q + b * p.q_bs + h * p.q_hs + i0 * p.q_rs, p.q_rs, rows_q,
                                   p.D, p.q_vec, tid);
   load_tile<kBr, kD, kBwdThreads>(sdO, p.dout + b * p.do_bs + h * p.do_hs + i0 * p.do_rs, p.do_rs,
                                   rows_q, p.D_v, p.dout_vec, tid);
-  if (n_blocks > 0) load_kv(jb_begin, 0);
-  cp_async_commit();
+  pipeline_start(n_blocks, kv);
 
   // This thread's rows row0 and row0 + 8: lse in log2 units (+inf: the row has no visible key or
   // is past L_q, so P = 0) and D_i.
@@ -371,42 +253,19 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dq_kernel(const KernelPa
   }
 
   float acc[kOT][4];
-#pragma unroll
-  for (int ot = 0; ot < kOT; ++ot) acc[ot][0] = acc[ot][1] = acc[ot][2] = acc[ot][3] = 0.0f;
+  zero_frags(acc);
   const int n_ksteps = (p.D + 15) / 16, n_vsteps = (p.D_v + 15) / 16;
 
   for (int it = 0; it < n_blocks; ++it) {
     const int jb = jb_begin + it, stage = it & 1;
-    if (it + 1 < n_blocks) {
-      load_kv(jb + 1, stage ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    pipeline_wait(it, n_blocks, kv);
     const uint16_t* tK = sK + stage * kBc * kLd;
     const uint16_t* tV = sV + stage * kBc * kLd;
     const int64_t j0 = int64_t(jb) * kBc;
 
     // ---- S = Q K^T, P = 2^(x - lse log2 e) ------------------------------------------------------
     float s[kNT][4];
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      if (ks < n_ksteps) {
-        uint32_t a[4];
-        load_a(a, sQ, kLd, warp * 16, ks * 16, lane);
-#pragma unroll
-        for (int np = 0; np < kBc / 16; ++np) {
-          uint32_t bb[4];
-          load_b_nk(bb, tK, kLd, np * 16, ks * 16, lane);
-          mma16816<T>(s[2 * np], a, bb[0], bb[1]);
-          mma16816<T>(s[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
-    }
+    mma_abt<T, kD / 16>(s, sQ, warp * 16, tK, kLd, n_ksteps, lane);
     const bool elementwise = tile_needs_elementwise(p, i0, i_end, j0, j0 + kBc);
     scale_and_mask<T, kNT, false>(p, s, row0, j0 + 2 * t, elementwise, mask_bh, pad_b);
 #pragma unroll
@@ -414,81 +273,36 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dq_kernel(const KernelPa
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(s[nt][e] - lse2[e >> 1]);
 
-    // ---- dP = dO V^T
-    // ------------------------------------------------------------------------------
+    // ---- dP = dO V^T ----------------------------------------------------------------------------
     float dp[kNT][4];
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      if (ks < n_vsteps) {
-        uint32_t a[4];
-        load_a(a, sdO, kLd, warp * 16, ks * 16, lane);
-#pragma unroll
-        for (int np = 0; np < kBc / 16; ++np) {
-          uint32_t bb[4];
-          load_b_nk(bb, tV, kLd, np * 16, ks * 16, lane);
-          mma16816<T>(dp[2 * np], a, bb[0], bb[1]);
-          mma16816<T>(dp[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
-    }
+    mma_abt<T, kD / 16>(dp, sdO, warp * 16, tV, kLd, n_vsteps, lane);
 
     // ---- dS = P o (dP o Z - D_i), in place of S ------------------------------------------------
     DropoutRow drop[2];
-    if (p.dropout) {
-      drop[0] = dropout_row<false>(p, bh, row0, j0 + 2 * t);
-      drop[1] = dropout_row<false>(p, bh, row0 + 8, j0 + 2 * t);
-    }
+    dropout_rows<false>(p, bh, row0, j0 + 2 * t, drop);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float z =
-            p.dropout ? (dropout_keep_dev(p, drop[e >> 1], nt * 8 + (e & 1)) ? p.keep_scale : 0.0f)
-                      : 1.0f;
-        s[nt][e] = s[nt][e] * (dp[nt][e] * z - di[e >> 1]);
-      }
+      for (int e = 0; e < 4; ++e)
+        s[nt][e] = s[nt][e] * (dp[nt][e] * dropout_factor(p, drop, nt, e) - di[e >> 1]);
 
-      // ---- dQ += dS K
-      // ---------------------------------------------------------------------------------
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk) {
-      const uint32_t a[4] = {Elem<T>::pack(s[2 * kk][0], s[2 * kk][1]),
-                             Elem<T>::pack(s[2 * kk][2], s[2 * kk][3]),
-                             Elem<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             Elem<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int np = 0; np < kD / 16; ++np) {
-        if (np < n_ksteps) {
-          uint32_t bb[4];
-          load_b_kn(bb, tK, kLd, kk * 16, np * 16, lane);
-          mma16816<T>(acc[2 * np], a, bb[0], bb[1]);
-          mma16816<T>(acc[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
-    }
+    // ---- dQ += dS K -----------------------------------------------------------------------------
+    mma_pb<T>(acc, s, tK, kLd, n_ksteps, lane);
     __syncthreads();
   }
   cp_async_wait<0>();  // nothing in flight at exit (when the loop never ran)
 
-  // ---- store scale dQ (rows < L_q, dims < D)
-  // ------------------------------------------------------
+  // ---- store scale dQ (rows < L_q, dims < D) ----------------------------------------------------
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = row0 + 8 * r;
     if (i >= p.L_q) continue;
-    uint16_t* row = p.dq + b * p.dq_bs + h * p.dq_hs + i * p.dq_rs;
-#pragma unroll
-    for (int ot = 0; ot < kOT; ++ot)
-      if (ot * 8 < p.D)
-        store_pair<T>(row, ot * 8 + 2 * t, p.D, acc[ot][2 * r] * p.scale,
-                      acc[ot][2 * r + 1] * p.scale, p.dq_pair);
+    store_frag_row<T>(p.dq + b * p.dq_bs + h * p.dq_hs + i * p.dq_rs, acc, r, p.scale, p.D, t,
+                      p.dq_pair);
   }
 }
 
-// ---- launches
-// ------------------------------------------------------------------------------------
+// ---- launches -----------------------------------------------------------------------------------
 template <typename T, int kD, int kMode>
 void launch_dkdv(const KernelParams& kp, cudaStream_t stream, const char* fn) {
   using Shape = DkDvShape<kD>;
@@ -505,7 +319,7 @@ void launch_dq(const KernelParams& kp, cudaStream_t stream, const char* fn) {
   using Shape = DqShape<kD>;
   auto kernel = sdpa_bwd_dq_kernel<T, kD>;
   set_shared_memory(kernel, Shape::kSmemBytes, fn);
-  const dim3 grid(unsigned((kp.L_q + Shape::kBr - 1) / Shape::kBr), unsigned(kp.H), unsigned(kp.B));
+  const dim3 grid = query_block_grid(kp, Shape::kBr);
   kernel<<<grid, kBwdThreads, Shape::kSmemBytes, stream>>>(kp);
   check_launch(fn, "the launch of the dQ kernel");
 }
@@ -529,15 +343,6 @@ void backward_kernels(const KernelParams& kp, cudaStream_t stream, const char* f
     }
   }
   if (rows) launch_dq<T, kD>(kp, stream, fn);
-}
-
-template <typename T>
-void backward_dispatch(const KernelParams& kp, int kd, cudaStream_t stream, const char* fn) {
-  switch (kd) {
-    case 64: backward_kernels<T, 64>(kp, stream, fn); break;
-    case 128: backward_kernels<T, 128>(kp, stream, fn); break;
-    default: backward_kernels<T, 256>(kp, stream, fn); break;
-  }
 }
 
 }  // namespace
@@ -587,11 +392,7 @@ void sdpa_cuda_backward(const CudaSdpaBackwardParams& bp) {
     owned = kp.Di = static_cast<float*>(ptr);
   }
   try {
-    const int kd = padded_head_dim(s.D, s.D_v);
-    if (s.dtype == ElemType::Float16)
-      backward_dispatch<__half>(kp, kd, stream, fn);
-    else
-      backward_dispatch<__nv_bfloat16>(kp, kd, stream, fn);
+    dispatch_kernels(s, [&]<typename T, int kD>() { backward_kernels<T, kD>(kp, stream, fn); });
   } catch (...) {
     if (owned) cudaFreeAsync(owned, stream);
     throw;

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "sdpa_cuda.h"
 
@@ -87,33 +88,24 @@ struct KernelParams {
   float* Di;  // (B, H, L_q) rowsum(dout o out), fp32
 };
 
-// ---- element types
-// --------------------------------------------------------------------------------
+// ---- element types ------------------------------------------------------------------------------
+// T = __half or __nv_bfloat16: conversions of its 16-bit pattern, rounding to nearest even.
 template <typename T>
-struct Elem;
-
-template <>
-struct Elem<__half> {
+struct Elem {
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>);
   static __device__ __forceinline__ float to_float(uint16_t bits) {
-    return __half2float(__ushort_as_half(bits));
+    if constexpr (std::is_same_v<T, __half>)
+      return __half2float(__ushort_as_half(bits));
+    else
+      return __bfloat162float(__ushort_as_bfloat16(bits));
   }
   static __device__ __forceinline__ uint16_t from_float(float x) {
-    return __half_as_ushort(__float2half_rn(x));
+    if constexpr (std::is_same_v<T, __half>)
+      return __half_as_ushort(__float2half_rn(x));
+    else
+      return __bfloat16_as_ushort(__float2bfloat16_rn(x));
   }
   // (a, b) rounded to nearest even, a in the low half.
-  static __device__ __forceinline__ uint32_t pack(float a, float b) {
-    return uint32_t(from_float(a)) | (uint32_t(from_float(b)) << 16);
-  }
-};
-
-template <>
-struct Elem<__nv_bfloat16> {
-  static __device__ __forceinline__ float to_float(uint16_t bits) {
-    return __bfloat162float(__ushort_as_bfloat16(bits));
-  }
-  static __device__ __forceinline__ uint16_t from_float(float x) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-  }
   static __device__ __forceinline__ uint32_t pack(float a, float b) {
     return uint32_t(from_float(a)) | (uint32_t(from_float(b)) << 16);
   }
@@ -190,9 +182,82 @@ __device__ __forceinline__ void load_b_kn(uint32_t (&b)[4], const uint16_t* tile
                     tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8);
 }
 
-// ---- cp.async
-// --------------------------------------------------------------------------------------- Copies
-// src_bytes (0..16) from global memory and zero-fills the rest of the 16 bytes.
+// ---- tile products on fragments -----------------------------------------------------------------
+// The products of the kernels' main loops, for one warp's 16 rows. Fragment arrays are
+// float[kNT][4]: kNT n-tiles of the 16 x 8 C layout (columns 8 nt .. 8 nt + 7 in tile nt). The
+// 16-wide steps over a head dim (K of A B^T, N of P B) are unrolled to kSteps = kD / 16, of which
+// only the first n_steps (those holding data of D or D_v) run.
+
+// Zeroes a fragment array.
+template <int kNT>
+__device__ __forceinline__ void zero_frags(float (&c)[kNT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.0f;
+}
+
+// c = A B^T (16 x 8 kNT): A = rows [a_row0, a_row0 + 16) of tile sA, B^T = rows [0, 8 kNT) of tile
+// sB, both row-major with the head dim along the rows (e.g. S = Q K^T with sA = Q, sB = K).
+template <typename T, int kSteps, int kNT>
+__device__ __forceinline__ void mma_abt(float (&c)[kNT][4], const uint16_t* sA, int a_row0,
+                                        const uint16_t* sB, int ld, int n_steps, int lane) {
+  zero_frags(c);
+#pragma unroll
+  for (int ks = 0; ks < kSteps; ++ks) {
+    if (ks < n_steps) {
+      uint32_t a[4];
+      load_a(a, sA, ld, a_row0, ks * 16, lane);
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t bb[4];
+        load_b_nk(bb, sB, ld, np * 16, ks * 16, lane);
+        mma16816<T>(c[2 * np], a, bb[0], bb[1]);
+        mma16816<T>(c[2 * np + 1], a, bb[2], bb[3]);
+      }
+    }
+  }
+}
+
+// The A operand of a 16 x 16 block held as two C fragments (columns 0-7 in lo, 8-15 in hi),
+// rounded to T: the layouts match, so P = exp(S - m) feeds P V without leaving registers.
+template <typename T>
+__device__ __forceinline__ void pack_a(uint32_t (&a)[4], const float (&lo)[4],
+                                       const float (&hi)[4]) {
+  a[0] = Elem<T>::pack(lo[0], lo[1]);
+  a[1] = Elem<T>::pack(lo[2], lo[3]);
+  a[2] = Elem<T>::pack(hi[0], hi[1]);
+  a[3] = Elem<T>::pack(hi[2], hi[3]);
+}
+
+// c (16 x 8 kOT) += [lo hi] B, the 16 x 16 block [lo hi] (as in pack_a) times rows [k0, k0 + 16)
+// of tile sB, row-major with the head dim along the rows (e.g. O += P V with sB = V).
+template <typename T, int kOT>
+__device__ __forceinline__ void mma_frags_b(float (&c)[kOT][4], const float (&lo)[4],
+                                            const float (&hi)[4], const uint16_t* sB, int ld,
+                                            int k0, int n_steps, int lane) {
+  uint32_t a[4];
+  pack_a<T>(a, lo, hi);
+#pragma unroll
+  for (int np = 0; np < kOT / 2; ++np) {
+    if (np < n_steps) {
+      uint32_t bb[4];
+      load_b_kn(bb, sB, ld, k0, np * 16, lane);
+      mma16816<T>(c[2 * np], a, bb[0], bb[1]);
+      mma16816<T>(c[2 * np + 1], a, bb[2], bb[3]);
+    }
+  }
+}
+
+// c (16 x 8 kOT) += P B for a 16 x 8 kNT fragment array P and rows [0, 8 kNT) of tile sB.
+template <typename T, int kNT, int kOT>
+__device__ __forceinline__ void mma_pb(float (&c)[kOT][4], const float (&pf)[kNT][4],
+                                       const uint16_t* sB, int ld, int n_steps, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kNT / 2; ++kk)
+    mma_frags_b<T>(c, pf[2 * kk], pf[2 * kk + 1], sB, ld, kk * 16, n_steps, lane);
+}
+
+// ---- cp.async -----------------------------------------------------------------------------------
+// Copies src_bytes (0..16) from global memory and zero-fills the rest of the 16 bytes.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(src_bytes)
@@ -248,10 +313,31 @@ __device__ __forceinline__ void load_tile(uint16_t* dst, const uint16_t* src, in
   }
 }
 
-// ---- outputs
-// -------------------------------------------------------------------------------------- Stores the
-// fp32 pair (x0, x1) as elements col, col + 1 of a row of n_cols elements (col even); `pair`: the
-// row start and col are 4-byte aligned, so one 32-bit store when both are in range.
+// The double-buffered pipeline of the main loops: step it computes on stage it & 1 while the copy
+// of step it + 1 fills the other stage. load(step, stage) issues the cp.async copies of a step.
+// Before the loop (after any copies of their own for the first group): the copy of step 0.
+template <typename Load>
+__device__ __forceinline__ void pipeline_start(int n_steps, Load&& load) {
+  if (n_steps > 0) load(0, 0);
+  cp_async_commit();
+}
+// At the top of step it: issues step it + 1's copy, then waits until step it's tiles are visible
+// to the whole block. The step must end with __syncthreads() before the next copy overwrites them.
+template <typename Load>
+__device__ __forceinline__ void pipeline_wait(int it, int n_steps, Load&& load) {
+  if (it + 1 < n_steps) {
+    load(it + 1, (it & 1) ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
+// ---- outputs ------------------------------------------------------------------------------------
+// Stores the fp32 pair (x0, x1) as elements col, col + 1 of a row of n_cols elements (col even);
+// `pair`: the row start and col are 4-byte aligned, so one 32-bit store when both are in range.
 template <typename T>
 __device__ __forceinline__ void store_pair(uint16_t* row, int col, int n_cols, float x0, float x1,
                                            bool pair) {
@@ -263,27 +349,83 @@ __device__ __forceinline__ void store_pair(uint16_t* row, int col, int n_cols, f
   }
 }
 
+// Stores row r (0: the thread's row g, 1: row g + 8) of a 16 x (8 kOT) fragment array, times
+// `scale`, as columns [0, n_cols) of `row`; t = lane % 4.
+template <typename T, int kOT>
+__device__ __forceinline__ void store_frag_row(uint16_t* row, const float (&c)[kOT][4], int r,
+                                               float scale, int n_cols, int t, bool pair) {
+#pragma unroll
+  for (int ot = 0; ot < kOT; ++ot)
+    if (ot * 8 < n_cols)
+      store_pair<T>(row, ot * 8 + 2 * t, n_cols, c[ot][2 * r] * scale, c[ot][2 * r + 1] * scale,
+                    pair);
+}
+
 // ---- visibility ---------------------------------------------------------------------------------
-// Keys [*j_lo, *j_hi) hold every key visible to some query row of [i_lo, i_hi) (i_hi > i_lo, rows
-// < L_q) by the causal/window rule; empty when *j_hi <= *j_lo.
-__device__ __forceinline__ void visible_keys(const KernelParams& p, int64_t i_lo, int64_t i_hi,
-                                             int64_t* j_lo, int64_t* j_hi) {
+// The blocks of kBlock keys, [*first, *first + *count), that hold every key visible to some query
+// row of [i_lo, i_hi) (i_hi > i_lo, rows < L_q) by the causal/window rule.
+template <int kBlock>
+__device__ __forceinline__ void visible_key_blocks(const KernelParams& p, int64_t i_lo,
+                                                   int64_t i_hi, int* first, int* count) {
   int64_t lo = 0, hi = p.L_k;
   if (p.wl >= 0) lo = max(lo, i_lo + p.off - p.wl);
   if (p.wr >= 0) hi = min(hi, i_hi - 1 + p.off + p.wr + 1);
-  *j_lo = lo;
-  *j_hi = hi;
+  *first = int(lo / kBlock);
+  *count = hi > lo ? int((hi + kBlock - 1) / kBlock) - *first : 0;
 }
-// Query rows [*i_lo, *i_hi) holding every row that sees some key of [j_lo, j_hi) (j_hi > j_lo,
-// keys < L_k).
-__device__ __forceinline__ void visible_queries(const KernelParams& p, int64_t j_lo, int64_t j_hi,
-                                                int64_t* i_lo, int64_t* i_hi) {
+// The blocks of kBlock query rows, [*first, *first + *count), that hold every row that sees some
+// key of [j_lo, j_hi) (j_hi > j_lo, keys < L_k).
+template <int kBlock>
+__device__ __forceinline__ void visible_query_blocks(const KernelParams& p, int64_t j_lo,
+                                                     int64_t j_hi, int* first, int* count) {
   int64_t lo = 0, hi = p.L_q;
   if (p.wr >= 0) lo = max(lo, j_lo - p.off - p.wr);
   if (p.wl >= 0) hi = min(hi, j_hi - 1 - p.off + p.wl + 1);
-  *i_lo = lo;
-  *i_hi = hi;
+  *first = int(lo / kBlock);
+  *count = hi > lo ? int((hi + kBlock - 1) / kBlock) - *first : 0;
 }
+// The mask advanced to (b, h) (null without a mask) and key_padding advanced to b (or null).
+__device__ __forceinline__ const void* mask_bh_of(const KernelParams& p, int b, int h) {
+  if (p.mask_kind == 1) return static_cast<const uint8_t*>(p.mask) + b * p.m_bs + h * p.m_hs;
+  if (p.mask_kind == 2) return static_cast<const uint16_t*>(p.mask) + b * p.m_bs + h * p.m_hs;
+  return nullptr;
+}
+__device__ __forceinline__ const uint8_t* key_padding_of(const KernelParams& p, int b) {
+  return p.key_padding ? p.key_padding + b * p.kp_bs : nullptr;
+}
+
+// The key/value tiles that a block of query rows [i0, i_end) of batch b, key/value head h_kv
+// streams (forward, dQ): step it < n_blocks of its loop is key tile jb_begin + it (keys
+// [(jb_begin + it) kBc, + kBc)), the tiles that some row of the block can see. kv(it, stage) is
+// the load of pipeline_start / pipeline_wait: it copies step it's K and V tiles into stage `stage`
+// of the double-buffered sK and sV (kBc x kD, rows kD + 8 apart).
+template <int kBc, int kD, int kThreads>
+struct KvTiles {
+  const KernelParams& p;
+  uint16_t *sK, *sV;
+  const uint16_t *k, *v;  // k and v at (b, h_kv)
+  int tid, jb_begin, n_blocks;
+
+  __device__ __forceinline__ KvTiles(const KernelParams& p_, uint16_t* sK_, uint16_t* sV_, int b,
+                                     int h_kv, int64_t i0, int64_t i_end, int tid_)
+      : p(p_),
+        sK(sK_),
+        sV(sV_),
+        k(p_.k + b * p_.k_bs + h_kv * p_.k_hs),
+        v(p_.v + b * p_.v_bs + h_kv * p_.v_hs),
+        tid(tid_) {
+    visible_key_blocks<kBc>(p, i0, i_end, &jb_begin, &n_blocks);
+  }
+  __device__ __forceinline__ void operator()(int it, int stage) const {
+    constexpr int kLd = kD + 8;
+    const int64_t j0 = int64_t(jb_begin + it) * kBc;
+    const int rows = int(min(int64_t(kBc), p.L_k - j0));
+    load_tile<kBc, kD, kThreads>(sK + stage * kBc * kLd, k + j0 * p.k_rs, p.k_rs, rows, p.D,
+                                 p.k_vec, tid);
+    load_tile<kBc, kD, kThreads>(sV + stage * kBc * kLd, v + j0 * p.v_rs, p.v_rs, rows, p.D_v,
+                                 p.v_vec, tid);
+  }
+};
 // Whether the tile of query rows [i_lo, i_hi) (clamped to L_q) by keys [j_lo, j_hi) needs the
 // per-element rules: keys past L_k, a partially visible window, a mask or key padding. When false
 // every (row < L_q, key) of the tile is visible and only the scale applies.
@@ -386,6 +528,23 @@ __device__ __forceinline__ bool dropout_keep_dev(const KernelParams& p, const Dr
   return uint32_t(dropout_mix_dev(state) >> 32) >= p.drop_threshold;
 }
 
+// The DropoutRows of the thread's two fragment rows, row0 and row0 + 8 (set when p.dropout).
+template <bool kKeyRows>
+__device__ __forceinline__ void dropout_rows(const KernelParams& p, int64_t bh, int64_t row0,
+                                             int64_t col0, DropoutRow (&d)[2]) {
+  if (p.dropout) {
+    d[0] = dropout_row<kKeyRows>(p, bh, row0, col0);
+    d[1] = dropout_row<kKeyRows>(p, bh, row0 + 8, col0);
+  }
+}
+// The dropout factor Z of element e of n-tile nt of the fragment whose rows are d: 1 without
+// dropout, else 0 (dropped) or keep_scale.
+__device__ __forceinline__ float dropout_factor(const KernelParams& p, const DropoutRow (&d)[2],
+                                                int nt, int e) {
+  return p.dropout ? (dropout_keep_dev(p, d[e >> 1], nt * 8 + (e & 1)) ? p.keep_scale : 0.0f)
+                   : 1.0f;
+}
+
 // ---- warp reductions over the 4 threads of a quad (one row of an mma fragment) ------------------
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -426,6 +585,29 @@ inline void check_launch(const char* fn, const char* what) {
 inline int padded_head_dim(int64_t D, int64_t D_v) {
   const int64_t d = std::max(D, D_v);
   return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
+// Calls launch.template operator()<T, kD>() with the problem's element type T (__half or
+// __nv_bfloat16) and padded head dim kD: the six instantiations every kernel is compiled for.
+template <typename T, typename Launch>
+void dispatch_head_dim(int64_t D, int64_t D_v, Launch& launch) {
+  switch (padded_head_dim(D, D_v)) {
+    case 64: launch.template operator()<T, 64>(); break;
+    case 128: launch.template operator()<T, 128>(); break;
+    default: launch.template operator()<T, 256>(); break;
+  }
+}
+template <typename Launch>
+void dispatch_kernels(const CudaSdpaParams& s, Launch&& launch) {
+  if (s.dtype == ElemType::Float16)
+    dispatch_head_dim<__half>(s.D, s.D_v, launch);
+  else
+    dispatch_head_dim<__nv_bfloat16>(s.D, s.D_v, launch);
+}
+
+// The grid of a kernel with one thread block per (block of `rows` query rows, head, batch).
+inline dim3 query_block_grid(const KernelParams& kp, int rows) {
+  return dim3(unsigned((kp.L_q + rows - 1) / rows), unsigned(kp.H), unsigned(kp.B));
 }
 
 inline bool aligned(const void* p, std::size_t bytes) {

@@ -25,19 +25,10 @@ namespace {
 
 // Tile sizes per padded head dim: warps (16 query rows each) and keys per tile. Registers per
 // thread: O is kD / 2 floats, S is kBc / 2 floats.
+// kD = 64, 128: 8 warps, 64 keys; kD = 256: 4 warps, 32 keys.
 template <int kD>
-struct FwdConfig;
-template <>
-struct FwdConfig<64> {
-  static constexpr int kWarps = 8, kBc = 64;
-};
-template <>
-struct FwdConfig<128> {
-  static constexpr int kWarps = 8, kBc = 64;
-};
-template <>
-struct FwdConfig<256> {
-  static constexpr int kWarps = 4, kBc = 32;
+struct FwdConfig {
+  static constexpr int kWarps = kD <= 128 ? 8 : 4, kBc = kD <= 128 ? 64 : 32;
 };
 
 template <int kD>
@@ -69,36 +60,16 @@ __global__ void __launch_bounds__(FwdShape<kD>::kThreads, 1) sdpa_fwd_kernel(con
   const int64_t i_end = min(i0 + kBr, int64_t(p.L_q));
 
   const uint16_t* q = p.q + b * p.q_bs + h * p.q_hs + i0 * p.q_rs;
-  const uint16_t* k = p.k + b * p.k_bs + h_kv * p.k_hs;
-  const uint16_t* v = p.v + b * p.v_bs + h_kv * p.v_hs;
-  const void* mask_bh = nullptr;
-  if (p.mask_kind == 1)
-    mask_bh = static_cast<const uint8_t*>(p.mask) + b * p.m_bs + h * p.m_hs;
-  else if (p.mask_kind == 2)
-    mask_bh = static_cast<const uint16_t*>(p.mask) + b * p.m_bs + h * p.m_hs;
-  const uint8_t* pad_b = p.key_padding ? p.key_padding + b * p.kp_bs : nullptr;
-
-  // The key tiles some row of this block can see.
-  int64_t j_lo, j_hi;
-  visible_keys(p, i0, i_end, &j_lo, &j_hi);
-  const int jb_begin = int(j_lo / kBc);
-  const int n_blocks = j_hi > j_lo ? int((j_hi + kBc - 1) / kBc) - jb_begin : 0;
-
-  auto load_kv = [&](int jb, int stage) {
-    const int64_t j0 = int64_t(jb) * kBc;
-    const int rows = int(min(int64_t(kBc), p.L_k - j0));
-    load_tile<kBc, kD, kThreads>(sK + stage * kBc * kLd, k + j0 * p.k_rs, p.k_rs, rows, p.D,
-                                 p.k_vec, tid);
-    load_tile<kBc, kD, kThreads>(sV + stage * kBc * kLd, v + j0 * p.v_rs, p.v_rs, rows, p.D_v,
-                                 p.v_vec, tid);
-  };
+  // The key tiles some row of this block can see (KvTiles: step it is tile jb_begin + it).
+  const KvTiles<kBc, kD, kThreads> kv(p, sK, sV, b, h_kv, i0, i_end, tid);
+  const int jb_begin = kv.jb_begin, n_blocks = kv.n_blocks;
+  const void* mask_bh = mask_bh_of(p, b, h);
+  const uint8_t* pad_b = key_padding_of(p, b);
   load_tile<kBr, kD, kThreads>(sQ, q, p.q_rs, int(i_end - i0), p.D, p.q_vec, tid);
-  if (n_blocks > 0) load_kv(jb_begin, 0);
-  cp_async_commit();
+  pipeline_start(n_blocks, kv);
 
   float o[kOT][4];
-#pragma unroll
-  for (int ot = 0; ot < kOT; ++ot) o[ot][0] = o[ot][1] = o[ot][2] = o[ot][3] = 0.0f;
+  zero_frags(o);
   float m[2] = {-INFINITY, -INFINITY};     // running max of each of this thread's rows (log2 units)
   float l[2] = {0.0f, 0.0f};               // running sum over this thread's columns only
   const int n_ksteps = (p.D + 15) / 16;    // 16-wide steps over D holding data
@@ -108,35 +79,13 @@ __global__ void __launch_bounds__(FwdShape<kD>::kThreads, 1) sdpa_fwd_kernel(con
 
   for (int it = 0; it < n_blocks; ++it) {
     const int jb = jb_begin + it, stage = it & 1;
-    if (it + 1 < n_blocks) {
-      load_kv(jb + 1, stage ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    pipeline_wait(it, n_blocks, kv);
     const uint16_t* tK = sK + stage * kBc * kLd;
     const uint16_t* tV = sV + stage * kBc * kLd;
 
     // ---- S = Q K^T ------------------------------------------------------------------------------
     float s[kNT][4];
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      if (ks < n_ksteps) {
-        uint32_t a[4];
-        load_a(a, sQ, kLd, warp * 16, ks * 16, lane);
-#pragma unroll
-        for (int np = 0; np < kBc / 16; ++np) {
-          uint32_t bb[4];
-          load_b_nk(bb, tK, kLd, np * 16, ks * 16, lane);
-          mma16816<T>(s[2 * np], a, bb[0], bb[1]);
-          mma16816<T>(s[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
-    }
+    mma_abt<T, kD / 16>(s, sQ, warp * 16, tK, kLd, n_ksteps, lane);
 
     // ---- scale, masks --------------------------------------------------------------------------
     const int64_t j0 = int64_t(jb) * kBc;
@@ -186,28 +135,12 @@ __global__ void __launch_bounds__(FwdShape<kD>::kThreads, 1) sdpa_fwd_kernel(con
     }
 
     // ---- O += P V -----------------------------------------------------------------------------
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk) {
-      const uint32_t a[4] = {Elem<T>::pack(s[2 * kk][0], s[2 * kk][1]),
-                             Elem<T>::pack(s[2 * kk][2], s[2 * kk][3]),
-                             Elem<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             Elem<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int np = 0; np < kD / 16; ++np) {
-        if (np < n_vsteps) {
-          uint32_t bb[4];
-          load_b_kn(bb, tV, kLd, kk * 16, np * 16, lane);
-          mma16816<T>(o[2 * np], a, bb[0], bb[1]);
-          mma16816<T>(o[2 * np + 1], a, bb[2], bb[3]);
-        }
-      }
-    }
+    mma_pb<T>(o, s, tV, kLd, n_vsteps, lane);
     __syncthreads();  // every warp is done with this stage before the next copy overwrites it
   }
   cp_async_wait<0>();  // nothing in flight at exit (when the loop never ran)
 
-  // ---- out = O keep_scale / l, lse = (m + log2 l) ln 2
-  // -------------------------------------------
+  // ---- out = O keep_scale / l, lse = (m + log2 l) ln 2 ------------------------------------------
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l_row = quad_sum(l[r]);
@@ -216,11 +149,7 @@ __global__ void __launch_bounds__(FwdShape<kD>::kThreads, 1) sdpa_fwd_kernel(con
     const float inv = empty ? 0.0f : p.keep_scale / l_row;
     if (i < p.L_q) {
       uint16_t* orow = p.out + b * p.out_bs + h * p.out_hs + i * p.out_rs;
-#pragma unroll
-      for (int ot = 0; ot < kOT; ++ot)
-        if (ot * 8 < p.D_v)
-          store_pair<T>(orow, ot * 8 + 2 * t, p.D_v, o[ot][2 * r] * inv, o[ot][2 * r + 1] * inv,
-                        p.out_pair);
+      store_frag_row<T>(orow, o, r, inv, p.D_v, t, p.out_pair);
       if (p.lse != nullptr && t == 0)
         p.lse[bh * p.L_q + i] = empty ? -INFINITY : (m[r] + log2f(l_row)) * kLn2;
     }
@@ -232,18 +161,9 @@ void launch_forward(const KernelParams& kp, cudaStream_t stream, const char* fn)
   using Shape = FwdShape<kD>;
   auto kernel = sdpa_fwd_kernel<T, kD>;
   set_shared_memory(kernel, Shape::kSmemBytes, fn);
-  const dim3 grid(unsigned((kp.L_q + Shape::kBr - 1) / Shape::kBr), unsigned(kp.H), unsigned(kp.B));
+  const dim3 grid = query_block_grid(kp, Shape::kBr);
   kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(kp);
   check_launch(fn, "the launch of the forward kernel");
-}
-
-template <typename T>
-void forward_dispatch(const KernelParams& kp, int kd, cudaStream_t stream, const char* fn) {
-  switch (kd) {
-    case 64: launch_forward<T, 64>(kp, stream, fn); break;
-    case 128: launch_forward<T, 128>(kp, stream, fn); break;
-    default: launch_forward<T, 256>(kp, stream, fn); break;
-  }
 }
 
 }  // namespace
@@ -295,12 +215,8 @@ void sdpa_cuda_forward(const CudaSdpaParams& s) {
   validate(s, fn);
   if (s.B == 0 || s.L_q == 0) return;
   const KernelParams kp = make_params(s);
-  const int kd = padded_head_dim(s.D, s.D_v);
   const auto stream = static_cast<cudaStream_t>(s.stream);
-  if (s.dtype == ElemType::Float16)
-    forward_dispatch<__half>(kp, kd, stream, fn);
-  else
-    forward_dispatch<__nv_bfloat16>(kp, kd, stream, fn);
+  dispatch_kernels(s, [&]<typename T, int kD>() { launch_forward<T, kD>(kp, stream, fn); });
 }
 
 }  // namespace attn::kernels
