@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "../kernels/cpu/sdpa_fused.h"
 #include "../kernels/cpu/sdpa_reference.h"
@@ -505,6 +506,29 @@ void record(Tensor& out, Tensor* weights, const Tensor& q, const Tensor& k, cons
         saved);
 }
 
+// What a fused attention node keeps beside its saved tensors: the options without the mask (saved
+// with its version instead) and the generator, and the forward's dropout seed and offset.
+struct FusedNodeState {
+  SdpaOptions opts;
+  uint64_t seed, offset;
+  FusedNodeState(const SdpaOptions& options, const SdpaForwardResult& fwd)
+      : opts(options), seed(fwd.dropout_seed), offset(fwd.dropout_offset) {
+    opts.attn_mask = Tensor();
+    opts.generator = nullptr;
+  }
+  // The options and the forward's result again, from the node's saved tensors: the mask at
+  // `mask_at`, out and lse after it.
+  std::pair<SdpaOptions, SdpaForwardResult> restore(const Node& n, std::size_t mask_at) const {
+    SdpaOptions o = opts;
+    o.attn_mask = n.saved_tensor(mask_at);
+    SdpaForwardResult f;
+    f.out = n.saved_tensor(mask_at + 1);
+    f.lse = n.saved_tensor(mask_at + 2);
+    f.dropout_seed = seed, f.dropout_offset = offset;
+    return {std::move(o), std::move(f)};
+  }
+};
+
 }  // namespace
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -526,19 +550,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     // mask takes the composed path below, whose backward also yields the mask's gradient.
     SdpaForwardResult fwd = gpu ? sdpa_detail::cuda_forward(q, k, v, options, fn)
                                 : scaled_dot_product_attention_forward(q, k, v, options);
-    SdpaOptions opts = options;
-    opts.attn_mask = Tensor();  // saved (with its version) instead
-    opts.generator = nullptr;
-    const uint64_t seed = fwd.dropout_seed, offset = fwd.dropout_offset;
+    const FusedNodeState state(options, fwd);
     Tensor out = fwd.out;
     return detail::record(out, out.dim() == 2 ? "MmBackward0" : "UnsafeViewBackward0", inputs,
-                          [opts, seed, offset](const Node& n, const Tensor& g) {
-                            SdpaOptions o = opts;
-                            o.attn_mask = n.saved_tensor(3);
-                            SdpaForwardResult f;
-                            f.out = n.saved_tensor(4);
-                            f.lse = n.saved_tensor(5);
-                            f.dropout_seed = seed, f.dropout_offset = offset;
+                          [state](const Node& n, const Tensor& g) {
+                            const auto [o, f] = state.restore(n, 3);
                             auto [dq, dk, dv] = scaled_dot_product_attention_backward(
                                 g, n.saved_tensor(0), n.saved_tensor(1), n.saved_tensor(2), f, o);
                             return std::vector<Tensor>{n.needs_input_grad(0) ? dq : Tensor(),
@@ -739,18 +755,10 @@ Tensor packed_self_attention(const Tensor& qkv, int64_t H, const SdpaOptions& op
     const auto [q, k, v] = unpack_qkv(qkv.detach(), H);
     fwd = scaled_dot_product_attention_forward(q, k, v, options);
   }
-  SdpaOptions opts = options;
-  opts.attn_mask = Tensor();  // saved (with its version) instead
-  opts.generator = nullptr;
-  const uint64_t seed = fwd.dropout_seed, offset = fwd.dropout_offset;
+  const FusedNodeState state(options, fwd);
   return detail::record(fwd.out, "UnsafeViewBackward0", {&qkv, &options.attn_mask},
-                        [opts, seed, offset, H, fn](const Node& n, const Tensor& g) {
-                          SdpaOptions o = opts;
-                          o.attn_mask = n.saved_tensor(1);
-                          SdpaForwardResult f;
-                          f.out = n.saved_tensor(2);
-                          f.lse = n.saved_tensor(3);
-                          f.dropout_seed = seed, f.dropout_offset = offset;
+                        [state, H, fn](const Node& n, const Tensor& g) {
+                          const auto [o, f] = state.restore(n, 1);
                           const Tensor qkv = n.saved_tensor(0);
                           const auto [q, k, v] = unpack_qkv(qkv, H);
                           // dq, dk and dv written straight into the packed layout: the gradient of
