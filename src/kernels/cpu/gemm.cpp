@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "gemv.h"
+#include "gemm_rows.h"
 #include "threads.h"
 
 namespace attn::kernels {
@@ -21,34 +21,39 @@ namespace {
 // Below this many multiply-adds one thread is faster than waking another.
 constexpr int64_t kParallelMacs = int64_t(1) << 20;
 
-// C (1, N) = alpha * x op(B) + beta * C, x the one row of op(A) with stride incx: a matrix-vector
-// product, which reads B once as it streams; OpenBLAS 0.3.21's sgemm would first pack all of B for
-// a single row (2-6x slower for one token's projections). A B stored (N, K), a Linear layer's
-// weight, goes to attn's gemv_rows (gemv.h), which streams it 1.5x faster than OpenBLAS's and
-// oneDNN's sgemv here; a B stored (K, N) to OpenBLAS's sgemv, which streams it at full speed.
-void row_times(bool tb, int64_t N, int64_t K, float alpha, const float* x, int64_t incx,
-               const float* B, int64_t ldb, float beta, float* C) {
-  if (tb) {  // B (N, K): y = B x
-    if (incx == 1) return gemv_rows(N, K, alpha, B, ldb, x, beta, C);
-    std::vector<float> xs(
-        static_cast<size_t>(K));  // a column of A: K floats, small beside the N x K of B
-    for (int64_t k = 0; k < K; ++k) xs[size_t(k)] = x[k * incx];
-    return gemv_rows(N, K, alpha, B, ldb, xs.data(), beta, C);
-  }
-  if (beta == 0.0f) std::fill(C, C + N, 0.0f);  // C may hold garbage (NaN * 0)
-  // B (K, N): y = B^T x
-  cblas_sgemv(CblasRowMajor, CblasTrans, int(K), int(N), alpha, B, int(ldb), x, int(incx), beta, C,
-              1);
+// 2 to kGemmRowsMax rows go to gemm_rows only against a B of at least this many floats (1 MB, a
+// Zen 4 core's L2): a model's weights, read from memory at every step, where streaming wins
+// (GPT-2's 8 x 50257 x 768: 30 GFLOP/s against oneDNN's 22); a smaller B stays in cache between
+// calls, where oneDNN's packed sgemm is faster (8 x 2304 x 768 from L3: 78 against 45).
+constexpr int64_t kStreamFloats = int64_t(1) << 18;
+
+// A decoding step's product: a few rows times a weight stored (N, K), Y = alpha op(A) B^T + beta
+// Y, by gemm_rows (gemm_rows.h), which streams B once from memory: 1.5x OpenBLAS's sgemv for one
+// row, and for 2-8 rows against a large B faster than OpenBLAS's and oneDNN's sgemm, which pack B
+// first. A transposed A is copied to rows first (M x K floats, small beside the N x K of B).
+void few_rows(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (!ta) return gemm_rows(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  std::vector<float> rows(static_cast<size_t>(M * K));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) rows[size_t(m * K + k)] = A[k * lda + m];
+  gemm_rows(M, N, K, alpha, rows.data(), K, B, ldb, beta, C, ldc);
 }
 
-// One single-threaded product (a whole one, or a block of rows or columns of one): one row as a
-// matrix-vector product, else sgemm. oneDNN threads a call by itself unless it runs inside an
-// active parallel region, so outside one the calling thread's OpenMP count is held at 1 meanwhile.
+// One single-threaded product (a whole one, or a block of rows or columns of one): one row, or a
+// few against a large B, stored (N, K) by gemm_rows, one row against B stored (K, N) as OpenBLAS's
+// sgemv (which streams B at full speed: OpenBLAS 0.3.21's sgemm would first pack all of B for a
+// single row), else sgemm. oneDNN threads a call by itself unless it runs inside an active parallel
+// region, so outside one the calling thread's OpenMP count is held at 1 meanwhile.
 void call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
-  if (M == 1 && K > 0) {  // a decoding step
-    row_times(tb, N, K, alpha, A, ta ? lda : 1, B, ldb, beta, C);
+  if (tb && K > 0 && (M == 1 || (M <= kGemmRowsMax && N * K >= kStreamFloats)))
+    return few_rows(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (!tb && M == 1 && K > 0) {
+    if (beta == 0.0f) std::fill(C, C + N, 0.0f);  // C may hold garbage (NaN * 0)
+    cblas_sgemv(CblasRowMajor, CblasTrans, int(K), int(N), alpha, B, int(ldb), A, int(ta ? lda : 1),
+                beta, C, 1);
     return;
   }
 #ifdef ATTN_HAVE_ONEDNN

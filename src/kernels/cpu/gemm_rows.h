@@ -1,0 +1,22 @@
+// Products of a few rows (a decoding step's tokens) with a matrix stored row by row (a Linear
+// layer's weight): Y = alpha * X B^T + beta * Y. sgemm (gemm.h) sends them here: OpenBLAS's and
+// oneDNN's sgemv read several rows of B at once and reach about two thirds of one core's memory
+// bandwidth on rows of 768 floats, and their sgemm for 2-8 rows runs far below it
+// (bench/bench_gemm, set decode_M1 and decode_M8).
+#pragma once
+
+#include <cstdint>
+
+namespace attn::kernels {
+
+// sgemm uses gemm_rows for products of at most this many rows.
+inline constexpr int64_t kGemmRowsMax = 8;
+
+// Y[m * ldy + n] = alpha * sum_k X[m * ldx + k] * B[n * ldb + k] + beta * Y[m * ldy + n] for
+// m < M, n < N (Y is not read when beta is 0). Runs on the calling thread, with the instruction
+// set of fused_isa() (NEON where that is SVE). Each element is summed in an order that depends
+// only on K: not on M, N, the other rows, or where B starts (so not on how sgemm splits the work).
+void gemm_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int64_t ldx,
+               const float* B, int64_t ldb, float beta, float* Y, int64_t ldy);
+
+}  // namespace attn::kernels
