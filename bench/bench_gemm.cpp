@@ -11,13 +11,16 @@
 // transposes of a linear layer y = x W^T (W is (out, in)): forward y = x W^T ("NT"), backward
 // dX = dY W ("NN") and dW = dY^T X ("TN"). Names: gemm/<set>/<layer>.<pass>/MxNxK_<op>/<lib>/t<n>
 // (then /real_time: times are wall-clock). Sets: train6x384, nanogpt, decode_M1, decode_M8.
-// Counter: GFLOP (a rate, printed "GFLOP=123.4/s"), 2*M*N*K per product.
+// Counter: GFLOP (a rate, printed "GFLOP=123.4/s"), 2*M*N*K per product. In the decoding sets B
+// takes turns among copies filling 256 MB, so every product reads it from memory, as a decoding
+// step reads each weight once; the training sets reuse their operands (they stay in cache).
 //
 // Libraries (each only when CMake found it; see bench/README.md):
 //   openblas  cblas_sgemm with OpenBLAS's own threads (openblas_set_num_threads(n); n = 1 is the
 //             plain single-threaded call, and the reference every other result is checked against)
 //   attn      attn::kernels::sgemm, what the library calls: oneDNN (OpenBLAS when built without it)
-//             single-threaded per piece, split over attn's OpenMP threads; one row: OpenBLAS sgemv
+//             single-threaded per piece, split over attn's OpenMP threads; one row, and up to 8
+//             against a B of 1 MB or more, K <= 1024: attn's gemm_rows (kernels/cpu/gemm_rows.h)
 //   blis      bli_sgemm (BLIS's typed API with row/column strides), bli_thread_set_num_threads(n);
 //             dlopened (RTLD_LOCAL) since it exports a cblas_sgemm that would shadow OpenBLAS's
 //   onednn    dnnl_sgemm (row-major, 'N'/'T'), OpenMP runtime: omp_set_num_threads(n)
@@ -278,6 +281,9 @@ std::vector<Shape> shapes() {
 struct Operands {
   std::string key;
   std::vector<float> a, b, c, ref;
+  // Decoding sets: copies of b filling kColdBytes, used in turn, so that each product reads B from
+  // memory as a decoding step does (it reads every weight of the model once); empty otherwise.
+  std::vector<std::vector<float>> cold;
   Gemm g{};  // C unset
   Gemm into(float* out) const {
     Gemm r = g;
@@ -296,6 +302,8 @@ void fill(std::vector<float>& v, uint32_t seed) {
   }
 }
 
+constexpr size_t kColdBytes = size_t(256) << 20;  // several times any CPU's last-level cache
+
 Operands& operands(const Shape& s) {
   static Operands ops;
   const std::string key = shape_name(s);
@@ -311,6 +319,11 @@ Operands& operands(const Shape& s) {
   ops.g = {
       s.ta,    s.tb, s.M, s.N, s.K, ops.a.data(), s.ta ? s.M : s.K, ops.b.data(), s.tb ? s.K : s.N,
       nullptr, s.N};
+  ops.cold.clear();
+  if (s.set.rfind("decode", 0) == 0) {
+    const size_t bytes = ops.b.size() * sizeof(float);
+    ops.cold.assign(std::max<size_t>(2, (kColdBytes + bytes - 1) / bytes), ops.b);
+  }
   openblas_set_num_threads(1);
   openblas_run(ops.into(ops.ref.data()));
   return ops;
@@ -355,8 +368,13 @@ void bm_gemm(benchmark::State& state, Shape s, Library lib, int threads) {
     std::this_thread::sleep_for(std::chrono::milliseconds(kSettleMs));
     check(s, lib, threads, ops);
   }
-  const Gemm g = ops.into(ops.c.data());
+  Gemm g = ops.into(ops.c.data());
+  size_t turn = 0;
   for (auto _ : state) {
+    if (!ops.cold.empty()) {
+      g.B = ops.cold[turn].data();
+      turn = turn + 1 == ops.cold.size() ? 0 : turn + 1;
+    }
     lib.run(g);
     benchmark::DoNotOptimize(ops.c.data());
     benchmark::ClobberMemory();

@@ -21,11 +21,14 @@ namespace {
 // Below this many multiply-adds one thread is faster than waking another.
 constexpr int64_t kParallelMacs = int64_t(1) << 20;
 
-// 2 to kGemmRowsMax rows go to gemm_rows only against a B of at least this many floats (1 MB, a
-// Zen 4 core's L2): a model's weights, read from memory at every step, where streaming wins
-// (GPT-2's 8 x 50257 x 768: 30 GFLOP/s against oneDNN's 22); a smaller B stays in cache between
-// calls, where oneDNN's packed sgemm is faster (8 x 2304 x 768 from L3: 78 against 45).
-constexpr int64_t kStreamFloats = int64_t(1) << 18;
+// 2 to kGemmRowsMax rows go to gemm_rows only against a B of at least kStreamFloats floats (1 MB,
+// a Zen 4 core's L2) with rows of at most kStreamMaxK: a model's weights, read from memory at every
+// step, where streaming wins (bench_gemm's decode_M8 set, B from memory, 1 thread: GPT-2's
+// 8 x 50257 x 768 at 30.7 GFLOP/s against oneDNN's 17.4, 8 x 2304 x 768 at 32.5 against 27.0). A
+// smaller B stays in cache between calls, where oneDNN's packed sgemm is faster (8 x 2304 x 768
+// from L3: 78 against 45), and longer rows of X no longer fit L1 beside B's (8 x 768 x 3072: 22.2
+// against oneDNN's 31.6).
+constexpr int64_t kStreamFloats = int64_t(1) << 18, kStreamMaxK = 1024;
 
 // A decoding step's product: a few rows times a weight stored (N, K), Y = alpha op(A) B^T + beta
 // Y, by gemm_rows (gemm_rows.h), which streams B once from memory: 1.5x OpenBLAS's sgemv for one
@@ -48,7 +51,7 @@ void few_rows(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float
 void call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
-  if (tb && K > 0 && (M == 1 || (M <= kGemmRowsMax && N * K >= kStreamFloats)))
+  if (tb && K > 0 && (M == 1 || (M <= kGemmRowsMax && N * K >= kStreamFloats && K <= kStreamMaxK)))
     return few_rows(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (!tb && M == 1 && K > 0) {
     if (beta == 0.0f) std::fill(C, C + N, 0.0f);  // C may hold garbage (NaN * 0)

@@ -12,10 +12,10 @@ namespace attn::kernels {
 // C (M, N) = alpha * op(A) * op(B) + beta * C, row-major; op(A) is (M, K) and op(B) (K, N),
 // transposed when trans_a / trans_b (lda, ldb, ldc are row strides of the stored matrices).
 //
-// One row, or a few (M <= kGemmRowsMax: a decoding step) against a B of 1 MB or more, stored
-// (N, K) go to gemm_rows (gemm_rows.h), which streams B once; one row against B stored (K, N) to OpenBLAS's sgemv. Both
-// are split by columns across the threads. OpenBLAS 0.3.21 packs all of B for sgemm even for one
-// row, which made one token's projections 2-6x slower.
+// One row, or a few (M <= kGemmRowsMax: a decoding step) against a B of 1 MB or more with K <=
+// 1024, stored (N, K) go to gemm_rows (gemm_rows.h), which streams B once; one row against B stored
+// (K, N) to OpenBLAS's sgemv. Both are split by columns across the threads. OpenBLAS 0.3.21 packs
+// all of B for sgemm even for one row, which made one token's projections 2-6x slower.
 //
 // Threads: OpenBLAS's pthread pool and attn's OpenMP pool would each want every core and spin
 // against each other (PyTorch 1.13 on this machine runs 2.5x slower with 2 threads than with 1 for
