@@ -262,7 +262,7 @@ Tensor GPT::generate(const Tensor& idx_in, const GenerateOptions& opt, Generator
   };
   KVCache cache;
   std::vector<float> probs(static_cast<std::size_t>(V));
-  std::vector<float> order;  // top_k's scratch
+  std::vector<float> top;  // top_k: a copy of one row of logits, partly ordered
   for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
     const int64_t len = int64_t(seq[0].size());
     Tensor logits;  // (B, V): the last position's
@@ -285,10 +285,10 @@ Tensor GPT::generate(const Tensor& idx_in, const GenerateOptions& opt, Generator
         if (std::isnan(lr[v])) fail(fn, "the model produced non-finite logits at step ", step);
       float threshold = -INFINITY;
       if (opt.top_k > 0 && opt.top_k < V) {  // the k-th largest value, on a copy of the values
-        order.assign(lr, lr + V);
-        std::nth_element(order.begin(), order.begin() + (opt.top_k - 1), order.end(),
+        top.assign(lr, lr + V);
+        std::nth_element(top.begin(), top.begin() + (opt.top_k - 1), top.end(),
                          std::greater<float>());
-        threshold = order[std::size_t(opt.top_k - 1)];
+        threshold = top[std::size_t(opt.top_k - 1)];
       }
       double m = -INFINITY;
       for (int64_t v = 0; v < V; ++v)
