@@ -24,9 +24,9 @@ namespace vm = kernels::vmath;
 namespace {
 
 // Rows x cols problems smaller than this run on one thread (a parallel region costs more).
-constexpr int64_t kParallelElems = 1 << 15;
+constexpr int64_t kMinParallelElems = 1 << 15;
 
-int threads_for(int64_t elems) { return elems >= kParallelElems ? kernels::num_threads() : 1; }
+int threads_for(int64_t elems) { return kernels::threads_for(elems, kMinParallelElems); }
 
 // ---- LayerNorm ----------------------------------------------------------------------------------
 

@@ -203,9 +203,7 @@ void Adam::step() {
   };
   int64_t total = 0;
   for (const Update& u : updates) total += u.n;
-  // Below this many elements one thread does it all (a parallel region costs more).
-  constexpr int64_t kParallelElems = int64_t(1) << 16;
-  const int nt = total >= kParallelElems ? attn::kernels::num_threads() : 1;
+  const int nt = attn::kernels::threads_for(total);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();

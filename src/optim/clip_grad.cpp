@@ -77,13 +77,10 @@ double sum_squares(const float* x, int64_t n) {
   return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
-// Below this many gradient elements one thread does it all (a parallel region costs more).
-constexpr int64_t kParallelElems = int64_t(1) << 16;
-
 int threads_for(const std::vector<Tensor>& grads) {
   int64_t n = 0;
   for (const Tensor& g : grads) n += g.numel();
-  return n >= kParallelElems ? kernels::num_threads() : 1;
+  return kernels::threads_for(n);
 }
 
 // torch: the norm of the per-tensor norms (each a float), or the largest for inf. Each tensor's

@@ -6,6 +6,8 @@
 // too: BlasSingleThread keeps it at one while any sgemm of attn is in flight on any thread.
 #pragma once
 
+#include <cstdint>
+
 namespace attn::kernels {
 
 // The count set by set_num_threads, or the calling thread's omp_get_max_threads() until then
@@ -13,6 +15,14 @@ namespace attn::kernels {
 int num_threads();
 // Sets num_threads() for every thread (and OpenMP's and OpenBLAS's counts). n >= 1.
 void set_num_threads(int n);
+
+// The threads for a parallel region over `elems` elements of light work (a pass of a few flops
+// each): num_threads(), or 1 below `min_elems`, where waking another thread costs more than it
+// saves.
+inline constexpr int64_t kParallelElems = int64_t(1) << 16;
+inline int threads_for(int64_t elems, int64_t min_elems = kParallelElems) {
+  return elems >= min_elems ? num_threads() : 1;
+}
 
 // While alive, OpenBLAS runs single-threaded (attn splits products across its own threads, see
 // gemm.h); the count is restored when the last one on any thread goes.
