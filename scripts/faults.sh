@@ -199,7 +199,7 @@ for k in $(seq "$kills"); do
   losses_of "$work/seg$seg.log" | sort -u >"$work/seg$seg.losses"
   n=$(wc -l <"$work/seg$seg.losses")
   compared=$((compared + n))
-  extra=$(comm -23 "$work/seg$seg.losses" "$work/ref.losses" | head -3)
+  extra=$(comm -23 "$work/seg$seg.losses" "$work/ref.losses" | head -3 || true)
   [ -n "$extra" ] && fail "kill $k: the run resumed from a killed one printed other losses than the uninterrupted run: $extra"
   # The last checkpoint loads.
   if [ -f "$out/ckpt.safetensors" ]; then
@@ -219,7 +219,7 @@ resume=()
 if "$attn" "${run1[@]}" --out "$out" "${resume[@]}" >"$work/final.log" 2>&1; then
   losses_of "$work/final.log" | sort -u >"$work/final.losses"
   compared=$((compared + $(wc -l <"$work/final.losses")))
-  extra=$(comm -23 "$work/final.losses" "$work/ref.losses" | head -3)
+  extra=$(comm -23 "$work/final.losses" "$work/ref.losses" | head -3 || true)
   [ -n "$extra" ] && fail "the final resumed run printed other losses: $extra"
   for f in ckpt.safetensors model.safetensors; do
     cmp -s "$out/$f" "$work/ref/$f" || fail "after $kills kills and resumes, $f differs from the uninterrupted run's"
@@ -428,11 +428,11 @@ PY
 ) 2>&1)
 rc=$?
 [ "$rc" = 0 ] || fail "Python under ulimit -v exited with $rc: $py_out"
-echo "$py_out" | grep -q "^zeros: AllocationError: \[zeros\] cannot allocate 8.6 GB (8589934592 bytes)" \
+grep -q "^zeros: AllocationError: \[zeros\] cannot allocate 8.6 GB (8589934592 bytes)" <<<"$py_out" \
   || fail "Python attn.zeros under ulimit -v: $py_out"
-echo "$py_out" | grep -q "^attention: AllocationError: \[scaled_dot_product_attention\] cannot allocate .* for the fused attention kernel's per-thread workspace: out of memory" \
+grep -q "^attention: AllocationError: \[scaled_dot_product_attention\] cannot allocate .* for the fused attention kernel's per-thread workspace: out of memory" <<<"$py_out" \
   || fail "Python attention workspace under ulimit -v: $py_out"
-echo "$py_out" | grep -q "^after: 1.25e+08$" || fail "Python did not go on working: $py_out"
+grep -q "^after: 1.25e+08$" <<<"$py_out" || fail "Python did not go on working: $py_out"
 note "5. out of memory (ulimit -v): ${oom_notes[0]}; ${oom_notes[1]}; Python:" \
   "$(echo "$py_out" | sed -n 1p); $(echo "$py_out" | sed -n 2p); then $(echo "$py_out" | sed -n 3p)" \
   "($(since "$t0") s)"

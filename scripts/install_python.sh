@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 py=/usr/bin/python3
 pip_flags=(--break-system-packages)
-if ! $py -m pip install --help | grep -q -- --break-system-packages; then
+if ! $py -m pip install --help | grep -- --break-system-packages >/dev/null; then  # not -q: SIGPIPE
   pip_flags=()  # pip before 23.0.1 has no such flag (and no PEP 668 check)
 fi
 

@@ -45,7 +45,9 @@ if ! {
 fi
 build_s=$((SECONDS - t0))
 
-if ! ldd "$build/attn_tests" | grep -q 'libomp\.so'; then
+# grep reads all of ldd's output (no -q): under pipefail, grep -q leaving early could kill ldd with
+# SIGPIPE and fail the pipeline although the library is there.
+if ! ldd "$build/attn_tests" | grep 'libomp\.so' >/dev/null; then
   echo "tsan: $build/attn_tests is not linked with LLVM's libomp:" >&2
   ldd "$build/attn_tests" | grep -i omp >&2 || true
   exit 1
