@@ -145,26 +145,35 @@ inline float normal_cdf(float x) {
   return x < 0.f ? e : 1.f - e;
 }
 
+// y = GELU(x). With `aux` (when a backward will follow) it also keeps what the backward would
+// otherwise recompute: Phi(x), or for the tanh form tanh(sqrt(2/pi) (x + 0.044715 x^3)). The
+// backward then evaluates one exp (or nothing) per element instead of erfc and exp (or tanh), with
+// the same values, so the gradients are those of recomputing them, bit for bit.
 ATTN_VMATH_CLONES
-void gelu_fwd(const float* x, float* y, int64_t n, bool tanh_approx) {
+void gelu_fwd(const float* x, float* y, float* aux, int64_t n, bool tanh_approx) {
   if (tanh_approx) {
     for (int64_t i = 0; i < n; ++i) {
       const float v = x[i];
-      const float inner = kBeta * (v + kKappa * v * v * v);
-      y[i] = 0.5f * v * (1.f + vm::tanh(inner));
+      const float t = vm::tanh(kBeta * (v + kKappa * v * v * v));
+      y[i] = 0.5f * v * (1.f + t);
+      if (aux) aux[i] = t;  // loop-invariant: GCC unswitches the loop
     }
   } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * normal_cdf(x[i]);
+    for (int64_t i = 0; i < n; ++i) {
+      const float cdf = normal_cdf(x[i]);
+      y[i] = x[i] * cdf;
+      if (aux) aux[i] = cdf;
+    }
   }
 }
 
+// dx = g GELU'(x) from x and the forward's `aux` (see gelu_fwd).
 ATTN_VMATH_CLONES
-void gelu_bwd(const float* x, const float* g, float* dx, int64_t n, bool tanh_approx) {
+void gelu_bwd(const float* x, const float* aux, const float* g, float* dx, int64_t n,
+              bool tanh_approx) {
   if (tanh_approx) {
     for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float inner = kBeta * (v + kKappa * v * v * v);
-      const float t = vm::tanh(inner);
+      const float v = x[i], t = aux[i];
       const float left = 0.5f * v, right = 1.f + t;
       const float inner_d = kBeta * (1.f + 3.f * kKappa * v * v);
       dx[i] = g[i] * (0.5f * right + left * (1.f - t * t) * inner_d);
@@ -173,7 +182,7 @@ void gelu_bwd(const float* x, const float* g, float* dx, int64_t n, bool tanh_ap
     for (int64_t i = 0; i < n; ++i) {
       const float v = x[i];
       const float pdf = vm::exp(-0.5f * v * v) * kInvSqrt2Pi;
-      dx[i] = g[i] * (normal_cdf(v) + v * pdf);
+      dx[i] = g[i] * (aux[i] + v * pdf);
     }
   }
 }
@@ -307,23 +316,29 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
   const bool tanh_approx = approximate == "tanh";
   Tensor x = x_in.contiguous();
   Tensor y = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
+  // Phi(x) (tanh of the inner term) kept for the backward, only when one will run.
+  Tensor aux;
+  if (detail::should_record({&x_in}))
+    aux = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
   const int64_t n = x.numel();
   const float* xp = x.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  parallel_rows(n, threads_for(n),
-                [&](int64_t i0, int64_t i1) { gelu_fwd(xp + i0, yp + i0, i1 - i0, tanh_approx); });
+  float* ap = aux.defined() ? aux.data_ptr<float>() : nullptr;
+  parallel_rows(n, threads_for(n), [&](int64_t i0, int64_t i1) {
+    gelu_fwd(xp + i0, yp + i0, ap ? ap + i0 : nullptr, i1 - i0, tanh_approx);
+  });
   auto backward = [tanh_approx, fn](const Node& nd, const Tensor& grad) {
-    Tensor x = nd.saved_tensor(0), g = grad.contiguous();
+    Tensor x = nd.saved_tensor(0), aux = nd.saved_tensor(1), g = grad.contiguous();
     Tensor dx = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
     const int64_t n = x.numel();
-    const float *xp = x.data_ptr<float>(), *gp = g.data_ptr<float>();
+    const float *xp = x.data_ptr<float>(), *ap = aux.data_ptr<float>(), *gp = g.data_ptr<float>();
     float* dp = dx.data_ptr<float>();
     parallel_rows(n, threads_for(n), [&](int64_t i0, int64_t i1) {
-      gelu_bwd(xp + i0, gp + i0, dp + i0, i1 - i0, tanh_approx);
+      gelu_bwd(xp + i0, ap + i0, gp + i0, dp + i0, i1 - i0, tanh_approx);
     });
     return std::vector<Tensor>{dx};
   };
-  return detail::record(y, "GeluBackward0", {&x_in}, backward, {x});
+  return detail::record(y, "GeluBackward0", {&x_in}, backward, {x, aux});
 }
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::string& reduction,
