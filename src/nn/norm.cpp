@@ -206,21 +206,6 @@ RowLse row_logsumexp(const float* x, int64_t C) {
   return {m, float(std::log(s))};
 }
 
-// Runs body(r0, r1) over [0, rows) split evenly across `nt` threads.
-template <typename F>
-void parallel_rows(int64_t rows, int nt, F&& body) {
-  if (nt <= 1 || rows < 2) {
-    body(int64_t(0), rows);
-    return;
-  }
-#pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    const int64_t r0 = rows * t / n, r1 = rows * (t + 1) / n;
-    body(r0, r1);
-  }
-}
-
 }  // namespace
 
 namespace functional {
@@ -251,7 +236,7 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
     const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
     const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
     float *yp = y.data_ptr<float>(), *mp = mean.data_ptr<float>(), *rp = rstd.data_ptr<float>();
-    parallel_rows(rows, threads_for(rows * C), [&](int64_t r0, int64_t r1) {
+    kernels::parallel_ranges(rows, threads_for(rows * C), [&](int64_t r0, int64_t r1) {
       layer_norm_rows(xp, wp, bp, yp, mp, rp, r0, r1, C, float(eps));
     });
   } else if (C == 0) {
@@ -324,7 +309,7 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
   const float* xp = x.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   float* ap = aux.defined() ? aux.data_ptr<float>() : nullptr;
-  parallel_rows(n, threads_for(n), [&](int64_t i0, int64_t i1) {
+  kernels::parallel_ranges(n, threads_for(n), [&](int64_t i0, int64_t i1) {
     gelu_fwd(xp + i0, yp + i0, ap ? ap + i0 : nullptr, i1 - i0, tanh_approx);
   });
   auto backward = [tanh_approx, fn](const Node& nd, const Tensor& grad) {
@@ -333,7 +318,7 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
     const int64_t n = x.numel();
     const float *xp = x.data_ptr<float>(), *ap = aux.data_ptr<float>(), *gp = g.data_ptr<float>();
     float* dp = dx.data_ptr<float>();
-    parallel_rows(n, threads_for(n), [&](int64_t i0, int64_t i1) {
+    kernels::parallel_ranges(n, threads_for(n), [&](int64_t i0, int64_t i1) {
       gelu_bwd(xp + i0, ap + i0, gp + i0, dp + i0, i1 - i0, tanh_approx);
     });
     return std::vector<Tensor>{dx};
@@ -370,7 +355,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::strin
   Tensor losses = detail::make_tensor(fn, {N}, Dtype::Float32);
   float* lp = lse.data_ptr<float>();
   float* lossp = losses.data_ptr<float>();
-  parallel_rows(N, threads_for(N * C), [&](int64_t r0, int64_t r1) {
+  kernels::parallel_ranges(N, threads_for(N * C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const RowLse l = row_logsumexp(xp + r * C, C);
       lp[2 * r] = l.max;
@@ -404,7 +389,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::strin
     const int64_t* tp = t.data_ptr<int64_t>();
     float* dp = dx.data_ptr<float>();
     const float scale = red == "mean" ? (count ? 1.f / float(count) : NAN) : 1.f;
-    parallel_rows(N, threads_for(N * C), [&](int64_t r0, int64_t r1) {
+    kernels::parallel_ranges(N, threads_for(N * C), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         float* d = dp + r * C;
         if (tp[r] == ignore_index) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../kernels/cpu/threads.h"
 #include "../tensor/internal.h"
 
 namespace attn {
@@ -312,17 +313,24 @@ bool compare(Op op, T a, T b) {
 // Float add/sub/mul/div of contiguous operands where b (or a) is the same shape as out or a
 // contiguous block repeated along leading dims (a bias, a position table): plain loops the
 // compiler vectorises. Same per-element arithmetic as apply(), so results are identical.
+// Parallel above kernels::threads_for's size: each thread a contiguous range of the output (of
+// whole repeats of b when b repeats), the same per-element arithmetic whatever the split.
 template <typename F>
 void repeat_loop(const float* a, const float* b, float* o, int64_t n, int64_t nb, bool b_rep, F f) {
+  const int nt = kernels::threads_for(n);
   if (!b_rep) {
-    for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
+    kernels::parallel_ranges(n, nt, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) o[i] = f(a[i], b[i]);
+    });
     return;
   }
-  for (int64_t base = 0; base < n; base += nb) {
-    const float* ar = a + base;
-    float* orow = o + base;
-    for (int64_t j = 0; j < nb; ++j) orow[j] = f(ar[j], b[j]);
-  }
+  kernels::parallel_ranges(n / nb, nt, [&](int64_t r0, int64_t r1) {
+    for (int64_t base = r0 * nb; base < r1 * nb; base += nb) {
+      const float* ar = a + base;
+      float* orow = o + base;
+      for (int64_t j = 0; j < nb; ++j) orow[j] = f(ar[j], b[j]);
+    }
+  });
 }
 
 // Whether `small` (contiguous) equals the trailing dims of `shape` after dropping its own

@@ -203,19 +203,17 @@ void Adam::step() {
   };
   int64_t total = 0;
   for (const Update& u : updates) total += u.n;
-  const int nt = attn::kernels::threads_for(total);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    const int64_t lo = total * t / n, hi = total * (t + 1) / n;  // this thread's elements
-    int64_t start = 0;
-    for (const Update& u : updates) {
-      const int64_t i0 = std::max(lo - start, int64_t(0)), i1 = std::min(hi - start, u.n);
-      if (i0 < i1) run(u, i0, i1);
-      start += u.n;
-      if (start >= hi) break;
-    }
-  }
+  // Each thread's range of the elements of all parameters together.
+  attn::kernels::parallel_ranges(
+      total, attn::kernels::threads_for(total), [&](int64_t lo, int64_t hi) {
+        int64_t start = 0;
+        for (const Update& u : updates) {
+          const int64_t i0 = std::max(lo - start, int64_t(0)), i1 = std::min(hi - start, u.n);
+          if (i0 < i1) run(u, i0, i1);
+          start += u.n;
+          if (start >= hi) break;
+        }
+      });
   for (const Tensor* p : updated) detail::bump_version(*p);
 }
 

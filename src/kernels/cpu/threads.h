@@ -6,6 +6,8 @@
 // too: BlasSingleThread keeps it at one while any sgemm of attn is in flight on any thread.
 #pragma once
 
+#include <omp.h>
+
 #include <cstdint>
 
 namespace attn::kernels {
@@ -22,6 +24,21 @@ void set_num_threads(int n);
 inline constexpr int64_t kParallelElems = int64_t(1) << 16;
 inline int threads_for(int64_t elems, int64_t min_elems = kParallelElems) {
   return elems >= min_elems ? num_threads() : 1;
+}
+
+// Runs body(i0, i1) over [0, n) split into `nt` contiguous, nearly equal ranges, one per thread of
+// one parallel region (inline when nt <= 1 or n < 2).
+template <typename F>
+void parallel_ranges(int64_t n, int nt, F&& body) {
+  if (nt <= 1 || n < 2) {
+    body(int64_t(0), n);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), k = omp_get_num_threads();
+    body(n * t / k, n * (t + 1) / k);
+  }
 }
 
 // While alive, OpenBLAS runs single-threaded (attn splits products across its own threads, see
