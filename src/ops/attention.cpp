@@ -56,14 +56,19 @@ Shape broadcast3(const Shape& a, const Shape& b, const Shape& c, const Tensor& q
 }
 
 // Whether every element of a float32 tensor is finite (no inf, no NaN). Reads each element once
-// (dims of stride 0, i.e. broadcast ones, once in total); the inner loop over a contiguous row
+// (dims of stride 0, i.e. broadcast ones, once in total); the inner loop over a contiguous run
 // tests the exponent bits and vectorises.
 bool all_finite(const Tensor& t) {
   const int64_t nd = t.dim();
   if (t.numel() == 0) return true;
   const float* base = t.data_ptr<float>();
   if (nd == 0) return std::isfinite(*base);
-  const int64_t n = t.size(-1), s = n == 1 ? 1 : t.stride(-1);
+  // The innermost run of elements: the last dim, and the dims before it while they continue it
+  // contiguously (a contiguous tensor is one run, not one row of head_dim at a time).
+  int64_t inner = nd - 1, n = t.size(-1);
+  const int64_t s = n == 1 ? 1 : t.stride(-1);
+  if (s == 1)
+    while (inner > 0 && (t.stride(inner - 1) == n || t.size(inner - 1) == 1)) n *= t.size(--inner);
   auto row_ok = [n, s](const float* r) {
     uint32_t bad = 0;
     if (s == 1) {
@@ -78,16 +83,16 @@ bool all_finite(const Tensor& t) {
     return bad == 0;
   };
   // Outer dims, with broadcast (stride 0) dims visited once.
-  Shape size(size_t(nd - 1)), stride(size_t(nd - 1));
-  for (int64_t d = 0; d + 1 < nd; ++d) {
+  Shape size(static_cast<size_t>(inner)), stride(static_cast<size_t>(inner));
+  for (int64_t d = 0; d < inner; ++d) {
     size[d] = t.stride(d) == 0 ? 1 : t.size(d);
     stride[d] = t.stride(d);
   }
-  Shape idx(size_t(nd - 1), 0);
+  Shape idx(static_cast<size_t>(inner), 0);
   int64_t off = 0;
   while (true) {
     if (!row_ok(base + off)) return false;
-    int64_t d = nd - 2;
+    int64_t d = inner - 1;
     for (; d >= 0; --d) {
       off += stride[d];
       if (++idx[d] < size[d]) break;
