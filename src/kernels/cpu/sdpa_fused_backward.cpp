@@ -277,11 +277,22 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
   const float* v = p.v + b * p.v_batch_stride + h_kv * p.v_head_stride + j0 * p.v_row_stride;
 
   // ---- the key block: transposed copies of k and v (zero columns past nc), k rows for dQ -------
-  for (int64_t jj = 0; jj < kBc; ++jj) {
-    const bool in = jj < nc;
-    for (int64_t d = 0; d < D; ++d) sc.Kt[d * kBc + jj] = in ? k[jj * p.k_row_stride + d] : 0.0f;
-    for (int64_t e = 0; e < D_v; ++e) sc.Vt[e * kBc + jj] = in ? v[jj * p.v_row_stride + e] : 0.0f;
-  }
+  // In blocks of 32 keys x 4 columns: 32 rows' loads in flight at once (k and v have usually left
+  // the cache since the forward: one row after another waited on memory for each), while the
+  // stores stay within a few lines.
+  constexpr int64_t kTrRows = 32, kTrCols = 4;
+  static_assert(kBc % kTrRows == 0);
+  for (int64_t jb = 0; jb < kBc; jb += kTrRows)
+    for (int64_t d0 = 0; d0 < std::max(D, D_v); d0 += kTrCols) {
+      const int64_t d1 = std::min(d0 + kTrCols, D), e1 = std::min(d0 + kTrCols, D_v);
+      for (int64_t jj = jb; jj < jb + kTrRows; ++jj) {
+        const bool in = jj < nc;
+        for (int64_t d = d0; d < d1; ++d)
+          sc.Kt[d * kBc + jj] = in ? k[jj * p.k_row_stride + d] : 0.0f;
+        for (int64_t e = d0; e < e1; ++e)
+          sc.Vt[e * kBc + jj] = in ? v[jj * p.v_row_stride + e] : 0.0f;
+      }
+    }
   const float* Kn = k;
   int64_t ld_Kn = p.k_row_stride;
   if (D % 8) {
