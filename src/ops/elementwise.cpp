@@ -447,8 +447,18 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
       fail(fn, "result type ", dtype_name(out_dtype), " can't be cast to the desired output type ",
            dtype_name(out.dtype()));
   }
-  Tensor res =
-      detail::make_tensor(fn, shape, tmp_dtype, /*zero=*/false);  // run_binary writes it all
+  // An in-place form writes `out` directly where that reads each input element before writing
+  // the same position (each input either elsewhere in memory or laid out exactly as out), else
+  // through a temporary and a copy.
+  auto direct_ok = [&out](const Tensor& t) {
+    return t.impl()->storage != out.impl()->storage ||
+           (t.storage_offset() == out.storage_offset() && t.shape() == out.shape() &&
+            t.strides() == out.strides());
+  };
+  const bool direct = out.defined() && out.dtype() == tmp_dtype && direct_ok(ca) && direct_ok(cb);
+  Tensor res = direct ? out
+                      : detail::make_tensor(fn, shape, tmp_dtype,
+                                            /*zero=*/false);  // run_binary writes it all
   switch (kt) {
     case Dtype::Float32: run_binary<float>(op, ca, cb, res); break;
     case Dtype::Int64: run_binary<int64_t>(op, ca, cb, res); break;
@@ -457,7 +467,10 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
     case Dtype::Float16: fail(fn, "internal: computing in ", dtype_name(kt));
   }
   if (out.defined()) {
-    out.copy_(res);
+    if (direct)
+      detail::bump_version(out);  // as copy_ would: saved views of out are now stale
+    else
+      out.copy_(res);
     return out;
   }
   return tmp_dtype == out_dtype ? res : res.to(out_dtype);
