@@ -5,6 +5,7 @@
 #include <attn/ops.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "../kernels/cpu/sdpa_fused.h"
 #include "../kernels/cpu/sdpa_reference.h"
+#include "../kernels/cpu/threads.h"
 #include "../kernels/cpu/vmath.h"
 #include "../kernels/cpu/workspace.h"
 #include "../tensor/internal.h"
@@ -91,23 +93,42 @@ bool all_finite(const Tensor& t) {
   };
   // Outer dims, with broadcast (stride 0) dims visited once.
   Shape size(static_cast<size_t>(inner)), stride(static_cast<size_t>(inner));
+  int64_t rows = 1;
   for (int64_t d = 0; d < inner; ++d) {
     size[d] = t.stride(d) == 0 ? 1 : t.size(d);
     stride[d] = t.stride(d);
+    rows *= size[d];
   }
-  Shape idx(static_cast<size_t>(inner), 0);
-  int64_t off = 0;
-  while (true) {
-    if (!row_ok(base + off)) return false;
-    int64_t d = inner - 1;
-    for (; d >= 0; --d) {
-      off += stride[d];
-      if (++idx[d] < size[d]) break;
-      off -= stride[d] * size[d];
-      idx[d] = 0;
+  // Split across the threads (the tensor was mostly just written by several threads, each part in
+  // its own core's cache): a single run by elements, else by runs.
+  std::atomic<bool> ok{true};
+  const int nt = kernels::threads_for(rows * n);
+  if (rows == 1 && s == 1) {
+    kernels::parallel_ranges(n, nt, [&](int64_t i0, int64_t i1) {
+      if (!run_finite(base + i0, i1 - i0)) ok = false;
+    });
+    return ok;
+  }
+  kernels::parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
+    Shape idx(static_cast<size_t>(inner), 0);
+    int64_t off = 0;
+    for (int64_t d = inner - 1, r = r0; d >= 0; --d) {  // row r0's index and offset
+      idx[d] = r % size[d], r /= size[d];
+      off += idx[d] * stride[d];
     }
-    if (d < 0) return true;
-  }
+    bool all = true;
+    for (int64_t r = r0; r < r1; ++r) {
+      all = row_ok(base + off) && all;
+      for (int64_t d = inner - 1; d >= 0; --d) {  // the next row
+        off += stride[d];
+        if (++idx[d] < size[d]) break;
+        off -= stride[d] * size[d];
+        idx[d] = 0;
+      }
+    }
+    if (!all) ok = false;
+  });
+  return ok;
 }
 
 bool any_nan(const Tensor& t) {
