@@ -188,24 +188,23 @@ def run_one(args, impl, n, flags, values, layout, kind, ckpt=None):
     return rec
 
 
-def run_contender(args, impl, n, model, commands):
-    """PyTorch contender impl with n threads on model: the layout search, then the full run at
-    the fastest layout. Returns {"best": full run, "tried": every run}."""
+def choose_layouts(args, impl, n, model):
+    """PyTorch contender impl with n threads on model: the layouts for its full runs (the
+    fastest probe's, or every layout when there is no search) and the probes run."""
     layouts = torch_layouts(n, args.torch_layouts, args.torch_blas_threads)
-    flags, values = model_flags(args, model, "full")
-    probe = len(layouts) > 1 and args.search_iters != 0
     tried = []
-    if probe:
+    if len(layouts) > 1 and args.search_iters != 0:
         pflags, pvalues = model_flags(args, model, "probe")
         for layout in layouts:
             tried.append(run_one(args, impl, n, pflags, pvalues, layout, "probe"))
         ok = [(r, l) for r, l in zip(tried, layouts) if report.ms_of(r)]
         layouts = [min(ok, key=lambda x: report.ms_of(x[0]))[1]] if ok else layouts[:1]
-    full = [run_one(args, impl, n, flags, values, layout, "full") for layout in layouts]
-    tried += full
-    commands.extend(r["cmd"] for r in full)
-    ok = [r for r in full if report.ms_of(r)]
-    return {"best": min(ok, key=report.ms_of) if ok else full[0], "tried": tried}
+    return layouts, tried
+
+
+def fastest(runs):
+    ok = [r for r in runs if report.ms_of(r)]
+    return min(ok, key=report.ms_of) if ok else runs[0]
 
 
 def run_generation(args, ckpt):
@@ -270,6 +269,9 @@ def parse_args(argv=None):
     p.add_argument("--search-iters", type=int, default=None, metavar="K",
                    help="steps of each layout's probe (default: the model's; 0: train every "
                         "layout the full length)")
+    p.add_argument("--rounds", type=int, default=1, metavar="R",
+                   help="full runs of every contender, in R interleaved rounds; each "
+                        "contender's figure is its fastest round (default 1)")
     p.add_argument("--out-dir", help="where attn train writes its checkpoints "
                                      "(default: a new directory under /tmp)")
     p.add_argument("--generate", action="store_true", help="also time attn generate")
@@ -307,6 +309,8 @@ def parse_args(argv=None):
         p.error("--gen-tokens and --gen-repeat must be >= 1")
     if a.timeout is not None and a.timeout <= 0:
         p.error("--timeout must be > 0")
+    if a.rounds < 1:
+        p.error("--rounds must be >= 1")
     a.models = list(MODELS) if a.model == "both" else [a.model]
     return a
 
@@ -346,6 +350,7 @@ def main(argv=None):
                 os.path.relpath(args.torch_python, ROOT)
                 if args.torch_python.startswith(ROOT + os.sep) else args.torch_python),
             "search_note": "Search: %s." % search if max(args.thread_list) > 1 else "",
+            "rounds": args.rounds,
             "argv": ["bench/train_compare.py"] + (sys.argv[1:] if argv is None else list(argv))}
     print("machine: %s, %s CPU(s), load average %s; torch %s (%s) from %s; git %s" %
           (info["machine"].get("model"), info["machine"].get("cpus"),
@@ -360,19 +365,41 @@ def main(argv=None):
                      "torch": {}, "steps": values["max-iters"],
                      "preset": all(values[k] == v for k, v in MODELS[model]["shape"].items()),
                      "eval": (values["eval-interval"], values["eval-iters"])}
-            if "attn" in args.contender_list:
-                ckpt = os.path.join(out_dir, "%s_threads%d" % (model, n))
-                entry["attn"] = run_one(args, "attn", n, flags, values, (n, n, False), "full",
-                                        ckpt)
-                commands.append(entry["attn"]["cmd"])
-                failed |= entry["attn"]["figures"] is None
-                if first_ckpt is None and entry["attn"]["figures"]:
-                    first_ckpt = ckpt
+            # The PyTorch layouts first, then --rounds rounds of full runs, one of each contender
+            # after another, so that a slow spell of a shared machine falls on all of them; each
+            # contender's figure is its fastest round.
+            layouts, tried = {}, {}
+            for c in torch_contenders:
+                layouts[c], tried[c] = choose_layouts(args, c, n, model)
+            attn_runs = []
+            for rnd in range(args.rounds):
+                if "attn" in args.contender_list:
+                    ckpt = os.path.join(out_dir, "%s_threads%d%s" %
+                                        (model, n, "_round%d" % (rnd + 1) if rnd else ""))
+                    run = run_one(args, "attn", n, flags, values, (n, n, False), "full", ckpt)
+                    run["round"], run["rounds"] = rnd + 1, args.rounds
+                    attn_runs.append(run)
+                    if rnd == 0:
+                        commands.append(run["cmd"])
+                    failed |= run["figures"] is None
+                    if first_ckpt is None and run["figures"]:
+                        first_ckpt = ckpt
+                for c in torch_contenders:
+                    for layout in layouts[c]:
+                        run = run_one(args, c, n, flags, values, layout, "full")
+                        run["round"], run["rounds"] = rnd + 1, args.rounds
+                        tried[c].append(run)
+                        if rnd == 0:
+                            commands.append(run["cmd"])
+            if attn_runs:
+                entry["attn"] = dict(fastest(attn_runs))
+                entry["attn"]["all_rounds"] = attn_runs
             else:
                 entry["attn"] = {"skipped": True, "figures": None}
             for c in torch_contenders:
-                entry["torch"][c] = run_contender(args, c, n, model, commands)
-                failed |= any(r["figures"] is None for r in entry["torch"][c]["tried"])
+                full = [r for r in tried[c] if r["kind"] == "full"]
+                entry["torch"][c] = {"best": fastest(full), "tried": tried[c]}
+                failed |= any(r["figures"] is None for r in tried[c])
             results.append(entry)
 
     gen, gen_commands = [], []

@@ -103,17 +103,31 @@ LAYOUT_HEAD = ["model", "threads", "contender", "layout (intra-op x BLAS)", "run
                "ms/iter", "BLAS threads at the end"]
 
 
+def run_kind(t):
+    """probe, full, or full (round K of R) when there were several rounds."""
+    kind = t.get("kind", "full")
+    return "%s (round %d of %d)" % (kind, t["round"], t["rounds"]) if t.get("rounds", 1) > 1 \
+        else kind
+
+
 def layout_rows(results):
-    """Every PyTorch layout tried where there was a choice (the search), best first."""
+    """Every PyTorch layout tried where there was a choice (the search) and every round of
+    every contender where there were several, best first."""
     rows = []
     for r in results:
+        a = r.get("attn") or {}
+        rounds = a.get("all_rounds") or []
+        if len(rounds) > 1:
+            for t in sorted(rounds, key=lambda t: ms_of(t) or float("inf")):
+                rows.append([r["model"], str(r["threads"]), "attn", "%d threads" % r["threads"],
+                             run_kind(t), str(t.get("iters", "-")), cell_ms(t), "-"])
         for c, entry in r["torch"].items():
             tried = entry.get("tried") or []
             if len(tried) < 2:
                 continue
             for t in sorted(tried, key=lambda t: ms_of(t) or float("inf")):
                 rows.append([r["model"], str(r["threads"]), CONTENDER_NAMES[c], t["layout"],
-                             t.get("kind", "full"), str(t.get("iters", "-")), cell_ms(t),
+                             run_kind(t), str(t.get("iters", "-")), cell_ms(t),
                              str(t.get("blas_threads_at_end", "-"))])
     return rows
 
@@ -213,7 +227,7 @@ def markdown(info, results, contenders, commands, gen=(), gen_commands=(), gen_t
            info["search_note"]))
     lines.append("")
     lines.append(
-        "ms/iter is each program's median training-step time (evaluation excluded%s). "
+        "ms/iter is each program's median training-step time (evaluation excluded%s)%s. "
         "Val loss is the last evaluation's; `eval lines vs attn` compares every "
         "`step N: train loss X, val loss Y` line of the run with attn's, as both print them (4 "
         "decimals). Peak MiB is the process's ru_maxrss (PyTorch's includes the interpreter and "
@@ -221,7 +235,9 @@ def markdown(info, results, contenders, commands, gen=(), gen_commands=(), gen_t
         "ms/iter by attn's." %
         ("; torch.compile's first steps, which compile, excluded too: `--skip-steps`. "
          "torch.compile runs in its default mode (inductor, C++ kernels on the CPU; the "
-         "optimizer step stays eager)" if "compile" in contenders else ""))
+         "optimizer step stays eager)" if "compile" in contenders else "",
+         "; with %d rounds (every contender's full run once per round, one after another), "
+         "each contender's fastest round" % info["rounds"] if info.get("rounds", 1) > 1 else ""))
     lines.append("")
     seen = []
     for r in results:
@@ -234,9 +250,9 @@ def markdown(info, results, contenders, commands, gen=(), gen_commands=(), gen_t
     lines.append(md_table(head, main_rows(results, contenders)))
     lines.append("")
     if layout_rows(results):
-        lines.append("Thread layouts tried (the search: a `probe` is the full run's command "
-                     "with --max-iters K --eval-interval K --eval-iters 1, and only picks the "
-                     "layout):")
+        lines.append("Every run (the search: a `probe` is the full run's command with "
+                     "--max-iters K --eval-interval K --eval-iters 1, and only picks the layout; "
+                     "rounds: the full runs, repeated):")
         lines.append("")
         lines.append(md_table(LAYOUT_HEAD, layout_rows(results)))
         lines.append("")
