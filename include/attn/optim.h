@@ -118,6 +118,11 @@ class Adam : public Optimizer {
   Adam(const std::vector<Tensor>& params, const AdamOptions& options);
 
   void step() override;
+  // step() with every gradient multiplied by grad_scale as it is read, the gradients themselves
+  // left as they are: clip_grads_with_norm_ then step() in one pass over the gradients, with the
+  // same parameters and state to the bit when grad_scale is clip_coefficient(total_norm,
+  // max_norm). grad_scale 1: step().
+  void step_scaled(float grad_scale);
   nn::NamedTensors state_dict() const override;
   void load_state_dict(const nn::NamedTensors& state) override;
 
@@ -188,6 +193,9 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
 // clip_grad_norm_'s results.
 double total_grad_norm(const std::vector<Tensor>& params, double norm_type = 2.0);
 void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm);
+// The factor clip_grads_with_norm_ multiplies the gradients by: min(1, max_norm / (total_norm +
+// 1e-6)), in float32 as torch computes it.
+float clip_coefficient(double total_norm, double max_norm);
 // torch.nn.utils.clip_grad_value_: every gradient clamped to [-clip_value, clip_value].
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 

@@ -21,13 +21,14 @@ using detail::fail;
 namespace kernels {
 
 // AdamW without amsgrad, fused: the five element-wise passes of torch's single-tensor AdamW in
-// one loop, with the same operations in the same order per element.
+// one loop, with the same operations in the same order per element. Each gradient is first
+// multiplied by gscale (gradient clipping's factor; 1 leaves it exact).
 ATTN_VMATH_CLONES
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float decay, float beta1,
                   float one_minus_beta1, float beta2, float one_minus_beta2, float bc2_sqrt,
-                  float eps, float neg_step_size) {
+                  float eps, float neg_step_size, float gscale) {
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] * gscale;
     float pi = p[i] * decay;
     const float mi = m[i] * beta1 + one_minus_beta1 * gi;
     const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
@@ -45,10 +46,12 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float
 ATTN_VMATH_CLONES
 void adam_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, float gsign,
                  float l2, float decay, float beta1, float one_minus_beta1, float beta2,
-                 float one_minus_beta2, float bc2_sqrt, float eps, float neg_step_size) {
+                 float one_minus_beta2, float bc2_sqrt, float eps, float neg_step_size,
+                 float gscale) {
   for (int64_t i = 0; i < n; ++i) {
     float pi = p[i];
-    const float gi = l2 != 0.0f ? gsign * g[i] + l2 * pi : gsign * g[i];
+    const float gs = gsign * (g[i] * gscale);
+    const float gi = l2 != 0.0f ? gs + l2 * pi : gs;
     pi = pi * decay;
     const float mi = m[i] * beta1 + one_minus_beta1 * gi;
     const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
@@ -72,7 +75,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64
   const double step_size = o.lr / bc1;
   adamw_update(p, g, m, v, n, float(1.0 - o.lr * weight_decay), float(o.beta1),
                float(1.0 - o.beta1), float(o.beta2), float(1.0 - o.beta2), float(std::sqrt(bc2)),
-               float(o.eps), float(-step_size));
+               float(o.eps), float(-step_size), 1.0f);
 }
 
 }  // namespace kernels
@@ -140,7 +143,9 @@ void Adam::check_group(const ParamGroup& g) const {
     fail(fn, "Invalid initial learning rate: ", *g.initial_lr);
 }
 
-void Adam::step() {
+void Adam::step() { step_scaled(1.0f); }
+
+void Adam::step_scaled(float grad_scale) {
   NoGradGuard no_grad;
   state_.resize(num_params());
   // One update per parameter with a gradient, gathered first and then run over all parameters
@@ -191,15 +196,15 @@ void Adam::step() {
     }
   }
   // Elements [i0, i1) of update u.
-  auto run = [](const Update& u, int64_t i0, int64_t i1) {
+  auto run = [grad_scale](const Update& u, int64_t i0, int64_t i1) {
     if (u.fused)
       kernels::adamw_update(u.p + i0, u.g + i0, u.m + i0, u.v + i0, i1 - i0, u.decay, u.beta1,
                             u.one_minus_beta1, u.beta2, u.one_minus_beta2, u.bc2_sqrt, u.eps,
-                            u.neg_step_size);
+                            u.neg_step_size, grad_scale);
     else
       kernels::adam_update(u.p + i0, u.g + i0, u.m + i0, u.v + i0, u.vmax ? u.vmax + i0 : nullptr,
                            i1 - i0, u.gsign, u.l2, u.decay, u.beta1, u.one_minus_beta1, u.beta2,
-                           u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size);
+                           u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size, grad_scale);
   };
   int64_t total = 0;
   for (const Update& u : updates) total += u.n;

@@ -104,13 +104,6 @@ float total_norm(const std::vector<Tensor>& grads, double norm_type) {
                                     [&norms](int64_t i) { return norms[std::size_t(i)]; });
 }
 
-// As torch computes it in float: max_norm * (1 / (total + 1e-6)), clamped to at most 1 (NaN
-// stays NaN).
-float clip_coef(float total, double max_norm) {
-  const float coef = (1.0f / (total + 1e-6f)) * float(max_norm);
-  return coef > 1.0f ? 1.0f : coef;
-}
-
 // Every gradient multiplied by coef (nothing when it is 1).
 void scale(std::vector<Tensor>& grads, float coef) {
   if (coef == 1.0f) return;
@@ -142,7 +135,14 @@ void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, d
   if (std::isnan(max_norm)) fail(fn, "max_norm must be a number, got nan");
   NoGradGuard no_grad;
   std::vector<Tensor> grads = grads_of(fn, params);
-  scale(grads, clip_coef(float(total_norm), max_norm));
+  scale(grads, clip_coefficient(total_norm, max_norm));
+}
+
+// As torch computes it in float: max_norm * (1 / (total + 1e-6)), clamped to at most 1 (NaN
+// stays NaN).
+float clip_coefficient(double total_norm, double max_norm) {
+  const float coef = (1.0f / (float(total_norm) + 1e-6f)) * float(max_norm);
+  return coef > 1.0f ? 1.0f : coef;
 }
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type,
@@ -159,7 +159,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
          " for gradients from `parameters` is non-finite, so it cannot be clipped. To disable "
          "this error and scale the gradients by the non-finite norm anyway, set "
          "`error_if_nonfinite=False`");
-  scale(grads, clip_coef(total, max_norm));
+  scale(grads, clip_coefficient(total, max_norm));
   return double(total);
 }
 

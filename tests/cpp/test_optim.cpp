@@ -464,5 +464,37 @@ TEST(Optim, AdamWIsTheSameOnAnyNumberOfThreads) {
   EXPECT_EQ(results[0], results[1]);
 }
 
+// step_scaled(clip_coefficient(...)) is clip_grads_with_norm_ then step(), to the bit, for AdamW,
+// for Adam with amsgrad and maximize (the other kernel), and when nothing is clipped; the gradients
+// themselves stay as they were.
+TEST(Optim, StepScaledIsClipThenStep) {
+  for (const bool amsgrad : {false, true}) {
+    std::vector<Tensor> a, b;
+    for (int i = 0; i < 4; ++i) {
+      a.push_back(param({5 + 3000 * i}, uint64_t(50 + i)));
+      b.push_back(a.back().detach().requires_grad_(true));
+    }
+    const optim::AdamWOptions o{0.01, 0.9, 0.99, 1e-8, 0.1, amsgrad, amsgrad};
+    optim::AdamW opt_a(a, o), opt_b(b, o);
+    for (int step = 1; step <= 3; ++step) {
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        // Large gradients at steps 1 and 3 (clipped), small at step 2 (coefficient 1).
+        const Tensor g = grad_for(a[i], step, int(i)) * (step == 2 ? 1e-4 : 5.0);
+        a[i].set_grad(g.clone());
+        b[i].set_grad(g.clone());
+      }
+      const double total = optim::total_grad_norm(a);
+      optim::clip_grads_with_norm_(a, 1.0, total);
+      opt_a.step();
+      const float coef = optim::clip_coefficient(total, 1.0);
+      EXPECT_EQ(coef < 1.0f, step != 2);
+      const std::vector<float> g0 = values(b[0].grad());
+      opt_b.step_scaled(coef);
+      EXPECT_EQ(values(b[0].grad()), g0);
+      for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(values(a[i]), values(b[i])) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn

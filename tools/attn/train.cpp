@@ -1183,8 +1183,9 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
       zero_opt->step(o.grad_clip);
       zero_opt->zero_grad();
     } else {
-      if (clip) optim::clip_grads_with_norm_(params, o.grad_clip, grad_norm);
-      opt.step();
+      // Clipping inside the update (the same weights to the bit, one pass over the gradients
+      // fewer).
+      opt.step_scaled(clip ? optim::clip_coefficient(grad_norm, o.grad_clip) : 1.0f);
       opt.zero_grad();
     }
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
