@@ -58,9 +58,6 @@ Shape broadcast3(const Shape& a, const Shape& b, const Shape& c, const Tensor& q
   }
 }
 
-// Whether every element of a float32 tensor is finite (no inf, no NaN). Reads each element once
-// (dims of stride 0, i.e. broadcast ones, once in total); the inner loop over a contiguous run
-// tests the exponent bits and vectorises.
 // Whether n contiguous floats are all finite: the exponent bits of each, OR-ed over the run
 // (vectorises; an AVX-512 and an AVX2 version besides the baseline's SSE2).
 ATTN_VMATH_CLONES
@@ -74,6 +71,9 @@ bool run_finite(const float* r, int64_t n) {
   return bad == 0;
 }
 
+// Whether every element of a float32 tensor is finite (no inf, no NaN). Reads each element once
+// (dims of stride 0, i.e. broadcast ones, once in total); the inner loop over a contiguous run
+// tests the exponent bits and vectorises.
 bool all_finite(const Tensor& t) {
   const int64_t nd = t.dim();
   if (t.numel() == 0) return true;

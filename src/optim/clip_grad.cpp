@@ -9,8 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include "../kernels/cpu/dot.h"
 #include "../kernels/cpu/threads.h"
-#include "../kernels/cpu/vmath.h"
 #include "../tensor/internal.h"
 
 namespace attn::optim {
@@ -64,19 +64,6 @@ float p_norm(int64_t n, double p, Get get) {
   return float(std::pow(s, 1.0 / p));
 }
 
-// The sum of x*x over n floats, in double: eight running sums (so that the loop vectorises), added
-// up pairwise at the end. Each square is exact in double; only the order of the additions differs
-// from one running sum.
-ATTN_VMATH_CLONES
-double sum_squares(const float* x, int64_t n) {
-  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += double(x[i + j]) * double(x[i + j]);
-  for (int j = 0; i < n; ++i, ++j) acc[j] += double(x[i]) * double(x[i]);
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
-
 int threads_for(const std::vector<Tensor>& grads) {
   int64_t n = 0;
   for (const Tensor& g : grads) n += g.numel();
@@ -96,7 +83,7 @@ float total_norm(const std::vector<Tensor>& grads, double norm_type) {
     const Tensor& c = cs[std::size_t(i)];
     const float* d = c.data_ptr<float>();
     norms[std::size_t(i)] = norm_type == 2.0
-                                ? float(std::sqrt(sum_squares(d, c.numel())))
+                                ? float(std::sqrt(kernels::dot_double(d, d, c.numel())))
                                 : p_norm(c.numel(), norm_type, [d](int64_t j) { return d[j]; });
   }
   return norms.size() == 1 ? norms[0]

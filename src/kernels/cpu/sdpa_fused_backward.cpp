@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "dot.h"
 #include "sdpa_fused.h"
 #include "sdpa_fused_backward_tiles.h"
 #include "simd.h"
@@ -137,18 +138,6 @@ Band make_band(const SdpaParams& p) {
   return band;
 }
 
-// sum_e o[e] g[e] accumulated in double: eight independent partial sums (e mod 8), added pairwise
-// at the end, so that the adds do not wait on one another (one chain of n dependent adds was most
-// of the backward's time outside its tiles at head_dim 32-64). The order depends on n only.
-double dot_double(const float* o, const float* g, int64_t n) {
-  double acc[8] = {};
-  int64_t e = 0;
-  for (; e + 8 <= n; e += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += double(o[e + l]) * double(g[e + l]);
-  for (int l = 0; e < n; ++e, ++l) acc[l] += double(o[e]) * double(g[e]);
-  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
-
 struct Driver {
   const SdpaBackwardParams& bp;
   const SdpaParams& p;
@@ -206,7 +195,7 @@ void Driver::run(bool parallel) {
     const float* o = p.out + b * p.out_batch_stride + h * p.out_head_stride + i * p.out_row_stride;
     const float* g =
         bp.dout + b * bp.dout_batch_stride + h * bp.dout_head_stride + i * bp.dout_row_stride;
-    Di[r] = float(dot_double(o, g, p.D_v));
+    Di[r] = float(dot_double(o, g, p.D_v));  // eight independent sums, not one chain
     if (direct) {
       float* dq = bp.dq + b * bp.dq_batch_stride + h * bp.dq_head_stride + i * bp.dq_row_stride;
       std::fill(dq, dq + p.D, 0.0f);
