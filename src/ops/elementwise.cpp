@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "../kernels/cpu/threads.h"
+#include "../kernels/cpu/vmath.h"
 #include "../tensor/internal.h"
 
 namespace attn {
@@ -309,27 +310,61 @@ bool compare(Op op, T a, T b) {
   }
 }
 
-// out[i] = a[i] op b[i] with a, b already of compute type T (broadcast views allowed).
 // Float add/sub/mul/div of contiguous operands where b (or a) is the same shape as out or a
-// contiguous block repeated along leading dims (a bias, a position table): plain loops the
-// compiler vectorises. Same per-element arithmetic as apply(), so results are identical.
-// Parallel above kernels::threads_for's size: each thread a contiguous range of the output (of
-// whole repeats of b when b repeats), the same per-element arithmetic whatever the split.
-template <typename F>
-void repeat_loop(const float* a, const float* b, float* o, int64_t n, int64_t nb, bool b_rep, F f) {
+// contiguous block repeated along leading dims (a bias, a position table): plain loops,
+// vectorised (AVX-512, AVX2 or SSE2, picked at load time) with the same per-element arithmetic
+// as apply(), so the results are identical.
+enum class FloatOp { kAdd, kSub, kRSub, kMul, kDiv, kRDiv };  // kR*: b op a
+
+// o[i] = a[i] op b[i]. `o` may be `a` or `b` itself (in-place forms; binary() goes through a
+// temporary when an input overlaps `out` any other way), so no element is read after an earlier
+// iteration wrote it: ivdep lets GCC vectorise without its run-time overlap test, which fails
+// for o == a.
+ATTN_VMATH_CLONES __attribute__((noinline)) void float_binary(FloatOp op, const float* a,
+                                                              const float* b, float* o, int64_t n) {
+  switch (op) {
+    case FloatOp::kAdd:
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+      break;
+    case FloatOp::kSub:
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] - b[i];
+      break;
+    case FloatOp::kRSub:
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = b[i] - a[i];
+      break;
+    case FloatOp::kMul:
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] * b[i];
+      break;
+    case FloatOp::kDiv:
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] / b[i];
+      break;
+    case FloatOp::kRDiv:
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = b[i] / a[i];
+      break;
+  }
+}
+
+// float_binary over n elements of `a` against `b`, either as long as `a` or (b_rep) nb elements
+// repeated. Parallel above kernels::threads_for's size: each thread a contiguous range of the
+// output (of whole repeats of b when b repeats), the same per-element arithmetic whatever the
+// split.
+void repeat_loop(FloatOp op, const float* a, const float* b, float* o, int64_t n, int64_t nb,
+                 bool b_rep) {
   const int nt = kernels::threads_for(n);
   if (!b_rep) {
-    kernels::parallel_ranges(n, nt, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) o[i] = f(a[i], b[i]);
-    });
+    kernels::parallel_ranges(
+        n, nt, [&](int64_t i0, int64_t i1) { float_binary(op, a + i0, b + i0, o + i0, i1 - i0); });
     return;
   }
   kernels::parallel_ranges(n / nb, nt, [&](int64_t r0, int64_t r1) {
-    for (int64_t base = r0 * nb; base < r1 * nb; base += nb) {
-      const float* ar = a + base;
-      float* orow = o + base;
-      for (int64_t j = 0; j < nb; ++j) orow[j] = f(ar[j], b[j]);
-    }
+    for (int64_t base = r0 * nb; base < r1 * nb; base += nb)
+      float_binary(op, a + base, b, o + base, nb);
   });
 }
 
@@ -364,30 +399,19 @@ bool binary_fast_float(Op op, const Tensor& a, const Tensor& b, const Tensor& ou
   const float* pf = a_full ? pa : pb;
   const float* pr = a_full ? pb : pa;
   const bool swap = !a_full;
+  FloatOp fop;
   switch (op) {
-    case Op::Add:
-      repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return x + y; });
-      break;
-    case Op::Mul:
-      repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return x * y; });
-      break;
-    case Op::Sub:
-      if (swap)
-        repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return y - x; });
-      else
-        repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return x - y; });
-      break;
-    case Op::Div:
-      if (swap)
-        repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return y / x; });
-      else
-        repeat_loop(pf, pr, po, n, nb, rep, [](float x, float y) { return x / y; });
-      break;
+    case Op::Add: fop = FloatOp::kAdd; break;
+    case Op::Mul: fop = FloatOp::kMul; break;
+    case Op::Sub: fop = swap ? FloatOp::kRSub : FloatOp::kSub; break;
+    case Op::Div: fop = swap ? FloatOp::kRDiv : FloatOp::kDiv; break;
     default: return false;
   }
+  repeat_loop(fop, pf, pr, po, n, nb, rep);
   return true;
 }
 
+// out[i] = a[i] op b[i] with a, b already of compute type T (broadcast views allowed).
 template <typename T>
 void run_binary(Op op, const Tensor& a, const Tensor& b, const Tensor& out) {
   if constexpr (std::is_same_v<T, float>) {
