@@ -30,104 +30,111 @@ int threads_for(int64_t elems) { return kernels::threads_for(elems, kMinParallel
 
 // ---- LayerNorm ----------------------------------------------------------------------------------
 
-// Rows whose statistics are computed together: each row's sums keep their own order (so the
-// results are those of one row at a time), but kRows independent chains of additions run side by
-// side instead of one chain waiting on each add's latency.
-constexpr int64_t kRows = 8;
+// A row's sums run in double as kLanes running sums (column c goes to sum c mod kLanes), added up
+// pairwise at the end: the adds do not wait on one another, the loops vectorise along the row,
+// and the order of the additions depends on C only. So a row's results are the same on every
+// instruction set and however the rows are split across threads.
+constexpr int kLanes = 16;
+
+__attribute__((always_inline)) inline double lanes_total(const double* s) {
+  double t[kLanes / 2];
+  for (int j = 0; j < kLanes / 2; ++j) t[j] = s[j] + s[j + kLanes / 2];
+  for (int h = kLanes / 4; h >= 1; h /= 2)
+    for (int j = 0; j < h; ++j) t[j] += t[j + h];
+  return t[0];
+}
 
 ATTN_VMATH_CLONES
 void layer_norm_rows(const float* x, const float* w, const float* b, float* y, float* mean_out,
                      float* rstd_out, int64_t r0, int64_t r1, int64_t C, float eps) {
-  for (int64_t rb = r0; rb < r1; rb += kRows) {
-    const int64_t nr = std::min(kRows, r1 - rb);
-    // mean and 1 / std of rows [rb, rb + nr), each accumulated in double in column order. A last
-    // block of fewer rows repeats its last row (results unused): the loops over the block's rows
-    // always have kRows iterations, so that the sums stay in registers.
-    const float* xs[kRows];
-    for (int64_t j = 0; j < kRows; ++j) xs[j] = x + (rb + std::min(j, nr - 1)) * C;
-    double s[kRows] = {}, ss[kRows] = {}, mean[kRows] = {};
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t j = 0; j < kRows; ++j) s[j] += xs[j][c];
-    for (int64_t j = 0; j < kRows; ++j) mean[j] = s[j] / double(C);
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t j = 0; j < kRows; ++j) {
-        const double d = xs[j][c] - mean[j];
+  const int64_t full = C - C % kLanes;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * C;
+    float* yr = y + r * C;
+    // Mean, then the mean square deviation from it (two passes: no cancellation).
+    double s[kLanes] = {};
+    for (int64_t c = 0; c < full; c += kLanes)
+      for (int j = 0; j < kLanes; ++j) s[j] += double(xr[c + j]);
+    for (int64_t c = full; c < C; ++c) s[c - full] += double(xr[c]);
+    const double mean = lanes_total(s) / double(C);
+    double ss[kLanes] = {};
+    for (int64_t c = 0; c < full; c += kLanes)
+      for (int j = 0; j < kLanes; ++j) {
+        const double d = double(xr[c + j]) - mean;
         ss[j] += d * d;
       }
-    for (int64_t j = 0; j < nr; ++j) {
-      const int64_t r = rb + j;
-      const float* xr = x + r * C;
-      float* yr = y + r * C;
-      const float rstd = float(1.0 / std::sqrt(ss[j] / double(C) + double(eps)));
-      const float m = float(mean[j]);
-      if (w && b) {
-        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd * w[c] + b[c];
-      } else if (w) {
-        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd * w[c];
-      } else {
-        for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd;
-      }
-      mean_out[r] = m;
-      rstd_out[r] = rstd;
+    for (int64_t c = full; c < C; ++c) {
+      const double d = double(xr[c]) - mean;
+      ss[c - full] += d * d;
     }
+    const float rstd = float(1.0 / std::sqrt(lanes_total(ss) / double(C) + double(eps)));
+    const float m = float(mean);
+    if (w && b) {
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd * w[c] + b[c];
+    } else if (w) {
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd * w[c];
+    } else {
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rstd;
+    }
+    mean_out[r] = m;
+    rstd_out[r] = rstd;
   }
 }
 
-// dx for rows [r0, r1); dw, db (when not null) accumulate this range's contribution.
+// One row's backward: the row sums of dy w and dy w xhat (xhat = (x - mean) rstd, both terms
+// rounded to float as formed, then added in double by lanes), and on the same pass over the row
+// dw += dy xhat, db += dy (when asked); then dx = rstd (dy w - mean(dy w) - xhat mean(dy w xhat)).
+template <bool kW, bool kParams>
+__attribute__((always_inline)) inline void layer_norm_backward_row(const float* xr, const float* w,
+                                                                   float m, float rs,
+                                                                   const float* gr, float* dxr,
+                                                                   float* dw, float* db,
+                                                                   int64_t C) {
+  const int64_t full = C - C % kLanes;
+  double a[kLanes] = {}, bs[kLanes] = {};
+  auto term = [&](int64_t c, int j) {
+    const float xh = (xr[c] - m) * rs;
+    const float gw = kW ? gr[c] * w[c] : gr[c];
+    a[j] += double(gw);
+    bs[j] += double(gw * xh);
+    if constexpr (kParams) {
+      dw[c] += gr[c] * xh;
+      db[c] += gr[c];
+    }
+  };
+  for (int64_t c = 0; c < full; c += kLanes)
+    for (int j = 0; j < kLanes; ++j) term(c + j, j);
+  for (int64_t c = full; c < C; ++c) term(c, int(c - full));
+  if (!dxr) return;
+  const float am = float(lanes_total(a) / double(C)), bm = float(lanes_total(bs) / double(C));
+  for (int64_t c = 0; c < C; ++c) {
+    const float gw = kW ? gr[c] * w[c] : gr[c];
+    dxr[c] = rs * (gw - am - (xr[c] - m) * rs * bm);
+  }
+}
+
+// dx for rows [r0, r1) (when dx is not null); dw and db (both or neither) accumulate this
+// range's contribution.
 ATTN_VMATH_CLONES
 void layer_norm_backward_rows(const float* x, const float* w, const float* mean, const float* rstd,
                               const float* dy, float* dx, float* dw, float* db, int64_t r0,
                               int64_t r1, int64_t C) {
+  const bool params = dw != nullptr;
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * C;
     const float* gr = dy + r * C;
-    const float m = mean[r], rs = rstd[r];
-    if (dw || db) {
-      for (int64_t c = 0; c < C; ++c) {
-        const float xh = (xr[c] - m) * rs;
-        if (dw) dw[c] += gr[c] * xh;
-        if (db) db[c] += gr[c];
-      }
-    }
-  }
-  if (!dx) return;
-  // dx, kRows rows at a time (see layer_norm_rows). The terms of the two row sums are formed
-  // first (rounded as one row's vectorised loop rounds them: no fused multiply-add), then added
-  // in column order, the rows side by side (the sums of a last, shorter block's missing rows are
-  // of stale terms, and unused).
-  std::vector<float> terms(std::size_t(2 * kRows * C));
-  for (int64_t rb = r0; rb < r1; rb += kRows) {
-    const int64_t nr = std::min(kRows, r1 - rb);
-    for (int64_t j = 0; j < nr; ++j) {
-      const int64_t r = rb + j;
-      const float* xr = x + r * C;
-      const float* gr = dy + r * C;
-      const float m = mean[r], rs = rstd[r];
-      float* ta = terms.data() + 2 * j * C;  // dy*w
-      float* tb = ta + C;                    // dy*w*xhat
-      for (int64_t c = 0; c < C; ++c) {
-        const float gw = w ? gr[c] * w[c] : gr[c];
-        ta[c] = gw;
-        tb[c] = gw * (xr[c] - m) * rs;
-      }
-    }
-    float a[kRows] = {}, bsum[kRows] = {};
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t j = 0; j < kRows; ++j) {
-        a[j] += terms[std::size_t(2 * j * C + c)];
-        bsum[j] += terms[std::size_t((2 * j + 1) * C + c)];
-      }
-    for (int64_t j = 0; j < nr; ++j) {
-      const int64_t r = rb + j;
-      const float* xr = x + r * C;
-      const float* gr = dy + r * C;
-      const float m = mean[r], rs = rstd[r];
-      const float aj = a[j] / float(C), bj = bsum[j] / float(C);
-      float* dxr = dx + r * C;
-      for (int64_t c = 0; c < C; ++c) {
-        const float gw = w ? gr[c] * w[c] : gr[c];
-        dxr[c] = rs * (gw - aj - (xr[c] - m) * rs * bj);
-      }
+    float* dxr = dx ? dx + r * C : nullptr;
+    if (!dxr && !params) return;
+    if (w) {
+      if (params)
+        layer_norm_backward_row<true, true>(xr, w, mean[r], rstd[r], gr, dxr, dw, db, C);
+      else
+        layer_norm_backward_row<true, false>(xr, w, mean[r], rstd[r], gr, dxr, dw, db, C);
+    } else {
+      if (params)
+        layer_norm_backward_row<false, true>(xr, w, mean[r], rstd[r], gr, dxr, dw, db, C);
+      else
+        layer_norm_backward_row<false, false>(xr, w, mean[r], rstd[r], gr, dxr, dw, db, C);
     }
   }
 }
@@ -264,7 +271,8 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
         const int64_t r0 = rows * t / chunks, r1 = rows * (t + 1) / chunks;
         float* pw = part.data() + t * 2 * C;
         layer_norm_backward_rows(xp, wp, mean.data_ptr<float>(), rstd.data_ptr<float>(), gp, dxp,
-                                 need_w ? pw : nullptr, need_b ? pw + C : nullptr, r0, r1, C);
+                                 need_w || need_b ? pw : nullptr,
+                                 need_w || need_b ? pw + C : nullptr, r0, r1, C);
       };
       if (chunks > 1) {
 #pragma omp parallel for num_threads(int(chunks))
