@@ -1251,5 +1251,49 @@ TEST(TensorAllclose, InfNanAndTolerances) {
   EXPECT_ERR("[allclose]", allclose(ones({2, 3}), ones({2})));
 }
 
+// The vectorised float add/sub/mul/div loops, element by element against the scalar operation:
+// out of place, in place (self is the first operand, and both operands), a repeated second or
+// first operand (a bias row), at lengths around the vector widths.
+TEST(TensorBinaryFloat, InPlaceAndRepeatedOperandsMatchScalarOps) {
+  Generator gen(7);
+  const std::vector<std::function<float(float, float)>> scalar = {
+      [](float x, float y) { return x + y; }, [](float x, float y) { return x - y; },
+      [](float x, float y) { return x * y; }, [](float x, float y) { return x / y; }};
+  const std::vector<std::function<Tensor(const Tensor&, const Tensor&)>> op = {
+      [](const Tensor& x, const Tensor& y) { return x + y; },
+      [](const Tensor& x, const Tensor& y) { return x - y; },
+      [](const Tensor& x, const Tensor& y) { return x * y; },
+      [](const Tensor& x, const Tensor& y) { return x / y; }};
+  const std::vector<std::function<void(Tensor&, const Tensor&)>> op_ = {
+      [](Tensor& x, const Tensor& y) { x.add_(y); }, [](Tensor& x, const Tensor& y) { x.sub_(y); },
+      [](Tensor& x, const Tensor& y) { x.mul_(y); }, [](Tensor& x, const Tensor& y) { x.div_(y); }};
+  for (int64_t rows : {1, 3, 70}) {
+    for (int64_t cols : {1, 7, 15, 16, 17, 33, 1001}) {
+      const Tensor a = randn({rows, cols}, &gen), b = randn({rows, cols}, &gen) + 3.0;
+      const Tensor row = randn({cols}, &gen) + 3.0;
+      const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>(), *pr = row.data_ptr<float>();
+      for (std::size_t k = 0; k < op.size(); ++k) {
+        const Tensor full = op[k](a, b), rep_b = op[k](a, row), rep_a = op[k](row.neg() + 6.0, b);
+        Tensor in_place = a.clone(), self_self = b.clone(), in_place_rep = a.clone();
+        op_[k](in_place, b);
+        op_[k](self_self, self_self);
+        op_[k](in_place_rep, row);
+        const Tensor row2 = row.neg() + 6.0;
+        const float* pr2 = row2.data_ptr<float>();
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          const int64_t c = i % cols;
+          const float want = scalar[k](pa[i], pb[i]);
+          ASSERT_EQ(full.data_ptr<float>()[i], want) << k << " " << rows << "x" << cols << " " << i;
+          ASSERT_EQ(in_place.data_ptr<float>()[i], want) << k << " " << i;
+          ASSERT_EQ(self_self.data_ptr<float>()[i], scalar[k](pb[i], pb[i])) << k << " " << i;
+          ASSERT_EQ(rep_b.data_ptr<float>()[i], scalar[k](pa[i], pr[c])) << k << " " << i;
+          ASSERT_EQ(in_place_rep.data_ptr<float>()[i], scalar[k](pa[i], pr[c])) << k << " " << i;
+          ASSERT_EQ(rep_a.data_ptr<float>()[i], scalar[k](pr2[c], pb[i])) << k << " " << i;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn
