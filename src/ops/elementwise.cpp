@@ -318,33 +318,33 @@ enum class FloatOp { kAdd, kSub, kRSub, kMul, kDiv, kRDiv };  // kR*: b op a
 
 // o[i] = a[i] op b[i]. `o` may be `a` or `b` itself (in-place forms; binary() goes through a
 // temporary when an input overlaps `out` any other way), so no element is read after an earlier
-// iteration wrote it: ivdep lets GCC vectorise without its run-time overlap test, which fails
-// for o == a.
-ATTN_VMATH_CLONES __attribute__((noinline)) void float_binary(FloatOp op, const float* a,
-                                                              const float* b, float* o, int64_t n) {
+// iteration wrote it: ATTN_IVDEP lets the compiler vectorise without its run-time overlap test,
+// which fails for o == a.
+ATTN_VMATH_CLONES void float_binary(FloatOp op, const float* a, const float* b, float* o,
+                                    int64_t n) {
   switch (op) {
     case FloatOp::kAdd:
-#pragma GCC ivdep
+      ATTN_IVDEP
       for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
       break;
     case FloatOp::kSub:
-#pragma GCC ivdep
+      ATTN_IVDEP
       for (int64_t i = 0; i < n; ++i) o[i] = a[i] - b[i];
       break;
     case FloatOp::kRSub:
-#pragma GCC ivdep
+      ATTN_IVDEP
       for (int64_t i = 0; i < n; ++i) o[i] = b[i] - a[i];
       break;
     case FloatOp::kMul:
-#pragma GCC ivdep
+      ATTN_IVDEP
       for (int64_t i = 0; i < n; ++i) o[i] = a[i] * b[i];
       break;
     case FloatOp::kDiv:
-#pragma GCC ivdep
+      ATTN_IVDEP
       for (int64_t i = 0; i < n; ++i) o[i] = a[i] / b[i];
       break;
     case FloatOp::kRDiv:
-#pragma GCC ivdep
+      ATTN_IVDEP
       for (int64_t i = 0; i < n; ++i) o[i] = b[i] / a[i];
       break;
   }
