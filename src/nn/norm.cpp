@@ -120,11 +120,11 @@ void layer_norm_backward_rows(const float* x, const float* w, const float* mean,
                               const float* dy, float* dx, float* dw, float* db, int64_t r0,
                               int64_t r1, int64_t C) {
   const bool params = dw != nullptr;
+  if (!dx && !params) return;
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * C;
     const float* gr = dy + r * C;
     float* dxr = dx ? dx + r * C : nullptr;
-    if (!dxr && !params) return;
     if (w) {
       if (params)
         layer_norm_backward_row<true, true>(xr, w, mean[r], rstd[r], gr, dxr, dw, db, C);
@@ -257,10 +257,11 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
     Tensor dx, dw, db;
     const bool need_x = n.needs_input_grad(0), need_w = has_w && n.needs_input_grad(1),
                need_b = has_b && n.needs_input_grad(2);
+    const bool params = need_w || need_b;  // the kernel forms dw and db together
     if (need_x) dx = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
     const int nt = threads_for(rows * C);
     // Per-thread partial sums of dw and db, added up in thread order (deterministic).
-    std::vector<float> part(std::size_t(nt) * 2 * std::size_t(C), 0.f);
+    std::vector<float> part(params ? std::size_t(nt) * 2 * std::size_t(C) : 0, 0.f);
     const float* xp = x.data_ptr<float>();
     const float* wp = has_w ? w.data_ptr<float>() : nullptr;
     const float* gp = g.data_ptr<float>();
@@ -271,8 +272,7 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
         const int64_t r0 = rows * t / chunks, r1 = rows * (t + 1) / chunks;
         float* pw = part.data() + t * 2 * C;
         layer_norm_backward_rows(xp, wp, mean.data_ptr<float>(), rstd.data_ptr<float>(), gp, dxp,
-                                 need_w || need_b ? pw : nullptr,
-                                 need_w || need_b ? pw + C : nullptr, r0, r1, C);
+                                 params ? pw : nullptr, params ? pw + C : nullptr, r0, r1, C);
       };
       if (chunks > 1) {
 #pragma omp parallel for num_threads(int(chunks))
@@ -280,7 +280,7 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
       } else {
         body(0);
       }
-      if (need_w || need_b) {
+      if (params) {
         if (need_w) dw = detail::make_tensor(fn, {C}, Dtype::Float32);
         if (need_b) db = detail::make_tensor(fn, {C}, Dtype::Float32);
         for (int64_t t = 0; t < chunks; ++t) {

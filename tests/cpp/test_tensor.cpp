@@ -1270,16 +1270,15 @@ TEST(TensorBinaryFloat, InPlaceAndRepeatedOperandsMatchScalarOps) {
   for (int64_t rows : {1, 3, 70}) {
     for (int64_t cols : {1, 7, 15, 16, 17, 33, 1001}) {
       const Tensor a = randn({rows, cols}, &gen), b = randn({rows, cols}, &gen) + 3.0;
-      const Tensor row = randn({cols}, &gen) + 3.0;
-      const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>(), *pr = row.data_ptr<float>();
+      const Tensor row = randn({cols}, &gen) + 3.0, row2 = row.neg() + 6.0;
+      const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>(), *pr = row.data_ptr<float>(),
+                  *pr2 = row2.data_ptr<float>();
       for (std::size_t k = 0; k < op.size(); ++k) {
-        const Tensor full = op[k](a, b), rep_b = op[k](a, row), rep_a = op[k](row.neg() + 6.0, b);
+        const Tensor full = op[k](a, b), rep_b = op[k](a, row), rep_a = op[k](row2, b);
         Tensor in_place = a.clone(), self_self = b.clone(), in_place_rep = a.clone();
         op_[k](in_place, b);
         op_[k](self_self, self_self);
         op_[k](in_place_rep, row);
-        const Tensor row2 = row.neg() + 6.0;
-        const float* pr2 = row2.data_ptr<float>();
         for (int64_t i = 0; i < rows * cols; ++i) {
           const int64_t c = i % cols;
           const float want = scalar[k](pa[i], pb[i]);
