@@ -143,13 +143,13 @@ struct Step {
   double run(const Backend& b, int reps) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int r = 0; r < reps; ++r) {
-      b.gemm(n, n, n, q.data(), n, 1, kt.data(), n, S.data(), n, false);
-      b.gemm(n, n, n, dout.data(), n, 1, vt.data(), n, dP.data(), n, false);
+      b.gemm(n, n, n, q.data(), n, 1, kt.data(), n, S.data(), n, false, nullptr);
+      b.gemm(n, n, n, dout.data(), n, 1, vt.data(), n, dP.data(), n, false, nullptr);
       b.tile({n, S.data(), dP.data(), lse.data(), Di.data(), 0.125f, nullptr, 0, nullptr, nullptr,
               nullptr});
-      b.gemm(n, n, n, S.data(), 1, n, dout.data(), n, dv.data(), n, true);
-      b.gemm(n, n, n, dP.data(), 1, n, q.data(), n, dk.data(), n, true);
-      b.gemm(n, n, n, dP.data(), n, 1, k.data(), n, dq.data(), n, true);
+      b.gemm(n, n, n, S.data(), 1, n, dout.data(), n, dv.data(), n, true, nullptr);
+      b.gemm(n, n, n, dP.data(), 1, n, q.data(), n, dk.data(), n, true, nullptr);
+      b.gemm(n, n, n, dP.data(), n, 1, k.data(), n, dq.data(), n, true, nullptr);
     }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
   }

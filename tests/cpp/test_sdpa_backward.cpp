@@ -559,7 +559,12 @@ std::vector<Case> fused_cases() {
   cs.push_back(mk(130, 65, 33, 20));
   // Causal, both alignments, L_q < L_k and L_q > L_k.
   for (bool br : {false, true})
-    for (auto [lq, lk] : {std::pair<int64_t, int64_t>{129, 129}, {65, 130}, {130, 63}, {1, 127}}) {
+    for (auto [lq, lk] : {std::pair<int64_t, int64_t>{129, 129},
+                          {65, 130},
+                          {130, 63},
+                          {1, 127},
+                          {100, 100},
+                          {36, 90}}) {
       Case c = mk(lq, lk, 32, 32);
       c.causal = true, c.bottom_right = br;
       cs.push_back(c);
@@ -579,6 +584,9 @@ std::vector<Case> fused_cases() {
     c.wl = 70, c.wr = -1, c.causal = true, c.bottom_right = true;
     cs.push_back(c);
     c.wl = 0, c.wr = 0, c.causal = false;  // the diagonal only
+    cs.push_back(c);
+    c = mk(100, 100, 16, 16);  // partial tiles of 36 rows, cut on both sides
+    c.wl = 10, c.wr = 3;
     cs.push_back(c);
   }
   // Key padding (batch 1 fully padded: every row masked).

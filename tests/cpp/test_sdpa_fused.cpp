@@ -347,7 +347,7 @@ std::vector<Case> table() {
   // Causal, both alignments, L_q <, ==, > L_k.
   for (Causal cz : {Causal::TopLeft, Causal::BottomRight})
     for (auto [L_q, L_k] : std::vector<std::pair<int64_t, int64_t>>{
-             {129, 129}, {65, 127}, {127, 65}, {1, 129}, {129, 1}, {7, 200}})
+             {129, 129}, {65, 127}, {127, 65}, {1, 129}, {129, 1}, {7, 200}, {100, 100}, {36, 90}})
       t.push_back(with(mk(1, 2, 2, L_q, L_k, 32, 16), [&](Case& c) { c.causal = cz; }));
   // Every mask kind.
   for (Mask m :
@@ -360,9 +360,13 @@ std::vector<Case> table() {
                    [](Case& c) { c.mask = Mask::FloatFull, c.causal = Causal::BottomRight; }));
   // Sliding windows, with and without causal.
   for (auto w : std::vector<std::pair<int64_t, int64_t>>{
-           {5, 3}, {0, 0}, {16, -1}, {-1, 7}, {70, 70}, {0, -1}, {-1, 0}, {200, 1}})
+           {5, 3}, {0, 0}, {16, -1}, {-1, 7}, {70, 70}, {0, -1}, {-1, 0}, {200, 1}}) {
     t.push_back(
         with(mk(1, 2, 2, 129, 150, 16, 16), [&](Case& c) { c.wl = w.first, c.wr = w.second; }));
+    // Blocks of 2 and 3 vectors of rows, whose diagonal tiles skip what the band leaves out.
+    t.push_back(
+        with(mk(1, 2, 2, 100, 100, 16, 16), [&](Case& c) { c.wl = w.first, c.wr = w.second; }));
+  }
   t.push_back(with(mk(1, 2, 2, 100, 160, 16, 16),
                    [](Case& c) { c.wl = 20, c.wr = 5, c.causal = Causal::BottomRight; }));
   t.push_back(with(mk(1, 2, 2, 100, 60, 16, 16),

@@ -121,6 +121,7 @@ struct Scratch {
   std::vector<float> dOp;   // (kBr, D_vp)  dout rows padded (when D_v % 8 != 0)
   std::vector<float> kpad;  // (kBc)        key padding as 0 / -inf
   std::vector<int32_t> col_lo, col_hi;  // (kBr) visible columns of each row of a partial tile
+  std::vector<int32_t> row_lo, row_hi;  // (kBc) rows that see each key of a partial tile
 };
 
 // Visibility from causal masking and the sliding window, as offsets t = j - i - off of key j
@@ -207,7 +208,7 @@ void Driver::run(bool parallel) {
   const double scratch_floats = double(p.D + p.D_v) * kBc + (p.D % 8 ? double(kBc) * Dp : 0.0) +
                                 double(kBc) * (Dp + Dvp) + 4.0 * kBr * kBc +
                                 (p.D % 8 ? double(kBr) * Dp : 0.0) +
-                                (p.D_v % 8 ? double(kBr) * Dvp : 0.0) + kBc + 2.0 * kBr;
+                                (p.D_v % 8 ? double(kBr) * Dvp : 0.0) + 3.0 * kBc + 2.0 * kBr;
   ThreadScratch scratch(scratch_floats * sizeof(float),
                         "the fused attention backward's per-thread scratch");
 #pragma omp parallel if (parallel) num_threads(num_threads())
@@ -228,6 +229,8 @@ void Driver::run(bool parallel) {
       sc.kpad.resize(size_t(kBc));
       sc.col_lo.resize(size_t(kBr));
       sc.col_hi.resize(size_t(kBr));
+      sc.row_lo.resize(size_t(kBc));
+      sc.row_hi.resize(size_t(kBc));
     });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
@@ -321,21 +324,33 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
       const float* q_t = q + i0 * p.q_row_stride;            // (nr, D)
       const float* dout_t = dout + i0 * bp.dout_row_stride;  // (nr, D_v)
 
-      // S = q k^T and dP = dout v^T for the tile.
-      isa.gemm(nr, kBc, D, q_t, p.q_row_stride, 1, sc.Kt.data(), kBc, sc.S.data(), kBc, false);
-      isa.gemm(nr, kBc, D_v, dout_t, bp.dout_row_stride, 1, sc.Vt.data(), kBc, sc.dP.data(), kBc,
-               false);
-
       // Causal masking and the window: a tile entirely inside the band needs nothing, a partial
-      // one gets each row's visible columns.
+      // one gets each row's visible columns and each key's rows, and its products skip what lies
+      // wholly outside them (for the diagonal tiles of causal attention, nearly half the work).
       const bool inside =
           j1 - 1 - i0 - band.off <= band.hi && j0 - (i0 + nr - 1) - band.off >= band.lo;
-      if (!inside)
+      Cut by_col, by_row_k, by_key_k;  // C's columns, K's range per row, K's range per key
+      if (!inside) {
         for (int64_t r = 0; r < nr; ++r) {
           const int64_t i = i0 + r;
           sc.col_lo[r] = int32_t(std::clamp<int64_t>(i + band.off + band.lo - j0, 0, kBc));
           sc.col_hi[r] = int32_t(std::clamp<int64_t>(i + band.off + band.hi - j0, -1, nc - 1));
         }
+        for (int64_t jj = 0; jj < nc; ++jj) {
+          const int64_t j = j0 + jj;
+          sc.row_lo[jj] = int32_t(std::clamp<int64_t>(j - band.off - band.hi - i0, 0, nr));
+          sc.row_hi[jj] = int32_t(std::clamp<int64_t>(j - band.off - band.lo - i0, -1, nr - 1));
+        }
+        by_col = {nullptr, nullptr, sc.col_lo.data(), sc.col_hi.data()};
+        by_row_k = {sc.col_lo.data(), sc.col_hi.data(), nullptr, nullptr};
+        by_key_k = {sc.row_lo.data(), sc.row_hi.data(), nullptr, nullptr};
+      }
+
+      // S = q k^T and dP = dout v^T for the tile.
+      isa.gemm(nr, kBc, D, q_t, p.q_row_stride, 1, sc.Kt.data(), kBc, sc.S.data(), kBc, false,
+               &by_col);
+      isa.gemm(nr, kBc, D_v, dout_t, bp.dout_row_stride, 1, sc.Vt.data(), kBc, sc.dP.data(), kBc,
+               false, &by_col);
       // Explicit masks and key padding as an additive bias (key padding alone: one shared row).
       const float* bias = nullptr;
       int64_t ld_bias = 0;
@@ -404,9 +419,10 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
       }
 
       // dV += (P o Z)^T dO,  dK += dS^T Q,  dQ += dS K  (scale is inside dS).
-      isa.gemm(nc, Dvp, nr, sc.S.data(), 1, kBc, dO_b, ld_dO, sc.dV.data(), Dvp, true);
-      isa.gemm(nc, Dp, nr, sc.dP.data(), 1, kBc, Q_b, ld_Q, sc.dK.data(), Dp, true);
-      isa.gemm(nr, Dp, nc, sc.dP.data(), kBc, 1, Kn, ld_Kn, dq + i0 * ld_dq, ld_dq, true);
+      isa.gemm(nc, Dvp, nr, sc.S.data(), 1, kBc, dO_b, ld_dO, sc.dV.data(), Dvp, true, &by_key_k);
+      isa.gemm(nc, Dp, nr, sc.dP.data(), 1, kBc, Q_b, ld_Q, sc.dK.data(), Dp, true, &by_key_k);
+      isa.gemm(nr, Dp, nc, sc.dP.data(), kBc, 1, Kn, ld_Kn, dq + i0 * ld_dq, ld_dq, true,
+               &by_row_k);
     }
   }
 

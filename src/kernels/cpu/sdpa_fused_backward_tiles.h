@@ -14,10 +14,27 @@ namespace attn::kernels::bwd {
 inline constexpr int64_t kBr = 64;  // query rows per tile
 inline constexpr int64_t kBc = 64;  // keys per tile (a multiple of 16: the tile's column vectors)
 
+// What of a tile product matters, per row m of C, in a tile that causal masking or a sliding window
+// cuts (a null pair: all of it). A block of rows of C is computed over the union of its rows'
+// ranges (inclusive bounds; lo > hi is empty):
+//   k_lo, k_hi  A[m][k] is zero for k outside [k_lo[m], k_hi[m]]: those products, which would add
+//               exact zeros, are skipped;
+//   n_lo, n_hi  only C[m][n] for n in [n_lo[m], n_hi[m]] is wanted: whole vectors of columns
+//               outside the block's union keep what they held (when N is a multiple of the vector
+//               width; otherwise every column is computed).
+struct Cut {
+  const int32_t* k_lo = nullptr;
+  const int32_t* k_hi = nullptr;
+  const int32_t* n_lo = nullptr;
+  const int32_t* n_hi = nullptr;
+};
+
 // C (M, N) = [C +] A (M, K) B (K, N), with A[m][k] at A[m * a_m + k * a_k] (either a_m or a_k is
-// 1), B row-major with leading dimension ldb, C row-major with ldc; N is a multiple of 8.
+// 1), B row-major with leading dimension ldb, C row-major with ldc; N is a multiple of 8. `cut`
+// (may be null) limits the work as described above.
 using GemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_m, int64_t a_k,
-                        const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate);
+                        const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate,
+                        const Cut* cut);
 
 // The softmax gradient of one tile of nr rows and kBc columns, in place:
 //   in:  S  = q . k (raw dot products),   dP = dO . v
@@ -25,6 +42,8 @@ using GemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* A, int64_t
 // with P = exp(scale * S + bias - lse), bias (-inf masks; optional, row stride ld_bias, 0 for one
 // row shared by all), Z (dropout factors; optional, row stride kBc), and P = 0 outside the
 // columns [col_lo[r], col_hi[r]] of row r that causal masking and the window leave (optional).
+// Vectors of a row that lie wholly outside its columns are not read (the products may have left
+// them unwritten, see Cut): both outputs are zero there.
 struct TileArgs {
   int64_t nr;
   float* S;
