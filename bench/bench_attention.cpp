@@ -173,6 +173,10 @@ std::vector<Shape> shapes() {
     v.push_back({"gqa", 1, 12, 4, 2048, 2048, 64, causal});
   }
   v.push_back({"decode", 1, 12, 12, 1, 4096, 64, false});
+  // The attention of the two training configurations of BENCHMARKS.md (nanoGPT: 12 x 64 tokens,
+  // 4 heads of 32; 6 x 384: 16 x 256 tokens, 6 heads of 64), causal.
+  v.push_back({"train_nanogpt", 12, 4, 4, 64, 64, 32, true});
+  v.push_back({"train_6x384", 16, 6, 6, 256, 256, 64, true});
   return v;
 }
 

@@ -63,6 +63,14 @@ struct HwyV {
     const auto out = hn::Or(hn::Lt(iv, hn::Set(DI(), lo)), hn::Gt(iv, hn::Set(DI(), hi)));
     return hn::IfThenElse(hn::RebindMask(D(), out), hn::Set(D(), simd::kNegInfF), s);
   }
+  static HWY_INLINE void transpose(T* r) {  // through memory (the benchmark does not time it)
+    HWY_ALIGN float m[W * W], t[W];
+    for (int k = 0; k < W; ++k) hn::Store(r[k], D(), m + k * W);
+    for (int l = 0; l < W; ++l) {
+      for (int k = 0; k < W; ++k) t[k] = m[k * W + l];
+      r[l] = hn::Load(D(), t);
+    }
+  }
   static HWY_INLINE T dropout(T p, const uint64_t* base, uint64_t add, uint32_t threshold,
                               float keep_scale) {  // per lane (the benchmark runs no dropout)
     HWY_ALIGN float f[W];

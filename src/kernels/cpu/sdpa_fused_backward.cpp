@@ -35,6 +35,7 @@ using namespace bwd;
 struct Isa {
   GemmFn gemm;
   TileFn tile;
+  PackFn pack;
   DropoutFn dropout;
 };
 
@@ -91,16 +92,17 @@ Isa pick_isa(FusedIsa want) {
   if (want == FusedIsa::Auto || !fused_isa_supported(want)) want = fused_isa();
   switch (want) {
 #if ATTN_SIMD_X86
-    case FusedIsa::Avx512: return {bwd_avx512::gemm, bwd_avx512::tile, bwd_avx512::dropout};
-    case FusedIsa::Avx2: return {bwd_avx2::gemm, bwd_avx2::tile, bwd_avx2::dropout};
+    case FusedIsa::Avx512:
+      return {bwd_avx512::gemm, bwd_avx512::tile, bwd_avx512::pack, bwd_avx512::dropout};
+    case FusedIsa::Avx2: return {bwd_avx2::gemm, bwd_avx2::tile, bwd_avx2::pack, bwd_avx2::dropout};
 #endif
 #if ATTN_SIMD_NEON
-    case FusedIsa::Neon: return {bwd_neon::gemm, bwd_neon::tile, bwd_neon::dropout};
+    case FusedIsa::Neon: return {bwd_neon::gemm, bwd_neon::tile, bwd_neon::pack, bwd_neon::dropout};
 #endif
 #if ATTN_SIMD_SVE
-    case FusedIsa::Sve: return {bwd_sve::gemm, bwd_sve::tile, bwd_sve::dropout};
+    case FusedIsa::Sve: return {bwd_sve::gemm, bwd_sve::tile, bwd_sve::pack, bwd_sve::dropout};
 #endif
-    default: return {bwd_scalar::gemm, bwd_scalar::tile, bwd_scalar::dropout};
+    default: return {bwd_scalar::gemm, bwd_scalar::tile, bwd_scalar::pack, bwd_scalar::dropout};
   }
 }
 
@@ -188,20 +190,24 @@ void Driver::run(bool parallel) {
   dqbuf.assign(size_t(n_buf * rows * Dp), 0.0f);
 
   // ---- per-row statistics; zero dq when it is accumulated in place -----------------------------
-#pragma omp parallel for schedule(static) if (parallel) num_threads(num_threads())
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = r % L_q, bh = r / L_q, b = bh / H, h = bh % H;
-    const float l = p.lse[r];
-    lse[r] = l == -kInf ? kInf : l;  // exp(s - inf) == 0: a fully masked row has no gradient
-    const float* o = p.out + b * p.out_batch_stride + h * p.out_head_stride + i * p.out_row_stride;
-    const float* g =
-        bp.dout + b * bp.dout_batch_stride + h * bp.dout_head_stride + i * bp.dout_row_stride;
-    Di[r] = float(dot_double(o, g, p.D_v));  // eight independent sums, not one chain
-    if (direct) {
-      float* dq = bp.dq + b * bp.dq_batch_stride + h * bp.dq_head_stride + i * bp.dq_row_stride;
-      std::fill(dq, dq + p.D, 0.0f);
-    }
-  }
+  // (collapse: each thread's first row is divided out into (b, h, i) once, not every row)
+#pragma omp parallel for collapse(3) schedule(static) if (parallel) num_threads(num_threads())
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L_q; ++i) {
+        const int64_t r = (b * H + h) * L_q + i;
+        const float l = p.lse[r];
+        lse[r] = l == -kInf ? kInf : l;  // exp(s - inf) == 0: a fully masked row has no gradient
+        const float* o =
+            p.out + b * p.out_batch_stride + h * p.out_head_stride + i * p.out_row_stride;
+        const float* g =
+            bp.dout + b * bp.dout_batch_stride + h * bp.dout_head_stride + i * bp.dout_row_stride;
+        Di[r] = float(dot_double(o, g, p.D_v));  // eight independent sums, not one chain
+        if (direct) {
+          float* dq = bp.dq + b * bp.dq_batch_stride + h * bp.dq_head_stride + i * bp.dq_row_stride;
+          std::fill(dq, dq + p.D, 0.0f);
+        }
+      }
 
   // ---- the work units (b, h_kv, chunk) ---------------------------------------------------------
   const int64_t units = B * p.H_kv * C;
@@ -243,19 +249,20 @@ void Driver::run(bool parallel) {
 
   // ---- dq = sum of the chunks, in chunk order --------------------------------------------------
   if (n_buf == 0) return;
-#pragma omp parallel for schedule(static) if (parallel) num_threads(num_threads())
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = r % L_q, bh = r / L_q, b = bh / H, h = bh % H;
-    float* dq = bp.dq + b * bp.dq_batch_stride + h * bp.dq_head_stride + i * bp.dq_row_stride;
-    for (int64_t c = 0; c < C; ++c) {
-      auto [buf, ld] = dq_chunk(c, b, h);
-      const float* src = buf + i * ld;
-      if (c == 0 && !direct)
-        std::copy(src, src + p.D, dq);
-      else if (c > 0)
-        for (int64_t d = 0; d < p.D; ++d) dq[d] += src[d];
-    }
-  }
+#pragma omp parallel for collapse(3) schedule(static) if (parallel) num_threads(num_threads())
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L_q; ++i) {
+        float* dq = bp.dq + b * bp.dq_batch_stride + h * bp.dq_head_stride + i * bp.dq_row_stride;
+        for (int64_t c = 0; c < C; ++c) {
+          auto [buf, ld] = dq_chunk(c, b, h);
+          const float* src = buf + i * ld;
+          if (c == 0 && !direct)
+            std::copy(src, src + p.D, dq);
+          else if (c > 0)
+            for (int64_t d = 0; d < p.D; ++d) dq[d] += src[d];
+        }
+      }
 }
 
 void Driver::unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc) {
@@ -269,22 +276,8 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
   const float* v = p.v + b * p.v_batch_stride + h_kv * p.v_head_stride + j0 * p.v_row_stride;
 
   // ---- the key block: transposed copies of k and v (zero columns past nc), k rows for dQ -------
-  // In blocks of 32 keys x 4 columns: 32 rows' loads in flight at once (k and v have usually left
-  // the cache since the forward: one row after another waited on memory for each), while the
-  // stores stay within a few lines.
-  constexpr int64_t kTrRows = 32, kTrCols = 4;
-  static_assert(kBc % kTrRows == 0);
-  for (int64_t jb = 0; jb < kBc; jb += kTrRows)
-    for (int64_t d0 = 0; d0 < std::max(D, D_v); d0 += kTrCols) {
-      const int64_t d1 = std::min(d0 + kTrCols, D), e1 = std::min(d0 + kTrCols, D_v);
-      for (int64_t jj = jb; jj < jb + kTrRows; ++jj) {
-        const bool in = jj < nc;
-        for (int64_t d = d0; d < d1; ++d)
-          sc.Kt[d * kBc + jj] = in ? k[jj * p.k_row_stride + d] : 0.0f;
-        for (int64_t e = d0; e < e1; ++e)
-          sc.Vt[e * kBc + jj] = in ? v[jj * p.v_row_stride + e] : 0.0f;
-      }
-    }
+  isa.pack(k, p.k_row_stride, nc, D, sc.Kt.data());
+  isa.pack(v, p.v_row_stride, nc, D_v, sc.Vt.data());
   const float* Kn = k;
   int64_t ld_Kn = p.k_row_stride;
   if (D % 8) {

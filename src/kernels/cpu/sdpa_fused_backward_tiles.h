@@ -59,6 +59,10 @@ struct TileArgs {
 };
 using TileFn = void (*)(const TileArgs&);
 
+// The transposed copy of a key block: dst[d * kBc + j] = src[j * ld + d] for j < n, d < D, and
+// zeros for n <= j < kBc.
+using PackFn = void (*)(const float* src, int64_t ld, int64_t n, int64_t D, float* dst);
+
 // Dropout factors of a tile: z[r * kBc + jj] = keep_scale or 0 for weight index
 // first + r * row_step + jj (the counter of dropout_keep), jj < nc; 0 for jj >= nc.
 struct DropoutArgs {
