@@ -7,6 +7,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "bindings.h"
 #include "convert.h"
 
@@ -15,6 +17,15 @@ namespace attn::python {
 void register_nn(py::module_& m) {
   // The initialisers fill without the GIL (the default generator locks itself for its draws).
   py::module_ init = m.def_submodule("init");
+  // `with _C.init.SkipInit():` holds an nn::init::SkipInitGuard on this thread (attn.nn.utils.
+  // skip_init).
+  struct SkipInit {
+    std::optional<nn::init::SkipInitGuard> guard;
+  };
+  py::class_<SkipInit>(init, "SkipInit")
+      .def(py::init<>())
+      .def("__enter__", [](SkipInit& s) { s.guard.emplace(); })
+      .def("__exit__", [](SkipInit& s, const py::args&) { s.guard.reset(); });
   init.def(
       "uniform_",
       [](Tensor& t, double a, double b) -> Tensor& { return nn::init::uniform_(t, a, b); },

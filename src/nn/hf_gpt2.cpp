@@ -357,7 +357,11 @@ std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir) {
     detail::fail(kLoad, m);
   }
   NamedTensors state = gpt_state_from_hf(config, st, weights_path);
-  auto model = std::make_shared<GPT>(config);
+  std::shared_ptr<GPT> model;
+  {
+    init::SkipInitGuard skip;  // the strict load below sets every weight
+    model = std::make_shared<GPT>(config);
+  }
   std::map<std::string, Tensor> sd(state.begin(), state.end());
   model->load_state_dict(sd, /*strict=*/true);
   model->eval();  // as transformers' from_pretrained

@@ -38,29 +38,39 @@ int64_t correct_fan(const Tensor& t, const std::string& mode, const char* fn) {
   return mode == "fan_in" ? fan_in : fan_out;
 }
 
+thread_local int skip_depth = 0;  // live SkipInitGuards on this thread
+
 }  // namespace
+
+SkipInitGuard::SkipInitGuard() { ++skip_depth; }
+SkipInitGuard::~SkipInitGuard() { --skip_depth; }
+bool SkipInitGuard::active() { return skip_depth > 0; }
 
 Tensor& uniform_(Tensor& t, double a, double b, Generator* gen) {
   NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
   check_defined(t, "init.uniform_");
+  if (SkipInitGuard::active()) return t;
   return attn::uniform_(t, a, b, gen);
 }
 
 Tensor& normal_(Tensor& t, double mean, double std, Generator* gen) {
   NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
   check_defined(t, "init.normal_");
+  if (SkipInitGuard::active()) return t;
   return attn::normal_(t, mean, std, gen);
 }
 
 Tensor& zeros_(Tensor& t) {
   NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
   check_defined(t, "init.zeros_");
+  if (SkipInitGuard::active()) return t;
   return t.fill_(0.0);
 }
 
 Tensor& ones_(Tensor& t) {
   NoGradGuard no_grad;  // torch.nn.init runs under torch.no_grad()
   check_defined(t, "init.ones_");
+  if (SkipInitGuard::active()) return t;
   return t.fill_(1.0);
 }
 
@@ -73,7 +83,7 @@ Tensor& xavier_uniform_(Tensor& t, double gain, Generator* gen) {
   const char* fn = "init.xavier_uniform_";
   check_defined(t, fn);
   auto [fan_in, fan_out] = fan_in_out(t, fn);
-  if (t.numel() == 0) return t;
+  if (t.numel() == 0 || SkipInitGuard::active()) return t;
   const double std = gain * std::sqrt(2.0 / double(fan_in + fan_out));
   const double a = std::sqrt(3.0) * std;
   return attn::uniform_(t, -a, a, gen);
@@ -82,6 +92,7 @@ Tensor& xavier_uniform_(Tensor& t, double gain, Generator* gen) {
 Tensor& constant_(Tensor& t, double value) {
   NoGradGuard no_grad;
   check_defined(t, "init.constant_");
+  if (SkipInitGuard::active()) return t;
   return t.fill_(value);
 }
 
@@ -111,6 +122,7 @@ Tensor& kaiming_uniform_(Tensor& t, double a, const std::string& mode,
   const double gain = calculate_gain(nonlinearity, a);
   const double std = gain / std::sqrt(double(fan));
   const double bound = std::sqrt(3.0) * std;
+  if (SkipInitGuard::active()) return t;
   return attn::uniform_(t, -bound, bound, gen);
 }
 
@@ -123,6 +135,7 @@ Tensor& kaiming_normal_(Tensor& t, double a, const std::string& mode,
   const int64_t fan = correct_fan(t, mode, fn);
   const double gain = calculate_gain(nonlinearity, a);
   const double std = gain / std::sqrt(double(fan));
+  if (SkipInitGuard::active()) return t;
   return attn::normal_(t, 0.0, std, gen);
 }
 
@@ -132,6 +145,7 @@ Tensor& xavier_normal_(Tensor& t, double gain, Generator* gen) {
   check_defined(t, fn);
   auto [fan_in, fan_out] = fan_in_out(t, fn);
   const double std = gain * std::sqrt(2.0 / double(fan_in + fan_out));
+  if (SkipInitGuard::active()) return t;
   return attn::normal_(t, 0.0, std, gen);
 }
 
@@ -141,6 +155,7 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b, Ge
   check_defined(t, fn);
   if (!(std > 0)) fail(fn, "std must be positive, got ", std);
   if (!(a < b)) fail(fn, "expects a < b, got a=", a, " and b=", b);
+  if (SkipInitGuard::active()) return t;
   // Inverse-CDF sampling: uniform over [2 cdf(a) - 1, 2 cdf(b) - 1], then erfinv.
   auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
   const double l = cdf((a - mean) / std);

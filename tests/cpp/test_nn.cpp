@@ -11,6 +11,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -539,6 +540,45 @@ TEST(Layers, InitFunctions) {
   expect_error([&] { nn::init::normal_(undef); }, "init.normal_", "undefined");
   expect_error([&] { nn::init::kaiming_uniform_(undef); }, "init.kaiming_uniform_", "undefined");
   expect_error([&] { nn::init::xavier_uniform_(undef); }, "init.xavier_uniform_", "undefined");
+}
+
+TEST(Layers, SkipInitGuardDrawsNothingAndKeepsChecks) {
+  attn::manual_seed(11);
+  const Tensor expected = attn::rand({4});
+  attn::manual_seed(11);
+  {
+    nn::init::SkipInitGuard skip;
+    EXPECT_TRUE(nn::init::SkipInitGuard::active());
+    nn::Linear lin(5, 3);
+    nn::Embedding emb(7, 2);
+    nn::LayerNorm ln(4);
+    {
+      nn::init::SkipInitGuard nested;
+      Tensor t = attn::full({3, 3}, attn::Scalar(2.0));
+      nn::init::normal_(t);
+      nn::init::ones_(t);
+      nn::init::trunc_normal_(t);
+      EXPECT_EQ(t.min().item_double(), 2.0);  // left as it was
+    }
+    EXPECT_TRUE(nn::init::SkipInitGuard::active());  // the outer guard still holds
+    for (const Tensor& p : {lin.weight, lin.bias, emb.weight, ln.bias})
+      EXPECT_EQ(p.abs().max().item_double(), 0.0);  // the zeros they are allocated with
+    EXPECT_EQ(ln.weight.min().item_double(), 1.0);  // allocated as ones, without init::
+    // The arguments are still checked.
+    Tensor one_d = attn::empty({5}), undef;
+    expect_error([&] { nn::init::kaiming_uniform_(one_d); }, "init.kaiming_uniform_",
+                 "fewer than 2");
+    expect_error([&] { nn::init::normal_(undef); }, "init.normal_", "undefined");
+    expect_error([&] { nn::init::trunc_normal_(one_d, 0.0, -1.0); }, "init.trunc_normal_",
+                 "std must be positive");
+  }
+  EXPECT_FALSE(nn::init::SkipInitGuard::active());
+  EXPECT_TRUE(attn::equal(attn::rand({4}), expected));  // the generator did not move
+  // Another thread is not affected by this thread's guard.
+  nn::init::SkipInitGuard skip;
+  bool other_active = true;
+  std::thread([&] { other_active = nn::init::SkipInitGuard::active(); }).join();
+  EXPECT_FALSE(other_active);
 }
 
 TEST(Layers, EmbeddingLookupAndIndexErrors) {

@@ -275,6 +275,41 @@ def test_init_gain_and_errors_match_torch():
         attn.nn.init.orthogonal_(attn.empty(3, 3))
 
 
+def test_skip_init_matches_torch():
+    # torch.nn.utils.skip_init draws nothing: the generator is where it was. attn's parameters are
+    # zeros (torch's are uninitialised memory, so only their shapes compare).
+    torch.manual_seed(3)
+    attn.manual_seed(3)
+    t = torch.nn.utils.skip_init(torch.nn.Linear, 6, 4)
+    a = attn.nn.utils.skip_init(attn.nn.Linear, 6, 4)
+    assert [p.shape for p in a.parameters()] == [tuple(p.shape) for p in t.parameters()]
+    assert all(p.abs().max().item() == 0 for p in a.parameters())
+    assert attn.rand(3).tolist() == torch.rand(3).tolist()
+    # Construction outside it draws as before.
+    torch.manual_seed(3)
+    attn.manual_seed(3)
+    np.testing.assert_array_equal(attn.nn.Linear(6, 4).weight.detach().numpy(),
+                                  torch.nn.Linear(6, 4).weight.detach().numpy())
+    # A user module: the initialisers it calls draw nothing either.
+    class Net(attn.nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.emb = attn.nn.Embedding(n, 3)
+            self.w = attn.nn.Parameter(attn.empty(n, 3))
+            attn.nn.init.kaiming_uniform_(self.w)
+
+    attn.manual_seed(8)
+    net = attn.nn.utils.skip_init(Net, 5)
+    assert net.w.abs().max().item() == 0 and net.emb.weight.abs().max().item() == 0
+    after = attn.rand(2).tolist()
+    attn.manual_seed(8)
+    assert after == attn.rand(2).tolist()
+    with pytest.raises(RuntimeError, match="Expected a Module"):
+        torch.nn.utils.skip_init(int)
+    with pytest.raises(RuntimeError, match="Expected a Module"):
+        attn.nn.utils.skip_init(int)
+
+
 def test_erfinv_bit_for_bit_and_grad():
     x = np.concatenate([np.linspace(-1, 1, 20001), [-1.5, 1.5, np.nan, -0.0]]).astype(np.float32)
     np.testing.assert_array_equal(attn.from_numpy(x).erfinv().numpy(),

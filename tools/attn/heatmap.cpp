@@ -115,7 +115,10 @@ int checkpoint_heatmap(const HeatmapOptions& o, std::ostream& out) {
   if (c.n_layer * c.n_head > 256)
     throw Error("[heatmap] the model has " + std::to_string(c.n_layer) + " layers x " +
                 std::to_string(c.n_head) + " heads; at most 256 panels fit one image");
-  nn::GPT model(c);
+  nn::GPT model = [&] {
+    nn::init::SkipInitGuard skip;  // every weight is loaded next
+    return nn::GPT(c);
+  }();
   load_checkpoint_weights(model, ck, file, CheckpointUse::Generate);
   model.eval();
   Tensor idx = empty({1, T}, Dtype::Int64);

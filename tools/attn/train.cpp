@@ -1342,7 +1342,10 @@ void generate_from_checkpoint(const Checkpoint& ck, const std::string& path, con
     auto nl = std::find(chars.begin(), chars.end(), std::string("\n"));
     ids = {nl == chars.end() ? 0 : int64_t(nl - chars.begin())};
   }
-  nn::GPT model(ck.config);
+  nn::GPT model = [&] {
+    nn::init::SkipInitGuard skip;  // every weight is loaded next
+    return nn::GPT(ck.config);
+  }();
   load_checkpoint_weights(model, ck, path, CheckpointUse::Generate);
   model.eval();
   // The shown text, then the newline that ends the output unless a sampled character did.

@@ -1,4 +1,5 @@
-"""attn.nn.utils: torch.nn.utils.clip_grad_norm_ and clip_grad_value_ over the C++ ones."""
+"""attn.nn.utils: torch.nn.utils.clip_grad_norm_ and clip_grad_value_ over the C++ ones, and
+skip_init."""
 from .. import _C
 
 
@@ -25,3 +26,17 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
 def clip_grad_value_(parameters, clip_value, foreach=None):
     """Clamps every gradient to [-clip_value, clip_value] in place."""
     _C.optim.clip_grad_value_(_params(parameters), float(clip_value))
+
+
+def skip_init(module_cls, *args, **kwargs):
+    """torch.nn.utils.skip_init: module_cls(*args, **kwargs) with its parameters left
+    uninitialised, for a model whose weights are loaded next. Every initialiser (attn.nn.init and
+    the modules' own) checks its arguments and draws nothing, so the generator is not advanced.
+    Where torch leaves the memory uninitialised, attn's parameters keep what they are allocated
+    with (zeros; LayerNorm's weight ones). torch requires
+    module_cls to take a `device` argument (it builds on the meta device); attn does not."""
+    from .modules import Module
+    if not (isinstance(module_cls, type) and issubclass(module_cls, Module)):
+        raise RuntimeError("Expected a Module; got {}".format(module_cls))
+    with _C.init.SkipInit():
+        return module_cls(*args, **kwargs)
