@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The fused kernels on 64-bit ARM: cross-builds attn_tests for AArch64 with Debian's cross
-# toolchain against arm64 libraries (multiarch), and runs the kernel and autograd tests under
+# The fused kernels on 64-bit ARM: cross-builds attn_kernel_tests (the kernel and autograd test
+# files of attn_tests; attn_tests itself with --all) for AArch64 with Debian's cross toolchain
+# against arm64 libraries (multiarch), and runs the kernel and autograd tests under
 # qemu-user, so the NEON build of the kernels (src/kernels/cpu/simd.h: Neon) and the portable
 # scalar build are checked against the reference kernels on every change. The kernel tests run a
 # second time on an emulated CPU with 256-bit SVE, where the SVE build (simd.h: Sve) is the one
@@ -27,7 +28,12 @@ no_threads='FusedDeterminism.*:SdpaFusedBackward.OneAndTwoThreadsAreBitwiseIdent
 no_threads+=':Sdpa.NonContiguousMaskAndThreadCountIndependence'
 no_threads+=':AutogradGraphTest.SetGradEnabledAndThreadLocality:Concurrency.*'
 no_threads+=':TensorMatmul.OneRowLargeVsNaive:GemmFewRows.SameBitsAtEveryThreadCount'
-if [[ "${1:-}" == "--all" ]]; then filter='*'; fi
+target=attn_kernel_tests
+if [[ "${1:-}" == "--all" ]]; then
+  filter='*'
+  target=attn_tests
+fi
+bin=$build/$target
 filter="$filter-$no_threads"
 
 packages=(g++-aarch64-linux-gnu qemu-user libopenblas-openmp-dev:arm64 libcairo2-dev:arm64
@@ -41,7 +47,7 @@ log=$build/build.log
 if ! { cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
          -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_PYTHON=OFF -DATTN_BUILD_EXAMPLES=OFF \
          -DATTN_BUILD_BENCH=OFF -DATTN_INSTALL=OFF -DATTN_MPI=OFF -DATTN_ONEDNN=OFF -DATTN_CUDA=OFF &&
-       cmake --build "$build" -j"$jobs" --target attn_tests; } >"$log" 2>&1; then
+       cmake --build "$build" -j"$jobs" --target "$target"; } >"$log" 2>&1; then
   grep -E -A3 "error:|undefined reference|CMake Error" "$log" | head -80 >&2 || tail -40 "$log" >&2
   echo "test_aarch64: cross build failed (full log: $log)" >&2
   exit 1
@@ -55,9 +61,23 @@ run() {  # qemu CPU options, log, gtest filter, extra -E settings
   local cpu=$1 log=$2 tests=$3
   shift 3
   qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu "$cpu" -E OMP_NUM_THREADS=1 "$@" \
-    -E LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu/openblas-openmp "$build/attn_tests" \
+    -E LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu/openblas-openmp "$bin" \
     --gtest_filter="$tests" --gtest_brief=1 >"$log" 2>&1
 }
+# attn_kernel_tests must hold every test that the filter selects from attn_tests: where the native
+# suite is built (build/attn_tests, as scripts/test.sh leaves it), compare the two lists.
+names() { awk '/^[^ ]/ { s = $1 } /^  / { print s $1 }' | sort; }
+if [[ "$target" == attn_kernel_tests && -x build/attn_tests ]]; then
+  missing=$(comm -23 <(build/attn_tests --gtest_list_tests --gtest_filter="$filter" | names) \
+    <(qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu/openblas-openmp \
+      "$bin" --gtest_list_tests --gtest_filter="$filter" | names))
+  if [[ -n "$missing" ]]; then
+    echo "test_aarch64: tests selected in build/attn_tests but not in $target (add their file to" \
+      "attn_kernel_tests in CMakeLists.txt):" >&2
+    echo "$missing" >&2
+    exit 1
+  fi
+fi
 sve_filter="Sdpa*:Fused*:*SdpaTable*:*FusedVsReference*:*SdpaFusedBackwardTable*-$no_threads"
 set +e
 run max,sve=off "$out" "$filter"

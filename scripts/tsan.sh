@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# ThreadSanitizer check of concurrent use (README "Thread safety"): builds attn_tests with clang
-# -fsanitize=thread in build-tsan/ and runs the concurrency tests (Concurrency.*): attention,
+# ThreadSanitizer check of concurrent use (README "Thread safety"): builds the library and
+# attn_concurrency_tests (tests/cpp/test_concurrency.cpp alone; attn_tests when ATTN_TSAN_FILTER
+# asks for other tests) with clang -fsanitize=thread in build-tsan/ and runs the concurrency tests
+# (Concurrency.*): attention,
 # MultiheadAttention and GPT forward and backward, training steps and the shared default generator
 # from several std::threads at once, each kernel on its usual OpenMP threads.
 #
@@ -23,6 +25,9 @@ cd "$(dirname "$0")/.."
 build=${ATTN_TSAN_BUILD:-build-tsan}
 jobs=${ATTN_TSAN_JOBS:-$(nproc)}
 filter=${ATTN_TSAN_FILTER:-Concurrency.*}
+target=attn_tests
+if [[ "$filter" == "Concurrency.*" ]]; then target=attn_concurrency_tests; fi
+bin=$build/$target
 flags="-O1 -g -fsanitize=thread -fno-omit-frame-pointer"
 mkdir -p "$build"
 log=$build/tsan-build.log
@@ -37,7 +42,7 @@ if ! {
     -DATTN_INSTALL=OFF \
     -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST \
     -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" &&
-    cmake --build "$build" -j"$jobs" --target attn_tests
+    cmake --build "$build" -j"$jobs" --target "$target"
 } >"$log" 2>&1; then
   { grep -E -A3 "error:|undefined reference|CMake Error" "$log" || tail -40 "$log"; } | head -120 >&2
   echo "tsan: configuring or building $build failed (the whole log: $log)" >&2
@@ -47,9 +52,9 @@ build_s=$((SECONDS - t0))
 
 # grep reads all of ldd's output (no -q): under pipefail, grep -q leaving early could kill ldd with
 # SIGPIPE and fail the pipeline although the library is there.
-if ! ldd "$build/attn_tests" | grep 'libomp\.so' >/dev/null; then
-  echo "tsan: $build/attn_tests is not linked with LLVM's libomp:" >&2
-  ldd "$build/attn_tests" | grep -i omp >&2 || true
+if ! ldd "$bin" | grep 'libomp\.so' >/dev/null; then
+  echo "tsan: $bin is not linked with LLVM's libomp:" >&2
+  ldd "$bin" | grep -i omp >&2 || true
   exit 1
 fi
 archer=$(dirname "$(readlink -f "$(command -v clang)")")/../lib/libarcher.so
@@ -70,7 +75,7 @@ run_log=$build/tsan-run.log
 status=0
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMP_TOOL_LIBRARIES="$archer" ARCHER_OPTIONS=verbose=1 \
   TSAN_OPTIONS="halt_on_error=1 exitcode=66 ignore_noninstrumented_modules=1 second_deadlock_stack=1 $symbolizer" \
-  "$build/attn_tests" --gtest_filter="$filter" --gtest_brief=1 >"$run_log" 2>&1 || status=$?
+  "$bin" --gtest_filter="$filter" --gtest_brief=1 >"$run_log" 2>&1 || status=$?
 if ! grep -q "Archer detected OpenMP application with TSan" "$run_log"; then
   cat "$run_log" >&2
   echo "tsan: Archer did not start, so OpenMP synchronisation was invisible to TSan" >&2
@@ -79,6 +84,11 @@ fi
 if [ "$status" -ne 0 ] || grep -q "ThreadSanitizer" "$run_log"; then
   cat "$run_log" >&2
   echo "tsan: $filter failed or ThreadSanitizer reported (exit status $status)" >&2
+  exit 1
+fi
+if ! grep -qE '^\[  PASSED  \] [1-9][0-9]* test' "$run_log"; then
+  cat "$run_log" >&2
+  echo "tsan: no test matched $filter in $bin" >&2
   exit 1
 fi
 grep -v "^Archer detected" "$run_log"
