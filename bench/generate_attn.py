@@ -36,7 +36,7 @@ PROG = "generate_attn.py"
 def load_model(ckpt):
     path, config, chars = gc.load_meta(ckpt)
     config = dict(config, dropout=0.0)
-    model = attn.nn.GPT(**config)
+    model = attn.nn.utils.skip_init(attn.nn.GPT, **config)  # every weight is read next
     model.eval()
     gc.read_into(path, {k: v.detach().numpy() for k, v in model.state_dict().items()})
     return model, chars
