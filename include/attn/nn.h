@@ -302,12 +302,13 @@ class Vocabulary {
 
 // ---- initialisation (torch.nn.init), drawing from the generator exactly as PyTorch does ---------
 namespace init {
-// While one lives on this thread, every init:: function (and so every module constructor) checks
-// its arguments and then leaves the tensor as it is, drawing nothing from any generator: the
-// parameters of modules constructed meanwhile keep what they are allocated with (zeros; LayerNorm's
-// weight is allocated as ones). For a model whose every weight a checkpoint is about to overwrite,
-// as torch.nn.utils.skip_init (which leaves them uninitialised): GPT-2 small's 124M draws take
-// seconds.
+// While one lives on this thread, every init:: function checks its arguments and then leaves the
+// tensor as it is, drawing nothing from any generator: the parameters of modules that initialise
+// through them (Linear, Embedding, LayerNorm, MultiheadAttention, GPT) keep what they are allocated
+// with (zeros; LayerNorm's weight is allocated as ones). SelfAttentionV1 and CausalAttention draw
+// their raw matrices with rand/randn, as the seeds do, and still draw. For a model whose every
+// weight a checkpoint is about to overwrite, as torch.nn.utils.skip_init (which leaves them
+// uninitialised): GPT-2 small's 124M draws take seconds.
 class SkipInitGuard {
  public:
   SkipInitGuard();
