@@ -975,7 +975,11 @@ int train_command(Args args, std::ostream& out_all, std::ostream& err) {
   ThreadsGuard threads_guard(threads);
   manual_seed(o.seed);
   Generator& gen = default_generator();  // also drives dropout, as torch's global generator
-  nn::GPT model(config, &gen);
+  nn::GPT model = [&] {
+    std::optional<nn::init::SkipInitGuard> skip;
+    if (resumed) skip.emplace();  // every weight and the generator's state are restored below
+    return nn::GPT(config, &gen);
+  }();
   optim::AdamW opt = make_optimizer(model, o);
 
   int64_t start = 0;
