@@ -115,15 +115,11 @@ int checkpoint_heatmap(const HeatmapOptions& o, std::ostream& out) {
   if (c.n_layer * c.n_head > 256)
     throw Error("[heatmap] the model has " + std::to_string(c.n_layer) + " layers x " +
                 std::to_string(c.n_head) + " heads; at most 256 panels fit one image");
-  nn::GPT model = [&] {
-    nn::init::SkipInitGuard skip;  // every weight is loaded next
-    return nn::GPT(c);
-  }();
-  load_checkpoint_weights(model, ck, file, CheckpointUse::Generate);
-  model.eval();
+  const std::shared_ptr<nn::GPT> model = checkpoint_model(ck, file);
+  model->eval();
   Tensor idx = empty({1, T}, Dtype::Int64);
   std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());
-  const Tensor maps = model.attention_maps(idx);  // (n_layer, 1, n_head, T, T)
+  const Tensor maps = model->attention_maps(idx);  // (n_layer, 1, n_head, T, T)
   const std::vector<float> v = maps.contiguous().to_float_vector();
 
   std::vector<std::string> labels;

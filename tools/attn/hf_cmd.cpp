@@ -151,11 +151,7 @@ int export_command(std::span<const std::string> args, std::ostream& out, std::os
   try {
     const Checkpoint ck = parse_checkpoint(io::read_file(path), path, CheckpointUse::Generate);
     config = ck.config;
-    {
-      nn::init::SkipInitGuard skip;  // every weight is loaded next
-      model = std::make_shared<nn::GPT>(config);
-    }
-    load_checkpoint_weights(*model, ck, path, CheckpointUse::Generate);
+    model = checkpoint_model(ck, path);
     tokenizer_json = ck.tokenizer.to_json();
   } catch (const Error& e) {
     throw as_export(e);

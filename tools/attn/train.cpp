@@ -824,6 +824,16 @@ void load_checkpoint_weights(nn::GPT& model, const Checkpoint& ck, const std::st
   }
 }
 
+std::shared_ptr<nn::GPT> checkpoint_model(const Checkpoint& ck, const std::string& path) {
+  std::shared_ptr<nn::GPT> model;
+  {
+    nn::init::SkipInitGuard skip;  // every weight is loaded next
+    model = std::make_shared<nn::GPT>(ck.config);
+  }
+  load_checkpoint_weights(*model, ck, path, CheckpointUse::Generate);
+  return model;
+}
+
 void restore_training_state(const Checkpoint& ck, const std::string& path, optim::AdamW& opt,
                             Generator& gen) {
   nn::NamedTensors optim_state;
@@ -1346,15 +1356,11 @@ void generate_from_checkpoint(const Checkpoint& ck, const std::string& path, con
     auto nl = std::find(chars.begin(), chars.end(), std::string("\n"));
     ids = {nl == chars.end() ? 0 : int64_t(nl - chars.begin())};
   }
-  nn::GPT model = [&] {
-    nn::init::SkipInitGuard skip;  // every weight is loaded next
-    return nn::GPT(ck.config);
-  }();
-  load_checkpoint_weights(model, ck, path, CheckpointUse::Generate);
-  model.eval();
+  const std::shared_ptr<nn::GPT> model = checkpoint_model(ck, path);
+  model->eval();
   // The shown text, then the newline that ends the output unless a sampled character did.
   stream_generation(
-      model, ids, has_prompt ? a.prompt : tok.decode(ids), /*last=*/'\0',
+      *model, ids, has_prompt ? a.prompt : tok.decode(ids), /*last=*/'\0',
       [&](int64_t id) { return tok.decode(id); }, a, out, err);
 }
 

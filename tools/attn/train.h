@@ -64,6 +64,7 @@
 #include <cstdint>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <ostream>
 #include <span>
 #include <stdexcept>
@@ -184,6 +185,9 @@ std::string checkpoint_file(const std::string& ckpt, const char* command);
 // and shapes must match). Throws attn::Error "[fn] 'path': weights do not fit the model: ...".
 void load_checkpoint_weights(nn::GPT& model, const Checkpoint& ck, const std::string& path,
                              CheckpointUse use);
+// The model of a checkpoint read for generation (generate, heatmap, export): constructed under
+// nn::init::SkipInitGuard, since every weight is loaded next, then loaded as above.
+std::shared_ptr<nn::GPT> checkpoint_model(const Checkpoint& ck, const std::string& path);
 // Restores the optimiser state ("optim.*" tensors) and the generator state of a Resume
 // checkpoint. Throws attn::Error "[train] 'path': optimizer or generator state does not fit: ...".
 void restore_training_state(const Checkpoint& ck, const std::string& path, optim::AdamW& opt,
