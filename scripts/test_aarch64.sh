@@ -57,20 +57,22 @@ built=$((SECONDS - t0))
 t1=$SECONDS
 out=$build/qemu-tests.log
 out_sve=$build/qemu-tests-sve.log
+emulate() {  # qemu options, then the binary and its arguments
+  qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu/openblas-openmp \
+    "$@"
+}
 run() {  # qemu CPU options, log, gtest filter, extra -E settings
   local cpu=$1 log=$2 tests=$3
   shift 3
-  qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu "$cpu" -E OMP_NUM_THREADS=1 "$@" \
-    -E LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu/openblas-openmp "$bin" \
-    --gtest_filter="$tests" --gtest_brief=1 >"$log" 2>&1
+  emulate -cpu "$cpu" -E OMP_NUM_THREADS=1 "$@" "$bin" --gtest_filter="$tests" --gtest_brief=1 \
+    >"$log" 2>&1
 }
 # attn_kernel_tests must hold every test that the filter selects from attn_tests: where the native
 # suite is built (build/attn_tests, as scripts/test.sh leaves it), compare the two lists.
 names() { awk '/^[^ ]/ { s = $1 } /^  / { print s $1 }' | sort; }
 if [[ "$target" == attn_kernel_tests && -x build/attn_tests ]]; then
   missing=$(comm -23 <(build/attn_tests --gtest_list_tests --gtest_filter="$filter" | names) \
-    <(qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu/openblas-openmp \
-      "$bin" --gtest_list_tests --gtest_filter="$filter" | names))
+    <(emulate "$bin" --gtest_list_tests --gtest_filter="$filter" | names))
   if [[ -n "$missing" ]]; then
     echo "test_aarch64: tests selected in build/attn_tests but not in $target (add their file to" \
       "attn_kernel_tests in CMakeLists.txt):" >&2

@@ -33,8 +33,8 @@ def skip_init(module_cls, *args, **kwargs):
     uninitialised, for a model whose weights are loaded next. Every initialiser (attn.nn.init and
     the modules' own) checks its arguments and draws nothing, so the generator is not advanced.
     Where torch leaves the memory uninitialised, attn's parameters keep what they are allocated
-    with (zeros; LayerNorm's weight ones). torch requires
-    module_cls to take a `device` argument (it builds on the meta device); attn does not."""
+    with (zeros; LayerNorm's weight ones). torch requires module_cls to take a `device` argument
+    (it builds on the meta device); attn does not."""
     from .modules import Module
     if not (isinstance(module_cls, type) and issubclass(module_cls, Module)):
         raise RuntimeError("Expected a Module; got {}".format(module_cls))
