@@ -26,7 +26,7 @@ EOF
 }
 
 source scripts/lib/apt.sh
-apt_install_missing bench_setup libblis-dev libdnnl-dev libxsmm-dev >&2  # stdout is --print's
+apt_install_missing bench_setup libblis-dev libdnnl-dev ocl-icd-opencl-dev libxsmm-dev >&2  # stdout is --print's
 
 if ! ready; then
   # python3-venv: the venv itself; g++ is already a build dependency (torch.compile's C++ backend
