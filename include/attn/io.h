@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -94,6 +95,43 @@ void save_safetensors(const std::string& path,
 // buffer, contiguous and non-overlapping data, sizes matching shapes); throws attn::Error
 // ("[load_safetensors] 'what': ...") on any defect. Never reads out of bounds.
 SafeTensors from_safetensors(std::string_view bytes, const std::string& what = "<memory>");
+// The whole file, read tensor by tensor through SafeTensorsFile: no copy of the file is held.
 SafeTensors load_safetensors(const std::string& path);
+
+// A safetensors file read one tensor at a time, like safetensors' safe_open. Opening reads and
+// validates the header only (every check of from_safetensors that needs no tensor data, against
+// the file's size); each tensor's bytes are read when asked for, straight into the tensor that
+// receives them, so a model loads with no copy of the file in memory. The file stays open while
+// any copy of the reader lives (copies share it). A tensor read after the file shrank gives
+// attn::Error ("[load_safetensors] 'path': the file ended ..."); errors name the file as
+// from_safetensors's do.
+class SafeTensorsFile {
+ public:
+  struct Entry {
+    std::string name;
+    Dtype dtype;
+    Shape shape;
+  };
+  explicit SafeTensorsFile(const std::string& path);
+  // The same over bytes in memory (`what` names them in errors).
+  static SafeTensorsFile from_bytes(std::string bytes, const std::string& what = "<memory>");
+
+  const std::string& what() const;
+  const std::vector<Entry>& entries() const;  // in file order
+  const std::map<std::string, std::string>& metadata() const;
+  const Entry* find(const std::string& name) const;  // nullptr when absent
+  // The tensor `name` (attn::Error naming the file when it has none).
+  Tensor read(const std::string& name) const;
+  // Reads `name` into dst, which must have its shape; converted to dst's dtype, any strides or
+  // device. A CPU tensor that is contiguous and of the file's dtype receives the bytes directly;
+  // if that read fails part-way, dst holds part of the new values.
+  void read_into(const std::string& name, Tensor& dst) const;
+  SafeTensors read_all() const;
+
+ private:
+  struct Impl;
+  explicit SafeTensorsFile(std::shared_ptr<const Impl> impl);
+  std::shared_ptr<const Impl> impl_;
+};
 
 }  // namespace attn::io

@@ -99,17 +99,52 @@ bool process_alive(long long pid) {
 
 namespace detail {
 
-std::string read_whole_file(const char* fn, const std::string& path) {
+// The descriptor of `path` opened for reading; errors as read_whole_file's.
+static int open_for_reading(const char* fn, const std::string& path, struct stat& st) {
   int raw;
   do {
     raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   } while (raw < 0 && errno == EINTR);
   if (raw < 0) attn::detail::fail(fn, "cannot open '", path, "': ", errno_str(errno));
   Fd fd(raw);
-  struct stat st {};
   if (::fstat(fd.fd, &st) != 0)
     attn::detail::fail(fn, "cannot stat '", path, "': ", errno_str(errno));
   if (S_ISDIR(st.st_mode)) attn::detail::fail(fn, "'", path, "' is a directory");
+  fd.fd = -1;
+  return raw;
+}
+
+ReadOnlyFile::ReadOnlyFile(const char* fn, const std::string& path) : fn_(fn), path_(path) {
+  struct stat st {};
+  const int raw = open_for_reading(fn, path, st);
+  fd_ = std::shared_ptr<const int>(new int(raw), [](const int* p) {
+    ::close(*p);
+    delete p;
+  });
+  regular_ = S_ISREG(st.st_mode);
+  size_ = regular_ ? uint64_t(st.st_size) : 0;
+}
+
+bool ReadOnlyFile::read_at(uint64_t offset, void* dst, std::size_t n) const {
+  auto* out = static_cast<char*>(dst);
+  while (n > 0) {
+    const std::size_t chunk = std::min<std::size_t>(n, std::size_t(1) << 30);
+    const ssize_t got = ::pread(*fd_, out, chunk, off_t(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      attn::detail::fail(fn_, "cannot read '", path_, "': ", errno_str(errno));
+    }
+    if (got == 0) return false;
+    out += got;
+    offset += uint64_t(got);
+    n -= std::size_t(got);
+  }
+  return true;
+}
+
+std::string read_whole_file(const char* fn, const std::string& path) {
+  struct stat st {};
+  Fd fd(open_for_reading(fn, path, st));
   std::string out;
   try {
     if (S_ISREG(st.st_mode) && st.st_size > 0) out.reserve(std::size_t(st.st_size));

@@ -1,7 +1,9 @@
 // Helpers shared by src/io and src/data (not installed).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -10,6 +12,26 @@ namespace attn::io::detail {
 // The whole file at `path`; errors are reported as "[fn] cannot open 'path': <strerror>",
 // "[fn] 'path' is a directory" or "[fn] cannot read 'path': <strerror>".
 std::string read_whole_file(const char* fn, const std::string& path);
+
+// A file opened for reading at offsets (pread); closed with the last copy. Opening reports
+// errors as read_whole_file does.
+class ReadOnlyFile {
+ public:
+  ReadOnlyFile(const char* fn, const std::string& path);
+  // Whether it is a regular file, and its size then (0 otherwise).
+  bool regular() const { return regular_; }
+  uint64_t size() const { return size_; }
+  // Reads exactly n bytes at `offset` into dst; false when the file ends first. Throws
+  // "[fn] cannot read 'path': <strerror>" on a read error.
+  bool read_at(uint64_t offset, void* dst, std::size_t n) const;
+
+ private:
+  std::shared_ptr<const int> fd_;
+  const char* fn_;
+  std::string path_;
+  bool regular_ = false;
+  uint64_t size_ = 0;
+};
 
 // io::write_file_atomic with errors reported as "[fn] cannot write 'path': ..." (plot::save
 // shares it).

@@ -1,4 +1,5 @@
 // The safetensors format: writer and a validating reader.
+#include <attn/autograd.h>
 #include <attn/io.h>
 #include <attn/ops.h>
 
@@ -6,7 +7,9 @@
 #include <bit>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "../tensor/internal.h"
@@ -37,42 +40,49 @@ const char* st_dtype(Dtype d) {
   return "?";
 }
 
-struct Entry {
+struct Record {
   std::string name;
   Dtype dtype = Dtype::Float32;
   Shape shape;
-  uint64_t begin = 0, end = 0;
+  uint64_t begin = 0, end = 0;  // in the data section
+};
+
+struct Layout {
+  std::vector<Record> entries;  // sorted by offset
+  std::map<std::string, std::string> metadata;
 };
 
 class Reader {
  public:
-  Reader(std::string_view bytes, const std::string& what) : bytes_(bytes), what_(what) {}
+  explicit Reader(const std::string& what) : what_(what) {}
 
   template <typename... Args>
   [[noreturn]] void fail(const Args&... args) const {
     attn::detail::fail("load_safetensors", "'", what_, "': ", args...);
   }
 
-  SafeTensors read() {
-    if (bytes_.size() < 8)
-      fail("file is ", bytes_.size(), " bytes, too short for the 8-byte header length");
+  // The header length N from the first 8 bytes of a file of `total` bytes.
+  uint64_t header_length(std::string_view first8, uint64_t total) const {
+    if (total < 8 || first8.size() < 8)
+      fail("file is ", total, " bytes, too short for the 8-byte header length");
     uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes_[std::size_t(i)]);
+    for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(first8[std::size_t(i)]);
     if (n > kMaxHeaderBytes)
       fail("header length ", n, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
-    if (n > bytes_.size() - 8)
-      fail("header length ", n, " exceeds file size ", bytes_.size(), " minus 8");
+    if (n > total - 8) fail("header length ", n, " exceeds file size ", total, " minus 8");
     if (n < 2) fail("header length ", n, " is too short for a JSON object");
-    const std::string_view header = bytes_.substr(8, n);
-    if (header[0] != '{') fail("header does not start with '{'");
-    const std::string_view data = bytes_.substr(8 + n);
+    return n;
+  }
 
+  // The tensors (sorted by offset, which is file order) and metadata the N-byte JSON `header`
+  // describes, checked against a data section of `data_size` bytes.
+  Layout layout(std::string_view header, uint64_t data_size) {
+    if (header[0] != '{') fail("header does not start with '{'");
     json root = parse(header);
     if (!root.is_object()) fail("header is not a JSON object");
 
-    SafeTensors out;
-    out.what = what_;
-    std::vector<Entry> entries;
+    Layout out;
+    std::vector<Record>& entries = out.entries;
     for (auto it = root.begin(); it != root.end(); ++it) {
       if (it.key() == kMetadataKey) {
         read_metadata(it.value(), out.metadata);
@@ -83,15 +93,15 @@ class Reader {
 
     // The data must be covered exactly: sorted by offset, each tensor starting where the
     // previous one ended, the last ending at the end of the file.
-    std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    std::stable_sort(entries.begin(), entries.end(), [](const Record& a, const Record& b) {
       return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
     });
     uint64_t pos = 0;
-    const Entry* prev = nullptr;
-    for (const Entry& e : entries) {
-      if (e.end > data.size())
+    const Record* prev = nullptr;
+    for (const Record& e : entries) {
+      if (e.end > data_size)
         fail("tensor '", e.name, "' data_offsets [", e.begin, ", ", e.end,
-             "] exceed the data section of ", data.size(), " bytes");
+             "] exceed the data section of ", data_size, " bytes");
       if (e.begin < pos)
         fail("tensor '", e.name, "' data_offsets [", e.begin, ", ", e.end, "] overlap tensor '",
              prev->name, "' [", prev->begin, ", ", prev->end, "]");
@@ -103,23 +113,35 @@ class Reader {
       pos = e.end;
       prev = &e;
     }
-    if (pos != data.size())
-      fail("tensors cover ", pos, " bytes but the data section holds ", data.size(),
+    if (pos != data_size)
+      fail("tensors cover ", pos, " bytes but the data section holds ", data_size,
            " bytes (trailing bytes)");
+    return out;
+  }
 
-    for (const Entry& e : entries) {
+  // After e's bytes were copied into t: a BOOL tensor may hold only 0 and 1.
+  void check_bools(const Record& e, const Tensor& t) const {
+    if (e.dtype != Dtype::Bool) return;
+    const auto* p = static_cast<const uint8_t*>(t.raw_data());
+    const std::size_t n = std::size_t(e.end - e.begin);
+    for (std::size_t i = 0; i < n; ++i)
+      if (p[i] > 1)
+        fail("tensor '", e.name, "' (BOOL) holds byte ", int(p[i]), " at element ", i,
+             "; expected 0 or 1");
+  }
+
+  SafeTensors read(std::string_view bytes) {
+    const uint64_t n = header_length(bytes.substr(0, 8), bytes.size());
+    const std::string_view data = bytes.substr(8 + n);
+    Layout l = layout(bytes.substr(8, n), data.size());
+    SafeTensors out;
+    out.what = what_;
+    out.metadata = std::move(l.metadata);
+    for (const Record& e : l.entries) {
       Tensor t = attn::empty(e.shape, e.dtype);
       const std::size_t nbytes = std::size_t(e.end - e.begin);
-      const char* src = data.data() + e.begin;
-      if (e.dtype == Dtype::Bool) {
-        for (std::size_t i = 0; i < nbytes; ++i) {
-          const auto b = uint8_t(src[i]);
-          if (b > 1)
-            fail("tensor '", e.name, "' (BOOL) holds byte ", int(b), " at element ", i,
-                 "; expected 0 or 1");
-        }
-      }
-      if (nbytes > 0) std::memcpy(t.raw_data(), src, nbytes);
+      if (nbytes > 0) std::memcpy(t.raw_data(), data.data() + e.begin, nbytes);
+      check_bools(e, t);
       out.tensors.emplace_back(e.name, std::move(t));
     }
     return out;
@@ -177,8 +199,8 @@ class Reader {
     return false;
   }
 
-  Entry read_entry(const std::string& name, const json& v) const {
-    Entry e;
+  Record read_entry(const std::string& name, const json& v) const {
+    Record e;
     e.name = name;
     // to_safetensors cannot write such a name either: every file read here can be written back.
     if (name.empty()) fail("a tensor has an empty name");
@@ -251,7 +273,6 @@ class Reader {
     return e;
   }
 
-  std::string_view bytes_;
   const std::string& what_;
 };
 
@@ -323,11 +344,135 @@ void save_safetensors(const std::string& path,
 }
 
 SafeTensors from_safetensors(std::string_view bytes, const std::string& what) {
-  return Reader(bytes, what).read();
+  return Reader(what).read(bytes);
 }
 
-SafeTensors load_safetensors(const std::string& path) {
-  return from_safetensors(detail::read_whole_file("load_safetensors", path), path);
+// ---- SafeTensorsFile
+// -----------------------------------------------------------------------------
+
+struct SafeTensorsFile::Impl {
+  std::string what;
+  Layout layout;
+  std::vector<SafeTensorsFile::Entry> entries;  // layout.entries, as the API shows them
+  std::map<std::string, std::size_t> index;     // name -> position in both
+  uint64_t data_start = 0;                      // where the data section starts
+  std::optional<detail::ReadOnlyFile> file;     // the source: a file, or
+  std::string bytes;                            // its bytes in memory
+
+  void init(std::string_view header, uint64_t data_size) {
+    layout = Reader(what).layout(header, data_size);
+    for (const Record& e : layout.entries) {
+      index.emplace(e.name, entries.size());
+      entries.push_back({e.name, e.dtype, e.shape});
+    }
+  }
+  const Record& entry(const std::string& name) const {
+    auto it = index.find(name);
+    if (it == index.end())
+      attn::detail::fail("SafeTensorsFile::read", "'", what, "' has no tensor '", name, "'");
+    return layout.entries[it->second];
+  }
+  // e's bytes into dst (e's byte size), then the BOOL check.
+  void read_bytes(const Record& e, const Tensor& t) const {
+    const std::size_t n = std::size_t(e.end - e.begin);
+    if (n == 0) return;
+    if (file) {
+      if (!file->read_at(data_start + e.begin, t.raw_data(), n))
+        Reader(what).fail("the file ended before tensor '", e.name, "' (bytes ",
+                          data_start + e.begin, " to ", data_start + e.end,
+                          ") was read: it changed after it was opened");
+    } else {
+      std::memcpy(t.raw_data(), bytes.data() + data_start + e.begin, n);
+    }
+    Reader(what).check_bools(e, t);
+  }
+};
+
+SafeTensorsFile::SafeTensorsFile(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+SafeTensorsFile::SafeTensorsFile(const std::string& path) {
+  detail::ReadOnlyFile file("load_safetensors", path);
+  if (!file.regular()) {  // a pipe or a device: its bytes, in memory
+    *this = from_bytes(detail::read_whole_file("load_safetensors", path), path);
+    return;
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->what = path;
+  const uint64_t size = file.size();
+  Reader reader(impl->what);
+  char first8[8] = {};
+  const bool whole = size >= 8 && file.read_at(0, first8, 8);
+  const uint64_t n = reader.header_length(std::string_view(first8, whole ? 8 : 0), size);
+  std::string header(std::size_t(n), '\0');
+  if (!file.read_at(8, header.data(), header.size()))
+    reader.fail("the file ended inside its ", n, "-byte header: it changed after it was opened");
+  impl->data_start = 8 + n;
+  impl->init(header, size - 8 - n);
+  impl->file.emplace(std::move(file));
+  impl_ = std::move(impl);
 }
+
+SafeTensorsFile SafeTensorsFile::from_bytes(std::string bytes, const std::string& what) {
+  auto impl = std::make_shared<Impl>();
+  impl->what = what;
+  impl->bytes = std::move(bytes);
+  const std::string_view all = impl->bytes;
+  const uint64_t n = Reader(impl->what).header_length(all.substr(0, 8), all.size());
+  impl->data_start = 8 + n;
+  impl->init(all.substr(8, n), all.size() - 8 - n);
+  return SafeTensorsFile(std::move(impl));
+}
+
+const std::string& SafeTensorsFile::what() const { return impl_->what; }
+const std::vector<SafeTensorsFile::Entry>& SafeTensorsFile::entries() const {
+  return impl_->entries;
+}
+const std::map<std::string, std::string>& SafeTensorsFile::metadata() const {
+  return impl_->layout.metadata;
+}
+
+const SafeTensorsFile::Entry* SafeTensorsFile::find(const std::string& name) const {
+  auto it = impl_->index.find(name);
+  return it == impl_->index.end() ? nullptr : &impl_->entries[it->second];
+}
+
+Tensor SafeTensorsFile::read(const std::string& name) const {
+  const Record& e = impl_->entry(name);
+  Tensor t = attn::empty(e.shape, e.dtype);
+  impl_->read_bytes(e, t);
+  return t;
+}
+
+void SafeTensorsFile::read_into(const std::string& name, Tensor& dst) const {
+  constexpr const char* fn = "SafeTensorsFile::read_into";
+  const Record& e = impl_->entry(name);
+  if (!dst.defined()) attn::detail::fail(fn, "the destination of '", name, "' is undefined");
+  if (dst.shape() != e.shape)
+    attn::detail::fail(fn, "tensor '", name, "' of '", impl_->what, "' has shape ",
+                       shape_str(e.shape), " but the destination has shape ",
+                       shape_str(dst.shape()));
+  if (!dst.is_cuda() && dst.is_contiguous() && dst.dtype() == e.dtype) {
+    impl_->read_bytes(e, dst);
+    attn::detail::bump_version(dst);
+    return;
+  }
+  Tensor t = read(name);
+  NoGradGuard no_grad;
+  dst.copy_(t);
+}
+
+SafeTensors SafeTensorsFile::read_all() const {
+  SafeTensors out;
+  out.what = impl_->what;
+  out.metadata = impl_->layout.metadata;
+  for (const Record& e : impl_->layout.entries) {
+    Tensor t = attn::empty(e.shape, e.dtype);
+    impl_->read_bytes(e, t);
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+SafeTensors load_safetensors(const std::string& path) { return SafeTensorsFile(path).read_all(); }
 
 }  // namespace attn::io

@@ -15,7 +15,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.h"
@@ -433,6 +436,195 @@ TEST(SafeTensors, EmptyTensorsMayShareAnOffset) {
       R"({"z": {"dtype": "F32", "shape": [1000000000000000000, 0, 1000000000000000000], )"
       R"("data_offsets": [0, 0]}})";
   EXPECT_EQ(io::from_safetensors(make_file(h2, "")).at("z").numel(), 0);
+}
+
+// ---- SafeTensorsFile: the header when opened, each tensor when asked for ---------------------
+
+// Writes bytes to path as they are (no fsync: many small files).
+void put(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// The attn::Error message of f, or "" when it succeeds.
+template <typename F>
+std::string outcome(F&& f) {
+  try {
+    f();
+  } catch (const attn::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void expect_same(const io::SafeTensors& a, const io::SafeTensors& b) {
+  EXPECT_EQ(a.metadata, b.metadata);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+    const auto& [an, at] = a.tensors[i];
+    const auto& [bn, bt] = b.tensors[i];
+    EXPECT_EQ(an, bn);
+    EXPECT_EQ(at.dtype(), bt.dtype()) << an;
+    ASSERT_EQ(at.shape(), bt.shape()) << an;
+    const std::size_t n = std::size_t(at.numel()) * attn::itemsize(at.dtype());
+    EXPECT_EQ(std::memcmp(at.contiguous().raw_data(), bt.contiguous().raw_data(), n), 0) << an;
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> mixed_tensors() {
+  auto t = known_tensors();
+  t.emplace_back("w", attn::arange(0, 6).reshape({2, 3}).float_());
+  t.emplace_back("h", attn::tensor({{0.5, -1.25, 3.0}, {2.0, 0.0, -8.0}}).bfloat16());
+  t.emplace_back("e", attn::zeros({0, 4}));
+  return t;
+}
+
+TEST(SafeTensorsFile, ReadsWhatFromSafetensorsReads) {
+  TempDir dir;
+  const std::string bytes = io::to_safetensors(mixed_tensors(), {{"format", "pt"}, {"k", "v"}});
+  const std::string path = dir.write("m.safetensors", bytes);
+  const io::SafeTensors whole = io::from_safetensors(bytes, path);
+  for (const io::SafeTensorsFile& f :
+       {io::SafeTensorsFile(path), io::SafeTensorsFile::from_bytes(bytes, path)}) {
+    EXPECT_EQ(f.what(), path);
+    EXPECT_EQ(f.metadata(), whole.metadata);
+    ASSERT_EQ(f.entries().size(), whole.tensors.size());
+    for (std::size_t i = 0; i < whole.tensors.size(); ++i) {
+      const auto& [name, t] = whole.tensors[i];
+      EXPECT_EQ(f.entries()[i].name, name);
+      EXPECT_EQ(f.entries()[i].dtype, t.dtype());
+      EXPECT_EQ(f.entries()[i].shape, t.shape());
+      ASSERT_NE(f.find(name), nullptr);
+      EXPECT_EQ(f.find(name)->shape, t.shape());
+      expect_same({{{name, f.read(name)}}}, {{{name, t}}});
+    }
+    EXPECT_EQ(f.find("zz"), nullptr);
+    expect_same(f.read_all(), whole);
+    EXPECT_EQ(error_of([&] { f.read("zz"); }),
+              "[SafeTensorsFile::read] '" + path + "' has no tensor 'zz'");
+  }
+  expect_same(io::load_safetensors(path), whole);
+  // A copy shares the open file, which outlives the original and its name.
+  std::optional<io::SafeTensorsFile> copy;
+  {
+    io::SafeTensorsFile f(path);
+    copy.emplace(f);
+  }
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  expect_same(copy->read_all(), whole);
+}
+
+TEST(SafeTensorsFile, ReadIntoFillsTheDestinationInPlace) {
+  TempDir dir;
+  const std::string path = dir.write("m.safetensors", io::to_safetensors(mixed_tensors()));
+  io::SafeTensorsFile f(path);
+  const Tensor w = f.read("w");
+  // Contiguous float32: the bytes land in dst's own storage; a leaf that requires grad is fine.
+  Tensor dst = attn::zeros({2, 3}).requires_grad_(true);
+  const void* storage = dst.raw_data();
+  f.read_into("w", dst);
+  EXPECT_TRUE(attn::equal(dst.detach(), w));
+  EXPECT_EQ(dst.raw_data(), storage);
+  // A transposed view (not contiguous) of a bigger tensor.
+  Tensor base = attn::full({3, 2}, 7.0);
+  Tensor view = base.transpose(0, 1);
+  f.read_into("w", view);
+  EXPECT_TRUE(attn::equal(base, w.transpose(0, 1)));
+  // Another dtype is converted, as copy_ converts.
+  Tensor f32 = attn::zeros({2, 3});
+  f.read_into("h", f32);
+  EXPECT_TRUE(attn::equal(f32, f.read("h").float_()));
+  // Shapes must match; nothing is written then.
+  Tensor wrong = attn::zeros({3, 2});
+  EXPECT_EQ(error_of([&] { f.read_into("w", wrong); }),
+            "[SafeTensorsFile::read_into] tensor 'w' of '" + path +
+                "' has shape (2, 3) but the destination has shape (3, 2)");
+  EXPECT_TRUE(attn::equal(wrong, attn::zeros({3, 2})));
+  Tensor undefined;
+  EXPECT_NE(error_of([&] { f.read_into("w", undefined); }).find("undefined"), std::string::npos);
+}
+
+// Opening a file and reading all of it fails exactly as from_safetensors fails on its bytes, or
+// both succeed with the same tensors: every truncation of a good file and every byte flip.
+TEST(SafeTensorsFile, RejectsWhatFromSafetensorsRejects) {
+  TempDir dir;
+  const std::string good = io::to_safetensors(known_tensors(), {{"format", "pt"}});
+  const std::string path = dir.file("t.safetensors");
+  auto compare = [&](const std::string& bytes, bool through_file) {
+    std::string expected, got;
+    io::SafeTensors a, b;
+    expected = outcome([&] { a = io::from_safetensors(bytes, path); });
+    if (through_file) {
+      put(path, bytes);
+      got = outcome([&] { b = io::SafeTensorsFile(path).read_all(); });
+    } else {
+      got = outcome([&] { b = io::SafeTensorsFile::from_bytes(bytes, path).read_all(); });
+    }
+    EXPECT_EQ(got, expected);
+    if (expected.empty()) expect_same(b, a);
+    return expected.empty();
+  };
+  int accepted = 0;
+  for (std::size_t n = 0; n <= good.size() + 1; ++n) {
+    SCOPED_TRACE(n);
+    const std::string bytes = n <= good.size() ? good.substr(0, n) : good + "x";
+    accepted += compare(bytes, true);
+  }
+  EXPECT_EQ(accepted, 1);  // the whole file only
+  accepted = 0;
+  for (std::size_t pos = 0; pos < good.size(); ++pos) {
+    for (unsigned mask : {0x01u, 0x20u, 0x80u, 0xffu}) {
+      SCOPED_TRACE(pos * 1000 + mask);
+      std::string bad = good;
+      bad[pos] = char(uint8_t(bad[pos]) ^ mask);
+      accepted += compare(bad, false);
+    }
+  }
+  EXPECT_GE(accepted, 16 * 4);  // flips in the float and int data load, with other values
+}
+
+// A BOOL tensor's bytes are checked when it is read: the header alone opens.
+TEST(SafeTensorsFile, BoolBytesAreCheckedWhenRead) {
+  TempDir dir;
+  std::string bytes = io::to_safetensors(known_tensors());
+  bytes[bytes.size() - 2] = 2;  // m[1]
+  const std::string path = dir.write("b.safetensors", bytes);
+  io::SafeTensorsFile f(path);
+  EXPECT_TRUE(attn::equal(f.read("a"), attn::tensor({1.0, -2.5})));
+  EXPECT_EQ(error_of([&] { f.read("m"); }), "[load_safetensors] '" + path +
+                                                "': tensor 'm' (BOOL) holds byte 2 at element 1; "
+                                                "expected 0 or 1");
+}
+
+TEST(SafeTensorsFile, AFileThatShrinksAfterOpeningIsAnError) {
+  TempDir dir;
+  const std::string bytes = io::to_safetensors(known_tensors());
+  const std::string path = dir.write("s.safetensors", bytes);
+  io::SafeTensorsFile f(path);
+  ASSERT_EQ(::truncate(path.c_str(), off_t(bytes.size() - 2)), 0);
+  EXPECT_TRUE(attn::equal(f.read("a"), attn::tensor({1.0, -2.5})));  // still all there
+  const std::size_t m = bytes.size() - 3;                            // where m's bytes start
+  EXPECT_EQ(error_of([&] { f.read("m"); }), "[load_safetensors] '" + path +
+                                                "': the file ended before tensor 'm' (bytes " +
+                                                std::to_string(m) + " to " + std::to_string(m + 3) +
+                                                ") was read: it changed after it was opened");
+}
+
+TEST(SafeTensorsFile, OpenErrorsAndPipes) {
+  TempDir dir;
+  EXPECT_EQ(error_of([&] { io::SafeTensorsFile(dir.file("none")); }),
+            "[load_safetensors] cannot open '" + dir.file("none") + "': No such file or directory");
+  EXPECT_EQ(error_of([&] { io::SafeTensorsFile(dir.path()); }),
+            "[load_safetensors] '" + dir.path() + "' is a directory");
+  // A pipe has no size and no offsets: its bytes are read whole, then the same checks.
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string bytes = io::to_safetensors(known_tensors(), {{"format", "pt"}});
+  std::thread writer([&] { put(fifo, bytes); });
+  io::SafeTensors st;
+  const std::string err = outcome([&] { st = io::SafeTensorsFile(fifo).read_all(); });
+  writer.join();
+  EXPECT_EQ(err, "");
+  expect_same(st, io::from_safetensors(bytes));
 }
 
 }  // namespace
