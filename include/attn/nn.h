@@ -43,6 +43,13 @@ class Module {
   // Copies values in by name. strict: every key must match both ways. Shapes must match.
   // Throws attn::Error listing missing / unexpected keys or the mismatching shapes.
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
+  // load_state_dict for values not in memory yet (a file read tensor by tensor): `shapes` names
+  // what the source holds. The same checks come first, and nothing is read if they fail; then
+  // `read(name, dst)` fills each of the module's tensors that the source names, in place (dst has
+  // the module's shape and dtype). A read that throws leaves the tensors before it loaded.
+  using TensorReader = std::function<void(const std::string& name, Tensor& dst)>;
+  void load_state_dict_from(const std::map<std::string, Shape>& shapes, const TensorReader& read,
+                            bool strict = true);
   Tensor parameter(const std::string& dotted_name) const;
 
   // Resets the gradients of every parameter: undefined (set_to_none, PyTorch's default) or zero.

@@ -3,6 +3,7 @@
 #include <attn/nn.h>
 #include <attn/ops.h>
 
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -127,28 +128,30 @@ NamedTensors Module::state_dict() const {
   return out;
 }
 
-void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
-  // Everything is checked before anything is copied, so a failed load leaves the module as it was.
-  NamedTensors own = state_dict();
+namespace {
+
+// load_state_dict's checks, as PyTorch words them: `shapes` holds the source's shape for each key
+// (nullopt: an undefined tensor). Throws attn::Error listing every problem.
+void check_state(const Module& m, const NamedTensors& own,
+                 const std::map<std::string, std::optional<Shape>>& shapes, bool strict) {
   std::set<std::string> own_names;
   std::vector<std::string> missing, unexpected, errors;
   for (const auto& [name, t] : own) {
     own_names.insert(name);
-    auto it = state.find(name);
-    if (it == state.end()) {
+    auto it = shapes.find(name);
+    if (it == shapes.end()) {
       missing.push_back(name);
       continue;
     }
-    const Tensor& src = it->second;
-    if (!src.defined()) {
+    if (!it->second) {
       errors.push_back("value for " + name + " is an undefined tensor");
-    } else if (src.shape() != t.shape()) {
+    } else if (*it->second != t.shape()) {
       errors.push_back(
-          "size mismatch for " + name + ": copying a param with shape " + torch_size(src.shape()) +
+          "size mismatch for " + name + ": copying a param with shape " + torch_size(*it->second) +
           " from checkpoint, the shape in current model is " + torch_size(t.shape()) + ".");
     }
   }
-  for (const auto& [name, t] : state)
+  for (const auto& [name, shape] : shapes)
     if (!own_names.count(name)) unexpected.push_back(name);
 
   auto quoted = [](const std::vector<std::string>& v) {
@@ -163,15 +166,37 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     all.push_back("Unexpected key(s) in state_dict: " + quoted(unexpected) + ".");
   all.insert(all.end(), errors.begin(), errors.end());
   if (!all.empty()) {
-    std::string m = "Error(s) in loading state_dict for " + name() + ":";
-    for (const auto& e : all) m += "\n\t" + e;
-    fail("load_state_dict", m);
+    std::string msg = "Error(s) in loading state_dict for " + m.name() + ":";
+    for (const auto& e : all) msg += "\n\t" + e;
+    fail("load_state_dict", msg);
   }
+}
+
+}  // namespace
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+  // Everything is checked before anything is copied, so a failed load leaves the module as it was.
+  std::map<std::string, std::optional<Shape>> shapes;
+  for (const auto& [name, t] : state)
+    shapes.emplace(name, t.defined() ? std::optional<Shape>(t.shape()) : std::nullopt);
+  NamedTensors own = state_dict();
+  check_state(*this, own, shapes, strict);
   NoGradGuard no_grad;  // torch copies under torch.no_grad(): parameters are leaves
   for (auto& [name, t] : own) {
     auto it = state.find(name);
     if (it != state.end()) t.copy_(it->second);  // writes through: t shares the module's storage
   }
+}
+
+void Module::load_state_dict_from(const std::map<std::string, Shape>& shapes,
+                                  const TensorReader& read, bool strict) {
+  if (!read) fail("load_state_dict_from", "the reader is empty");
+  std::map<std::string, std::optional<Shape>> known(shapes.begin(), shapes.end());
+  NamedTensors own = state_dict();
+  check_state(*this, own, known, strict);
+  NoGradGuard no_grad;
+  for (auto& [name, t] : own)
+    if (shapes.count(name)) read(name, t);
 }
 
 Tensor Module::parameter(const std::string& dotted_name) const {

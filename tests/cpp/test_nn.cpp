@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
+
 namespace {
 
 using attn::Dtype;
@@ -476,6 +478,52 @@ TEST(Module, LoadStateDictRoundTripAndErrors) {
   cs["mask"] = attn::zeros({3, 3});
   ca.load_state_dict(cs);
   EXPECT_TRUE(attn::equal(ca.mask, attn::zeros({3, 3})));
+}
+
+// load_state_dict_from: load_state_dict's checks and messages, then the reader fills the module's
+// own tensors in place (the handles stay valid); nothing is read when a check fails.
+TEST(Module, LoadStateDictFromReadsInPlaceAfterTheSameChecks) {
+  attn::manual_seed(3);
+  nn::MultiheadAttention src(8, 2, 0.0, true, 4, 6);
+  nn::MultiheadAttention dst(8, 2, 0.0, true, 4, 6);
+  std::map<std::string, Tensor> state;
+  std::map<std::string, attn::Shape> shapes;
+  for (const auto& [name, t] : src.state_dict()) {
+    state[name] = t.clone();
+    shapes[name] = t.shape();
+  }
+  const Tensor handle = dst.q_proj_weight;
+  const void* storage = handle.raw_data();
+  std::vector<std::string> read;
+  dst.load_state_dict_from(shapes, [&](const std::string& name, Tensor& t) {
+    EXPECT_EQ(t.shape(), state.at(name).shape()) << name;
+    read.push_back(name);
+    t.copy_(state.at(name));
+  });
+  EXPECT_EQ(read.size(), state.size());
+  for (const auto& [name, t] : dst.state_dict()) EXPECT_TRUE(attn::equal(t, state[name])) << name;
+  EXPECT_TRUE(attn::equal(handle, src.q_proj_weight));
+  EXPECT_EQ(dst.q_proj_weight.raw_data(), storage);
+
+  // The same messages as load_state_dict, and no read at all.
+  nn::Linear lin(3, 2);
+  int reads = 0;
+  auto count = [&](const std::string&, Tensor&) { ++reads; };
+  const std::map<std::string, Tensor> bad{{"weight", attn::zeros({3, 2})},
+                                          {"extra", attn::zeros({1})}};
+  const std::map<std::string, attn::Shape> bad_shapes{{"weight", {3, 2}}, {"extra", {1}}};
+  const std::string expected = attn::testing::error_of([&] { lin.load_state_dict(bad); });
+  EXPECT_NE(expected.find("size mismatch for weight"), std::string::npos) << expected;
+  EXPECT_EQ(attn::testing::error_of([&] { lin.load_state_dict_from(bad_shapes, count); }),
+            expected);
+  EXPECT_EQ(attn::testing::error_of([&] { lin.load_state_dict_from(bad_shapes, count, false); }),
+            attn::testing::error_of([&] { lin.load_state_dict(bad, false); }));
+  EXPECT_EQ(reads, 0);
+  // Non-strict: only the names the source holds are read.
+  lin.load_state_dict_from({{"bias", {2}}, {"extra", {1}}}, count, /*strict=*/false);
+  EXPECT_EQ(reads, 1);
+  expect_error([&] { lin.load_state_dict_from({}, nn::Module::TensorReader()); },
+               "load_state_dict_from", "reader is empty");
 }
 
 // ---- Linear, Embedding, Dropout, init -----------------------------------------------------------
