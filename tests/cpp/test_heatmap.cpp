@@ -360,7 +360,7 @@ TEST(HeatmapCli, CheckpointEveryLayerAndHead) {
   EXPECT_NE(r.out.find("4 panels (2 layers x 2 heads) of 6 x 6"), std::string::npos) << r.out;
   // The same maps computed here from the checkpoint.
   const std::string file = dir.file("run") + "/model.safetensors";
-  const Checkpoint ck = parse_checkpoint(io::read_file(file), file, CheckpointUse::Generate);
+  const Checkpoint ck = read_checkpoint(file, CheckpointUse::Generate);
   nn::GPT model(ck.config);
   load_checkpoint_weights(model, ck, file, CheckpointUse::Generate);
   model.eval();

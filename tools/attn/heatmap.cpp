@@ -97,7 +97,7 @@ std::string char_label(const std::string& c) {
 // `attn heatmap --ckpt`: every layer and head of a trained GPT on the text.
 int checkpoint_heatmap(const HeatmapOptions& o, std::ostream& out) {
   const std::string file = checkpoint_file(o.ckpt, "heatmap");
-  const Checkpoint ck = parse_checkpoint(io::read_file(file), file, CheckpointUse::Generate);
+  const Checkpoint ck = read_checkpoint(file, CheckpointUse::Generate);
   const nn::GPTConfig& c = ck.config;
   std::vector<int64_t> ids;
   try {

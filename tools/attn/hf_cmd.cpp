@@ -149,7 +149,7 @@ int export_command(std::span<const std::string> args, std::ostream& out, std::os
   std::shared_ptr<nn::GPT> model;
   std::string tokenizer_json;
   try {
-    const Checkpoint ck = parse_checkpoint(io::read_file(path), path, CheckpointUse::Generate);
+    const Checkpoint ck = read_checkpoint(path, CheckpointUse::Generate);
     config = ck.config;
     model = checkpoint_model(ck, path);
     tokenizer_json = ck.tokenizer.to_json();

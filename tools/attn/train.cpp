@@ -375,15 +375,15 @@ std::string config_json(const nn::GPTConfig& c) {
 
 // Metadata helpers: every defect is an attn::Error naming the file and the key.
 struct Meta {
-  const io::SafeTensors& st;
+  const std::map<std::string, std::string>& metadata;
   std::string fn, path;
 
   [[noreturn]] void fail(const std::string& what) const {
     throw Error("[" + fn + "] '" + path + "': " + what);
   }
   const std::string& get(const std::string& key) const {
-    auto it = st.metadata.find(key);
-    if (it == st.metadata.end()) fail("metadata has no '" + key + "' (not a checkpoint of attn)");
+    auto it = metadata.find(key);
+    if (it == metadata.end()) fail("metadata has no '" + key + "' (not a checkpoint of attn)");
     return it->second;
   }
   json parse(const std::string& key) const {
@@ -487,13 +487,7 @@ json history_json(const std::vector<TrainEval>& history) {
   return list;
 }
 
-// The weights of a checkpoint (every tensor not prefixed "optim.") by name.
-std::map<std::string, Tensor> model_weights(const io::SafeTensors& st) {
-  std::map<std::string, Tensor> weights;
-  for (const auto& [name, t] : st.tensors)
-    if (name.rfind(kOptimPrefix, 0) != 0) weights.emplace(name, t);
-  return weights;
-}
+bool is_optim_state(const std::string& name) { return name.rfind(kOptimPrefix, 0) == 0; }
 
 // a * b + c for sizes, saturating at UINT64_MAX.
 uint64_t sat_mul_add(uint64_t a, uint64_t b, uint64_t c = 0) {
@@ -768,10 +762,11 @@ void keep_freed_memory() {
 
 // ---- checkpoints --------------------------------------------------------------------------------
 
-Checkpoint parse_checkpoint(std::string_view bytes, const std::string& path, CheckpointUse use) {
-  Checkpoint ck;
-  ck.st = io::from_safetensors(bytes, path);
-  Meta meta{ck.st, use_fn(use), path};
+namespace {
+
+Checkpoint parse(io::SafeTensorsFile file, const std::string& path, CheckpointUse use) {
+  Checkpoint ck{std::move(file)};
+  Meta meta{ck.file.metadata(), use_fn(use), path};
   if (use == CheckpointUse::Resume)
     meta.expect_format({"attn-train"});
   else
@@ -784,8 +779,12 @@ Checkpoint parse_checkpoint(std::string_view bytes, const std::string& path, Che
   // The model is allocated from the config before its weights are compared with it: make sure the
   // file holds at least that many values first.
   uint64_t values = 0;
-  for (const auto& [name, t] : ck.st.tensors)
-    if (name.rfind(kOptimPrefix, 0) != 0) values += uint64_t(t.numel());
+  for (const io::SafeTensorsFile::Entry& e : ck.file.entries())
+    if (!is_optim_state(e.name)) {
+      uint64_t n = 1;  // the reader checked that this fits
+      for (int64_t d : e.shape) n *= uint64_t(d);
+      values += n;
+    }
   const uint64_t needed = min_parameters(ck.config);
   if (values < needed)
     meta.fail("the weights hold " + std::to_string(values) +
@@ -815,12 +814,34 @@ Checkpoint parse_checkpoint(std::string_view bytes, const std::string& path, Che
   return ck;
 }
 
+}  // namespace
+
+Checkpoint parse_checkpoint(std::string_view bytes, const std::string& path, CheckpointUse use) {
+  return parse(io::SafeTensorsFile::from_bytes(std::string(bytes), path), path, use);
+}
+
+Checkpoint read_checkpoint(const std::string& path, CheckpointUse use) {
+  return parse(io::SafeTensorsFile(path), path, use);
+}
+
 void load_checkpoint_weights(nn::GPT& model, const Checkpoint& ck, const std::string& path,
                              CheckpointUse use) {
+  std::map<std::string, Shape> shapes;
+  for (const io::SafeTensorsFile::Entry& e : ck.file.entries())
+    if (!is_optim_state(e.name)) shapes.emplace(e.name, e.shape);
+  bool reading = false;  // past the checks: an error now is the file's, not the model's
   try {
-    model.load_state_dict(model_weights(ck.st), /*strict=*/true);
+    model.load_state_dict_from(
+        shapes,
+        [&](const std::string& name, Tensor& dst) {
+          reading = true;
+          ck.file.read_into(name, dst);
+        },
+        /*strict=*/true);
   } catch (const Error& e) {
-    Meta{ck.st, use_fn(use), path}.fail(std::string("weights do not fit the model: ") + e.what());
+    if (reading) throw;
+    Meta{ck.file.metadata(), use_fn(use), path}.fail(std::string("weights do not fit the model: ") +
+                                                     e.what());
   }
 }
 
@@ -837,15 +858,16 @@ std::shared_ptr<nn::GPT> checkpoint_model(const Checkpoint& ck, const std::strin
 void restore_training_state(const Checkpoint& ck, const std::string& path, optim::AdamW& opt,
                             Generator& gen) {
   nn::NamedTensors optim_state;
-  for (const auto& [name, t] : ck.st.tensors)
-    if (name.rfind(kOptimPrefix, 0) == 0)
-      optim_state.emplace_back(name.substr(std::string(kOptimPrefix).size()), t);
+  for (const io::SafeTensorsFile::Entry& e : ck.file.entries())
+    if (is_optim_state(e.name))
+      optim_state.emplace_back(e.name.substr(std::string(kOptimPrefix).size()),
+                               ck.file.read(e.name));
   try {
     opt.load_state_dict(optim_state);
     gen.set_state(ck.rng_state);
   } catch (const Error& e) {
-    Meta{ck.st, "train", path}.fail(std::string("optimizer or generator state does not fit: ") +
-                                    e.what());
+    Meta{ck.file.metadata(), "train", path}.fail(
+        std::string("optimizer or generator state does not fit: ") + e.what());
   }
 }
 
@@ -868,7 +890,7 @@ Checkpoint load_resume(const std::string& path, const TrainOptions& o,
   if (!fs::exists(path, ec))
     throw Error("[train] --resume: no checkpoint '" + path +
                 "' (run `attn train` without --resume first, with the same --out)");
-  Checkpoint r = parse_checkpoint(io::read_file(path), path, CheckpointUse::Resume);
+  Checkpoint r = read_checkpoint(path, CheckpointUse::Resume);
   const nn::GPTConfig& c = r.config;
   const data::CharTokenizer& ck_tok = r.tokenizer;
 
@@ -1295,7 +1317,7 @@ int generate_command(Args args, std::ostream& out, std::ostream& err) {
     }
   }
   const std::string path = checkpoint_file(a.ckpt, "generate");
-  const Checkpoint ck = parse_checkpoint(io::read_file(path), path, CheckpointUse::Generate);
+  const Checkpoint ck = read_checkpoint(path, CheckpointUse::Generate);
   generate_from_checkpoint(ck, path, a, out, err);
   return 0;
 }

@@ -162,7 +162,7 @@ struct TrainEval {
 enum class CheckpointUse { Generate, Resume };
 
 struct Checkpoint {
-  io::SafeTensors st;
+  io::SafeTensorsFile file;  // header read and checked; tensors read when loaded
   nn::GPTConfig config;
   data::CharTokenizer tokenizer;  // as many characters as config.vocab_size
   // CheckpointUse::Resume only:
@@ -178,11 +178,16 @@ struct Checkpoint {
 // "[generate] 'path': ..." or "[train] 'path': ..." ("[load_safetensors] 'path': ..." for a broken
 // container). Never reads out of bounds; allocates no more than a small multiple of the input.
 Checkpoint parse_checkpoint(std::string_view bytes, const std::string& path, CheckpointUse use);
+// The same for the file at `path`, reading its header only: the tensors are read when loaded
+// (load_checkpoint_weights, restore_training_state), so no copy of the file is held in memory.
+Checkpoint read_checkpoint(const std::string& path, CheckpointUse use);
 // The checkpoint file `--ckpt` names: DIR/model.safetensors for a directory, else the path itself.
 // Throws attn::Error "[command] no checkpoint 'path' (train one with ...)" when it does not exist.
 std::string checkpoint_file(const std::string& ckpt, const char* command);
-// Copies the checkpoint's weights (every tensor not prefixed "optim.") into `model` (strict: names
-// and shapes must match). Throws attn::Error "[fn] 'path': weights do not fit the model: ...".
+// Reads the checkpoint's weights (every tensor not prefixed "optim.") into `model`, one tensor at
+// a time (strict: names and shapes must match, checked before anything is read). Throws
+// attn::Error "[fn] 'path': weights do not fit the model: ...", or the reader's error when the
+// file changed since it was opened.
 void load_checkpoint_weights(nn::GPT& model, const Checkpoint& ck, const std::string& path,
                              CheckpointUse use);
 // The model of a checkpoint read for generation (generate, heatmap, export): constructed under
