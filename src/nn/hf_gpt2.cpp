@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -218,55 +219,65 @@ std::string gpt_config_to_hf_json(const GPTConfig& c) {
   return j.dump(2) + "\n";
 }
 
-NamedTensors gpt_state_from_hf(const GPTConfig& c, const io::SafeTensors& st_in,
-                               const std::string& what) {
-  // F16 and BF16 weights (a model saved after .half() or .bfloat16()) are widened to float32, as
-  // transformers' from_pretrained loads them into a float32 model by default.
-  io::SafeTensors st = st_in;
-  for (auto& [name, t] : st.tensors)
-    if (is_reduced_float(t.dtype())) t = t.to(Dtype::Float32);
-  // With or without the "transformer." prefix (GPT2LMHeadModel or GPT2Model), not a mixture.
+namespace {
+
+bool widens_to_float32(Dtype d) { return d == Dtype::Float32 || is_reduced_float(d); }
+
+// Where each weight of a GPT-2 file is, found from its names, dtypes and shapes alone.
+struct HfIndex {
+  std::vector<Expected> want;                 // expected_weights(c)
+  std::map<std::string, std::string> source;  // hf_name -> the file's name for it
+  std::optional<std::string> lm_head;         // "lm_head.weight", when the file has it
+};
+
+// Every check of a GPT-2 file that needs no tensor data: names (with or without the
+// "transformer." prefix, not a mixture), dtypes (F32, or F16 and BF16, which are widened to
+// float32 as transformers' from_pretrained loads them into a float32 model) and shapes.
+HfIndex index_hf_weights(const GPTConfig& c, const std::vector<io::SafeTensorsFile::Entry>& entries,
+                         const std::string& what) {
   bool prefixed = false;
-  for (const auto& [name, t] : st.tensors) prefixed = prefixed || name.starts_with(kPrefix);
-  std::map<std::string, const Tensor*> have;
-  const Tensor* lm_head = nullptr;
+  for (const auto& e : entries) prefixed = prefixed || e.name.starts_with(kPrefix);
+  HfIndex ix;
+  std::map<std::string, const io::SafeTensorsFile::Entry*> have;
+  const io::SafeTensorsFile::Entry* lm_head = nullptr;
   std::vector<std::string> unexpected;
-  for (const auto& [name, t] : st.tensors) {
-    if (name == "lm_head.weight") {
-      lm_head = &t;
+  for (const auto& e : entries) {
+    if (e.name == "lm_head.weight") {
+      lm_head = &e;
       continue;
     }
-    if (prefixed && !name.starts_with(kPrefix)) {
-      unexpected.push_back(name);
+    if (prefixed && !e.name.starts_with(kPrefix)) {
+      unexpected.push_back(e.name);
       continue;
     }
-    std::string key = prefixed ? name.substr(std::string(kPrefix).size()) : name;
+    std::string key = prefixed ? e.name.substr(std::string(kPrefix).size()) : e.name;
     if (is_ignored_buffer(key)) continue;
-    have[key] = &t;
+    have[key] = &e;
   }
   const std::string pre = prefixed ? kPrefix : "";
   // 12 weights per layer: a config with more layers than the file could hold is refused before
   // the list of expected names is built (n_layer comes from an outside file).
-  if (c.n_layer > int64_t(st.tensors.size()) / 12)
+  if (c.n_layer > int64_t(entries.size()) / 12)
     fail_in(kLoad, what, "the config's n_layer ", c.n_layer, " needs ", c.n_layer,
-            " x 12 layer weights but the file holds ", st.tensors.size(), " tensors in all");
-  std::vector<Expected> want = expected_weights(c);
+            " x 12 layer weights but the file holds ", entries.size(), " tensors in all");
+  ix.want = expected_weights(c);
   std::set<std::string> wanted;
   std::vector<std::string> missing, errors;
-  for (const Expected& e : want) {
+  for (const Expected& e : ix.want) {
     wanted.insert(e.hf_name);
     auto it = have.find(e.hf_name);
     if (it == have.end()) {
       missing.push_back(pre + e.hf_name);
       continue;
     }
-    const Tensor& t = *it->second;
-    if (t.dtype() != Dtype::Float32)
-      errors.push_back("'" + pre + e.hf_name + "' is " + st_dtype(t.dtype()) +
+    const io::SafeTensorsFile::Entry& t = *it->second;
+    if (!widens_to_float32(t.dtype))
+      errors.push_back("'" + pre + e.hf_name + "' is " + st_dtype(t.dtype) +
                        ", expected F32 (attn's GPT is float32)");
-    else if (t.shape() != e.hf_shape)
-      errors.push_back("'" + pre + e.hf_name + "' has shape " + shape_of(t.shape()) +
+    else if (t.shape != e.hf_shape)
+      errors.push_back("'" + pre + e.hf_name + "' has shape " + shape_of(t.shape) +
                        ", the config needs " + shape_of(e.hf_shape));
+    ix.source[e.hf_name] = t.name;
   }
   for (const auto& [key, t] : have)
     if (!wanted.count(key)) unexpected.push_back(pre + key);
@@ -275,26 +286,45 @@ NamedTensors gpt_state_from_hf(const GPTConfig& c, const io::SafeTensors& st_in,
             unexpected.empty() ? "" : "; unexpected weights: ", join_keys(unexpected));
   if (!unexpected.empty()) fail_in(kLoad, what, "unexpected weights: ", join_keys(unexpected));
   if (!errors.empty()) fail_in(kLoad, what, join_keys(errors));
-  const Tensor& wte = *have.at("wte.weight");
-  if (lm_head) {  // tied: it must be the token table
-    const Tensor& lm = *lm_head;
-    if (lm.dtype() != Dtype::Float32 || lm.shape() != wte.shape())
-      fail_in(kLoad, what, "'lm_head.weight' is ", detail::tensor_desc(lm),
-              ", expected float32 with wte's shape ", shape_of(wte.shape()));
-    const Tensor a = lm.contiguous(), b = wte.contiguous();
-    const float* pa = a.data_ptr<float>();
-    const float* pb = b.data_ptr<float>();
-    for (int64_t i = 0, n = a.numel(); i < n; ++i)
-      if (pa[i] != pb[i])
-        fail_in(kLoad, what, "'lm_head.weight' differs from the token embedding (at element ", i,
-                "); attn's GPT ties its output layer to wte (untied heads are not supported)");
+  if (lm_head) {  // tied: it must be the token table (compared once the data is read)
+    const Shape& wte = have.at("wte.weight")->shape;
+    if (!widens_to_float32(lm_head->dtype) || lm_head->shape != wte)
+      fail_in(kLoad, what, "'lm_head.weight' is ", shape_of(lm_head->shape), " ",
+              st_dtype(lm_head->dtype), ", expected float32 with wte's shape ", shape_of(wte));
+    ix.lm_head = lm_head->name;
   }
+  return ix;
+}
+
+// A tied lm_head must hold the token table's values.
+void check_tied(const Tensor& lm_head, const Tensor& wte, const std::string& what) {
+  const Tensor a = lm_head.to(Dtype::Float32).contiguous(), b = wte.detach().contiguous();
+  const float* pa = a.data_ptr<float>();
+  const float* pb = b.data_ptr<float>();
+  for (int64_t i = 0, n = a.numel(); i < n; ++i)
+    if (pa[i] != pb[i])
+      fail_in(kLoad, what, "'lm_head.weight' differs from the token embedding (at element ", i,
+              "); attn's GPT ties its output layer to wte (untied heads are not supported)");
+}
+
+}  // namespace
+
+NamedTensors gpt_state_from_hf(const GPTConfig& c, const io::SafeTensors& st,
+                               const std::string& what) {
+  std::vector<io::SafeTensorsFile::Entry> entries;
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : st.tensors) {
+    entries.push_back({name, t.dtype(), t.shape()});
+    by_name[name] = &t;
+  }
+  const HfIndex ix = index_hf_weights(c, entries, what);
   NamedTensors out;
-  out.reserve(want.size());
-  for (const Expected& e : want) {
-    const Tensor& t = *have.at(e.hf_name);
+  out.reserve(ix.want.size());
+  for (const Expected& e : ix.want) {
+    Tensor t = by_name.at(ix.source.at(e.hf_name))->to(Dtype::Float32);
     out.emplace_back(e.attn_name, e.transpose ? t.transpose(0, 1).contiguous() : t);
   }
+  if (ix.lm_head) check_tied(*by_name.at(*ix.lm_head), out.front().second, what);
   return out;
 }
 
@@ -347,23 +377,35 @@ std::shared_ptr<GPT> load_hf_gpt2(const std::string& dir) {
     detail::fail(kLoad, "'", dir, "' has no model.safetensors");
   }
   const GPTConfig config = gpt_config_from_hf_json(io::read_file(config_path), config_path);
-  io::SafeTensors st;
+  // The header now, each tensor straight into its parameter below: no copy of the file.
+  std::optional<io::SafeTensorsFile> file;
+  std::optional<HfIndex> ix;
   try {
-    st = io::load_safetensors(weights_path);
+    file.emplace(weights_path);
+    ix = index_hf_weights(config, file->entries(), weights_path);
   } catch (const Error& e) {
     std::string m = e.what();
     if (m.find("unsupported dtype") != std::string::npos)
       m += "; attn's GPT is float32: convert with model.float() before save_pretrained";
+    if (m.rfind("[" + std::string(kLoad) + "]", 0) == 0) throw;
     detail::fail(kLoad, m);
   }
-  NamedTensors state = gpt_state_from_hf(config, st, weights_path);
   std::shared_ptr<GPT> model;
   {
-    init::SkipInitGuard skip;  // the strict load below sets every weight
+    init::SkipInitGuard skip;  // every weight is read next
     model = std::make_shared<GPT>(config);
   }
-  std::map<std::string, Tensor> sd(state.begin(), state.end());
-  model->load_state_dict(sd, /*strict=*/true);
+  std::map<std::string, Tensor> own;
+  for (auto& [name, t] : model->state_dict()) own[name] = t;
+  if (own.size() != ix->want.size())
+    detail::fail(kLoad, "attn's GPT has ", own.size(), " weights where GPT-2 has ",
+                 ix->want.size());
+  for (const Expected& e : ix->want) {
+    Tensor dst = own.at(e.attn_name);
+    if (e.transpose) dst = dst.transpose(0, 1);  // Conv1D's (in, out) into Linear's (out, in)
+    file->read_into(ix->source.at(e.hf_name), dst);
+  }
+  if (ix->lm_head) check_tied(file->read(*ix->lm_head), own.at("wte.weight"), weights_path);
   model->eval();  // as transformers' from_pretrained
   return model;
 }

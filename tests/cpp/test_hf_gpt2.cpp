@@ -284,6 +284,14 @@ TEST(HfGpt2, WeightDefectsNameTheKeys) {
   untied.emplace_back("lm_head.weight", attn::zeros({29, 8}));
   s.write_weights(untied);
   EXPECT_TRUE(contains(s.load_error(), "'lm_head.weight' differs from the token embedding"));
+  // A head of another shape is refused from the header, before any weight is read.
+  untied.back().second = attn::zeros({30, 8});
+  s.write_weights(untied);
+  m = s.load_error();
+  EXPECT_TRUE(contains(m,
+                       "'lm_head.weight' is (30, 8) F32, expected float32 with wte's shape "
+                       "(29, 8)"))
+      << m;
   // A tied head saved anyway, and the mask buffers of older files, without the prefix: accepted.
   std::vector<std::pair<std::string, Tensor>> plain;
   for (const auto& [k, t] : s.st.tensors) plain.emplace_back(k.substr(12), t);
