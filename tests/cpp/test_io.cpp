@@ -50,6 +50,7 @@ std::vector<T> values(const Tensor& t) {
 }
 
 using attn::testing::error_of;
+using attn::testing::outcome;
 
 std::string load_error(const std::string& bytes) {
   return error_of([&] { io::from_safetensors(bytes, "t.safetensors"); });
@@ -443,17 +444,6 @@ TEST(SafeTensors, EmptyTensorsMayShareAnOffset) {
 // Writes bytes to path as they are (no fsync: many small files).
 void put(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
-// The attn::Error message of f, or "" when it succeeds.
-template <typename F>
-std::string outcome(F&& f) {
-  try {
-    f();
-  } catch (const attn::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 void expect_same(const io::SafeTensors& a, const io::SafeTensors& b) {

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attn::tools {
@@ -27,16 +28,24 @@ int cli_main(std::span<const std::string> args, std::ostream& out, std::ostream&
 
 namespace attn::testing {
 
-// Runs f and returns the attn::Error message; fails the test when f does not throw one.
+// Runs f and returns the attn::Error message, or "" when f succeeds.
 template <typename F>
-std::string error_of(F&& f) {
+std::string outcome(F&& f) {
   try {
     f();
   } catch (const attn::Error& e) {
     return e.what();
   }
-  ADD_FAILURE() << "expected attn::Error";
   return "";
+}
+
+// Runs f and returns the attn::Error message; fails the test when f does not throw one (or
+// throws one without a message).
+template <typename F>
+std::string error_of(F&& f) {
+  std::string message = outcome(std::forward<F>(f));
+  if (message.empty()) ADD_FAILURE() << "expected attn::Error";
+  return message;
 }
 
 // While alive, writes that would make a file larger than `bytes` fail with EFBIG (SIGXFSZ ignored):
