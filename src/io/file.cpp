@@ -99,6 +99,30 @@ bool process_alive(long long pid) {
 
 namespace detail {
 
+// What is left to read of fd (about `expected` bytes, 0 when unknown); errors as read_whole_file's.
+static std::string read_to_end(const char* fn, const std::string& path, int fd, uint64_t expected) {
+  std::string out;
+  try {
+    if (expected > 0) out.reserve(std::size_t(expected));
+    char buf[1 << 16];
+    while (true) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        attn::detail::fail(fn, "cannot read '", path, "': ", errno_str(errno));
+      }
+      if (n == 0) break;
+      out.append(buf, std::size_t(n));
+    }
+  } catch (const std::bad_alloc&) {
+    attn::detail::fail_workspace(fn, double(std::max<uint64_t>(expected, out.size())),
+                                 "the contents of '" + path + "'");
+  } catch (const std::length_error&) {
+    attn::detail::fail_workspace(fn, double(expected), "the contents of '" + path + "'");
+  }
+  return out;
+}
+
 // The descriptor of `path` opened for reading; errors as read_whole_file's.
 static int open_for_reading(const char* fn, const std::string& path, struct stat& st) {
   int raw;
@@ -125,6 +149,8 @@ ReadOnlyFile::ReadOnlyFile(const char* fn, const std::string& path) : fn_(fn), p
   size_ = regular_ ? uint64_t(st.st_size) : 0;
 }
 
+std::string ReadOnlyFile::read_rest() const { return read_to_end(fn_, path_, *fd_, size_); }
+
 bool ReadOnlyFile::read_at(uint64_t offset, void* dst, std::size_t n) const {
   auto* out = static_cast<char*>(dst);
   while (n > 0) {
@@ -145,31 +171,17 @@ bool ReadOnlyFile::read_at(uint64_t offset, void* dst, std::size_t n) const {
 std::string read_whole_file(const char* fn, const std::string& path) {
   struct stat st {};
   Fd fd(open_for_reading(fn, path, st));
-  std::string out;
-  try {
-    if (S_ISREG(st.st_mode) && st.st_size > 0) out.reserve(std::size_t(st.st_size));
-    char buf[1 << 16];
-    while (true) {
-      const ssize_t n = ::read(fd.fd, buf, sizeof buf);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        attn::detail::fail(fn, "cannot read '", path, "': ", errno_str(errno));
-      }
-      if (n == 0) break;
-      out.append(buf, std::size_t(n));
-    }
-  } catch (const std::bad_alloc&) {
-    attn::detail::fail_workspace(fn, double(std::max<off_t>(st.st_size, off_t(out.size()))),
-                                 "the contents of '" + path + "'");
-  } catch (const std::length_error&) {
-    attn::detail::fail_workspace(fn, double(st.st_size), "the contents of '" + path + "'");
-  }
-  return out;
+  return read_to_end(fn, path, fd.fd, S_ISREG(st.st_mode) ? uint64_t(st.st_size) : 0);
 }
 
 void set_write_pause(int64_t ms) { g_write_pause_ms.store(ms); }
 
 void write_file_atomic(const char* fn, const std::string& path, std::string_view bytes) {
+  write_file_atomic(fn, path, std::span<const std::string_view>(&bytes, 1));
+}
+
+void write_file_atomic(const char* fn, const std::string& path,
+                       std::span<const std::string_view> pieces) {
   if (path.empty()) attn::detail::fail(fn, "empty path");
   if (path.back() == '/') attn::detail::fail(fn, "'", path, "' names a directory, not a file");
   {
@@ -197,19 +209,28 @@ void write_file_atomic(const char* fn, const std::string& path, std::string_view
   };
   // The debugging pause (set_write_pause) comes halfway: a half-written temporary file.
   const int64_t pause_ms = g_write_pause_ms.load();
-  std::size_t done = 0, stop = pause_ms > 0 ? bytes.size() / 2 : bytes.size();
-  for (int part = 0; part < 2; ++part) {
-    while (done < stop) {
-      const ssize_t n = ::write(fd.fd, bytes.data() + done, stop - done);
+  std::size_t total = 0;
+  for (std::string_view p : pieces) total += p.size();
+  const std::size_t pause_at = pause_ms > 0 ? total / 2 : total + 1;
+  std::size_t done = 0;  // bytes written, over all pieces
+  bool paused = false;
+  for (std::string_view piece : pieces) {
+    std::size_t at = 0;
+    while (at < piece.size()) {
+      if (done == pause_at && !paused) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+        paused = true;
+      }
+      std::size_t want = piece.size() - at;
+      if (done < pause_at) want = std::min(want, pause_at - done);
+      const ssize_t n = ::write(fd.fd, piece.data() + at, want);
       if (n < 0) {
         if (errno == EINTR) continue;
         abort_with("write failed", errno);
       }
+      at += std::size_t(n);
       done += std::size_t(n);
     }
-    if (done == bytes.size()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
-    stop = bytes.size();
   }
   if (::fsync(fd.fd) != 0) abort_with("fsync failed", errno);
   if (int err = fd.close_now(); err != 0) {

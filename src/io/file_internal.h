@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,9 @@ class ReadOnlyFile {
   // Reads exactly n bytes at `offset` into dst; false when the file ends first. Throws
   // "[fn] cannot read 'path': <strerror>" on a read error.
   bool read_at(uint64_t offset, void* dst, std::size_t n) const;
+  // Everything from the current position to the end, read in order (for pipes and devices,
+  // which have no offsets).
+  std::string read_rest() const;
 
  private:
   std::shared_ptr<const int> fd_;
@@ -36,6 +40,9 @@ class ReadOnlyFile {
 // io::write_file_atomic with errors reported as "[fn] cannot write 'path': ..." (plot::save
 // shares it).
 void write_file_atomic(const char* fn, const std::string& path, std::string_view bytes);
+// The same for the concatenation of `pieces`, written one after another (no copy joins them).
+void write_file_atomic(const char* fn, const std::string& path,
+                       std::span<const std::string_view> pieces);
 
 // A debugging hook for fault tests (`attn train --debug-slow-save MS`): every atomic write stops
 // for `ms` milliseconds halfway through writing its temporary file, so that a process killed

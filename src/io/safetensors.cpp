@@ -290,12 +290,31 @@ bool SafeTensors::contains(const std::string& name) const {
   return false;
 }
 
-std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                           const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// A safetensors file as pieces to write one after another: the length and the header, then
+// each tensor's bytes where they lie (a tensor that is not contiguous on the CPU is copied).
+struct Serialized {
+  std::string head;
+  std::vector<Tensor> data;
+  uint64_t data_bytes = 0;
+
+  std::vector<std::string_view> pieces() const {
+    std::vector<std::string_view> out{head};
+    for (const Tensor& c : data) {
+      const std::size_t nbytes = std::size_t(c.numel()) * itemsize(c.dtype());
+      if (nbytes > 0) out.emplace_back(static_cast<const char*>(c.raw_data()), nbytes);
+    }
+    return out;
+  }
+};
+
+Serialized serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                     const std::map<std::string, std::string>& metadata) {
   constexpr const char* fn = "to_safetensors";
   std::set<std::string> seen;
-  std::vector<Tensor> contig;
-  contig.reserve(tensors.size());
+  Serialized out;
+  out.data.reserve(tensors.size());
   ordered_json header = ordered_json::object();
   if (!metadata.empty()) {
     ordered_json m = ordered_json::object();
@@ -308,7 +327,9 @@ std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& te
     if (name == kMetadataKey) attn::detail::fail(fn, "a tensor cannot be called \"", name, "\"");
     if (!seen.insert(name).second) attn::detail::fail(fn, "tensor name '", name, "' is repeated");
     if (!t.defined()) attn::detail::fail(fn, "tensor '", name, "' is undefined");
-    Tensor c = t.detach().contiguous();
+    Tensor c = t.detach();
+    if (c.is_cuda()) c = c.cpu();
+    c = c.contiguous();
     const uint64_t nbytes = uint64_t(c.numel()) * itemsize(c.dtype());
     ordered_json e = ordered_json::object();
     e["dtype"] = st_dtype(c.dtype());
@@ -316,7 +337,7 @@ std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& te
     e["data_offsets"] = {offset, offset + nbytes};
     header[name] = std::move(e);
     offset += nbytes;
-    contig.push_back(std::move(c));
+    out.data.push_back(std::move(c));
   }
   std::string text;
   try {
@@ -325,22 +346,30 @@ std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& te
     attn::detail::fail(fn, "names and metadata must be valid UTF-8: ", e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::string out;
-  out.reserve(8 + text.size() + offset);
   const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
-  out += text;
-  for (const Tensor& c : contig) {
-    const std::size_t nbytes = std::size_t(c.numel()) * itemsize(c.dtype());
-    if (nbytes > 0) out.append(static_cast<const char*>(c.raw_data()), nbytes);
-  }
+  for (int i = 0; i < 8; ++i) out.head.push_back(char((n >> (8 * i)) & 0xff));
+  out.head += text;
+  out.data_bytes = offset;
+  return out;
+}
+
+}  // namespace
+
+std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                           const std::map<std::string, std::string>& metadata) {
+  const Serialized s = serialize(tensors, metadata);
+  std::string out;
+  out.reserve(s.head.size() + s.data_bytes);
+  for (std::string_view piece : s.pieces()) out += piece;
   return out;
 }
 
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  write_file_atomic(path, to_safetensors(tensors, metadata));
+  const Serialized s = serialize(tensors, metadata);
+  const std::vector<std::string_view> pieces = s.pieces();
+  detail::write_file_atomic("write_file_atomic", path, pieces);
 }
 
 SafeTensors from_safetensors(std::string_view bytes, const std::string& what) {
@@ -393,7 +422,7 @@ SafeTensorsFile::SafeTensorsFile(std::shared_ptr<const Impl> impl) : impl_(std::
 SafeTensorsFile::SafeTensorsFile(const std::string& path) {
   detail::ReadOnlyFile file("load_safetensors", path);
   if (!file.regular()) {  // a pipe or a device: its bytes, in memory
-    *this = from_bytes(detail::read_whole_file("load_safetensors", path), path);
+    *this = from_bytes(file.read_rest(), path);
     return;
   }
   auto impl = std::make_shared<Impl>();
