@@ -181,24 +181,40 @@ std::map<std::string, Tensor> tensors_of(const Value& value) {
   return out;
 }
 
-std::string to_torch_archive(const Value& value) {
-  constexpr const char* fn = "save_torch";
+namespace {
+
+// The records of value's archive; `pkl` and `names` hold what the records view.
+std::vector<std::pair<std::string, std::string_view>> archive_records(
+    const Value& value, std::string& pkl, std::vector<std::string>& names, const char* fn) {
   std::vector<std::pair<std::string, std::string_view>> storages;
-  const std::string pkl = detail::pickle_value(value, storages, fn);
+  pkl = detail::pickle_value(value, storages, fn);
   std::vector<std::pair<std::string, std::string_view>> records;
   records.emplace_back("archive/data.pkl", pkl);
   records.emplace_back("archive/byteorder", "little");
-  std::vector<std::string> names;
   names.reserve(storages.size());
   for (const auto& s : storages) names.push_back("archive/data/" + s.first);
   for (std::size_t i = 0; i < storages.size(); ++i)
     records.emplace_back(names[i], storages[i].second);
   records.emplace_back("archive/version", "3\n");
-  return detail::write_zip(records, fn);
+  return records;
+}
+
+}  // namespace
+
+std::string to_torch_archive(const Value& value) {
+  constexpr const char* fn = "save_torch";
+  std::string pkl;
+  std::vector<std::string> names;
+  return detail::write_zip(archive_records(value, pkl, names, fn), fn);
 }
 
 void save_torch(const std::string& path, const Value& value) {
-  io::detail::write_file_atomic("save_torch", path, to_torch_archive(value));
+  // The tensors' bytes go to the file from where they lie: no copy of the archive in memory.
+  constexpr const char* fn = "save_torch";
+  std::string pkl;
+  std::vector<std::string> names;
+  const detail::ZipPieces z = detail::zip_pieces(archive_records(value, pkl, names, fn), fn);
+  io::detail::write_file_atomic(fn, path, z.pieces);
 }
 
 Value from_torch_archive(std::string_view bytes, const std::string& what) {

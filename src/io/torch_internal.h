@@ -5,6 +5,7 @@
 #include <attn/torch_format.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <string_view>
@@ -46,6 +47,14 @@ class ZipReader {
 // (4 GiB, 65535 records).
 std::string write_zip(const std::vector<std::pair<std::string, std::string_view>>& records,
                       const char* fn);
+// The same archive as pieces to write one after another: headers (held in `owned`) and views of
+// the records' data, which must outlive the pieces.
+struct ZipPieces {
+  std::deque<std::string> owned;
+  std::vector<std::string_view> pieces;
+};
+ZipPieces zip_pieces(const std::vector<std::pair<std::string, std::string_view>>& records,
+                     const char* fn);
 
 // The pickle of a value tree (protocol 2), with tensors as persistent ids of storages; `storages`
 // receives the key and bytes of each storage in key order ("0", "1", ...), viewing the tensors'

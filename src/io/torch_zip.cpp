@@ -166,17 +166,19 @@ const std::string_view* ZipReader::find(const std::string& name) const {
   return it == records_.end() ? nullptr : &it->second;
 }
 
-std::string write_zip(const std::vector<std::pair<std::string, std::string_view>>& records,
-                      const char* fn) {
+ZipPieces zip_pieces(const std::vector<std::pair<std::string, std::string_view>>& records,
+                     const char* fn) {
   if (records.size() >= 0xffff)
     raise<UnsupportedError>(fn, records.size(), " records exceed the zip limit of 65534");
-  std::string out, central;
+  ZipPieces z;
+  std::string central;
+  uint64_t size = 0;  // of everything so far
   for (const auto& record : records) {
     // Named references, not structured bindings: the lambda below captures them (C++20 allows
     // capturing bindings, clang 14 does not).
     const std::string& name = record.first;
     const std::string_view data = record.second;
-    const uint64_t local = out.size();
+    const uint64_t local = size;
     const uint64_t base = local + kLocalSize + name.size();
     uint64_t pad = (kAlign - base % kAlign) % kAlign;
     if (pad != 0 && pad < 4) pad += kAlign;  // an extra field needs 4 bytes of header
@@ -205,27 +207,42 @@ std::string write_zip(const std::vector<std::pair<std::string, std::string_view>
       }
       o += name;
     };
-    header(out, false);
+    std::string& head = z.owned.emplace_back();
+    header(head, false);
     if (pad != 0) {  // padding in an extra field of id "FB", as PyTorch's writer
-      put16(out, 0x4246);
-      put16(out, uint32_t(pad - 4));
-      out.append(std::size_t(pad - 4), 'Z');
+      put16(head, 0x4246);
+      put16(head, uint32_t(pad - 4));
+      head.append(std::size_t(pad - 4), 'Z');
     }
-    out += data;
+    z.pieces.push_back(head);
+    if (!data.empty()) z.pieces.push_back(data);
+    size += head.size() + data.size();
     header(central, true);
   }
-  const uint64_t cd_off = out.size();
+  const uint64_t cd_off = size;
   if (cd_off + central.size() > 0xfffffffful)
     raise<UnsupportedError>(fn, "the archive would exceed 4 GiB (ZIP64 is not supported)");
-  out += central;
-  put32(out, kEndSig);
-  put16(out, 0);
-  put16(out, 0);
-  put16(out, uint32_t(records.size()));
-  put16(out, uint32_t(records.size()));
-  put32(out, uint32_t(central.size()));
-  put32(out, uint32_t(cd_off));
-  put16(out, 0);
+  std::string& tail = z.owned.emplace_back(std::move(central));
+  put32(tail, kEndSig);
+  put16(tail, 0);
+  put16(tail, 0);
+  put16(tail, uint32_t(records.size()));
+  put16(tail, uint32_t(records.size()));
+  put32(tail, uint32_t(tail.size() - 12));  // the central directory: all of tail so far
+  put32(tail, uint32_t(cd_off));
+  put16(tail, 0);
+  z.pieces.push_back(tail);
+  return z;
+}
+
+std::string write_zip(const std::vector<std::pair<std::string, std::string_view>>& records,
+                      const char* fn) {
+  const ZipPieces z = zip_pieces(records, fn);
+  std::size_t n = 0;
+  for (std::string_view p : z.pieces) n += p.size();
+  std::string out;
+  out.reserve(n);
+  for (std::string_view p : z.pieces) out += p;
   return out;
 }
 

@@ -493,6 +493,13 @@ TEST(SafeTensorsFile, ReadsWhatFromSafetensorsReads) {
               "[SafeTensorsFile::read] '" + path + "' has no tensor 'zz'");
   }
   expect_same(io::load_safetensors(path), whole);
+  // save_safetensors writes each tensor from where it lies: to_safetensors's bytes, a transposed
+  // view included.
+  auto with_view = mixed_tensors();
+  with_view.emplace_back("wt", with_view[3].second.transpose(0, 1));
+  const std::string saved = dir.file("saved.safetensors");
+  io::save_safetensors(saved, with_view, {{"format", "pt"}});
+  EXPECT_EQ(io::read_file(saved), io::to_safetensors(with_view, {{"format", "pt"}}));
   // A copy shares the open file, which outlives the original and its name.
   std::optional<io::SafeTensorsFile> copy;
   {

@@ -388,6 +388,14 @@ TEST(TorchFormat, FilesOnDisk) {
   const std::string path = ::testing::TempDir() + "attn_torch_format.pt";
   attn::io::save_torch(path, Value::dict({{"x", Value(attn::ones({2}))}}));
   EXPECT_TRUE(attn::equal(attn::io::load_torch(path).at("x").as_tensor(), attn::ones({2})));
+  // save_torch writes the tensors from where they lie; the file is to_torch_archive's bytes.
+  const attn::Tensor base = attn::arange(0, 12).reshape({3, 4}).float_();
+  const Value tree = Value::dict({{"a", Value(base)},
+                                  {"view", Value(base.transpose(0, 1))},
+                                  {"empty", Value(attn::zeros({0, 3}))},
+                                  {"ints", Value(attn::arange(0, 5))}});
+  attn::io::save_torch(path, tree);
+  EXPECT_EQ(attn::io::read_file(path), attn::io::to_torch_archive(tree));
   std::remove(path.c_str());
   EXPECT_TRUE(has(error_of([&] { attn::io::load_torch(path); }), "[load_torch] cannot open"));
 }
