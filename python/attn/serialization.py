@@ -35,6 +35,14 @@ def _load_bytes(data, what):
         raise _unsupported(str(e)) from None
 
 
+def _load_path(path):
+    # Read in C++ into one block that the tensors view: no second copy of the file in memory.
+    try:
+        return _C.io.load_torch(path)
+    except NotImplementedError as e:
+        raise _unsupported(str(e)) from None
+
+
 def _is_path(f):
     return isinstance(f, (str, os.PathLike))
 
@@ -87,7 +95,8 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
     """torch.load(f): f is a path (str or os.PathLike) or a binary file object with read().
     Tensors load to the cpu whatever device they were saved from. weights_only is accepted and
     changes nothing: attn always loads as torch's weights_only=True does. mmap is accepted and
-    ignored (the file is read into memory)."""
+    ignored: the file is read into memory once, and the tensors loaded from a path view that
+    block (a tensor kept alive keeps the whole file's block alive, as with torch's mmap=True)."""
     if pickle_module is not None:
         raise _unsupported("attn.load: pickle_module is not supported (attn reads the pickle "
                            "itself and never runs pickled code)")
@@ -99,8 +108,9 @@ def load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=No
     if _is_path(f):
         # Opened here so that a missing file is FileNotFoundError, a directory IsADirectoryError,
         # as torch.load raises.
-        with open(os.fspath(f), "rb") as fh:
-            return _load_bytes(fh.read(), os.fspath(f))
+        with open(os.fspath(f), "rb"):
+            pass
+        return _load_path(os.fspath(f))
     if hasattr(f, "read"):
         data = f.read()
         if isinstance(data, (bytearray, memoryview)):

@@ -217,7 +217,9 @@ void save_torch(const std::string& path, const Value& value) {
   io::detail::write_file_atomic(fn, path, z.pieces);
 }
 
-Value from_torch_archive(std::string_view bytes, const std::string& what) {
+namespace {
+
+Value read_archive(std::string_view bytes, const std::string& what, std::shared_ptr<void> owner) {
   constexpr const char* fn = "load_torch";
   const detail::ZipReader zip(bytes, what, fn);
   const std::string_view* pkl = zip.find("data.pkl");
@@ -237,11 +239,32 @@ Value from_torch_archive(std::string_view bytes, const std::string& what) {
       detail::raise<UnsupportedError>(fn, "'", what, "': byte order '",
                                       std::string(order->substr(0, 16)),
                                       "' (attn reads little-endian files only)");
-  return detail::unpickle_value(*pkl, zip, what, fn);
+  return detail::unpickle_value(*pkl, zip, what, fn, std::move(owner));
+}
+
+}  // namespace
+
+Value from_torch_archive(std::string_view bytes, const std::string& what) {
+  return read_archive(bytes, what, nullptr);
 }
 
 Value load_torch(const std::string& path) {
-  return from_torch_archive(io::detail::read_whole_file("load_torch", path), path);
+  constexpr const char* fn = "load_torch";
+  const io::detail::ReadOnlyFile file(fn, path);
+  if (!file.regular()) return read_archive(file.read_rest(), path, nullptr);
+  // The file in one 64-byte aligned block that the loaded tensors view: no second copy of it.
+  std::shared_ptr<Storage> bytes;
+  try {
+    bytes = Storage::allocate(std::size_t(file.size()), /*zero=*/false);
+  } catch (const AllocationError&) {
+    attn::detail::fail_workspace(fn, double(file.size()), "the contents of '" + path + "'");
+  }
+  if (!file.read_at(0, bytes->data, std::size_t(file.size())))
+    detail::raise<ArchiveError>(fn, "'", path,
+                                "': the file ended before its size was read (it changed while "
+                                "being read)");
+  return read_archive(std::string_view(static_cast<const char*>(bytes->data), file.size()), path,
+                      bytes->owner);
 }
 
 }  // namespace attn::io

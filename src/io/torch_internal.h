@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -64,9 +65,10 @@ std::string pickle_value(const Value& value,
                          const char* fn);
 // Unpickles data.pkl, loading storage <key> from the record data/<key> of `zip`. Returns the value
 // after validating it (no cycles, no Global/Storage left, no tensor of an unsupported dtype,
-// nesting within the limit).
+// nesting within the limit). With `owner` (of the memory the archive's bytes are in), a storage
+// whose record is 64-byte aligned views those bytes instead of copying them.
 Value unpickle_value(std::string_view pickle, const ZipReader& zip, const std::string& what,
-                     const char* fn);
+                     const char* fn, std::shared_ptr<void> owner = nullptr);
 
 // Deepest nesting of containers accepted in either direction.
 constexpr int kMaxDepth = 1000;

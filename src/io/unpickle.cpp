@@ -3,7 +3,9 @@
 // weights_only loader), each handled here by name; storages are loaded from the archive's records
 // through persistent ids.
 #include <algorithm>
+#include <cstdint>
 #include <limits>
+#include <memory>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -27,8 +29,9 @@ namespace {
 
 class Unpickler {
  public:
-  Unpickler(std::string_view p, const ZipReader& zip, const std::string& what, const char* fn)
-      : p_(p), zip_(zip), what_(what), fn_(fn) {}
+  Unpickler(std::string_view p, const ZipReader& zip, const std::string& what, const char* fn,
+            std::shared_ptr<void> owner)
+      : p_(p), zip_(zip), what_(what), fn_(fn), owner_(std::move(owner)) {}
 
   ~Unpickler() {
     // Containers may form cycles (a list holding itself) or chains too deep to free recursively:
@@ -530,8 +533,16 @@ class Unpickler {
           if (uint8_t((*rec)[i]) > 1)
             fail_as<ArchiveError>("storage '", key, "' (BoolStorage) holds byte ",
                                   int(uint8_t((*rec)[i])), " at element ", i, "; expected 0 or 1");
-      s->storage = Storage::allocate(rec->size(), false);
-      if (!rec->empty()) std::memcpy(s->storage->data, rec->data(), rec->size());
+      if (owner_ && reinterpret_cast<std::uintptr_t>(rec->data()) % 64 == 0) {
+        // The archive's own bytes, kept alive by the tensors (PyTorch aligns records to 64).
+        s->storage = std::make_shared<Storage>();
+        s->storage->data = const_cast<char*>(rec->data());
+        s->storage->nbytes = rec->size();
+        s->storage->owner = owner_;
+      } else {
+        s->storage = Storage::allocate(rec->size(), false);
+        if (!rec->empty()) std::memcpy(s->storage->data, rec->data(), rec->size());
+      }
     }
     storages_.emplace(key, s);
     return Value::storage(s);
@@ -626,6 +637,7 @@ class Unpickler {
   const ZipReader& zip_;
   const std::string& what_;
   const char* fn_;
+  std::shared_ptr<void> owner_;  // of the archive's bytes, when storages may view them
   bool ok_ = false;
   std::vector<Value> stack_, created_;
   std::unordered_set<const void*> reachable_;
@@ -638,8 +650,8 @@ class Unpickler {
 }  // namespace
 
 Value unpickle_value(std::string_view pickle, const ZipReader& zip, const std::string& what,
-                     const char* fn) {
-  return Unpickler(pickle, zip, what, fn).run();
+                     const char* fn, std::shared_ptr<void> owner) {
+  return Unpickler(pickle, zip, what, fn, std::move(owner)).run();
 }
 
 }  // namespace detail

@@ -396,6 +396,19 @@ TEST(TorchFormat, FilesOnDisk) {
                                   {"ints", Value(attn::arange(0, 5))}});
   attn::io::save_torch(path, tree);
   EXPECT_EQ(attn::io::read_file(path), attn::io::to_torch_archive(tree));
+  // load_torch reads the file into one block that the tensors view (PyTorch's and attn's writers
+  // align records to 64 bytes): no second copy. Writing to a loaded tensor leaves the file alone.
+  const Value back = attn::io::load_torch(path);
+  attn::Tensor a = back.at("a").as_tensor(), ints = back.at("ints").as_tensor();
+  EXPECT_TRUE(attn::equal(a, base));
+  EXPECT_TRUE(attn::equal(back.at("view").as_tensor(), base.transpose(0, 1)));
+  EXPECT_TRUE(attn::equal(ints, attn::arange(0, 5)));
+  EXPECT_EQ(a.impl()->storage, back.at("view").as_tensor().impl()->storage);  // still shared
+  EXPECT_NE(a.impl()->storage, ints.impl()->storage);
+  EXPECT_EQ(a.impl()->storage->owner, ints.impl()->storage->owner);  // one block for both
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.raw_data()) % 64, 0u);
+  a.fill_(-1.0);
+  EXPECT_TRUE(attn::equal(attn::io::load_torch(path).at("a").as_tensor(), base));
   std::remove(path.c_str());
   EXPECT_TRUE(has(error_of([&] { attn::io::load_torch(path); }), "[load_torch] cannot open"));
 }
