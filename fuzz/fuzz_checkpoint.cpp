@@ -3,6 +3,7 @@
 // tokens: model built from the file's config, weights loaded, sampling) and `attn train --resume`
 // (parse_checkpoint for Resume, then weights, optimiser state and generator state restored).
 // Every step either succeeds or throws attn::Error; what was accepted is consistent.
+#include <optional>
 #include <sstream>
 
 #include "../tools/attn/train.h"
@@ -76,17 +77,17 @@ extern "C" std::size_t LLVMFuzzerCustomMutator(uint8_t* data, std::size_t size,
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const std::string_view bytes = attn_fuzz::as_view(data, size);
   for (CheckpointUse use : {CheckpointUse::Generate, CheckpointUse::Resume}) {
-    Checkpoint ck;
+    std::optional<Checkpoint> ck;
     try {
-      ck = attn::tools::parse_checkpoint(bytes, kPath, use);
+      ck.emplace(attn::tools::parse_checkpoint(bytes, kPath, use));
     } catch (const attn::Error&) {
       continue;
     }
-    check_accepted(ck, use);
+    check_accepted(*ck, use);
     if (use == CheckpointUse::Generate)
-      generate(ck);
+      generate(*ck);
     else
-      resume(ck);
+      resume(*ck);
   }
   return 0;
 }
