@@ -129,6 +129,7 @@ class SafeTensorsFile {
   SafeTensors read_all() const;
 
  private:
+  friend SafeTensors from_safetensors(std::string_view bytes, const std::string& what);
   struct Impl;
   explicit SafeTensorsFile(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> impl_;

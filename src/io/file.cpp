@@ -174,6 +174,15 @@ std::string read_whole_file(const char* fn, const std::string& path) {
   return read_to_end(fn, path, fd.fd, S_ISREG(st.st_mode) ? uint64_t(st.st_size) : 0);
 }
 
+std::string concat(std::span<const std::string_view> pieces) {
+  std::size_t n = 0;
+  for (std::string_view p : pieces) n += p.size();
+  std::string out;
+  out.reserve(n);
+  for (std::string_view p : pieces) out += p;
+  return out;
+}
+
 void set_write_pause(int64_t ms) { g_write_pause_ms.store(ms); }
 
 void write_file_atomic(const char* fn, const std::string& path, std::string_view bytes) {

@@ -43,6 +43,8 @@ void write_file_atomic(const char* fn, const std::string& path, std::string_view
 // The same for the concatenation of `pieces`, written one after another (no copy joins them).
 void write_file_atomic(const char* fn, const std::string& path,
                        std::span<const std::string_view> pieces);
+// The concatenation of `pieces` in memory (what write_file_atomic above writes).
+std::string concat(std::span<const std::string_view> pieces);
 
 // A debugging hook for fault tests (`attn train --debug-slow-save MS`): every atomic write stops
 // for `ms` milliseconds halfway through writing its temporary file, so that a process killed

@@ -130,23 +130,6 @@ class Reader {
              "; expected 0 or 1");
   }
 
-  SafeTensors read(std::string_view bytes) {
-    const uint64_t n = header_length(bytes.substr(0, 8), bytes.size());
-    const std::string_view data = bytes.substr(8 + n);
-    Layout l = layout(bytes.substr(8, n), data.size());
-    SafeTensors out;
-    out.what = what_;
-    out.metadata = std::move(l.metadata);
-    for (const Record& e : l.entries) {
-      Tensor t = attn::empty(e.shape, e.dtype);
-      const std::size_t nbytes = std::size_t(e.end - e.begin);
-      if (nbytes > 0) std::memcpy(t.raw_data(), data.data() + e.begin, nbytes);
-      check_bools(e, t);
-      out.tensors.emplace_back(e.name, std::move(t));
-    }
-    return out;
-  }
-
  private:
   json parse(std::string_view header) {
     // Tracks the keys of every open object to reject duplicates (nlohmann keeps the last),
@@ -297,7 +280,6 @@ namespace {
 struct Serialized {
   std::string head;
   std::vector<Tensor> data;
-  uint64_t data_bytes = 0;
 
   std::vector<std::string_view> pieces() const {
     std::vector<std::string_view> out{head};
@@ -349,7 +331,6 @@ Serialized serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out.head.push_back(char((n >> (8 * i)) & 0xff));
   out.head += text;
-  out.data_bytes = offset;
   return out;
 }
 
@@ -357,11 +338,7 @@ Serialized serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
 
 std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
                            const std::map<std::string, std::string>& metadata) {
-  const Serialized s = serialize(tensors, metadata);
-  std::string out;
-  out.reserve(s.head.size() + s.data_bytes);
-  for (std::string_view piece : s.pieces()) out += piece;
-  return out;
+  return detail::concat(serialize(tensors, metadata).pieces());
 }
 
 void save_safetensors(const std::string& path,
@@ -370,10 +347,6 @@ void save_safetensors(const std::string& path,
   const Serialized s = serialize(tensors, metadata);
   const std::vector<std::string_view> pieces = s.pieces();
   detail::write_file_atomic("write_file_atomic", path, pieces);
-}
-
-SafeTensors from_safetensors(std::string_view bytes, const std::string& what) {
-  return Reader(what).read(bytes);
 }
 
 // ---- SafeTensorsFile
@@ -386,8 +359,15 @@ struct SafeTensorsFile::Impl {
   std::map<std::string, std::size_t> index;     // name -> position in both
   uint64_t data_start = 0;                      // where the data section starts
   std::optional<detail::ReadOnlyFile> file;     // the source: a file, or
-  std::string bytes;                            // its bytes in memory
+  std::string_view bytes;                       // its bytes in memory,
+  std::string owned;                            // held here when from_bytes was given them
 
+  // Over `bytes`: the header read from them.
+  void init_in_memory() {
+    const uint64_t n = Reader(what).header_length(bytes.substr(0, 8), bytes.size());
+    data_start = 8 + n;
+    init(bytes.substr(8, n), bytes.size() - 8 - n);
+  }
   void init(std::string_view header, uint64_t data_size) {
     layout = Reader(what).layout(header, data_size);
     for (const Record& e : layout.entries) {
@@ -444,12 +424,19 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) {
 SafeTensorsFile SafeTensorsFile::from_bytes(std::string bytes, const std::string& what) {
   auto impl = std::make_shared<Impl>();
   impl->what = what;
-  impl->bytes = std::move(bytes);
-  const std::string_view all = impl->bytes;
-  const uint64_t n = Reader(impl->what).header_length(all.substr(0, 8), all.size());
-  impl->data_start = 8 + n;
-  impl->init(all.substr(8, n), all.size() - 8 - n);
+  impl->owned = std::move(bytes);
+  impl->bytes = impl->owned;
+  impl->init_in_memory();
   return SafeTensorsFile(std::move(impl));
+}
+
+SafeTensors from_safetensors(std::string_view bytes, const std::string& what) {
+  // A reader viewing `bytes`, which outlive it: the same checks and reads, no copy of the input.
+  auto impl = std::make_shared<SafeTensorsFile::Impl>();
+  impl->what = what;
+  impl->bytes = bytes;
+  impl->init_in_memory();
+  return SafeTensorsFile(std::move(impl)).read_all();
 }
 
 const std::string& SafeTensorsFile::what() const { return impl_->what; }

@@ -7,6 +7,7 @@
 // Deflated records (other zip tools) are refused with a clear message.
 #include <array>
 
+#include "file_internal.h"
 #include "torch_internal.h"
 
 namespace attn::io::detail {
@@ -237,13 +238,7 @@ ZipPieces zip_pieces(const std::vector<std::pair<std::string, std::string_view>>
 
 std::string write_zip(const std::vector<std::pair<std::string, std::string_view>>& records,
                       const char* fn) {
-  const ZipPieces z = zip_pieces(records, fn);
-  std::size_t n = 0;
-  for (std::string_view p : z.pieces) n += p.size();
-  std::string out;
-  out.reserve(n);
-  for (std::string_view p : z.pieces) out += p;
-  return out;
+  return concat(zip_pieces(records, fn).pieces);
 }
 
 }  // namespace attn::io::detail
