@@ -76,11 +76,19 @@ void call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
 
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, GemmRows(), GemmRows());
+}
+
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+           const GemmRows& before, const GemmRows& after) {
   if (M <= 0 || N <= 0) return;
   BlasSingleThread single;
   const int nt = omp_in_parallel() ? 1 : num_threads();
   if (nt <= 1 || M * N * K < kParallelMacs) {
+    if (before) before(0, M);
     call(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (after) after(0, M);
     return;
   }
   // Blocks of 16 rows (or columns) keep every piece on whole micro-kernel tiles. One row is split
@@ -94,13 +102,26 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     const int64_t b0 = std::min(extent, units * t / n * 16);
     const int64_t b1 = std::min(extent, units * (t + 1) / n * 16);
-    if (b1 > b0) {
-      if (by_rows) {
+    if (by_rows) {
+      if (b1 > b0) {
+        if (before) before(b0, b1);
         const float* a = ta ? A + b0 : A + b0 * lda;
         call(ta, tb, b1 - b0, N, K, alpha, a, lda, B, ldb, beta, C + b0 * ldc, ldc);
-      } else {
+        if (after) after(b0, b1);
+      }
+    } else {
+      const int64_t r0 = M * t / n, r1 = M * (t + 1) / n;  // this thread's rows for the hooks
+      if (before) {
+        if (r1 > r0) before(r0, r1);
+#pragma omp barrier
+      }
+      if (b1 > b0) {
         const float* b = tb ? B + b0 * ldb : B + b0;
         call(ta, tb, M, b1 - b0, K, alpha, A, lda, b, ldb, beta, C + b0, ldc);
+      }
+      if (after) {
+#pragma omp barrier
+        if (r1 > r0) after(r0, r1);
       }
     }
   }

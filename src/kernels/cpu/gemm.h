@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace attn::kernels {
 
@@ -25,5 +26,19 @@ namespace attn::kernels {
 // so results do not depend on the thread count.
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// Work on rows [r0, r1) of C, run by one thread of the product's parallel region.
+using GemmRows = std::function<void(int64_t r0, int64_t r1)>;
+
+// sgemm with a prologue and an epilogue in the same parallel region, so that an op made of a
+// product and element-wise work (a bias, an activation) forks its threads once: before(r0, r1)
+// runs on rows of C before the product reads them (a bias to add with beta 1), after(r0, r1) once
+// they hold the product (an activation). Either may be empty. When the product is split by rows,
+// each thread runs both on its own block, which it has just written; when it is split by columns
+// (few rows), the region splits C's rows for them, with a barrier on each side of the product.
+// The product's floats are sgemm's.
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+           const GemmRows& before, const GemmRows& after);
 
 }  // namespace attn::kernels
