@@ -68,6 +68,15 @@ class Block : public Module {
   // The same for the T newest tokens of a sequence, with this block's key/value cache (see
   // MultiheadAttention::forward_cached): rows [start, start + T) are written.
   Tensor forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache, int64_t start) const;
+  // The block on the residual stream x and ln_1(x), with `attend` for the attention step (what
+  // the three forms above pass): returns the stream after the block and, when `next` is given,
+  // next(stream) (the following block's ln_1, or the final LayerNorm), each residual add formed in
+  // the same pass as the LayerNorm that reads it. The floats of the separate ops.
+  struct Residual {
+    Tensor x, normed;
+  };
+  Residual forward(const Residual& in, const LayerNorm* next,
+                   const std::function<Tensor(const Tensor&)>& attend) const;
   std::string name() const override { return "Block"; }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<MultiheadAttention> attn;
@@ -145,6 +154,9 @@ class GPT : public Module {
   std::shared_ptr<Dropout> drop;
 
  private:
+  // The blocks and ln_f on the embedded tokens x, attend(l, h) being block l's attention step.
+  Tensor run_blocks(const Tensor& x,
+                    const std::function<Tensor(int64_t, const Tensor&)>& attend) const;
   GPTConfig config_;
 };
 

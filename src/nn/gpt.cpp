@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "../tensor/internal.h"
+#include "fused.h"
 
 namespace attn::nn {
 
@@ -44,7 +45,8 @@ MLP::MLP(int64_t n_embd, bool bias, double p, int64_t hidden, std::string approx
 }
 
 Tensor MLP::forward(const Tensor& x) const {
-  Tensor h = functional::gelu((*c_fc)(x), gelu_approximate);
+  // gelu(c_fc(x)) as one op: the bias and GELU applied in the product's parallel region.
+  Tensor h = fused::linear_gelu(x, c_fc->weight, c_fc->bias, gelu_approximate);
   h = (*c_proj)(h);
   return dropout->p > 0.0 ? (*dropout)(h) : h;
 }
@@ -61,25 +63,52 @@ Block::Block(const GPTConfig& c) {
       "mlp", std::make_shared<MLP>(c.n_embd, c.bias, c.dropout, c.mlp_width(), c.gelu_approximate));
 }
 
+Block::Residual Block::forward(const Residual& in, const LayerNorm* next,
+                               const std::function<Tensor(const Tensor&)>& attend) const {
+  // y = x + attn(ln_1(x)) with ln_2(y) in the same pass, then y + mlp(ln_2(y)) with next's
+  // LayerNorm of it.
+  const fused::AddNorm mid = fused::add_layer_norm(in.x, attend(in.normed), *ln_2);
+  Tensor m = mlp->forward(mid.normed);
+  if (!next) return {mid.sum + m, Tensor()};
+  const fused::AddNorm out = fused::add_layer_norm(mid.sum, m, *next);
+  return {out.sum, out.normed};
+}
+
 Tensor Block::forward(const Tensor& x) const {
-  Tensor h = (*ln_1)(x);
-  Tensor a = attn->forward(h, h, h, Tensor(), /*need_weights=*/false, Tensor(),
-                           /*average_attn_weights=*/true, /*is_causal=*/true)
-                 .output;
-  Tensor y = x + a;
-  return y + mlp->forward((*ln_2)(y));
+  return forward({x, (*ln_1)(x)}, nullptr,
+                 [&](const Tensor& h) {
+                   return attn
+                       ->forward(h, h, h, Tensor(), /*need_weights=*/false, Tensor(),
+                                 /*average_attn_weights=*/true, /*is_causal=*/true)
+                       .output;
+                 })
+      .x;
 }
 
 Tensor Block::forward_with(const Tensor& x,
                            const MultiheadAttention::AttentionFn& attention) const {
-  Tensor y = x + attn->forward_with((*ln_1)(x), attention);
-  return y + mlp->forward((*ln_2)(y));
+  return forward({x, (*ln_1)(x)}, nullptr,
+                 [&](const Tensor& h) { return attn->forward_with(h, attention); })
+      .x;
 }
 
 Tensor Block::forward_cached(const Tensor& x, Tensor& k_cache, Tensor& v_cache,
                              int64_t start) const {
-  Tensor y = x + attn->forward_cached((*ln_1)(x), k_cache, v_cache, start);
-  return y + mlp->forward((*ln_2)(y));
+  return forward({x, (*ln_1)(x)}, nullptr,
+                 [&](const Tensor& h) { return attn->forward_cached(h, k_cache, v_cache, start); })
+      .x;
+}
+
+Tensor GPT::run_blocks(const Tensor& x,
+                       const std::function<Tensor(int64_t, const Tensor&)>& attend) const {
+  // Each block's closing residual add goes with the next LayerNorm (the next block's ln_1, or
+  // ln_f after the last), in one pass.
+  Block::Residual r{x, (*h.front()->ln_1)(x)};
+  for (std::size_t l = 0; l < h.size(); ++l) {
+    const LayerNorm& next = l + 1 < h.size() ? *h[l + 1]->ln_1 : *ln_f;
+    r = h[l]->forward(r, &next, [&](const Tensor& in) { return attend(int64_t(l), in); });
+  }
+  return r.normed;
 }
 
 GPT::GPT(const GPTConfig& config, Generator* gen) : config_(config) {
@@ -137,8 +166,13 @@ Tensor GPT::forward(const Tensor& idx) const {
   const int64_t T = idx.size(1);
   Tensor x = (*wte)(idx) + wpe->weight.narrow(0, 0, T);
   if (drop->p > 0.0) x = (*drop)(x);
-  for (const auto& block : h) x = block->forward(x);
-  x = (*ln_f)(x);
+  x = run_blocks(x, [&](int64_t l, const Tensor& in) {
+    return h[std::size_t(l)]
+        ->attn
+        ->forward(in, in, in, Tensor(), /*need_weights=*/false, Tensor(),
+                  /*average_attn_weights=*/true, /*is_causal=*/true)
+        .output;
+  });
   return functional::linear(x, wte->weight);  // tied output weights
 }
 
@@ -190,8 +224,9 @@ GPT::Output GPT::forward_sharded(const Tensor& idx, const Tensor& targets, const
          targets.defined() ? detail::tensor_desc(targets) : std::string("undefined"));
   Tensor x = (*wte)(idx) + (*wpe)(positions);
   if (drop->p > 0.0) x = (*drop)(x);
-  for (const auto& block : h) x = block->forward_with(x, attention);
-  x = (*ln_f)(x);
+  x = run_blocks(x, [&](int64_t l, const Tensor& in) {
+    return h[std::size_t(l)]->attn->forward_with(in, attention);
+  });
   Tensor logits = functional::linear(x, wte->weight);
   const int64_t V = config_.vocab_size;
   Tensor loss = functional::cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
@@ -211,7 +246,6 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) const {
   }
   if (cache.k.size() != std::size_t(c.n_layer) || cache.v.size() != std::size_t(c.n_layer))
     fail(fn, "the cache holds ", cache.k.size(), " layers, the model has ", c.n_layer);
-  Tensor x = (*wte)(idx) + wpe->weight.narrow(0, L0, T);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     Tensor& kc = cache.k[std::size_t(l)];
     Tensor& vc = cache.v[std::size_t(l)];
@@ -221,10 +255,13 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) const {
     } else if (kc.size(0) != B) {
       fail(fn, "batch size ", B, " differs from the cache's ", kc.size(0));
     }
-    x = h[std::size_t(l)]->forward_cached(x, kc, vc, L0);
   }
+  Tensor x =
+      run_blocks((*wte)(idx) + wpe->weight.narrow(0, L0, T), [&](int64_t l, const Tensor& in) {
+        return h[std::size_t(l)]->attn->forward_cached(in, cache.k[std::size_t(l)],
+                                                       cache.v[std::size_t(l)], L0);
+      });
   cache.length = L;
-  x = (*ln_f)(x);
   return functional::linear(x, wte->weight);
 }
 

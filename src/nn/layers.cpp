@@ -2,22 +2,25 @@
 #include <attn/autograd.h>
 #include <attn/nn.h>
 #include <attn/ops.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "../kernels/cpu/gemm.h"
+#include "../kernels/cpu/threads.h"
 #include "../tensor/internal.h"
+#include "fused.h"
 
 namespace attn::nn {
 
 using detail::fail;
 
-// ---- functional ---------------------------------------------------------------------------------
-namespace functional {
+namespace {
 
-Tensor linear_rows(const Tensor& x, const Tensor& weight, const Tensor& bias);
-
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+// linear's checks, with its messages, for linear and linear_gelu.
+void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const char* fn = "linear";
   if (!x.defined() || !weight.defined()) fail(fn, "undefined input or weight");
   for (const Tensor* t : {&x, &weight, &bias}) detail::check_not_reduced(*t, fn);
@@ -35,6 +38,57 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       fail(fn, "bias ", shape_str(bias.shape()), " does not match weight ",
            shape_str(weight.shape()), ": expected (", weight.size(0), ")");
   }
+}
+
+// out[j] += sum of g[i][j] over rows i in order, for columns [c0, c1): per column the additions
+// of one plain loop over the rows, however the columns are split.
+void column_sums(const float* g, int64_t M, int64_t N, int64_t c0, int64_t c1, float* out) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = c0; j < c1; ++j) out[j] += g[i * N + j];
+}
+
+// Column range of thread t of nt over N columns, in whole vectors of 16.
+std::pair<int64_t, int64_t> column_share(int64_t N, int t, int nt) {
+  const int64_t units = (N + 15) / 16;
+  return {std::min(N, units * t / nt * 16), std::min(N, units * (t + 1) / nt * 16)};
+}
+
+// The products of linear's backward, from g (M, N), the gradient of y = x W^T + b: dx = g W and
+// dW = g^T x, each when its input needs it (x is saved for dW only, W for dx only).
+void linear_products_backward(const Node& n, const float* gp, int64_t M, int64_t N, int64_t K,
+                              const Shape& x_shape, Tensor& dx, Tensor& dw) {
+  if (n.needs_input_grad(0)) {
+    dx = detail::make_tensor("linear", x_shape, Dtype::Float32, K == 0 || N == 0);
+    if (M > 0 && K > 0 && N > 0)
+      kernels::sgemm(false, false, M, K, N, 1.0f, gp, N, n.saved_tensor(1).data_ptr<float>(), K,
+                     0.0f, dx.data_ptr<float>(), K);
+  }
+  if (n.needs_input_grad(1)) {
+    dw = detail::make_tensor("linear", {N, K}, Dtype::Float32, M == 0);
+    if (M > 0 && K > 0 && N > 0)
+      kernels::sgemm(true, false, N, K, M, 1.0f, gp, N, n.saved_tensor(0).data_ptr<float>(), K,
+                     0.0f, dw.data_ptr<float>(), K);
+  }
+}
+
+// The bias's rows of the product's output, for sgemm's prologue (the product then adds with
+// beta 1).
+kernels::GemmRows fill_bias(const Tensor& b, float* out, int64_t N) {
+  if (!b.defined()) return {};
+  return [bp = b.data_ptr<float>(), out, N](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) std::copy(bp, bp + N, out + i * N);
+  };
+}
+
+}  // namespace
+
+// ---- functional ---------------------------------------------------------------------------------
+namespace functional {
+
+Tensor linear_rows(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear(x, weight, bias);
   if (x.dim() == 1) {  // a vector: matmul's (K) @ (K, N) path, then the bias
     Tensor y = matmul(x, weight.T());
     if (bias.defined()) y = y + bias;
@@ -64,15 +118,13 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
     if (bias.defined()) r = r + bias;
     y = r.reshape(out_shape);
   } else if (M > 0 && N > 0) {
-    if (bias.defined()) {
-      Tensor b = bias.contiguous();
-      const float* bp = b.data_ptr<float>();
-      for (int64_t i = 0; i < M; ++i) std::copy(bp, bp + N, yp + i * N);
-    }
+    Tensor b = bias.defined() ? bias.contiguous() : Tensor();
     if (K > 0) {
       kernels::sgemm(false, true, M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K,
-                     bias.defined() ? 1.0f : 0.0f, yp, N);
-    } else if (!bias.defined()) {
+                     b.defined() ? 1.0f : 0.0f, yp, N, fill_bias(b, yp, N), {});
+    } else if (b.defined()) {
+      fill_bias(b, yp, N)(0, M);
+    } else {
       std::fill(yp, yp + M * N, 0.f);
     }
   }
@@ -82,26 +134,15 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
                      : has_bias ? (nd == 3 ? "ViewBackward0" : "AddBackward0")
                                 : "UnsafeViewBackward0";
   auto backward = [M, N, K, has_bias, x_shape = x.shape()](const Node& n, const Tensor& grad) {
-    Tensor x = n.saved_tensor(0), w = n.saved_tensor(1), g = grad.contiguous();
+    Tensor g = grad.contiguous();
     Tensor dx, dw, db;
     const float* gp = g.data_ptr<float>();
-    if (n.needs_input_grad(0)) {
-      dx = detail::make_tensor("linear", x_shape, Dtype::Float32, K == 0 || N == 0);
-      if (M > 0 && K > 0 && N > 0)
-        kernels::sgemm(false, false, M, K, N, 1.0f, gp, N, w.data_ptr<float>(), K, 0.0f,
-                       dx.data_ptr<float>(), K);
-    }
-    if (n.needs_input_grad(1)) {
-      dw = detail::make_tensor("linear", {N, K}, Dtype::Float32, M == 0);
-      if (M > 0 && K > 0 && N > 0)
-        kernels::sgemm(true, false, N, K, M, 1.0f, gp, N, x.data_ptr<float>(), K, 0.0f,
-                       dw.data_ptr<float>(), K);
-    }
+    linear_products_backward(n, gp, M, N, K, x_shape, dx, dw);
     if (has_bias && n.needs_input_grad(2)) {
       db = detail::make_tensor("linear", {N}, Dtype::Float32);
       float* dbp = db.data_ptr<float>();
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) dbp[j] += gp[i * N + j];
+      kernels::parallel_ranges(N, kernels::threads_for(M * N),
+                               [&](int64_t c0, int64_t c1) { column_sums(gp, M, N, c0, c1, dbp); });
     }
     return std::vector<Tensor>{dx, dw, db};
   };
@@ -110,6 +151,82 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
   return detail::record(y, node, {&x_in, &weight, &bias}, backward,
                         {save_x ? x : Tensor(), save_w ? w : Tensor()});
 }
+
+}  // namespace functional
+
+namespace fused {
+
+Tensor linear_gelu(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
+                   const std::string& approximate) {
+  check_linear(x_in, weight, bias);
+  if (approximate != "none" && approximate != "tanh")
+    fail("gelu", "approximate must be 'none' or 'tanh', got '", approximate, "'");
+  const int64_t K = weight.size(1), N = weight.size(0);
+  const int64_t M = x_in.dim() >= 2 && K > 0 ? x_in.numel() / K : 0;
+  if (M == 0 || N == 0 || detail::textbook_gemm(M, N, K))
+    return functional::gelu(functional::linear(x_in, weight, bias), approximate);
+  const bool tanh_approx = approximate == "tanh";
+  Tensor x = x_in.contiguous(), w = weight.contiguous();
+  Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  const char* fn = "linear_gelu";
+  // The product (kept for the backward when one will run), GELU of it, and Phi of it.
+  const bool grad = detail::should_record({&x_in, &weight, &bias});
+  Tensor pre = detail::make_tensor(fn, out_shape, Dtype::Float32, false);
+  Tensor y = detail::make_tensor(fn, out_shape, Dtype::Float32, false);
+  Tensor aux = grad ? detail::make_tensor(fn, out_shape, Dtype::Float32, false) : Tensor();
+  float *pp = pre.data_ptr<float>(), *yp = y.data_ptr<float>();
+  float* ap = grad ? aux.data_ptr<float>() : nullptr;
+  kernels::sgemm(false, true, M, N, K, 1.0f, x.data_ptr<float>(), K, w.data_ptr<float>(), K,
+                 b.defined() ? 1.0f : 0.0f, pp, N, fill_bias(b, pp, N),
+                 [=](int64_t r0, int64_t r1) {
+                   pointwise::gelu_fwd(pp + r0 * N, yp + r0 * N, ap ? ap + r0 * N : nullptr,
+                                       (r1 - r0) * N, tanh_approx);
+                 });
+  if (!grad) return y;
+  const bool has_bias = bias.defined();
+  auto backward = [M, N, K, has_bias, tanh_approx, x_shape = x.shape()](const Node& n,
+                                                                        const Tensor& grad) {
+    const Tensor pre = n.saved_tensor(2), aux = n.saved_tensor(3), g = grad.contiguous();
+    Tensor dh = detail::make_tensor("linear_gelu", {M, N}, Dtype::Float32, false);
+    const bool need_b = has_bias && n.needs_input_grad(2);
+    Tensor db = need_b ? detail::make_tensor("linear_gelu", {N}, Dtype::Float32) : Tensor();
+    const float *prp = pre.data_ptr<float>(), *ap = aux.data_ptr<float>(),
+                *gp = g.data_ptr<float>();
+    float* dhp = dh.data_ptr<float>();
+    float* dbp = need_b ? db.data_ptr<float>() : nullptr;
+    // GELU's gradient by rows, then (after a barrier) the bias's column sums of it, in one region.
+    auto share = [&](int t, int nt) {
+      const int64_t r0 = M * t / nt, r1 = M * (t + 1) / nt;
+      pointwise::gelu_bwd(prp + r0 * N, ap + r0 * N, gp + r0 * N, dhp + r0 * N, (r1 - r0) * N,
+                          tanh_approx);
+      if (!dbp) return;
+      if (nt > 1) {
+#pragma omp barrier
+      }
+      const auto [c0, c1] = column_share(N, t, nt);
+      column_sums(dhp, M, N, c0, c1, dbp);
+    };
+    const int nt = kernels::threads_for(M * N);
+    if (nt > 1) {
+#pragma omp parallel num_threads(nt)
+      share(omp_get_thread_num(), omp_get_num_threads());
+    } else {
+      share(0, 1);
+    }
+    Tensor dx, dw;
+    linear_products_backward(n, dhp, M, N, K, x_shape, dx, dw);
+    return std::vector<Tensor>{dx, dw, db};
+  };
+  const bool save_x = weight.requires_grad(), save_w = x_in.requires_grad();
+  return detail::record(y, "LinearGeluBackward", {&x_in, &weight, &bias}, backward,
+                        {save_x ? x : Tensor(), save_w ? w : Tensor(), pre, aux});
+}
+
+}  // namespace fused
+
+namespace functional {
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {
   const char* fn = "embedding";

@@ -15,6 +15,7 @@
 #include "../kernels/cpu/threads.h"
 #include "../kernels/cpu/vmath.h"
 #include "../tensor/internal.h"
+#include "fused.h"
 
 namespace attn::nn {
 
@@ -44,12 +45,22 @@ __attribute__((always_inline)) inline double lanes_total(const double* s) {
   return t[0];
 }
 
+// Rows [r0, r1) of y = LayerNorm(x), or with `res` of y = LayerNorm(x + res), the sum written to
+// `sum` first (each element x + res rounded once, as the add op rounds it) and normalised from
+// there while the row is in L1.
 ATTN_VMATH_CLONES
-void layer_norm_rows(const float* x, const float* w, const float* b, float* y, float* mean_out,
-                     float* rstd_out, int64_t r0, int64_t r1, int64_t C, float eps) {
+void layer_norm_rows(const float* x, const float* res, float* sum, const float* w, const float* b,
+                     float* y, float* mean_out, float* rstd_out, int64_t r0, int64_t r1, int64_t C,
+                     float eps) {
   const int64_t full = C - C % kLanes;
   for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * C;
+    if (res) {
+      float* sr = sum + r * C;
+      const float* rr = res + r * C;
+      for (int64_t c = 0; c < C; ++c) sr[c] = xr[c] + rr[c];
+      xr = sr;
+    }
     float* yr = y + r * C;
     // Mean, then the mean square deviation from it (two passes: no cancellation).
     double s[kLanes] = {};
@@ -152,6 +163,10 @@ inline float normal_cdf(float x) {
   return x < 0.f ? e : 1.f - e;
 }
 
+}  // namespace
+
+namespace pointwise {
+
 // y = GELU(x). With `aux` (when a backward will follow) it also keeps what the backward would
 // otherwise recompute: Phi(x), or for the tanh form tanh(sqrt(2/pi) (x + 0.044715 x^3)). The
 // backward then evaluates one exp (or nothing) per element instead of erfc and exp (or tanh), with
@@ -194,6 +209,10 @@ void gelu_bwd(const float* x, const float* aux, const float* g, float* dx, int64
   }
 }
 
+}  // namespace pointwise
+
+namespace {
+
 // ---- cross-entropy
 // --------------------------------------------------------------------------------
 
@@ -213,14 +232,19 @@ RowLse row_logsumexp(const float* x, int64_t C) {
   return {m, float(std::log(s))};
 }
 
-}  // namespace
-
-namespace functional {
-
-Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
-  const char* fn = "layer_norm";
+// layer_norm(x), or with `res` layer_norm(x + res) with the sum formed in the same pass and
+// returned in *sum_out, recorded as the add it is (AddBackward0), so that the graph is the one of
+// the two ops.
+Tensor layer_norm_impl(const char* fn, const Tensor& x_in, const Tensor* res, Tensor* sum_out,
+                       int64_t normalized_shape, const Tensor& weight, const Tensor& bias,
+                       double eps) {
   detail::check_float32(x_in, "input", fn);
+  if (res) {
+    detail::check_float32(*res, "residual", fn);
+    if (res->shape() != x_in.shape())
+      fail(fn, "residual ", shape_str(res->shape()), " must have the input's shape ",
+           shape_str(x_in.shape()));
+  }
   if (x_in.dim() < 1 || x_in.size(-1) != normalized_shape)
     fail(fn, "input ", shape_str(x_in.shape()), " does not end in normalized_shape (",
          normalized_shape, ")");
@@ -233,6 +257,8 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
   if (!(eps >= 0.0)) fail(fn, "eps must be non-negative, got ", eps);
   const int64_t C = normalized_shape, rows = C ? x_in.numel() / C : 0;
   Tensor x = x_in.contiguous();
+  Tensor r = res ? res->contiguous() : Tensor();
+  Tensor sum = res ? detail::make_tensor(fn, x.shape(), Dtype::Float32, false) : Tensor();
   Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();
   Tensor y = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
@@ -243,8 +269,10 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
     const float* wp = w.defined() ? w.data_ptr<float>() : nullptr;
     const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
     float *yp = y.data_ptr<float>(), *mp = mean.data_ptr<float>(), *rp = rstd.data_ptr<float>();
+    const float* resp = res ? r.data_ptr<float>() : nullptr;
+    float* sump = res ? sum.data_ptr<float>() : nullptr;
     kernels::parallel_ranges(rows, threads_for(rows * C), [&](int64_t r0, int64_t r1) {
-      layer_norm_rows(xp, wp, bp, yp, mp, rp, r0, r1, C, float(eps));
+      layer_norm_rows(xp, resp, sump, wp, bp, yp, mp, rp, r0, r1, C, float(eps));
     });
   } else if (C == 0) {
     // Nothing to normalise; y is empty.
@@ -297,9 +325,39 @@ Tensor layer_norm(const Tensor& x_in, int64_t normalized_shape, const Tensor& we
     }
     return std::vector<Tensor>{dx, dw, db};
   };
-  return detail::record(y, "NativeLayerNormBackward0", {&x_in, &weight, &bias}, backward,
-                        {x, w, mean, rstd});
+  if (!res)
+    return detail::record(y, "NativeLayerNormBackward0", {&x_in, &weight, &bias}, backward,
+                          {x, w, mean, rstd});
+  *sum_out = detail::record(sum, "AddBackward0", {&x_in, res}, [](const Node&, const Tensor& g) {
+    return std::vector<Tensor>{g, g};
+  });
+  return detail::record(y, "NativeLayerNormBackward0", {sum_out, &weight, &bias}, backward,
+                        {*sum_out, w, mean, rstd});
 }
+
+}  // namespace
+
+namespace functional {
+
+Tensor layer_norm(const Tensor& x, int64_t normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  return layer_norm_impl("layer_norm", x, nullptr, nullptr, normalized_shape, weight, bias, eps);
+}
+
+}  // namespace functional
+
+namespace fused {
+
+AddNorm add_layer_norm(const Tensor& x, const Tensor& r, const LayerNorm& ln) {
+  AddNorm out;
+  out.normed = layer_norm_impl("add_layer_norm", x, &r, &out.sum, ln.normalized_shape, ln.weight,
+                               ln.bias, ln.eps);
+  return out;
+}
+
+}  // namespace fused
+
+namespace functional {
 
 Tensor gelu(const Tensor& x_in, const std::string& approximate) {
   const char* fn = "gelu";
@@ -318,7 +376,7 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
   float* yp = y.data_ptr<float>();
   float* ap = aux.defined() ? aux.data_ptr<float>() : nullptr;
   kernels::parallel_ranges(n, threads_for(n), [&](int64_t i0, int64_t i1) {
-    gelu_fwd(xp + i0, yp + i0, ap ? ap + i0 : nullptr, i1 - i0, tanh_approx);
+    pointwise::gelu_fwd(xp + i0, yp + i0, ap ? ap + i0 : nullptr, i1 - i0, tanh_approx);
   });
   auto backward = [tanh_approx, fn](const Node& nd, const Tensor& grad) {
     Tensor x = nd.saved_tensor(0), aux = nd.saved_tensor(1), g = grad.contiguous();
@@ -327,7 +385,7 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
     const float *xp = x.data_ptr<float>(), *ap = aux.data_ptr<float>(), *gp = g.data_ptr<float>();
     float* dp = dx.data_ptr<float>();
     kernels::parallel_ranges(n, threads_for(n), [&](int64_t i0, int64_t i1) {
-      gelu_bwd(xp + i0, ap + i0, gp + i0, dp + i0, i1 - i0, tanh_approx);
+      pointwise::gelu_bwd(xp + i0, ap + i0, gp + i0, dp + i0, i1 - i0, tanh_approx);
     });
     return std::vector<Tensor>{dx};
   };
