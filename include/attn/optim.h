@@ -67,9 +67,16 @@ class Optimizer {
   // The state of every parameter that has one, as "state.{i}.{name}" tensors (see the
   // optimizers); load_state_dict replaces it (attn::Error on names or shapes that do not fit).
   virtual nn::NamedTensors state_dict() const = 0;
-  virtual void load_state_dict(const nn::NamedTensors& state) = 0;
+  // Copies the tensors of `state` (torch 1.13's load_state_dict deep-copies too).
+  void load_state_dict(const nn::NamedTensors& state) { load_state(state, /*adopt=*/false); }
+  // The same, keeping the tensors themselves where they are contiguous float32 of the right shape
+  // instead of copying them: for state the caller hands over and no longer uses, such as tensors
+  // just read from a checkpoint (attn train --resume), so that the state is not held twice.
+  void load_state_dict(nn::NamedTensors&& state) { load_state(state, /*adopt=*/true); }
 
  protected:
+  // load_state_dict's checks and the replacement of the state, copying each tensor unless `adopt`.
+  virtual void load_state(const nn::NamedTensors& state, bool adopt) = 0;
   // `name` prefixes error messages ("Adam", "SGD"); `defaults` gives every field the optimizer
   // uses (other fields of the groups must be unset).
   Optimizer(std::string name, ParamGroup defaults);
@@ -124,9 +131,9 @@ class Adam : public Optimizer {
   // max_norm). grad_scale 1: step().
   void step_scaled(float grad_scale);
   nn::NamedTensors state_dict() const override;
-  void load_state_dict(const nn::NamedTensors& state) override;
 
  protected:
+  void load_state(const nn::NamedTensors& state, bool adopt) override;
   Adam(std::string name, std::vector<ParamGroup> groups, const AdamOptions& options,
        bool decoupled);
   void check_group(const ParamGroup& g) const override;
@@ -168,9 +175,9 @@ class SGD : public Optimizer {
 
   void step() override;
   nn::NamedTensors state_dict() const override;
-  void load_state_dict(const nn::NamedTensors& state) override;
 
  protected:
+  void load_state(const nn::NamedTensors& state, bool adopt) override;
   void check_group(const ParamGroup& g) const override;
 
  private:

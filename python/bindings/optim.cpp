@@ -105,7 +105,10 @@ void register_optim(py::module_& m) {
              o.add_param_group(std::move(g));
            })
       .def("state_dict", &optim::Optimizer::state_dict, release())
-      .def("load_state_dict", &optim::Optimizer::load_state_dict, release());
+      .def("load_state_dict",
+           static_cast<void (optim::Optimizer::*)(const nn::NamedTensors&)>(
+               &optim::Optimizer::load_state_dict),
+           release());
 
   py::class_<optim::Adam, optim::Optimizer>(opt, "Adam")
       .def(py::init([](const Groups& groups, double lr, double beta1, double beta2, double eps,

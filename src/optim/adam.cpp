@@ -237,7 +237,7 @@ nn::NamedTensors Adam::state_dict() const {
   return out;
 }
 
-void Adam::load_state_dict(const nn::NamedTensors& state) {
+void Adam::load_state(const nn::NamedTensors& state, bool adopt) {
   const std::string fn_name = name_ + ".load_state_dict";
   const char* fn = fn_name.c_str();
   const std::vector<const Tensor*> params = const_params();
@@ -260,7 +260,7 @@ void Adam::load_state_dict(const nn::NamedTensors& state) {
     if (t.dtype() != Dtype::Float32 || t.shape() != params[i]->shape())
       fail(fn, "'", name, "' ", detail::tensor_desc(t), " does not match parameter ", i, " ",
            shape_str(params[i]->shape()));
-    Tensor copy = t.contiguous().clone();
+    Tensor copy = adopt && t.is_contiguous() ? t : t.contiguous().clone();
     if (key.field == "exp_avg") {
       fresh[i].exp_avg = copy;
       seen[i] |= 2;

@@ -108,7 +108,7 @@ nn::NamedTensors SGD::state_dict() const {
   return out;
 }
 
-void SGD::load_state_dict(const nn::NamedTensors& state) {
+void SGD::load_state(const nn::NamedTensors& state, bool adopt) {
   const char* fn = "SGD.load_state_dict";
   const std::vector<const Tensor*> params = const_params();
   std::vector<Tensor> fresh(params.size());
@@ -119,7 +119,7 @@ void SGD::load_state_dict(const nn::NamedTensors& state) {
     if (t.dtype() != Dtype::Float32 || t.shape() != params[key.index]->shape())
       fail(fn, "'", name, "' ", detail::tensor_desc(t), " does not match parameter ", key.index,
            " ", shape_str(params[key.index]->shape()));
-    fresh[key.index] = t.contiguous().clone();
+    fresh[key.index] = adopt && t.is_contiguous() ? t : t.contiguous().clone();
   }
   momentum_buffer_ = std::move(fresh);
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <numbers>
 #include <vector>
 
@@ -206,6 +207,42 @@ TEST(Optim, StateRoundTripContinuesBitForBit) {
               ob.load_state_dict({{"state.9.step", zeros({1})}});
             }).find("refers to parameter 9 but the optimizer has 2"),
             std::string::npos);
+}
+
+TEST(Optim, LoadStateDictCopiesOrAdoptsAndContinuesTheSame) {
+  // A const state is copied: the optimizer's steps leave it alone. A state handed over (an
+  // rvalue) is kept: the optimizer updates those very tensors, with the same floats.
+  for (bool sgd : {false, true}) {
+    std::vector<Tensor> a = {param({3, 4}, 7)}, b = {param({3, 4}, 7)};
+    auto make = [&](std::vector<Tensor>& p) -> std::unique_ptr<optim::Optimizer> {
+      if (sgd) {
+        optim::SGDOptions o;
+        o.momentum = 0.9;
+        return std::make_unique<optim::SGD>(p, o);
+      }
+      return std::make_unique<optim::AdamW>(p, optim::AdamWOptions{});
+    };
+    auto src = make(a);
+    a[0].set_grad(grad_for(a[0], 0, 0));
+    src->step();
+    const nn::NamedTensors kept = src->state_dict();
+    nn::NamedTensors handed = src->state_dict();
+    const std::vector<float> before = values(kept[0].second);
+    const Tensor handed0 = handed[0].second;  // a second reference, to watch the tensor
+    auto copying = make(a), adopting = make(b);
+    b[0].detach().copy_(a[0].detach());
+    copying->load_state_dict(kept);
+    adopting->load_state_dict(std::move(handed));
+    for (auto& [p, o] : {std::pair{a[0], copying.get()}, std::pair{b[0], adopting.get()}}) {
+      Tensor q = p;
+      q.set_grad(grad_for(q, 1, 0));
+      o->step();
+    }
+    EXPECT_EQ(values(a[0]), values(b[0])) << (sgd ? "SGD" : "AdamW");
+    EXPECT_EQ(values(kept[0].second), before) << "a const state is copied";
+    EXPECT_NE(values(handed0), before) << "a handed-over state is the optimizer's own";
+    EXPECT_EQ(values(handed0), values(adopting->state_dict()[0].second));
+  }
 }
 
 TEST(Optim, GroupsAreValidated) {

@@ -863,7 +863,7 @@ void restore_training_state(const Checkpoint& ck, const std::string& path, optim
       optim_state.emplace_back(e.name.substr(std::string(kOptimPrefix).size()),
                                ck.file.read(e.name));
   try {
-    opt.load_state_dict(optim_state);
+    opt.load_state_dict(std::move(optim_state));  // kept, not copied: the state is held once
     gen.set_state(ck.rng_state);
   } catch (const Error& e) {
     Meta{ck.file.metadata(), "train", path}.fail(
