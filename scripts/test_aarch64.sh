@@ -28,6 +28,7 @@ no_threads='FusedDeterminism.*:SdpaFusedBackward.OneAndTwoThreadsAreBitwiseIdent
 no_threads+=':Sdpa.NonContiguousMaskAndThreadCountIndependence'
 no_threads+=':AutogradGraphTest.SetGradEnabledAndThreadLocality:Concurrency.*'
 no_threads+=':TensorMatmul.OneRowLargeVsNaive:GemmFewRows.SameBitsAtEveryThreadCount'
+no_threads+=':Fused.*'  # nn/fused.h's ops against the separate ops, at 1 and 2 threads
 target=attn_kernel_tests
 if [[ "${1:-}" == "--all" ]]; then
   filter='*'
