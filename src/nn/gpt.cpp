@@ -74,14 +74,21 @@ Block::Residual Block::forward(const Residual& in, const LayerNorm* next,
   return {out.sum, out.normed};
 }
 
+namespace {
+
+// A block's attention step in forward(): causal self-attention through the fused kernel.
+Tensor causal_self_attention(const MultiheadAttention& attn, const Tensor& h) {
+  return attn
+      .forward(h, h, h, Tensor(), /*need_weights=*/false, Tensor(),
+               /*average_attn_weights=*/true, /*is_causal=*/true)
+      .output;
+}
+
+}  // namespace
+
 Tensor Block::forward(const Tensor& x) const {
   return forward({x, (*ln_1)(x)}, nullptr,
-                 [&](const Tensor& h) {
-                   return attn
-                       ->forward(h, h, h, Tensor(), /*need_weights=*/false, Tensor(),
-                                 /*average_attn_weights=*/true, /*is_causal=*/true)
-                       .output;
-                 })
+                 [&](const Tensor& h) { return causal_self_attention(*attn, h); })
       .x;
 }
 
@@ -167,11 +174,7 @@ Tensor GPT::forward(const Tensor& idx) const {
   Tensor x = (*wte)(idx) + wpe->weight.narrow(0, 0, T);
   if (drop->p > 0.0) x = (*drop)(x);
   x = run_blocks(x, [&](int64_t l, const Tensor& in) {
-    return h[std::size_t(l)]
-        ->attn
-        ->forward(in, in, in, Tensor(), /*need_weights=*/false, Tensor(),
-                  /*average_attn_weights=*/true, /*is_causal=*/true)
-        .output;
+    return causal_self_attention(*h[std::size_t(l)]->attn, in);
   });
   return functional::linear(x, wte->weight);  // tied output weights
 }
