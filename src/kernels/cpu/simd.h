@@ -14,12 +14,17 @@
 // (ATTN_TARGET_SVE) runs only where the kernel's vector length is the CPU's (sdpa_fused.cpp asks
 // the kernel with prctl).
 //
+// The vector math built on these primitives (2^x) is written once, in simd_math.inc.
+//
 // Interface of a backend V (T is one vector of W floats; kRegs vector registers):
-//   load, store, set1, zero, add, sub, mul, fmadd(a, b, c) = a * b + c, max
+//   load, store, set1, zero, add, sub, mul, fmadd(a, b, c) = a * b + c, max, min (max and min
+//                           return b where a lane of b is NaN)
+//   round(x)                to the nearest integer, ties to even
+//   pow2i(n)                2^n for integral n in [-127, 127], built in the exponent bits (n = -127
+//                           gives +0)
 //   load_partial(p, n)      the first n floats at p, zeros after (reads nothing past p + n)
 //   store_partial(p, a, n)  the first n lanes of a to p (writes nothing past p + n)
 //   reduce_add, reduce_max  horizontal sum / max of the lanes
-//   exp2(x)                 2^x for x <= 127, accurate to about 1 ulp, 0 for x <= -127 and -inf
 //   zero_if_neginf(x)       x with -inf lanes replaced by 0
 //   mask_rows(s, i, lo, hi) s with lanes whose row index i[lane] (int32) is outside [lo, hi] set to
 //                           -inf
@@ -143,14 +148,23 @@ struct Scalar {
   ATTN_SCALAR_BINARY(mul, a.v[l] * b.v[l])
   // NaN in b propagates, as with the x86 max instructions' operand order used below.
   ATTN_SCALAR_BINARY(max, a.v[l] > b.v[l] ? a.v[l] : b.v[l])
+  ATTN_SCALAR_BINARY(min, a.v[l] < b.v[l] ? a.v[l] : b.v[l])
 #undef ATTN_SCALAR_BINARY
+  static ATTN_ALWAYS_INLINE T round(T x) {
+    for (int l = 0; l < W; ++l) x.v[l] = std::nearbyint(x.v[l]);
+    return x;
+  }
+  static ATTN_ALWAYS_INLINE T pow2i(T n) {
+    for (int l = 0; l < W; ++l) {
+      if (std::isnan(n.v[l])) continue;  // NaN stays NaN (no conversion of it to an integer)
+      const int32_t e = (int32_t(n.v[l]) + 127) << 23;
+      __builtin_memcpy(&n.v[l], &e, sizeof e);
+    }
+    return n;
+  }
   static ATTN_ALWAYS_INLINE T fmadd(const T& a, const T& b, T c) {
     for (int l = 0; l < W; ++l) c.v[l] = a.v[l] * b.v[l] + c.v[l];
     return c;
-  }
-  static ATTN_ALWAYS_INLINE T exp2(T x) {
-    for (int l = 0; l < W; ++l) x.v[l] = exp2_scalar(x.v[l]);
-    return x;
   }
   static ATTN_ALWAYS_INLINE T zero_if_neginf(T x) {
     for (int l = 0; l < W; ++l)
@@ -218,24 +232,16 @@ struct Avx2 {
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T mul(T a, T b) { return _mm256_mul_ps(a, b); }
   // maxps returns its second operand when either is NaN: a NaN in b propagates.
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T min(T a, T b) { return _mm256_min_ps(a, b); }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T round(T x) {
+    return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T pow2i(T n) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  }
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T fmadd(T a, T b, T c) {
     return _mm256_fmadd_ps(a, b, c);
-  }
-  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T exp2(T x) {
-    x = _mm256_max_ps(_mm256_set1_ps(-127.0f), x);  // NaN stays NaN (second operand)
-    x = _mm256_min_ps(_mm256_set1_ps(127.0f), x);
-    const T n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const T f = _mm256_sub_ps(x, n);
-    T p = _mm256_set1_ps(kExp2C6);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2C5));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2C4));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2C3));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2C2));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2C1));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-    const __m256i e =
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
   }
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T zero_if_neginf(T x) {
     const T is_inf = _mm256_cmp_ps(x, _mm256_set1_ps(kNegInfF), _CMP_EQ_OQ);
@@ -325,24 +331,16 @@ struct Avx512 {
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T sub(T a, T b) { return _mm512_sub_ps(a, b); }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T mul(T a, T b) { return _mm512_mul_ps(a, b); }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T min(T a, T b) { return _mm512_min_ps(a, b); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T round(T x) {
+    return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T pow2i(T n) {
+    const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+  }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T fmadd(T a, T b, T c) {
     return _mm512_fmadd_ps(a, b, c);
-  }
-  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T exp2(T x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-127.0f), x);  // NaN stays NaN (second operand)
-    x = _mm512_min_ps(_mm512_set1_ps(127.0f), x);
-    const T n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const T f = _mm512_sub_ps(x, n);
-    T p = _mm512_set1_ps(kExp2C6);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2C5));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2C4));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2C3));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2C2));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2C1));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    const __m512i e =
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
   }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T zero_if_neginf(T x) {
     const __mmask16 is_inf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kNegInfF), _CMP_EQ_OQ);
@@ -433,23 +431,12 @@ struct Neon {
   static ATTN_ALWAYS_INLINE T mul(T a, T b) { return vmulq_f32(a, b); }
   // fmax propagates a NaN in either operand (the interface asks for one in b).
   static ATTN_ALWAYS_INLINE T max(T a, T b) { return vmaxq_f32(a, b); }
-  static ATTN_ALWAYS_INLINE T fmadd(T a, T b, T c) { return vfmaq_f32(c, a, b); }
-  static ATTN_ALWAYS_INLINE T exp2(T x) {
-    // max/min with the constant first: a NaN in x stays NaN (vmaxq/vminq propagate NaN).
-    x = vmaxq_f32(vdupq_n_f32(-127.0f), x);
-    x = vminq_f32(vdupq_n_f32(127.0f), x);
-    const T n = vrndnq_f32(x);  // round to nearest, ties to even, as _MM_FROUND_TO_NEAREST_INT
-    const T f = vsubq_f32(x, n);
-    T p = vdupq_n_f32(kExp2C6);
-    p = vfmaq_f32(vdupq_n_f32(kExp2C5), p, f);
-    p = vfmaq_f32(vdupq_n_f32(kExp2C4), p, f);
-    p = vfmaq_f32(vdupq_n_f32(kExp2C3), p, f);
-    p = vfmaq_f32(vdupq_n_f32(kExp2C2), p, f);
-    p = vfmaq_f32(vdupq_n_f32(kExp2C1), p, f);
-    p = vfmaq_f32(vdupq_n_f32(1.0f), p, f);
-    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
-    return vmulq_f32(p, vreinterpretq_f32_s32(e));
+  static ATTN_ALWAYS_INLINE T min(T a, T b) { return vminq_f32(a, b); }
+  static ATTN_ALWAYS_INLINE T round(T x) { return vrndnq_f32(x); }  // ties to even
+  static ATTN_ALWAYS_INLINE T pow2i(T n) {
+    return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23));
   }
+  static ATTN_ALWAYS_INLINE T fmadd(T a, T b, T c) { return vfmaq_f32(c, a, b); }
   static ATTN_ALWAYS_INLINE T zero_if_neginf(T x) {
     const uint32x4_t is_inf = vceqq_f32(x, vdupq_n_f32(kNegInfF));
     return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(x), is_inf));
@@ -514,23 +501,13 @@ struct Sve {
   static ATTN_ALWAYS_INLINE T mul(T a, T b) { return svmul_f32_x(all(), a, b); }
   // FMAX propagates a NaN in either operand (the interface asks for one in b).
   static ATTN_ALWAYS_INLINE T max(T a, T b) { return svmax_f32_x(all(), a, b); }
-  static ATTN_ALWAYS_INLINE T fmadd(T a, T b, T c) { return svmla_f32_x(all(), c, a, b); }
-  static ATTN_ALWAYS_INLINE T exp2(T x) {
-    x = svmax_f32_x(all(), svdup_n_f32(-127.0f), x);  // FMAX/FMIN keep a NaN in x
-    x = svmin_f32_x(all(), svdup_n_f32(127.0f), x);
-    const T n = svrintn_f32_x(all(), x);  // to nearest, ties to even
-    const T f = svsub_f32_x(all(), x, n);
-    T p = svdup_n_f32(kExp2C6);
-    p = svmad_f32_x(all(), p, f, svdup_n_f32(kExp2C5));
-    p = svmad_f32_x(all(), p, f, svdup_n_f32(kExp2C4));
-    p = svmad_f32_x(all(), p, f, svdup_n_f32(kExp2C3));
-    p = svmad_f32_x(all(), p, f, svdup_n_f32(kExp2C2));
-    p = svmad_f32_x(all(), p, f, svdup_n_f32(kExp2C1));
-    p = svmad_f32_x(all(), p, f, svdup_n_f32(1.0f));
-    const svint32_t e =
-        svlsl_n_s32_x(all(), svadd_n_s32_x(all(), svcvt_s32_f32_x(all(), n), 127), 23);
-    return svmul_f32_x(all(), p, svreinterpret_f32_s32(e));
+  static ATTN_ALWAYS_INLINE T min(T a, T b) { return svmin_f32_x(all(), a, b); }
+  static ATTN_ALWAYS_INLINE T round(T x) { return svrintn_f32_x(all(), x); }  // ties to even
+  static ATTN_ALWAYS_INLINE T pow2i(T n) {
+    const svint32_t e = svadd_n_s32_x(all(), svcvt_s32_f32_x(all(), n), 127);
+    return svreinterpret_f32_s32(svlsl_n_s32_x(all(), e, 23));
   }
+  static ATTN_ALWAYS_INLINE T fmadd(T a, T b, T c) { return svmla_f32_x(all(), c, a, b); }
   static ATTN_ALWAYS_INLINE T zero_if_neginf(T x) {
     return svsel_f32(svcmpeq_n_f32(all(), x, kNegInfF), svdup_n_f32(0.0f), x);
   }
