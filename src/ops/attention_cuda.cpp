@@ -26,27 +26,12 @@ kernels::ElemType elem_type(Dtype d) {
   return d == Dtype::BFloat16 ? kernels::ElemType::BFloat16 : kernels::ElemType::Float16;
 }
 
-// The CPU kernel's parameters with the pointers left for the caller (they are per call).
-kernels::CudaSdpaParams cuda_params(const kernels::SdpaParams& kp, Dtype dt) {
+// The CPU kernel's geometry (strides, sizes, masking, dropout) for the CUDA kernels; the element
+// pointers are left for the caller (they are per call).
+kernels::CudaSdpaParams cuda_params(const kernels::SdpaGeometry& geometry, Dtype dt) {
   kernels::CudaSdpaParams c;
+  static_cast<kernels::SdpaGeometry&>(c) = geometry;
   c.dtype = elem_type(dt);
-  c.q_batch_stride = kp.q_batch_stride, c.q_head_stride = kp.q_head_stride;
-  c.q_row_stride = kp.q_row_stride;
-  c.k_batch_stride = kp.k_batch_stride, c.k_head_stride = kp.k_head_stride;
-  c.k_row_stride = kp.k_row_stride;
-  c.v_batch_stride = kp.v_batch_stride, c.v_head_stride = kp.v_head_stride;
-  c.v_row_stride = kp.v_row_stride;
-  c.out_batch_stride = kp.out_batch_stride, c.out_head_stride = kp.out_head_stride;
-  c.out_row_stride = kp.out_row_stride;
-  c.B = kp.B, c.H = kp.H, c.H_kv = kp.H_kv, c.L_q = kp.L_q, c.L_k = kp.L_k, c.D = kp.D;
-  c.D_v = kp.D_v;
-  c.scale = kp.scale, c.causal = kp.causal, c.causal_bottom_right = kp.causal_bottom_right;
-  c.mask_kind = kp.mask_kind;
-  c.mask_batch_stride = kp.mask_batch_stride, c.mask_head_stride = kp.mask_head_stride;
-  c.mask_row_stride = kp.mask_row_stride, c.mask_col_stride = kp.mask_col_stride;
-  c.window_left = kp.window_left, c.window_right = kp.window_right;
-  c.key_padding = kp.key_padding, c.key_padding_batch_stride = kp.key_padding_batch_stride;
-  c.dropout_p = kp.dropout_p, c.dropout_seed = kp.dropout_seed;
   return c;
 }
 

@@ -58,17 +58,15 @@ enum class MaskKind {
   Float,  // float32 added to the scaled scores (-inf masks)
 };
 
-struct SdpaParams {
-  // ---- inputs -----------------------------------------------------------------------------------
-  const float* q = nullptr;  // (B, H,    L_q, D)
-  const float* k = nullptr;  // (B, H_kv, L_k, D)
-  const float* v = nullptr;  // (B, H_kv, L_k, D_v)
+// What every attention kernel (this one, the fused CPU kernels, the CUDA kernels) is given besides
+// the element pointers of q, k, v and out, whose types differ by backend: strides, sizes, how the
+// scores are formed and masked, and dropout.
+struct SdpaGeometry {
+  // ---- strides of q (B, H, L_q, D), k (B, H_kv, L_k, D), v (B, H_kv, L_k, D_v), out (B, H, L_q,
+  // D_v)
   int64_t q_batch_stride = 0, q_head_stride = 0, q_row_stride = 0;
   int64_t k_batch_stride = 0, k_head_stride = 0, k_row_stride = 0;
   int64_t v_batch_stride = 0, v_head_stride = 0, v_row_stride = 0;
-
-  // ---- output -----------------------------------------------------------------------------------
-  float* out = nullptr;  // (B, H, L_q, D_v)
   int64_t out_batch_stride = 0, out_head_stride = 0, out_row_stride = 0;
 
   // ---- sizes ------------------------------------------------------------------------------------
@@ -80,9 +78,38 @@ struct SdpaParams {
   bool causal_bottom_right = false;  // alignment of the causal diagonal (see above)
 
   // Optional mask (B, H, L_q, L_k) given by its four strides; broadcast dims have stride 0.
+  // Bool: one byte per element; Float: additive, in the kernel's element type (float32 here).
   MaskKind mask_kind = MaskKind::None;
-  const void* mask = nullptr;  // const bool* / uint8_t* for Bool, const float* for Float
+  const void* mask = nullptr;
   int64_t mask_batch_stride = 0, mask_head_stride = 0, mask_row_stride = 0, mask_col_stride = 0;
+
+  // ---- sliding window ---------------------------------------------------------------------------
+  // With off = causal_bottom_right ? L_k - L_q : 0, key j is visible to query i only if
+  //   j >= i + off - window_left  (when window_left >= 0)   and   j <= i + off + window_right
+  //   (when window_right >= 0). -1 means unbounded on that side. causal is window_right = 0.
+  int64_t window_left = -1, window_right = -1;
+
+  // ---- key padding ------------------------------------------------------------------------------
+  // Optional (B, L_k) bytes: non-zero means "this key is padding, never attend to it" (PyTorch's
+  // key_padding_mask convention). Row stride in elements; column stride 1.
+  const uint8_t* key_padding = nullptr;
+  int64_t key_padding_batch_stride = 0;
+
+  // ---- counter-based dropout (used when SdpaParams::dropout_scale is null) ----------------------
+  // Weight (b, h, i, j) is kept iff dropout_keep(dropout_seed, dropout_offset, flat index) with
+  // flat index ((b * H + h) * L_q + i) * L_k + j; kept weights are scaled by 1 / (1 - p). The mask
+  // is a pure function of its coordinates, so a backward pass regenerates it instead of storing
+  // it.
+  double dropout_p = 0.0;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
+};
+
+// The CPU kernels' parameters: the geometry and float32 tensors.
+struct SdpaParams : SdpaGeometry {
+  const float* q = nullptr;  // (B, H,    L_q, D)
+  const float* k = nullptr;  // (B, H_kv, L_k, D)
+  const float* v = nullptr;  // (B, H_kv, L_k, D_v)
+  float* out = nullptr;      // (B, H, L_q, D_v)
 
   // Optional dropout factors, contiguous (B, H, L_q, L_k): each weight p[j] is multiplied by
   // its factor before the weighted sum of values (torch's dropout on the materialised weights).
@@ -91,28 +118,6 @@ struct SdpaParams {
   // ---- optional extra outputs -------------------------------------------------------------------
   float* weights = nullptr;  // contiguous (B, H, L_q, L_k): the weights after dropout
   float* lse = nullptr;      // contiguous (B, H, L_q): log-sum-exp of each score row
-
-  // ---- sliding window (both kernels)
-  // ------------------------------------------------------------- With off = causal_bottom_right ?
-  // L_k - L_q : 0, key j is visible to query i only if
-  //   j >= i + off - window_left  (when window_left >= 0)   and   j <= i + off + window_right
-  //   (when window_right >= 0). -1 means unbounded on that side. causal is window_right = 0.
-  int64_t window_left = -1, window_right = -1;
-
-  // ---- key padding (both kernels)
-  // ---------------------------------------------------------------- Optional (B, L_k) bytes:
-  // non-zero means "this key is padding, never attend to it" (PyTorch's key_padding_mask
-  // convention). Row stride in elements; column stride 1.
-  const uint8_t* key_padding = nullptr;
-  int64_t key_padding_batch_stride = 0;
-
-  // ---- counter-based dropout (both kernels; used when dropout_scale is null)
-  // --------------------- Weight (b, h, i, j) is kept iff dropout_keep(dropout_seed,
-  // dropout_offset, flat index) with flat index ((b * H + h) * L_q + i) * L_k + j; kept weights are
-  // scaled by 1 / (1 - p). The mask is a pure function of its coordinates, so a backward pass
-  // regenerates it instead of storing it.
-  double dropout_p = 0.0;
-  uint64_t dropout_seed = 0, dropout_offset = 0;
 };
 
 // The gradient pass. "In the forward pass this was out = softmax(scale * q k^T + mask) v with

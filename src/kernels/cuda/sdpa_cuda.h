@@ -51,50 +51,17 @@ enum class ElemType { Float16, BFloat16 };
 
 const char* elem_type_name(ElemType t);
 
-// The forward's parameters: SdpaParams field by field (same names and meanings, see
-// sdpa_reference.h) with untyped element pointers on the GPU. Not available here: materialised
-// weights and precomputed dropout factors (use the counter-based dropout).
-struct CudaSdpaParams {
+// The forward's parameters: the geometry of SdpaParams (sdpa_reference.h) with untyped element
+// pointers on the GPU. Not available here: materialised weights and precomputed dropout factors
+// (use the counter-based dropout). An additive mask is in `dtype`.
+struct CudaSdpaParams : SdpaGeometry {
   ElemType dtype = ElemType::BFloat16;
-
-  // ---- inputs (device pointers) -----------------------------------------------------------------
-  const void* q = nullptr;  // (B, H,    L_q, D)
+  const void* q = nullptr;  // (B, H,    L_q, D), device pointers
   const void* k = nullptr;  // (B, H_kv, L_k, D)
   const void* v = nullptr;  // (B, H_kv, L_k, D_v)
-  int64_t q_batch_stride = 0, q_head_stride = 0, q_row_stride = 0;
-  int64_t k_batch_stride = 0, k_head_stride = 0, k_row_stride = 0;
-  int64_t v_batch_stride = 0, v_head_stride = 0, v_row_stride = 0;
-
-  // ---- output -----------------------------------------------------------------------------------
-  void* out = nullptr;  // (B, H, L_q, D_v)
-  int64_t out_batch_stride = 0, out_head_stride = 0, out_row_stride = 0;
-
-  // ---- sizes ------------------------------------------------------------------------------------
-  int64_t B = 1, H = 1, H_kv = 1, L_q = 0, L_k = 0, D = 0, D_v = 0;
-
-  // ---- scores -----------------------------------------------------------------------------------
-  double scale = 1.0;
-  bool causal = false;
-  bool causal_bottom_right = false;
-
-  // Optional mask (B, H, L_q, L_k) by its four strides (broadcast: stride 0). Bool: one byte per
-  // element, non-zero = may attend. Float: additive, in `dtype` (-inf masks).
-  MaskKind mask_kind = MaskKind::None;
-  const void* mask = nullptr;
-  int64_t mask_batch_stride = 0, mask_head_stride = 0, mask_row_stride = 0, mask_col_stride = 0;
-
-  // ---- optional extra output --------------------------------------------------------------------
-  float* lse = nullptr;  // contiguous (B, H, L_q), fp32; may be null in the forward
-
-  // ---- sliding window, key padding, counter-based dropout: as in SdpaParams -------------------
-  int64_t window_left = -1, window_right = -1;
-  const uint8_t* key_padding = nullptr;  // (B, L_k) bytes, non-zero = padding
-  int64_t key_padding_batch_stride = 0;
-  double dropout_p = 0.0;
-  uint64_t dropout_seed = 0, dropout_offset = 0;
-
-  // ---- execution --------------------------------------------------------------------------------
-  void* stream = nullptr;  // a cudaStream_t; null = the default stream
+  void* out = nullptr;      // (B, H, L_q, D_v)
+  float* lse = nullptr;     // contiguous (B, H, L_q), fp32; may be null in the forward
+  void* stream = nullptr;   // a cudaStream_t; null = the default stream
 };
 
 // The backward's parameters: SdpaBackwardParams with untyped pointers (dq, dk, dv in fwd.dtype).
