@@ -120,6 +120,8 @@ class SafeTensorsFile {
   const std::vector<Entry>& entries() const;  // in file order
   const std::map<std::string, std::string>& metadata() const;
   const Entry* find(const std::string& name) const;  // nullptr when absent
+  // How the header names a dtype: "F32", "I64", "BOOL", "BF16", "F16".
+  static const char* dtype_name(Dtype dtype);
   // The tensor `name` (attn::Error naming the file when it has none).
   Tensor read(const std::string& name) const;
   // Reads `name` into dst, which must have its shape; converted to dst's dtype, any strides or

@@ -440,6 +440,7 @@ SafeTensors from_safetensors(std::string_view bytes, const std::string& what) {
 }
 
 const std::string& SafeTensorsFile::what() const { return impl_->what; }
+const char* SafeTensorsFile::dtype_name(Dtype dtype) { return st_dtype(dtype); }
 const std::vector<SafeTensorsFile::Entry>& SafeTensorsFile::entries() const {
   return impl_->entries;
 }

@@ -78,18 +78,6 @@ struct ConfigReader {
 
 std::string shape_of(const Shape& s) { return shape_str(s); }
 
-// The dtype as the safetensors header names it.
-const char* st_dtype(Dtype d) {
-  switch (d) {
-    case Dtype::Float32: return "F32";
-    case Dtype::Int64: return "I64";
-    case Dtype::Bool: return "BOOL";
-    case Dtype::BFloat16: return "BF16";
-    case Dtype::Float16: return "F16";
-  }
-  return "?";
-}
-
 struct Expected {
   std::string hf_name, attn_name;
   Shape hf_shape;
@@ -272,7 +260,7 @@ HfIndex index_hf_weights(const GPTConfig& c, const std::vector<io::SafeTensorsFi
     }
     const io::SafeTensorsFile::Entry& t = *it->second;
     if (!widens_to_float32(t.dtype))
-      errors.push_back("'" + pre + e.hf_name + "' is " + st_dtype(t.dtype) +
+      errors.push_back("'" + pre + e.hf_name + "' is " + io::SafeTensorsFile::dtype_name(t.dtype) +
                        ", expected F32 (attn's GPT is float32)");
     else if (t.shape != e.hf_shape)
       errors.push_back("'" + pre + e.hf_name + "' has shape " + shape_of(t.shape) +
@@ -290,7 +278,8 @@ HfIndex index_hf_weights(const GPTConfig& c, const std::vector<io::SafeTensorsFi
     const Shape& wte = have.at("wte.weight")->shape;
     if (!widens_to_float32(lm_head->dtype) || lm_head->shape != wte)
       fail_in(kLoad, what, "'lm_head.weight' is ", shape_of(lm_head->shape), " ",
-              st_dtype(lm_head->dtype), ", expected float32 with wte's shape ", shape_of(wte));
+              io::SafeTensorsFile::dtype_name(lm_head->dtype),
+              ", expected float32 with wte's shape ", shape_of(wte));
     ix.lm_head = lm_head->name;
   }
   return ix;
