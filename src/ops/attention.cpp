@@ -338,10 +338,28 @@ kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o) {
   return kp;
 }
 
+void backward_strides(const Prepared& p, const Tensor& out, const Tensor& dout, const Tensor& dq,
+                      const Tensor& dk, const Tensor& dv, kernels::SdpaGeometry& fwd,
+                      kernels::SdpaGradStrides& grads) {
+  const int64_t r = int64_t(p.S.size());
+  // A tensor's batch, head and row strides (as kernel_params()).
+  auto strides = [&](const Tensor& t, int64_t& batch, int64_t& head, int64_t& row) {
+    batch = r >= 2 ? t.stride(r - 2) : 0;
+    head = r >= 1 ? t.stride(r - 1) : 0;
+    row = t.stride(r);
+  };
+  strides(out, fwd.out_batch_stride, fwd.out_head_stride, fwd.out_row_stride);
+  strides(dout, grads.dout_batch_stride, grads.dout_head_stride, grads.dout_row_stride);
+  strides(dq, grads.dq_batch_stride, grads.dq_head_stride, grads.dq_row_stride);
+  strides(dk, grads.dk_batch_stride, grads.dk_head_stride, grads.dk_row_stride);
+  strides(dv, grads.dv_batch_stride, grads.dv_head_stride, grads.dv_row_stride);
+}
+
 }  // namespace sdpa_detail
 
 namespace {
 
+using sdpa_detail::backward_strides;
 using sdpa_detail::concat;
 using sdpa_detail::kernel_params;
 using sdpa_detail::leading;
@@ -690,21 +708,10 @@ void backward_into(const Tensor& dout, const Prepared& p, const SdpaForwardResul
   const int64_t r = int64_t(S.size());
   const Shape outer(S.begin(), S.begin() + std::max<int64_t>(r - 2, 0));
   const int64_t n_outer = detail::shape_numel(outer);
-  auto bstride = [&](const Tensor& t) { return r >= 2 ? t.stride(r - 2) : 0; };
-  auto hstride = [&](const Tensor& t) { return r >= 1 ? t.stride(r - 1) : 0; };
   kernels::SdpaBackwardParams bp;
   kernels::SdpaParams& kp = bp.fwd;
   kp = kernel_params(p, o);
-  kp.out_batch_stride = bstride(out), kp.out_head_stride = hstride(out);
-  kp.out_row_stride = out.stride(r);
-  bp.dout_batch_stride = bstride(g), bp.dout_head_stride = hstride(g);
-  bp.dout_row_stride = g.stride(r);
-  bp.dq_batch_stride = bstride(dq), bp.dq_head_stride = hstride(dq),
-  bp.dq_row_stride = dq.stride(r);
-  bp.dk_batch_stride = bstride(dk), bp.dk_head_stride = hstride(dk),
-  bp.dk_row_stride = dk.stride(r);
-  bp.dv_batch_stride = bstride(dv), bp.dv_head_stride = hstride(dv),
-  bp.dv_row_stride = dv.stride(r);
+  backward_strides(p, out, g, dq, dk, dv, kp, bp);
   // Dropout: the forward's counter-based mask, regenerated from its seed and offset.
   if (o.dropout_p > 0.0) kp.dropout_p = o.dropout_p, kp.dropout_seed = forward.dropout_seed;
 

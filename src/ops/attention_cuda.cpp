@@ -137,20 +137,11 @@ std::tuple<Tensor, Tensor, Tensor> cuda_backward(const Tensor& dout, const Tenso
   if (p.L_k == 0 || p.L_q == 0) return {dq, dk, dv};  // nothing attended: zero gradients
 
   const Tensor g = unit_inner(dout), out = unit_inner(forward.out), lse = forward.lse.contiguous();
-  const int64_t r = int64_t(S.size());
-  auto bstride = [&](const Tensor& t) { return r >= 2 ? t.stride(r - 2) : 0; };
-  auto hstride = [&](const Tensor& t) { return r >= 1 ? t.stride(r - 1) : 0; };
   kernels::SdpaParams kp = kernel_params(p, o);
-  kp.out_batch_stride = bstride(out), kp.out_head_stride = hstride(out);
-  kp.out_row_stride = out.stride(r);
   if (o.dropout_p > 0.0) kp.dropout_p = o.dropout_p, kp.dropout_seed = forward.dropout_seed;
   kernels::CudaSdpaBackwardParams bp;
+  backward_strides(p, out, g, dq, dk, dv, kp, bp);
   bp.fwd = cuda_params(kp, dt);
-  bp.dout_batch_stride = bstride(g), bp.dout_head_stride = hstride(g);
-  bp.dout_row_stride = g.stride(r);
-  bp.dq_batch_stride = bstride(dq), bp.dq_head_stride = hstride(dq), bp.dq_row_stride = p.D;
-  bp.dk_batch_stride = bstride(dk), bp.dk_head_stride = hstride(dk), bp.dk_row_stride = p.D;
-  bp.dv_batch_stride = bstride(dv), bp.dv_head_stride = hstride(dv), bp.dv_row_stride = p.D_v;
   // One scratch buffer for every call (they run in order on one stream).
   const int64_t ws_floats = int64_t((kernels::sdpa_cuda_backward_workspace_bytes(bp.fwd) + 3) / 4);
   Tensor workspace = detail::make_tensor(fn, {ws_floats}, Dtype::Float32, /*zero=*/false, dev);

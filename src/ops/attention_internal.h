@@ -37,6 +37,13 @@ Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOp
 // pointer is set (on the inputs' device); q, k, v, mask, out and lse pointers are not.
 kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o);
 
+// The backward's strides: out's in `fwd` and those of dout and the gradients in `grads`, each
+// tensor over the batch shape of p as kernel_params() lays it out (their head dims have unit
+// stride).
+void backward_strides(const Prepared& p, const Tensor& out, const Tensor& dout, const Tensor& dq,
+                      const Tensor& dk, const Tensor& dv, kernels::SdpaGeometry& fwd,
+                      kernels::SdpaGradStrides& grads);
+
 // Offset in elements of t's element [idx..., 0, 0, 0] for an index over its outer dims.
 int64_t outer_offset(const Tensor& t, const Shape& idx);
 

@@ -120,19 +120,24 @@ struct SdpaParams : SdpaGeometry {
   float* lse = nullptr;      // contiguous (B, H, L_q): log-sum-exp of each score row
 };
 
+// The strides of dout (B, H, L_q, D_v), dq (B, H, L_q, D), dk (B, H_kv, L_k, D) and dv
+// (B, H_kv, L_k, D_v), as those of q, k, v: what the CPU and CUDA backward passes share.
+struct SdpaGradStrides {
+  int64_t dout_batch_stride = 0, dout_head_stride = 0, dout_row_stride = 0;
+  int64_t dq_batch_stride = 0, dq_head_stride = 0, dq_row_stride = 0;
+  int64_t dk_batch_stride = 0, dk_head_stride = 0, dk_row_stride = 0;
+  int64_t dv_batch_stride = 0, dv_head_stride = 0, dv_row_stride = 0;
+};
+
 // The gradient pass. "In the forward pass this was out = softmax(scale * q k^T + mask) v with
 // lse the per-row log-sum-exp": given dout it produces dq, dk, dv (same layouts and strides
 // conventions as q, k, v). With H_kv < H, dk and dv sum over the query heads of each group.
-struct SdpaBackwardParams {
-  SdpaParams fwd;               // the forward's parameters; fwd.out and fwd.lse must be set
-  const float* dout = nullptr;  // (B, H, L_q, D_v)
-  int64_t dout_batch_stride = 0, dout_head_stride = 0, dout_row_stride = 0;
-  float* dq = nullptr;  // (B, H, L_q, D)
-  int64_t dq_batch_stride = 0, dq_head_stride = 0, dq_row_stride = 0;
-  float* dk = nullptr;  // (B, H_kv, L_k, D)
-  int64_t dk_batch_stride = 0, dk_head_stride = 0, dk_row_stride = 0;
-  float* dv = nullptr;  // (B, H_kv, L_k, D_v)
-  int64_t dv_batch_stride = 0, dv_head_stride = 0, dv_row_stride = 0;
+struct SdpaBackwardParams : SdpaGradStrides {
+  SdpaParams fwd;  // the forward's parameters; fwd.out and fwd.lse must be set
+  const float* dout = nullptr;
+  float* dq = nullptr;
+  float* dk = nullptr;
+  float* dv = nullptr;
 };
 
 // ---- counter-based dropout ----------------------------------------------------------------------

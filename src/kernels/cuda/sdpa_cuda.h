@@ -67,16 +67,12 @@ struct CudaSdpaParams : SdpaGeometry {
 // The backward's parameters: SdpaBackwardParams with untyped pointers (dq, dk, dv in fwd.dtype).
 // fwd.out and fwd.lse (the forward's outputs) must be set. Overwrites dq, dk and dv (with H_kv < H,
 // dk and dv sum over the query heads of each group).
-struct CudaSdpaBackwardParams {
+struct CudaSdpaBackwardParams : SdpaGradStrides {
   CudaSdpaParams fwd;
-  const void* dout = nullptr;  // (B, H, L_q, D_v)
-  int64_t dout_batch_stride = 0, dout_head_stride = 0, dout_row_stride = 0;
-  void* dq = nullptr;  // (B, H, L_q, D)
-  int64_t dq_batch_stride = 0, dq_head_stride = 0, dq_row_stride = 0;
-  void* dk = nullptr;  // (B, H_kv, L_k, D)
-  int64_t dk_batch_stride = 0, dk_head_stride = 0, dk_row_stride = 0;
-  void* dv = nullptr;  // (B, H_kv, L_k, D_v)
-  int64_t dv_batch_stride = 0, dv_head_stride = 0, dv_row_stride = 0;
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
 
   // Device scratch of at least sdpa_cuda_backward_workspace_bytes(fwd) bytes, 16-byte aligned
   // (D_i = rowsum(dout o out) per row). Null: the call allocates it on `fwd.stream`
