@@ -44,19 +44,11 @@ struct HwyV {
   static HWY_INLINE T sub(T a, T b) { return hn::Sub(a, b); }
   static HWY_INLINE T mul(T a, T b) { return hn::Mul(a, b); }
   static HWY_INLINE T fmadd(T a, T b, T c) { return hn::MulAdd(a, b, c); }
-  static HWY_INLINE T exp2(T x) {
-    x = hn::Min(hn::Max(x, hn::Set(D(), -127.0f)), hn::Set(D(), 127.0f));
-    const T n = hn::Round(x);
-    const T f = hn::Sub(x, n);
-    T p = hn::Set(D(), simd::kExp2C6);
-    p = hn::MulAdd(p, f, hn::Set(D(), simd::kExp2C5));
-    p = hn::MulAdd(p, f, hn::Set(D(), simd::kExp2C4));
-    p = hn::MulAdd(p, f, hn::Set(D(), simd::kExp2C3));
-    p = hn::MulAdd(p, f, hn::Set(D(), simd::kExp2C2));
-    p = hn::MulAdd(p, f, hn::Set(D(), simd::kExp2C1));
-    p = hn::MulAdd(p, f, hn::Set(D(), 1.0f));
-    const auto e = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(DI(), n), hn::Set(DI(), 127)));
-    return hn::Mul(p, hn::BitCast(D(), e));
+  static HWY_INLINE T max(T a, T b) { return hn::Max(a, b); }
+  static HWY_INLINE T min(T a, T b) { return hn::Min(a, b); }
+  static HWY_INLINE T round(T x) { return hn::Round(x); }
+  static HWY_INLINE T pow2i(T n) {
+    return hn::BitCast(D(), hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(DI(), n), hn::Set(DI(), 127))));
   }
   static HWY_INLINE T mask_rows(T s, const int32_t* i, int32_t lo, int32_t hi) {
     const auto iv = hn::LoadU(DI(), i);
