@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
 
 #include "../kernels/cpu/gemm.h"
 #include "../kernels/cpu/threads.h"
@@ -45,12 +44,6 @@ void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 void column_sums(const float* g, int64_t M, int64_t N, int64_t c0, int64_t c1, float* out) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = c0; j < c1; ++j) out[j] += g[i * N + j];
-}
-
-// Column range of thread t of nt over N columns, in whole vectors of 16.
-std::pair<int64_t, int64_t> column_share(int64_t N, int t, int nt) {
-  const int64_t units = (N + 15) / 16;
-  return {std::min(N, units * t / nt * 16), std::min(N, units * (t + 1) / nt * 16)};
 }
 
 // The products of linear's backward, from g (M, N), the gradient of y = x W^T + b: dx = g W and
@@ -198,14 +191,14 @@ Tensor linear_gelu(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
     float* dbp = need_b ? db.data_ptr<float>() : nullptr;
     // GELU's gradient by rows, then (after a barrier) the bias's column sums of it, in one region.
     auto share = [&](int t, int nt) {
-      const int64_t r0 = M * t / nt, r1 = M * (t + 1) / nt;
+      const auto [r0, r1] = kernels::thread_share(M, t, nt);
       pointwise::gelu_bwd(prp + r0 * N, ap + r0 * N, gp + r0 * N, dhp + r0 * N, (r1 - r0) * N,
                           tanh_approx);
       if (!dbp) return;
       if (nt > 1) {
 #pragma omp barrier
       }
-      const auto [c0, c1] = column_share(N, t, nt);
+      const auto [c0, c1] = kernels::thread_share(N, t, nt, 16);  // whole vectors of columns
       column_sums(dhp, M, N, c0, c1, dbp);
     };
     const int nt = kernels::threads_for(M * N);

@@ -100,8 +100,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
 #pragma omp parallel num_threads(pieces)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    const int64_t b0 = std::min(extent, units * t / n * 16);
-    const int64_t b1 = std::min(extent, units * (t + 1) / n * 16);
+    const auto [b0, b1] = thread_share(extent, t, n, 16);
     if (by_rows) {
       if (b1 > b0) {
         if (before) before(b0, b1);
@@ -110,7 +109,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
         if (after) after(b0, b1);
       }
     } else {
-      const int64_t r0 = M * t / n, r1 = M * (t + 1) / n;  // this thread's rows for the hooks
+      const auto [r0, r1] = thread_share(M, t, n);  // this thread's rows for the hooks
       if (before) {
         if (r1 > r0) before(r0, r1);
 #pragma omp barrier

@@ -8,7 +8,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 
 namespace attn::kernels {
 
@@ -26,8 +28,16 @@ inline int threads_for(int64_t elems, int64_t min_elems = kParallelElems) {
   return elems >= min_elems ? num_threads() : 1;
 }
 
-// Runs body(i0, i1) over [0, n) split into `nt` contiguous, nearly equal ranges, one per thread of
-// one parallel region (inline when nt <= 1 or n < 2).
+// Thread t's share of [0, n) among nt threads: contiguous and nearly equal, in whole multiples of
+// `unit` (a vector or a micro-kernel tile; the last share ends at n). Some shares are empty when
+// there are fewer units than threads.
+inline std::pair<int64_t, int64_t> thread_share(int64_t n, int t, int nt, int64_t unit = 1) {
+  const int64_t units = (n + unit - 1) / unit;
+  return {std::min(n, units * t / nt * unit), std::min(n, units * (t + 1) / nt * unit)};
+}
+
+// Runs body(i0, i1) over [0, n) split into `nt` contiguous, nearly equal ranges (thread_share), one
+// per thread of one parallel region (inline when nt <= 1 or n < 2).
 template <typename F>
 void parallel_ranges(int64_t n, int nt, F&& body) {
   if (nt <= 1 || n < 2) {
@@ -36,8 +46,8 @@ void parallel_ranges(int64_t n, int nt, F&& body) {
   }
 #pragma omp parallel num_threads(nt)
   {
-    const int t = omp_get_thread_num(), k = omp_get_num_threads();
-    body(n * t / k, n * (t + 1) / k);
+    const auto [i0, i1] = thread_share(n, omp_get_thread_num(), omp_get_num_threads());
+    body(i0, i1);
   }
 }
 
