@@ -12,6 +12,9 @@
 namespace attn::nn {
 
 namespace pointwise {
+// Whether `approximate` asks for GELU's tanh form: true for "tanh", false for "none"; anything
+// else throws attn::Error from `fn` ("approximate must be 'none' or 'tanh', got '...'").
+bool gelu_tanh(const std::string& approximate, const char* fn);
 // y = GELU(x) over n floats; with `aux`, Phi(x) (or the tanh form's tanh) for gelu_bwd. y may be x.
 void gelu_fwd(const float* x, float* y, float* aux, int64_t n, bool tanh_approx);
 // dx = g GELU'(x) from x and gelu_fwd's aux.

@@ -152,13 +152,11 @@ namespace fused {
 Tensor linear_gelu(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                    const std::string& approximate) {
   check_linear(x_in, weight, bias);
-  if (approximate != "none" && approximate != "tanh")
-    fail("gelu", "approximate must be 'none' or 'tanh', got '", approximate, "'");
+  const bool tanh_approx = pointwise::gelu_tanh(approximate, "gelu");
   const int64_t K = weight.size(1), N = weight.size(0);
   const int64_t M = x_in.dim() >= 2 && K > 0 ? x_in.numel() / K : 0;
   if (M == 0 || N == 0 || detail::textbook_gemm(M, N, K))
     return functional::gelu(functional::linear(x_in, weight, bias), approximate);
-  const bool tanh_approx = approximate == "tanh";
   Tensor x = x_in.contiguous(), w = weight.contiguous();
   Tensor b = bias.defined() ? bias.contiguous() : Tensor();
   Shape out_shape = x.shape();

@@ -167,6 +167,12 @@ inline float normal_cdf(float x) {
 
 namespace pointwise {
 
+bool gelu_tanh(const std::string& approximate, const char* fn) {
+  if (approximate != "none" && approximate != "tanh")
+    fail(fn, "approximate must be 'none' or 'tanh', got '", approximate, "'");
+  return approximate == "tanh";
+}
+
 // y = GELU(x). With `aux` (when a backward will follow) it also keeps what the backward would
 // otherwise recompute: Phi(x), or for the tanh form tanh(sqrt(2/pi) (x + 0.044715 x^3)). The
 // backward then evaluates one exp (or nothing) per element instead of erfc and exp (or tanh), with
@@ -362,9 +368,7 @@ namespace functional {
 Tensor gelu(const Tensor& x_in, const std::string& approximate) {
   const char* fn = "gelu";
   detail::check_float32(x_in, "input", fn);
-  if (approximate != "none" && approximate != "tanh")
-    fail(fn, "approximate must be 'none' or 'tanh', got '", approximate, "'");
-  const bool tanh_approx = approximate == "tanh";
+  const bool tanh_approx = pointwise::gelu_tanh(approximate, fn);
   Tensor x = x_in.contiguous();
   Tensor y = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
   // Phi(x) (tanh of the inner term) kept for the backward, only when one will run.
@@ -495,8 +499,7 @@ Tensor LayerNorm::forward(const Tensor& x) const {
 }
 
 GELU::GELU(std::string approximate) : approximate(std::move(approximate)) {
-  if (this->approximate != "none" && this->approximate != "tanh")
-    fail("GELU", "approximate must be 'none' or 'tanh', got '", this->approximate, "'");
+  pointwise::gelu_tanh(this->approximate, "GELU");
 }
 
 Tensor GELU::forward(const Tensor& x) const { return functional::gelu(x, approximate); }
