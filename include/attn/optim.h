@@ -77,6 +77,11 @@ class Optimizer {
  protected:
   // load_state_dict's checks and the replacement of the state, copying each tensor unless `adopt`.
   virtual void load_state(const nn::NamedTensors& state, bool adopt) = 0;
+  // A checked state tensor as load_state keeps it: t itself when adopting a contiguous one, else a
+  // contiguous copy.
+  static Tensor state_tensor(const Tensor& t, bool adopt) {
+    return adopt && t.is_contiguous() ? t : t.contiguous().clone();
+  }
   // `name` prefixes error messages ("Adam", "SGD"); `defaults` gives every field the optimizer
   // uses (other fields of the groups must be unset).
   Optimizer(std::string name, ParamGroup defaults);

@@ -260,7 +260,7 @@ void Adam::load_state(const nn::NamedTensors& state, bool adopt) {
     if (t.dtype() != Dtype::Float32 || t.shape() != params[i]->shape())
       fail(fn, "'", name, "' ", detail::tensor_desc(t), " does not match parameter ", i, " ",
            shape_str(params[i]->shape()));
-    Tensor copy = adopt && t.is_contiguous() ? t : t.contiguous().clone();
+    Tensor copy = state_tensor(t, adopt);
     if (key.field == "exp_avg") {
       fresh[i].exp_avg = copy;
       seen[i] |= 2;

@@ -119,7 +119,7 @@ void SGD::load_state(const nn::NamedTensors& state, bool adopt) {
     if (t.dtype() != Dtype::Float32 || t.shape() != params[key.index]->shape())
       fail(fn, "'", name, "' ", detail::tensor_desc(t), " does not match parameter ", key.index,
            " ", shape_str(params[key.index]->shape()));
-    fresh[key.index] = adopt && t.is_contiguous() ? t : t.contiguous().clone();
+    fresh[key.index] = state_tensor(t, adopt);
   }
   momentum_buffer_ = std::move(fresh);
 }
