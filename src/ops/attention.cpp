@@ -301,6 +301,18 @@ int64_t outer_offset(const Tensor& t, const Shape& idx) {
   return off;
 }
 
+namespace {
+
+// t's batch, head and row strides for the kernels: its dims r - 2 and r - 1 (the last two of the
+// batch shape, stride 0 where it has fewer) and r, r being the batch shape's rank.
+void kernel_strides(const Tensor& t, int64_t r, int64_t& batch, int64_t& head, int64_t& row) {
+  batch = r >= 2 ? t.stride(r - 2) : 0;
+  head = r >= 1 ? t.stride(r - 1) : 0;
+  row = t.stride(r);
+}
+
+}  // namespace
+
 // The kernel parameters of prepared inputs over the batch shape S: its last two dims become the
 // kernel's (B, H); any dims before them are looped over by the caller, which sets the data
 // pointers of each call (call_pointers). out (and lse) are contiguous S + (L_q, D_v) (S + (L_q)).
@@ -308,15 +320,10 @@ kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o) {
   const Shape& S = p.S;
   const int64_t r = int64_t(S.size());
   const int64_t B = r >= 2 ? S[r - 2] : 1, H = r >= 1 ? S[r - 1] : 1;
-  auto bstride = [&](const Tensor& t) { return r >= 2 ? t.stride(r - 2) : 0; };
-  auto hstride = [&](const Tensor& t) { return r >= 1 ? t.stride(r - 1) : 0; };
   kernels::SdpaParams kp;
-  kp.q_batch_stride = bstride(p.q), kp.q_head_stride = hstride(p.q);
-  kp.q_row_stride = p.q.stride(r);
-  kp.k_batch_stride = bstride(p.k), kp.k_head_stride = hstride(p.k);
-  kp.k_row_stride = p.k.stride(r);
-  kp.v_batch_stride = bstride(p.v), kp.v_head_stride = hstride(p.v);
-  kp.v_row_stride = p.v.stride(r);
+  kernel_strides(p.q, r, kp.q_batch_stride, kp.q_head_stride, kp.q_row_stride);
+  kernel_strides(p.k, r, kp.k_batch_stride, kp.k_head_stride, kp.k_row_stride);
+  kernel_strides(p.v, r, kp.v_batch_stride, kp.v_head_stride, kp.v_row_stride);
   kp.out_batch_stride = H * p.L_q * p.D_v, kp.out_head_stride = p.L_q * p.D_v;
   kp.out_row_stride = p.D_v;
   kp.B = B, kp.H = H, kp.H_kv = H / p.H_kv_ratio;
@@ -328,8 +335,8 @@ kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o) {
   if (p.mask.defined()) {
     kp.mask_kind =
         p.mask.dtype() == Dtype::Bool ? kernels::MaskKind::Bool : kernels::MaskKind::Float;
-    kp.mask_batch_stride = bstride(p.mask), kp.mask_head_stride = hstride(p.mask);
-    kp.mask_row_stride = p.mask.stride(r), kp.mask_col_stride = p.mask.stride(r + 1);
+    kernel_strides(p.mask, r, kp.mask_batch_stride, kp.mask_head_stride, kp.mask_row_stride);
+    kp.mask_col_stride = p.mask.stride(r + 1);
   }
   if (p.key_padding.defined()) {
     kp.key_padding = reinterpret_cast<const uint8_t*>(p.key_padding.device_data());
@@ -342,17 +349,11 @@ void backward_strides(const Prepared& p, const Tensor& out, const Tensor& dout, 
                       const Tensor& dk, const Tensor& dv, kernels::SdpaGeometry& fwd,
                       kernels::SdpaGradStrides& grads) {
   const int64_t r = int64_t(p.S.size());
-  // A tensor's batch, head and row strides (as kernel_params()).
-  auto strides = [&](const Tensor& t, int64_t& batch, int64_t& head, int64_t& row) {
-    batch = r >= 2 ? t.stride(r - 2) : 0;
-    head = r >= 1 ? t.stride(r - 1) : 0;
-    row = t.stride(r);
-  };
-  strides(out, fwd.out_batch_stride, fwd.out_head_stride, fwd.out_row_stride);
-  strides(dout, grads.dout_batch_stride, grads.dout_head_stride, grads.dout_row_stride);
-  strides(dq, grads.dq_batch_stride, grads.dq_head_stride, grads.dq_row_stride);
-  strides(dk, grads.dk_batch_stride, grads.dk_head_stride, grads.dk_row_stride);
-  strides(dv, grads.dv_batch_stride, grads.dv_head_stride, grads.dv_row_stride);
+  kernel_strides(out, r, fwd.out_batch_stride, fwd.out_head_stride, fwd.out_row_stride);
+  kernel_strides(dout, r, grads.dout_batch_stride, grads.dout_head_stride, grads.dout_row_stride);
+  kernel_strides(dq, r, grads.dq_batch_stride, grads.dq_head_stride, grads.dq_row_stride);
+  kernel_strides(dk, r, grads.dk_batch_stride, grads.dk_head_stride, grads.dk_row_stride);
+  kernel_strides(dv, r, grads.dv_batch_stride, grads.dv_head_stride, grads.dv_row_stride);
 }
 
 }  // namespace sdpa_detail

@@ -62,8 +62,8 @@ enum class MaskKind {
 // the element pointers of q, k, v and out, whose types differ by backend: strides, sizes, how the
 // scores are formed and masked, and dropout.
 struct SdpaGeometry {
-  // ---- strides of q (B, H, L_q, D), k (B, H_kv, L_k, D), v (B, H_kv, L_k, D_v), out (B, H, L_q,
-  // D_v)
+  // ---- strides ----------------------------------------------------------------------------------
+  // of q (B, H, L_q, D), k (B, H_kv, L_k, D), v (B, H_kv, L_k, D_v) and out (B, H, L_q, D_v)
   int64_t q_batch_stride = 0, q_head_stride = 0, q_row_stride = 0;
   int64_t k_batch_stride = 0, k_head_stride = 0, k_row_stride = 0;
   int64_t v_batch_stride = 0, v_head_stride = 0, v_row_stride = 0;
