@@ -72,6 +72,24 @@ void call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
               int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
+// How many pieces a product is cut into, from its shape alone: never from the thread count, because
+// where a piece ends changes the sums of a BLAS's sgemm (oneDNN 2.6's AVX2 kernels sum the last
+// rows of a block, and with K blocked every row, in another order depending on the block's height;
+// AVX-512's do too for some shapes), so a split by thread count gave other bits on another count.
+// The pieces are shared among however many threads there are, at most `pieces` of them. Each piece
+// packs the other operand again, about 8 / (its rows) of its time, so a piece keeps at least
+// kPieceExtent rows (columns), and there are at most kMaxPieces, a power of two so that 2, 4 or 8
+// threads share them evenly.
+constexpr int64_t kPieceExtent = 256, kMaxPieces = 8;
+
+int64_t gemm_pieces(int64_t M, int64_t N, int64_t K) {
+  if (M * N * K < kParallelMacs) return 1;
+  const int64_t most = std::min(kMaxPieces, std::max(M, N) / kPieceExtent);
+  int64_t p = 1;
+  while (p * 2 <= most) p *= 2;
+  return p;
+}
+
 }  // namespace
 
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -84,40 +102,48 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
            const GemmRows& before, const GemmRows& after) {
   if (M <= 0 || N <= 0) return;
   BlasSingleThread single;
-  const int nt = omp_in_parallel() ? 1 : num_threads();
-  if (nt <= 1 || M * N * K < kParallelMacs) {
+  const int64_t pieces = gemm_pieces(M, N, K);
+  const int nt = omp_in_parallel() ? 1 : int(std::min<int64_t>(num_threads(), pieces));
+  // Rows when C has at least as many rows as columns, else columns (one row: matrix-vector
+  // products by column blocks).
+  const bool by_rows = M >= N;
+  const int64_t extent = by_rows ? M : N;
+  // Piece p of the product: rows or columns [b0, b1) of C, in whole units of 16.
+  const auto piece = [&](int64_t p) {
+    const auto [b0, b1] = thread_share(extent, int(p), int(pieces), 16);
+    if (b1 <= b0) return;
+    if (by_rows) {
+      const float* a = ta ? A + b0 : A + b0 * lda;
+      call(ta, tb, b1 - b0, N, K, alpha, a, lda, B, ldb, beta, C + b0 * ldc, ldc);
+    } else {
+      const float* b = tb ? B + b0 * ldb : B + b0;
+      call(ta, tb, M, b1 - b0, K, alpha, A, lda, b, ldb, beta, C + b0, ldc);
+    }
+  };
+  if (nt <= 1) {
     if (before) before(0, M);
-    call(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    for (int64_t p = 0; p < pieces; ++p) piece(p);
     if (after) after(0, M);
     return;
   }
-  // Blocks of 16 rows (or columns) keep every piece on whole micro-kernel tiles. One row is split
-  // by columns: each piece a matrix-vector product (call).
-  const bool by_rows = M >= N;
-  const int64_t extent = by_rows ? M : N;
-  const int64_t units = (extent + 15) / 16;
-  const int pieces = int(std::min<int64_t>(nt, units));
-#pragma omp parallel num_threads(pieces)
+#pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
-    const auto [b0, b1] = thread_share(extent, t, n, 16);
+    const auto [p0, p1] = thread_share(pieces, t, n);  // this thread's pieces
     if (by_rows) {
-      if (b1 > b0) {
-        if (before) before(b0, b1);
-        const float* a = ta ? A + b0 : A + b0 * lda;
-        call(ta, tb, b1 - b0, N, K, alpha, a, lda, B, ldb, beta, C + b0 * ldc, ldc);
-        if (after) after(b0, b1);
-      }
+      // Each thread runs the hooks on the rows it has just written.
+      const int64_t r0 = thread_share(M, int(p0), int(pieces), 16).first;
+      const int64_t r1 = p1 > p0 ? thread_share(M, int(p1 - 1), int(pieces), 16).second : r0;
+      if (before && r1 > r0) before(r0, r1);
+      for (int64_t p = p0; p < p1; ++p) piece(p);
+      if (after && r1 > r0) after(r0, r1);
     } else {
       const auto [r0, r1] = thread_share(M, t, n);  // this thread's rows for the hooks
       if (before) {
         if (r1 > r0) before(r0, r1);
 #pragma omp barrier
       }
-      if (b1 > b0) {
-        const float* b = tb ? B + b0 * ldb : B + b0;
-        call(ta, tb, M, b1 - b0, K, alpha, A, lda, b, ldb, beta, C + b0, ldc);
-      }
+      for (int64_t p = p0; p < p1; ++p) piece(p);
       if (after) {
 #pragma omp barrier
         if (r1 > r0) after(r0, r1);

@@ -14,8 +14,8 @@
 
 namespace attn::kernels {
 
-// The count set by set_num_threads, or the calling thread's omp_get_max_threads() until then
-// (OMP_NUM_THREADS, or the number of cores).
+// The count set by set_num_threads, or until then the same for every thread: the first number of
+// OMP_NUM_THREADS, or the cores this process may run on (read once).
 int num_threads();
 // Sets num_threads() for every thread (and OpenMP's and OpenBLAS's counts). n >= 1.
 void set_num_threads(int n);
