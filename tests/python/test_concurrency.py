@@ -21,6 +21,9 @@ reduction, a scan, a sort, elementwise ops, an operator, a comparison, an in-pla
 random fill), another thread keeps executing Python code, which it can only do if the kernel
 released the GIL.
 """
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -128,6 +131,27 @@ def test_gpt_training_steps_in_threads_match_one_thread():
     got = run_threads(own_gpt_training)
     for i in range(N_THREADS):
         assert_same_bits(got[i], expected[i], "thread {}".format(i))
+
+
+def test_thread_count_is_process_wide_even_when_the_main_threads_openmp_count_changed():
+    """Importing PyTorch sets the importing thread's OpenMP count (to 1 on a 2-core machine), and
+    OpenMP's count is per thread: attn's count, until set_num_threads, must still be one number
+    for every thread, or the main thread and a new one split products differently (other bits
+    where the split changes a BLAS's sums). A fresh process, so that set_num_threads was never
+    called."""
+    code = (
+        "import ctypes, threading\n"
+        "import attn\n"
+        "ctypes.CDLL('libgomp.so.1').omp_set_num_threads(1)\n"
+        "seen = []\n"
+        "t = threading.Thread(target=lambda: seen.append(attn.get_num_threads()))\n"
+        "t.start(); t.join()\n"
+        "print(attn.get_num_threads(), seen[0])\n")
+    env = dict(os.environ, OMP_NUM_THREADS="3")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["3", "3"], out.stdout
 
 
 MIXED_ITERATIONS = 200
