@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: install what is missing, build, run the C++ tests (ctest), the Python
-# tests (pytest against python3-torch), scripts/faults.sh (faults produced on purpose against
+# tests (pytest against python3-torch), both again with the instruction sets capped at AVX2 on a
+# CPU with AVX-512, scripts/faults.sh (faults produced on purpose against
 # `attn train`: kill -9, a second run on one --out, a full disk, NaN/inf, out of memory; see
 # docs/reliability.md), then scripts/sanitize.sh: the C++ tests and the walkthrough again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, and every libFuzzer target for a bounded time
@@ -12,6 +13,18 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
 PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+# The AVX2 path on a CPU that has AVX-512 too: the C++ and Python suites again with attn's kernels
+# (ATTN_CPU_ISA), oneDNN's (ONEDNN_MAX_CPU_ISA) and OpenBLAS's (OPENBLAS_CORETYPE, unless the
+# machine already sets it) capped at AVX2, as an AVX2-only CPU runs them. Elsewhere the runs above
+# took the AVX2 path already (or there is none: ARM).
+if [[ "$(uname -m)" == x86_64 ]] && grep -qw avx512f /proc/cpuinfo; then
+  echo "test: the C++ and Python suites again, every instruction set capped at AVX2"
+  capped=(env ATTN_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+          OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}")
+  (cd build && "${capped[@]}" ctest --output-on-failure -j"$(nproc)" --timeout 600)
+  "${capped[@]}" PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+    tests/python
+fi
 bash scripts/faults.sh
 bash scripts/sanitize.sh
 bash scripts/tsan.sh
