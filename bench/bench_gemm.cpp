@@ -49,7 +49,7 @@
 #include <thread>
 #include <vector>
 
-#include "gemm.h"     // attn::kernels::sgemm (src/kernels/cpu)
+#include "gemm.h"     // attn::kernels::sgemm (src/backend/cpu)
 #include "threads.h"  // attn::kernels::set_num_threads
 
 #ifdef ATTN_BENCH_BLIS_HEADER

@@ -1,4 +1,4 @@
-// attn's vector backends (src/kernels/cpu/simd.h) against Google Highway, on the same kernel
+// attn's vector backends (src/backend/cpu/simd.h) against Google Highway, on the same kernel
 // source: the fused backward's tile primitives (sdpa_fused_backward_kernel.inc) compiled once over
 // attn's Avx2 / Avx512 structs and once over a Highway backend (HwyV below) for Highway's AVX2 and
 // AVX3 targets. One backward tile step is timed: the five 64 x 64 x 64 products and the

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 # which cairo finds through fontconfig.
 # libpcre2-dev: GPT-2's byte-level BPE splits words with PCRE2's Unicode properties.
 # libdnnl-dev: matrix products through oneDNN's sgemm (faster than OpenBLAS's here; see
-# src/kernels/cpu/gemm.h); OpenBLAS stays for matrix-vector products and where oneDNN is absent.
+# src/backend/cpu/gemm.h); OpenBLAS stays for matrix-vector products and where oneDNN is absent.
 # ocl-icd-opencl-dev: Debian's oneDNN is built with its OpenCL runtime, and its CMake config
 # (find_package(dnnl)) fails without the OpenCL headers and library, which it only recommends.
 packages=(cmake g++ make pkg-config libopenblas-dev pybind11-dev python3-dev python3-numpy

@@ -2,7 +2,7 @@
 # The fused kernels on 64-bit ARM: cross-builds attn_kernel_tests (the kernel and autograd test
 # files of attn_tests; attn_tests itself with --all) for AArch64 with Debian's cross toolchain
 # against arm64 libraries (multiarch), and runs the kernel and autograd tests under
-# qemu-user, so the NEON build of the kernels (src/kernels/cpu/simd.h: Neon) and the portable
+# qemu-user, so the NEON build of the kernels (src/backend/cpu/simd.h: Neon) and the portable
 # scalar build are checked against the reference kernels on every change. The kernel tests run a
 # second time on an emulated CPU with 256-bit SVE, where the SVE build (simd.h: Sve) is the one
 # chosen (ATTN_CPU_ISA=sve makes FusedIsaChoice check that it is).

@@ -51,7 +51,7 @@
 #include <string>
 #include <vector>
 
-#include "../kernels/cpu/threads.h"
+#include "../backend/cpu/threads.h"
 #include "../tensor/internal.h"
 
 namespace attn::distributed {

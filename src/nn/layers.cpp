@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "../kernels/cpu/gemm.h"
-#include "../kernels/cpu/threads.h"
+#include "../backend/cpu/gemm.h"
+#include "../backend/cpu/threads.h"
 #include "../tensor/internal.h"
 #include "fused.h"
 

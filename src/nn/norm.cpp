@@ -2,7 +2,7 @@
 //
 // The element loops are plain C++ compiled three times (AVX-512, AVX2+FMA, baseline) with
 // target_clones; the library itself is built for baseline x86-64. exp and erfc are evaluated by
-// branch-free polynomials (kernels/cpu/vmath.h) so that those loops vectorise.
+// branch-free polynomials (backend/cpu/vmath.h) so that those loops vectorise.
 #include <attn/autograd.h>
 #include <attn/nn.h>
 #include <attn/ops.h>
@@ -12,8 +12,8 @@
 #include <cmath>
 #include <vector>
 
-#include "../kernels/cpu/threads.h"
-#include "../kernels/cpu/vmath.h"
+#include "../backend/cpu/threads.h"
+#include "../backend/cpu/vmath.h"
 #include "../tensor/internal.h"
 #include "fused.h"
 

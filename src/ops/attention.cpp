@@ -11,11 +11,11 @@
 #include <cstring>
 #include <utility>
 
-#include "../kernels/cpu/sdpa_fused.h"
-#include "../kernels/cpu/sdpa_reference.h"
-#include "../kernels/cpu/threads.h"
-#include "../kernels/cpu/vmath.h"
-#include "../kernels/cpu/workspace.h"
+#include "../backend/cpu/sdpa_fused.h"
+#include "../backend/cpu/sdpa_reference.h"
+#include "../backend/cpu/threads.h"
+#include "../backend/cpu/vmath.h"
+#include "../backend/cpu/workspace.h"
 #include "../tensor/internal.h"
 #include "attention_internal.h"
 
@@ -676,7 +676,7 @@ Tensor causal_mask(int64_t L_q, int64_t L_k, CausalAlign align) {
 // =================================================================================================
 }  // namespace attn
 
-#include "../kernels/cpu/sdpa_fused_backward.h"
+#include "../backend/cpu/sdpa_fused_backward.h"
 
 namespace attn {
 

@@ -1,11 +1,11 @@
-// What the attention entry points (attention.cpp) share with their GPU side (attention_cuda.cpp):
-// the validated, broadcast inputs and the kernel parameters they give, so that both devices accept
-// and reject exactly the same calls.
+// What the attention entry points (attention.cpp) share with their GPU side
+// (src/backend/cuda/attention_gpu.cpp): the validated, broadcast inputs and the kernel parameters
+// they give, so that both devices accept and reject exactly the same calls.
 #pragma once
 
 #include <attn/attention.h>
 
-#include "../kernels/cpu/sdpa_reference.h"
+#include "../backend/cpu/sdpa_reference.h"
 
 namespace attn::sdpa_detail {
 
@@ -54,8 +54,9 @@ int64_t outer_offset(const Tensor& t, const Shape& idx);
 // attn_mask, if any, must not require grad.
 Tensor packed_self_attention(const Tensor& qkv, int64_t H, const SdpaOptions& options);
 
-// The GPU side (attention_cuda.cpp; without CUDA, attention_nocuda.cpp throws DeviceError): the
-// fused CUDA kernel forward, and its backward from the saved out and lse.
+// The GPU side (src/backend/cuda/attention_gpu.cpp; without CUDA,
+// src/backend/no_gpu/attention_none.cpp throws DeviceError): the fused CUDA kernel forward, and its
+// backward from the saved out and lse.
 SdpaForwardResult cuda_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                const SdpaOptions& o, const char* fn);
 std::tuple<Tensor, Tensor, Tensor> cuda_backward(const Tensor& dout, const Tensor& q,

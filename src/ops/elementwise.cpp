@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "../kernels/cpu/threads.h"
-#include "../kernels/cpu/vmath.h"
+#include "../backend/cpu/threads.h"
+#include "../backend/cpu/vmath.h"
 #include "../tensor/internal.h"
 
 namespace attn {

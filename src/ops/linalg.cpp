@@ -7,8 +7,8 @@
 #include <optional>
 #include <vector>
 
-#include "../kernels/cpu/gemm.h"
-#include "../kernels/cpu/threads.h"
+#include "../backend/cpu/gemm.h"
+#include "../backend/cpu/threads.h"
 #include "../tensor/internal.h"
 
 namespace attn {

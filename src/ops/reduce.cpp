@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "../kernels/cpu/softmax.h"
+#include "../backend/cpu/softmax.h"
 #include "../tensor/internal.h"
 
 namespace attn {

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <vector>
 
-#include "../kernels/cpu/threads.h"
-#include "../kernels/cpu/vmath.h"
+#include "../backend/cpu/threads.h"
+#include "../backend/cpu/vmath.h"
 #include "../tensor/internal.h"
 #include "adamw_kernel.h"
 #include "state_names.h"

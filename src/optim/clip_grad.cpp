@@ -9,8 +9,8 @@
 #include <limits>
 #include <vector>
 
-#include "../kernels/cpu/dot.h"
-#include "../kernels/cpu/threads.h"
+#include "../backend/cpu/dot.h"
+#include "../backend/cpu/threads.h"
 #include "../tensor/internal.h"
 
 namespace attn::optim {

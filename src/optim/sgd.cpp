@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "../kernels/cpu/vmath.h"
+#include "../backend/cpu/vmath.h"
 #include "../tensor/internal.h"
 #include "state_names.h"
 

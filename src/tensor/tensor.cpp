@@ -12,7 +12,7 @@
 #include <new>
 #include <ostream>
 
-#include "../device/cuda.h"
+#include "../backend/gpu_runtime.h"
 #include "internal.h"
 
 namespace attn {

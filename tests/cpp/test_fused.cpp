@@ -10,8 +10,8 @@
 #include <mutex>
 #include <vector>
 
-#include "../../src/kernels/cpu/gemm.h"
-#include "../../src/kernels/cpu/threads.h"
+#include "../../src/backend/cpu/gemm.h"
+#include "../../src/backend/cpu/threads.h"
 #include "../../src/nn/fused.h"
 #include "test_util.h"
 

@@ -13,10 +13,10 @@
 #include <limits>
 #include <vector>
 
-#include "../../src/kernels/cpu/gemm.h"
-#include "../../src/kernels/cpu/gemm_rows.h"
-#include "../../src/kernels/cpu/sdpa_fused.h"
-#include "../../src/kernels/cpu/threads.h"
+#include "../../src/backend/cpu/gemm.h"
+#include "../../src/backend/cpu/gemm_rows.h"
+#include "../../src/backend/cpu/sdpa_fused.h"
+#include "../../src/backend/cpu/threads.h"
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "../../src/kernels/cpu/sdpa_fused_backward.h"
-#include "../../src/kernels/cpu/sdpa_reference.h"
+#include "../../src/backend/cpu/sdpa_fused_backward.h"
+#include "../../src/backend/cpu/sdpa_reference.h"
 
 namespace {
 

@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "../../src/kernels/cpu/sdpa_fused.h"
-#include "../../src/kernels/cpu/sdpa_reference.h"
+#include "../../src/backend/cpu/sdpa_fused.h"
+#include "../../src/backend/cpu/sdpa_reference.h"
 
 namespace {
 

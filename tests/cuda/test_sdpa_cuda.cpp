@@ -1,4 +1,4 @@
-// The CUDA attention kernels (src/kernels/cuda: FlashAttention-2 forward and backward on tensor
+// The CUDA attention kernels (src/backend/cuda: FlashAttention-2 forward and backward on tensor
 // cores, fp16 and bf16) against the CPU reference (sdpa_reference_forward/backward, double
 // accumulation) run on the same rounded inputs converted back to float.
 //
@@ -34,8 +34,8 @@
 #include <string>
 #include <vector>
 
-#include "../../src/kernels/cpu/sdpa_reference.h"
-#include "../../src/kernels/cuda/sdpa_cuda.h"
+#include "../../src/backend/cpu/sdpa_reference.h"
+#include "../../src/backend/cuda/sdpa_cuda.h"
 
 namespace {
 

@@ -5,7 +5,7 @@ masking, boolean masks, key padding and a window), MultiheadAttention and a smal
 inputs, and every result must be bitwise the one the same inputs give on a single thread. Bitwise,
 not within a tolerance, because nothing but the inputs decides the bits: attn's kernels split work
 by the process-wide thread count, never by timing, and keep each element's order of summation
-whatever the split (kernels/cpu/gemm.h, sdpa_fused_backward.h). The one exception is a parameter
+whatever the split (backend/cpu/gemm.h, sdpa_fused_backward.h). The one exception is a parameter
 that several threads' backward passes add into (a model shared by the threads): the additions
 come in the threads' order, so its gradient is compared with the sum of the one-thread gradients
 to float32 rounding (check_shared_module).

@@ -1,4 +1,4 @@
-// A host emulation of the CUDA device features the attention kernels (src/kernels/cuda) use, so
+// A host emulation of the CUDA device features the attention kernels (src/backend/cuda) use, so
 // that their index arithmetic, fragment bookkeeping, tiling, masking and pipelines can be checked
 // on a machine without a GPU (tests/cuda/emulate/run.sh).
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Copies the CUDA attention kernels (src/kernels/cuda) into OUT as host C++ for the emulation
+"""Copies the CUDA attention kernels (src/backend/cuda) into OUT as host C++ for the emulation
 build (run.sh): the PTX wrappers (mma.sync, ldmatrix, cp.async) are removed in favour of emu.h's,
 the dynamic shared memory becomes the emulator's buffer and each <<<...>>> launch a call of
 emu_launch_checked, which checks the kernel's pointers against the emulated device memory
@@ -12,12 +12,12 @@ import re
 import sys
 
 root, out = sys.argv[1], sys.argv[2]
-src = os.path.join(root, 'src/kernels/cuda')
-dst = os.path.join(out, 'src/kernels/cuda')
+src = os.path.join(root, 'src/backend/cuda')
+dst = os.path.join(out, 'src/backend/cuda')
 os.makedirs(dst, exist_ok=True)
-cpu = os.path.join(out, 'src/kernels/cpu')
+cpu = os.path.join(out, 'src/backend/cpu')
 if not os.path.exists(cpu):
-    os.symlink(os.path.join(root, 'src/kernels/cpu'), cpu)
+    os.symlink(os.path.join(root, 'src/backend/cpu'), cpu)
 
 
 def write(path, text):

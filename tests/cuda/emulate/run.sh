@@ -5,8 +5,8 @@
 # thread, warp collectives through barriers, the PTX ISA's fragment layouts), and cudart is
 # emulated on host memory (runtime.cpp: one 64 GiB GPU, device allocations registered so that
 # copies, memsets and kernel arguments are checked against them). Everything else is the real
-# build/libattn.a: src/device/cuda_runtime.cpp (caching allocator, copies, DeviceGuard),
-# src/tensor, src/ops/attention_cuda.cpp.
+# build/libattn.a: src/backend/cuda/cuda_runtime.cpp (caching allocator, copies, DeviceGuard),
+# src/tensor, src/backend/cuda/attention_gpu.cpp.
 #
 # It checks the kernels' indexing, tiling, masking, dropout and pipelines, and the host side's
 # pointers, strides, copies and launches, without a GPU; what a GPU would fault on (a kernel
@@ -45,7 +45,7 @@ if [ ! -f "$build/libattn.a" ]; then
 fi
 members=$(ar t "$build/libattn.a")
 if [[ "$members" != *cuda_runtime.cpp.o* ]]; then
-  echo "run.sh: $build/libattn.a was built without CUDA (src/device/cuda_runtime.cpp); configure" \
+  echo "run.sh: $build/libattn.a was built without CUDA (src/backend/cuda/cuda_runtime.cpp); configure" \
     "with nvcc available (CMake ATTN_CUDA=ON)" >&2
   exit 1
 fi
@@ -78,7 +78,7 @@ CXX := $cc
 COMMON := -std=c++20 -O2 -pthread -MMD -MP -isystem $cuda/include -I$root/include
 # The kernels and emu.h as host C++: warnings are the emulation's noise. A misaligned access (a
 # fault on a GPU, harmless on x86) stops the run with UBSan's message naming the line.
-KERNEL := \$(COMMON) -w -I$here -I$out/src/kernels/cuda -fsanitize=alignment \\
+KERNEL := \$(COMMON) -w -I$here -I$out/src/backend/cuda -fsanitize=alignment \\
   -fno-sanitize-recover=alignment
 TEST := \$(COMMON) -Wall -Wextra -fopenmp -I$root/src -DGTEST_HAS_PTHREAD=1
 
@@ -90,9 +90,9 @@ attn_cuda_tests_emulated: $objs $build/libattn.a
 	  echo "run.sh: the link pulled CUDA objects:"; grep -e '(sdpa_[a-z_]*\.cu\.o)' -e 'libcudart' link.map; \\
 	  rm -f \$@; exit 1; fi
 
-kernel_forward.o: $out/src/kernels/cuda/sdpa_forward.cpp
+kernel_forward.o: $out/src/backend/cuda/sdpa_forward.cpp
 	\$(CXX) \$(KERNEL) -c \$< -o \$@
-kernel_backward.o: $out/src/kernels/cuda/sdpa_backward.cpp
+kernel_backward.o: $out/src/backend/cuda/sdpa_backward.cpp
 	\$(CXX) \$(KERNEL) -c \$< -o \$@
 runtime.o: $here/runtime.cpp
 	\$(CXX) \$(COMMON) -Wall -Wextra -c \$< -o \$@

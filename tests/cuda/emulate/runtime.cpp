@@ -1,5 +1,5 @@
 // The CUDA runtime (cudart) on host memory, for the emulation build (run.sh): every cudart entry
-// point that libattn's CUDA objects (src/device/cuda_runtime.cpp, the kernels' host code) and
+// point that libattn's CUDA objects (src/backend/cuda/cuda_runtime.cpp, the kernels' host code) and
 // tests/cuda/*.cpp call, and nothing of attn itself: attn::cuda::is_available() and the caching
 // allocator are libattn's own, running on top of this.
 //

@@ -1,5 +1,5 @@
-// attn built without the CUDA backend: no GPU is ever available (see src/device/cuda.h).
-#include "cuda.h"
+// attn built without the CUDA backend: no GPU is ever available (see src/backend/gpu_runtime.h).
+#include "../gpu_runtime.h"
 
 namespace attn {
 namespace {

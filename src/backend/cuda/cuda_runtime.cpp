@@ -1,4 +1,4 @@
-// The CUDA runtime behind src/device/cuda.h and attn::cuda (include/attn/device.h).
+// The CUDA runtime behind src/backend/gpu_runtime.h and attn::cuda (include/attn/device.h).
 #include <cuda_runtime_api.h>
 
 #include <map>
@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda.h"
+#include "../gpu_runtime.h"
 
 namespace attn {
 namespace {

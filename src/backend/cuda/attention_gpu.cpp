@@ -1,7 +1,7 @@
 // scaled_dot_product_attention on a GPU: the same validation and broadcasting as on the CPU
-// (attention_internal.h), then the fused CUDA kernels (src/kernels/cuda/sdpa_cuda.h), forward and
-// backward. Only compiled with the CUDA backend (ATTN_CUDA); attention_nocuda.cpp stands in
-// otherwise.
+// (attention_internal.h), then the fused CUDA kernels (src/backend/cuda/sdpa_cuda.h), forward and
+// backward. Only compiled with the CUDA backend (ATTN_CUDA); backend/no_gpu/attention_none.cpp
+// stands in otherwise.
 //
 // Dropout draws its seed from the same generator as the CPU and uses the same counter-based mask
 // (sdpa_reference.h), so a seed gives the same dropped weights on both devices.
@@ -11,10 +11,10 @@
 #include <limits>
 #include <mutex>
 
-#include "../device/cuda.h"
-#include "../kernels/cuda/sdpa_cuda.h"
-#include "../tensor/internal.h"
-#include "attention_internal.h"
+#include "../../ops/attention_internal.h"
+#include "../../tensor/internal.h"
+#include "../gpu_runtime.h"
+#include "sdpa_cuda.h"
 
 namespace attn::sdpa_detail {
 
