@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ThreadSanitizer check of concurrent use (README "Thread safety"): builds the library and
+# ThreadSanitizer check of concurrent use (docs/threads.md): builds the library and
 # attn_concurrency_tests (tests/cpp/test_concurrency.cpp alone; attn_tests when ATTN_TSAN_FILTER
 # asks for other tests) with clang -fsanitize=thread in build-tsan/ and runs the concurrency tests
 # (Concurrency.*): attention,

@@ -83,10 +83,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const SdpaOptions& options = {});
 
 // The same computation, also returning the attention weights (..., L_q, L_k) after dropout, as the
-// seeds print them. Always uses the reference kernel. Its dropout is torch's: factors drawn with
-// fill_dropout_mask in row-major order over the weights of q @ k^T's broadcast shape, so for the
-// same generator state the weights equal torch's dropout applied to the materialised weights
-// (and differ from scaled_dot_product_attention's counter-based mask).
+// reference tutorials print them (the steps of docs/tour-python.md). Always uses the reference
+// kernel. Its dropout is torch's: factors drawn with fill_dropout_mask in row-major order over the
+// weights of q @ k^T's broadcast shape, so for the same generator state the weights equal torch's
+// dropout applied to the materialised weights (and differ from scaled_dot_product_attention's
+// counter-based mask).
 std::tuple<Tensor, Tensor> scaled_dot_product_attention_with_weights(
     const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& options = {});
 

@@ -23,14 +23,14 @@
 // bumps (copy_, fill_, add_, masked_fill_, index_put_, uniform_, ...). A SavedTensor remembers the
 // version it was saved at; a backward formula that finds its tensor modified since throws
 // attn::Error ("modified by an inplace operation") instead of silently using the new values.
-// An in-place op on a non-leaf result (the seeds' attn_scores.masked_fill_(mask, -inf)) replaces
-// the result's grad_fn with the op's node, whose edge for `self` leads to the node that produced
-// the old value. An in-place op through a view (x[0] += y, x[:, 1] = v, scores.view(...).mul_(2))
-// rewrites the base's history as PyTorch's CopySlices does: the base gets a "CopySlices" node
-// that routes the gradient of the viewed elements through the op, and views of the base whose
-// grad_fn predates the write are regenerated ("AsStridedBackward0") when next used.
-// In-place ops on leaves that require grad (and on views of such leaves) are refused while grad
-// mode is on.
+// An in-place op on a non-leaf result (the causal-attention tutorial's
+// attn_scores.masked_fill_(mask, -inf), docs/tour-python.md) replaces the result's grad_fn with
+// the op's node, whose edge for `self` leads to the node that produced the old value. An in-place
+// op through a view (x[0] += y, x[:, 1] = v, scores.view(...).mul_(2)) rewrites the base's history
+// as PyTorch's CopySlices does: the base gets a "CopySlices" node that routes the gradient of the
+// viewed elements through the op, and views of the base whose grad_fn predates the write are
+// regenerated ("AsStridedBackward0") when next used. In-place ops on leaves that require grad (and
+// on views of such leaves) are refused while grad mode is on.
 #pragma once
 
 #include <attn/tensor.h>

@@ -7,7 +7,7 @@
 // Operations without a CUDA implementation throw attn::DeviceError for CUDA tensors, never read
 // GPU memory from the CPU.
 //
-// The CUDA backend is built when the CUDA toolkit is found (CMake ATTN_CUDA, see the README).
+// The CUDA backend is built when the CUDA toolkit is found (CMake ATTN_CUDA, see docs/gpu.md).
 // attn::cuda::is_available() says whether this process can use a GPU: built with CUDA, a driver
 // and at least one device. Without one, moving a tensor to "cuda" throws attn::DeviceError.
 #pragma once

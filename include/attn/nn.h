@@ -148,13 +148,21 @@ class GELU : public Module {
   std::string approximate;
 };
 
-// ---- the seeds' attention classes ---------------------------------------------------------------
+// ---- the attention classes of the reference tutorials -------------------------------------------
+//
+// attn began as the computations of five PyTorch tutorials, numbered 000 to 004, which
+// `attn walkthrough N` replays step by step (tools/attn/walkthrough.cpp) and whose code the tours
+// run (docs/tour-python.md, docs/tour-cpp.md): 000 vocabulary, embeddings and the attention of one
+// word; 001 multi-head attention step by step; 002 self-attention with trainable weights; 003
+// simplified, trainable and causal self-attention; 004 the bag-of-words averaging trick, one head,
+// cross-attention. The classes below are theirs, with their parameter names and draw order, so
+// that the same manual_seed gives the numbers the tutorials print.
 
-// How raw weight matrices are initialised (seed 002 uses randn, seed 003 uses rand).
+// How raw weight matrices are initialised (tutorial 002 uses randn, tutorial 003 uses rand).
 enum class Init { Rand, Randn };
 
-// Self-attention with raw (d_in, d_out) parameter matrices W_query, W_key, W_value (seeds 002,
-// 003): context = softmax(x W_q (x W_k)^T / sqrt(d_out)) x W_v.
+// Self-attention with raw (d_in, d_out) parameter matrices W_query, W_key, W_value (tutorials
+// 002, 003): context = softmax(x W_q (x W_k)^T / sqrt(d_out)) x W_v.
 class SelfAttentionV1 : public Module {
  public:
   SelfAttentionV1(int64_t d_in, int64_t d_out, Init init = Init::Rand, bool requires_grad = true);
@@ -166,7 +174,7 @@ class SelfAttentionV1 : public Module {
   Tensor W_query, W_key, W_value;
 };
 
-// Self-attention with Linear projections, bias optional (seeds 003, 004).
+// Self-attention with Linear projections, bias optional (tutorials 003, 004).
 class SelfAttentionV2 : public Module {
  public:
   SelfAttentionV2(int64_t d_in, int64_t d_out, bool qkv_bias = false);
@@ -178,7 +186,7 @@ class SelfAttentionV2 : public Module {
 };
 
 // Causal self-attention with a (context_length, context_length) mask buffer and dropout on the
-// weights (seed 003). Raw parameter matrices initialised with rand, as in the seed.
+// weights (tutorial 003). Raw parameter matrices initialised with rand, as in that tutorial.
 class CausalAttention : public Module {
  public:
   CausalAttention(int64_t d_in, int64_t d_out, int64_t context_length, double dropout,
@@ -194,7 +202,7 @@ class CausalAttention : public Module {
   std::shared_ptr<Dropout> dropout;
 };
 
-// One head of seed 004: Linear key/query/value (no bias), causal (decoder) or not (encoder).
+// One head of tutorial 004: Linear key/query/value (no bias), causal (decoder) or not (encoder).
 class Head : public Module {
  public:
   Head(int64_t n_embd, int64_t head_size, bool causal = true);
@@ -207,8 +215,8 @@ class Head : public Module {
   std::shared_ptr<Linear> key, query, value;
 };
 
-// Cross-attention (seed 004's notes): queries from x (L_q, d_in), keys and values from `context`
-// (L_k, d_context), which may differ in length and width.
+// Cross-attention (tutorial 004's notes): queries from x (L_q, d_in), keys and values from
+// `context` (L_k, d_context), which may differ in length and width.
 class CrossAttention : public Module {
  public:
   CrossAttention(int64_t d_in, int64_t d_context, int64_t d_out, bool qkv_bias = false);
@@ -218,7 +226,7 @@ class CrossAttention : public Module {
   std::shared_ptr<Linear> W_query, W_key, W_value;
 };
 
-// Seed 001's step-by-step multi-head attention, each intermediate kept for printing.
+// Tutorial 001's step-by-step multi-head attention, each intermediate kept for printing.
 struct MultiHeadSteps {
   Tensor Q, K, V;                    // (B, L, d_out)
   Tensor Q_heads, K_heads, V_heads;  // (B, H, L, head_dim) after view + transpose
@@ -286,13 +294,13 @@ class MultiheadAttention : public Module {
   Tensor packed_qkv(const Tensor& x) const;
 };
 
-// ---- vocabulary (seed 000) ----------------------------------------------------------------------
+// ---- vocabulary (tutorial 000) ------------------------------------------------------------------
 
 // Words of a sentence (commas removed, split on whitespace), sorted, each mapped to its index.
 class Vocabulary {
  public:
   explicit Vocabulary(const std::string& sentence);
-  // Sorted unique words. A repeated word gets one id, so ids are 0..size()-1 (the seed's dict
+  // Sorted unique words. A repeated word gets one id, so ids are 0..size()-1 (tutorial 000's dict
   // comprehension would give it the index of its last copy, leaving gaps; its sentence has none).
   const std::vector<std::string>& words() const { return words_; }
   int64_t size() const { return int64_t(words_.size()); }
@@ -313,9 +321,9 @@ namespace init {
 // tensor as it is, drawing nothing from any generator: the parameters of modules that initialise
 // through them (Linear, Embedding, LayerNorm, MultiheadAttention, GPT) keep what they are allocated
 // with (zeros; LayerNorm's weight is allocated as ones). SelfAttentionV1 and CausalAttention draw
-// their raw matrices with rand/randn, as the seeds do, and still draw. For a model whose every
-// weight a checkpoint is about to overwrite, as torch.nn.utils.skip_init (which leaves them
-// uninitialised): GPT-2 small's 124M draws take seconds.
+// their raw matrices with rand/randn, as the reference tutorials do, and still draw. For a model
+// whose every weight a checkpoint is about to overwrite, as torch.nn.utils.skip_init (which leaves
+// them uninitialised): GPT-2 small's 124M draws take seconds.
 class SkipInitGuard {
  public:
   SkipInitGuard();

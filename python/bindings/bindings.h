@@ -15,7 +15,7 @@
 // __repr__ (the print options are set under the GIL). Code without the GIL may still drop the
 // last reference to a tensor viewing a NumPy array: that array is released under
 // py::gil_scoped_acquire (convert.cpp), so no C++ lock may be held meanwhile (see set_grad).
-// What the library guarantees across threads is in README.md ("Thread safety").
+// What the library guarantees across threads is in docs/threads.md.
 #pragma once
 
 #include <pybind11/pybind11.h>

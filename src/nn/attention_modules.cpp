@@ -1,4 +1,5 @@
-// The seeds' attention classes, built from ops (projections + scaled_dot_product_attention).
+// The reference tutorials' attention classes (see include/attn/nn.h), built from ops (projections
+// + scaled_dot_product_attention).
 #include <attn/nn.h>
 #include <attn/ops.h>
 
@@ -40,7 +41,7 @@ Tensor weights_of(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
 
 SelfAttentionV1::SelfAttentionV1(int64_t d_in, int64_t d_out, Init init, bool requires_grad) {
   check_dims("SelfAttentionV1", {{"d_in", d_in}, {"d_out", d_out}});
-  // The seeds draw W_query, W_key, W_value in this order (torch.rand or torch.randn).
+  // The tutorials draw W_query, W_key, W_value in this order (torch.rand or torch.randn).
   W_query = register_parameter("W_query", raw_matrix(d_in, d_out, init), requires_grad);
   W_key = register_parameter("W_key", raw_matrix(d_in, d_out, init), requires_grad);
   W_value = register_parameter("W_value", raw_matrix(d_in, d_out, init), requires_grad);
@@ -89,7 +90,7 @@ CausalAttention::CausalAttention(int64_t d_in, int64_t d_out, int64_t context_le
   W_key = register_parameter("W_key", raw_matrix(d_in, d_out, init));
   W_value = register_parameter("W_value", raw_matrix(d_in, d_out, init));
   dropout = register_module("dropout", std::make_shared<Dropout>(dropout_p));
-  // 1.0 above the diagonal: the positions each query may NOT see (float, as in the seed).
+  // 1.0 above the diagonal: the positions each query may NOT see (float, as in tutorial 003).
   mask = register_buffer("mask", triu(ones({context_length, context_length}), 1));
 }
 
@@ -104,7 +105,8 @@ Tensor causal_forward(const CausalAttention& m, const Tensor& x, Tensor* weights
          m.context_length);
   Tensor q = matmul(x, m.W_query), k = matmul(x, m.W_key), v = matmul(x, m.W_value);
   SdpaOptions o;
-  // The seed's mask.bool()[:L, :L] marks what is hidden; sdpa's bool mask marks what is visible.
+  // Tutorial 003's mask.bool()[:L, :L] marks what is hidden; sdpa's bool mask marks what is
+  // visible.
   o.attn_mask = m.mask.slice(0, 0, L).slice(1, 0, L) == 0.0;
   const double p = m.dropout->is_training() ? m.dropout->p : 0.0;
   if (p == 1.0) {
@@ -137,7 +139,7 @@ Tensor CausalAttention::attention_weights(const Tensor& x) {
 
 Head::Head(int64_t n_embd, int64_t head_size, bool causal) : head_size(head_size), causal(causal) {
   check_dims("Head", {{"n_embd", n_embd}, {"head_size", head_size}});
-  // Seed 004 creates key, query, value in this order.
+  // Tutorial 004 creates key, query, value in this order.
   key = register_module("key", std::make_shared<Linear>(n_embd, head_size, false));
   query = register_module("query", std::make_shared<Linear>(n_embd, head_size, false));
   value = register_module("value", std::make_shared<Linear>(n_embd, head_size, false));
@@ -147,7 +149,7 @@ namespace {
 SdpaOptions head_options(const Head& h) {
   SdpaOptions o;
   o.is_causal = h.causal;                         // decoder: tril mask; encoder: none
-  o.scale = std::pow(double(h.head_size), -0.5);  // the seed's head_size ** -0.5
+  o.scale = std::pow(double(h.head_size), -0.5);  // tutorial 004's head_size ** -0.5
   return o;
 }
 }  // namespace
@@ -191,7 +193,7 @@ Tensor CrossAttention::attention_weights(const Tensor& x, const Tensor& context)
   return weights_of((*W_query)(x), (*W_key)(context), (*W_value)(context), {});
 }
 
-// ---- seed 001, step by step ---------------------------------------------------------------------
+// ---- tutorial 001: multi-head attention, step by step -------------------------------------------
 
 MultiHeadSteps multi_head_attention_steps(const Tensor& x, const Tensor& Wq, const Tensor& Wk,
                                           const Tensor& Wv, int64_t num_heads, double dropout_p,

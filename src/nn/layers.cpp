@@ -105,7 +105,8 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
   float* yp = y.data_ptr<float>();
   if (detail::textbook_gemm(M, N, K)) {
     // Products this small go through matmul's plain left-to-right loop (ops/linalg.cpp), whose
-    // rounding reproduces the seeds' printed numbers; the bias is added after, as before.
+    // rounding reproduces the numbers the reference tutorials print (docs/tour-python.md); the
+    // bias is added after, as before.
     NoGradGuard no_grad;
     Tensor r = matmul(x.reshape({M, K}), w.T());
     if (bias.defined()) r = r + bias;

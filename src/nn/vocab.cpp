@@ -1,4 +1,5 @@
-// Vocabulary (seed 000): {s: i for i, s in enumerate(sorted(sentence.replace(',', '').split()))}
+// Vocabulary (the first reference tutorial, `attn walkthrough 000`; see include/attn/nn.h):
+//   {s: i for i, s in enumerate(sorted(sentence.replace(',', '').split()))}
 #include <attn/nn.h>
 #include <attn/ops.h>
 
@@ -67,8 +68,8 @@ Vocabulary::Vocabulary(const std::string& sentence) {
   // sorted() compares code points; byte order of UTF-8 is the same order.
   words_ = tokenize(sentence);
   std::sort(words_.begin(), words_.end());
-  // A repeated word gets one id: ids stay 0..size()-1. (The seed's dict comprehension would give a
-  // repeated word the index of its last copy and leave gaps; its sentence has no repeats.)
+  // A repeated word gets one id: ids stay 0..size()-1. (The tutorial's dict comprehension would
+  // give a repeated word the index of its last copy and leave gaps; its sentence has no repeats.)
   words_.erase(std::unique(words_.begin(), words_.end()), words_.end());
   for (size_t i = 0; i < words_.size(); ++i) ids_[words_[i]] = int64_t(i);
 }

@@ -55,8 +55,9 @@ std::vector<float> pack(const Mat<float>& m) {
 
 // Products this small cost less than a BLAS call. Each dot product is a plain left-to-right float
 // sum of rounded products (no FMA: this file is compiled with -ffp-contract=off), the order of a
-// textbook loop; it reproduces the seeds' printed values where OpenBLAS's FMA kernels differ in the
-// last bit (seed 001's attention score -294.6534).
+// textbook loop; it reproduces the values the reference tutorials print (docs/tour-python.md)
+// where OpenBLAS's FMA kernels differ in the last bit (the attention score -294.6534 of the
+// step-by-step multi-head tutorial, `attn walkthrough 001`).
 // Long dot products (K > 64) always go to BLAS, whose blocked sums are more accurate.
 constexpr int64_t kSmallGemmFlops = 1 << 15;
 

@@ -1,4 +1,4 @@
-// Concurrent use of the library from several std::threads (README "Thread safety"): attention
+// Concurrent use of the library from several std::threads (docs/threads.md): attention
 // forward and backward, MultiheadAttention and GPT (own models, and one model shared), training
 // steps, elementwise ops, reductions and in-place ops, views shared after an in-place write, the
 // shared default generator, grad mode and the thread count. Each thread works on its own inputs;

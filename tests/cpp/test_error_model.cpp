@@ -1,4 +1,4 @@
-// The error model and the NaN policy of README.md ("Errors and NaN"), statement by statement.
+// The error model and the NaN policy of docs/errors.md, statement by statement.
 //
 //   ErrorModel.*  what throws (attn::Error / attn::IndexError, "[function] ..." messages), what the
 //                 `attn` tool prints and returns (0 / 1 / 2), and that failed writes leave the old

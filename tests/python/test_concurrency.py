@@ -1,4 +1,4 @@
-"""attn from several Python threads at once (README "Thread safety").
+"""attn from several Python threads at once (docs/threads.md).
 
 Each thread runs attention forward and backward (fused scaled_dot_product_attention with causal
 masking, boolean masks, key padding and a window), MultiheadAttention and a small GPT on its own

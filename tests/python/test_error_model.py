@@ -1,4 +1,4 @@
-"""The error model and the NaN policy of README.md ("Errors and NaN"), checked from Python.
+"""The error model and the NaN policy of docs/errors.md, checked from Python.
 
 Where PyTorch 1.13 defines the behaviour the test computes the same thing with torch and compares;
 where attn deliberately differs (fully masked rows, keys of weight zero, layer_norm of huge rows,

@@ -3,7 +3,7 @@ multinomial and exponential_ (the same random stream for the same seed), topk / 
 argmax / argmin (torch's index order on ties), cumsum / cumprod, clamp, gather / scatter,
 split / chunk / unbind, the in-place math methods and indexing with tensors, lists, bool masks and
 None. Values, dtypes, shapes, gradients and errors: where torch raises RuntimeError attn raises
-ValueError (README "Errors and NaN"), IndexError where torch raises IndexError.
+ValueError (docs/errors.md), IndexError where torch raises IndexError.
 """
 import numpy as np
 import pytest

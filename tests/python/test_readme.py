@@ -1,5 +1,11 @@
-"""The README's tour, run: every code block after a `<!-- tour: ... -->` marker is executed and
-what it prints is compared with the output written in its comments.
+"""The tours, run: every code block after a `<!-- tour: ... -->` marker in the README and in the
+docs pages of TOUR_FILES is executed, and what it prints is compared with the output written in
+its comments.
+
+The tour is these files read in the order of TOUR_FILES, as one: README.md (its short C++ and
+Python examples, step `quickstart`), docs/tour-cpp.md, docs/tour-python.md and docs/gpu.md (a
+compile-only CUDA block). A marker in README.md or docs/*.md outside TOUR_FILES is an error, so
+that no block goes unexecuted.
 
 Markers (an HTML comment on the line before a fenced block, invisible on GitHub):
 
@@ -16,19 +22,20 @@ Expected output convention, the same in both languages (`C` is `//` in C++, `#` 
 
 A block must print exactly the lines its comments announce, in order, nothing more.
 
-C++: the blocks, in README order, are one program: `#include` and `using namespace` lines go to
-file scope, the rest of each block into `main()` (so later steps use earlier variables);
-compile-only blocks become functions that are compiled and never called. One compile against the
-build's libattn.a, one run.
+C++: the blocks, in tour order, are one program: `#include` and `using namespace` lines go to
+file scope, the rest of each block into `main()`, the blocks of one file in one `{ }` scope (so
+later steps use earlier variables of their file); compile-only blocks become functions that are
+compiled and never called. One compile against the build's libattn.a, one run.
 
-Python: the blocks run in order in one namespace, in a fresh interpreter, once with attn and once
-with PyTorch 1.13 (import lines say `torch` instead of `attn`); both must print what the README
-says. attn-only blocks (attn's own API) run with attn only. PyTorch 1.13 has no
+Python: the blocks run in order, those of one file in one namespace, in a fresh interpreter, once
+with attn and once with PyTorch 1.13 (import lines say `torch` instead of `attn`); both must print
+what the comments say. attn-only blocks (attn's own API) run with attn only. PyTorch 1.13 has no
 F.scaled_dot_product_attention: the torch run gets the textbook formula under that name.
 
 Finally the C++ steps must print the same numbers as the Python step of the same NAME (each
 decimal number of the C++ output appears in the Python output, which PyTorch has checked), and
-the tour must cover every seed mechanism (REQUIRED_STEPS) in both languages.
+the tour must cover every mechanism of the seeds, the five tutorial documents attn started from
+(REQUIRED_STEPS), in both languages.
 
 The build is found from the attn module on PYTHONPATH (build/python/attn -> build/), or from
 $ATTN_BUILD_DIR.
@@ -45,9 +52,11 @@ import tempfile
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-README = os.path.join(REPO_ROOT, "README.md")
+# The files of the tour, in tour order (paths relative to the repository root).
+TOUR_FILES = ("README.md", "docs/tour-cpp.md", "docs/tour-python.md", "docs/gpu.md")
 
-# One step per mechanism of the seeds; each must be in the tour in both languages.
+# One step per mechanism of the seeds (the five tutorial documents attn started from, listed in the
+# README); each must be in the tour in both languages.
 REQUIRED_STEPS = ("embeddings", "one-word", "simplified", "trainable", "causal", "multihead",
                   "multihead-modules", "cross", "bag-of-words", "temperature", "sdpa")
 
@@ -61,19 +70,21 @@ COMPILE_TIMEOUT_S = 180
 RUN_TIMEOUT_S = 120
 
 
-# ---- parsing the README --------------------------------------------------------------------------
+# ---- parsing the tour files ----------------------------------------------------------------------
 
 class Block:
-    def __init__(self, lang, name, flags, code, line):
+    def __init__(self, lang, name, flags, code, line, path="README.md"):
         self.lang, self.name, self.flags, self.code, self.line = lang, name, flags, code, line
+        self.path = path
         self.expected = expected_output(code, COMMENT[lang])
 
     def where(self):
-        return "README.md:%d (tour: %s %s)" % (self.line, self.lang, self.name)
+        return "%s:%d (tour: %s %s)" % (self.path, self.line, self.lang, self.name)
 
 
-def parse_readme(text):
-    """The tour blocks, in README order. Raises ValueError for a malformed marker or fence."""
+def parse_tour(text, path="README.md"):
+    """The tour blocks of one file (`path`, relative to the repository root), in file order.
+    Raises ValueError for a malformed marker or fence."""
     lines = text.split("\n")
     blocks = []
     i = 0
@@ -82,23 +93,23 @@ def parse_readme(text):
         if "tour:" in line and line.lstrip().startswith("<!--"):
             m = MARKER.match(line.strip())
             if not m:
-                raise ValueError("README.md:%d: malformed tour marker %r" % (i + 1, line))
+                raise ValueError("%s:%d: malformed tour marker %r" % (path, i + 1, line))
             lang, name, flags = m.group(1), m.group(2), set(m.group(3).split())
             if not flags <= FLAGS[lang]:
-                raise ValueError("README.md:%d: unknown flags %s for %s" % (
-                    i + 1, sorted(flags - FLAGS[lang]), lang))
+                raise ValueError("%s:%d: unknown flags %s for %s" % (
+                    path, i + 1, sorted(flags - FLAGS[lang]), lang))
             j = i + 1
             while j < len(lines) and not lines[j].strip():
                 j += 1
             if j >= len(lines) or lines[j].strip() != "```" + FENCE_LANG[lang]:
-                raise ValueError("README.md:%d: the tour marker must be followed by a ```%s block"
-                                 % (i + 1, FENCE_LANG[lang]))
+                raise ValueError("%s:%d: the tour marker must be followed by a ```%s block"
+                                 % (path, i + 1, FENCE_LANG[lang]))
             k = j + 1
             while k < len(lines) and lines[k].strip() != "```":
                 k += 1
             if k >= len(lines):
-                raise ValueError("README.md:%d: unterminated code block" % (j + 1))
-            blocks.append(Block(lang, name, flags, "\n".join(lines[j + 1:k]) + "\n", j + 2))
+                raise ValueError("%s:%d: unterminated code block" % (path, j + 1))
+            blocks.append(Block(lang, name, flags, "\n".join(lines[j + 1:k]) + "\n", j + 2, path))
             i = k + 1
         else:
             i += 1
@@ -141,19 +152,44 @@ def normalise(text):
 def diff_message(block, backend, got):
     import difflib
     diff = "\n".join(difflib.unified_diff(block.expected.split("\n"), got.split("\n"),
-                                          "README", backend, lineterm=""))
-    return "%s: the output with %s differs from the README's comments:\n%s" % (
+                                          block.path, backend, lineterm=""))
+    return "%s: the output with %s differs from the block's comments:\n%s" % (
         block.where(), backend, diff)
+
+
+def read_tour():
+    """The blocks of every file of TOUR_FILES, in tour order."""
+    blocks = []
+    for path in TOUR_FILES:
+        with open(os.path.join(REPO_ROOT, path), encoding="utf-8") as f:
+            blocks.extend(parse_tour(f.read(), path))
+    return blocks
 
 
 @pytest.fixture(scope="module")
 def blocks():
-    with open(README, encoding="utf-8") as f:
-        text = f.read()
     try:
-        return parse_readme(text)
+        return read_tour()
     except ValueError as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+def test_every_tour_block_is_run():
+    """A tour marker outside TOUR_FILES would never run: README.md and docs/*.md hold none."""
+    docs = os.path.join(REPO_ROOT, "docs")
+    pages = ["README.md"] + sorted("docs/" + n for n in os.listdir(docs) if n.endswith(".md"))
+    strays = []
+    for path in pages:
+        if path in TOUR_FILES:
+            continue
+        with open(os.path.join(REPO_ROOT, path), encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if "tour:" in line and line.lstrip().startswith("<!--"):
+                    strays.append("%s:%d" % (path, n))
+    assert not strays, "tour markers outside TOUR_FILES (add the file there): %s" % strays
+    for path in TOUR_FILES:
+        with open(os.path.join(REPO_ROOT, path), encoding="utf-8") as f:
+            assert parse_tour(f.read(), path), "%s is in TOUR_FILES but has no tour block" % path
 
 
 def test_tour_covers_every_seed_mechanism(blocks):
@@ -187,8 +223,8 @@ def test_expected_output_convention():
 
 # ---- Python --------------------------------------------------------------------------------------
 
-# Runs the blocks (JSON list of sources) in one namespace; writes each block's stdout or the
-# traceback of the first failure as JSON.
+# Runs the blocks (JSON list of [file, source]) in order, the blocks of one file in one namespace;
+# writes each block's stdout or the traceback of the first failure as JSON.
 _PY_RUNNER = r'''
 import contextlib, io, json, sys, traceback
 src_path, backend, out_path = sys.argv[1:4]
@@ -210,13 +246,14 @@ if backend == "torch":
                 w = torch.nn.functional.dropout(w, dropout_p)
             return w @ value
         _F.scaled_dot_product_attention = _sdpa
-ns = {"__name__": "__readme__"}
+namespaces = {}
 results = []
-for i, src in enumerate(sources):
+for i, (path, src) in enumerate(sources):
+    ns = namespaces.setdefault(path, {"__name__": "__tour__"})
     buf = io.StringIO()
     try:
         with contextlib.redirect_stdout(buf):
-            exec(compile(src, "<README block %d>" % i, "exec"), ns)
+            exec(compile(src, "<%s, tour block %d>" % (path, i), "exec"), ns)
     except BaseException:
         results.append({"stdout": buf.getvalue(), "error": traceback.format_exc()})
         break
@@ -259,7 +296,7 @@ def run_python(sources, backend):
                               universal_newlines=True, timeout=RUN_TIMEOUT_S, cwd=tmp,
                               env=_child_env())
         if proc.returncode != 0 or not os.path.exists(out_path):
-            raise AssertionError("the %s run of the README's Python blocks failed (exit %d):\n%s"
+            raise AssertionError("the %s run of the tour's Python blocks failed (exit %d):\n%s"
                                  % (backend, proc.returncode, proc.stdout))
         with open(out_path, encoding="utf-8") as f:
             return json.load(f)
@@ -275,7 +312,7 @@ def python_outputs(blocks, backend):
     if backend not in _py_runs:
         chosen = [(i, b) for i, b in enumerate(blocks)
                   if b.lang == "python" and (backend == "attn" or "attn-only" not in b.flags)]
-        sources = [b.code if backend == "attn" else to_torch(b.code) for _, b in chosen]
+        sources = [[b.path, b.code if backend == "attn" else to_torch(b.code)] for _, b in chosen]
         results = run_python(sources, backend)
         outputs = {}
         for (i, b), r in zip(chosen, results):
@@ -291,7 +328,7 @@ def python_outputs(blocks, backend):
 @pytest.mark.parametrize("backend", ["attn", "torch"])
 def test_python_tour(blocks, backend):
     outputs = python_outputs(blocks, backend)
-    assert outputs, "no Python tour blocks found in README.md"
+    assert outputs, "no Python tour blocks found in %s" % ", ".join(TOUR_FILES)
     failures = [diff_message(blocks[i], backend, normalise(got))
                 for i, got in outputs.items() if normalise(got) != blocks[i].expected]
     assert not failures, "\n\n".join(failures)
@@ -327,9 +364,11 @@ def cmake_cache(bdir, key):
 
 
 def cpp_program(blocks):
-    """The C++ tour as one translation unit; main prints a separator line before each block."""
+    """The C++ tour as one translation unit; main prints a separator line before each block and
+    runs the blocks of each file in a scope of their own."""
     preamble, functions, body = [], [], []
     order = []
+    scope = None  # the file whose scope is open in main
     for i, b in enumerate(blocks):
         if b.lang != "cpp":
             continue
@@ -342,13 +381,18 @@ def cpp_program(blocks):
             else:
                 code.append(line)
         code = "\n".join(code)
-        located = '#line %d "README.md"\n%s\n' % (b.line, code)  # errors name README lines
+        located = '#line %d "%s"\n%s\n' % (b.line, b.path, code)  # errors name the .md lines
         if "compile-only" in b.flags:
             functions.append("[[maybe_unused]] static void readme_block_%d() {\n%s}\n"
                              % (i, located))
         else:
             order.append(i)
+            if scope != b.path:
+                body.append(("}\n" if scope is not None else "") + "{  // %s" % b.path)
+                scope = b.path
             body.append('std::cout << "\\n@@tour-block %d@@" << std::endl;\n%s' % (i, located))
+    if scope is not None:
+        body.append("}")
     src = "\n".join(["#include <exception>", "#include <iostream>"] + preamble) + "\n\n"
     src += "\n".join(functions)
     src += ("\nint main() {\n  try {\n%s\n    std::cout << \"\\n@@tour-end@@\" << std::endl;\n"
@@ -394,12 +438,12 @@ def cpp_run(blocks):
     if not cxx or not shutil.which(cxx):
         cxx = os.environ.get("CXX") or "g++"
     if not shutil.which(cxx):
-        pytest.skip("no C++ compiler (%s) to build the README's C++ tour" % cxx)
+        pytest.skip("no C++ compiler (%s) to build the C++ tour" % cxx)
     src, order = cpp_program(blocks)
-    assert order, "no C++ tour blocks found in README.md"
+    assert order, "no C++ tour blocks found in %s" % ", ".join(TOUR_FILES)
     tmp = tempfile.mkdtemp(prefix="readme-cpp-")
     try:
-        src_path, exe = os.path.join(tmp, "readme_tour.cpp"), os.path.join(tmp, "readme_tour")
+        src_path, exe = os.path.join(tmp, "tour.cpp"), os.path.join(tmp, "tour")
         with open(src_path, "w", encoding="utf-8") as f:
             f.write(src)
         # The build's own flags too (a sanitizer build's library needs its runtime).
@@ -410,7 +454,7 @@ def cpp_run(blocks):
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True, timeout=COMPILE_TIMEOUT_S)
         if proc.returncode != 0:
-            pytest.fail("the README's C++ tour does not compile (%s):\n%s" % (
+            pytest.fail("the C++ tour does not compile (%s):\n%s" % (
                 " ".join(cmd), proc.stdout), pytrace=False)
         warnings = proc.stdout.strip()
         run = subprocess.run([exe], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -424,7 +468,7 @@ def cpp_run(blocks):
             outputs[int(tag.split()[1])] = text
     if run.returncode != 0:
         last = max(outputs) if outputs else None
-        pytest.fail("the README's C++ tour failed (exit %d) in %s:\n%s" % (
+        pytest.fail("the C++ tour failed (exit %d) in %s:\n%s" % (
             run.returncode, blocks[last].where() if last is not None else "?", run.stderr),
             pytrace=False)
     return outputs, order, warnings
@@ -432,7 +476,7 @@ def cpp_run(blocks):
 
 def test_cpp_tour_compiles_cleanly(cpp_run):
     _, _, warnings = cpp_run
-    assert not warnings, "the README's C++ tour compiles with warnings:\n" + warnings
+    assert not warnings, "the C++ tour compiles with warnings:\n" + warnings
 
 
 def test_cpp_tour(blocks, cpp_run):

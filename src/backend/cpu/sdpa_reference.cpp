@@ -121,7 +121,8 @@ void sdpa_reference_forward(const SdpaParams& p) {
   assert(p.mask_kind == MaskKind::None || p.mask != nullptr);
   const int64_t rows = p.B * p.H * p.L_q;
   if (rows == 0) return;
-  // Threads only pay off once there is real work; tiny problems (the seeds) stay serial.
+  // Threads only pay off once there is real work; tiny problems (the reference tutorials'
+  // sentences of 3 to 8 tokens, docs/tour-cpp.md) stay serial.
   const bool parallel = rows * (p.L_k + 1) * (p.D + p.D_v + 1) > (int64_t(1) << 15);
   const size_t n_scores = size_t(std::max<int64_t>(p.L_k, 1)),
                n_acc = size_t(std::max<int64_t>(p.D_v, 1));

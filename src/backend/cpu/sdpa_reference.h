@@ -25,8 +25,9 @@
 //   out[b, h, i, e] = sum_j p[j] * v[b, h_kv, j, e]                  e in [0, D_v)
 //   lse[b, h, i]    = m + log(sum_j exp(s[j] - m))   (before dropout; for a backward pass)
 //
-// Subtracting the row max m makes the softmax exact for huge scores (seed 001 has -318 before
-// scaling): every exponent is <= 0, and the largest is exactly 1.
+// Subtracting the row max m makes the softmax exact for huge scores (the step-by-step multi-head
+// tutorial, `attn walkthrough 001`, has -318 before scaling): every exponent is <= 0, and the
+// largest is exactly 1.
 //
 // A key whose weight is exactly zero (masked, or dropped by dropout) contributes nothing, even if
 // its value row holds inf or NaN (PyTorch's math backend would form 0 * inf = NaN).
