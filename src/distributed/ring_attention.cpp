@@ -51,7 +51,7 @@
 #include <string>
 #include <vector>
 
-#include "../backend/cpu/threads.h"
+#include "../ops/attention_internal.h"
 #include "../tensor/internal.h"
 
 namespace attn::distributed {
@@ -142,42 +142,6 @@ SdpaOptions pair_options(const Config& c, Pair kind, const Tensor& kpm, const Te
   return o;
 }
 
-// Merges a partial result (out_p (B, H, n, D_v), lse_p (B, H, n), contiguous) for the query rows
-// [start, start + n) into the accumulators out (B, H, L_local, D_v) and lse (B, H, L_local).
-// A row with lse -inf saw no key: it contributes nothing, and a row that no block reaches keeps
-// out 0 and lse -inf, as the single-process kernel gives. The weights are computed in double.
-void merge(Tensor& out, Tensor& lse, const Tensor& out_p, const Tensor& lse_p, int64_t start) {
-  const int64_t BH = lse_p.size(0) * lse_p.size(1), n = lse_p.size(2), L = lse.size(2);
-  const int64_t Dv = out.size(3);
-  float* o = out.data_ptr<float>();
-  float* l = lse.data_ptr<float>();
-  const float* op = out_p.data_ptr<float>();
-  const float* lp = lse_p.data_ptr<float>();
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-#pragma omp parallel for schedule(static) if (BH * n * Dv > (1 << 16)) \
-    num_threads(kernels::num_threads())
-  for (int64_t r = 0; r < BH * n; ++r) {
-    const int64_t bh = r / n, i = r % n;
-    const int64_t row = bh * L + start + i;
-    const float lb = lp[r];
-    if (lb == kNegInf) continue;  // nothing seen in this block
-    float* orow = o + row * Dv;
-    const float* prow = op + r * Dv;
-    const float la = l[row];
-    if (la == kNegInf) {  // first block this row sees
-      std::copy(prow, prow + Dv, orow);
-      l[row] = lb;
-      continue;
-    }
-    // logaddexp, stable: max + log1p(exp(-|a - b|)). NaN in either propagates to the row.
-    const double a = la, b = lb;
-    const double m = std::max(a, b), merged = m + std::log1p(std::exp(-std::abs(a - b)));
-    const double wa = std::exp(a - merged), wb = std::exp(b - merged);
-    for (int64_t e = 0; e < Dv; ++e) orow[e] = float(wa * double(orow[e]) + wb * double(prow[e]));
-    l[row] = float(merged);
-  }
-}
-
 // Polls pending transfers between two pieces of computation, so that MPI moves the data along
 // while this rank computes (MPI without a progress thread transfers large messages only inside
 // its calls).
@@ -251,7 +215,7 @@ std::pair<Tensor, Tensor> ring_forward(const Tensor& q, const Block& own, const 
         const SdpaForwardResult r = scaled_dot_product_attention_forward(
             q.narrow(2, qc.start, qc.len), cur.k.narrow(2, kc.start, kc.len),
             cur.v.narrow(2, kc.start, kc.len), pair_options(c, kind, cur.mask, attn_mask, qc, kc));
-        merge(out, lse, r.out, r.lse, qc.start);
+        sdpa_detail::merge_partial(out, lse, r.out, r.lse, qc.start, "ring_attention");
         progress(works);
       }
     wait_all(works);

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "../optim/adamw_kernel.h"
+#include "../ops/optim_ops.h"
 #include "../tensor/internal.h"
 #include "backend.h"
 #include "grads.h"
@@ -126,8 +126,9 @@ double ZeroAdamW::step(double max_norm) {
   s.for_pieces(s.begin, s.end, [&](std::size_t k, int64_t within, int64_t at, int64_t count) {
     const int64_t i = at - s.begin;
     float* p = s.params[k].data_ptr<float>() + within;
-    optim::kernels::adamw_update(p, s.grad_shard.data() + i, s.exp_avg.data() + i,
-                                 s.exp_avg_sq.data() + i, count, s.step, s.options, s.decay[k]);
+    attn::detail::adamw_update_host(p, s.grad_shard.data() + i, s.exp_avg.data() + i,
+                                    s.exp_avg_sq.data() + i, count, s.step, s.options.lr,
+                                    s.options.beta1, s.options.beta2, s.options.eps, s.decay[k]);
     std::memcpy(s.value_shard.data() + i, p, std::size_t(count) * sizeof(float));
   });
 

@@ -54,6 +54,12 @@ int64_t outer_offset(const Tensor& t, const Shape& idx);
 // attn_mask, if any, must not require grad.
 Tensor packed_self_attention(const Tensor& qkv, int64_t H, const SdpaOptions& options);
 
+// Ring attention's merge (kernels::merge_attention_rows): a partial result out_p (B, H, n, D_v)
+// and lse_p (B, H, n), contiguous, for the query rows [start, start + n) into the accumulators
+// out (B, H, L, D_v) and lse (B, H, L), contiguous float32 on the CPU (else an error naming fn).
+void merge_partial(Tensor& out, Tensor& lse, const Tensor& out_p, const Tensor& lse_p,
+                   int64_t start, const char* fn);
+
 // The GPU side (src/backend/cuda/attention_gpu.cpp; without CUDA,
 // src/backend/no_gpu/attention_none.cpp throws DeviceError): the fused CUDA kernel forward, and its
 // backward from the saved out and lse.

@@ -2,83 +2,18 @@
 #include <attn/autograd.h>
 #include <attn/ops.h>
 #include <attn/optim.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "../backend/cpu/threads.h"
-#include "../backend/cpu/vmath.h"
+#include "../ops/optim_ops.h"
 #include "../tensor/internal.h"
-#include "adamw_kernel.h"
 #include "state_names.h"
 
 namespace attn::optim {
 
 using detail::fail;
-
-namespace kernels {
-
-// AdamW without amsgrad, fused: the five element-wise passes of torch's single-tensor AdamW in
-// one loop, with the same operations in the same order per element. Each gradient is first
-// multiplied by gscale (gradient clipping's factor; 1 leaves it exact).
-ATTN_VMATH_CLONES
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float decay, float beta1,
-                  float one_minus_beta1, float beta2, float one_minus_beta2, float bc2_sqrt,
-                  float eps, float neg_step_size, float gscale) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * gscale;
-    float pi = p[i] * decay;
-    const float mi = m[i] * beta1 + one_minus_beta1 * gi;
-    const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    pi = pi + neg_step_size * (mi / denom);
-    p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-  }
-}
-
-// Every other case: the gradient times gsign (-1: maximize), Adam's L2 term (g + l2 p; l2 = 0
-// for AdamW), AdamW's decay factor (1 for Adam) and, when vmax is not null, amsgrad's running
-// maximum of v.
-ATTN_VMATH_CLONES
-void adam_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, float gsign,
-                 float l2, float decay, float beta1, float one_minus_beta1, float beta2,
-                 float one_minus_beta2, float bc2_sqrt, float eps, float neg_step_size,
-                 float gscale) {
-  for (int64_t i = 0; i < n; ++i) {
-    float pi = p[i];
-    const float gs = gsign * (g[i] * gscale);
-    const float gi = l2 != 0.0f ? gs + l2 * pi : gs;
-    pi = pi * decay;
-    const float mi = m[i] * beta1 + one_minus_beta1 * gi;
-    const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
-    float vu = vi;
-    if (vmax) {
-      vu = std::max(vmax[i], vi);
-      vmax[i] = vu;
-    }
-    const float denom = std::sqrt(vu) / bc2_sqrt + eps;
-    pi = pi + neg_step_size * (mi / denom);
-    p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-  }
-}
-
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, int64_t step,
-                  const AdamWOptions& o, double weight_decay) {
-  const double bc1 = 1.0 - std::pow(o.beta1, double(step));
-  const double bc2 = 1.0 - std::pow(o.beta2, double(step));
-  const double step_size = o.lr / bc1;
-  adamw_update(p, g, m, v, n, float(1.0 - o.lr * weight_decay), float(o.beta1),
-               float(1.0 - o.beta1), float(o.beta2), float(1.0 - o.beta2), float(std::sqrt(bc2)),
-               float(o.eps), float(-step_size), 1.0f);
-}
-
-}  // namespace kernels
 
 namespace {
 
@@ -152,15 +87,7 @@ void Adam::step_scaled(float grad_scale) {
   // together: their elements are split evenly across the threads in one parallel region (a small
   // parameter does not get a region of its own). Every element sees the same arithmetic whatever
   // the split.
-  struct Update {
-    float *p, *m, *v, *vmax;
-    const float* g;
-    int64_t n;
-    bool fused;  // AdamW without amsgrad or maximize
-    float gsign, l2, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps,
-        neg_step_size;
-  };
-  std::vector<Update> updates;
+  std::vector<detail::AdamUpdate> updates;
   std::vector<Tensor> keep;  // contiguous copies of strided gradients, alive until the updates ran
   std::vector<const Tensor*> updated;
   std::size_t k = 0;
@@ -185,40 +112,15 @@ void Adam::step_scaled(float grad_scale) {
       const double bc1 = 1.0 - std::pow(beta1, double(s.step));
       const double bc2 = 1.0 - std::pow(beta2, double(s.step));
       const double step_size = lr / bc1;
-      updates.push_back(
-          {p.data_ptr<float>(), s.exp_avg.data_ptr<float>(), s.exp_avg_sq.data_ptr<float>(),
-           amsgrad ? s.max_exp_avg_sq.data_ptr<float>() : nullptr, g.data_ptr<float>(), p.numel(),
-           decoupled_ && !amsgrad && !maximize, maximize ? -1.0f : 1.0f,
-           decoupled_ ? 0.0f : float(wd), decoupled_ ? float(1.0 - lr * wd) : 1.0f, float(beta1),
-           float(1.0 - beta1), float(beta2), float(1.0 - beta2), float(std::sqrt(bc2)), float(eps),
-           float(-step_size)});
+      updates.push_back({p, g, s.exp_avg, s.exp_avg_sq, amsgrad ? s.max_exp_avg_sq : Tensor(),
+                         decoupled_ && !amsgrad && !maximize, maximize ? -1.0f : 1.0f,
+                         decoupled_ ? 0.0f : float(wd), decoupled_ ? float(1.0 - lr * wd) : 1.0f,
+                         float(beta1), float(1.0 - beta1), float(beta2), float(1.0 - beta2),
+                         float(std::sqrt(bc2)), float(eps), float(-step_size)});
       updated.push_back(&p);
     }
   }
-  // Elements [i0, i1) of update u.
-  auto run = [grad_scale](const Update& u, int64_t i0, int64_t i1) {
-    if (u.fused)
-      kernels::adamw_update(u.p + i0, u.g + i0, u.m + i0, u.v + i0, i1 - i0, u.decay, u.beta1,
-                            u.one_minus_beta1, u.beta2, u.one_minus_beta2, u.bc2_sqrt, u.eps,
-                            u.neg_step_size, grad_scale);
-    else
-      kernels::adam_update(u.p + i0, u.g + i0, u.m + i0, u.v + i0, u.vmax ? u.vmax + i0 : nullptr,
-                           i1 - i0, u.gsign, u.l2, u.decay, u.beta1, u.one_minus_beta1, u.beta2,
-                           u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size, grad_scale);
-  };
-  int64_t total = 0;
-  for (const Update& u : updates) total += u.n;
-  // Each thread's range of the elements of all parameters together.
-  attn::kernels::parallel_ranges(
-      total, attn::kernels::threads_for(total), [&](int64_t lo, int64_t hi) {
-        int64_t start = 0;
-        for (const Update& u : updates) {
-          const int64_t i0 = std::max(lo - start, int64_t(0)), i1 = std::min(hi - start, u.n);
-          if (i0 < i1) run(u, i0, i1);
-          start += u.n;
-          if (start >= hi) break;
-        }
-      });
+  detail::fused_adam_(name_.c_str(), updates, grad_scale);
   for (const Tensor* p : updated) detail::bump_version(*p);
 }
 

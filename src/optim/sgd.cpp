@@ -6,35 +6,13 @@
 #include <cmath>
 #include <cstring>
 
-#include "../backend/cpu/vmath.h"
+#include "../ops/optim_ops.h"
 #include "../tensor/internal.h"
 #include "state_names.h"
 
 namespace attn::optim {
 
 using detail::fail;
-
-namespace kernels {
-
-// One parameter's update, torch's operations in torch's order per element: d = g + wd p; then
-// with momentum buf = momentum buf + (1 - dampening) d (or buf = d when `first`), d = nesterov ?
-// d + momentum buf : buf; p = p - lr d (p + (-lr) d).
-ATTN_VMATH_CLONES
-void sgd_update(float* p, const float* g, float* buf, int64_t n, float gsign, float wd,
-                float momentum, float one_minus_dampening, bool nesterov, bool first,
-                float neg_lr) {
-  for (int64_t i = 0; i < n; ++i) {
-    float d = wd != 0.0f ? gsign * g[i] + wd * p[i] : gsign * g[i];
-    if (buf) {
-      const float b = first ? d : buf[i] * momentum + one_minus_dampening * d;
-      buf[i] = b;
-      d = nesterov ? d + momentum * b : b;
-    }
-    p[i] = p[i] + neg_lr * d;
-  }
-}
-
-}  // namespace kernels
 
 namespace {
 
@@ -89,11 +67,10 @@ void SGD::step() {
       g = g.contiguous();
       const bool first = momentum != 0.0 && !buf.defined();
       if (first) buf = detail::make_tensor("SGD", p.shape(), Dtype::Float32, false);
-      kernels::sgd_update(p.data_ptr<float>(), g.data_ptr<float>(),
-                          momentum != 0.0 ? buf.data_ptr<float>() : nullptr, p.numel(),
-                          *group.maximize ? -1.0f : 1.0f, float(*group.weight_decay),
-                          float(momentum), float(1.0 - *group.dampening), *group.nesterov, first,
-                          float(-*group.lr));
+      detail::fused_sgd_("SGD", p, g, momentum != 0.0 ? buf : Tensor(),
+                         *group.maximize ? -1.0f : 1.0f, float(*group.weight_decay),
+                         float(momentum), float(1.0 - *group.dampening), *group.nesterov, first,
+                         float(-*group.lr));
       detail::bump_version(p);
     }
   }

@@ -1,0 +1,133 @@
+// The optimizers' element loops (optim.h).
+#include "optim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "dot.h"
+#include "vmath.h"
+
+namespace attn::kernels {
+
+namespace {
+
+// The p-norm of n values, as torch.norm: inf / -inf the largest / smallest |x|, 0 the count of
+// non-zeros, otherwise (sum |x|^p)^(1/p); accumulated in double, rounded to float as torch's
+// float result is.
+template <typename Get>
+float p_norm(int64_t n, double p, Get get) {
+  const double inf = std::numeric_limits<double>::infinity();
+  if (p == inf || p == -inf) {
+    double m = p == inf ? 0.0 : inf;
+    bool nan = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const double a = std::fabs(double(get(i)));
+      nan = nan || std::isnan(a);
+      m = p == inf ? std::max(m, a) : std::min(m, a);
+    }
+    return nan ? std::numeric_limits<float>::quiet_NaN() : float(m);
+  }
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = std::fabs(double(get(i)));
+    if (p == 0.0)
+      s += a != 0.0 ? 1.0 : 0.0;
+    else if (p == 1.0)
+      s += a;
+    else if (p == 2.0)
+      s += a * a;
+    else
+      s += std::pow(a, p);
+  }
+  if (p == 0.0 || p == 1.0) return float(s);
+  if (p == 2.0) return float(std::sqrt(s));
+  return float(std::pow(s, 1.0 / p));
+}
+
+}  // namespace
+
+// AdamW without amsgrad, fused: the five element-wise passes of torch's single-tensor AdamW in
+// one loop, with the same operations in the same order per element. Each gradient is first
+// multiplied by gscale (gradient clipping's factor; 1 leaves it exact).
+ATTN_VMATH_CLONES
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float decay, float beta1,
+                  float one_minus_beta1, float beta2, float one_minus_beta2, float bc2_sqrt,
+                  float eps, float neg_step_size, float gscale) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * gscale;
+    float pi = p[i] * decay;
+    const float mi = m[i] * beta1 + one_minus_beta1 * gi;
+    const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
+    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    pi = pi + neg_step_size * (mi / denom);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+// Every other case: the gradient times gsign (-1: maximize), Adam's L2 term (g + l2 p; l2 = 0
+// for AdamW), AdamW's decay factor (1 for Adam) and, when vmax is not null, amsgrad's running
+// maximum of v.
+ATTN_VMATH_CLONES
+void adam_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, float gsign,
+                 float l2, float decay, float beta1, float one_minus_beta1, float beta2,
+                 float one_minus_beta2, float bc2_sqrt, float eps, float neg_step_size,
+                 float gscale) {
+  for (int64_t i = 0; i < n; ++i) {
+    float pi = p[i];
+    const float gs = gsign * (g[i] * gscale);
+    const float gi = l2 != 0.0f ? gs + l2 * pi : gs;
+    pi = pi * decay;
+    const float mi = m[i] * beta1 + one_minus_beta1 * gi;
+    const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
+    float vu = vi;
+    if (vmax) {
+      vu = std::max(vmax[i], vi);
+      vmax[i] = vu;
+    }
+    const float denom = std::sqrt(vu) / bc2_sqrt + eps;
+    pi = pi + neg_step_size * (mi / denom);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+// One parameter's update, torch's operations in torch's order per element: d = g + wd p; then
+// with momentum buf = momentum buf + (1 - dampening) d (or buf = d when `first`), d = nesterov ?
+// d + momentum buf : buf; p = p - lr d (p + (-lr) d).
+ATTN_VMATH_CLONES
+void sgd_update(float* p, const float* g, float* buf, int64_t n, float gsign, float wd,
+                float momentum, float one_minus_dampening, bool nesterov, bool first,
+                float neg_lr) {
+  for (int64_t i = 0; i < n; ++i) {
+    float d = wd != 0.0f ? gsign * g[i] + wd * p[i] : gsign * g[i];
+    if (buf) {
+      const float b = first ? d : buf[i] * momentum + one_minus_dampening * d;
+      buf[i] = b;
+      d = nesterov ? d + momentum * b : b;
+    }
+    p[i] = p[i] + neg_lr * d;
+  }
+}
+
+float p_norm(const float* x, int64_t n, double p) {
+  return p_norm(n, p, [x](int64_t i) { return x[i]; });
+}
+
+float vector_norm(const float* x, int64_t n, double p) {
+  return p == 2.0 ? float(std::sqrt(dot_double(x, x, n))) : p_norm(x, n, p);
+}
+
+void scale(float* x, int64_t n, float coef) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= coef;
+}
+
+void clamp(float* x, int64_t n, float lo, float hi) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isnan(x[i])) x[i] = std::min(std::max(x[i], lo), hi);
+}
+
+}  // namespace attn::kernels

@@ -1,0 +1,26 @@
+// Ring attention's merge of partial results (attention_internal.h, merge_partial).
+#include "../backend/cpu/sdpa_merge.h"
+#include "../tensor/internal.h"
+#include "attention_internal.h"
+
+namespace attn::sdpa_detail {
+
+void merge_partial(Tensor& out, Tensor& lse, const Tensor& out_p, const Tensor& lse_p,
+                   int64_t start, const char* fn) {
+  detail::check_cpu_operands(fn, {&out, &lse, &out_p, &lse_p});
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &lse, &out_p, &lse_p})
+    if (t->dtype() != Dtype::Float32 || !t->is_contiguous())
+      detail::fail(fn, "expected contiguous float32 tensors, got ", detail::tensor_desc(*t));
+  const int64_t BH = lse_p.size(0) * lse_p.size(1), n = lse_p.size(2), L = lse.size(2);
+  if (out.dim() != 4 || lse.dim() != 3 || out_p.dim() != 4 || lse_p.dim() != 3 ||
+      lse.size(0) * lse.size(1) != BH || out_p.size(2) != n || out_p.size(3) != out.size(3) ||
+      start < 0 || start + n > L)
+    detail::fail(fn, "partial result ", detail::tensor_desc(out_p), " and ",
+                 detail::tensor_desc(lse_p), " at row ", start, " do not fit ",
+                 detail::tensor_desc(out), " and ", detail::tensor_desc(lse));
+  kernels::merge_attention_rows(out.data_ptr<float>(), lse.data_ptr<float>(),
+                                out_p.data_ptr<float>(), lse_p.data_ptr<float>(), BH, n, L,
+                                out.size(3), start);
+}
+
+}  // namespace attn::sdpa_detail

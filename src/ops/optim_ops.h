@@ -1,0 +1,46 @@
+// The ops the optimizers run (torch's _fused_adam_ / _foreach_norm family): each checks that its
+// tensors are float32 on the CPU (the only backend that has them; a GPU tensor is refused with
+// DeviceError naming the op) and runs the element loops of src/backend/cpu/optim.h, split among
+// the threads in a way that never changes a result. Not installed: optim and distributed call
+// these, never the backend.
+#pragma once
+
+#include <attn/tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace attn::detail {
+
+// One parameter's Adam or AdamW update (see kernels::adamw_update and adam_update).
+struct AdamUpdate {
+  Tensor p, g, m, v, vmax;  // vmax undefined without amsgrad; g contiguous
+  bool fused;               // AdamW without amsgrad or maximize
+  float gsign, l2, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps,
+      neg_step_size;
+};
+
+// Every update, their elements split evenly across the threads in one parallel region (a small
+// parameter does not get a region of its own); each gradient times grad_scale first.
+void fused_adam_(const char* fn, const std::vector<AdamUpdate>& updates, float grad_scale);
+
+// torch.optim.AdamW's arithmetic on n elements of host arrays (a shard of ZeRO-1) at the
+// `step`-th update (1-based).
+void adamw_update_host(float* p, const float* g, float* m, float* v, int64_t n, int64_t step,
+                       double lr, double beta1, double beta2, double eps, double weight_decay);
+
+// SGD's update of one parameter (kernels::sgd_update); buf undefined without momentum.
+void fused_sgd_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& buf, float gsign,
+                float wd, float momentum, float one_minus_dampening, bool nesterov, bool first,
+                float neg_lr);
+
+// The norm of every tensor (float32, any strides), each one thread's, so that the result does not
+// depend on the thread count; and the norm of such norms (kernels::p_norm).
+std::vector<float> foreach_norm(const char* fn, const std::vector<Tensor>& xs, double norm_type);
+float norm_of(const std::vector<float>& values, double norm_type);
+
+// Every tensor times coef in place; torch's clamp of every tensor to [lo, hi] in place.
+void foreach_mul_(const char* fn, std::vector<Tensor>& xs, float coef);
+void foreach_clamp_(const char* fn, std::vector<Tensor>& xs, float lo, float hi);
+
+}  // namespace attn::detail
