@@ -74,7 +74,13 @@ namespace attn::train {
 // ---- options ------------------------------------------------------------------------------------
 
 struct TrainOptions {
-  nn::GPTConfig model;  // vocab_size comes from the data
+  // The model: vocab_size comes from the data; the defaults are `attn train`'s (4 layers, 4 heads,
+  // 128 wide, block 64, no dropout) and nanoGPT train.py's bias = False.
+  nn::GPTConfig model = [] {
+    nn::GPTConfig c;
+    c.bias = false;
+    return c;
+  }();
   int64_t batch_size = 12, max_iters = 2000, warmup_iters = 100, lr_decay_iters = 2000;
   // Evaluate and checkpoint every eval_interval steps, on eval_iters batches per split. The
   // default progress report prints a line every log_interval steps.

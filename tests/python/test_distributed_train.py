@@ -11,7 +11,9 @@ started with different flags are stopped before anything is written.
 
 Needs `mpirun` on PATH (Open MPI; the tests are skipped without it) and the corpus
 ../shared/data/tinyshakespeare.txt relative to the repository root. The binary is the `attn` next
-to the Python module (build/attn), or $ATTN_CLI, as in test_checkpoint_torch.py.
+to the Python module (build/attn), or $ATTN_CLI, as in test_checkpoint_torch.py; runs that inject
+faults (--debug-fault, --debug-nonfinite) use the test-only build/attn_debug (or $ATTN_DEBUG_CLI),
+since `attn` has no such flags.
 """
 import json
 import os
@@ -30,6 +32,7 @@ from conftest import read_safetensors
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(attn.__file__))))
 CLI = os.environ.get("ATTN_CLI", os.path.join(BUILD, "attn"))
+DEBUG_CLI = os.environ.get("ATTN_DEBUG_CLI", os.path.join(BUILD, "attn_debug"))
 MPIRUN_SH = os.path.join(REPO_ROOT, "scripts", "mpirun.sh")
 DATA = os.path.normpath(os.path.join(REPO_ROOT, "..", "shared", "data", "tinyshakespeare.txt"))
 
@@ -92,14 +95,24 @@ def run(args, env=None):
     return Result(args, p.returncode, out, err, time.monotonic() - t0)
 
 
+def cli_for(flags):
+    """attn, or attn_debug for a run with fault-injection flags (--debug-*)."""
+    if any(str(f).startswith("--debug-") for f in flags):
+        if not os.path.isfile(DEBUG_CLI):
+            pytest.skip("no test-only attn_debug at %s (built with the tests)" % DEBUG_CLI)
+        return DEBUG_CLI
+    return CLI
+
+
 def train(out, *flags, env=None):
     """One process: `attn train` without mpirun."""
-    return run([CLI, "train"] + COMMON + ["--out", str(out)] + [str(f) for f in flags], env=env)
+    return run([cli_for(flags), "train"] + COMMON + ["--out", str(out)] + [str(f) for f in flags],
+               env=env)
 
 
 def mpi_train(nranks, out, *flags, env=None):
     """`scripts/mpirun.sh N attn train ...`."""
-    return run([MPIRUN_SH, str(nranks), CLI, "train"] + COMMON + ["--out", str(out)] +
+    return run([MPIRUN_SH, str(nranks), cli_for(flags), "train"] + COMMON + ["--out", str(out)] +
                [str(f) for f in flags], env=env)
 
 
