@@ -9,10 +9,11 @@
 #      checkpoint is being written (attn_debug's --debug-slow-save holds each write halfway
 #      through its temporary file, and the kill waits for that file to appear). After every
 #      kill: at most one temporary file in --out (no debris piles up), the last checkpoint loads
-#      (`attn generate` on ckpt.safetensors and model.safetensors), and the next `--resume` prints the very losses
-#      of an uninterrupted run with the same seed (every training and evaluation loss printed,
-#      to the 4 decimals printed). At the end the resumed run's ckpt.safetensors and
-#      model.safetensors are byte for byte the uninterrupted run's, and no temporary file is left.
+#      (`attn generate` on ckpt.safetensors and model.safetensors), and the next `--resume`
+#      prints the very losses of an uninterrupted run with the same seed (every training and
+#      evaluation loss printed, to the 4 decimals printed). At the end the resumed run's
+#      ckpt.safetensors and model.safetensors are byte for byte the uninterrupted run's, and no
+#      temporary file is left.
 #      --long also resumes with other --threads and checks the bytes again.
 #   2. Two runs on the same --out: the second is refused within seconds naming the first (its PID,
 #      host, start time); after kill -9 of the first, the next run takes the lock. --long: the same
