@@ -21,6 +21,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -375,6 +376,22 @@ def test_non_finite_gradients_are_skipped_or_stop_on_every_rank(tmp_path, zero):
         assert "step 12 skipped (--on-nonfinite skip: no update): the gradient of " \
                "'h.1.mlp.c_fc.weight' (on another rank) is not finite" in one.stdout, one.describe()
         assert_same_losses(one, skip, "a NaN on one rank vs on both")
+
+
+# ---- 4c. The Python entry point under mpirun: the run of `attn train`, byte for byte -------------
+
+def test_python_entry_point_under_mpirun_matches_attn_train(tmp_path):
+    ref = ok(mpi_train(2, tmp_path / "cli", "--batch-size", 4, *SCHEDULE))
+    code = ("import attn.train; attn.train.train(data=%r, out=%r, n_layer=2, n_embd=64, n_head=4, "
+            "block_size=32, batch_size=4, max_iters=30, eval_interval=10, eval_iters=4, threads=1)"
+            % (DATA, str(tmp_path / "py")))
+    py = ok(run([MPIRUN_SH, "2", sys.executable, "-c", code],
+                env={"PYTHONPATH": os.path.dirname(os.path.dirname(attn.__file__))}))
+    assert "distributed: 2 ranks, batch 4 per rank (global batch 8)" in py.stdout, py.describe()
+    assert eval_lines(py.stdout) == eval_lines(ref.stdout), py.describe()
+    assert done_line(py.stdout)[1:] == done_line(ref.stdout)[1:], py.describe()
+    for name in ("model.safetensors", "ckpt.safetensors"):
+        assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
 
 
 # ---- 5. Ranks started with different settings are stopped, and the setting named ---------------
