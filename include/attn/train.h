@@ -213,12 +213,12 @@ class Progress {
  public:
   virtual ~Progress() = default;
   // Before anything else: this run trains steps [first, last) (first == last: nothing to train).
-  virtual void begin(int64_t first, int64_t last) {}
+  virtual void begin(int64_t /*first*/, int64_t /*last*/) {}
   // A whole line: the data and model, a note, an evaluation ("step 250: train loss 1.2345, val
   // loss 1.3456"), a skipped step.
   virtual void message(const std::string& line) = 0;
   // Training step `step` (0-based) is done, or skipped (tokens_per_s 0).
-  virtual void step(int64_t step, double loss, double lr, double tokens_per_s) {}
+  virtual void step(int64_t /*step*/, double /*loss*/, double /*lr*/, double /*tokens_per_s*/) {}
   // The loop ended; the summary lines follow on `out`.
   virtual void end() {}
 };
