@@ -32,7 +32,8 @@ bool accepted(F&& f) {
   return false;
 }
 
-void check_train(const attn::tools::TrainOptions& o) {
+void check_train(const attn::tools::TrainArgs& a) {
+  const attn::tools::TrainOptions& o = a.options;
   FUZZ_CHECK(o.model.n_layer >= 1 && o.model.n_head >= 1 && o.model.n_embd >= 1);
   FUZZ_CHECK(o.model.block_size >= 1 && o.batch_size >= 1 && o.max_iters >= 1);
   FUZZ_CHECK(o.model.n_embd % o.model.n_head == 0);
@@ -41,15 +42,12 @@ void check_train(const attn::tools::TrainOptions& o) {
   FUZZ_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1);
   FUZZ_CHECK(o.lr_decay_iters > o.warmup_iters && o.eval_interval >= 1 && o.eval_iters >= 1);
   FUZZ_CHECK(o.threads >= 0 && o.threads <= 4096 && !o.out.empty());
-  FUZZ_CHECK(o.debug_slow_save_ms >= 0 && o.debug_slow_save_ms <= 3'600'000);
   using Policy = attn::tools::TrainOptions::OnNonFinite;
   FUZZ_CHECK(o.on_nonfinite == Policy::Stop || o.on_nonfinite == Policy::Skip);
-  // An accepted --debug-nonfinite spec is KIND:STEP[:PARAM] with a known kind.
-  if (!o.debug_nonfinite.empty()) {
-    const std::string kind = o.debug_nonfinite.substr(0, o.debug_nonfinite.find(':'));
-    FUZZ_CHECK(kind == "loss-nan" || kind == "loss-inf" || kind == "grad-nan" ||
-               kind == "grad-inf");
-  }
+  // What the flags accept, the library accepts (the fault-injection flags of attn_debug are not
+  // part of `attn`: unknown options here).
+  o.validate();
+}
 }
 
 void check_generate(const attn::tools::GenerateArgs& a) {

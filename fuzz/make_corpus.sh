@@ -85,8 +85,7 @@ def cli(name, *args):
 cli("train", "train", "--n-layer", "1", "--n-head=2", "--n-embd", "8", "--lr", "3e-4", "--bias",
     "--no-bias", "--resume", "--out", "o", "--threads", "1")
 cli("train_bad", "train", "--n-embd", "10", "--n-head", "3", "--warmup-iters", "5000")
-cli("train_faults", "train", "--on-nonfinite", "skip", "--debug-nonfinite", "grad-nan:3:wte.weight",
-    "--debug-slow-save=50", "--out", "o")
+cli("train_faults", "train", "--on-nonfinite", "skip", "--out", "o")
 cli("generate", "generate", "--ckpt", "out", "--prompt", "hi", "--temperature=0.5", "--top-k",
     "0", "--no-cache", "--seed", "18446744073709551615")
 cli("heatmap", "heatmap", "--mechanism", "multihead", "--heads", "2", "--d-out", "4", "--out",

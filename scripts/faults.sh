@@ -3,16 +3,17 @@
 # against the `attn` binary and its outcome checked. Any violation is printed as "FAIL: ..." and
 # makes the script exit 1; the last lines are a summary with the numbers measured.
 #
-#   scripts/faults.sh [--long] [--attn PATH] [--keep]
+#   scripts/faults.sh [--long] [--attn PATH] [--attn-debug PATH] [--keep]
 #
 #   1. kill -9 of `attn train` at random moments (10 times; --long: 50), half of them while a
-#      checkpoint is being written (--debug-slow-save holds each write halfway through its
-#      temporary file, and the kill waits for that file to appear). After every kill: at most one
-#      temporary file in --out (no debris piles up), the last checkpoint loads (`attn generate`
-#      on ckpt.safetensors and model.safetensors), and the next `--resume` prints the very losses
-#      of an uninterrupted run with the same seed (every training and evaluation loss printed,
-#      to the 4 decimals printed). At the end the resumed run's ckpt.safetensors and
-#      model.safetensors are byte for byte the uninterrupted run's, and no temporary file is left.
+#      checkpoint is being written (attn_debug's --debug-slow-save holds each write halfway
+#      through its temporary file, and the kill waits for that file to appear). After every
+#      kill: at most one temporary file in --out (no debris piles up), the last checkpoint loads
+#      (`attn generate` on ckpt.safetensors and model.safetensors), and the next `--resume`
+#      prints the very losses of an uninterrupted run with the same seed (every training and
+#      evaluation loss printed, to the 4 decimals printed). At the end the resumed run's
+#      ckpt.safetensors and model.safetensors are byte for byte the uninterrupted run's, and no
+#      temporary file is left.
 #      --long also resumes with other --threads and checks the bytes again.
 #   2. Two runs on the same --out: the second is refused within seconds naming the first (its PID,
 #      host, start time); after kill -9 of the first, the next run takes the lock. --long: the same
@@ -22,9 +23,10 @@
 #      write() fails with EFBIG) and, where `unshare -m` may mount one, a full tmpfs (ENOSPC): exit
 #      code 1, the file and the errno text named, the previous checkpoint byte for byte, no
 #      temporary file.
-#   4. NaN and inf in the loss or a gradient (--debug-nonfinite): the step is refused naming the
-#      step and the first offending parameter; --on-nonfinite stop ends the run, skip skips the
-#      step; poisoned weights (--debug-nan-at) stop even under skip; every saved tensor is finite.
+#   4. NaN and inf in the loss or a gradient (attn_debug's --debug-nonfinite): the step is
+#      refused naming the step and the first offending parameter; --on-nonfinite stop ends the
+#      run, skip skips the step; poisoned weights (--debug-nan-at) stop even under skip; every
+#      saved tensor is finite.
 #   5. Out of memory under an address-space limit (ulimit -v): `attn train` with a huge --n-embd
 #      and with a huge --batch-size, Python's attn.zeros and the fused attention workspace: one
 #      clean error naming the function and the bytes, exit code 1 (RuntimeError in Python), never
@@ -32,6 +34,9 @@
 # (Fault 6, every file reader under libFuzzer, is scripts/sanitize.sh's `ctest -L fuzz`.)
 #
 # The attn binary: --attn PATH, else $ATTN_CLI, else build/attn (scripts/test.sh's build). The
+# faults that need injecting (kills inside a write, NaN and inf) run the test-only attn_debug, the
+# same tool with the hidden --debug-* flags (tools/attn/debug_faults.cpp; `attn` has none):
+# --attn-debug PATH, else $ATTN_DEBUG_CLI, else attn_debug beside the attn binary. The
 # Python module is the one beside it (<build>/python). The corpus is ../shared/data/
 # tinyshakespeare.txt beside the repository, or a generated text when it is missing. Everything
 # is written to a temporary directory, removed at the end unless --keep.
@@ -42,12 +47,15 @@ repo=$PWD
 long=0
 keep=0
 attn=${ATTN_CLI:-build/attn}
+attn_debug=${ATTN_DEBUG_CLI:-}
 while [ $# -gt 0 ]; do
   case "$1" in
     --long) long=1 ;;
     --keep) keep=1 ;;
     --attn) attn="$2"; shift ;;
     --attn=*) attn="${1#--attn=}" ;;
+    --attn-debug) attn_debug="$2"; shift ;;
+    --attn-debug=*) attn_debug="${1#--attn-debug=}" ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "faults.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -55,6 +63,9 @@ while [ $# -gt 0 ]; do
 done
 [ -x "$attn" ] || { echo "faults.sh: no attn binary at '$attn' (build it, or pass --attn PATH)" >&2; exit 2; }
 attn=$(realpath "$attn")
+[ -n "$attn_debug" ] || attn_debug=$(dirname "$attn")/attn_debug
+[ -x "$attn_debug" ] || { echo "faults.sh: no attn_debug binary at '$attn_debug' (built with the tests; or pass --attn-debug PATH)" >&2; exit 2; }
+attn_debug=$(realpath "$attn_debug")
 pymod=$(dirname "$attn")/python
 python=/usr/bin/python3
 
@@ -165,8 +176,9 @@ for k in $(seq "$kills"); do
   [ -f "$out/ckpt.safetensors" ] && resume=(--resume)
   # Odd kills land inside a checkpoint write, even ones at a random moment of a plain run.
   slow=()
-  [ $((k % 2)) = 1 ] && slow=(--debug-slow-save "$pause_ms")
-  "$attn" "${run1[@]}" --out "$out" "${resume[@]}" "${slow[@]}" >"$work/seg$seg.log" 2>&1 &
+  bin=$attn
+  [ $((k % 2)) = 1 ] && slow=(--debug-slow-save "$pause_ms") && bin=$attn_debug
+  "$bin" "${run1[@]}" --out "$out" "${resume[@]}" "${slow[@]}" >"$work/seg$seg.log" 2>&1 &
   pid=$!
   live_pid=$pid
   if [ $((k % 2)) = 0 ]; then
@@ -359,7 +371,7 @@ note "3. full disk: ulimit -f 64 KiB: exit 1, \"$fsize_msg\"; $enospc_note; the 
 echo "== 4. NaN and inf in the loss and the gradients"
 t0=$(now)
 nf=(train "${model[@]}" --max-iters 20 --eval-interval 5 --lr-decay-iters 20)
-"$attn" "${nf[@]}" --out "$work/nf_grad" --debug-nonfinite grad-inf:12:h.1.mlp.c_fc.weight >"$work/nf1.log" 2>&1
+"$attn_debug" "${nf[@]}" --out "$work/nf_grad" --debug-nonfinite grad-inf:12:h.1.mlp.c_fc.weight >"$work/nf1.log" 2>&1
 rc=$?
 grad_msg=$(grep "attn: error" "$work/nf1.log")
 [ "$rc" = 1 ] || fail "a non-finite gradient did not stop the run (exit $rc)"
@@ -368,7 +380,7 @@ case "$grad_msg" in
   *) fail "non-finite gradient: $grad_msg" ;;
 esac
 [ "$(ckpt_step "$work/nf_grad/ckpt.safetensors")" = 10 ] || fail "after a stop at step 12 the checkpoint is not step 10's"
-"$attn" "${nf[@]}" --out "$work/nf_loss" --debug-nonfinite loss-nan:12 >"$work/nf2.log" 2>&1
+"$attn_debug" "${nf[@]}" --out "$work/nf_loss" --debug-nonfinite loss-nan:12 >"$work/nf2.log" 2>&1
 rc=$?
 loss_msg=$(grep "attn: error" "$work/nf2.log")
 [ "$rc" = 1 ] || fail "a NaN loss did not stop the run (exit $rc)"
@@ -376,12 +388,12 @@ case "$loss_msg" in
   "attn: error: [train] step 12: loss is nan; stopping without saving"*"first offending parameter: the gradient of 'wte.weight'"*) ;;
   *) fail "NaN loss: $loss_msg" ;;
 esac
-"$attn" "${nf[@]}" --out "$work/nf_skip" --on-nonfinite skip --debug-nonfinite loss-inf:12 >"$work/nf3.log" 2>&1 \
+"$attn_debug" "${nf[@]}" --out "$work/nf_skip" --on-nonfinite skip --debug-nonfinite loss-inf:12 >"$work/nf3.log" 2>&1 \
   || fail "--on-nonfinite skip did not finish: $(tail -2 "$work/nf3.log")"
 skip_msg=$(grep "^step 12 skipped" "$work/nf3.log")
 [ -n "$skip_msg" ] || fail "--on-nonfinite skip printed no skip line"
 grep -q "^skipped 1 step whose loss or gradients were not finite: 12$" "$work/nf3.log" || fail "no summary of the skipped step"
-"$attn" "${nf[@]}" --out "$work/nf_poison" --on-nonfinite skip --debug-nan-at 12 >"$work/nf4.log" 2>&1
+"$attn_debug" "${nf[@]}" --out "$work/nf_poison" --on-nonfinite skip --debug-nan-at 12 >"$work/nf4.log" 2>&1
 rc=$?
 grep -q "skipping the step cannot help" "$work/nf4.log" && [ "$rc" = 1 ] \
   || fail "poisoned weights under skip did not stop: $(tail -1 "$work/nf4.log")"

@@ -31,4 +31,5 @@ PYBIND11_MODULE(_C, m) {
   attn::python::register_optim(m);
   attn::python::register_io(m);
   attn::python::register_hf(m);
+  attn::python::register_train(m);
 }

@@ -16,6 +16,8 @@
 #include <climits>
 #include <cstring>
 #include <ctime>
+#include <functional>
+#include <mutex>
 #include <new>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -56,7 +58,10 @@ std::string parent_dir(const std::string& path) {
 }
 
 std::atomic<unsigned> g_tmp_counter{0};
-std::atomic<int64_t> g_write_pause_ms{0};
+// set_write_hook's function, copied by every write that starts while it is set.
+std::mutex g_write_hook_mutex;
+std::function<void(const std::string&)> g_write_hook;
+std::atomic<bool> g_write_hook_set{false};
 
 // The file name part of `path`.
 std::string base_name(const std::string& path) {
@@ -183,7 +188,13 @@ std::string concat(std::span<const std::string_view> pieces) {
   return out;
 }
 
-void set_write_pause(int64_t ms) { g_write_pause_ms.store(ms); }
+std::function<void(const std::string&)> set_write_hook(
+    std::function<void(const std::string&)> hook) {
+  std::lock_guard<std::mutex> lock(g_write_hook_mutex);
+  g_write_hook_set.store(bool(hook));
+  std::swap(g_write_hook, hook);
+  return hook;
+}
 
 void write_file_atomic(const char* fn, const std::string& path, std::string_view bytes) {
   write_file_atomic(fn, path, std::span<const std::string_view>(&bytes, 1));
@@ -216,19 +227,23 @@ void write_file_atomic(const char* fn, const std::string& path,
     ::unlink(tmp.c_str());
     attn::detail::fail(fn, "cannot write '", path, "': ", what, ": ", errno_str(err));
   };
-  // The debugging pause (set_write_pause) comes halfway: a half-written temporary file.
-  const int64_t pause_ms = g_write_pause_ms.load();
+  // The debugging hook (set_write_hook) runs halfway: a half-written temporary file.
+  std::function<void(const std::string&)> hook;
+  if (g_write_hook_set.load()) {
+    std::lock_guard<std::mutex> lock(g_write_hook_mutex);
+    hook = g_write_hook;
+  }
   std::size_t total = 0;
   for (std::string_view p : pieces) total += p.size();
-  const std::size_t pause_at = pause_ms > 0 ? total / 2 : total + 1;
+  const std::size_t pause_at = hook ? total / 2 : total + 1;
   std::size_t done = 0;  // bytes written, over all pieces
   bool paused = false;
   for (std::string_view piece : pieces) {
     std::size_t at = 0;
     while (at < piece.size()) {
       if (done == pause_at && !paused) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
         paused = true;
+        hook(path);
       }
       std::size_t want = piece.size() - at;
       if (done < pause_at) want = std::min(want, pause_at - done);

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,9 +47,11 @@ void write_file_atomic(const char* fn, const std::string& path,
 // The concatenation of `pieces` in memory (what write_file_atomic above writes).
 std::string concat(std::span<const std::string_view> pieces);
 
-// A debugging hook for fault tests (`attn train --debug-slow-save MS`): every atomic write stops
-// for `ms` milliseconds halfway through writing its temporary file, so that a process killed
-// then leaves a half-written temporary file behind. 0 (the default) turns it off.
-void set_write_pause(int64_t ms);
+// A debugging hook for fault tests (attn::train::TrainHooks::inside_write): every atomic write
+// calls `hook(path)` halfway through writing its temporary file, so that a process killed (or
+// paused) there leaves a half-written temporary file behind. An empty function (the default) turns
+// it off. Returns the hook it replaces.
+std::function<void(const std::string&)> set_write_hook(
+    std::function<void(const std::string&)> hook);
 
 }  // namespace attn::io::detail

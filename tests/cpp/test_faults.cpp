@@ -8,6 +8,8 @@
 //   - temporary files of writers that were killed are removed, those of live writers never;
 //   - a step whose loss or gradients are not finite stops the run or is skipped, never saved;
 //   - a full disk while saving names the file and the error, and keeps the last checkpoint.
+// The --debug-* flags that inject faults are attn_debug's (tools/attn/debug_faults.cpp, linked
+// into this test program, never into `attn`).
 #include <attn/attn.h>
 #include <attn/io.h>
 #include <gtest/gtest.h>

@@ -515,8 +515,9 @@ TEST_F(TrainCli, PromptOutsideTheVocabularyIsRefused) {
 }
 
 TEST_F(TrainCli, NonFiniteLossStopsWithoutSaving) {
-  // The hidden --debug-nan-at flag poisons the weights before step 25: the run stops there and
-  // the step-20 checkpoint stays, byte for byte.
+  // The hidden --debug-nan-at flag (attn_debug's, tools/attn/debug_faults.cpp, linked into this
+  // test program) poisons the weights before step 25: the run stops there and the step-20
+  // checkpoint stays, byte for byte.
   fs::path dir = root_ / "nan";
   Result first = run_cli(tiny(dir, 20));
   ASSERT_EQ(first.code, 0) << first.err;

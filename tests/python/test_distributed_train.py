@@ -11,7 +11,9 @@ started with different flags are stopped before anything is written.
 
 Needs `mpirun` on PATH (Open MPI; the tests are skipped without it) and the corpus
 ../shared/data/tinyshakespeare.txt relative to the repository root. The binary is the `attn` next
-to the Python module (build/attn), or $ATTN_CLI, as in test_checkpoint_torch.py.
+to the Python module (build/attn), or $ATTN_CLI, as in test_checkpoint_torch.py; runs that inject
+faults (--debug-fault, --debug-nonfinite) use the test-only build/attn_debug (or $ATTN_DEBUG_CLI),
+since `attn` has no such flags.
 """
 import json
 import os
@@ -19,6 +21,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -30,6 +33,7 @@ from conftest import read_safetensors
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(attn.__file__))))
 CLI = os.environ.get("ATTN_CLI", os.path.join(BUILD, "attn"))
+DEBUG_CLI = os.environ.get("ATTN_DEBUG_CLI", os.path.join(BUILD, "attn_debug"))
 MPIRUN_SH = os.path.join(REPO_ROOT, "scripts", "mpirun.sh")
 DATA = os.path.normpath(os.path.join(REPO_ROOT, "..", "shared", "data", "tinyshakespeare.txt"))
 
@@ -92,14 +96,24 @@ def run(args, env=None):
     return Result(args, p.returncode, out, err, time.monotonic() - t0)
 
 
+def cli_for(flags):
+    """attn, or attn_debug for a run with fault-injection flags (--debug-*)."""
+    if any(str(f).startswith("--debug-") for f in flags):
+        if not os.path.isfile(DEBUG_CLI):
+            pytest.skip("no test-only attn_debug at %s (built with the tests)" % DEBUG_CLI)
+        return DEBUG_CLI
+    return CLI
+
+
 def train(out, *flags, env=None):
     """One process: `attn train` without mpirun."""
-    return run([CLI, "train"] + COMMON + ["--out", str(out)] + [str(f) for f in flags], env=env)
+    return run([cli_for(flags), "train"] + COMMON + ["--out", str(out)] + [str(f) for f in flags],
+               env=env)
 
 
 def mpi_train(nranks, out, *flags, env=None):
     """`scripts/mpirun.sh N attn train ...`."""
-    return run([MPIRUN_SH, str(nranks), CLI, "train"] + COMMON + ["--out", str(out)] +
+    return run([MPIRUN_SH, str(nranks), cli_for(flags), "train"] + COMMON + ["--out", str(out)] +
                [str(f) for f in flags], env=env)
 
 
@@ -362,6 +376,22 @@ def test_non_finite_gradients_are_skipped_or_stop_on_every_rank(tmp_path, zero):
         assert "step 12 skipped (--on-nonfinite skip: no update): the gradient of " \
                "'h.1.mlp.c_fc.weight' (on another rank) is not finite" in one.stdout, one.describe()
         assert_same_losses(one, skip, "a NaN on one rank vs on both")
+
+
+# ---- 4c. The Python entry point under mpirun: the run of `attn train`, byte for byte -------------
+
+def test_python_entry_point_under_mpirun_matches_attn_train(tmp_path):
+    ref = ok(mpi_train(2, tmp_path / "cli", "--batch-size", 4, *SCHEDULE))
+    code = ("import attn.train; attn.train.train(data=%r, out=%r, n_layer=2, n_embd=64, n_head=4, "
+            "block_size=32, batch_size=4, max_iters=30, eval_interval=10, eval_iters=4, threads=1)"
+            % (DATA, str(tmp_path / "py")))
+    py = ok(run([MPIRUN_SH, "2", sys.executable, "-c", code],
+                env={"PYTHONPATH": os.path.dirname(os.path.dirname(attn.__file__))}))
+    assert "distributed: 2 ranks, batch 4 per rank (global batch 8)" in py.stdout, py.describe()
+    assert eval_lines(py.stdout) == eval_lines(ref.stdout), py.describe()
+    assert done_line(py.stdout)[1:] == done_line(ref.stdout)[1:], py.describe()
+    for name in ("model.safetensors", "ckpt.safetensors"):
+        assert (tmp_path / "py" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
 
 
 # ---- 5. Ranks started with different settings are stopped, and the setting named ---------------

@@ -12,7 +12,10 @@ behaviour true in the normal suite.
                        after SIGKILL of the first, the next run takes the lock
     debris             temporary files of a killed writer go at the next run
 
-The binary is the `attn` next to the Python module (build/attn), or $ATTN_CLI.
+    no fault flags     `attn` has no --debug-* flags: they are in the test-only attn_debug only
+
+The binary is the `attn` next to the Python module (build/attn), or $ATTN_CLI; the run that needs
+fault injection (--debug-slow-save) uses the test-only build/attn_debug, or $ATTN_DEBUG_CLI.
 """
 import json
 import os
@@ -30,6 +33,7 @@ from conftest import read_safetensors
 
 BUILD = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(attn.__file__))))
 CLI = os.environ.get("ATTN_CLI", os.path.join(BUILD, "attn"))
+DEBUG_CLI = os.environ.get("ATTN_DEBUG_CLI", os.path.join(BUILD, "attn_debug"))
 PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(attn.__file__)))
 
 pytestmark = pytest.mark.skipif(not os.path.isfile(CLI), reason="no attn binary at %s" % CLI)
@@ -187,7 +191,9 @@ def test_temporary_files_of_a_killed_writer_are_removed_by_the_next_run(corpus, 
     out = tmp_path / "run"
     assert train(corpus, out, "--max-iters", "10", "--eval-interval", "5").returncode == 0
     # A writer killed halfway through its temporary file (--debug-slow-save holds it there).
-    writer = subprocess.Popen([CLI, "train", "--data", corpus, "--out", str(out)] + TINY +
+    if not os.path.isfile(DEBUG_CLI):
+        pytest.skip("no test-only attn_debug at %s (built with the tests)" % DEBUG_CLI)
+    writer = subprocess.Popen([DEBUG_CLI, "train", "--data", corpus, "--out", str(out)] + TINY +
                               ["--max-iters", "20", "--eval-interval", "5", "--resume",
                                "--debug-slow-save", "10000"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -206,3 +212,13 @@ def test_temporary_files_of_a_killed_writer_are_removed_by_the_next_run(corpus, 
     assert r.returncode == 0, r.stderr
     assert "removed '%s/%s', left by a writer that was killed" % (out, debris[0]) in r.stdout
     assert [n for n in os.listdir(out) if ".tmp." in n] == []
+
+
+@pytest.mark.parametrize("flag,value", [("--debug-fault", "kill:0:3"), ("--debug-nan-at", "3"),
+                                        ("--debug-nonfinite", "loss-nan:3"),
+                                        ("--debug-slow-save", "100")])
+def test_attn_has_no_fault_injection_flags(corpus, tmp_path, flag, value):
+    r = train(corpus, tmp_path / "run", "--max-iters", "5", flag, value)
+    assert r.returncode == 2, r.stderr
+    assert "attn: train: unknown option '%s'" % flag in r.stderr, r.stderr
+    assert not (tmp_path / "run").exists()

@@ -4,63 +4,20 @@
 //   attn train [--data PATH] [--out DIR] [--resume] [model and optimiser flags]
 //   attn generate --ckpt DIR|FILE [--prompt TEXT] [--max-new-tokens N] [--temperature T] ...
 //
-// The training protocol (order of the random draws, evaluation, learning-rate schedule) is the
-// one bench/train_torch.py follows in PyTorch, so that the two can be compared loss for loss.
+// `attn train` is attn::train::train (include/attn/train.h: the loop, the checkpoint format, data
+// and context parallelism under mpirun, the checks of non-finite values) behind its flags: each
+// flag sets the TrainOptions field of its name ('-' for '_'); --no-progress is the tool's own
+// (log lines instead of the progress bar).
 //
-// Checkpoints in --out, each written atomically (temporary file, fsync, rename):
-//   model.safetensors  the model's state_dict and metadata {format: "attn-gpt", config (GPTConfig
-//                      as JSON), tokenizer (CharTokenizer JSON), step}; read by `attn generate`
-//                      and by PyTorch (safetensors.torch.load_file).
-//   ckpt.safetensors   the weights, the optimiser state ("optim.state.{i}.*") and metadata
-//                      {format: "attn-train", config, train_config (the flags), tokenizer, step
-//                      (the next iteration to run), rng_state (hex of Generator::get_state()
-//                      taken before that step's evaluation), history ([{step, train_loss,
-//                      val_loss}, ...])}; read by `attn train --resume`.
-// A resumed run repeats the evaluation of its first step (same weights, same generator state,
-// hence the same numbers) and then continues exactly as the uninterrupted run would have. (Under
-// mpirun, resuming with another global batch, N x --batch-size, is allowed: it continues the
-// same model and optimizer state on other batches, so that evaluation then differs.)
-//
-// Data parallel: `mpirun -np N attn train ...` trains one model on N ranks. --batch-size is per
-// rank; at every step all ranks draw the same N * batch-size offsets from the same generator and
-// rank r trains on rows [r B, (r + 1) B), so N ranks with batch B see exactly the examples of one
-// process with batch N B (and give its losses, to fp32 rounding). Gradients are averaged in buckets
-// during the backward (attn::distributed::GradReducer); evaluation batches are sharded the same
-// way and their losses averaged. Rank 0 alone prints and writes the files.
-//
-// Context parallel: `mpirun -np N attn train --context-parallel ...` splits every sequence instead
-// of the batch: all ranks draw the same batch of --batch-size sequences, rank r keeps the zigzag
-// shard of each (chunks r and 2N-1-r of 2N, attn::distributed::Sharding::Zigzag), and the model
-// runs on its T/N tokens with ring attention across the ranks (GPT::forward_sharded). Losses and
-// gradients are averaged over the ranks (every rank holds as many tokens), so N ranks give the
-// losses of one process with the same batch. Needs --block-size divisible by 2N and --dropout 0.
-//
-// Hidden flag for tests: `attn train --debug-nan-at STEP` overwrites the token embedding with NaN
-// just before training step STEP, so that the non-finite loss check can be exercised.
-// `attn train --debug-fault KIND:RANK:STEP` makes rank RANK raise an error, die (SIGKILL) or hang
-// just before step STEP, so that the distributed fault handling can be exercised.
-// `attn train --debug-nonfinite KIND:STEP[:PARAM][@RANK]` (KIND loss-nan, loss-inf, grad-nan,
-// grad-inf) multiplies the loss of step STEP by NaN or inf before the backward, or sets the first
-// value of the gradient of PARAM (a state_dict name; default the last parameter) to NaN or inf
-// after it (and after the data-parallel all-reduce), on every rank or on rank RANK only, so that
-// --on-nonfinite can be exercised without poisoning the weights.
-// `attn train --debug-slow-save MS` pauses every checkpoint write for MS milliseconds halfway
-// through its temporary file (scripts/faults.sh kills the run there).
-//
-// Faults (docs/reliability.md): DIR/train.lock is locked (flock) while a run writes to DIR; a
-// second run with the same --out is refused at once, naming the holder (PID, host, start time)
-// that the lock file records; the kernel drops the lock of a killed run. At start, and before
-// every write, the temporary files that killed writers left in DIR are removed.
+// Fault injection is not in `attn`: the test-only attn_debug (built with the tests,
+// ATTN_BUILD_TESTS) is this tool plus tools/attn/debug_faults.cpp, which adds the hidden --debug-*
+// flags through TrainFlagExtension below and turns them into attn::train::TrainHooks (see
+// debug_faults.cpp).
 #pragma once
 
-#include <attn/data.h>
 #include <attn/gpt.h>
-#include <attn/io.h>
-#include <attn/ops.h>
-#include <attn/optim.h>
-#include <attn/random.h>
+#include <attn/train.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <iostream>
@@ -70,7 +27,6 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 namespace attn::tools {
@@ -82,39 +38,41 @@ class FlagError : public std::runtime_error {
   explicit FlagError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// The library's names, used by the commands (generate, heatmap, export) and their tests.
+using train::Checkpoint;
+using train::checkpoint_model;
+using train::CheckpointUse;
+using train::load_checkpoint_weights;
+using train::make_optimizer;
+using train::parse_checkpoint;
+using train::read_checkpoint;
+using train::restore_training_state;
+using train::ThreadsGuard;
+using train::TrainEval;
+using train::TrainOptions;
+
 // ---- command lines: parsed and validated without running anything (fuzz/fuzz_cli.cpp) ----------
 
-struct TrainOptions {
-  nn::GPTConfig model;  // vocab_size comes from the data
-  int64_t batch_size = 12, max_iters = 2000, warmup_iters = 100, lr_decay_iters = 2000;
-  int64_t eval_interval = 250, eval_iters = 200, log_interval = 10, threads = 0;
-  int64_t debug_nan_at = -1;
-  // Hidden, for fault tests: "raise|kill|hang:RANK:STEP" makes rank RANK fail that way just
-  // before training step STEP.
-  std::string debug_fault;
-  // What a step whose loss or gradients are not finite does: stop the run (the default) or skip
-  // the step (no optimizer update) and go on.
-  enum class OnNonFinite { Stop, Skip } on_nonfinite = OnNonFinite::Stop;
-  // Hidden, for fault tests: "loss-nan|loss-inf|grad-nan|grad-inf:STEP[:PARAM][@RANK]" puts a NaN
-  // or an inf into the loss, or into one value of the gradient of PARAM (default: the last
-  // parameter), at training step STEP (see the comment at the top).
-  std::string debug_nonfinite;
-  // Hidden, for fault tests: every checkpoint write pauses this many milliseconds halfway through
-  // its temporary file (0: no pause), so that a kill lands inside a write.
-  int64_t debug_slow_save_ms = 0;
-  double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
-  uint64_t seed = 1337;
-  std::string data, out = "out";
-  bool resume = false, no_progress = false;
-  // Distributed (under mpirun): ZeRO stage (0: every rank keeps the whole AdamW state; 1: the
-  // state is sharded over the ranks) and the gradient bucket size of the data-parallel reducer.
-  int64_t zero = 0, bucket_kib = 1024;
-  // Context parallel: every rank holds 1/N of each sequence (zigzag shards) and attention runs as
-  // ring attention, so block sizes beyond one rank's memory train (see the comment above).
-  bool context_parallel = false;
+struct TrainArgs {
+  TrainOptions options;
+  bool no_progress = false;  // log lines instead of a progress bar on a terminal
+  train::TrainHooks hooks;   // from the flags of the TrainFlagExtension (none in `attn`)
 };
 // The flags of `attn train` (the arguments after "train"). Throws FlagError.
-TrainOptions parse_train_args(std::span<const std::string> args);
+TrainArgs parse_train_args(std::span<const std::string> args);
+
+class Flags;
+// More flags for `attn train`, added by a build of the tool: `valued` are their names (without
+// "--"), each taking a value, and `hooks` reads them (only those given are set in the Flags),
+// throwing FlagError for a bad value, and returns the hooks they ask for. The `attn` users run
+// has none; attn_debug and the test programs link tools/attn/debug_faults.cpp, which sets the
+// fault-injection flags here when the program starts.
+struct TrainFlagExtension {
+  std::vector<std::string> valued;
+  std::function<train::TrainHooks(const Flags&)> hooks;
+};
+// Sets the extension (or none); returns the previous one.
+TrainFlagExtension set_train_flag_extension(TrainFlagExtension extension);
 
 struct GenerateArgs {
   std::string ckpt;  // directory or file, non-empty
@@ -127,78 +85,11 @@ struct GenerateArgs {
 // The flags of `attn generate` (the arguments after "generate"). Throws FlagError.
 GenerateArgs parse_generate_args(std::span<const std::string> args);
 
-// Sets the worker threads (0 = all cores) for the lifetime of the guard; the previous count is
-// restored afterwards, so that in-process callers (tests) keep their setting.
-class ThreadsGuard {
- public:
-  explicit ThreadsGuard(int64_t threads) : previous_(get_num_threads()) {
-    int n = int(threads);
-    if (n == 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
-    set_num_threads(n);
-  }
-  ~ThreadsGuard() {
-    try {
-      set_num_threads(previous_);
-    } catch (...) {
-    }
-  }
-  ThreadsGuard(const ThreadsGuard&) = delete;
-  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
+// ---- checkpoints ------------------------------------------------------------------------------
 
- private:
-  int previous_;
-};
-
-// ---- checkpoints: parsed from the bytes of the file (fuzz/fuzz_checkpoint.cpp) ------------------
-
-struct TrainEval {
-  int64_t step;
-  double train_loss, val_loss;
-};
-
-// Who reads a checkpoint: `attn generate` (model.safetensors or ckpt.safetensors, format
-// "attn-gpt" or "attn-train") or `attn train --resume` (ckpt.safetensors, "attn-train" only, with
-// the step, generator state and history).
-enum class CheckpointUse { Generate, Resume };
-
-struct Checkpoint {
-  io::SafeTensorsFile file;  // header read and checked; tensors read when loaded
-  nn::GPTConfig config;
-  data::CharTokenizer tokenizer;  // as many characters as config.vocab_size
-  // CheckpointUse::Resume only:
-  int64_t step = 0;                // the next iteration to run
-  std::vector<uint8_t> rng_state;  // Generator::kStateSize bytes
-  std::vector<TrainEval> history;  // the evaluations before `step`
-};
-
-// Parses and validates a checkpoint file's bytes: the safetensors container, the metadata (format,
-// config, tokenizer; for Resume also step, rng_state and history), and that the tensors hold at
-// least as many values as a model of that config has parameters (so that a config cannot make the
-// reader allocate a model far larger than the file). Throws attn::Error naming `path`:
-// "[generate] 'path': ..." or "[train] 'path': ..." ("[load_safetensors] 'path': ..." for a broken
-// container). Never reads out of bounds; allocates no more than a small multiple of the input.
-Checkpoint parse_checkpoint(std::string_view bytes, const std::string& path, CheckpointUse use);
-// The same for the file at `path`, reading its header only: the tensors are read when loaded
-// (load_checkpoint_weights, restore_training_state), so no copy of the file is held in memory.
-Checkpoint read_checkpoint(const std::string& path, CheckpointUse use);
 // The checkpoint file `--ckpt` names: DIR/model.safetensors for a directory, else the path itself.
 // Throws attn::Error "[command] no checkpoint 'path' (train one with ...)" when it does not exist.
 std::string checkpoint_file(const std::string& ckpt, const char* command);
-// Reads the checkpoint's weights (every tensor not prefixed "optim.") into `model`, one tensor at
-// a time (strict: names and shapes must match, checked before anything is read). Throws
-// attn::Error "[fn] 'path': weights do not fit the model: ...", or the reader's error when the
-// file changed since it was opened.
-void load_checkpoint_weights(nn::GPT& model, const Checkpoint& ck, const std::string& path,
-                             CheckpointUse use);
-// The model of a checkpoint read for generation (generate, heatmap, export): constructed under
-// nn::init::SkipInitGuard, since every weight is loaded next, then loaded as above.
-std::shared_ptr<nn::GPT> checkpoint_model(const Checkpoint& ck, const std::string& path);
-// Restores the optimiser state ("optim.*" tensors) and the generator state of a Resume
-// checkpoint. Throws attn::Error "[train] 'path': optimizer or generator state does not fit: ...".
-void restore_training_state(const Checkpoint& ck, const std::string& path, optim::AdamW& opt,
-                            Generator& gen);
-// nanoGPT's optimiser for `model`: AdamW over the decaying and the non-decaying parameters.
-optim::AdamW make_optimizer(nn::GPT& model, const TrainOptions& o);
 // `attn generate` after its arguments and checkpoint are read: loads the weights into a new model
 // and streams the continuation of the prompt to `out` (timing to `err`).
 void generate_from_checkpoint(const Checkpoint& ck, const std::string& path, const GenerateArgs& a,
@@ -241,6 +132,8 @@ inline constexpr const char* kTrainHelp =
     "  /usr/share/games/fortunes/songs-poems, installed by scripts/setup.sh), evaluates every\n"
     "  --eval-interval steps, and writes model.safetensors and ckpt.safetensors (atomically) and\n"
     "  loss.png to --out. One run at a time per --out: DIR/train.lock keeps a second one out.\n"
+    "  Programs run the same loop through attn::train::train (C++, <attn/train.h>) or\n"
+    "  attn.train.train (Python), with the flags' names as options (--max-iters: max_iters).\n"
     "  Every flag takes `--flag VALUE` or `--flag=VALUE`.\n"
     "\n"
     "  data and output:\n"

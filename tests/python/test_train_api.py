@@ -1,0 +1,105 @@
+"""attn.train.train, the loop of `attn train` from Python: the same keyword arguments as the CLI's
+flags print the same losses and write the same checkpoint files, byte for byte (fresh and resumed),
+and bad options are ValueError.
+
+The binary is the `attn` next to the Python module (build/attn), or $ATTN_CLI.
+"""
+import os
+import re
+import subprocess
+
+import pytest
+
+import attn
+import attn.train
+
+BUILD = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(attn.__file__))))
+CLI = os.environ.get("ATTN_CLI", os.path.join(BUILD, "attn"))
+
+TINY = dict(n_layer=1, n_head=2, n_embd=16, block_size=8, batch_size=4, eval_iters=2,
+            warmup_iters=2, lr_decay_iters=40, threads=1, seed=7)
+
+
+def flags(**kwargs):
+    """The CLI's flags for attn.train.train's keyword arguments."""
+    out = []
+    for k, v in kwargs.items():
+        name = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            if k == "bias":
+                out.append("--bias" if v else "--no-bias")
+            elif v:
+                out.append(name)
+        else:
+            out += [name, str(v)]
+    return out
+
+
+def cli_train(**kwargs):
+    r = subprocess.run([CLI, "train", "--no-progress"] + flags(**kwargs), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def loss_lines(stdout):
+    """Evaluation lines and the losses of the "done:" line (the rest holds timings)."""
+    lines = []
+    for line in stdout.splitlines():
+        if re.match(r"^step \d+: train loss \S+, val loss \S+$", line):
+            lines.append(line)
+        m = re.match(r"^done: iters=(\d+) ms_per_iter=\S+ (train_loss=\S+ val_loss=\S+) ", line)
+        if m:
+            lines.append("done %s %s" % m.groups())
+    return lines
+
+
+def same_files(a, b):
+    for name in ("model.safetensors", "ckpt.safetensors"):
+        with open(os.path.join(a, name), "rb") as fa, open(os.path.join(b, name), "rb") as fb:
+            assert fa.read() == fb.read(), "%s differs between %s and %s" % (name, a, b)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("the cat sat on the mat; the dog ran to the fog.\n" * 40)
+    return str(path)
+
+
+@pytest.mark.skipif(not os.path.isfile(CLI), reason="no attn binary at %s" % CLI)
+@pytest.mark.parametrize("extra", [{}, {"bias": True, "dropout": 0.1, "grad_clip": 0.0}])
+def test_python_entry_point_matches_attn_train(corpus, tmp_path, capsys, extra):
+    args = dict(TINY, data=corpus, max_iters=20, eval_interval=10, **extra)
+    cli_out = cli_train(out=str(tmp_path / "cli"), **args)
+
+    capsys.readouterr()
+    r = attn.train.train(out=str(tmp_path / "py"), **args)
+    py_out = capsys.readouterr().out
+    assert loss_lines(py_out) == loss_lines(cli_out), (py_out, cli_out)
+    assert len(loss_lines(py_out)) == 4
+    same_files(tmp_path / "cli", tmp_path / "py")
+    assert [e.step for e in r.history] == [0, 10, 20]
+    assert "val loss %.4f" % r.val_loss in py_out.splitlines()[-3]
+    assert r.iters == 20 and r.skipped == []
+
+    # Resumed from Python: the uninterrupted run's bytes.
+    attn.train.train(out=str(tmp_path / "resumed"), **dict(args, max_iters=10))
+    capsys.readouterr()
+    attn.train.train(out=str(tmp_path / "resumed"), resume=True, **args)
+    assert "resuming from step 10 of" in capsys.readouterr().out
+    same_files(tmp_path / "cli", tmp_path / "resumed")
+
+
+def test_bad_options_are_value_errors(corpus, tmp_path):
+    with pytest.raises(ValueError, match=r"invalid value 0 for --batch-size"):
+        attn.train.train(data=corpus, out=str(tmp_path / "a"), **dict(TINY, batch_size=0))
+    with pytest.raises(ValueError, match=r"--n-embd 16 is not divisible by --n-head 3"):
+        attn.train.train(data=corpus, out=str(tmp_path / "a"), **dict(TINY, n_head=3))
+    with pytest.raises(ValueError, match="on_nonfinite must be 'stop' or 'skip'"):
+        attn.train.train(data=corpus, out=str(tmp_path / "a"), on_nonfinite="ignore", **TINY)
+    with pytest.raises(ValueError, match=r"\[train\] .*too short for --block-size 4096"):
+        attn.train.train(data=corpus, out=str(tmp_path / "a"), **dict(TINY, block_size=4096))
+    with pytest.raises(TypeError):
+        attn.train.train(corpus)  # keyword arguments only
+    assert not (tmp_path / "a").exists()
