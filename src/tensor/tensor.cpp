@@ -182,12 +182,6 @@ void check_cpu_operands(const char* fn, std::initializer_list<const Tensor*> ts)
   if (first) check_cpu(*first, fn);
 }
 
-void fail_workspace(const char* fn, double bytes, const std::string& what) {
-  std::string exact = bytes < 1.8e19 ? std::to_string(uint64_t(bytes)) : std::to_string(bytes);
-  throw AllocationError(msg(fn, "cannot allocate ", bytes_str(bytes), " (", exact, " bytes) for ",
-                            what, ": out of memory"));
-}
-
 Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.impl()->storage;
@@ -220,11 +214,6 @@ void check_float32(const Tensor& t, const char* what, const char* fn) {
          is_reduced_float(t.dtype())
              ? " (bfloat16 and float16 are supported for storage and conversion; call .float())"
              : "");
-}
-
-void fail_reduced(Dtype dtype, const char* fn) {
-  fail(fn, "expected float32 tensors, got ", dtype_name(dtype),
-       " (bfloat16 and float16 are supported for storage and conversion; call .float())");
 }
 
 void check_not_reduced(const Tensor& t, const char* fn) {
