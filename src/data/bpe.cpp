@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 
 namespace attn::data {
 

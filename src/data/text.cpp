@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "../common/error.h"
 #include "../io/file_internal.h"
-#include "../tensor/internal.h"
 
 namespace attn::data {
 namespace {

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 #include "backend.h"
 
 namespace attn::distributed::detail {

@@ -5,7 +5,7 @@
 #include <map>
 #include <vector>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 #include "backend.h"
 
 namespace attn::distributed::detail {

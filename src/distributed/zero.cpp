@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "../common/error.h"
 #include "../ops/optim_ops.h"
-#include "../tensor/internal.h"
 #include "backend.h"
 #include "grads.h"
 

@@ -23,7 +23,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 #include "file_internal.h"
 
 namespace attn::io {

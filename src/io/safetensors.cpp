@@ -12,7 +12,7 @@
 #include <optional>
 #include <set>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 #include "file_internal.h"
 
 namespace attn::io {

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 
 namespace attn::io::detail {
 

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <vector>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 
 namespace attn::nn {
 

@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 
 namespace attn::nn {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 
 namespace attn::nn {
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 
 namespace attn::optim {
 

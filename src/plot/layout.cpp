@@ -8,7 +8,7 @@
 #include <limits>
 #include <utility>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 #include "internal.h"
 
 namespace attn::plot {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 #include "internal.h"
 
 namespace attn::plot {

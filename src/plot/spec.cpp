@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../tensor/internal.h"
+#include "../common/error.h"
 
 namespace attn::plot {
 

@@ -4,24 +4,12 @@
 #include <attn/tensor.h>
 
 #include <array>
-#include <sstream>
 #include <string>
 #include <type_traits>
 
-namespace attn::detail {
+#include "../common/error.h"  // msg, fail, fail_workspace, fail_reduced
 
-// Builds an error message: fail("view", "shape ", shape_str(s), " is invalid").
-template <typename... Args>
-std::string msg(const char* fn, const Args&... args) {
-  std::ostringstream os;
-  os << "[" << fn << "] ";
-  (os << ... << args);
-  return os.str();
-}
-template <typename... Args>
-[[noreturn]] void fail(const char* fn, const Args&... args) {
-  throw Error(msg(fn, args...));
-}
+namespace attn::detail {
 
 // ---- dtypes and their C++ types -----------------------------------------------------------------
 
@@ -65,7 +53,6 @@ decltype(auto) dispatch_dtype(Dtype dtype, F&& f) {
 //    for storage and conversion; call .float())"
 // and every other dtype passes (the op's own checks follow).
 void check_not_reduced(const Tensor& t, const char* fn);
-[[noreturn]] void fail_reduced(Dtype dtype, const char* fn);
 
 // Wraps a negative dim and checks the range; `ndim` 0 accepts dims -1 and 0 like torch.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* fn);
@@ -77,9 +64,6 @@ int64_t shape_numel(const Shape& shape);
 Tensor make_tensor(const char* fn, const Shape& shape, Dtype dtype, bool zero = true,
                    const Device& device = Device());
 Tensor make_tensor(const Shape& shape, Dtype dtype, bool zero = true);
-// Throws AllocationError "[fn] cannot allocate 1.2 TB (1200000000000 bytes) for <what>: out of
-// memory" (memory that is not a tensor: kernel workspaces).
-[[noreturn]] void fail_workspace(const char* fn, double bytes, const std::string& what);
 Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset);
 // Type of a binary arithmetic result (PyTorch promotion, with Python scalars as weak types).
 Dtype promote(Dtype a, Dtype b);

@@ -1,4 +1,4 @@
-// Tests for the tensor core (src/tensor/tensor.cpp, src/ops/{elementwise,reduce,linalg}.cpp and
+// Tests for the tensor core (src/tensor/, src/ops/{elementwise,reduce,linalg}.cpp and
 // the softmax kernel) against PyTorch 1.13 semantics. Expected values come from naive loops over
 // the raw storage (independent of the code under test) or, where marked "torch:", from PyTorch's
 // own output for the same input.

@@ -127,8 +127,9 @@ def test_fill_writes_through_views():
 
 
 # torch's TensorIterator visits a non-contiguous tensor in memory order (dims sorted by stride),
-# so filling a transposed tensor draws along its storage. attn's fill_float (src/tensor/tensor.cpp)
-# fills a logical-order temporary and copies it in, so the numbers land transposed.
+# so filling a transposed tensor draws along its storage. attn's fill_float
+# (src/tensor/random_tensors.cpp) fills a logical-order temporary and copies it in, so the numbers
+# land transposed.
 
 
 @pytest.mark.parametrize("method", ["uniform_", "normal_", "bernoulli_"])

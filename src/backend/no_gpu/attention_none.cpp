@@ -1,8 +1,8 @@
 // attn built without the CUDA backend: no tensor is ever on a GPU, so attention never gets here
 // with real GPU memory; the GPU side of attention_internal.h validates as with CUDA (the same
 // errors for mixed devices and dtypes) and then says that the backend is absent.
+#include "../../common/error.h"
 #include "../../ops/attention_internal.h"
-#include "../../tensor/internal.h"
 
 namespace attn::sdpa_detail {
 

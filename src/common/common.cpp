@@ -1,4 +1,5 @@
-// dtype and shape names, spelled the way PyTorch prints them.
+// The functions of attn/common.h: dtype and shape names, spelled the way PyTorch prints them, and
+// byte counts for messages.
 #include <attn/common.h>
 
 #include <cstdio>

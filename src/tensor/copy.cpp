@@ -1,0 +1,162 @@
+// Copies and conversions: copy_ (between dtypes as torch converts, broadcasting, with its
+// gradient), clone, contiguous, to (a dtype, a device), fill_, item and to_float_vector. Copies
+// where a tensor is on a GPU go through copy_devices.cpp.
+#include <attn/autograd.h>
+#include <attn/ops.h>
+#include <attn/tensor.h>
+
+#include <array>
+#include <type_traits>
+
+#include "internal.h"
+#include "local.h"
+
+namespace attn {
+
+using detail::copy_across_devices;
+using detail::fail;
+
+namespace {
+
+// One element converted as torch's static_cast_with_inter_type: a 2-byte float goes through float
+// (to bool: non-zero, NaN included, is true; to int64: truncated), and into one every value goes
+// through float (an int64 is rounded to float32 first, then to the 2-byte type, as c10 does).
+template <typename To, typename From>
+To convert_one(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (detail::is_half_type<From>) {
+    return convert_one<To>(float(v));
+  } else if constexpr (detail::is_half_type<To>) {
+    return To(float(v));
+  } else if constexpr (std::is_same_v<To, bool>) {
+    return v != From(0);
+  } else {
+    return To(v);
+  }
+}
+
+template <typename To, typename From>
+void convert_loop(const Tensor& dst, const Tensor& src) {
+  To* d = detail::base_ptr<To>(dst);
+  const From* s = detail::base_ptr<From>(src);
+  Shape sst = detail::broadcast_strides(src, dst.shape());
+  detail::strided_loop<2>(
+      dst.shape(), {&dst.strides(), &sst}, {dst.storage_offset(), src.storage_offset()},
+      [&](const std::array<int64_t, 2>& o) { d[o[0]] = convert_one<To>(s[o[1]]); });
+}
+
+template <typename To>
+void convert_from(const Tensor& dst, const Tensor& src) {
+  detail::dispatch_dtype(src.dtype(), [&]<typename From>() { convert_loop<To, From>(dst, src); });
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) { return a.impl()->storage == b.impl()->storage; }
+
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& src_in) {
+  checked();
+  detail::check_inplace(*this, "copy_");
+  if (!src_in.defined()) fail("copy_", "source tensor is undefined");
+  try {
+    Shape b = broadcast_shapes(shape(), src_in.shape(), "copy_");
+    if (b != shape()) throw Error("");
+  } catch (const Error&) {
+    fail("copy_", "source ", shape_str(src_in.shape()), " does not broadcast to destination ",
+         shape_str(shape()));
+  }
+  Tensor src;
+  {
+    NoGradGuard no_grad;
+    src = overlaps(*this, src_in) ? src_in.clone() : src_in;
+  }
+  if (is_cuda() || src.is_cuda())
+    copy_across_devices(*this, src);
+  else
+    detail::dispatch_dtype(dtype(), [&]<typename To>() { convert_from<To>(*this, src); });
+  detail::bump_version(*this);
+  // Only float32 tensors take part in the graph: x.long() or a copy into an int64 tensor does not.
+  // The old value of self is overwritten (zero gradient); src, broadcast to self, gets the rest,
+  // summed over the broadcast dims on the CPU (a GPU has no reduction) and moved to src's device.
+  if (dtype() == Dtype::Float32 && (src_in.requires_grad() || requires_grad())) {
+    const Shape src_shape = src_in.shape();
+    const Device src_device = src_in.device();
+    detail::record_inplace(
+        *this, "CopyBackwards", {this, &src_in},
+        [src_shape, src_device](const Node& n, const Tensor& g) {
+          Tensor src_grad;
+          if (n.needs_input_grad(1)) {
+            const Tensor summed = g.is_cuda() && g.shape() != src_shape ? g.cpu() : g;
+            src_grad = detail::sum_to(summed, src_shape).to(src_device);
+          }
+          return std::vector<Tensor>{
+              n.needs_input_grad(0) ? zeros(g.shape(), Dtype::Float32, g.device()) : Tensor(),
+              src_grad};
+        });
+  }
+  return *this;
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = detail::make_tensor("clone", shape(), dtype(), /*zero=*/false, device());
+  {
+    NoGradGuard no_grad;
+    out.copy_(*this);
+  }
+  return detail::record(out, "CloneBackward0", {this},
+                        [](const Node&, const Tensor& g) { return std::vector<Tensor>{g}; });
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::to(Dtype dt) const {
+  if (dt == dtype()) return *this;
+  Tensor out = detail::make_tensor("to", shape(), dt, /*zero=*/false, device());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(const Device& device) const { return to(device, dtype()); }
+
+Tensor Tensor::to(const Device& device_in, Dtype dt) const {
+  checked();
+  const Device dev = resolve_device(device_in, "to");
+  if (dev == device()) return to(dt);
+  Tensor out = detail::make_tensor("to", shape(), dt, /*zero=*/false, dev);
+  out.copy_(*this);  // records the gradient's way back to this device
+  return out;
+}
+
+Tensor& Tensor::fill_(Scalar value) { return copy_(detail::scalar_tensor(value, dtype())); }
+
+template <typename T>
+T Tensor::item() const {
+  if (numel() != 1)
+    fail("item", "a Tensor with ", numel(), " elements cannot be converted to a scalar");
+  Tensor c = cpu().contiguous();
+  switch (dtype()) {
+    case Dtype::Float32: return T(*static_cast<float*>(c.raw_data()));
+    case Dtype::Int64: return T(*static_cast<int64_t*>(c.raw_data()));
+    case Dtype::Bool: return T(*static_cast<bool*>(c.raw_data()));
+    case Dtype::BFloat16: return T(float(*static_cast<BFloat16*>(c.raw_data())));
+    case Dtype::Float16: return T(float(*static_cast<Half*>(c.raw_data())));
+  }
+  return T();
+}
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+template int64_t Tensor::item<int64_t>() const;
+template bool Tensor::item<bool>() const;
+double Tensor::item_double() const { return item<double>(); }
+
+std::vector<float> Tensor::to_float_vector() const {
+  Tensor c = cpu().to(Dtype::Float32).contiguous();
+  const float* p = c.data_ptr<float>();
+  return std::vector<float>(p, p + c.numel());
+}
+
+}  // namespace attn

@@ -1,0 +1,302 @@
+// Indexing: x[indices] (index) and x[indices] = v (index_put_) with integers, slices, None, the
+// Ellipsis and one int64 or bool index tensor, as torch's basic and advanced indexing, with their
+// gradients.
+#include <attn/autograd.h>
+#include <attn/ops.h>
+#include <attn/tensor.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "internal.h"
+#include "local.h"
+
+namespace attn {
+
+using detail::fail;
+using detail::one;
+
+namespace {
+
+// An int64 index tensor of any shape (contiguous), or an IndexError naming `fn`.
+Tensor checked_index_tensor(const Tensor& t, const char* fn) {
+  if (t.dtype() != Dtype::Int64)
+    throw IndexError(detail::msg(fn, "tensors used as indices must be long or bool tensors, got ",
+                                 dtype_name(t.dtype())));
+  return t.contiguous();
+}
+
+// Entry i of a validated index tensor, wrapped into [0, n), or an IndexError.
+int64_t wrap_index(int64_t k, int64_t n, int64_t d, const char* fn) {
+  if (k < -n || k >= n)
+    throw IndexError(
+        detail::msg(fn, "index ", k, " is out of bounds for dimension ", d, " with size ", n));
+  return k < 0 ? k + n : k;
+}
+
+// The basic-indexing part of x[indices]: a view of `self` where integers, slices, None and the
+// Ellipsis are applied, and one index tensor (at most) is left as a full dimension whose position
+// in the view is `tensor_dim` (-1 when there is none). The index tensor is flattened to 1-D
+// `index`; in the result its dim becomes `index_shape` (the index tensor's shape). A bool mask
+// over k dims is its true positions (row-major) in those dims, flattened into one dim of the
+// view: with `need_view` (index_put_) that must be possible without a copy.
+struct Indexed {
+  Tensor view;
+  int64_t tensor_dim = -1;
+  Tensor index;       // the 1-D int64 index tensor, when tensor_dim >= 0
+  Shape index_shape;  // what the index dim becomes in the result
+};
+
+Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indices, const char* fn,
+                      bool need_view = false) {
+  // Count the dims consumed, to expand an Ellipsis (a bool mask consumes as many as it has).
+  int64_t consumed = 0, ellipses = 0;
+  for (const auto& ix : indices) {
+    if (ix.kind() == TensorIndex::Kind::Integer || ix.kind() == TensorIndex::Kind::Slice)
+      ++consumed;
+    if (ix.kind() == TensorIndex::Kind::Tensor)
+      consumed += ix.tensor().defined() && ix.tensor().dtype() == Dtype::Bool
+                      ? std::max<int64_t>(ix.tensor().dim(), 1)
+                      : 1;
+    if (ix.kind() == TensorIndex::Kind::Ellipsis) ++ellipses;
+  }
+  if (ellipses > 1) throw IndexError(detail::msg(fn, "an index can only have a single ellipsis"));
+  if (consumed > self.dim())
+    throw IndexError(detail::msg(fn, "too many indices for tensor of dimension ", self.dim(),
+                                 " (got ", consumed, ")"));
+  Indexed r;
+  Tensor out = self;  // each view below records its node on top of self's
+  int64_t d = 0;      // current dim in `out`
+  for (const auto& ix : indices) {
+    switch (ix.kind()) {
+      case TensorIndex::Kind::Integer:
+        out = out.select(d, wrap_index(ix.integer(), out.shape()[d], d, fn));
+        break;
+      case TensorIndex::Kind::Slice: {
+        const auto& s = ix.slice();
+        int64_t step = s.step.value_or(1);
+        if (step == 0) fail(fn, "slice step cannot be zero");
+        if (step < 0) fail(fn, "negative slice steps are not supported, got ", step);
+        out = out.slice(d, s.start, s.stop, step);
+        ++d;
+        break;
+      }
+      case TensorIndex::Kind::None:
+        out = out.unsqueeze(d);
+        ++d;
+        break;
+      case TensorIndex::Kind::Ellipsis: d += self.dim() - consumed; break;
+      case TensorIndex::Kind::Tensor: {
+        const Tensor& t = ix.tensor();
+        if (!t.defined()) fail(fn, "undefined index tensor");
+        if (t.dim() == 0 && t.dtype() == Dtype::Int64) {
+          out = out.select(d, wrap_index(t.item<int64_t>(), out.shape()[d], d, fn));
+          break;
+        }
+        if (r.tensor_dim >= 0)
+          fail(fn, "indexing with more than one index tensor is not supported");
+        if (t.dtype() == Dtype::Bool) {
+          if (t.dim() == 0) fail(fn, "indexing with a 0-dim bool tensor is not supported");
+          const int64_t k = t.dim();
+          for (int64_t j = 0; j < k; ++j)
+            if (t.shape()[j] != out.shape()[d + j])
+              throw IndexError(detail::msg(
+                  fn, "the shape of the mask ", shape_str(t.shape()), " at index ", j,
+                  " does not match the shape of the indexed tensor ", shape_str(out.shape())));
+          if (k > 1) {  // flatten the k masked dims into one
+            Shape flat(out.shape().begin(), out.shape().begin() + d);
+            int64_t m = 1;
+            for (int64_t j = 0; j < k; ++j) m *= out.shape()[d + j];
+            flat.push_back(m);
+            flat.insert(flat.end(), out.shape().begin() + d + k, out.shape().end());
+            if (need_view) {
+              try {
+                out = out.view(flat);
+              } catch (const Error&) {
+                fail(fn, "assigning through a bool mask over ", k, " dims of a ",
+                     shape_str(out.shape()), " tensor whose strides ", shape_str(out.strides()),
+                     " do not allow flattening them is not supported; make it contiguous first");
+              }
+            } else {
+              out = out.reshape(flat);
+            }
+          }
+          Tensor mask = t.contiguous();
+          const bool* mp = mask.data_ptr<bool>();
+          std::vector<int64_t> pos;
+          for (int64_t i = 0; i < mask.numel(); ++i)
+            if (mp[i]) pos.push_back(i);
+          Tensor idx = detail::make_tensor(fn, {int64_t(pos.size())}, Dtype::Int64);
+          std::copy(pos.begin(), pos.end(), idx.data_ptr<int64_t>());
+          r.index = idx;
+          r.index_shape = {int64_t(pos.size())};
+        } else {
+          Tensor idx = checked_index_tensor(t, fn);
+          const int64_t* ip = idx.data_ptr<int64_t>();
+          for (int64_t i = 0; i < idx.numel(); ++i) wrap_index(ip[i], out.shape()[d], d, fn);
+          r.index = idx.reshape({-1});
+          r.index_shape = t.shape();
+        }
+        r.tensor_dim = d;
+        ++d;
+        break;
+      }
+    }
+  }
+  r.view = out;
+  return r;
+}
+
+// dst[ip[i]] = src[i] (put) or dst[i] = src[ip[i]] (take) for 1-D tensors of one dtype: the
+// element-per-index case of advanced indexing (x[mask], x[mask] = v) without a copy_ per element.
+// The indices are wrapped and checked already.
+template <typename T>
+void move_1d(const Tensor& dst, const Tensor& src, const int64_t* ip, int64_t n, int64_t size,
+             bool put) {
+  T* pd = detail::base_ptr<T>(dst) + dst.storage_offset();
+  const T* ps = detail::base_ptr<T>(src) + src.storage_offset();
+  const int64_t sd = dst.strides()[0], ss = src.strides()[0];
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = ip[i] < 0 ? ip[i] + size : ip[i];
+    if (put)
+      pd[k * sd] = ps[i * ss];
+    else
+      pd[i * sd] = ps[k * ss];
+  }
+}
+
+void move_1d(const Tensor& dst, const Tensor& src, const int64_t* ip, int64_t n, int64_t size,
+             bool put) {
+  if (src.dtype() != dst.dtype())
+    fail("index", "internal: moving ", dtype_name(src.dtype()), " elements into ",
+         dtype_name(dst.dtype()));
+  detail::dispatch_dtype(dst.dtype(),
+                         [&]<typename T>() { move_1d<T>(dst, src, ip, n, size, put); });
+}
+
+// The shape x[indices] has: the view's shape with the index dim replaced by index_shape.
+Shape indexed_shape(const Indexed& ix) {
+  Shape s(ix.view.shape().begin(), ix.view.shape().begin() + ix.tensor_dim);
+  s.insert(s.end(), ix.index_shape.begin(), ix.index_shape.end());
+  s.insert(s.end(), ix.view.shape().begin() + ix.tensor_dim + 1, ix.view.shape().end());
+  return s;
+}
+
+}  // namespace
+
+Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
+  Indexed ix = apply_indices(*this, indices, "index");
+  if (ix.tensor_dim < 0 && ix.view.is_same(*this))  // x[...]: an alias, as torch's
+    return detail::record(detail::make_view(*this, shape(), strides(), storage_offset()),
+                          "AliasBackward0", {this},
+                          [](const Node&, const Tensor& g) { return one(g); });
+  if (ix.tensor_dim < 0) return ix.view;
+  // Advanced indexing with an index tensor: a copy, as in torch.
+  const Tensor& v = ix.view;
+  const int64_t d = ix.tensor_dim, n = v.shape()[d];
+  Shape sz = v.shape();
+  sz[d] = ix.index.numel();
+  Tensor out = detail::make_tensor("index", sz, dtype());
+  {
+    NoGradGuard no_grad;
+    const int64_t* ip = ix.index.data_ptr<int64_t>();
+    if (v.dim() == 1)
+      move_1d(out, v, ip, ix.index.numel(), n, false);
+    else
+      for (int64_t i = 0; i < ix.index.numel(); ++i)
+        out.select(d, i).copy_(v.select(d, wrap_index(ip[i], n, d, "index")));
+  }
+  // The gradient of each picked slice is added back where it came from (repeats add up).
+  out = detail::record(out, "IndexBackward0", {&v},
+                       [in_shape = v.shape(), d, n](const Node& node, const Tensor& g) {
+                         Tensor idx = node.saved_tensor(0);
+                         Tensor z = zeros(in_shape);
+                         const int64_t* ip = idx.data_ptr<int64_t>();
+                         if (in_shape.size() == 1) {  // one element per index
+                           Tensor gc = g.contiguous();
+                           float* pz = z.data_ptr<float>();
+                           const float* pg = gc.data_ptr<float>();
+                           for (int64_t i = 0; i < idx.numel(); ++i)
+                             pz[ip[i] < 0 ? ip[i] + n : ip[i]] += pg[i];
+                           return one(z);
+                         }
+                         for (int64_t i = 0; i < idx.numel(); ++i)
+                           z.select(d, ip[i] < 0 ? ip[i] + n : ip[i]).add_(g.select(d, i));
+                         return one(z);
+                       },
+                       {ix.index});
+  const Shape result = indexed_shape(ix);
+  return result == out.shape() ? out : out.view(result);
+}
+
+Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor& value_in) {
+  detail::check_inplace(*this, "index_put_");
+  if (!value_in.defined()) fail("index_put_", "undefined value tensor");
+  Indexed ix = apply_indices(*this, indices, "index_put_", true);
+  if (ix.tensor_dim < 0) {
+    Shape b = broadcast_shapes(ix.view.shape(), value_in.shape(), "index_put_");
+    if (b != ix.view.shape())
+      fail("index_put_", "shape mismatch: value tensor of shape ", shape_str(value_in.shape()),
+           " cannot be broadcast to indexing result of shape ", shape_str(ix.view.shape()));
+    ix.view.copy_(value_in);
+    return *this;
+  }
+  // x[..., idx, ...] = value: value broadcasts to the shape x[..., idx, ...] would have.
+  const Tensor& v = ix.view;
+  const int64_t d = ix.tensor_dim, n = v.shape()[d];
+  const Shape result = indexed_shape(ix);
+  Shape flat = v.shape();
+  flat[d] = ix.index.numel();
+  Shape b = broadcast_shapes(result, value_in.shape(), "index_put_");
+  if (b != result)
+    fail("index_put_", "shape mismatch: value tensor of shape ", shape_str(value_in.shape()),
+         " cannot be broadcast to indexing result of shape ", shape_str(result));
+  {
+    NoGradGuard no_grad;
+    Tensor value = value_in.impl()->storage == impl()->storage ? value_in.clone() : value_in;
+    Tensor ve = value.expand(result).reshape(flat);
+    const int64_t* ip = ix.index.data_ptr<int64_t>();
+    if (v.dim() == 1) {
+      move_1d(v, ve.to(dtype()), ip, ix.index.numel(), n, true);
+      detail::bump_version(*this);
+    } else {
+      for (int64_t i = 0; i < ix.index.numel(); ++i)
+        v.select(d, wrap_index(ip[i], n, d, "index_put_")).copy_(ve.select(d, i));
+    }
+  }
+  if (dtype() != Dtype::Float32) return *this;
+  // torch's IndexPutBackward0: the overwritten elements get no gradient, the value gets the
+  // gradient of every position it was written to (a repeated index counts each time).
+  std::vector<TensorIndex> saved_indices = indices;
+  detail::record_inplace(
+      *this, "IndexPutBackward0", {this, &value_in},
+      [saved_indices, d, n, flat, result, vshape = value_in.shape()](const Node& node,
+                                                                     const Tensor& g) {
+        Tensor gs = g.contiguous().clone();
+        Indexed gi = apply_indices(gs, saved_indices, "index_put_", true);
+        const int64_t* ip = gi.index.data_ptr<int64_t>();
+        Tensor gv;
+        const int64_t m = gi.index.numel();
+        if (node.needs_input_grad(1)) {
+          Tensor picked = detail::make_tensor("index_put_", flat, Dtype::Float32);
+          if (gi.view.dim() == 1)
+            move_1d(picked, gi.view, ip, m, n, false);
+          else
+            for (int64_t i = 0; i < m; ++i)
+              picked.select(d, i).copy_(gi.view.select(d, ip[i] < 0 ? ip[i] + n : ip[i]));
+          gv = detail::sum_to(picked.view(result), vshape);
+        }
+        if (gi.view.dim() == 1)
+          move_1d(gi.view, zeros({m}), ip, m, n, true);
+        else
+          for (int64_t i = 0; i < m; ++i) gi.view.select(d, ip[i] < 0 ? ip[i] + n : ip[i]).zero_();
+        return std::vector<Tensor>{gs, gv};
+      });
+  return *this;
+}
+
+Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar value) {
+  return index_put_(indices, detail::scalar_tensor(value, dtype()));
+}
+
+}  // namespace attn

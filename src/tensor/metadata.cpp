@@ -1,0 +1,101 @@
+// Tensor's accessors: sizes, strides, offset, dtype, device and contiguity; the data pointers
+// (data_ptr, raw_data, device_data); the autograd flags (requires_grad, requires_grad_, detach).
+#include <attn/autograd.h>
+#include <attn/tensor.h>
+
+#include "internal.h"
+
+namespace attn {
+
+using detail::fail;
+using detail::wrap_dim;
+
+const TensorImpl& Tensor::checked() const {
+  if (!impl_) throw Error("[Tensor] use of an undefined tensor");
+  return *impl_;
+}
+const Shape& Tensor::shape() const { return checked().sizes; }
+const Shape& Tensor::strides() const { return checked().strides; }
+int64_t Tensor::size(int64_t d) const {
+  if (dim() == 0)
+    throw IndexError(
+        detail::msg("size", "dimension specified as ", d, " but tensor has no dimensions"));
+  return shape()[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  if (dim() == 0)
+    throw IndexError(
+        detail::msg("stride", "dimension specified as ", d, " but tensor has no dimensions"));
+  return strides()[wrap_dim(d, dim(), "stride")];
+}
+int64_t Tensor::storage_offset() const { return checked().offset; }
+int64_t Tensor::numel() const { return detail::shape_numel(shape()); }
+Dtype Tensor::dtype() const { return checked().dtype; }
+
+bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // as torch: an empty tensor is contiguous whatever its strides
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+Device Tensor::device() const { return checked().storage->device; }
+
+void* Tensor::device_data() const {
+  const auto& im = checked();
+  return static_cast<char*>(im.storage->data) + im.offset * int64_t(itemsize(im.dtype));
+}
+
+void* Tensor::raw_data() const {
+  detail::check_cpu(*this, "data_ptr");
+  return device_data();
+}
+
+template <typename T>
+T* Tensor::data_ptr() const {
+  constexpr Dtype want = detail::dtype_of<T>();
+  if (dtype() != want)
+    fail("data_ptr", "tensor has dtype ", dtype_name(dtype()), ", asked for ", dtype_name(want));
+  return static_cast<T*>(raw_data());
+}
+template float* Tensor::data_ptr<float>() const;
+template int64_t* Tensor::data_ptr<int64_t>() const;
+template bool* Tensor::data_ptr<bool>() const;
+template BFloat16* Tensor::data_ptr<BFloat16>() const;
+template Half* Tensor::data_ptr<Half>() const;
+
+bool Tensor::requires_grad() const {
+  const TensorImpl& im = checked();
+  if (im.autograd && im.autograd->base) detail::refresh_view(*impl_);
+  return im.requires_grad;
+}
+Tensor& Tensor::requires_grad_(bool value) {
+  if (value && dtype() != Dtype::Float32)
+    fail("requires_grad_", "only float32 tensors can require gradients, got ", dtype_name(dtype()));
+  if (grad_fn(*this)) {
+    if (!value)
+      fail("requires_grad_",
+           "you can only change requires_grad flags of leaf variables; use detach() to get a "
+           "tensor that does not require grad");
+    return *this;  // a result already requires grad
+  }
+  impl_->requires_grad = value;
+  // A leaf stands for itself: in-place ops on a tensor it was viewed from do not rewrite it.
+  if (value && impl_->autograd) impl_->autograd->base = nullptr;
+  // Its autograd record exists from now on, so that backward passes on other threads, which
+  // accumulate into its .grad, never create it while a forward pass reads it.
+  if (value && !impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
+  return *this;
+}
+Tensor Tensor::detach() const {
+  Tensor t = detail::make_view(*this, shape(), strides(), storage_offset());
+  t.impl()->requires_grad = false;
+  t.impl()->autograd = nullptr;  // shares storage (and its version counter), not history
+  return t;
+}
+
+}  // namespace attn
