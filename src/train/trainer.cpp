@@ -1,5 +1,5 @@
 // attn::train::train: the loop of `attn train` (see include/attn/train.h).
-#include <attn/attn.h>
+#include <attn/ops.h>
 #include <attn/data.h>
 #include <attn/distributed.h>
 #include <attn/gpt.h>
