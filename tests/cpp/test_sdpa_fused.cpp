@@ -855,4 +855,36 @@ TEST(FusedTensor, NewOptionsAreValidated) {
   }
 }
 
+// The causal/window rule every kernel takes from sdpa_params.h: causal masking is window_right = 0
+// whatever the window, the diagonal moves by L_k - L_q with bottom-right alignment, and -1 (or any
+// negative window) is unbounded.
+TEST(SdpaBand, FoldsCausalIntoTheWindowAndAlignsTheDiagonal) {
+  K::SdpaGeometry g;
+  g.L_q = 3, g.L_k = 7;
+  K::SdpaBand band = K::sdpa_band(g);
+  EXPECT_EQ(band.diagonal_offset, 0);
+  EXPECT_EQ(band.window_left, -1);
+  EXPECT_EQ(band.window_right, -1);
+  EXPECT_TRUE(band.visible(0, 6));
+
+  g.causal = true;
+  band = K::sdpa_band(g);
+  EXPECT_EQ(band.window_right, 0);
+  EXPECT_TRUE(band.visible(1, 1));
+  EXPECT_FALSE(band.visible(1, 2));
+  g.window_right = 5;
+  EXPECT_EQ(K::sdpa_band(g).window_right, 0);
+
+  g.causal_bottom_right = true, g.window_left = 2, g.window_right = -3;
+  band = K::sdpa_band(g);
+  EXPECT_EQ(band.diagonal_offset, 4);
+  EXPECT_EQ(band.window_left, 2);
+  // Query 1 of 3 sees keys [1 + 4 - 2, 1 + 4] = [3, 5] of 7.
+  for (int64_t j = 0; j < 7; ++j) EXPECT_EQ(band.visible(1, j), j >= 3 && j <= 5) << j;
+
+  g.causal = false;
+  EXPECT_EQ(K::sdpa_band(g).window_right, -1);  // a negative window is unbounded
+  static_assert(K::sdpa_band(K::SdpaGeometry{}).visible(5, 0));
+}
+
 }  // namespace

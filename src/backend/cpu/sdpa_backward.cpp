@@ -73,12 +73,12 @@ void row_backward(const SdpaBackwardParams& bp, int64_t b, int64_t h, int64_t i,
       bp.dout + b * bp.dout_batch_stride + h * bp.dout_head_stride + i * bp.dout_row_stride;
   float* dq = bp.dq + b * bp.dq_batch_stride + h * bp.dq_head_stride + i * bp.dq_row_stride;
 
-  // ---- visible keys: [j_lo, j_hi) from causal masking and the sliding window ------------------
-  const int64_t off = p.causal_bottom_right ? L_k - p.L_q : 0;
+  // ---- visible keys: [j_lo, j_hi) from causal masking and the sliding window (SdpaBand) -------
+  const SdpaBand band = sdpa_band(p);
+  const int64_t off = band.diagonal_offset;
   int64_t j_lo = 0, j_hi = L_k;
-  if (p.causal) j_hi = std::min(j_hi, i + off + 1);
-  if (p.window_right >= 0) j_hi = std::min(j_hi, i + off + p.window_right + 1);
-  if (p.window_left >= 0) j_lo = std::max(j_lo, i + off - p.window_left);
+  if (band.window_right >= 0) j_hi = std::min(j_hi, i + off + band.window_right + 1);
+  if (band.window_left >= 0) j_lo = std::max(j_lo, i + off - band.window_left);
   j_hi = std::max(j_hi, j_lo);
 
   // ---- s[j] = scale * q . k_j (+ mask), -inf where masked -------------------------------------

@@ -126,18 +126,19 @@ struct Scratch {
   std::vector<int32_t> row_lo, row_hi;  // (kBc) rows that see each key of a partial tile
 };
 
-// Visibility from causal masking and the sliding window, as offsets t = j - i - off of key j
-// from query i: visible iff lo <= t <= hi.
+// Visibility from causal masking and the sliding window (SdpaBand, sdpa_params.h), as offsets
+// t = j - i - off of key j from query i (off = SdpaBand::diagonal_offset): visible iff
+// lo <= t <= hi.
 struct Band {
   int64_t off, lo, hi;
 };
 
 Band make_band(const SdpaParams& p) {
+  const SdpaBand sb = sdpa_band(p);
   const int64_t big = p.L_q + p.L_k + 1;  // beyond any |j - i - off|
-  Band band{p.causal_bottom_right ? p.L_k - p.L_q : 0, -big, big};
-  if (p.causal) band.hi = 0;
-  if (p.window_right >= 0) band.hi = std::min(band.hi, p.window_right);
-  if (p.window_left >= 0) band.lo = std::max(band.lo, -p.window_left);
+  Band band{sb.diagonal_offset, -big, big};
+  if (sb.window_right >= 0) band.hi = std::min(band.hi, sb.window_right);
+  if (sb.window_left >= 0) band.lo = std::max(band.lo, -sb.window_left);
   return band;
 }
 

@@ -32,14 +32,11 @@ void attend_row(const SdpaParams& p, int64_t b, int64_t h, int64_t i, double* s,
   float* w_out = p.weights ? p.weights + row * L_k : nullptr;                   // (L_k)
   const float* drop = p.dropout_scale ? p.dropout_scale + row * L_k : nullptr;  // (L_k)
 
-  // Keys outside [j_begin, j_end) are hidden by causal masking or the sliding window:
-  // with off = L_k - L_q for bottom-right alignment (else 0), row i sees keys
-  // [i + off - window_left, i + off + window_right], causal meaning window_right = 0.
-  const int64_t off = p.causal_bottom_right ? L_k - p.L_q : 0;
-  int64_t wr = p.window_right;
-  if (p.causal) wr = wr >= 0 ? std::min<int64_t>(wr, 0) : 0;
-  const int64_t j_begin =
-      p.window_left >= 0 ? std::clamp<int64_t>(i + off - p.window_left, 0, L_k) : 0;
+  // Keys outside [j_begin, j_end) are hidden by causal masking or the sliding window: row i sees
+  // keys [i + off - window_left, i + off + window_right] (SdpaBand, sdpa_params.h).
+  const SdpaBand band = sdpa_band(p);
+  const int64_t off = band.diagonal_offset, wl = band.window_left, wr = band.window_right;
+  const int64_t j_begin = wl >= 0 ? std::clamp<int64_t>(i + off - wl, 0, L_k) : 0;
   const int64_t j_end = wr >= 0 ? std::clamp<int64_t>(i + off + wr + 1, j_begin, L_k) : L_k;
 
   // ---- s[j] = scale * q . k_j (+ mask) ----------------------------------------------------------

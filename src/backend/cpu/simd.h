@@ -32,7 +32,7 @@
 //   dropout(p, base, add, threshold, keep_scale)
 //                           p * keep_scale where the lane is kept, 0 where it is dropped; lane l is
 //                           kept iff dropout_bits_from_state(base[l] + add) >> 32 >= threshold
-//                           (see dropout_keep in sdpa_reference.h)
+//                           (see dropout_keep in sdpa_dropout.h)
 #pragma once
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -52,7 +52,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "sdpa_reference.h"
+#include "../sdpa_dropout.h"
 
 #define ATTN_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define ATTN_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))

@@ -4,7 +4,7 @@
 // stands in otherwise.
 //
 // Dropout draws its seed from the same generator as the CPU and uses the same counter-based mask
-// (sdpa_reference.h), so a seed gives the same dropped weights on both devices.
+// (src/backend/sdpa_dropout.h), so a seed gives the same dropped weights on both devices.
 #include <attn/autograd.h>
 #include <attn/random.h>
 

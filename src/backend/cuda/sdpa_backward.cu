@@ -69,8 +69,9 @@ __global__ void __launch_bounds__(32 * kDotRowsPerBlock) sdpa_bwd_dot_kernel(con
   if (row >= int64_t(p.B) * p.H * p.L_q) return;  // whole warps leave together
   const int64_t i = row % p.L_q, bh = row / p.L_q;
   const int64_t h = bh % p.H, b = bh / p.H;
-  const uint16_t* o = p.out + b * p.out_bs + h * p.out_hs + i * p.out_rs;
-  const uint16_t* d = p.dout + b * p.do_bs + h * p.do_hs + i * p.do_rs;
+  const uint16_t* o = p.out + b * p.out_batch_stride + h * p.out_head_stride + i * p.out_row_stride;
+  const uint16_t* d =
+      p.dout + b * p.dout_batch_stride + h * p.dout_head_stride + i * p.dout_row_stride;
   float acc = 0.0f;
   for (int e = lane; e < p.D_v; e += 32) acc += Elem<T>::to_float(o[e]) * Elem<T>::to_float(d[e]);
 #pragma unroll
@@ -107,23 +108,27 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dkdv_kernel(const Kernel
   const int n_iters = p.group * n_qb;
 
   const int rows_kv = int(j_end - j0);
-  load_tile<kBc, kD, kBwdThreads>(sK, p.k + b * p.k_bs + h_kv * p.k_hs + j0 * p.k_rs, p.k_rs,
-                                  rows_kv, p.D, p.k_vec, tid);
+  load_tile<kBc, kD, kBwdThreads>(
+      sK, p.k + b * p.k_batch_stride + h_kv * p.k_head_stride + j0 * p.k_row_stride, p.k_row_stride,
+      rows_kv, p.D, p.k_vec, tid);
   if constexpr (kDk)
-    load_tile<kBc, kD, kBwdThreads>(sV, p.v + b * p.v_bs + h_kv * p.v_hs + j0 * p.v_rs, p.v_rs,
-                                    rows_kv, p.D_v, p.v_vec, tid);
+    load_tile<kBc, kD, kBwdThreads>(
+        sV, p.v + b * p.v_batch_stride + h_kv * p.v_head_stride + j0 * p.v_row_stride,
+        p.v_row_stride, rows_kv, p.D_v, p.v_vec, tid);
 
   // Iteration it: query head h_kv * group + it / n_qb, query block qb_begin + it % n_qb.
   auto load_q = [&](int it, int stage) {
     const int h = h_kv * p.group + it / n_qb;
     const int64_t i0 = int64_t(qb_begin + it % n_qb) * kBr;
     const int rows = int(min(int64_t(kBr), p.L_q - i0));
-    load_tile<kBr, kD, kBwdThreads>(sQ + stage * kBr * kLd,
-                                    p.q + b * p.q_bs + h * p.q_hs + i0 * p.q_rs, p.q_rs, rows, p.D,
-                                    p.q_vec, tid);
-    load_tile<kBr, kD, kBwdThreads>(sdO + stage * kBr * kLd,
-                                    p.dout + b * p.do_bs + h * p.do_hs + i0 * p.do_rs, p.do_rs,
-                                    rows, p.D_v, p.dout_vec, tid);
+    load_tile<kBr, kD, kBwdThreads>(
+        sQ + stage * kBr * kLd,
+        p.q + b * p.q_batch_stride + h * p.q_head_stride + i0 * p.q_row_stride, p.q_row_stride,
+        rows, p.D, p.q_vec, tid);
+    load_tile<kBr, kD, kBwdThreads>(
+        sdO + stage * kBr * kLd,
+        p.dout + b * p.dout_batch_stride + h * p.dout_head_stride + i0 * p.dout_row_stride,
+        p.dout_row_stride, rows, p.D_v, p.dout_vec, tid);
     if (tid < kBr) {
       const int64_t row = (int64_t(b) * p.H + h) * p.L_q + i0 + tid;
       const int n = tid < rows ? 4 : 0;  // rows past L_q: zero-filled (and never used)
@@ -201,11 +206,13 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dkdv_kernel(const Kernel
     const int64_t j = key0 + 8 * r;
     if (j >= p.L_k) continue;
     if constexpr (kDv)
-      store_frag_row<T>(p.dv + b * p.dv_bs + h_kv * p.dv_hs + j * p.dv_rs, acc_dv, r, 1.0f, p.D_v,
-                        t, p.dv_pair);
+      store_frag_row<T>(
+          p.dv + b * p.dv_batch_stride + h_kv * p.dv_head_stride + j * p.dv_row_stride, acc_dv, r,
+          1.0f, p.D_v, t, p.dv_pair);
     if constexpr (kDk)
-      store_frag_row<T>(p.dk + b * p.dk_bs + h_kv * p.dk_hs + j * p.dk_rs, acc_dk, r, p.scale, p.D,
-                        t, p.dk_pair);
+      store_frag_row<T>(
+          p.dk + b * p.dk_batch_stride + h_kv * p.dk_head_stride + j * p.dk_row_stride, acc_dk, r,
+          p.scale, p.D, t, p.dk_pair);
   }
 }
 
@@ -234,10 +241,12 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dq_kernel(const KernelPa
   const void* mask_bh = mask_bh_of(p, b, h);
   const uint8_t* pad_b = key_padding_of(p, b);
   const int rows_q = int(i_end - i0);
-  load_tile<kBr, kD, kBwdThreads>(sQ, p.q + b * p.q_bs + h * p.q_hs + i0 * p.q_rs, p.q_rs, rows_q,
-                                  p.D, p.q_vec, tid);
-  load_tile<kBr, kD, kBwdThreads>(sdO, p.dout + b * p.do_bs + h * p.do_hs + i0 * p.do_rs, p.do_rs,
-                                  rows_q, p.D_v, p.dout_vec, tid);
+  load_tile<kBr, kD, kBwdThreads>(
+      sQ, p.q + b * p.q_batch_stride + h * p.q_head_stride + i0 * p.q_row_stride, p.q_row_stride,
+      rows_q, p.D, p.q_vec, tid);
+  load_tile<kBr, kD, kBwdThreads>(
+      sdO, p.dout + b * p.dout_batch_stride + h * p.dout_head_stride + i0 * p.dout_row_stride,
+      p.dout_row_stride, rows_q, p.D_v, p.dout_vec, tid);
   pipeline_start(n_blocks, kv);
 
   // This thread's rows row0 and row0 + 8: lse in log2 units (+inf: the row has no visible key or
@@ -297,8 +306,8 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dq_kernel(const KernelPa
   for (int r = 0; r < 2; ++r) {
     const int64_t i = row0 + 8 * r;
     if (i >= p.L_q) continue;
-    store_frag_row<T>(p.dq + b * p.dq_bs + h * p.dq_hs + i * p.dq_rs, acc, r, p.scale, p.D, t,
-                      p.dq_pair);
+    store_frag_row<T>(p.dq + b * p.dq_batch_stride + h * p.dq_head_stride + i * p.dq_row_stride,
+                      acc, r, p.scale, p.D, t, p.dq_pair);
   }
 }
 
@@ -368,14 +377,11 @@ void sdpa_cuda_backward(const CudaSdpaBackwardParams& bp) {
     throw DeviceError(prefix(fn) + "the workspace must be 16-byte aligned");
 
   KernelParams kp = make_params(s);
+  static_cast<SdpaGradStrides&>(kp) = bp;
   kp.dout = static_cast<const uint16_t*>(bp.dout);
-  kp.do_bs = bp.dout_batch_stride, kp.do_hs = bp.dout_head_stride, kp.do_rs = bp.dout_row_stride;
   kp.dq = static_cast<uint16_t*>(bp.dq);
-  kp.dq_bs = bp.dq_batch_stride, kp.dq_hs = bp.dq_head_stride, kp.dq_rs = bp.dq_row_stride;
   kp.dk = static_cast<uint16_t*>(bp.dk);
-  kp.dk_bs = bp.dk_batch_stride, kp.dk_hs = bp.dk_head_stride, kp.dk_rs = bp.dk_row_stride;
   kp.dv = static_cast<uint16_t*>(bp.dv);
-  kp.dv_bs = bp.dv_batch_stride, kp.dv_hs = bp.dv_head_stride, kp.dv_rs = bp.dv_row_stride;
   kp.dout_vec = vec_ok(bp.dout, bp.dout_batch_stride, bp.dout_head_stride, bp.dout_row_stride);
   kp.dq_pair = pair_ok(bp.dq, bp.dq_batch_stride, bp.dq_head_stride, bp.dq_row_stride);
   kp.dk_pair = pair_ok(bp.dk, bp.dk_batch_stride, bp.dk_head_stride, bp.dk_row_stride);

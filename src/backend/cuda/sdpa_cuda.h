@@ -1,10 +1,11 @@
 // Attention on NVIDIA GPUs: FlashAttention-2 (Dao, 2023) forward and backward with tensor cores.
 //
 // A plain C++ header (no CUDA include), so that the rest of attn and the tests can call the
-// kernels without nvcc. The kernels compute exactly what sdpa_reference.h defines (scores, causal
-// alignment, sliding window, key padding, bool/additive masks broadcast through strides, grouped
-// query heads, D_v != D, counter-based dropout with the CPU's SplitMix64 mask, fully masked rows
-// -> zero output and lse = -inf), on fp16 or bf16 inputs with fp32 accumulation:
+// kernels without nvcc. The kernels compute exactly what cpu/sdpa_reference.h defines (scores,
+// causal alignment, sliding window, key padding, bool/additive masks broadcast through strides,
+// grouped query heads, D_v != D, counter-based dropout with sdpa_dropout.h's SplitMix64 mask,
+// fully masked rows -> zero output and lse = -inf), on fp16 or bf16 inputs with fp32
+// accumulation:
 //
 //   - Forward (sdpa_forward.cu): one thread block per (query block, head, batch); its warps split
 //     the query rows (16 each). Key/value tiles stream through shared memory with cp.async double
@@ -26,7 +27,7 @@
 // zeros and never store it.
 //
 // Memory layout: every tensor is given by its base pointer and its batch, head and row strides in
-// elements (the innermost dimension is contiguous by definition, as in SdpaParams), so
+// elements (the innermost dimension is contiguous by definition, as in SdpaGeometry), so
 // (B, H, L, D) and (B, L, H, D) need no copies. Tiles are copied with 16-byte cp.async when the
 // base pointers are 16-byte aligned and every batch, head and row stride of q, k, v (and dout,
 // out in the backward) is a multiple of 8 elements; otherwise with predicated scalar loads (same
@@ -42,7 +43,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../cpu/sdpa_reference.h"
+#include "../sdpa_params.h"
 
 namespace attn::kernels {
 
@@ -51,9 +52,9 @@ enum class ElemType { Float16, BFloat16 };
 
 const char* elem_type_name(ElemType t);
 
-// The forward's parameters: the geometry of SdpaParams (sdpa_reference.h) with untyped element
-// pointers on the GPU. Not available here: materialised weights and precomputed dropout factors
-// (use the counter-based dropout). An additive mask is in `dtype`.
+// The forward's parameters: the geometry shared with the CPU kernels (SdpaGeometry, sdpa_params.h)
+// with untyped element pointers on the GPU. Not available here: materialised weights and
+// precomputed dropout factors (use the counter-based dropout). An additive mask is in `dtype`.
 struct CudaSdpaParams : SdpaGeometry {
   ElemType dtype = ElemType::BFloat16;
   const void* q = nullptr;  // (B, H,    L_q, D), device pointers
@@ -64,7 +65,8 @@ struct CudaSdpaParams : SdpaGeometry {
   void* stream = nullptr;   // a cudaStream_t; null = the default stream
 };
 
-// The backward's parameters: SdpaBackwardParams with untyped pointers (dq, dk, dv in fwd.dtype).
+// The backward's parameters: the CPU's SdpaBackwardParams with untyped pointers (dq, dk, dv in
+// fwd.dtype), the gradients' strides being SdpaGradStrides (sdpa_params.h).
 // fwd.out and fwd.lse (the forward's outputs) must be set. Overwrites dq, dk and dv (with H_kv < H,
 // dk and dv sum over the query heads of each group).
 struct CudaSdpaBackwardParams : SdpaGradStrides {

@@ -1,7 +1,7 @@
 // Device-side building blocks of the CUDA attention kernels (sdpa_forward.cu, sdpa_backward.cu):
 // the kernels' parameter block, tensor-core instructions (mma.sync m16n8k16, ldmatrix), cp.async
 // tile loads into padded shared memory, the visibility rules (causal, window, key padding, masks)
-// and the counter-based dropout of sdpa_reference.h.
+// and the counter-based dropout of sdpa_dropout.h.
 //
 // Conventions used by every kernel:
 //   - Element data (fp16 or bf16) is moved as raw 16-bit words (uint16_t) and only interpreted
@@ -32,6 +32,8 @@
 #include <string>
 #include <type_traits>
 
+#include "../sdpa_dropout.h"
+#include "../sdpa_params.h"
 #include "sdpa_cuda.h"
 
 namespace attn::kernels::cuda_detail {
@@ -40,52 +42,52 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // ---- the parameter block every kernel receives (by value) --------------------------------------
-// Built on the host from CudaSdpaParams / CudaSdpaBackwardParams (make_params in the .cu files).
-struct KernelParams {
-  const uint16_t* q;
+// Built on the host from CudaSdpaParams / CudaSdpaBackwardParams (make_params below, the gradients
+// in sdpa_backward.cu). Its fields are those of SdpaGeometry and SdpaGradStrides (sdpa_params.h)
+// under the same names, as in the reference and the CPU kernels: the strides are the shared
+// structs themselves; sizes and the scale are in the types the kernels compute with (int, float);
+// the rest is what the host derives once for every thread (visibility band, scale in log2 units,
+// dropout threshold, vectorisation flags).
+struct KernelParams : SdpaStrides, SdpaGradStrides {
+  const uint16_t* q;  // element data as raw 16-bit words (T = __half or __nv_bfloat16)
   const uint16_t* k;
   const uint16_t* v;
-  int64_t q_bs, q_hs, q_rs;
-  int64_t k_bs, k_hs, k_rs;
-  int64_t v_bs, v_hs, v_rs;
   uint16_t* out;
-  int64_t out_bs, out_hs, out_rs;
-  float* lse;  // contiguous (B, H, L_q)
+  float* lse;  // contiguous (B, H, L_q), fp32; may be null in the forward
 
-  int B, H, H_kv, group;  // group = H / H_kv
-  int L_q, L_k, D, D_v;
-  float scale;       // scale (for dK, dQ)
-  float scale_log2;  // scale * log2(e)
+  int B, H, H_kv, L_q, L_k, D, D_v;  // SdpaGeometry's sizes (sdpa_cuda_supported bounds them)
+  int group;                         // H / H_kv: the query heads sharing one key/value head
+  float scale;                       // SdpaGeometry::scale (for dK, dQ)
+  float scale_log2;                  // scale * log2(e): scores in log2 units for exp2f
 
-  // Visibility: key j is visible to query i iff (wl < 0 || j >= i + off - wl) and
-  // (wr < 0 || j <= i + off + wr); causal is folded into wr.
-  int64_t off, wl, wr;
+  // Visibility by causal masking and the sliding window: key j is visible to query i iff
+  // (window_left < 0 || j >= i + diagonal_offset - window_left) and
+  // (window_right < 0 || j <= i + diagonal_offset + window_right); causal is folded into
+  // window_right (sdpa_band).
+  SdpaBand band;
 
-  int mask_kind;  // 0 none, 1 bool (bytes), 2 additive (T)
+  MaskKind mask_kind;  // Bool: bytes; Float: additive, in T
   const void* mask;
-  int64_t m_bs, m_hs, m_rs, m_cs;
+  int64_t mask_batch_stride, mask_head_stride, mask_row_stride, mask_col_stride;
   const uint8_t* key_padding;
-  int64_t kp_bs;
+  int64_t key_padding_batch_stride;
 
-  bool dropout;
-  uint32_t drop_threshold;  // floor(p * 2^32)
-  float keep_scale;         // float(1 / (1 - p))
-  uint64_t seed, offset;
+  // Counter-based dropout (sdpa_dropout.h), on when SdpaGeometry::dropout_p > 0.
+  bool dropout_enabled;
+  uint32_t dropout_threshold;  // dropout_threshold(dropout_p) = floor(p * 2^32)
+  float dropout_keep_scale;    // dropout_keep_scale(dropout_p) = float(1 / (1 - p))
+  uint64_t dropout_seed, dropout_offset;
 
   // 16-byte cp.async allowed for the tiles of q, k, v (and dout); paired 32-bit stores for out.
   bool q_vec, k_vec, v_vec, dout_vec, out_pair;
 
-  // ---- backward only ----
+  // ---- backward only (the strides are SdpaGradStrides') ----
   const uint16_t* dout;
-  int64_t do_bs, do_hs, do_rs;
   uint16_t* dq;
-  int64_t dq_bs, dq_hs, dq_rs;
   uint16_t* dk;
-  int64_t dk_bs, dk_hs, dk_rs;
   uint16_t* dv;
-  int64_t dv_bs, dv_hs, dv_rs;
-  bool dq_pair, dk_pair, dv_pair;
-  float* Di;  // (B, H, L_q) rowsum(dout o out), fp32
+  bool dq_pair, dk_pair, dv_pair;  // paired 32-bit stores for dq, dk, dv
+  float* Di;                       // (B, H, L_q) rowsum(dout o out), fp32 (the workspace)
 };
 
 // ---- element types ------------------------------------------------------------------------------
@@ -367,9 +369,10 @@ __device__ __forceinline__ void store_frag_row(uint16_t* row, const float (&c)[k
 template <int kBlock>
 __device__ __forceinline__ void visible_key_blocks(const KernelParams& p, int64_t i_lo,
                                                    int64_t i_hi, int* first, int* count) {
+  const int64_t off = p.band.diagonal_offset, wl = p.band.window_left, wr = p.band.window_right;
   int64_t lo = 0, hi = p.L_k;
-  if (p.wl >= 0) lo = max(lo, i_lo + p.off - p.wl);
-  if (p.wr >= 0) hi = min(hi, i_hi - 1 + p.off + p.wr + 1);
+  if (wl >= 0) lo = max(lo, i_lo + off - wl);
+  if (wr >= 0) hi = min(hi, i_hi - 1 + off + wr + 1);
   *first = int(lo / kBlock);
   *count = hi > lo ? int((hi + kBlock - 1) / kBlock) - *first : 0;
 }
@@ -378,20 +381,23 @@ __device__ __forceinline__ void visible_key_blocks(const KernelParams& p, int64_
 template <int kBlock>
 __device__ __forceinline__ void visible_query_blocks(const KernelParams& p, int64_t j_lo,
                                                      int64_t j_hi, int* first, int* count) {
+  const int64_t off = p.band.diagonal_offset, wl = p.band.window_left, wr = p.band.window_right;
   int64_t lo = 0, hi = p.L_q;
-  if (p.wr >= 0) lo = max(lo, j_lo - p.off - p.wr);
-  if (p.wl >= 0) hi = min(hi, j_hi - 1 - p.off + p.wl + 1);
+  if (wr >= 0) lo = max(lo, j_lo - off - wr);
+  if (wl >= 0) hi = min(hi, j_hi - 1 - off + wl + 1);
   *first = int(lo / kBlock);
   *count = hi > lo ? int((hi + kBlock - 1) / kBlock) - *first : 0;
 }
 // The mask advanced to (b, h) (null without a mask) and key_padding advanced to b (or null).
 __device__ __forceinline__ const void* mask_bh_of(const KernelParams& p, int b, int h) {
-  if (p.mask_kind == 1) return static_cast<const uint8_t*>(p.mask) + b * p.m_bs + h * p.m_hs;
-  if (p.mask_kind == 2) return static_cast<const uint16_t*>(p.mask) + b * p.m_bs + h * p.m_hs;
+  if (p.mask_kind == MaskKind::Bool)
+    return static_cast<const uint8_t*>(p.mask) + b * p.mask_batch_stride + h * p.mask_head_stride;
+  if (p.mask_kind == MaskKind::Float)
+    return static_cast<const uint16_t*>(p.mask) + b * p.mask_batch_stride + h * p.mask_head_stride;
   return nullptr;
 }
 __device__ __forceinline__ const uint8_t* key_padding_of(const KernelParams& p, int b) {
-  return p.key_padding ? p.key_padding + b * p.kp_bs : nullptr;
+  return p.key_padding ? p.key_padding + b * p.key_padding_batch_stride : nullptr;
 }
 
 // The key/value tiles that a block of query rows [i0, i_end) of batch b, key/value head h_kv
@@ -411,8 +417,8 @@ struct KvTiles {
       : p(p_),
         sK(sK_),
         sV(sV_),
-        k(p_.k + b * p_.k_bs + h_kv * p_.k_hs),
-        v(p_.v + b * p_.v_bs + h_kv * p_.v_hs),
+        k(p_.k + b * p_.k_batch_stride + h_kv * p_.k_head_stride),
+        v(p_.v + b * p_.v_batch_stride + h_kv * p_.v_head_stride),
         tid(tid_) {
     visible_key_blocks<kBc>(p, i0, i_end, &jb_begin, &n_blocks);
   }
@@ -420,10 +426,10 @@ struct KvTiles {
     constexpr int kLd = kD + 8;
     const int64_t j0 = int64_t(jb_begin + it) * kBc;
     const int rows = int(min(int64_t(kBc), p.L_k - j0));
-    load_tile<kBc, kD, kThreads>(sK + stage * kBc * kLd, k + j0 * p.k_rs, p.k_rs, rows, p.D,
-                                 p.k_vec, tid);
-    load_tile<kBc, kD, kThreads>(sV + stage * kBc * kLd, v + j0 * p.v_rs, p.v_rs, rows, p.D_v,
-                                 p.v_vec, tid);
+    load_tile<kBc, kD, kThreads>(sK + stage * kBc * kLd, k + j0 * p.k_row_stride, p.k_row_stride,
+                                 rows, p.D, p.k_vec, tid);
+    load_tile<kBc, kD, kThreads>(sV + stage * kBc * kLd, v + j0 * p.v_row_stride, p.v_row_stride,
+                                 rows, p.D_v, p.v_vec, tid);
   }
 };
 // Whether the tile of query rows [i_lo, i_hi) (clamped to L_q) by keys [j_lo, j_hi) needs the
@@ -431,11 +437,12 @@ struct KvTiles {
 // every (row < L_q, key) of the tile is visible and only the scale applies.
 __device__ __forceinline__ bool tile_needs_elementwise(const KernelParams& p, int64_t i_lo,
                                                        int64_t i_hi, int64_t j_lo, int64_t j_hi) {
-  if (p.mask_kind != 0 || p.key_padding != nullptr || j_hi > p.L_k) return true;
+  const int64_t off = p.band.diagonal_offset, wl = p.band.window_left, wr = p.band.window_right;
+  if (p.mask_kind != MaskKind::None || p.key_padding != nullptr || j_hi > p.L_k) return true;
   i_hi = min(i_hi, int64_t(p.L_q));
   if (i_hi <= i_lo) return true;
-  if (p.wl >= 0 && j_lo < i_hi - 1 + p.off - p.wl) return true;
-  if (p.wr >= 0 && j_hi - 1 > i_lo + p.off + p.wr) return true;
+  if (wl >= 0 && j_lo < i_hi - 1 + off - wl) return true;
+  if (wr >= 0 && j_hi - 1 > i_lo + off + wr) return true;
   return false;
 }
 
@@ -458,20 +465,22 @@ __device__ __forceinline__ void scale_and_mask(const KernelParams& p, float (&s)
       for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
     return;
   }
+  const int64_t off = p.band.diagonal_offset, wl = p.band.window_left, wr = p.band.window_right;
   const int64_t n_rows = kKeyRows ? p.L_k : p.L_q, n_cols = kKeyRows ? p.L_q : p.L_k;
   // Mask element (row, col) is at mask_bh + row * row_step + col * col_step.
-  const int64_t m_row_step = kKeyRows ? p.m_cs : p.m_rs, m_col_step = kKeyRows ? p.m_rs : p.m_cs;
+  const int64_t m_row_step = kKeyRows ? p.mask_col_stride : p.mask_row_stride,
+                m_col_step = kKeyRows ? p.mask_row_stride : p.mask_col_stride;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t row = row0 + 8 * r;
     // Visible columns [lo, hi] of this row by the causal/window rule and the lengths.
     int64_t lo = 0, hi = n_cols - 1;
     if (!kKeyRows) {  // row = query i: keys i + off - wl <= j <= i + off + wr
-      if (p.wl >= 0) lo = max(lo, row + p.off - p.wl);
-      if (p.wr >= 0) hi = min(hi, row + p.off + p.wr);
+      if (wl >= 0) lo = max(lo, row + off - wl);
+      if (wr >= 0) hi = min(hi, row + off + wr);
     } else {  // row = key j: queries j - off - wr <= i <= j - off + wl
-      if (p.wr >= 0) lo = max(lo, row - p.off - p.wr);
-      if (p.wl >= 0) hi = min(hi, row - p.off + p.wl);
+      if (wr >= 0) lo = max(lo, row - off - wr);
+      if (wl >= 0) hi = min(hi, row - off + wl);
     }
     bool row_ok = row < n_rows;
     if (kKeyRows && row_ok && pad_b != nullptr) row_ok = pad_b[row] == 0;
@@ -488,9 +497,9 @@ __device__ __forceinline__ void scale_and_mask(const KernelParams& p, float (&s)
         float x = s[nt][2 * r + c01] * p.scale_log2;
         bool visible = c >= c_lo && c <= c_hi;
         if (!kKeyRows && visible && pad_b != nullptr) visible = pad_b[col0 + c] == 0;
-        if (visible && p.mask_kind == 1)
+        if (visible && p.mask_kind == MaskKind::Bool)
           visible = static_cast<const uint8_t*>(mask_bh)[m_base + c * m_col_step] != 0;
-        if (visible && p.mask_kind == 2)
+        if (visible && p.mask_kind == MaskKind::Float)
           x += Elem<T>::to_float(static_cast<const uint16_t*>(mask_bh)[m_base + c * m_col_step]) *
                kLog2e;
         s[nt][2 * r + c01] = visible ? x : -INFINITY;
@@ -499,13 +508,7 @@ __device__ __forceinline__ void scale_and_mask(const KernelParams& p, float (&s)
   }
 }
 
-// ---- counter-based dropout (sdpa_reference.h: dropout_state, dropout_mix, dropout_threshold) ----
-__device__ __forceinline__ uint64_t dropout_mix_dev(uint64_t z) {
-  z = (z ^ (z >> 30)) * kDropoutMul1;
-  z = (z ^ (z >> 27)) * kDropoutMul2;
-  return z ^ (z >> 31);
-}
-
+// ---- counter-based dropout (sdpa_dropout.h: dropout_state, dropout_mix, dropout_threshold) -----
 // The SplitMix64 states of one fragment row: weight (b, h, i, j) has flat index
 // ((b H + h) L_q + i) L_k + j and state seed + (offset + index + 1) gamma, so along the row the
 // state steps by gamma per key (query rows) or by L_k gamma per query (key rows, kKeyRows).
@@ -518,21 +521,22 @@ __device__ __forceinline__ DropoutRow dropout_row(const KernelParams& p, int64_t
   const uint64_t L_q = uint64_t(p.L_q), L_k = uint64_t(p.L_k);
   const uint64_t index = kKeyRows ? (uint64_t(bh) * L_q + uint64_t(col0)) * L_k + uint64_t(row)
                                   : (uint64_t(bh) * L_q + uint64_t(row)) * L_k + uint64_t(col0);
-  return {p.seed + (p.offset + index + 1) * kDropoutGamma,
+  return {p.dropout_seed + (p.dropout_offset + index + 1) * kDropoutGamma,
           (kKeyRows ? L_k : uint64_t(1)) * kDropoutGamma};
 }
 // Whether the weight at column col0 + c of the row is kept.
 __device__ __forceinline__ bool dropout_keep_dev(const KernelParams& p, const DropoutRow& d,
                                                  int c) {
   const uint64_t state = d.state0 + uint64_t(c) * d.step;
-  return uint32_t(dropout_mix_dev(state) >> 32) >= p.drop_threshold;
+  return uint32_t(dropout_mix(state) >> 32) >= p.dropout_threshold;
 }
 
-// The DropoutRows of the thread's two fragment rows, row0 and row0 + 8 (set when p.dropout).
+// The DropoutRows of the thread's two fragment rows, row0 and row0 + 8 (set when
+// p.dropout_enabled).
 template <bool kKeyRows>
 __device__ __forceinline__ void dropout_rows(const KernelParams& p, int64_t bh, int64_t row0,
                                              int64_t col0, DropoutRow (&d)[2]) {
-  if (p.dropout) {
+  if (p.dropout_enabled) {
     d[0] = dropout_row<kKeyRows>(p, bh, row0, col0);
     d[1] = dropout_row<kKeyRows>(p, bh, row0 + 8, col0);
   }
@@ -541,8 +545,9 @@ __device__ __forceinline__ void dropout_rows(const KernelParams& p, int64_t bh, 
 // dropout, else 0 (dropped) or keep_scale.
 __device__ __forceinline__ float dropout_factor(const KernelParams& p, const DropoutRow (&d)[2],
                                                 int nt, int e) {
-  return p.dropout ? (dropout_keep_dev(p, d[e >> 1], nt * 8 + (e & 1)) ? p.keep_scale : 0.0f)
-                   : 1.0f;
+  return p.dropout_enabled
+             ? (dropout_keep_dev(p, d[e >> 1], nt * 8 + (e & 1)) ? p.dropout_keep_scale : 0.0f)
+             : 1.0f;
 }
 
 // ---- warp reductions over the 4 threads of a quad (one row of an mma fragment) ------------------
@@ -624,33 +629,27 @@ inline bool pair_ok(const void* p, int64_t bs, int64_t hs, int64_t rs) {
 
 inline KernelParams make_params(const CudaSdpaParams& s) {
   KernelParams p{};
+  static_cast<SdpaStrides&>(p) = s;
   p.q = static_cast<const uint16_t*>(s.q);
   p.k = static_cast<const uint16_t*>(s.k);
   p.v = static_cast<const uint16_t*>(s.v);
-  p.q_bs = s.q_batch_stride, p.q_hs = s.q_head_stride, p.q_rs = s.q_row_stride;
-  p.k_bs = s.k_batch_stride, p.k_hs = s.k_head_stride, p.k_rs = s.k_row_stride;
-  p.v_bs = s.v_batch_stride, p.v_hs = s.v_head_stride, p.v_rs = s.v_row_stride;
   p.out = static_cast<uint16_t*>(s.out);
-  p.out_bs = s.out_batch_stride, p.out_hs = s.out_head_stride, p.out_rs = s.out_row_stride;
   p.lse = s.lse;
   p.B = int(s.B), p.H = int(s.H), p.H_kv = int(s.H_kv), p.group = int(s.H / s.H_kv);
   p.L_q = int(s.L_q), p.L_k = int(s.L_k), p.D = int(s.D), p.D_v = int(s.D_v);
   p.scale = float(s.scale);
   p.scale_log2 = float(s.scale * 1.4426950408889634);
-  p.off = s.causal_bottom_right ? s.L_k - s.L_q : 0;
-  p.wl = s.window_left < 0 ? -1 : s.window_left;
-  p.wr = s.window_right < 0 ? -1 : s.window_right;
-  if (s.causal) p.wr = p.wr >= 0 ? std::min<int64_t>(p.wr, 0) : 0;
-  p.mask_kind = s.mask_kind == MaskKind::Bool ? 1 : s.mask_kind == MaskKind::Float ? 2 : 0;
+  p.band = sdpa_band(s);
+  p.mask_kind = s.mask_kind;
   p.mask = s.mask;
-  p.m_bs = s.mask_batch_stride, p.m_hs = s.mask_head_stride, p.m_rs = s.mask_row_stride;
-  p.m_cs = s.mask_col_stride;
+  p.mask_batch_stride = s.mask_batch_stride, p.mask_head_stride = s.mask_head_stride;
+  p.mask_row_stride = s.mask_row_stride, p.mask_col_stride = s.mask_col_stride;
   p.key_padding = s.key_padding;
-  p.kp_bs = s.key_padding_batch_stride;
-  p.dropout = s.dropout_p > 0.0;
-  p.drop_threshold = p.dropout ? dropout_threshold(s.dropout_p) : 0;
-  p.keep_scale = p.dropout ? dropout_keep_scale(s.dropout_p) : 1.0f;
-  p.seed = s.dropout_seed, p.offset = s.dropout_offset;
+  p.key_padding_batch_stride = s.key_padding_batch_stride;
+  p.dropout_enabled = s.dropout_p > 0.0;
+  p.dropout_threshold = p.dropout_enabled ? dropout_threshold(s.dropout_p) : 0;
+  p.dropout_keep_scale = p.dropout_enabled ? dropout_keep_scale(s.dropout_p) : 1.0f;
+  p.dropout_seed = s.dropout_seed, p.dropout_offset = s.dropout_offset;
   p.q_vec = vec_ok(s.q, s.q_batch_stride, s.q_head_stride, s.q_row_stride);
   p.k_vec = vec_ok(s.k, s.k_batch_stride, s.k_head_stride, s.k_row_stride);
   p.v_vec = vec_ok(s.v, s.v_batch_stride, s.v_head_stride, s.v_row_stride);

@@ -59,13 +59,13 @@ __global__ void __launch_bounds__(FwdShape<kD>::kThreads, 1) sdpa_fwd_kernel(con
   const int64_t i0 = int64_t(blockIdx.x) * kBr;
   const int64_t i_end = min(i0 + kBr, int64_t(p.L_q));
 
-  const uint16_t* q = p.q + b * p.q_bs + h * p.q_hs + i0 * p.q_rs;
+  const uint16_t* q = p.q + b * p.q_batch_stride + h * p.q_head_stride + i0 * p.q_row_stride;
   // The key tiles some row of this block can see (KvTiles: step it is tile jb_begin + it).
   const KvTiles<kBc, kD, kThreads> kv(p, sK, sV, b, h_kv, i0, i_end, tid);
   const int jb_begin = kv.jb_begin, n_blocks = kv.n_blocks;
   const void* mask_bh = mask_bh_of(p, b, h);
   const uint8_t* pad_b = key_padding_of(p, b);
-  load_tile<kBr, kD, kThreads>(sQ, q, p.q_rs, int(i_end - i0), p.D, p.q_vec, tid);
+  load_tile<kBr, kD, kThreads>(sQ, q, p.q_row_stride, int(i_end - i0), p.D, p.q_vec, tid);
   pipeline_start(n_blocks, kv);
 
   float o[kOT][4];
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(FwdShape<kD>::kThreads, 1) sdpa_fwd_kernel(con
     }
 
     // ---- dropout: the softmax sum l is taken before it (as the reference's lse) ----------------
-    if (p.dropout) {
+    if (p.dropout_enabled) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const DropoutRow d = dropout_row<false>(p, bh, row0 + 8 * r, j0 + 2 * t);
@@ -146,9 +146,10 @@ __global__ void __launch_bounds__(FwdShape<kD>::kThreads, 1) sdpa_fwd_kernel(con
     const float l_row = quad_sum(l[r]);
     const int64_t i = row0 + 8 * r;
     const bool empty = !(l_row > 0.0f);  // every key hidden (or L_k == 0)
-    const float inv = empty ? 0.0f : p.keep_scale / l_row;
+    const float inv = empty ? 0.0f : p.dropout_keep_scale / l_row;
     if (i < p.L_q) {
-      uint16_t* orow = p.out + b * p.out_bs + h * p.out_hs + i * p.out_rs;
+      uint16_t* orow =
+          p.out + b * p.out_batch_stride + h * p.out_head_stride + i * p.out_row_stride;
       store_frag_row<T>(orow, o, r, inv, p.D_v, t, p.out_pair);
       if (p.lse != nullptr && t == 0)
         p.lse[bh * p.L_q + i] = empty ? -INFINITY : (m[r] + log2f(l_row)) * kLn2;

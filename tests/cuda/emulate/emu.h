@@ -327,26 +327,43 @@ inline std::size_t emu_extent(int64_t B, int64_t N, int64_t L, int64_t E, int64_
 // (KernelParams in sdpa_cuda_common.cuh) over the extent its sizes and strides give.
 template <class P>
 bool emu_check_launch(const char* kernel, const P& p) {
-  if constexpr (requires { p.q_bs, p.dq_bs, p.Di, p.m_cs, p.kp_bs; }) {
+  if constexpr (requires {
+                  p.q_batch_stride, p.dq_batch_stride, p.Di, p.mask_col_stride,
+                      p.key_padding_batch_stride;
+                }) {
     const int64_t B = p.B, H = p.H, Hk = p.H_kv, Lq = p.L_q, Lk = p.L_k, D = p.D, Dv = p.D_v;
     auto ok = [&](const char* what, const void* ptr, std::size_t bytes) {
       return !ptr || emu_check_device_range(kernel, what, ptr, bytes);
     };
     bool good = true;
-    good &= ok("q", p.q, emu_extent(B, H, Lq, D, p.q_bs, p.q_hs, p.q_rs, 1, 2));
-    good &= ok("k", p.k, emu_extent(B, Hk, Lk, D, p.k_bs, p.k_hs, p.k_rs, 1, 2));
-    good &= ok("v", p.v, emu_extent(B, Hk, Lk, Dv, p.v_bs, p.v_hs, p.v_rs, 1, 2));
-    good &= ok("out", p.out, emu_extent(B, H, Lq, Dv, p.out_bs, p.out_hs, p.out_rs, 1, 2));
+    good &= ok("q", p.q,
+               emu_extent(B, H, Lq, D, p.q_batch_stride, p.q_head_stride, p.q_row_stride, 1, 2));
+    good &= ok("k", p.k,
+               emu_extent(B, Hk, Lk, D, p.k_batch_stride, p.k_head_stride, p.k_row_stride, 1, 2));
+    good &= ok("v", p.v,
+               emu_extent(B, Hk, Lk, Dv, p.v_batch_stride, p.v_head_stride, p.v_row_stride, 1, 2));
+    good &=
+        ok("out", p.out,
+           emu_extent(B, H, Lq, Dv, p.out_batch_stride, p.out_head_stride, p.out_row_stride, 1, 2));
     good &= ok("lse", p.lse, std::size_t(std::max<int64_t>(B * H * Lq, 0)) * 4);
-    if (p.mask_kind != 0)
-      good &=
-          ok("mask", p.mask,
-             emu_extent(B, H, Lq, Lk, p.m_bs, p.m_hs, p.m_rs, p.m_cs, p.mask_kind == 1 ? 1 : 2));
-    good &= ok("key_padding", p.key_padding, emu_extent(B, 1, 1, Lk, p.kp_bs, 0, 0, 1, 1));
-    good &= ok("dout", p.dout, emu_extent(B, H, Lq, Dv, p.do_bs, p.do_hs, p.do_rs, 1, 2));
-    good &= ok("dq", p.dq, emu_extent(B, H, Lq, D, p.dq_bs, p.dq_hs, p.dq_rs, 1, 2));
-    good &= ok("dk", p.dk, emu_extent(B, Hk, Lk, D, p.dk_bs, p.dk_hs, p.dk_rs, 1, 2));
-    good &= ok("dv", p.dv, emu_extent(B, Hk, Lk, Dv, p.dv_bs, p.dv_hs, p.dv_rs, 1, 2));
+    const int mask_kind = int(p.mask_kind);  // MaskKind: 0 none, 1 bool (bytes), 2 additive (T)
+    if (mask_kind != 0)
+      good &= ok("mask", p.mask,
+                 emu_extent(B, H, Lq, Lk, p.mask_batch_stride, p.mask_head_stride,
+                            p.mask_row_stride, p.mask_col_stride, mask_kind == 1 ? 1 : 2));
+    good &= ok("key_padding", p.key_padding,
+               emu_extent(B, 1, 1, Lk, p.key_padding_batch_stride, 0, 0, 1, 1));
+    good &= ok(
+        "dout", p.dout,
+        emu_extent(B, H, Lq, Dv, p.dout_batch_stride, p.dout_head_stride, p.dout_row_stride, 1, 2));
+    good &= ok("dq", p.dq,
+               emu_extent(B, H, Lq, D, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride, 1, 2));
+    good &=
+        ok("dk", p.dk,
+           emu_extent(B, Hk, Lk, D, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride, 1, 2));
+    good &=
+        ok("dv", p.dv,
+           emu_extent(B, Hk, Lk, Dv, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride, 1, 2));
     good &= ok("Di", p.Di, std::size_t(std::max<int64_t>(B * H * Lq, 0)) * 4);
     return good;
   } else {

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Copies the CUDA attention kernels (src/backend/cuda) into OUT as host C++ for the emulation
-build (run.sh): the PTX wrappers (mma.sync, ldmatrix, cp.async) are removed in favour of emu.h's,
-the dynamic shared memory becomes the emulator's buffer and each <<<...>>> launch a call of
-emu_launch_checked, which checks the kernel's pointers against the emulated device memory
-first. The kernels themselves are not touched.
+"""Copies the CUDA attention kernels (src/backend/cuda, with the parameter headers they share with
+the CPU kernels, src/backend/sdpa_*.h) into OUT as host C++ for the emulation build (run.sh): the
+PTX wrappers (mma.sync, ldmatrix, cp.async) are removed in favour of emu.h's, the dynamic shared
+memory becomes the emulator's buffer and each <<<...>>> launch a call of emu_launch_checked, which
+checks the kernel's pointers against the emulated device memory first. The kernels themselves are
+not touched.
 
 usage: prepare.py ROOT OUT
 """
@@ -15,9 +16,9 @@ root, out = sys.argv[1], sys.argv[2]
 src = os.path.join(root, 'src/backend/cuda')
 dst = os.path.join(out, 'src/backend/cuda')
 os.makedirs(dst, exist_ok=True)
-cpu = os.path.join(out, 'src/backend/cpu')
-if not os.path.exists(cpu):
-    os.symlink(os.path.join(root, 'src/backend/cpu'), cpu)
+cpu = os.path.join(out, 'src/backend/cpu')  # a link to src/backend/cpu in older versions
+if os.path.islink(cpu):
+    os.unlink(cpu)
 
 
 def write(path, text):
@@ -28,6 +29,12 @@ def write(path, text):
 
 
 write(os.path.join(dst, 'sdpa_cuda.h'), open(os.path.join(src, 'sdpa_cuda.h')).read())
+# The parameter and dropout headers shared with the CPU kernels (src/backend/sdpa_*.h), which the
+# kernels include as ../sdpa_*.h: as they are (plain C++, no CUDA include).
+for name in sorted(os.listdir(os.path.join(root, 'src/backend'))):
+    if name.startswith('sdpa_') and name.endswith('.h'):
+        write(os.path.join(out, 'src/backend', name),
+              open(os.path.join(root, 'src/backend', name)).read())
 
 
 def strip_definition(text, head):
