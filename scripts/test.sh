@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: install what is missing, build, run the C++ tests (ctest), the Python
+# The whole test suite: install what is missing, build, check the layering of the library's
+# includes (scripts/check_layers.py), run the C++ tests (ctest), the Python
 # tests (pytest against python3-torch), both again with the instruction sets capped at AVX2 on a
 # CPU with AVX-512, scripts/faults.sh (faults produced on purpose against
 # `attn train`: kill -9, a second run on one --out, a full disk, NaN/inf, out of memory; see
@@ -11,6 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
+# The layering of the library on its #include lines (scripts/check_layers.py; the link of each layer
+# alone is checked by ctest, tests/layers).
+/usr/bin/python3 scripts/check_layers.py
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
 PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 # The AVX2 path on a CPU that has AVX-512 too: the C++ and Python suites again with attn's kernels
