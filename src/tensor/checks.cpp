@@ -8,9 +8,10 @@ namespace attn::detail {
 void check_cpu(const Tensor& t, const char* fn) {
   const Device d = t.impl()->storage->device;
   if (d.is_cpu()) return;
-  throw DeviceError(msg(fn, "expected a tensor on the CPU, got one on ", d.str(),
-                        ": this operation has no CUDA implementation (move the tensor with "
-                        ".cpu() first)"));
+  const std::string dtype = dtype_name(t.dtype()).substr(6);  // "float32" of "torch.float32"
+  throw DeviceError(msg(fn, "expected a tensor on the CPU, got a ", dtype, " tensor on ", d.str(),
+                        ": this operation has no CUDA implementation for ", dtype,
+                        " (move the tensor with .cpu() first)"));
 }
 
 void check_cpu_operands(const char* fn, std::initializer_list<const Tensor*> ts) {

@@ -117,7 +117,10 @@ TEST(Device, CpuKernelsRefuseGpuTensors) {
           << e.what();
     }
   }
-  EXPECT_TRUE(contains(error_of([&] { g* g; }), "[mul] expected a tensor on the CPU"));
+  // The op, the device and the dtype, in one message.
+  EXPECT_TRUE(contains(error_of([&] { g* g; }),
+                       "[mul] expected a tensor on the CPU, got a float32 tensor on cuda:0: this "
+                       "operation has no CUDA implementation for float32"));
   refuses([&] { g.data_ptr<float>(); });
   refuses([&] { g.raw_data(); });
   refuses([&] { g + c; });
