@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -34,19 +33,6 @@ namespace {
 namespace fs = std::filesystem;
 using Args = std::span<const std::string>;
 using train::kModelFile;
-
-std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string strf(const char* format, ...) {
-  va_list ap, ap2;
-  va_start(ap, format);
-  va_copy(ap2, ap);
-  int n = std::vsnprintf(nullptr, 0, format, ap);
-  va_end(ap);
-  std::string s(n > 0 ? std::size_t(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(s.data(), s.size() + 1, format, ap2);
-  va_end(ap2);
-  return s;
-}
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -73,9 +59,10 @@ class BarProgress : public train::Progress {
   }
   // After training step `iter` (0-based) is done.
   void step(int64_t iter, double loss, double lr, double tokens_per_s) override {
-    if (bar_)
-      bar_->update(iter + 1 - first_,
-                   strf("loss %.4f | lr %.2e | ", loss, lr) + format_rate(tokens_per_s) + " tok/s");
+    if (!bar_) return;
+    char head[64];
+    std::snprintf(head, sizeof head, "loss %.4f | lr %.2e | ", loss, lr);
+    bar_->update(iter + 1 - first_, head + format_rate(tokens_per_s) + " tok/s");
   }
   void end() override {
     if (bar_) bar_->finish();
@@ -273,10 +260,11 @@ void stream_generation(const nn::GPT& model, std::vector<int64_t> ids, const std
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (last != '\n') out << "\n";
   out.flush();
-  err << strf("generate: tokens=%lld ms=%.2f tokens_per_s=%.1f cache=%s", (long long)produced, ms,
-              ms > 0 ? double(produced) * 1000.0 / ms : 0.0, g.use_cache ? "on" : "off")
-      << "\n"
-      << std::flush;
+  char line[160];
+  std::snprintf(line, sizeof line, "generate: tokens=%lld ms=%.2f tokens_per_s=%.1f cache=%s",
+                (long long)produced, ms, ms > 0 ? double(produced) * 1000.0 / ms : 0.0,
+                g.use_cache ? "on" : "off");
+  err << line << "\n" << std::flush;
 }
 
 void generate_from_checkpoint(const Checkpoint& ck, const std::string& path, const GenerateArgs& a,

@@ -47,45 +47,35 @@ float p_norm(int64_t n, double p, Get get) {
 
 }  // namespace
 
-// AdamW without amsgrad, fused: the five element-wise passes of torch's single-tensor AdamW in
-// one loop, with the same operations in the same order per element. Each gradient is first
+// Adam's and AdamW's element loop, torch's operations in torch's order per element. kGeneral
+// false is AdamW without amsgrad or maximize, fused: the five element-wise passes of torch's
+// single-tensor AdamW in one loop with nothing else in it (gsign 1, l2 0, vmax null). kGeneral
+// true adds the gradient's sign gsign (-1: maximize), Adam's L2 term (g + l2 p; l2 = 0 for
+// AdamW) and, when vmax is not null, amsgrad's running maximum of v. Each gradient is first
 // multiplied by gscale (gradient clipping's factor; 1 leaves it exact).
-ATTN_VMATH_CLONES
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float decay, float beta1,
-                  float one_minus_beta1, float beta2, float one_minus_beta2, float bc2_sqrt,
-                  float eps, float neg_step_size, float gscale) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * gscale;
-    float pi = p[i] * decay;
-    const float mi = m[i] * beta1 + one_minus_beta1 * gi;
-    const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    pi = pi + neg_step_size * (mi / denom);
-    p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-  }
-}
-
-// Every other case: the gradient times gsign (-1: maximize), Adam's L2 term (g + l2 p; l2 = 0
-// for AdamW), AdamW's decay factor (1 for Adam) and, when vmax is not null, amsgrad's running
-// maximum of v.
-ATTN_VMATH_CLONES
-void adam_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, float gsign,
-                 float l2, float decay, float beta1, float one_minus_beta1, float beta2,
-                 float one_minus_beta2, float bc2_sqrt, float eps, float neg_step_size,
-                 float gscale) {
+template <bool kGeneral>
+__attribute__((always_inline)) inline void adam_loop(float* p, const float* g, float* m, float* v,
+                                                     float* vmax, int64_t n, float gsign, float l2,
+                                                     float decay, float beta1,
+                                                     float one_minus_beta1, float beta2,
+                                                     float one_minus_beta2, float bc2_sqrt,
+                                                     float eps, float neg_step_size, float gscale) {
   for (int64_t i = 0; i < n; ++i) {
     float pi = p[i];
-    const float gs = gsign * (g[i] * gscale);
-    const float gi = l2 != 0.0f ? gs + l2 * pi : gs;
+    float gi = g[i] * gscale;
+    if constexpr (kGeneral) {
+      gi = gsign * gi;
+      if (l2 != 0.0f) gi = gi + l2 * pi;
+    }
     pi = pi * decay;
     const float mi = m[i] * beta1 + one_minus_beta1 * gi;
     const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
     float vu = vi;
-    if (vmax) {
-      vu = std::max(vmax[i], vi);
-      vmax[i] = vu;
+    if constexpr (kGeneral) {
+      if (vmax) {
+        vu = std::max(vmax[i], vi);
+        vmax[i] = vu;
+      }
     }
     const float denom = std::sqrt(vu) / bc2_sqrt + eps;
     pi = pi + neg_step_size * (mi / denom);
@@ -93,6 +83,23 @@ void adam_update(float* p, const float* g, float* m, float* v, float* vmax, int6
     m[i] = mi;
     v[i] = vi;
   }
+}
+
+ATTN_VMATH_CLONES
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float decay, float beta1,
+                  float one_minus_beta1, float beta2, float one_minus_beta2, float bc2_sqrt,
+                  float eps, float neg_step_size, float gscale) {
+  adam_loop<false>(p, g, m, v, nullptr, n, 1.0f, 0.0f, decay, beta1, one_minus_beta1, beta2,
+                   one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale);
+}
+
+ATTN_VMATH_CLONES
+void adam_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, float gsign,
+                 float l2, float decay, float beta1, float one_minus_beta1, float beta2,
+                 float one_minus_beta2, float bc2_sqrt, float eps, float neg_step_size,
+                 float gscale) {
+  adam_loop<true>(p, g, m, v, vmax, n, gsign, l2, decay, beta1, one_minus_beta1, beta2,
+                  one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale);
 }
 
 // One parameter's update, torch's operations in torch's order per element: d = g + wd p; then
