@@ -48,7 +48,6 @@ void check_train(const attn::tools::TrainArgs& a) {
   // part of `attn`: unknown options here).
   o.validate();
 }
-}
 
 void check_generate(const attn::tools::GenerateArgs& a) {
   FUZZ_CHECK(!a.ckpt.empty());
