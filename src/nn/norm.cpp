@@ -29,6 +29,9 @@ constexpr int64_t kMinParallelElems = 1 << 15;
 
 int threads_for(int64_t elems) { return kernels::threads_for(elems, kMinParallelElems); }
 
+// At most this many chunks of rows in LayerNorm's backward (each keeps 2 C partial sums).
+constexpr int64_t kMaxChunks = 16;
+
 // ---- LayerNorm ----------------------------------------------------------------------------------
 
 // A row's sums run in double as kLanes running sums (column c goes to sum c mod kLanes), added up
@@ -293,26 +296,29 @@ Tensor layer_norm_impl(const char* fn, const Tensor& x_in, const Tensor* res, Te
                need_b = has_b && n.needs_input_grad(2);
     const bool params = need_w || need_b;  // the kernel forms dw and db together
     if (need_x) dx = detail::make_tensor(fn, x.shape(), Dtype::Float32, false);
-    const int nt = threads_for(rows * C);
-    // Per-thread partial sums of dw and db, added up in thread order (deterministic).
-    std::vector<float> part(params ? std::size_t(nt) * 2 * std::size_t(C) : 0, 0.f);
+    // The rows are cut into chunks by the shape alone, never by the thread count: dw and db are
+    // the chunks' partial sums added up in chunk order, the same for every thread count (a split
+    // by threads gave other bits at another count). Below kMinParallelElems one chunk.
+    const int64_t chunks =
+        std::max<int64_t>(1, std::min({rows, kMaxChunks, rows * C / kMinParallelElems}));
+    const int nt = int(std::min<int64_t>(threads_for(rows * C), chunks));
+    std::vector<float> part(params ? std::size_t(chunks) * 2 * std::size_t(C) : 0, 0.f);
     const float* xp = x.data_ptr<float>();
     const float* wp = has_w ? w.data_ptr<float>() : nullptr;
     const float* gp = g.data_ptr<float>();
     float* dxp = need_x ? dx.data_ptr<float>() : nullptr;
     if (rows && C) {
-      const int64_t chunks = std::min<int64_t>(nt, rows);
       auto body = [&](int64_t t) {
         const int64_t r0 = rows * t / chunks, r1 = rows * (t + 1) / chunks;
         float* pw = part.data() + t * 2 * C;
         layer_norm_backward_rows(xp, wp, mean.data_ptr<float>(), rstd.data_ptr<float>(), gp, dxp,
                                  params ? pw : nullptr, params ? pw + C : nullptr, r0, r1, C);
       };
-      if (chunks > 1) {
-#pragma omp parallel for num_threads(int(chunks))
+      if (nt > 1) {
+#pragma omp parallel for schedule(static) num_threads(nt)
         for (int64_t t = 0; t < chunks; ++t) body(t);
       } else {
-        body(0);
+        for (int64_t t = 0; t < chunks; ++t) body(t);
       }
       if (params) {
         if (need_w) dw = detail::make_tensor(fn, {C}, Dtype::Float32);

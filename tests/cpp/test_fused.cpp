@@ -118,6 +118,29 @@ TEST(Fused, LinearGeluErrorsAreLinearsAndGelus) {
             error_of([&] { F::gelu(x, "erf"); }));
 }
 
+TEST(Fused, LayerNormGradientsAreTheSameAtEveryThreadCount) {
+  // LayerNorm's backward sums dw and db over chunks of rows cut by the shape, never by the thread
+  // count: bitwise the same at 1, 2, 3 and 5 threads (large enough to run in parallel).
+  manual_seed(5);
+  for (const Shape& s : {Shape{8, 128, 96}, Shape{3, 1000, 40}}) {
+    const int64_t C = s.back();
+    const Tensor x0 = randn(s), g = randn(s), w0 = randn({C}), b0 = randn({C});
+    std::vector<Result> results;
+    for (int threads : {1, 2, 3, 5}) {
+      ThreadCount tc(threads);
+      results.push_back(run(x0, w0, b0, g, [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+        return F::layer_norm(x, C, w, b, 1e-5);
+      }));
+    }
+    for (std::size_t i = 1; i < results.size(); ++i) {
+      EXPECT_TRUE(same_bits(results[i].y, results[0].y)) << shape_str(s) << " run " << i;
+      EXPECT_TRUE(same_bits(results[i].dx, results[0].dx)) << shape_str(s) << " run " << i;
+      EXPECT_TRUE(same_bits(results[i].dw, results[0].dw)) << shape_str(s) << " run " << i;
+      EXPECT_TRUE(same_bits(results[i].db, results[0].db)) << shape_str(s) << " run " << i;
+    }
+  }
+}
+
 TEST(Fused, AddLayerNormIsAddThenLayerNormBitForBit) {
   manual_seed(11);
   for (bool affine_bias : {true, false})
