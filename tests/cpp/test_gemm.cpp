@@ -196,12 +196,12 @@ std::vector<float> product(const Problem& p, int threads, bool hooks) {
 }
 
 TEST(Gemm, SameBitsAtEveryThreadCount) {
-  // A product is cut into pieces by its shape alone (gemm.cpp, gemm_pieces), so its bits do not
-  // depend on the thread count, whatever the BLAS does inside a piece: oneDNN's AVX2 sgemm sums
-  // the last rows of a block in an order that depends on the block's height, and a split by thread
-  // count gave other bits at 1 and 2 threads (run this test with ONEDNN_MAX_CPU_ISA=AVX2 too).
-  // Shapes of every layout with heights not a multiple of 6 or 16, K below and above oneDNN's K
-  // blocks, rows and columns split, and each with the hooks of linear_gelu.
+  // A product is cut into pieces by its shape and the machine (gemm.cpp, gemm_pieces), so its bits
+  // do not depend on the thread count, whatever the BLAS does inside a piece: oneDNN's AVX2 sgemm
+  // sums the last rows of a block in an order that depends on the block's height, and a split by
+  // thread count gave other bits at 1 and 2 threads (run this test with ONEDNN_MAX_CPU_ISA=AVX2
+  // too). Shapes of every layout with heights not a multiple of 6 or 16, K below and above oneDNN's
+  // K blocks, rows and columns split, and each with the hooks of linear_gelu.
   const int before = K::num_threads();
   const std::vector<std::array<int64_t, 3>> shapes = {
       {128, 64, 256},   {512, 64, 256}, {631, 501, 580}, {1000, 300, 700}, {33, 2000, 213},

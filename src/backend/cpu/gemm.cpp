@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <unistd.h>
 #ifdef ATTN_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
 #endif
@@ -72,19 +73,31 @@ void call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
               int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
-// How many pieces a product is cut into, from its shape alone: never from the thread count, because
-// where a piece ends changes the sums of a BLAS's sgemm (oneDNN 2.6's AVX2 kernels sum the last
-// rows of a block, and with K blocked every row, in another order depending on the block's height;
-// AVX-512's do too for some shapes), so a split by thread count gave other bits on another count.
-// The pieces are shared among however many threads there are, at most `pieces` of them. Each piece
-// packs the other operand again, about 8 / (its rows) of its time, so a piece keeps at least
-// kPieceExtent rows (columns), and there are at most kMaxPieces, a power of two so that 2, 4 or 8
-// threads share them evenly.
-constexpr int64_t kPieceExtent = 256, kMaxPieces = 8;
+// How many pieces a product is cut into: from its shape and the machine, never from the thread
+// count, because where a piece ends changes the sums of a BLAS's sgemm (oneDNN 2.6's AVX2 kernels
+// sum the last rows of a block, and with K blocked every row, in another order depending on the
+// block's height; AVX-512's do too for some shapes), so a split by thread count gave other bits at
+// another count. Every piece packs the other operand again, which costs the most when threads
+// share few pieces each, so there are as many as the machine has cores (rounded up to a power of
+// two, so that 2, 4, 8 threads share them evenly; at most 64), in whole units of 16 rows: on the
+// 2-core machines here exactly the split 2 threads made before. The pieces are shared among
+// however many threads there are; more threads than pieces are not used. The machine's core count
+// is read once (the CPUs online, not the affinity mask or OMP_NUM_THREADS), so bits depend on the
+// machine, as they do through its instruction set, but not on set_num_threads.
+int64_t machine_pieces() {
+  static const int64_t n = [] {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t p = 2;
+    while (p < cores && p < 64) p *= 2;
+    return p;
+  }();
+  return n;
+}
 
 int64_t gemm_pieces(int64_t M, int64_t N, int64_t K) {
   if (M * N * K < kParallelMacs) return 1;
-  const int64_t most = std::min(kMaxPieces, std::max(M, N) / kPieceExtent);
+  const int64_t units = (std::max(M, N) + 15) / 16;
+  const int64_t most = std::min(machine_pieces(), units);
   int64_t p = 1;
   while (p * 2 <= most) p *= 2;
   return p;

@@ -22,10 +22,10 @@ namespace attn::kernels {
 // against each other (PyTorch 1.13 on this machine runs 2.5x slower with 2 threads than with 1 for
 // the same reason). So every call runs OpenBLAS single-threaded, and a product large enough to
 // share is cut into row blocks of C (column blocks when C has few rows), one sgemm each, shared
-// among the OpenMP threads. How many blocks depends on the product's shape only (gemm.cpp,
-// gemm_pieces), never on the thread count: a BLAS may sum an element in an order that depends on
-// the height of the block it is computed in (oneDNN's AVX2 sgemm does), so a split by thread count
-// changed the bits with it. Results are the same for every thread count.
+// among the OpenMP threads. How many blocks depends on the product's shape and the machine's core
+// count only (gemm.cpp, gemm_pieces), never on the thread count: a BLAS may sum an element in an
+// order that depends on the height of the block it is computed in (oneDNN's AVX2 sgemm does), so
+// a split by thread count changed the bits with it. Results are the same for every thread count.
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
