@@ -314,12 +314,8 @@ Tensor layer_norm_impl(const char* fn, const Tensor& x_in, const Tensor* res, Te
         layer_norm_backward_rows(xp, wp, mean.data_ptr<float>(), rstd.data_ptr<float>(), gp, dxp,
                                  params ? pw : nullptr, params ? pw + C : nullptr, r0, r1, C);
       };
-      if (nt > 1) {
-#pragma omp parallel for schedule(static) num_threads(nt)
-        for (int64_t t = 0; t < chunks; ++t) body(t);
-      } else {
-        for (int64_t t = 0; t < chunks; ++t) body(t);
-      }
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+      for (int64_t t = 0; t < chunks; ++t) body(t);
       if (params) {
         if (need_w) dw = detail::make_tensor(fn, {C}, Dtype::Float32);
         if (need_b) db = detail::make_tensor(fn, {C}, Dtype::Float32);

@@ -11,10 +11,11 @@ void merge_partial(Tensor& out, Tensor& lse, const Tensor& out_p, const Tensor& 
   for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &lse, &out_p, &lse_p})
     if (t->dtype() != Dtype::Float32 || !t->is_contiguous())
       detail::fail(fn, "expected contiguous float32 tensors, got ", detail::tensor_desc(*t));
-  const int64_t BH = lse_p.size(0) * lse_p.size(1), n = lse_p.size(2), L = lse.size(2);
-  if (out.dim() != 4 || lse.dim() != 3 || out_p.dim() != 4 || lse_p.dim() != 3 ||
-      lse.size(0) * lse.size(1) != BH || out_p.size(2) != n || out_p.size(3) != out.size(3) ||
-      start < 0 || start + n > L)
+  const bool ranks = out.dim() == 4 && lse.dim() == 3 && out_p.dim() == 4 && lse_p.dim() == 3;
+  const int64_t BH = ranks ? lse_p.size(0) * lse_p.size(1) : 0, n = ranks ? lse_p.size(2) : 0;
+  const int64_t L = ranks ? lse.size(2) : 0;
+  if (!ranks || lse.size(0) * lse.size(1) != BH || out_p.size(2) != n ||
+      out_p.size(3) != out.size(3) || start < 0 || start + n > L)
     detail::fail(fn, "partial result ", detail::tensor_desc(out_p), " and ",
                  detail::tensor_desc(lse_p), " at row ", start, " do not fit ",
                  detail::tensor_desc(out), " and ", detail::tensor_desc(lse));

@@ -122,8 +122,9 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
   const bool by_rows = M >= N;
   const int64_t extent = by_rows ? M : N;
   // Piece p of the product: rows or columns [b0, b1) of C, in whole units of 16.
+  const auto bounds = [&](int64_t p) { return thread_share(extent, int(p), int(pieces), 16); };
   const auto piece = [&](int64_t p) {
-    const auto [b0, b1] = thread_share(extent, int(p), int(pieces), 16);
+    const auto [b0, b1] = bounds(p);
     if (b1 <= b0) return;
     if (by_rows) {
       const float* a = ta ? A + b0 : A + b0 * lda;
@@ -144,9 +145,8 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     const int t = omp_get_thread_num(), n = omp_get_num_threads();
     const auto [p0, p1] = thread_share(pieces, t, n);  // this thread's pieces
     if (by_rows) {
-      // Each thread runs the hooks on the rows it has just written.
-      const int64_t r0 = thread_share(M, int(p0), int(pieces), 16).first;
-      const int64_t r1 = p1 > p0 ? thread_share(M, int(p1 - 1), int(pieces), 16).second : r0;
+      // Each thread runs the hooks on the rows it has just written: its pieces' rows.
+      const int64_t r0 = bounds(p0).first, r1 = p1 > p0 ? bounds(p1 - 1).second : r0;
       if (before && r1 > r0) before(r0, r1);
       for (int64_t p = p0; p < p1; ++p) piece(p);
       if (after && r1 > r0) after(r0, r1);
