@@ -80,6 +80,14 @@ class DeviceError : public Error {
   explicit DeviceError(const std::string& what) : Error(what) {}
 };
 
+// An op that the tensors' backend does not implement for their dtype: "[layer_norm] not
+// implemented for torch.int64 tensors on cpu (it has: torch.float32)". Python sees
+// NotImplementedError (a RuntimeError), as PyTorch raises for an op a backend lacks.
+class NotImplementedError : public Error {
+ public:
+  explicit NotImplementedError(const std::string& what) : Error(what) {}
+};
+
 // "1.2 TB", "512 bytes": a byte count for messages (decimal units, as PyTorch and df print them).
 std::string bytes_str(double bytes);
 

@@ -19,6 +19,8 @@ PYBIND11_MODULE(_C, m) {
   py::register_exception<attn::IndexError>(m, "AttnIndexError", PyExc_IndexError);
   py::register_exception<attn::AllocationError>(m, "AllocationError", PyExc_RuntimeError);
   py::register_exception<attn::DeviceError>(m, "DeviceError", PyExc_RuntimeError);
+  py::register_exception<attn::NotImplementedError>(m, "AttnNotImplementedError",
+                                                    PyExc_NotImplementedError);
 
   // In dependency order: a signature names the Python class of a type registered before it.
   attn::python::register_tensor(m);

@@ -1,7 +1,7 @@
 // The CUDA runtime as the rest of attn sees it: device memory, copies and streams behind plain C++
-// signatures, so that only src/backend/cuda/cuda_runtime.cpp and the kernels (src/backend/cuda) include
-// CUDA's headers. Built without CUDA (src/backend/no_gpu/cuda_none.cpp) every function throws
-// attn::DeviceError, which callers never reach: a CUDA tensor cannot be created then.
+// signatures, so that only src/backend/cuda/cuda_runtime.cpp and the kernels (src/backend/cuda)
+// include CUDA's headers. Built without CUDA (src/backend/no_gpu/cuda_none.cpp) every function
+// throws attn::DeviceError, which callers never reach: a CUDA tensor cannot be created then.
 //
 // Errors: every CUDA call's status is checked; a failure throws attn::DeviceError naming `fn` (the
 // public function that asked) and CUDA's own message, out of memory as attn::AllocationError with

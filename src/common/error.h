@@ -32,4 +32,11 @@ template <typename... Args>
 // (tensor/internal.h), for code that has only the dtype.
 [[noreturn]] void fail_reduced(Dtype dtype, const char* fn);
 
+// Throws NotImplementedError "[layer_norm] not implemented for torch.int64 tensors on cpu (it has:
+// torch.float32)", or "(it has none of them)" when `available` is empty, and for a 2-byte float
+// where float32 is available "; call .float() to compute in float32": an op whose backend lacks
+// the dtype (backend::pick, src/backend/dispatch.h).
+[[noreturn]] void fail_unsupported(const char* op, const std::string& device, Dtype dtype,
+                                   const std::string& available);
+
 }  // namespace attn::detail

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "../ops/optim_ops.h"
 #include "../tensor/internal.h"
 #include "backend.h"
 
@@ -174,9 +175,7 @@ uint64_t fnv1a(const std::string& s) {
 }
 
 // A division per element, not a multiplication by 1/size: the rounding of torch's sum / size.
-void divide(float* p, int64_t n, int size) {
-  for (int64_t i = 0; i < n; ++i) p[i] = p[i] / float(size);
-}
+void divide(float* p, int64_t n, int size) { attn::detail::divide_host(p, n, float(size)); }
 
 int64_t bytes_of(const Tensor& t) { return t.numel() * int64_t(itemsize(t.dtype())); }
 

@@ -106,8 +106,7 @@ double ZeroAdamW::step(double max_norm) {
   // 2. The global norm: each rank's sum of squares in double, gathered bit for bit (a double
   // travels as two floats' bytes) and added in rank order.
   const int64_t mine = s.end - s.begin;
-  double sq = 0.0;
-  for (int64_t i = 0; i < mine; ++i) sq += double(s.grad_shard[i]) * double(s.grad_shard[i]);
+  double sq = attn::detail::sum_of_squares_host(s.grad_shard.data(), mine);
   std::vector<double> all(std::size_t(s.comm.size()));
   s.comm.all_gather_raw(reinterpret_cast<const float*>(&sq), reinterpret_cast<float*>(all.data()),
                         2);
@@ -117,7 +116,7 @@ double ZeroAdamW::step(double max_norm) {
   if (max_norm > 0) {
     const double coef = std::fmin(max_norm / (total + 1e-6), 1.0);
     if (coef < 1.0 || std::isnan(coef))
-      for (int64_t i = 0; i < mine; ++i) s.grad_shard[i] *= float(coef);
+      attn::detail::scale_host(s.grad_shard.data(), mine, float(coef));
   }
 
   // 3. AdamW on this rank's shard, piece by piece (each piece lies in one parameter, whose

@@ -1,7 +1,6 @@
 // Ops of nn made of two that a GPT block runs back to back, done as one pass over the data: a
 // product with its bias and GELU, and a residual add with the LayerNorm that follows it. They give
 // the floats of the two ops, so the modules use them wherever the pair occurs (MLP, Block, GPT).
-// The element-wise GELU kernels they share with functional::gelu are here too.
 #pragma once
 
 #include <attn/nn.h>
@@ -11,25 +10,15 @@
 
 namespace attn::nn {
 
-namespace pointwise {
-// Whether `approximate` asks for GELU's tanh form: true for "tanh", false for "none"; anything
-// else throws attn::Error from `fn` ("approximate must be 'none' or 'tanh', got '...'").
-bool gelu_tanh(const std::string& approximate, const char* fn);
-// y = GELU(x) over n floats; with `aux`, Phi(x) (or the tanh form's tanh) for gelu_bwd. y may be x.
-void gelu_fwd(const float* x, float* y, float* aux, int64_t n, bool tanh_approx);
-// dx = g GELU'(x) from x and gelu_fwd's aux.
-void gelu_bwd(const float* x, const float* aux, const float* g, float* dx, int64_t n,
-              bool tanh_approx);
-}  // namespace pointwise
-
 namespace fused {
 
 // functional::gelu(functional::linear(x, weight, bias), approximate), its arguments checked by the
-// same rules with the same messages. The bias is added and the GELU applied by each thread to the
-// rows it has just multiplied, in the product's parallel region. Recorded as one node,
-// "LinearGeluBackward" (inputs x, weight, bias), whose backward forms GELU's gradient and the
-// bias's column sums in one parallel region, then the two products of linear's backward. Products
-// small enough for linear's plain loop, and 1-D inputs, are the two ops as they are.
+// same rules with the same messages (the op of src/ops/layer_ops.h). The bias is added and the
+// GELU applied by each thread to the rows it has just multiplied, in the product's parallel
+// region. Recorded as one node, "LinearGeluBackward" (inputs x, weight, bias), whose backward forms
+// GELU's gradient and the bias's column sums in one parallel region, then the two products of
+// linear's backward. Products small enough for linear's plain loop, and 1-D inputs, are the two ops
+// as they are.
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias,
                    const std::string& approximate);
 

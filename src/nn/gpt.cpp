@@ -8,6 +8,7 @@
 #include <functional>
 #include <utility>
 
+#include "../ops/sampling_ops.h"
 #include "../tensor/internal.h"
 #include "fused.h"
 
@@ -282,7 +283,7 @@ Tensor GPT::generate(const Tensor& idx_in, const GenerateOptions& opt, Generator
   NoGradGuard no_grad;
   Generator& g = gen ? *gen : default_generator();
   const GPTConfig& c = config_;
-  const int64_t B = idx_in.size(0), V = c.vocab_size;
+  const int64_t B = idx_in.size(0);
   // The sequences so far, row-major (B, len).
   std::vector<std::vector<int64_t>> seq(static_cast<std::size_t>(B));
   {
@@ -301,8 +302,6 @@ Tensor GPT::generate(const Tensor& idx_in, const GenerateOptions& opt, Generator
     return t;
   };
   KVCache cache;
-  std::vector<float> probs(static_cast<std::size_t>(V));
-  std::vector<float> top;  // top_k: a copy of one row of logits, partly ordered
   for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
     const int64_t len = int64_t(seq[0].size());
     Tensor logits;  // (B, V): the last position's
@@ -317,48 +316,8 @@ Tensor GPT::generate(const Tensor& idx_in, const GenerateOptions& opt, Generator
       logits = forward(window(std::max<int64_t>(0, len - c.block_size)));
     }
     logits = logits.select(1, logits.size(1) - 1).contiguous();
-    Tensor next = detail::make_tensor({B, 1}, Dtype::Int64, false);
-    for (int64_t b = 0; b < B; ++b) {
-      const float* lr = logits.data_ptr<float>() + b * V;
-      // top_k: keep the logits >= the k-th largest (ties kept, as nanoGPT's filter).
-      for (int64_t v = 0; v < V; ++v)  // (NaN would also break nth_element's ordering)
-        if (std::isnan(lr[v])) fail(fn, "the model produced non-finite logits at step ", step);
-      float threshold = -INFINITY;
-      if (opt.top_k > 0 && opt.top_k < V) {  // the k-th largest value, on a copy of the values
-        top.assign(lr, lr + V);
-        std::nth_element(top.begin(), top.begin() + (opt.top_k - 1), top.end(),
-                         std::greater<float>());
-        threshold = top[std::size_t(opt.top_k - 1)];
-      }
-      double m = -INFINITY;
-      for (int64_t v = 0; v < V; ++v)
-        if (lr[v] >= threshold) m = std::max(m, double(lr[v]) / opt.temperature);
-      double total = 0.0;
-      for (int64_t v = 0; v < V; ++v) {
-        const double p = lr[v] >= threshold ? std::exp(double(lr[v]) / opt.temperature - m) : 0.0;
-        probs[std::size_t(v)] = float(p);
-        total += p;
-      }
-      if (!(total > 0.0) || !std::isfinite(total))
-        fail(fn, "the model produced non-finite logits at step ", step);
-      // Inverse-CDF sampling with one 53-bit uniform draw.
-      uint64_t draw;
-      {
-        std::lock_guard<std::mutex> lock(g.mutex());
-        draw = g.random64();
-      }
-      const double u = double(draw >> 11) * (1.0 / 9007199254740992.0) * total;
-      double acc = 0.0;
-      int64_t pick = -1;
-      for (int64_t v = 0; v < V; ++v) {
-        if (probs[std::size_t(v)] <= 0.f) continue;
-        acc += double(probs[std::size_t(v)]);
-        pick = v;
-        if (u < acc) break;
-      }
-      next.data_ptr<int64_t>()[b] = pick;
-      seq[std::size_t(b)].push_back(pick);
-    }
+    const Tensor next = detail::sample_tokens(logits, opt.temperature, opt.top_k, g, fn, step);
+    for (int64_t b = 0; b < B; ++b) seq[std::size_t(b)].push_back(next.data_ptr<int64_t>()[b]);
     if (on_token) on_token(next.reshape({B}));
   }
   return window(0);

@@ -11,10 +11,10 @@
 #include <cstring>
 #include <utility>
 
+#include "../backend/cpu/finite.h"
 #include "../backend/cpu/sdpa_fused.h"
 #include "../backend/cpu/sdpa_reference.h"
 #include "../backend/cpu/threads.h"
-#include "../backend/cpu/vmath.h"
 #include "../backend/cpu/workspace.h"
 #include "../tensor/internal.h"
 #include "attention_internal.h"
@@ -58,19 +58,6 @@ Shape broadcast3(const Shape& a, const Shape& b, const Shape& c, const Tensor& q
   }
 }
 
-// Whether n contiguous floats are all finite: the exponent bits of each, OR-ed over the run
-// (vectorises; an AVX-512 and an AVX2 version besides the baseline's SSE2).
-ATTN_VMATH_CLONES
-bool run_finite(const float* r, int64_t n) {
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, r + i, sizeof u);
-    bad |= uint32_t((u & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0;
-}
-
 // Whether every element of a float32 tensor is finite (no inf, no NaN). Reads each element once
 // (dims of stride 0, i.e. broadcast ones, once in total); the inner loop over a contiguous run
 // tests the exponent bits and vectorises.
@@ -86,7 +73,7 @@ bool all_finite(const Tensor& t) {
   if (s == 1)
     while (inner > 0 && (t.stride(inner - 1) == n || t.size(inner - 1) == 1)) n *= t.size(--inner);
   auto row_ok = [n, s](const float* r) {
-    if (s == 1) return run_finite(r, n);
+    if (s == 1) return kernels::all_finite(r, n);
     uint32_t bad = 0;
     for (int64_t i = 0; i < n; ++i) bad |= uint32_t(!std::isfinite(r[i * s]));
     return bad == 0;
@@ -105,7 +92,7 @@ bool all_finite(const Tensor& t) {
   const int nt = kernels::threads_for(rows * n);
   if (rows == 1 && s == 1) {
     kernels::parallel_ranges(n, nt, [&](int64_t i0, int64_t i1) {
-      if (!run_finite(base + i0, i1 - i0)) ok = false;
+      if (!kernels::all_finite(base + i0, i1 - i0)) ok = false;
     });
     return ok;
   }

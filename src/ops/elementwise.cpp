@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../backend/cpu/isa.h"
 #include "../backend/cpu/threads.h"
 #include "../backend/cpu/vmath.h"
 #include "../tensor/internal.h"
@@ -320,8 +321,8 @@ enum class FloatOp { kAdd, kSub, kRSub, kMul, kDiv, kRDiv };  // kR*: b op a
 // temporary when an input overlaps `out` any other way), so no element is read after an earlier
 // iteration wrote it: ATTN_IVDEP lets the compiler vectorise without its run-time overlap test,
 // which fails for o == a.
-ATTN_VMATH_CLONES void float_binary(FloatOp op, const float* a, const float* b, float* o,
-                                    int64_t n) {
+ATTN_ISA_INLINE void float_binary_body(FloatOp op, const float* a, const float* b, float* o,
+                                       int64_t n) {
   switch (op) {
     case FloatOp::kAdd:
       ATTN_IVDEP
@@ -349,6 +350,9 @@ ATTN_VMATH_CLONES void float_binary(FloatOp op, const float* a, const float* b, 
       break;
   }
 }
+ATTN_ISA_VARIANTS(void, float_binary,
+                  (FloatOp op, const float* a, const float* b, float* o, int64_t n),
+                  (op, a, b, o, n))
 
 // float_binary over n elements of `a` against `b`, either as long as `a` or (b_rep) nb elements
 // repeated. Parallel above kernels::threads_for's size: each thread a contiguous range of the

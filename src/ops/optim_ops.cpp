@@ -71,6 +71,10 @@ void adamw_update_host(float* p, const float* g, float* m, float* v, int64_t n, 
                         float(eps), float(-step_size), 1.0f);
 }
 
+void scale_host(float* x, int64_t n, float coef) { kernels::scale(x, n, coef); }
+void divide_host(float* x, int64_t n, float d) { kernels::divide(x, n, d); }
+double sum_of_squares_host(const float* x, int64_t n) { return kernels::sum_of_squares(x, n); }
+
 void fused_sgd_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& buf, float gsign,
                 float wd, float momentum, float one_minus_dampening, bool nesterov, bool first,
                 float neg_lr) {

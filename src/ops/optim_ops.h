@@ -29,6 +29,13 @@ void fused_adam_(const char* fn, const std::vector<AdamUpdate>& updates, float g
 void adamw_update_host(float* p, const float* g, float* m, float* v, int64_t n, int64_t step,
                        double lr, double beta1, double beta2, double eps, double weight_decay);
 
+// Host arrays of the distributed code (ZeRO-1's shards, a received average): x *= coef;
+// x = x / d per element (the rounding of torch's sum / size); the sum of squares in double, in
+// order.
+void scale_host(float* x, int64_t n, float coef);
+void divide_host(float* x, int64_t n, float d);
+double sum_of_squares_host(const float* x, int64_t n);
+
 // SGD's update of one parameter (kernels::sgd_update); buf undefined without momentum.
 void fused_sgd_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& buf, float gsign,
                 float wd, float momentum, float one_minus_dampening, bool nesterov, bool first,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../ops/finite_ops.h"
 #include "train_internal.h"
 
 namespace attn::train::detail {
@@ -31,32 +32,8 @@ std::string bad_loss_str(double v) { return std::isnan(v) ? "nan" : strf("%g", v
 
 namespace {
 
-// The non-finite values of one float32 tensor: how many, and the first (flat index and value).
-struct NonFiniteCount {
-  int64_t count = 0, numel = 0, first = -1;
-  float value = 0;
-};
-
-NonFiniteCount count_nonfinite(const Tensor& t) {
-  NonFiniteCount r;
-  if (!t.defined() || t.dtype() != Dtype::Float32) return r;
-  const Tensor c = t.contiguous();
-  const float* p = c.data_ptr<float>();
-  r.numel = c.numel();
-  // Exponent bits all ones: inf or NaN. Integer operations, so the loop vectorises.
-  uint32_t any = 0;
-  for (int64_t i = 0; i < r.numel; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, p + i, 4);
-    any |= uint32_t((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  if (!any) return r;
-  for (int64_t i = 0; i < r.numel; ++i) {
-    if (std::isfinite(p[i])) continue;
-    if (r.count++ == 0) r.first = i, r.value = p[i];
-  }
-  return r;
-}
+using attn::detail::count_nonfinite;
+using attn::detail::NonFiniteCount;
 
 // "3 of 4096 values, the first inf at [2, 17]".
 std::string describe_nonfinite(const NonFiniteCount& c, const Shape& shape) {

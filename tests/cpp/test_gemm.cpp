@@ -21,7 +21,7 @@
 namespace {
 
 namespace K = attn::kernels;
-using K::FusedIsa;
+using K::Isa;
 
 std::vector<float> values(int64_t n, uint32_t seed) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -79,23 +79,22 @@ void check(const Problem& p, std::vector<float>* out = nullptr) {
 
 class IsaScope {
  public:
-  explicit IsaScope(FusedIsa isa) : before_(K::fused_isa()), ok_(K::set_fused_isa(isa)) {}
-  ~IsaScope() { K::set_fused_isa(before_); }
+  explicit IsaScope(Isa isa) : before_(K::active_isa()), ok_(K::set_isa(isa)) {}
+  ~IsaScope() { K::set_isa(before_); }
   bool ok() const { return ok_; }
 
  private:
-  FusedIsa before_;
+  Isa before_;
   bool ok_;
 };
 
 TEST(GemmFewRows, EveryInstructionSetAgainstDouble) {
   int tried = 0;
-  for (FusedIsa isa :
-       {FusedIsa::Scalar, FusedIsa::Avx2, FusedIsa::Avx512, FusedIsa::Neon, FusedIsa::Sve}) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Sve}) {
     IsaScope scope(isa);
     if (!scope.ok()) continue;
     ++tried;
-    SCOPED_TRACE(K::fused_isa_name(isa));
+    SCOPED_TRACE(K::isa_name(isa));
     // K around every multiple of the vector widths (4, 8, 16 lanes; 4 accumulators).
     for (int64_t k : {1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 768})
       for (int64_t n : {1, 2, 5, 17})
@@ -138,11 +137,10 @@ TEST(GemmFewRows, ARowDoesNotDependOnTheOtherRows) {
   // instruction set, sums each element in the same order.
   const int64_t N = 300, K = 203;
   const std::vector<float> X = values(K::kGemmRowsMax * K, 7), B = values(N * K, 8);
-  for (FusedIsa isa :
-       {FusedIsa::Scalar, FusedIsa::Avx2, FusedIsa::Avx512, FusedIsa::Neon, FusedIsa::Sve}) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Sve}) {
     IsaScope scope(isa);
     if (!scope.ok()) continue;
-    SCOPED_TRACE(K::fused_isa_name(isa));
+    SCOPED_TRACE(K::isa_name(isa));
     std::vector<float> alone(size_t(K::kGemmRowsMax * N));
     for (int64_t m = 0; m < K::kGemmRowsMax; ++m)
       K::gemm_rows(1, N, K, 1.0f, X.data() + m * K, K, B.data(), K, 0.0f, alone.data() + m * N, N);

@@ -724,7 +724,7 @@ TEST(Layers, LinearErrors) {
       [&] {
         F::linear(attn::zeros({2, 3}), attn::zeros({2, 3}), attn::zeros({2}, Dtype::Int64));
       },
-      "linear", "bias must be float32");
+      "linear", "bias must have the input's dtype torch.float32, got torch.int64");
 }
 
 // ---- the seeds' attention modules ---------------------------------------------------------------

@@ -302,7 +302,7 @@ Grads run_reference(Problem& pb) {
   k::sdpa_reference_backward(backward_params(pb, g));
   return g;
 }
-Grads run_fused(Problem& pb, k::FusedIsa isa = k::FusedIsa::Auto) {
+Grads run_fused(Problem& pb, k::Isa isa = k::Isa::Auto) {
   Grads g(pb.c);
   k::sdpa_fused_backward(backward_params(pb, g), isa);
   return g;
@@ -526,11 +526,11 @@ void expect_close_to_reference(Problem& pb, const Grads& got, const Grads& ref, 
 }
 
 // Every instruction set this CPU has runs every case.
-const std::pair<k::FusedIsa, const char*> kIsas[] = {{k::FusedIsa::Scalar, "scalar"},
-                                                     {k::FusedIsa::Avx2, "avx2"},
-                                                     {k::FusedIsa::Avx512, "avx512"},
-                                                     {k::FusedIsa::Neon, "neon"},
-                                                     {k::FusedIsa::Sve, "sve"}};
+const std::pair<k::Isa, const char*> kIsas[] = {{k::Isa::Scalar, "scalar"},
+                                                {k::Isa::Avx2, "avx2"},
+                                                {k::Isa::Avx512, "avx512"},
+                                                {k::Isa::Neon, "neon"},
+                                                {k::Isa::Sve, "sve"}};
 
 class SdpaFusedBackwardTable : public ::testing::TestWithParam<Case> {};
 
@@ -538,7 +538,7 @@ TEST_P(SdpaFusedBackwardTable, Gradients) {
   Problem pb(GetParam());
   const Grads ref = run_reference(pb), naive = run_naive_fp32(pb);
   for (auto [isa, name] : kIsas) {
-    if (!k::fused_isa_supported(isa)) continue;
+    if (!k::isa_supported(isa)) continue;
     Grads got = run_fused(pb, isa);
     expect_close_to_reference(pb, got, ref, naive, name);
   }
@@ -655,7 +655,7 @@ TEST(SdpaFusedBackward, FullyMaskedRowsGiveZeroGradients) {
   c.causal = true, c.bottom_right = true;  // rows 0..3 see nothing
   c.kpad = true;                           // batch 1 sees nothing at all
   Problem pb(c);
-  for (auto isa : {k::FusedIsa::Scalar, k::FusedIsa::Auto}) {
+  for (auto isa : {k::Isa::Scalar, k::Isa::Auto}) {
     Grads g = run_fused(pb, isa);
     Grads r = run_reference(pb);
     for (int64_t h = 0; h < c.H; ++h)
@@ -720,9 +720,9 @@ TEST(SdpaFusedBackward, ScalarAndSimdAgree) {
   // gradients' scale of each other (each is also checked against the reference in the table).
   for (Case c : {fused_cases()[5], fused_cases()[12], fused_cases().back()}) {
     Problem pb(c);
-    Grads scalar = run_fused(pb, k::FusedIsa::Scalar);
+    Grads scalar = run_fused(pb, k::Isa::Scalar);
     for (auto [isa, name] : kIsas) {
-      if (isa == k::FusedIsa::Scalar || !k::fused_isa_supported(isa)) continue;
+      if (isa == k::Isa::Scalar || !k::isa_supported(isa)) continue;
       Grads simd = run_fused(pb, isa);
       for (auto [a, b] :
            {std::pair{&scalar.dq, &simd.dq}, {&scalar.dk, &simd.dk}, {&scalar.dv, &simd.dv}}) {

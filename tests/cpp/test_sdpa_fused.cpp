@@ -30,7 +30,7 @@
 namespace {
 
 namespace K = attn::kernels;
-using K::FusedIsa;
+using K::Isa;
 
 constexpr float kInfF = std::numeric_limits<float>::infinity();
 
@@ -223,15 +223,15 @@ Result run_reference(const Problem& pr) {
   return {pr.canonical(out), lse};
 }
 
-Result run_fused(const Problem& pr, FusedIsa isa = FusedIsa::Auto) {
+Result run_fused(const Problem& pr, Isa isa = Isa::Auto) {
   std::vector<float> out(size_t(pr.out_size), -7.0f),
       lse(size_t(std::max<int64_t>(pr.c.B * pr.c.H * pr.c.L_q, 1)));
   K::SdpaParams p = pr.p;
   p.out = out.data(), p.lse = lse.data();
-  const FusedIsa before = K::fused_isa();
-  EXPECT_TRUE(K::set_fused_isa(isa));
+  const Isa before = K::active_isa();
+  EXPECT_TRUE(K::set_isa(isa));
   K::sdpa_fused_forward(p);
-  K::set_fused_isa(before);
+  K::set_isa(before);
   return {pr.canonical(out), lse};
 }
 
@@ -301,11 +301,10 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-std::vector<FusedIsa> supported_isas() {
-  std::vector<FusedIsa> r;
-  for (FusedIsa isa :
-       {FusedIsa::Scalar, FusedIsa::Avx2, FusedIsa::Avx512, FusedIsa::Neon, FusedIsa::Sve})
-    if (K::fused_isa_supported(isa)) r.push_back(isa);
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> r;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Sve})
+    if (K::isa_supported(isa)) r.push_back(isa);
   return r;
 }
 
@@ -436,8 +435,8 @@ TEST_P(FusedVsReference, EveryInstructionSet) {
   double lse_scale = 1;
   for (float x : ref.lse)
     if (std::isfinite(x)) lse_scale = std::max(lse_scale, double(std::abs(x)));
-  for (FusedIsa isa : supported_isas()) {
-    SCOPED_TRACE(K::fused_isa_name(isa));
+  for (Isa isa : supported_isas()) {
+    SCOPED_TRACE(K::isa_name(isa));
     const Result f = run_fused(pr, isa);
     for (size_t r = 0; r < ref.lse.size() && c.B * c.H * c.L_q > 0; ++r) {
       ASSERT_FALSE(std::isnan(f.lse[r])) << "lse row " << r;
@@ -474,67 +473,67 @@ TEST(FusedDeterminism, OneAndTwoThreadsBitwiseIdentical) {
                         with(mk(2, 6, 6, 1, 3000, 64, 64), [](Case& x) { x.dropout = 0.1; })}) {
     SCOPED_TRACE(c.name());
     const Problem pr(c, 7);
-    for (FusedIsa isa : supported_isas()) {
+    for (Isa isa : supported_isas()) {
       omp_set_num_threads(1);
       const Result one = run_fused(pr, isa);
       omp_set_num_threads(2);
       const Result two = run_fused(pr, isa);
       omp_set_num_threads(threads);
       EXPECT_EQ(0, std::memcmp(one.out.data(), two.out.data(), one.out.size() * sizeof(float)))
-          << K::fused_isa_name(isa);
+          << K::isa_name(isa);
       EXPECT_EQ(0, std::memcmp(one.lse.data(), two.lse.data(), one.lse.size() * sizeof(float)))
-          << K::fused_isa_name(isa);
+          << K::isa_name(isa);
     }
   }
 }
 
 TEST(FusedIsaChoice, AutoPicksTheWidestInstructionSet) {
-  const FusedIsa before = K::fused_isa();
-  ASSERT_TRUE(K::set_fused_isa(FusedIsa::Auto));
+  const Isa before = K::active_isa();
+  ASSERT_TRUE(K::set_isa(Isa::Auto));
   const char* cap = std::getenv("ATTN_CPU_ISA");
   if (cap && *cap) {  // the cap, when this CPU has it
-    EXPECT_STREQ(K::fused_isa_name(K::fused_isa()), cap);
-    K::set_fused_isa(before);
+    EXPECT_STREQ(K::isa_name(K::active_isa()), cap);
+    K::set_isa(before);
     return;
   }
-  const FusedIsa want =
+  const Isa want =
 #if defined(__aarch64__)
-      K::fused_isa_supported(FusedIsa::Sve) ? FusedIsa::Sve : FusedIsa::Neon;
+      K::isa_supported(Isa::Sve) ? Isa::Sve : Isa::Neon;
 #else
-      K::fused_isa_supported(FusedIsa::Avx512) ? FusedIsa::Avx512
-      : K::fused_isa_supported(FusedIsa::Avx2) ? FusedIsa::Avx2
-                                               : FusedIsa::Scalar;
+      K::isa_supported(Isa::Avx512) ? Isa::Avx512
+      : K::isa_supported(Isa::Avx2) ? Isa::Avx2
+                                    : Isa::Scalar;
 #endif
-  EXPECT_EQ(K::fused_isa(), want) << K::fused_isa_name(K::fused_isa());
-  EXPECT_FALSE(K::set_fused_isa(
+  EXPECT_EQ(K::active_isa(), want) << K::isa_name(K::active_isa());
+  EXPECT_FALSE(K::set_isa(
 #if defined(__aarch64__)
-      FusedIsa::Avx2
+      Isa::Avx2
 #else
-      FusedIsa::Neon
+      Isa::Neon
 #endif
       ))
       << "an instruction set of another architecture is refused";
-  K::set_fused_isa(before);
+  K::set_isa(before);
 }
 
 TEST(FusedIsaChoice, ScalarFallbackAgreesWithVectorPaths) {
   // The portable build and the vector builds run the same algorithm; they differ only by FMA
   // contraction and the order of a few roundings.
-  EXPECT_TRUE(K::set_fused_isa(FusedIsa::Scalar));
-  EXPECT_EQ(K::fused_isa(), FusedIsa::Scalar);
-  EXPECT_TRUE(K::set_fused_isa(FusedIsa::Auto));
-  EXPECT_NE(K::fused_isa(), FusedIsa::Auto);
+  EXPECT_TRUE(K::set_isa(Isa::Scalar));
+  EXPECT_EQ(K::active_isa(), Isa::Scalar);
+  EXPECT_TRUE(K::set_isa(Isa::Auto));
+  EXPECT_NE(K::active_isa(), Isa::Auto);
   for (const Case& c :
        {mk(1, 2, 2, 129, 150, 64, 64), with(mk(2, 4, 2, 65, 100, 32, 16), [](Case& x) {
           x.causal = Causal::TopLeft, x.dropout = 0.2, x.mask = Mask::FloatFull;
         })}) {
     SCOPED_TRACE(c.name());
     const Problem pr(c, 9);
-    const Result s = run_fused(pr, FusedIsa::Scalar);
-    for (FusedIsa isa : supported_isas()) {
+    const Result s = run_fused(pr, Isa::Scalar);
+    for (Isa isa : supported_isas()) {
       const Result f = run_fused(pr, isa);
-      EXPECT_LE(max_abs_diff(s.out, f.out), 2e-6) << K::fused_isa_name(isa);
-      EXPECT_LE(max_abs_diff(s.lse, f.lse), 2e-6) << K::fused_isa_name(isa);
+      EXPECT_LE(max_abs_diff(s.out, f.out), 2e-6) << K::isa_name(isa);
+      EXPECT_LE(max_abs_diff(s.lse, f.lse), 2e-6) << K::isa_name(isa);
     }
   }
 }
@@ -544,10 +543,10 @@ TEST(FusedExp2, WithinTwoUlpEverywhere) {
   for (int64_t t = 0; t <= 2000000; ++t) x.push_back(float(-126.0 + 253.0 * double(t) / 2000000.0));
   for (float s : {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, 1e-8f, -1e-8f, 127.0f, -126.0f})
     x.push_back(s);
-  const FusedIsa before = K::fused_isa();
-  for (FusedIsa isa : supported_isas()) {
-    SCOPED_TRACE(K::fused_isa_name(isa));
-    ASSERT_TRUE(K::set_fused_isa(isa));
+  const Isa before = K::active_isa();
+  for (Isa isa : supported_isas()) {
+    SCOPED_TRACE(K::isa_name(isa));
+    ASSERT_TRUE(K::set_isa(isa));
     std::vector<float> y(x.size());
     K::fused_exp2(x.data(), y.data(), int64_t(x.size()));
     double worst = 0;
@@ -559,7 +558,7 @@ TEST(FusedExp2, WithinTwoUlpEverywhere) {
       if (err > worst) worst = err, worst_x = x[t];
     }
     EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
-    RecordProperty(std::string("max_ulp_") + K::fused_isa_name(isa), std::to_string(worst));
+    RecordProperty(std::string("max_ulp_") + K::isa_name(isa), std::to_string(worst));
     // Exact and special values.
     const float sp[] = {0.0f, -kInfF, -127.0f, -200.0f, -1e30f, std::nanf("")};
     float r[6];
@@ -571,7 +570,7 @@ TEST(FusedExp2, WithinTwoUlpEverywhere) {
     EXPECT_EQ(r[4], 0.0f);
     EXPECT_TRUE(std::isnan(r[5]));
   }
-  K::set_fused_isa(before);
+  K::set_isa(before);
 }
 
 // ---- dropout: the same mask as the reference, and its statistics
@@ -606,7 +605,7 @@ TEST(FusedDropout, SameMaskAsTheReferenceExactly) {
                         })}) {
     SCOPED_TRACE(c.name());
     OneHot oh(c, 5);
-    for (FusedIsa isa : supported_isas()) {
+    for (Isa isa : supported_isas()) {
       const Result f = run_fused(oh.pr, isa);
       ASSERT_EQ(f.out.size(), oh.ref_weights.size());
       int64_t mismatches = 0;
@@ -614,7 +613,7 @@ TEST(FusedDropout, SameMaskAsTheReferenceExactly) {
         mismatches += (f.out[t] == 0.0f) != (oh.ref_weights[t] == 0.0f);
         EXPECT_NEAR(f.out[t], oh.ref_weights[t], 1e-5 * (1 + oh.ref_weights[t]));
       }
-      EXPECT_EQ(mismatches, 0) << K::fused_isa_name(isa);
+      EXPECT_EQ(mismatches, 0) << K::isa_name(isa);
     }
   }
 }
@@ -666,9 +665,9 @@ TEST(FusedEdge, NaNPropagatesLikeTheReference) {
     Case c = mk(1, 1, 1, L_q, 20, 8, 4);
     Problem pr(c, 3);
     pr.q[0] = std::nanf("");  // row 0 of q: its scores, its output and its lse are NaN
-    for (FusedIsa isa : supported_isas()) {
+    for (Isa isa : supported_isas()) {
       const Result f = run_fused(pr, isa);
-      EXPECT_TRUE(std::isnan(f.out[0])) << "L_q " << L_q << " " << K::fused_isa_name(isa);
+      EXPECT_TRUE(std::isnan(f.out[0])) << "L_q " << L_q << " " << K::isa_name(isa);
       EXPECT_TRUE(std::isnan(f.lse[0]));
       for (size_t t = 4; t < f.out.size(); ++t) ASSERT_FALSE(std::isnan(f.out[t]));
     }
@@ -682,9 +681,8 @@ TEST(FusedEdge, LongRowsAndManyTiles) {
   const Problem pr(c, 13);
   const Result ref = run_reference(pr), n32 = run_naive_fp32(pr);
   const double err32 = max_abs_diff(n32.out, ref.out);
-  for (FusedIsa isa : supported_isas())
-    EXPECT_LE(max_abs_diff(run_fused(pr, isa).out, ref.out), 2 * err32 + 1e-6)
-        << K::fused_isa_name(isa);
+  for (Isa isa : supported_isas())
+    EXPECT_LE(max_abs_diff(run_fused(pr, isa).out, ref.out), 2 * err32 + 1e-6) << K::isa_name(isa);
 }
 
 // ---- the Tensor-level entry points

@@ -141,6 +141,24 @@ def test_value_error_where_torch_raises_runtime_error():
         assert str(info.value).startswith("[")
 
 
+def test_not_implemented_where_torch_lacks_the_kernel():
+    """An op whose backend lacks the dtype: torch raises RuntimeError ("... not implemented for
+    'Long'"); attn raises NotImplementedError (a RuntimeError) naming the op, the dtype, the
+    device and what the device has."""
+    cases = [
+        ("gelu", lambda m: m.nn.functional.gelu(m.ones(2, 3, dtype=m.int64))),
+        ("layer_norm", lambda m: m.nn.functional.layer_norm(m.ones(2, 3, dtype=m.int64), (3,))),
+    ]
+    for fn, case in cases:
+        with pytest.raises(RuntimeError):
+            case(torch)
+        with pytest.raises(NotImplementedError) as info:
+            case(attn)
+        assert isinstance(info.value, RuntimeError)
+        assert str(info.value) == ("[%s] not implemented for torch.int64 tensors on cpu "
+                                   "(it has: torch.float32)" % fn)
+
+
 def _cli():
     """The attn binary next to the Python module of this build (build*/attn), or None."""
     build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(attn.__file__))))

@@ -49,15 +49,14 @@ using V = simd::Neon;
 
 void gemm_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int64_t ldx,
                const float* B, int64_t ldb, float beta, float* Y, int64_t ldy) {
-  switch (fused_isa()) {
+  switch (active_isa()) {
 #if ATTN_SIMD_X86
-    case FusedIsa::Avx512:
-      return rows_avx512::rows_times(M, N, K, alpha, X, ldx, B, ldb, beta, Y, ldy);
-    case FusedIsa::Avx2: return rows_avx2::rows_times(M, N, K, alpha, X, ldx, B, ldb, beta, Y, ldy);
+    case Isa::Avx512: return rows_avx512::rows_times(M, N, K, alpha, X, ldx, B, ldb, beta, Y, ldy);
+    case Isa::Avx2: return rows_avx2::rows_times(M, N, K, alpha, X, ldx, B, ldb, beta, Y, ldy);
 #endif
 #if ATTN_SIMD_NEON
-    case FusedIsa::Neon:
-    case FusedIsa::Sve: return rows_neon::rows_times(M, N, K, alpha, X, ldx, B, ldb, beta, Y, ldy);
+    case Isa::Neon:
+    case Isa::Sve: return rows_neon::rows_times(M, N, K, alpha, X, ldx, B, ldb, beta, Y, ldy);
 #endif
     default: return rows_scalar::rows_times(M, N, K, alpha, X, ldx, B, ldb, beta, Y, ldy);
   }

@@ -14,7 +14,7 @@ inline constexpr int64_t kGemmRowsMax = 8;
 
 // Y[m * ldy + n] = alpha * sum_k X[m * ldx + k] * B[n * ldb + k] + beta * Y[m * ldy + n] for
 // m < M, n < N (Y is not read when beta is 0). Runs on the calling thread, with the instruction
-// set of fused_isa() (NEON where that is SVE). Each element is summed in an order that depends
+// set of active_isa() (NEON where that is SVE). Each element is summed in an order that depends
 // only on K: not on M, N, the other rows, or where B starts (so not on how sgemm splits the work).
 void gemm_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int64_t ldx,
                const float* B, int64_t ldb, float beta, float* Y, int64_t ldy);

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "dot.h"
+#include "isa.h"
 #include "vmath.h"
 
 namespace attn::kernels {
@@ -85,30 +86,42 @@ __attribute__((always_inline)) inline void adam_loop(float* p, const float* g, f
   }
 }
 
-ATTN_VMATH_CLONES
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float decay, float beta1,
-                  float one_minus_beta1, float beta2, float one_minus_beta2, float bc2_sqrt,
-                  float eps, float neg_step_size, float gscale) {
+ATTN_ISA_INLINE void adamw_update_body(float* p, const float* g, float* m, float* v, int64_t n,
+                                       float decay, float beta1, float one_minus_beta1, float beta2,
+                                       float one_minus_beta2, float bc2_sqrt, float eps,
+                                       float neg_step_size, float gscale) {
   adam_loop<false>(p, g, m, v, nullptr, n, 1.0f, 0.0f, decay, beta1, one_minus_beta1, beta2,
                    one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale);
 }
+ATTN_ISA_VARIANTS(void, adamw_update,
+                  (float* p, const float* g, float* m, float* v, int64_t n, float decay,
+                   float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
+                   float bc2_sqrt, float eps, float neg_step_size, float gscale),
+                  (p, g, m, v, n, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt,
+                   eps, neg_step_size, gscale))
 
-ATTN_VMATH_CLONES
-void adam_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, float gsign,
-                 float l2, float decay, float beta1, float one_minus_beta1, float beta2,
-                 float one_minus_beta2, float bc2_sqrt, float eps, float neg_step_size,
-                 float gscale) {
+ATTN_ISA_INLINE void adam_update_body(float* p, const float* g, float* m, float* v, float* vmax,
+                                      int64_t n, float gsign, float l2, float decay, float beta1,
+                                      float one_minus_beta1, float beta2, float one_minus_beta2,
+                                      float bc2_sqrt, float eps, float neg_step_size,
+                                      float gscale) {
   adam_loop<true>(p, g, m, v, vmax, n, gsign, l2, decay, beta1, one_minus_beta1, beta2,
                   one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale);
 }
+ATTN_ISA_VARIANTS(void, adam_update,
+                  (float* p, const float* g, float* m, float* v, float* vmax, int64_t n,
+                   float gsign, float l2, float decay, float beta1, float one_minus_beta1,
+                   float beta2, float one_minus_beta2, float bc2_sqrt, float eps,
+                   float neg_step_size, float gscale),
+                  (p, g, m, v, vmax, n, gsign, l2, decay, beta1, one_minus_beta1, beta2,
+                   one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale))
 
 // One parameter's update, torch's operations in torch's order per element: d = g + wd p; then
 // with momentum buf = momentum buf + (1 - dampening) d (or buf = d when `first`), d = nesterov ?
 // d + momentum buf : buf; p = p - lr d (p + (-lr) d).
-ATTN_VMATH_CLONES
-void sgd_update(float* p, const float* g, float* buf, int64_t n, float gsign, float wd,
-                float momentum, float one_minus_dampening, bool nesterov, bool first,
-                float neg_lr) {
+ATTN_ISA_INLINE void sgd_update_body(float* p, const float* g, float* buf, int64_t n, float gsign,
+                                     float wd, float momentum, float one_minus_dampening,
+                                     bool nesterov, bool first, float neg_lr) {
   for (int64_t i = 0; i < n; ++i) {
     float d = wd != 0.0f ? gsign * g[i] + wd * p[i] : gsign * g[i];
     if (buf) {
@@ -119,6 +132,11 @@ void sgd_update(float* p, const float* g, float* buf, int64_t n, float gsign, fl
     p[i] = p[i] + neg_lr * d;
   }
 }
+ATTN_ISA_VARIANTS(void, sgd_update,
+                  (float* p, const float* g, float* buf, int64_t n, float gsign, float wd,
+                   float momentum, float one_minus_dampening, bool nesterov, bool first,
+                   float neg_lr),
+                  (p, g, buf, n, gsign, wd, momentum, one_minus_dampening, nesterov, first, neg_lr))
 
 float p_norm(const float* x, int64_t n, double p) {
   return p_norm(n, p, [x](int64_t i) { return x[i]; });
@@ -130,6 +148,16 @@ float vector_norm(const float* x, int64_t n, double p) {
 
 void scale(float* x, int64_t n, float coef) {
   for (int64_t i = 0; i < n; ++i) x[i] *= coef;
+}
+
+void divide(float* x, int64_t n, float d) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / d;
+}
+
+double sum_of_squares(const float* x, int64_t n) {
+  double sq = 0.0;
+  for (int64_t i = 0; i < n; ++i) sq += double(x[i]) * double(x[i]);
+  return sq;
 }
 
 void clamp(float* x, int64_t n, float lo, float hi) {

@@ -37,6 +37,10 @@ float vector_norm(const float* x, int64_t n, double p);
 
 // x *= coef over n floats.
 void scale(float* x, int64_t n, float coef);
+// x = x / d over n floats (a division per element: the rounding of torch's sum / size).
+void divide(float* x, int64_t n, float d);
+// The sum of x[i]^2 over n floats, each square and sum in double, in order.
+double sum_of_squares(const float* x, int64_t n);
 
 // torch's clamp of n floats to [lo, hi]: min(max(x, lo), hi), NaN stays NaN.
 void clamp(float* x, int64_t n, float lo, float hi);

@@ -15,9 +15,6 @@
 #include <optional>
 
 #include "simd.h"
-#if ATTN_SIMD_SVE
-#include <sys/prctl.h>
-#endif
 #include "threads.h"
 #include "workspace.h"
 
@@ -138,19 +135,13 @@ constexpr int NV = 4, RQK = 6, RPV = 6, BC = 64, ROWS_MAX = 4;
 #define KTARGET ATTN_TARGET_SVE
 #include "sdpa_fused_kernel.inc"
 #undef KTARGET
-// The CPU's vector length in bits (the compiler takes svcntw() for the fixed one): from the kernel
-// (prctl), 0 without SVE.
-int sve_bits() {
-  const int vl = prctl(PR_SVE_GET_VL);
-  return vl < 0 ? 0 : (vl & PR_SVE_VL_LEN_MASK) * 8;
-}
 }  // namespace fused_sve
 #endif  // ATTN_SIMD_SVE
 
 namespace {
 
 struct Impl {
-  FusedIsa isa;
+  Isa isa;
   int BR, BC, W, rows_max;
   void (*block)(const SdpaParams&, int64_t b, int64_t h_kv, int rows, Workspace& ws);
   void (*exp2)(const float* x, float* y, int64_t n);
@@ -158,105 +149,36 @@ struct Impl {
 
 #define ATTN_IMPL(ns, isa) \
   Impl { isa, ns::BR, ns::BC, ns::W, ns::ROWS_MAX, ns::forward_block, ns::exp2_array }
-const Impl kScalar = ATTN_IMPL(fused_scalar, FusedIsa::Scalar);
+const Impl kScalar = ATTN_IMPL(fused_scalar, Isa::Scalar);
 #if ATTN_SIMD_X86
-const Impl kAvx2 = ATTN_IMPL(fused_avx2, FusedIsa::Avx2);
-const Impl kAvx512 = ATTN_IMPL(fused_avx512, FusedIsa::Avx512);
+const Impl kAvx2 = ATTN_IMPL(fused_avx2, Isa::Avx2);
+const Impl kAvx512 = ATTN_IMPL(fused_avx512, Isa::Avx512);
 #endif
 #if ATTN_SIMD_NEON
-const Impl kNeon = ATTN_IMPL(fused_neon, FusedIsa::Neon);
+const Impl kNeon = ATTN_IMPL(fused_neon, Isa::Neon);
 #endif
 #if ATTN_SIMD_SVE
-const Impl kSve = ATTN_IMPL(fused_sve, FusedIsa::Sve);
+const Impl kSve = ATTN_IMPL(fused_sve, Isa::Sve);
 #endif
 #undef ATTN_IMPL
 
-std::atomic<FusedIsa> g_override{FusedIsa::Auto};
-
-// The widest instruction set the CPU has, capped by the environment variable ATTN_CPU_ISA
-// (scalar, avx2, avx512, neon: for benchmarks and for testing a narrower path on a wide CPU).
-FusedIsa best_isa() {
-  static const FusedIsa best = [] {
-    const FusedIsa order[] = {FusedIsa::Avx512, FusedIsa::Avx2, FusedIsa::Sve, FusedIsa::Neon,
-                              FusedIsa::Scalar};
-    constexpr int n = int(std::size(order));
-    int first = 0;
-    if (const char* cap = std::getenv("ATTN_CPU_ISA")) {
-      for (int i = 0; i < n; ++i)
-        if (std::strcmp(cap, fused_isa_name(order[i])) == 0) first = i;
-    }
-    for (int i = first; i < n; ++i)
-      if (fused_isa_supported(order[i])) return order[i];
-    return FusedIsa::Scalar;
-  }();
-  return best;
-}
-
-const Impl& impl_of(FusedIsa isa) {
+const Impl& impl_of(Isa isa) {
 #if ATTN_SIMD_X86
-  if (isa == FusedIsa::Avx512) return kAvx512;
-  if (isa == FusedIsa::Avx2) return kAvx2;
+  if (isa == Isa::Avx512) return kAvx512;
+  if (isa == Isa::Avx2) return kAvx2;
 #endif
 #if ATTN_SIMD_NEON
-  if (isa == FusedIsa::Neon) return kNeon;
+  if (isa == Isa::Neon) return kNeon;
 #endif
 #if ATTN_SIMD_SVE
-  if (isa == FusedIsa::Sve) return kSve;
+  if (isa == Isa::Sve) return kSve;
 #endif
   return kScalar;
 }
 
 }  // namespace
 
-bool fused_isa_supported(FusedIsa isa) {
-  switch (isa) {
-    case FusedIsa::Auto:
-    case FusedIsa::Scalar: return true;
-#if ATTN_SIMD_X86
-    case FusedIsa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case FusedIsa::Avx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("fma");
-#else
-    case FusedIsa::Avx2:
-    case FusedIsa::Avx512: return false;
-#endif
-    case FusedIsa::Neon: return ATTN_SIMD_NEON != 0;
-    case FusedIsa::Sve:
-#if ATTN_SIMD_SVE
-      return fused_sve::sve_bits() == ATTN_SVE_BITS;
-#else
-      return false;
-#endif
-  }
-  return false;
-}
-
-FusedIsa fused_isa() {
-  const FusedIsa o = g_override.load(std::memory_order_relaxed);
-  return o == FusedIsa::Auto ? best_isa() : o;
-}
-
-bool set_fused_isa(FusedIsa isa) {
-  if (!fused_isa_supported(isa)) return false;
-  g_override.store(isa, std::memory_order_relaxed);
-  return true;
-}
-
-const char* fused_isa_name(FusedIsa isa) {
-  switch (isa) {
-    case FusedIsa::Auto: return "auto";
-    case FusedIsa::Scalar: return "scalar";
-    case FusedIsa::Avx2: return "avx2";
-    case FusedIsa::Avx512: return "avx512";
-    case FusedIsa::Neon: return "neon";
-    case FusedIsa::Sve: return "sve";
-  }
-  return "?";
-}
-
-void fused_exp2(const float* x, float* y, int64_t n) { impl_of(fused_isa()).exp2(x, y, n); }
+void fused_exp2(const float* x, float* y, int64_t n) { impl_of(active_isa()).exp2(x, y, n); }
 
 void sdpa_fused_forward(const SdpaParams& p) {
   assert(p.B >= 0 && p.H >= 1 && p.H_kv >= 1 && p.H % p.H_kv == 0);
@@ -265,7 +187,7 @@ void sdpa_fused_forward(const SdpaParams& p) {
   assert(p.mask_kind == MaskKind::None || p.mask != nullptr);
   assert(p.weights == nullptr && p.dropout_scale == nullptr);
   if (p.B * p.H * p.L_q == 0) return;
-  const Impl& impl = impl_of(fused_isa());
+  const Impl& impl = impl_of(active_isa());
   const int BR = impl.BR;
 
   // Work partition of the G = H / H_kv query heads sharing each key/value head:

@@ -26,25 +26,12 @@
 // PyTorch's math backend gives NaN too). Keys in skipped tiles are never read.
 #pragma once
 
+#include "isa.h"
 #include "sdpa_reference.h"
 
 namespace attn::kernels {
 
-// Instruction sets the fused kernels (forward and backward) are built for: AVX2 and AVX-512 on
-// x86-64, NEON on AArch64 (and SVE where the build fixes a vector length: ATTN_SVE_BITS), the
-// portable scalar build everywhere.
-enum class FusedIsa { Auto, Scalar, Avx2, Avx512, Neon, Sve };
-
-// Whether this CPU can run `isa` (Auto and Scalar: always).
-bool fused_isa_supported(FusedIsa isa);
-// The instruction set the fused kernels use now: the widest supported one (capped by the
-// environment variable ATTN_CPU_ISA=scalar|avx2|avx512|neon|sve, read once) unless overridden.
-FusedIsa fused_isa();
-// For tests and benchmarks: force an instruction set (Auto restores the automatic choice).
-// Returns false, changing nothing, when the CPU cannot run it. Not meant to be called while another
-// thread runs the kernel.
-bool set_fused_isa(FusedIsa isa);
-const char* fused_isa_name(FusedIsa isa);
+// The instruction set (isa.h) is active_isa() unless a call names one.
 
 // The forward pass. params.out must be set; params.lse may be null. params.weights and
 // params.dropout_scale must be null. The caller validates the parameters (asserts only here).

@@ -32,7 +32,7 @@ int64_t round_up8(int64_t n) { return (n + 7) / 8 * 8; }
 
 using namespace bwd;
 
-struct Isa {
+struct IsaKernels {
   GemmFn gemm;
   TileFn tile;
   PackFn pack;
@@ -88,19 +88,19 @@ constexpr int GEMM_NV = 4;  // 6 x 4W tiles: 24 accumulators of 32 registers
 #endif
 
 // The primitives of an instruction set this CPU runs (Auto: the forward kernel's current choice).
-Isa pick_isa(FusedIsa want) {
-  if (want == FusedIsa::Auto || !fused_isa_supported(want)) want = fused_isa();
+IsaKernels pick_isa(Isa want) {
+  if (want == Isa::Auto || !isa_supported(want)) want = active_isa();
   switch (want) {
 #if ATTN_SIMD_X86
-    case FusedIsa::Avx512:
+    case Isa::Avx512:
       return {bwd_avx512::gemm, bwd_avx512::tile, bwd_avx512::pack, bwd_avx512::dropout};
-    case FusedIsa::Avx2: return {bwd_avx2::gemm, bwd_avx2::tile, bwd_avx2::pack, bwd_avx2::dropout};
+    case Isa::Avx2: return {bwd_avx2::gemm, bwd_avx2::tile, bwd_avx2::pack, bwd_avx2::dropout};
 #endif
 #if ATTN_SIMD_NEON
-    case FusedIsa::Neon: return {bwd_neon::gemm, bwd_neon::tile, bwd_neon::pack, bwd_neon::dropout};
+    case Isa::Neon: return {bwd_neon::gemm, bwd_neon::tile, bwd_neon::pack, bwd_neon::dropout};
 #endif
 #if ATTN_SIMD_SVE
-    case FusedIsa::Sve: return {bwd_sve::gemm, bwd_sve::tile, bwd_sve::pack, bwd_sve::dropout};
+    case Isa::Sve: return {bwd_sve::gemm, bwd_sve::tile, bwd_sve::pack, bwd_sve::dropout};
 #endif
     default: return {bwd_scalar::gemm, bwd_scalar::tile, bwd_scalar::pack, bwd_scalar::dropout};
   }
@@ -145,7 +145,7 @@ Band make_band(const SdpaParams& p) {
 struct Driver {
   const SdpaBackwardParams& bp;
   const SdpaParams& p;
-  Isa isa;
+  IsaKernels isa;
   int64_t G, Dp, Dvp, nkb, C;
   bool direct;  // chunk 0 accumulates dQ straight into dq
   Band band;
@@ -153,7 +153,7 @@ struct Driver {
   std::vector<float> Di;     // (B, H, L_q)  rowsum(dout o out)
   std::vector<float> dqbuf;  // (C or C - 1, B, H, L_q, D_p)
 
-  Driver(const SdpaBackwardParams& bp_, Isa isa_) : bp(bp_), p(bp_.fwd), isa(isa_) {}
+  Driver(const SdpaBackwardParams& bp_, IsaKernels isa_) : bp(bp_), p(bp_.fwd), isa(isa_) {}
 
   // dQ accumulator of chunk c for (b, h): pointer to row 0 and row stride.
   std::pair<float*, int64_t> dq_chunk(int64_t c, int64_t b, int64_t h) {
@@ -432,7 +432,7 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
 
 }  // namespace
 
-void sdpa_fused_backward(const SdpaBackwardParams& params, FusedIsa isa) {
+void sdpa_fused_backward(const SdpaBackwardParams& params, Isa isa) {
   const SdpaParams& p = params.fwd;
   assert(p.B >= 0 && p.H >= 1 && p.H_kv >= 1 && p.H % p.H_kv == 0);
   assert(p.L_q >= 0 && p.L_k >= 0 && p.D >= 0 && p.D_v >= 0);

@@ -39,7 +39,7 @@ namespace attn::kernels {
 // fwd.out and fwd.lse (contiguous (B, H, L_q); -inf marks a fully masked row, whose gradients are
 // zero). Overwrites dq, dk and dv. The caller validates the parameters.
 // `isa` picks the instruction set (Auto, or one the CPU lacks: the forward kernel's current
-// choice, fused_isa()).
-void sdpa_fused_backward(const SdpaBackwardParams& params, FusedIsa isa = FusedIsa::Auto);
+// choice, active_isa()).
+void sdpa_fused_backward(const SdpaBackwardParams& params, Isa isa = Isa::Auto);
 
 }  // namespace attn::kernels

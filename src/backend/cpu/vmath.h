@@ -1,27 +1,11 @@
-// Branch-free float exp, tanh and erfc that vectorise inside element loops (kernels compiled
-// with ATTN_VMATH_CLONES get an AVX-512, an AVX2+FMA and a baseline version, picked at load time).
+// Branch-free float exp, tanh and erfc that vectorise inside element loops (loops built per
+// instruction set with ATTN_ISA_VARIANTS, isa.h, get an AVX-512, an AVX2+FMA and a baseline
+// version, the one of active_isa() called).
 #pragma once
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
-
-// Compiles a function for x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) and the baseline, and
-// dispatches on the CPU once (GCC function multiversioning). Elsewhere (AArch64: NEON is the
-// baseline) one version for the target. Not under ThreadSanitizer (scripts/tsan.sh): it
-// instruments the ifunc resolver that picks the version, which the dynamic loader runs before the
-// sanitizer's runtime is up (a crash at start-up); the baseline is used.
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define ATTN_THREAD_SANITIZER 1
-#endif
-#endif
-#if !defined(__x86_64__) || defined(__SANITIZE_THREAD__) || defined(ATTN_THREAD_SANITIZER)
-#define ATTN_VMATH_CLONES
-#else
-#define ATTN_VMATH_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
 
 // Before a loop: its iterations carry no dependence through memory that GCC must check for
 // (ivdep), so it vectorises without a run-time overlap test. Nothing under clang, which builds

@@ -1,0 +1,72 @@
+// The linear layer's products on float32 (src/backend/layer_kernels.h): y = act(x W^T + b) in one
+// parallel region (the bias as the product's prologue, GELU as its epilogue), the two products of
+// its backward, and the bias's gradient.
+#include <algorithm>
+
+#include "../layer_kernels.h"
+#include "gelu.h"
+#include "gemm.h"
+#include "threads.h"
+
+namespace attn::kernels {
+namespace {
+
+// The bias's rows of the product's output, for sgemm's prologue (the product then adds with
+// beta 1).
+GemmRows fill_bias(const float* b, float* out, int64_t N) {
+  if (!b) return {};
+  return [b, out, N](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) std::copy(b, b + N, out + i * N);
+  };
+}
+
+void linear_forward_f32(const backend::LinearForward& a) {
+  const int64_t M = a.M, N = a.N, K = a.K;
+  if (M == 0 || N == 0) return;
+  const auto *x = static_cast<const float*>(a.x), *w = static_cast<const float*>(a.w),
+             *b = static_cast<const float*>(a.b);
+  auto* y = static_cast<float*>(a.y);
+  if (a.act == backend::Activation::None) {
+    if (K > 0)
+      sgemm(false, true, M, N, K, 1.0f, x, K, w, K, b ? 1.0f : 0.0f, y, N, fill_bias(b, y, N), {});
+    else if (b)
+      fill_bias(b, y, N)(0, M);
+    else
+      std::fill(y, y + M * N, 0.f);
+    return;
+  }
+  auto *pre = static_cast<float*>(a.pre), *aux = static_cast<float*>(a.aux);
+  const bool tanh_approx = a.act == backend::Activation::GeluTanh;
+  sgemm(false, true, M, N, K, 1.0f, x, K, w, K, b ? 1.0f : 0.0f, pre, N, fill_bias(b, pre, N),
+        [=](int64_t r0, int64_t r1) {
+          gelu_fwd(pre + r0 * N, y + r0 * N, aux ? aux + r0 * N : nullptr, (r1 - r0) * N,
+                   tanh_approx);
+        });
+}
+
+void linear_backward_f32(const backend::LinearBackward& a) {
+  const int64_t M = a.M, N = a.N, K = a.K;
+  if (M == 0 || K == 0 || N == 0) return;  // the caller's outputs hold zeros
+  const auto *g = static_cast<const float*>(a.g), *x = static_cast<const float*>(a.x),
+             *w = static_cast<const float*>(a.w);
+  if (a.dx) sgemm(false, false, M, K, N, 1.0f, g, N, w, K, 0.0f, static_cast<float*>(a.dx), K);
+  if (a.dw) sgemm(true, false, N, K, M, 1.0f, g, N, x, K, 0.0f, static_cast<float*>(a.dw), K);
+}
+
+void bias_backward_f32(const backend::BiasBackward& a) {
+  const auto* g = static_cast<const float*>(a.g);
+  auto* db = static_cast<float*>(a.db);
+  const int64_t M = a.rows, N = a.cols;
+  std::fill(db, db + N, 0.f);
+  parallel_ranges(N, threads_for(M * N),
+                  [&](int64_t c0, int64_t c1) { column_sums(g, M, N, c0, c1, db); });
+}
+
+}  // namespace
+}  // namespace attn::kernels
+
+namespace attn::backend::cpu {
+const Kernels<LinearForwardFn> linear_forward = {kernels::linear_forward_f32};
+const Kernels<LinearBackwardFn> linear_backward = {kernels::linear_backward_f32};
+const Kernels<BiasBackwardFn> bias_backward = {kernels::bias_backward_f32};
+}  // namespace attn::backend::cpu

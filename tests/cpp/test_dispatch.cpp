@@ -1,0 +1,81 @@
+// backend::pick (src/backend/dispatch.h): every op of src/ops/layer_ops.h reaches its kernel
+// through the tables of its tensors' (device, dtype), and a pair a backend lacks raises
+// NotImplementedError naming the op, the device and the dtype.
+#include <attn/attn.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../../src/backend/layer_kernels.h"
+
+namespace {
+
+namespace F = attn::nn::functional;
+using attn::Dtype;
+using attn::Tensor;
+
+std::string not_implemented(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const attn::NotImplementedError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("another error: ") + e.what();
+  }
+  return "no error";
+}
+
+TEST(Dispatch, PickNamesOpDeviceAndDtype) {
+  namespace be = attn::backend;
+  // The CPU has float32 LayerNorm; asking for int64 names what it has.
+  EXPECT_EQ(not_implemented([] {
+              be::pick("layer_norm", attn::Device("cpu"), Dtype::Int64, be::cpu::layer_norm_forward,
+                       be::cuda::layer_norm_forward);
+            }),
+            "[layer_norm] not implemented for torch.int64 tensors on cpu (it has: torch.float32)");
+  // The GPU has no LayerNorm kernel (with or without the CUDA backend built): it says so, before
+  // any memory is touched. A Device object needs no GPU.
+  EXPECT_EQ(not_implemented([] {
+              be::pick("layer_norm", attn::Device(attn::DeviceType::CUDA, 0), Dtype::Float32,
+                       be::cpu::layer_norm_forward, be::cuda::layer_norm_forward);
+            }),
+            "[layer_norm] not implemented for torch.float32 tensors on cuda:0 (it has none of "
+            "them)");
+  // The kernel that is there is returned.
+  EXPECT_EQ(be::pick("gelu", attn::Device("cpu"), Dtype::Float32, be::cpu::gelu_forward,
+                     be::cuda::gelu_forward),
+            be::cpu::gelu_forward[int(Dtype::Float32)]);
+}
+
+TEST(Dispatch, LayerOpsRefuseDtypesTheirBackendLacks) {
+  const Tensor i = attn::ones({2, 3}, Dtype::Int64);
+  const Tensor b = attn::ones({2, 3}, Dtype::BFloat16);
+  EXPECT_EQ(not_implemented([&] { F::gelu(i); }),
+            "[gelu] not implemented for torch.int64 tensors on cpu (it has: torch.float32)");
+  EXPECT_EQ(not_implemented([&] { F::layer_norm(b, 3); }),
+            "[layer_norm] not implemented for torch.bfloat16 tensors on cpu (it has: "
+            "torch.float32; call .float() to compute in float32)");
+  EXPECT_EQ(not_implemented([&] {
+              F::linear(i, attn::ones({4, 3}, Dtype::Int64));
+            }),
+            "[linear] not implemented for torch.int64 tensors on cpu (it has: torch.float32)");
+  EXPECT_EQ(not_implemented([&] { F::cross_entropy(b, attn::zeros({2}, Dtype::Int64)); }),
+            "[cross_entropy] not implemented for torch.bfloat16 tensors on cpu (it has: "
+            "torch.float32; call .float() to compute in float32)");
+  EXPECT_EQ(not_implemented([&] { F::embedding(attn::zeros({2}, Dtype::Int64), b); }),
+            "[embedding] not implemented for torch.bfloat16 tensors on cpu (it has: "
+            "torch.float32; call .float() to compute in float32)");
+  // Mixed dtypes are the op's own check (an Error naming both), before any dispatch.
+  try {
+    F::layer_norm(attn::ones({2, 3}), 3, attn::ones({3}, Dtype::Int64));
+    ADD_FAILURE() << "no error";
+  } catch (const attn::NotImplementedError&) {
+    ADD_FAILURE() << "mixed dtypes reached the dispatch";
+  } catch (const attn::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("weight must have the input's dtype torch.float32"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
