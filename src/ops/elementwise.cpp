@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "../backend/cpu/isa.h"
 #include "../backend/cpu/threads.h"
 #include "../backend/cpu/vmath.h"
+#include "../backend/elementwise_kernels.h"
 #include "../tensor/internal.h"
 
 namespace attn {
@@ -73,7 +73,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* fn) {
 
 namespace {
 
-enum class Op { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+using Op = backend::BinaryOp;
 
 const char* op_name(Op op) {
   switch (op) {
@@ -96,7 +96,7 @@ const char* op_name(Op op) {
   return "?";
 }
 
-bool is_comparison(Op op) { return op >= Op::Eq; }
+using backend::is_comparison;
 
 // c10's ScalarType name, as torch's "result type Float can't be cast to ..." spells it.
 const char* torch_type_name(Dtype d) {
@@ -235,211 +235,6 @@ Tensor graph(Tensor out, Op op, int form, const Tensor* a, const Tensor* b, cons
       std::move(saved));
 }
 
-// torch's integer power (c10 powi): exponentiation by squaring with wrap-around on overflow;
-// a negative exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise.
-inline int64_t int_pow(int64_t a, int64_t b) {
-  if (b < 0) {
-    if (a == 1) return 1;
-    if (a == -1) return (-b) % 2 ? -1 : 1;
-    return 0;
-  }
-  uint64_t result = 1, base = uint64_t(a);
-  while (b) {
-    if (b & 1) result *= base;
-    b /= 2;
-    base *= base;
-  }
-  return int64_t(result);
-}
-
-template <typename T>
-T apply(Op op, T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) {
-    switch (op) {
-      case Op::Add:
-      case Op::Max: return a || b;
-      case Op::Mul:
-      case Op::Min: return a && b;
-      default: return false;
-    }
-  } else {
-    if constexpr (std::is_same_v<T, int64_t>) {
-      // Two's-complement wrap-around on overflow, as torch (and without signed-overflow UB).
-      switch (op) {
-        case Op::Add: return int64_t(uint64_t(a) + uint64_t(b));
-        case Op::Sub: return int64_t(uint64_t(a) - uint64_t(b));
-        case Op::Mul: return int64_t(uint64_t(a) * uint64_t(b));
-        default: break;
-      }
-    }
-    switch (op) {
-      case Op::Add: return a + b;
-      case Op::Sub: return a - b;
-      case Op::Mul: return a * b;
-      case Op::Div: return a / b;
-      case Op::Pow:
-        if constexpr (std::is_same_v<T, float>) {
-          return std::pow(a, b);
-        } else {
-          return int_pow(a, b);
-        }
-      case Op::Max:
-        if constexpr (std::is_same_v<T, float>)
-          if (std::isnan(a) || std::isnan(b)) return a + b;
-        return a > b ? a : b;
-      case Op::Min:
-        if constexpr (std::is_same_v<T, float>)
-          if (std::isnan(a) || std::isnan(b)) return a + b;
-        return a < b ? a : b;
-      default: return T(0);
-    }
-  }
-}
-
-template <typename T>
-bool compare(Op op, T a, T b) {
-  switch (op) {
-    case Op::Eq: return a == b;
-    case Op::Ne: return a != b;
-    case Op::Lt: return a < b;
-    case Op::Le: return a <= b;
-    case Op::Gt: return a > b;
-    case Op::Ge: return a >= b;
-    case Op::And: return a != T(0) && b != T(0);
-    case Op::Or: return a != T(0) || b != T(0);
-    default: return false;
-  }
-}
-
-// Float add/sub/mul/div of contiguous operands where b (or a) is the same shape as out or a
-// contiguous block repeated along leading dims (a bias, a position table): plain loops,
-// vectorised (AVX-512, AVX2 or SSE2, picked at load time) with the same per-element arithmetic
-// as apply(), so the results are identical.
-enum class FloatOp { kAdd, kSub, kRSub, kMul, kDiv, kRDiv };  // kR*: b op a
-
-// o[i] = a[i] op b[i]. `o` may be `a` or `b` itself (in-place forms; binary() goes through a
-// temporary when an input overlaps `out` any other way), so no element is read after an earlier
-// iteration wrote it: ATTN_IVDEP lets the compiler vectorise without its run-time overlap test,
-// which fails for o == a.
-ATTN_ISA_INLINE void float_binary_body(FloatOp op, const float* a, const float* b, float* o,
-                                       int64_t n) {
-  switch (op) {
-    case FloatOp::kAdd:
-      ATTN_IVDEP
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
-      break;
-    case FloatOp::kSub:
-      ATTN_IVDEP
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] - b[i];
-      break;
-    case FloatOp::kRSub:
-      ATTN_IVDEP
-      for (int64_t i = 0; i < n; ++i) o[i] = b[i] - a[i];
-      break;
-    case FloatOp::kMul:
-      ATTN_IVDEP
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] * b[i];
-      break;
-    case FloatOp::kDiv:
-      ATTN_IVDEP
-      for (int64_t i = 0; i < n; ++i) o[i] = a[i] / b[i];
-      break;
-    case FloatOp::kRDiv:
-      ATTN_IVDEP
-      for (int64_t i = 0; i < n; ++i) o[i] = b[i] / a[i];
-      break;
-  }
-}
-ATTN_ISA_VARIANTS(void, float_binary,
-                  (FloatOp op, const float* a, const float* b, float* o, int64_t n),
-                  (op, a, b, o, n))
-
-// float_binary over n elements of `a` against `b`, either as long as `a` or (b_rep) nb elements
-// repeated. Parallel above kernels::threads_for's size: each thread a contiguous range of the
-// output (of whole repeats of b when b repeats), the same per-element arithmetic whatever the
-// split.
-void repeat_loop(FloatOp op, const float* a, const float* b, float* o, int64_t n, int64_t nb,
-                 bool b_rep) {
-  const int nt = kernels::threads_for(n);
-  if (!b_rep) {
-    kernels::parallel_ranges(
-        n, nt, [&](int64_t i0, int64_t i1) { float_binary(op, a + i0, b + i0, o + i0, i1 - i0); });
-    return;
-  }
-  kernels::parallel_ranges(n / nb, nt, [&](int64_t r0, int64_t r1) {
-    for (int64_t base = r0 * nb; base < r1 * nb; base += nb)
-      float_binary(op, a + base, b, o + base, nb);
-  });
-}
-
-// Whether `small` (contiguous) equals the trailing dims of `shape` after dropping its own
-// leading size-1 dims, so that it repeats every small.numel() elements.
-bool repeats_into(const Tensor& small, const Shape& shape) {
-  Shape s = small.shape();
-  std::size_t k = 0;
-  while (k < s.size() && s[k] == 1) ++k;
-  s.erase(s.begin(), s.begin() + std::ptrdiff_t(k));
-  if (s.size() > shape.size()) return false;
-  return std::equal(s.begin(), s.end(), shape.end() - std::ptrdiff_t(s.size()));
-}
-
-bool binary_fast_float(Op op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  if (op != Op::Add && op != Op::Sub && op != Op::Mul && op != Op::Div) return false;
-  if (a.dtype() != Dtype::Float32 || b.dtype() != Dtype::Float32) return false;
-  if (!out.is_contiguous() || !a.is_contiguous() || !b.is_contiguous()) return false;
-  const int64_t n = out.numel();
-  const bool a_full = a.shape() == out.shape(), b_full = b.shape() == out.shape();
-  const Tensor* full = a_full ? &a : b_full ? &b : nullptr;
-  if (!full) return false;
-  const Tensor& other = a_full ? b : a;
-  const bool rep = !(a_full && b_full);
-  if (rep && (other.numel() == 0 || !repeats_into(other, out.shape()))) return false;
-  const int64_t nb = other.numel();
-  if (n == 0) return true;
-  const float* pa = a.data_ptr<float>();
-  const float* pb = b.data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  // The repeated operand is passed second; swap the operation's arguments back when it is a.
-  const float* pf = a_full ? pa : pb;
-  const float* pr = a_full ? pb : pa;
-  const bool swap = !a_full;
-  FloatOp fop;
-  switch (op) {
-    case Op::Add: fop = FloatOp::kAdd; break;
-    case Op::Mul: fop = FloatOp::kMul; break;
-    case Op::Sub: fop = swap ? FloatOp::kRSub : FloatOp::kSub; break;
-    case Op::Div: fop = swap ? FloatOp::kRDiv : FloatOp::kDiv; break;
-    default: return false;
-  }
-  repeat_loop(fop, pf, pr, po, n, nb, rep);
-  return true;
-}
-
-// out[i] = a[i] op b[i] with a, b already of compute type T (broadcast views allowed).
-template <typename T>
-void run_binary(Op op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (binary_fast_float(op, a, b, out)) return;
-  }
-  const T* pa = detail::base_ptr<T>(a);
-  const T* pb = detail::base_ptr<T>(b);
-  Shape sa = detail::broadcast_strides(a, out.shape());
-  Shape sb = detail::broadcast_strides(b, out.shape());
-  if (is_comparison(op)) {
-    bool* po = detail::base_ptr<bool>(out);
-    detail::strided_loop<3>(
-        out.shape(), {&out.strides(), &sa, &sb},
-        {out.storage_offset(), a.storage_offset(), b.storage_offset()},
-        [&](const std::array<int64_t, 3>& o) { po[o[0]] = compare(op, pa[o[1]], pb[o[2]]); });
-  } else {
-    T* po = detail::base_ptr<T>(out);
-    detail::strided_loop<3>(
-        out.shape(), {&out.strides(), &sa, &sb},
-        {out.storage_offset(), a.storage_offset(), b.storage_offset()},
-        [&](const std::array<int64_t, 3>& o) { po[o[0]] = apply(op, pa[o[1]], pb[o[2]]); });
-  }
-}
-
 Dtype compute_type(Op op, Dtype a, Dtype b) {
   Dtype t = detail::promote(a, b);
   if (op == Op::Div) return is_floating_point(t) ? t : Dtype::Float32;  // true division
@@ -484,16 +279,18 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
             t.strides() == out.strides());
   };
   const bool direct = out.defined() && out.dtype() == tmp_dtype && direct_ok(ca) && direct_ok(cb);
+  const auto kernel =
+      backend::pick(fn, ca.device(), kt, backend::cpu::binary, backend::cuda::binary);
   Tensor res = direct ? out
                       : detail::make_tensor(fn, shape, tmp_dtype,
-                                            /*zero=*/false);  // run_binary writes it all
-  switch (kt) {
-    case Dtype::Float32: run_binary<float>(op, ca, cb, res); break;
-    case Dtype::Int64: run_binary<int64_t>(op, ca, cb, res); break;
-    case Dtype::Bool: run_binary<bool>(op, ca, cb, res); break;
-    case Dtype::BFloat16:
-    case Dtype::Float16: fail(fn, "internal: computing in ", dtype_name(kt));
-  }
+                                            /*zero=*/false);  // the kernel writes it all
+  const Shape sa = detail::broadcast_strides(ca, shape), sb = detail::broadcast_strides(cb, shape);
+  auto operand = [](const Tensor& t, const Shape& strides) {
+    return backend::BinaryOperand{t.impl()->storage->data, t.storage_offset(), &t.shape(), &strides,
+                                  t.is_contiguous()};
+  };
+  kernel({op, &shape, operand(ca, sa), operand(cb, sb), res.impl()->storage->data,
+          res.storage_offset(), &res.strides(), res.is_contiguous()});
   if (out.defined()) {
     if (direct)
       detail::bump_version(out);  // as copy_ would: saved views of out are now stale

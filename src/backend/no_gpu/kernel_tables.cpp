@@ -1,7 +1,10 @@
 // attn built without the CUDA backend: no tensor is ever on a GPU, and the GPU has none of the
-// layers' kernels (src/backend/layer_kernels.h); backend::pick names the op if one is asked for.
+// kernels of the ops that dispatch through tables (src/backend/dispatch.h); backend::pick names
+// the op if one is asked for.
+#include "../elementwise_kernels.h"
 #include "../layer_kernels.h"
 
 namespace attn::backend::cuda {
 ATTN_LAYER_KERNELS(ATTN_NO_KERNELS)
+ATTN_NO_KERNELS(BinaryFn, binary)
 }  // namespace attn::backend::cuda

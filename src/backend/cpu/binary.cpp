@@ -1,0 +1,234 @@
+// The element-wise binary ops on the CPU (src/backend/elementwise_kernels.h): float32, int64 and
+// bool, with PyTorch's per-element arithmetic.
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "../elementwise_kernels.h"
+#include "isa.h"
+#include "strided.h"
+#include "threads.h"
+#include "vmath.h"
+
+namespace attn::kernels {
+namespace {
+
+using backend::Binary;
+using backend::BinaryOp;
+using Op = BinaryOp;
+
+// torch's integer power (c10 powi): exponentiation by squaring with wrap-around on overflow;
+// a negative exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise.
+inline int64_t int_pow(int64_t a, int64_t b) {
+  if (b < 0) {
+    if (a == 1) return 1;
+    if (a == -1) return (-b) % 2 ? -1 : 1;
+    return 0;
+  }
+  uint64_t result = 1, base = uint64_t(a);
+  while (b) {
+    if (b & 1) result *= base;
+    b /= 2;
+    base *= base;
+  }
+  return int64_t(result);
+}
+
+template <typename T>
+T apply(Op op, T a, T b) {
+  if constexpr (std::is_same_v<T, bool>) {
+    switch (op) {
+      case Op::Add:
+      case Op::Max: return a || b;
+      case Op::Mul:
+      case Op::Min: return a && b;
+      default: return false;
+    }
+  } else {
+    if constexpr (std::is_same_v<T, int64_t>) {
+      // Two's-complement wrap-around on overflow, as torch (and without signed-overflow UB).
+      switch (op) {
+        case Op::Add: return int64_t(uint64_t(a) + uint64_t(b));
+        case Op::Sub: return int64_t(uint64_t(a) - uint64_t(b));
+        case Op::Mul: return int64_t(uint64_t(a) * uint64_t(b));
+        default: break;
+      }
+    }
+    switch (op) {
+      case Op::Add: return a + b;
+      case Op::Sub: return a - b;
+      case Op::Mul: return a * b;
+      case Op::Div: return a / b;
+      case Op::Pow:
+        if constexpr (std::is_same_v<T, float>) {
+          return std::pow(a, b);
+        } else {
+          return int_pow(a, b);
+        }
+      case Op::Max:
+        if constexpr (std::is_same_v<T, float>)
+          if (std::isnan(a) || std::isnan(b)) return a + b;
+        return a > b ? a : b;
+      case Op::Min:
+        if constexpr (std::is_same_v<T, float>)
+          if (std::isnan(a) || std::isnan(b)) return a + b;
+        return a < b ? a : b;
+      default: return T(0);
+    }
+  }
+}
+
+template <typename T>
+bool compare(Op op, T a, T b) {
+  switch (op) {
+    case Op::Eq: return a == b;
+    case Op::Ne: return a != b;
+    case Op::Lt: return a < b;
+    case Op::Le: return a <= b;
+    case Op::Gt: return a > b;
+    case Op::Ge: return a >= b;
+    case Op::And: return a != T(0) && b != T(0);
+    case Op::Or: return a != T(0) || b != T(0);
+    default: return false;
+  }
+}
+
+// Float add/sub/mul/div of contiguous operands where b (or a) is the same shape as out or a
+// contiguous block repeated along leading dims (a bias, a position table): plain loops,
+// vectorised (built per instruction set, isa.h) with the same per-element arithmetic as apply(),
+// so the results are identical.
+enum class FloatOp { kAdd, kSub, kRSub, kMul, kDiv, kRDiv };  // kR*: b op a
+
+// o[i] = a[i] op b[i]. `o` may be `a` or `b` itself (in-place forms; the op goes through a
+// temporary when an input overlaps `out` any other way), so no element is read after an earlier
+// iteration wrote it: ATTN_IVDEP lets the compiler vectorise without its run-time overlap test,
+// which fails for o == a.
+ATTN_ISA_INLINE void float_binary_body(FloatOp op, const float* a, const float* b, float* o,
+                                       int64_t n) {
+  switch (op) {
+    case FloatOp::kAdd:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+      break;
+    case FloatOp::kSub:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] - b[i];
+      break;
+    case FloatOp::kRSub:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = b[i] - a[i];
+      break;
+    case FloatOp::kMul:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] * b[i];
+      break;
+    case FloatOp::kDiv:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] / b[i];
+      break;
+    case FloatOp::kRDiv:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = b[i] / a[i];
+      break;
+  }
+}
+ATTN_ISA_VARIANTS(void, float_binary,
+                  (FloatOp op, const float* a, const float* b, float* o, int64_t n),
+                  (op, a, b, o, n))
+
+// float_binary over n elements of `a` against `b`, either as long as `a` or (b_rep) nb elements
+// repeated. Parallel above threads_for's size: each thread a contiguous range of the output (of
+// whole repeats of b when b repeats), the same per-element arithmetic whatever the split.
+void repeat_loop(FloatOp op, const float* a, const float* b, float* o, int64_t n, int64_t nb,
+                 bool b_rep) {
+  const int nt = threads_for(n);
+  if (!b_rep) {
+    parallel_ranges(
+        n, nt, [&](int64_t i0, int64_t i1) { float_binary(op, a + i0, b + i0, o + i0, i1 - i0); });
+    return;
+  }
+  parallel_ranges(n / nb, nt, [&](int64_t r0, int64_t r1) {
+    for (int64_t base = r0 * nb; base < r1 * nb; base += nb)
+      float_binary(op, a + base, b, o + base, nb);
+  });
+}
+
+int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+// Whether `small` (contiguous) equals the trailing dims of `shape` after dropping its own
+// leading size-1 dims, so that it repeats every numel(small) elements.
+bool repeats_into(const Shape& small, const Shape& shape) {
+  Shape s = small;
+  std::size_t k = 0;
+  while (k < s.size() && s[k] == 1) ++k;
+  s.erase(s.begin(), s.begin() + std::ptrdiff_t(k));
+  if (s.size() > shape.size()) return false;
+  return std::equal(s.begin(), s.end(), shape.end() - std::ptrdiff_t(s.size()));
+}
+
+bool binary_fast_float(const Binary& p) {
+  const Op op = p.op;
+  if (op != Op::Add && op != Op::Sub && op != Op::Mul && op != Op::Div) return false;
+  if (!p.out_contiguous || !p.a.contiguous || !p.b.contiguous) return false;
+  const Shape& shape = *p.shape;
+  const int64_t n = numel(shape);
+  const bool a_full = *p.a.shape == shape, b_full = *p.b.shape == shape;
+  if (!a_full && !b_full) return false;
+  const Shape& other = a_full ? *p.b.shape : *p.a.shape;
+  const bool rep = !(a_full && b_full);
+  const int64_t nb = numel(other);
+  if (rep && (nb == 0 || !repeats_into(other, shape))) return false;
+  if (n == 0) return true;
+  const float* pa = static_cast<const float*>(p.a.storage) + p.a.offset;
+  const float* pb = static_cast<const float*>(p.b.storage) + p.b.offset;
+  float* po = static_cast<float*>(p.out_storage) + p.out_offset;
+  // The repeated operand is passed second; swap the operation's arguments back when it is a.
+  const float* pf = a_full ? pa : pb;
+  const float* pr = a_full ? pb : pa;
+  const bool swap = !a_full;
+  FloatOp fop;
+  switch (op) {
+    case Op::Add: fop = FloatOp::kAdd; break;
+    case Op::Mul: fop = FloatOp::kMul; break;
+    case Op::Sub: fop = swap ? FloatOp::kRSub : FloatOp::kSub; break;
+    case Op::Div: fop = swap ? FloatOp::kRDiv : FloatOp::kDiv; break;
+    default: return false;
+  }
+  repeat_loop(fop, pf, pr, po, n, nb, rep);
+  return true;
+}
+
+// out[i] = a[i] op b[i] in compute type T (broadcast views allowed).
+template <typename T>
+void run_binary(const Binary& p) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (binary_fast_float(p)) return;
+  }
+  const Op op = p.op;
+  const T* pa = static_cast<const T*>(p.a.storage);
+  const T* pb = static_cast<const T*>(p.b.storage);
+  if (backend::is_comparison(op)) {
+    bool* po = static_cast<bool*>(p.out_storage);
+    strided_loop<3>(
+        *p.shape, {p.out_strides, p.a.strides, p.b.strides}, {p.out_offset, p.a.offset, p.b.offset},
+        [&](const std::array<int64_t, 3>& o) { po[o[0]] = compare(op, pa[o[1]], pb[o[2]]); });
+  } else {
+    T* po = static_cast<T*>(p.out_storage);
+    strided_loop<3>(
+        *p.shape, {p.out_strides, p.a.strides, p.b.strides}, {p.out_offset, p.a.offset, p.b.offset},
+        [&](const std::array<int64_t, 3>& o) { po[o[0]] = apply(op, pa[o[1]], pb[o[2]]); });
+  }
+}
+
+}  // namespace
+}  // namespace attn::kernels
+
+namespace attn::backend::cpu {
+// float32, int64, bool; bfloat16 and float16 compute in float32 (the op widens them).
+const Kernels<BinaryFn> binary = {kernels::run_binary<float>, kernels::run_binary<int64_t>,
+                                  kernels::run_binary<bool>};
+}  // namespace attn::backend::cpu

@@ -1,0 +1,47 @@
+// The kernels of the element-wise binary ops (src/ops/elementwise.cpp): arithmetic, maximum and
+// minimum, comparisons and logical and/or on broadcast operands, one table per backend indexed by
+// the dtype the op computes in (src/backend/dispatch.h).
+#pragma once
+
+#include <attn/common.h>
+
+#include <cstdint>
+
+#include "dispatch.h"
+
+namespace attn::backend {
+
+// In this order: the ops from Eq on are comparisons and write bool.
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
+
+// One operand of a binary op: its storage (elements of the compute dtype), its own shape and
+// contiguity, and its strides broadcast to the output's shape (0 along broadcast dims).
+struct BinaryOperand {
+  const void* storage;
+  int64_t offset;
+  const Shape* shape;
+  const Shape* strides;
+  bool contiguous;
+};
+// out = a op b over `shape` (out has it; bool for comparisons, else the compute dtype). out may
+// be a or b themselves (the in-place forms), laid out exactly as out.
+struct Binary {
+  BinaryOp op;
+  const Shape* shape;
+  BinaryOperand a, b;
+  void* out_storage;
+  int64_t out_offset;
+  const Shape* out_strides;
+  bool out_contiguous;
+};
+using BinaryFn = void(const Binary&);
+
+namespace cpu {
+extern const Kernels<BinaryFn> binary;
+}  // namespace cpu
+namespace cuda {
+extern const Kernels<BinaryFn> binary;
+}  // namespace cuda
+
+}  // namespace attn::backend
