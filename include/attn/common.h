@@ -80,12 +80,14 @@ class DeviceError : public Error {
   explicit DeviceError(const std::string& what) : Error(what) {}
 };
 
-// An op that the tensors' backend does not implement for their dtype: "[layer_norm] not
-// implemented for torch.int64 tensors on cpu (it has: torch.float32)". Python sees
-// NotImplementedError (a RuntimeError), as PyTorch raises for an op a backend lacks.
-class NotImplementedError : public Error {
+// An op whose kernels on the tensors' device lack their dtype (or the device lacks the op):
+// "[layer_norm] not implemented for torch.int64 tensors on cpu (it has: torch.float32)",
+// "[sum] not implemented for torch.float32 tensors on cuda:0 (it has none of them)". A DeviceError
+// (the backend cannot run it); Python sees NotImplementedError, a RuntimeError, as PyTorch raises
+// for an op a backend lacks.
+class NotImplementedError : public DeviceError {
  public:
-  explicit NotImplementedError(const std::string& what) : Error(what) {}
+  explicit NotImplementedError(const std::string& what) : DeviceError(what) {}
 };
 
 // "1.2 TB", "512 bytes": a byte count for messages (decimal units, as PyTorch and df print them).

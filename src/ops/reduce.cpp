@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "../backend/cpu/softmax.h"
+#include "../backend/reduce_kernels.h"
 #include "../tensor/internal.h"
 
 namespace attn {
@@ -64,106 +65,16 @@ Plan plan(const Tensor& t, Shape dims, bool keepdim, const char* fn) {
   return p;
 }
 
-double sum_of(const float* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += x[i];
-  return s;
-}
-
-// Float32 summation in PyTorch's order (its CPU cascade sum: four interleaved partial sums, each
-// a cascade of levels of 16 additions; rows of at least 8 floats are summed as 8-lane vectors),
-// so that sums round exactly as PyTorch's do (a softmax row sums to 1.0000, not 1.).
-// `lanes` values are summed per lane (lane l holds x[i * lanes + l]).
-template <int64_t Lanes, int64_t Ilp = 4>
-std::array<std::array<float, Lanes>, Ilp> multi_row_sum(const float* x, int64_t rows) {
-  constexpr int64_t kLevels = 4;
-  int64_t ceil_log2 = 0;
-  while ((int64_t(1) << ceil_log2) < rows) ++ceil_log2;
-  const int64_t level_power = std::max<int64_t>(4, ceil_log2 / kLevels);
-  const int64_t level_step = int64_t(1) << level_power;
-  const int64_t level_mask = level_step - 1;
-  // acc[level][ilp][lane]; a "row" is Ilp groups of Lanes floats.
-  std::array<std::array<std::array<float, Lanes>, Ilp>, kLevels> acc{};
-  auto add_row = [&](int64_t i) {
-    const float* r = x + i * Ilp * Lanes;
-    for (int64_t k = 0; k < Ilp; ++k)
-      for (int64_t l = 0; l < Lanes; ++l) acc[0][k][l] += r[k * Lanes + l];
-  };
-  int64_t i = 0;
-  while (i + level_step <= rows) {
-    for (int64_t j = 0; j < level_step; ++j, ++i) add_row(i);
-    for (int64_t j = 1; j < kLevels; ++j) {
-      for (int64_t k = 0; k < Ilp; ++k)
-        for (int64_t l = 0; l < Lanes; ++l) {
-          acc[j][k][l] += acc[j - 1][k][l];
-          acc[j - 1][k][l] = 0;
-        }
-      if ((i & (level_mask << (j * level_power))) != 0) break;
-    }
-  }
-  for (; i < rows; ++i) add_row(i);
-  for (int64_t j = 1; j < kLevels; ++j)
-    for (int64_t k = 0; k < Ilp; ++k)
-      for (int64_t l = 0; l < Lanes; ++l) acc[0][k][l] += acc[j][k][l];
-  return acc[0];
-}
-
-// PyTorch's order when the reduced dim is not the innermost one (its "outer" sum over `columns`
-// contiguous outputs): columns go in blocks (32 when there are at least 8 columns, else 4), each
-// column of a full block summed by one cascade; the leftover columns use the interleaved row_sum.
-float cascade_sum(const float* x, int64_t n) { return multi_row_sum<1, 1>(x, n)[0][0]; }
-
-// PyTorch's row_sum: groups of 4 (interleaved), the remainder added to the first partial sum.
-template <int64_t Lanes>
-std::array<float, Lanes> row_sum(const float* x, int64_t n_groups) {
-  const int64_t rows = n_groups / 4;
-  auto partial = multi_row_sum<Lanes>(x, rows);
-  for (int64_t g = rows * 4; g < n_groups; ++g)
-    for (int64_t l = 0; l < Lanes; ++l) partial[0][l] += x[g * Lanes + l];
-  for (int64_t k = 1; k < 4; ++k)
-    for (int64_t l = 0; l < Lanes; ++l) partial[0][l] += partial[k][l];
-  return partial[0];
-}
-
-float torch_sum(const float* x, int64_t n) {
-  constexpr int64_t kVec = 8;  // floats per AVX2 vector
-  if (n < kVec) return row_sum<1>(x, n)[0];
-  const int64_t vecs = n / kVec;
-  auto lanes = row_sum<kVec>(x, vecs);
-  float acc = 0;
-  for (int64_t k = vecs * kVec; k < n; ++k) acc += x[k];
-  for (int64_t l = 0; l < kVec; ++l) acc += lanes[l];
-  return acc;
-}
-
-enum class SumOrder { Inner, OuterRow, OuterCascade };
-
-float sum_in_order(const float* x, int64_t n, SumOrder order) {
-  switch (order) {
-    case SumOrder::Inner: return torch_sum(x, n);
-    case SumOrder::OuterRow: return row_sum<1>(x, n)[0];
-    case SumOrder::OuterCascade: return cascade_sum(x, n);
-  }
-  return 0;
-}
-
-// f(x, n, order) reduces one output's n contiguous inputs; `order` is the summation order PyTorch
-// uses for that output (see sum_in_order).
-template <typename F>
-Tensor reduce_float(const Tensor& t, Shape dims, bool keepdim, const char* fn, F f) {
+// The reduction `op` of t over `dims` into a new float32 tensor (the kernel of its device).
+Tensor reduce_float(const Tensor& t, Shape dims, bool keepdim, const char* fn,
+                    backend::ReduceOp op) {
   Plan p = plan(t, std::move(dims), keepdim, fn);
   Tensor src = p.arranged.to(Dtype::Float32);
+  const auto kernel =
+      backend::pick(fn, src.device(), Dtype::Float32, backend::cpu::reduce, backend::cuda::reduce);
   Tensor out = detail::make_tensor(fn, p.out_shape, Dtype::Float32);
-  const float* ps = src.data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  const int64_t block = p.columns >= 8 ? 32 : 4;
-  const int64_t blocked = (p.columns / block) * block;
-  for (int64_t o = 0; o < p.outer; ++o) {
-    const SumOrder order = p.innermost_reduced        ? SumOrder::Inner
-                           : o % p.columns >= blocked ? SumOrder::OuterRow
-                                                      : SumOrder::OuterCascade;
-    po[o] = f(ps + o * p.inner, p.inner, order);
-  }
+  kernel(
+      {op, src.device_data(), out.device_data(), p.outer, p.inner, p.innermost_reduced, p.columns});
   return out;
 }
 
@@ -269,23 +180,18 @@ Tensor Tensor::sum(Shape dims, bool keepdim) const {
   if (dtype() != Dtype::Float32) {
     Plan p = plan(*this, std::move(dims), keepdim, "sum");
     Tensor src = p.arranged.to(Dtype::Int64);
+    const auto kernel = backend::pick("sum", src.device(), Dtype::Int64, backend::cpu::reduce,
+                                      backend::cuda::reduce);
     Tensor out = detail::make_tensor("sum", p.out_shape, Dtype::Int64);
-    const int64_t* ps = src.data_ptr<int64_t>();
-    int64_t* po = out.data_ptr<int64_t>();
-    for (int64_t o = 0; o < p.outer; ++o) {
-      int64_t s = 0;
-      for (int64_t i = 0; i < p.inner; ++i) s += ps[o * p.inner + i];
-      po[o] = s;
-    }
+    kernel({backend::ReduceOp::Sum, src.device_data(), out.device_data(), p.outer, p.inner,
+            p.innermost_reduced, p.columns});
     return out;
   }
   const char* node = dims.empty() ? "SumBackward0" : "SumBackward1";
   BackwardFn backward = sum_backward(*this, dims, keepdim, false);
-  return detail::record(reduce_float(*this, std::move(dims), keepdim, "sum",
-                                     [](const float* x, int64_t n, SumOrder order) {
-                                       return sum_in_order(x, n, order);
-                                     }),
-                        node, {this}, std::move(backward));
+  return detail::record(
+      reduce_float(*this, std::move(dims), keepdim, "sum", backend::ReduceOp::Sum), node, {this},
+      std::move(backward));
 }
 Tensor Tensor::sum() const { return sum({}, false); }
 
@@ -296,12 +202,9 @@ Tensor Tensor::mean(Shape dims, bool keepdim) const {
          dtype_name(dtype()));
   const char* node = dims.empty() ? "MeanBackward0" : "MeanBackward1";
   BackwardFn backward = sum_backward(*this, dims, keepdim, true);
-  return detail::record(reduce_float(*this, std::move(dims), keepdim, "mean",
-                                     [](const float* x, int64_t n, SumOrder order) {
-                                       if (n == 0) return std::numeric_limits<float>::quiet_NaN();
-                                       return sum_in_order(x, n, order) / float(n);
-                                     }),
-                        node, {this}, std::move(backward));
+  return detail::record(
+      reduce_float(*this, std::move(dims), keepdim, "mean", backend::ReduceOp::Mean), node, {this},
+      std::move(backward));
 }
 Tensor Tensor::mean() const { return mean({}, false); }
 
@@ -310,16 +213,10 @@ Tensor Tensor::var(Shape dims, bool unbiased, bool keepdim) const {
   if (dtype() != Dtype::Float32)
     fail("var", "expects a floating point tensor, got ", dtype_name(dtype()));
   BackwardFn backward = var_backward(*this, dims, unbiased, keepdim);
-  return detail::record(reduce_float(*this, std::move(dims), keepdim, "var",
-                                     [unbiased](const float* x, int64_t n, SumOrder) {
-                                       int64_t denom = n - (unbiased ? 1 : 0);
-                                       if (denom <= 0)
-                                         return std::numeric_limits<float>::quiet_NaN();
-                                       double m = sum_of(x, n) / double(n), s = 0;
-                                       for (int64_t i = 0; i < n; ++i) s += (x[i] - m) * (x[i] - m);
-                                       return float(s / double(denom));
-                                     }),
-                        "VarBackward0", {this}, std::move(backward), {*this});
+  return detail::record(
+      reduce_float(*this, std::move(dims), keepdim, "var",
+                   unbiased ? backend::ReduceOp::VarUnbiased : backend::ReduceOp::Var),
+      "VarBackward0", {this}, std::move(backward), {*this});
 }
 
 namespace {

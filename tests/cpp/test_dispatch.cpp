@@ -4,6 +4,7 @@
 #include <attn/attn.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 
 #include "../../src/backend/layer_kernels.h"
@@ -45,6 +46,35 @@ TEST(Dispatch, PickNamesOpDeviceAndDtype) {
   EXPECT_EQ(be::pick("gelu", attn::Device("cpu"), Dtype::Float32, be::cpu::gelu_forward,
                      be::cuda::gelu_forward),
             be::cpu::gelu_forward[int(Dtype::Float32)]);
+}
+
+// A tensor whose storage says cuda:0 over host memory (as tests/cpp/test_device.cpp makes): enough
+// to reach the dispatch, which must refuse it before any kernel reads the memory.
+Tensor fake_gpu_tensor(const attn::Shape& shape) {
+  Tensor host = attn::full(shape, 1.0f);
+  auto impl = std::make_shared<attn::TensorImpl>(*host.impl());
+  auto storage = std::make_shared<attn::Storage>(*host.impl()->storage);
+  storage->device = attn::Device("cuda:0");
+  impl->storage = storage;
+  impl->autograd = nullptr;
+  return Tensor(impl);
+}
+
+TEST(Dispatch, OpsOnADeviceWithoutTheirKernelNameOpDeviceAndDtype) {
+  const Tensor g = fake_gpu_tensor({4, 8});
+  const std::string tail =
+      " not implemented for torch.float32 tensors on cuda:0 (it has none of them)";
+  EXPECT_EQ(not_implemented([&] { F::layer_norm(g, 8); }), "[layer_norm]" + tail);
+  EXPECT_EQ(not_implemented([&] { F::gelu(g); }), "[gelu]" + tail);
+  EXPECT_EQ(not_implemented([&] { g.sum(); }), "[sum]" + tail);
+  EXPECT_EQ(not_implemented([&] { g.mean(); }), "[mean]" + tail);
+  // NotImplementedError is a DeviceError: code that catches the device's refusal catches it.
+  try {
+    g.var();
+    ADD_FAILURE() << "no error";
+  } catch (const attn::DeviceError& e) {
+    EXPECT_EQ(std::string(e.what()), "[var]" + tail);
+  }
 }
 
 TEST(Dispatch, LayerOpsRefuseDtypesTheirBackendLacks) {

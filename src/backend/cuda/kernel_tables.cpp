@@ -5,8 +5,10 @@
 // of empty ones.
 #include "../elementwise_kernels.h"
 #include "../layer_kernels.h"
+#include "../reduce_kernels.h"
 
 namespace attn::backend::cuda {
 ATTN_LAYER_KERNELS(ATTN_NO_KERNELS)
 ATTN_NO_KERNELS(BinaryFn, binary)
+ATTN_NO_KERNELS(ReduceFn, reduce)
 }  // namespace attn::backend::cuda

@@ -3,8 +3,10 @@
 // the op if one is asked for.
 #include "../elementwise_kernels.h"
 #include "../layer_kernels.h"
+#include "../reduce_kernels.h"
 
 namespace attn::backend::cuda {
 ATTN_LAYER_KERNELS(ATTN_NO_KERNELS)
 ATTN_NO_KERNELS(BinaryFn, binary)
+ATTN_NO_KERNELS(ReduceFn, reduce)
 }  // namespace attn::backend::cuda

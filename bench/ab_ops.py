@@ -1,0 +1,99 @@
+"""Same-run A/B timing of attn's layer and element-wise ops between two builds.
+
+    /usr/bin/python3 bench/ab_ops.py --a /path/to/base/build --b build [--rounds 2] [--reps 3]
+
+Each (op, build) sample runs in its own subprocess (the two builds' modules cannot share one
+process); the builds alternate within every round. A sample is the median of --reps timings of
+back-to-back calls lasting >= 0.2 s each, after one untimed call. Printed: per op the best over
+the rounds of each build's median, in ms, and b / a (below 1: b is faster). Threads: --threads
+(default 2). Shapes are a GPT-2-small-width training step of 2048 tokens.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+CASES = {
+    # name: (setup, statement); `a` is the attn module
+    "linear fwd+bwd 2048x768->3072":
+        ("x = a.randn(2048, 768, requires_grad=True); w = a.randn(3072, 768, requires_grad=True);"
+         "b = a.randn(3072, requires_grad=True)",
+         "a.nn.functional.linear(x, w, b).sum().backward()"),
+    "layer_norm fwd+bwd 2048x768":
+        ("x = a.randn(2048, 768, requires_grad=True); w = a.ones(768, requires_grad=True);"
+         "b = a.zeros(768, requires_grad=True)",
+         "a.nn.functional.layer_norm(x, (768,), w, b).sum().backward()"),
+    "gelu fwd+bwd 2048x3072":
+        ("x = a.randn(2048, 3072, requires_grad=True)",
+         "a.nn.functional.gelu(x).sum().backward()"),
+    "cross_entropy fwd+bwd 2048x8192":
+        ("x = a.randn(2048, 8192, requires_grad=True); t = a.randint(0, 8192, (2048,))",
+         "a.nn.functional.cross_entropy(x, t).backward()"),
+    "embedding fwd+bwd 2048 of 8192x768":
+        ("w = a.randn(8192, 768, requires_grad=True); t = a.randint(0, 8192, (2048,))",
+         "a.nn.functional.embedding(t, w).sum().backward()"),
+    "add 2048x3072 + 2048x3072":
+        ("x = a.randn(2048, 3072); y = a.randn(2048, 3072)", "x + y"),
+    "add bias 2048x3072 + 3072":
+        ("x = a.randn(2048, 3072); y = a.randn(3072)", "x + y"),
+    "mul transposed 1024x1024":
+        ("x = a.randn(1024, 1024); y = a.randn(1024, 1024).t()", "x * y"),
+    "lt 2048x3072 < scalar":
+        ("x = a.randn(2048, 3072)", "x < 0.5"),
+    "add int64 2048x768":
+        ("x = a.randint(0, 100, (2048, 768)); y = a.randint(0, 100, (2048, 768))", "x + y"),
+}
+
+CHILD = r"""
+import json, statistics, sys, time
+sys.path.insert(0, {path!r})
+import attn as a
+a.set_num_threads({threads})
+a.manual_seed(0)
+{setup}
+f = lambda: ({stmt})
+f()
+times = []
+for _ in range({reps}):
+    n, t0 = 0, time.perf_counter()
+    while True:
+        f(); n += 1
+        el = time.perf_counter() - t0
+        if el >= 0.2: break
+    times.append(el / n * 1e3)
+print(json.dumps(statistics.median(times)))
+"""
+
+
+def sample(build, case, threads, reps):
+    setup, stmt = CASES[case]
+    code = CHILD.format(path=os.path.join(os.path.abspath(build), "python"), threads=threads,
+                        setup=setup.replace("; ", "\n").replace(";", "\n"), stmt=stmt, reps=reps)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--a", required=True, help="the build folder of A (the base)")
+    ap.add_argument("--b", required=True, help="the build folder of B")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", default="", help="cases whose name contains this")
+    args = ap.parse_args()
+    cases = [c for c in CASES if args.only in c]
+    best = {c: [float("inf"), float("inf")] for c in cases}
+    for _ in range(args.rounds):
+        for c in cases:
+            for i, build in enumerate((args.a, args.b)):
+                best[c][i] = min(best[c][i], sample(build, c, args.threads, args.reps))
+    print("| op | A ms | B ms | B / A |\n| --- | ---: | ---: | ---: |")
+    for c in cases:
+        ta, tb = best[c]
+        print("| %s | %.3f | %.3f | %.3f |" % (c, ta, tb, tb / ta))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+// The kernels of the reductions sum, mean and var (src/ops/reduce.cpp), one table per backend
+// indexed by the dtype they compute in (src/backend/dispatch.h).
+#pragma once
+
+#include <cstdint>
+
+#include "dispatch.h"
+
+namespace attn::backend {
+
+enum class ReduceOp { Sum, Mean, Var, VarUnbiased };
+
+// out[o] = op over x[o * inner .. (o + 1) * inner) for o < outer: the input arranged contiguous
+// with the reduced dims last. innermost_reduced and columns (the elements of the kept dims after
+// the last reduced one) tell the order in which PyTorch sums each output, which the float32
+// kernel follows so that sums round as PyTorch's do.
+struct Reduce {
+  ReduceOp op;
+  const void* x;
+  void* out;
+  int64_t outer, inner;
+  bool innermost_reduced;
+  int64_t columns;
+};
+using ReduceFn = void(const Reduce&);
+
+namespace cpu {
+extern const Kernels<ReduceFn> reduce;
+}  // namespace cpu
+namespace cuda {
+extern const Kernels<ReduceFn> reduce;
+}  // namespace cuda
+
+}  // namespace attn::backend
