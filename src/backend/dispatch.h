@@ -52,5 +52,15 @@ Fn* pick(const char* op, Device device, Dtype dtype, const Kernels<Fn>& cpu,
 
 }  // namespace attn::backend
 
+// Declares the table `name` of kernels of type Fn on every backend (backend::cpu::name and
+// backend::cuda::name), in a header of src/backend/ (inside namespace attn::backend).
+#define ATTN_BACKEND_KERNELS(Fn, name)            \
+  namespace cpu {                                 \
+  extern const ::attn::backend::Kernels<Fn> name; \
+  }                                               \
+  namespace cuda {                                \
+  extern const ::attn::backend::Kernels<Fn> name; \
+  }
+
 // Defines the table `name` empty: a backend that lacks the op (see ATTN_LAYER_KERNELS).
 #define ATTN_NO_KERNELS(Fn, name) const ::attn::backend::Kernels<Fn> name = {};

@@ -37,11 +37,6 @@ struct Binary {
 };
 using BinaryFn = void(const Binary&);
 
-namespace cpu {
-extern const Kernels<BinaryFn> binary;
-}  // namespace cpu
-namespace cuda {
-extern const Kernels<BinaryFn> binary;
-}  // namespace cuda
+ATTN_BACKEND_KERNELS(BinaryFn, binary)
 
 }  // namespace attn::backend

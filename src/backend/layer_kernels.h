@@ -139,13 +139,6 @@ using BiasBackwardFn = void(const BiasBackward&);
   X(EmbeddingBackwardFn, embedding_backward)        \
   X(BiasBackwardFn, bias_backward)
 
-#define ATTN_DECLARE_KERNELS(Fn, name) extern const Kernels<Fn> name;
-namespace cpu {
-ATTN_LAYER_KERNELS(ATTN_DECLARE_KERNELS)
-}  // namespace cpu
-namespace cuda {
-ATTN_LAYER_KERNELS(ATTN_DECLARE_KERNELS)
-}  // namespace cuda
-#undef ATTN_DECLARE_KERNELS
+ATTN_LAYER_KERNELS(ATTN_BACKEND_KERNELS)
 
 }  // namespace attn::backend

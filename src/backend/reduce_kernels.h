@@ -24,11 +24,6 @@ struct Reduce {
 };
 using ReduceFn = void(const Reduce&);
 
-namespace cpu {
-extern const Kernels<ReduceFn> reduce;
-}  // namespace cpu
-namespace cuda {
-extern const Kernels<ReduceFn> reduce;
-}  // namespace cuda
+ATTN_BACKEND_KERNELS(ReduceFn, reduce)
 
 }  // namespace attn::backend
