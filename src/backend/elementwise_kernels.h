@@ -1,6 +1,7 @@
-// The kernels of the element-wise binary ops (src/ops/elementwise.cpp): arithmetic, maximum and
-// minimum, comparisons and logical and/or on broadcast operands, one table per backend indexed by
-// the dtype the op computes in (src/backend/dispatch.h).
+// The kernels of the element-wise ops (src/ops/elementwise.cpp): the binary ones (arithmetic,
+// maximum and minimum, comparisons and logical and/or on broadcast operands) and the unary float
+// functions, one table per backend indexed by the dtype the op computes in
+// (src/backend/dispatch.h).
 #pragma once
 
 #include <attn/common.h>
@@ -38,5 +39,35 @@ struct Binary {
 using BinaryFn = void(const Binary&);
 
 ATTN_BACKEND_KERNELS(BinaryFn, binary)
+
+// The ops from IsNan on are predicates and write bool.
+enum class UnaryOp {
+  Exp,
+  Log,
+  Sqrt,
+  Rsqrt,
+  Tanh,
+  Sigmoid,
+  Abs,
+  Neg,
+  Relu,
+  Ceil,
+  Floor,
+  IsNan,
+  IsInf,
+  IsFinite
+};
+inline bool is_predicate(UnaryOp op) { return op >= UnaryOp::IsNan; }
+// out (contiguous, row-major) = op(x) for x of `shape` with `strides` from `offset` in `storage`.
+struct Unary {
+  UnaryOp op;
+  const Shape* shape;
+  const void* storage;
+  int64_t offset;
+  const Shape* strides;
+  void* out;
+};
+using UnaryFn = void(const Unary&);
+ATTN_BACKEND_KERNELS(UnaryFn, unary)
 
 }  // namespace attn::backend

@@ -409,16 +409,22 @@ Tensor& inplace_s(Op op, Tensor& self, const Scalar& s) {
 using UnaryGrad = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& y);
 enum Saves { kSaveInput = 1, kSaveResult = 2 };
 
-template <typename F>
-Tensor unary_float(const Tensor& t, const char* fn, F f, UnaryGrad grad, int saves) {
+// The kernel of `op` on t's device, over t's elements computed in float32, into a new tensor
+// of `out_dtype` (float32, or bool for the predicates).
+Tensor unary_kernel(const Tensor& t, const char* fn, backend::UnaryOp op, Dtype out_dtype) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
   Tensor src = t.to(Dtype::Float32);
-  Tensor out = detail::make_tensor(fn, t.shape(), Dtype::Float32);
-  float* po = out.data_ptr<float>();
-  const float* ps = detail::base_ptr<float>(src);
-  int64_t i = 0;
-  detail::strided_loop<1>(src.shape(), {&src.strides()}, {src.storage_offset()},
-                          [&](const std::array<int64_t, 1>& o) { po[i++] = f(ps[o[0]]); });
+  const auto kernel =
+      backend::pick(fn, src.device(), Dtype::Float32, backend::cpu::unary, backend::cuda::unary);
+  Tensor out = detail::make_tensor(fn, t.shape(), out_dtype);
+  kernel({op, &src.shape(), src.impl()->storage->data, src.storage_offset(), &src.strides(),
+          out.device_data()});
+  return out;
+}
+
+Tensor unary_float(const Tensor& t, const char* fn, backend::UnaryOp op, UnaryGrad grad,
+                   int saves) {
+  Tensor out = unary_kernel(t, fn, op, Dtype::Float32);
   // bfloat16 and float16 compute in float32 and round each result back (they never require
   // grad, so nothing is recorded for them).
   if (is_reduced_float(t.dtype())) return out.to(t.dtype());
@@ -434,17 +440,8 @@ Tensor unary_float(const Tensor& t, const char* fn, F f, UnaryGrad grad, int sav
 // sign(x) as float: -1, 0 or 1 (abs's derivative, 0 at 0 as torch's).
 Tensor sign(const Tensor& x) { return (x > Scalar(0)).float_() - (x < Scalar(0)).float_(); }
 
-template <typename F>
-Tensor unary_pred(const Tensor& t, const char* fn, F f) {
-  if (!t.defined()) fail(fn, "undefined tensor argument");
-  Tensor src = t.to(Dtype::Float32);
-  Tensor out = detail::make_tensor(fn, t.shape(), Dtype::Bool);
-  bool* po = out.data_ptr<bool>();
-  const float* ps = detail::base_ptr<float>(src);
-  int64_t i = 0;
-  detail::strided_loop<1>(src.shape(), {&src.strides()}, {src.storage_offset()},
-                          [&](const std::array<int64_t, 1>& o) { po[i++] = f(ps[o[0]]); });
-  return out;
+Tensor unary_pred(const Tensor& t, const char* fn, backend::UnaryOp op) {
+  return unary_kernel(t, fn, op, Dtype::Bool);
 }
 
 }  // namespace
@@ -520,34 +517,34 @@ Tensor Tensor::pow(const Tensor& e) const { return binary_tt(Op::Pow, *this, e);
 
 Tensor Tensor::exp() const {
   return unary_float(
-      *this, "exp", [](float x) { return std::exp(x); },
+      *this, "exp", backend::UnaryOp::Exp,
       [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y; }, kSaveResult);
 }
 Tensor Tensor::log() const {
   return unary_float(
-      *this, "log", [](float x) { return std::log(x); },
+      *this, "log", backend::UnaryOp::Log,
       [](const Tensor& g, const Tensor& x, const Tensor&) { return g / x; }, kSaveInput);
 }
 Tensor Tensor::sqrt() const {
   return unary_float(
-      *this, "sqrt", [](float x) { return std::sqrt(x); },
+      *this, "sqrt", backend::UnaryOp::Sqrt,
       [](const Tensor& g, const Tensor&, const Tensor& y) { return g / (y * 2.0); }, kSaveResult);
 }
 Tensor Tensor::rsqrt() const {
   return unary_float(
-      *this, "rsqrt", [](float x) { return 1.0f / std::sqrt(x); },
+      *this, "rsqrt", backend::UnaryOp::Rsqrt,
       [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y * y * y) * -0.5; },
       kSaveResult);
 }
 Tensor Tensor::tanh() const {
   return unary_float(
-      *this, "tanh", [](float x) { return std::tanh(x); },
+      *this, "tanh", backend::UnaryOp::Tanh,
       [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (1.0 - y * y); },
       kSaveResult);
 }
 Tensor Tensor::sigmoid() const {
   return unary_float(
-      *this, "sigmoid", [](float x) { return 1.0f / (1.0f + std::exp(-x)); },
+      *this, "sigmoid", backend::UnaryOp::Sigmoid,
       [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y * (1.0 - y)); },
       kSaveResult);
 }
@@ -555,7 +552,7 @@ Tensor Tensor::abs() const {
   if (dtype() == Dtype::Bool) fail("abs", "not implemented for bool tensors");
   if (dtype() == Dtype::Int64) return where(*this < Scalar(0), -*this, *this);
   return unary_float(
-      *this, "abs", [](float x) { return std::fabs(x); },
+      *this, "abs", backend::UnaryOp::Abs,
       [](const Tensor& g, const Tensor& x, const Tensor&) { return g * sign(x); }, kSaveInput);
 }
 Tensor Tensor::neg() const {
@@ -563,36 +560,32 @@ Tensor Tensor::neg() const {
     fail("neg", "negation, the `-` operator, on a bool tensor is not supported; use ~");
   if (dtype() == Dtype::Int64) return binary_st(Op::Sub, Scalar(0), *this);
   return unary_float(
-      *this, "neg", [](float x) { return -x; },
+      *this, "neg", backend::UnaryOp::Neg,
       [](const Tensor& g, const Tensor&, const Tensor&) { return -g; }, 0);
 }
 Tensor Tensor::relu() const {
   if (!attn::is_floating_point(dtype())) return where(*this > Scalar(0), *this, zeros_like(*this));
   return unary_float(
-      *this, "relu", [](float x) { return x < 0 ? 0.f : x; },
+      *this, "relu", backend::UnaryOp::Relu,
       [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y > Scalar(0)).float_(); },
       kSaveResult);  // -0, NaN kept
 }
 Tensor Tensor::ceil() const {
   if (!attn::is_floating_point(dtype())) return clone();
   return unary_float(
-      *this, "ceil", [](float x) { return std::ceil(x); },
+      *this, "ceil", backend::UnaryOp::Ceil,
       [](const Tensor& g, const Tensor&, const Tensor&) { return zeros(g.shape()); }, 0);
 }
 Tensor Tensor::floor() const {
   if (!attn::is_floating_point(dtype())) return clone();
   return unary_float(
-      *this, "floor", [](float x) { return std::floor(x); },
+      *this, "floor", backend::UnaryOp::Floor,
       [](const Tensor& g, const Tensor&, const Tensor&) { return zeros(g.shape()); }, 0);
 }
-Tensor Tensor::isnan() const {
-  return unary_pred(*this, "isnan", [](float x) { return std::isnan(x); });
-}
-Tensor Tensor::isinf() const {
-  return unary_pred(*this, "isinf", [](float x) { return std::isinf(x); });
-}
+Tensor Tensor::isnan() const { return unary_pred(*this, "isnan", backend::UnaryOp::IsNan); }
+Tensor Tensor::isinf() const { return unary_pred(*this, "isinf", backend::UnaryOp::IsInf); }
 Tensor Tensor::isfinite() const {
-  return unary_pred(*this, "isfinite", [](float x) { return std::isfinite(x); });
+  return unary_pred(*this, "isfinite", backend::UnaryOp::IsFinite);
 }
 Tensor Tensor::logical_not() const { return *this == Scalar(0); }
 

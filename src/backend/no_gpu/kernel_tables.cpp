@@ -8,5 +8,6 @@
 namespace attn::backend::cuda {
 ATTN_LAYER_KERNELS(ATTN_NO_KERNELS)
 ATTN_NO_KERNELS(BinaryFn, binary)
+ATTN_NO_KERNELS(UnaryFn, unary)
 ATTN_NO_KERNELS(ReduceFn, reduce)
 }  // namespace attn::backend::cuda
