@@ -41,6 +41,12 @@ CASES = {
         ("x = a.randn(1024, 1024); y = a.randn(1024, 1024).t()", "x * y"),
     "lt 2048x3072 < scalar":
         ("x = a.randn(2048, 3072)", "x < 0.5"),
+    "exp 2048x3072":
+        ("x = a.randn(2048, 3072)", "x.exp()"),
+    "sum over rows 2048x3072":
+        ("x = a.randn(2048, 3072)", "x.sum(-1)"),
+    "mean over columns 2048x3072":
+        ("x = a.randn(2048, 3072)", "x.mean(0)"),
     "add int64 2048x768":
         ("x = a.randint(0, 100, (2048, 768)); y = a.randint(0, 100, (2048, 768))", "x + y"),
 }

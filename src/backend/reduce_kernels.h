@@ -1,5 +1,5 @@
-// The kernels of the reductions sum, mean and var (src/ops/reduce.cpp), one table per backend
-// indexed by the dtype they compute in (src/backend/dispatch.h).
+// The kernels of the reductions sum, mean, var, max, min, argmax and amax (src/ops/reduce.cpp),
+// one table per backend indexed by the dtype they compute in (src/backend/dispatch.h).
 #pragma once
 
 #include <cstdint>
@@ -25,5 +25,18 @@ struct Reduce {
 using ReduceFn = void(const Reduce&);
 
 ATTN_BACKEND_KERNELS(ReduceFn, reduce)
+
+// Per row of `inner` values (outer rows, contiguous): the max or min and, when `index` is not
+// null, the index of its first occurrence; a NaN wins (the first one), as in PyTorch. values are
+// of the table's dtype.
+struct Extreme {
+  bool is_max;
+  const void* x;
+  void* values;
+  int64_t* index;
+  int64_t outer, inner;
+};
+using ExtremeFn = void(const Extreme&);
+ATTN_BACKEND_KERNELS(ExtremeFn, extreme)
 
 }  // namespace attn::backend

@@ -221,33 +221,6 @@ Tensor Tensor::var(Shape dims, bool unbiased, bool keepdim) const {
 
 namespace {
 
-template <typename T>
-bool is_nan(T x) {
-  if constexpr (std::is_same_v<T, float>)
-    return std::isnan(x);
-  else
-    return false;
-}
-
-// For each of p.outer rows of p.inner values: the max (or min) and its first index; the first
-// NaN wins, as in torch.
-template <typename T>
-void extreme_rows(const Plan& p, bool is_max, const Tensor& vals, const Tensor& idx) {
-  const T* ps = p.arranged.data_ptr<T>();
-  T* pv = vals.data_ptr<T>();
-  int64_t* pi = idx.data_ptr<int64_t>();
-  for (int64_t o = 0; o < p.outer; ++o) {
-    const T* x = ps + o * p.inner;
-    int64_t best = 0;
-    for (int64_t i = 1; i < p.inner; ++i) {
-      if (is_nan(x[best])) break;
-      if (is_nan(x[i]) || (is_max ? x[i] > x[best] : x[i] < x[best])) best = i;
-    }
-    pv[o] = x[best];
-    pi[o] = best;
-  }
-}
-
 // Values and first index of the max (or min) along one dim; NaN wins, as in torch.
 std::tuple<Tensor, Tensor> extreme(const Tensor& t, int64_t dim, bool keepdim, bool is_max,
                                    const char* fn) {
@@ -261,15 +234,12 @@ std::tuple<Tensor, Tensor> extreme(const Tensor& t, int64_t dim, bool keepdim, b
   }
   Plan p = plan(t, {dim}, keepdim, fn);
   // Computed in the input's own dtype: int64 values above 2^24 would not survive float32.
+  const auto kernel = backend::pick(fn, p.arranged.device(), t.dtype(), backend::cpu::extreme,
+                                    backend::cuda::extreme);
   Tensor vals = detail::make_tensor(p.out_shape, t.dtype());
   Tensor idx = detail::make_tensor(p.out_shape, Dtype::Int64);
-  switch (t.dtype()) {
-    case Dtype::Float32: extreme_rows<float>(p, is_max, vals, idx); break;
-    case Dtype::Int64: extreme_rows<int64_t>(p, is_max, vals, idx); break;
-    case Dtype::Bool: extreme_rows<bool>(p, is_max, vals, idx); break;
-    case Dtype::BFloat16:
-    case Dtype::Float16: detail::fail_reduced(t.dtype(), fn);  // converted above
-  }
+  kernel({is_max, p.arranged.device_data(), vals.device_data(),
+          static_cast<int64_t*>(idx.device_data()), p.outer, p.inner});
   return {vals, idx};
 }
 
@@ -301,35 +271,16 @@ std::tuple<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const {
 Tensor Tensor::argmax(int64_t dim, bool keepdim) const {
   return std::get<1>(extreme(*this, dim, keepdim, true, "argmax"));
 }
-namespace {
-template <typename T>
-void amax_rows(const Plan& p, const Tensor& out) {
-  const T* ps = p.arranged.data_ptr<T>();
-  T* po = out.data_ptr<T>();
-  for (int64_t o = 0; o < p.outer; ++o) {
-    const T* x = ps + o * p.inner;
-    T m = x[0];
-    for (int64_t i = 1; i < p.inner && !is_nan(m); ++i)
-      if (is_nan(x[i]) || x[i] > m) m = x[i];
-    po[o] = m;
-  }
-}
-}  // namespace
-
 Tensor Tensor::amax(Shape dims, bool keepdim) const {
   if (is_reduced_float(dtype())) return to(Dtype::Float32).amax(dims, keepdim).to(dtype());
   Plan p = plan(*this, dims, keepdim, "amax");
   if (p.inner == 0 && p.outer > 0)
     throw IndexError(detail::msg("amax", "expected the reduced dims ", shape_str(dims), " of ",
                                  shape_str(shape()), " to have a non-zero size"));
+  const auto kernel = backend::pick("amax", p.arranged.device(), dtype(), backend::cpu::extreme,
+                                    backend::cuda::extreme);
   Tensor out = detail::make_tensor("amax", p.out_shape, dtype());
-  switch (dtype()) {
-    case Dtype::Float32: amax_rows<float>(p, out); break;
-    case Dtype::Int64: amax_rows<int64_t>(p, out); break;
-    case Dtype::Bool: amax_rows<bool>(p, out); break;
-    case Dtype::BFloat16:
-    case Dtype::Float16: detail::fail_reduced(dtype(), "amax");  // converted above
-  }
+  kernel({true, p.arranged.device_data(), out.device_data(), nullptr, p.outer, p.inner});
   return detail::record(out, "AmaxBackward0", {this}, evenly_backward(*this, dims, keepdim),
                         {*this, out});
 }

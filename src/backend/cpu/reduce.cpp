@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "../reduce_kernels.h"
 
@@ -137,10 +138,47 @@ void reduce_i64(const backend::Reduce& r) {
   }
 }
 
+template <typename T>
+bool is_nan(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return std::isnan(x);
+  else
+    return false;
+}
+
+// max / min with the first index (index not null), or amax: the running max that stops at the
+// first NaN (its values the same as max's).
+template <typename T>
+void extreme_rows(const backend::Extreme& e) {
+  const T* ps = static_cast<const T*>(e.x);
+  T* pv = static_cast<T*>(e.values);
+  for (int64_t o = 0; o < e.outer; ++o) {
+    const T* x = ps + o * e.inner;
+    if (!e.index) {  // amax
+      T m = x[0];
+      for (int64_t i = 1; i < e.inner && !is_nan(m); ++i)
+        if (is_nan(x[i]) || x[i] > m) m = x[i];
+      pv[o] = m;
+      continue;
+    }
+    int64_t best = 0;
+    for (int64_t i = 1; i < e.inner; ++i) {
+      if (is_nan(x[best])) break;
+      if (is_nan(x[i]) || (e.is_max ? x[i] > x[best] : x[i] < x[best])) best = i;
+    }
+    pv[o] = x[best];
+    e.index[o] = best;
+  }
+}
+
 }  // namespace
 }  // namespace attn::kernels
 
 namespace attn::backend::cpu {
 // float32: sum, mean, var; int64: sum only (the op computes mean and var in float32).
 const Kernels<ReduceFn> reduce = {kernels::reduce_f32, kernels::reduce_i64};
+// In each dtype's own values (int64 above 2^24 would not survive float32); bfloat16 and float16
+// go through float32 exactly.
+const Kernels<ExtremeFn> extreme = {kernels::extreme_rows<float>, kernels::extreme_rows<int64_t>,
+                                    kernels::extreme_rows<bool>};
 }  // namespace attn::backend::cpu
