@@ -287,13 +287,12 @@ HfIndex index_hf_weights(const GPTConfig& c, const std::vector<io::SafeTensorsFi
 
 // A tied lm_head must hold the token table's values.
 void check_tied(const Tensor& lm_head, const Tensor& wte, const std::string& what) {
-  const Tensor a = lm_head.to(Dtype::Float32).contiguous(), b = wte.detach().contiguous();
-  const float* pa = a.data_ptr<float>();
-  const float* pb = b.data_ptr<float>();
-  for (int64_t i = 0, n = a.numel(); i < n; ++i)
-    if (pa[i] != pb[i])
-      fail_in(kLoad, what, "'lm_head.weight' differs from the token embedding (at element ", i,
-              "); attn's GPT ties its output layer to wte (untied heads are not supported)");
+  NoGradGuard no_grad;
+  const Tensor differs = (lm_head.to(Dtype::Float32) != wte.detach()).reshape({-1});
+  if (differs.numel() == 0 || !differs.any()) return;
+  const int64_t i = differs.to(Dtype::Int64).argmax(0).item<int64_t>();  // the first one
+  fail_in(kLoad, what, "'lm_head.weight' differs from the token embedding (at element ", i,
+          "); attn's GPT ties its output layer to wte (untied heads are not supported)");
 }
 
 }  // namespace

@@ -284,6 +284,13 @@ TEST(HfGpt2, WeightDefectsNameTheKeys) {
   untied.emplace_back("lm_head.weight", attn::zeros({29, 8}));
   s.write_weights(untied);
   EXPECT_TRUE(contains(s.load_error(), "'lm_head.weight' differs from the token embedding"));
+  // The first element that differs is named.
+  untied.back().second = s.st.at("transformer.wte.weight").clone();
+  untied.back().second.view({-1})[37].fill_(1e3);
+  untied.back().second.view({-1})[90].fill_(1e3);
+  s.write_weights(untied);
+  EXPECT_TRUE(contains(s.load_error(), "differs from the token embedding (at element 37)"))
+      << s.load_error();
   // A head of another shape is refused from the header, before any weight is read.
   untied.back().second = attn::zeros({30, 8});
   s.write_weights(untied);
