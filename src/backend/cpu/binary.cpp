@@ -202,12 +202,29 @@ bool binary_fast_float(const Binary& p) {
   return true;
 }
 
-// out[i] = a[i] op b[i] in compute type T (broadcast views allowed).
-template <typename T>
-void run_binary(const Binary& p) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (binary_fast_float(p)) return;
+// out[i] = a[i] kOp b[i] in compute type T (broadcast views allowed). The op is a template
+// argument so that each loop is compiled for its one operation (no switch per element; integer
+// loops vectorise).
+template <typename T, Op kOp>
+void run_op(const Binary& p) {
+  const T* pa = static_cast<const T*>(p.a.storage);
+  const T* pb = static_cast<const T*>(p.b.storage);
+  if constexpr (kOp >= Op::Eq) {
+    bool* po = static_cast<bool*>(p.out_storage);
+    strided_loop<3>(
+        *p.shape, {p.out_strides, p.a.strides, p.b.strides}, {p.out_offset, p.a.offset, p.b.offset},
+        [&](const std::array<int64_t, 3>& o) { po[o[0]] = compare(kOp, pa[o[1]], pb[o[2]]); });
+  } else {
+    T* po = static_cast<T*>(p.out_storage);
+    strided_loop<3>(
+        *p.shape, {p.out_strides, p.a.strides, p.b.strides}, {p.out_offset, p.a.offset, p.b.offset},
+        [&](const std::array<int64_t, 3>& o) { po[o[0]] = apply(kOp, pa[o[1]], pb[o[2]]); });
   }
+}
+
+// The same with the op read per element (one loop for every op).
+template <typename T>
+void run_any(const Binary& p) {
   const Op op = p.op;
   const T* pa = static_cast<const T*>(p.a.storage);
   const T* pb = static_cast<const T*>(p.b.storage);
@@ -221,6 +238,41 @@ void run_binary(const Binary& p) {
     strided_loop<3>(
         *p.shape, {p.out_strides, p.a.strides, p.b.strides}, {p.out_offset, p.a.offset, p.b.offset},
         [&](const std::array<int64_t, 3>& o) { po[o[0]] = apply(op, pa[o[1]], pb[o[2]]); });
+  }
+}
+
+// Whether every operand's innermost stride is 0 or 1: the inner loop then reads runs the
+// compiler vectorises well once the op is fixed; across strides (a transposed operand) its
+// vector code is slower than the plain loop (measured: x * y.t(), 1024 x 1024, 1.2x).
+bool unit_inner_strides(const Binary& p) {
+  if (p.shape->empty()) return true;
+  for (const Shape* st : {p.out_strides, p.a.strides, p.b.strides})
+    if (st->back() != 0 && st->back() != 1) return false;
+  return true;
+}
+
+template <typename T>
+void run_binary(const Binary& p) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (binary_fast_float(p)) return;
+  }
+  if (!unit_inner_strides(p)) return run_any<T>(p);
+  switch (p.op) {
+    case Op::Add: return run_op<T, Op::Add>(p);
+    case Op::Sub: return run_op<T, Op::Sub>(p);
+    case Op::Mul: return run_op<T, Op::Mul>(p);
+    case Op::Div: return run_op<T, Op::Div>(p);
+    case Op::Pow: return run_op<T, Op::Pow>(p);
+    case Op::Max: return run_op<T, Op::Max>(p);
+    case Op::Min: return run_op<T, Op::Min>(p);
+    case Op::Eq: return run_op<T, Op::Eq>(p);
+    case Op::Ne: return run_op<T, Op::Ne>(p);
+    case Op::Lt: return run_op<T, Op::Lt>(p);
+    case Op::Le: return run_op<T, Op::Le>(p);
+    case Op::Gt: return run_op<T, Op::Gt>(p);
+    case Op::Ge: return run_op<T, Op::Ge>(p);
+    case Op::And: return run_op<T, Op::And>(p);
+    case Op::Or: return run_op<T, Op::Or>(p);
   }
 }
 
