@@ -70,4 +70,19 @@ struct Unary {
 using UnaryFn = void(const Unary&);
 ATTN_BACKEND_KERNELS(UnaryFn, unary)
 
+// dst[k] = src (one value: src_scalar) or src[k] (contiguous) wherever mask[k], for the elements
+// k of `shape` in row-major order; dst has `strides` from `offset` in `storage`, the mask is
+// contiguous. where() and masked_fill_(); the slots copy elements bit for bit.
+struct MaskedAssign {
+  const bool* mask;
+  void* storage;
+  int64_t offset;
+  const Shape* shape;
+  const Shape* strides;
+  const void* src;
+  bool src_scalar;
+};
+using MaskedAssignFn = void(const MaskedAssign&);
+ATTN_BACKEND_KERNELS(MaskedAssignFn, masked_assign)
+
 }  // namespace attn::backend

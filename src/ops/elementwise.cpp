@@ -602,12 +602,10 @@ Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor& b) {
   out.copy_(b.to(dt).expand(s));
   Tensor c = cond.expand(s).contiguous();
   Tensor av = a.to(dt).expand(s).contiguous();
-  const bool* pc = c.data_ptr<bool>();
-  std::size_t isz = itemsize(dt);
-  char* po = static_cast<char*>(out.raw_data());
-  const char* pa = static_cast<const char*>(av.raw_data());
-  for (int64_t i = 0; i < out.numel(); ++i)
-    if (pc[i]) std::memcpy(po + i * isz, pa + i * isz, isz);
+  const auto kernel = backend::pick("where", out.device(), dt, backend::cpu::masked_assign,
+                                    backend::cuda::masked_assign);
+  kernel({static_cast<const bool*>(c.device_data()), out.impl()->storage->data,
+          out.storage_offset(), &out.shape(), &out.strides(), av.device_data(), false});
   return out;
 }
 
@@ -647,16 +645,10 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
          dtype_name(dtype()), " without overflow");
   Tensor m = mask.expand(shape()).contiguous();
   Tensor v = detail::scalar_tensor(value, dtype());
-  const bool* pm = m.data_ptr<bool>();
-  std::size_t isz = itemsize(dtype());
-  const char* pv = static_cast<const char*>(v.raw_data());
-  detail::check_cpu(*this, "masked_fill_");
-  char* base = static_cast<char*>(impl()->storage->data);
-  int64_t i = 0;
-  detail::strided_loop<1>(shape(), {&strides()}, {storage_offset()},
-                          [&](const std::array<int64_t, 1>& o) {
-                            if (pm[i++]) std::memcpy(base + o[0] * isz, pv, isz);
-                          });
+  const auto kernel = backend::pick("masked_fill_", device(), dtype(), backend::cpu::masked_assign,
+                                    backend::cuda::masked_assign);
+  kernel({static_cast<const bool*>(m.device_data()), impl()->storage->data, storage_offset(),
+          &shape(), &strides(), v.device_data(), true});
   detail::bump_version(*this);
   // The filled elements no longer depend on the old value.
   detail::record_inplace(*this, "MaskedFillBackward0", {this},

@@ -1,6 +1,8 @@
 // The unary float functions on the CPU (src/backend/elementwise_kernels.h), as PyTorch's: the C
-// library's exp, log, sqrt, tanh, the sigmoid as 1 / (1 + exp(-x)), relu keeping -0 and NaN.
+// library's exp, log, sqrt, tanh, the sigmoid as 1 / (1 + exp(-x)), relu keeping -0 and NaN;
+// and the masked assignment of where() and masked_fill_().
 #include <cmath>
+#include <cstdint>
 
 #include "../elementwise_kernels.h"
 #include "strided.h"
@@ -41,10 +43,34 @@ void unary_f32(const Unary& u) {
   }
 }
 
+// T: an unsigned integer as wide as the element, so that a copy keeps its bits.
+template <typename T>
+void masked_assign(const backend::MaskedAssign& m) {
+  T* base = static_cast<T*>(m.storage);
+  const T* src = static_cast<const T*>(m.src);
+  int64_t i = 0;
+  if (m.src_scalar) {
+    const T v = *src;
+    strided_loop<1>(*m.shape, {m.strides}, {m.offset}, [&](const std::array<int64_t, 1>& o) {
+      if (m.mask[i++]) base[o[0]] = v;
+    });
+  } else {
+    strided_loop<1>(*m.shape, {m.strides}, {m.offset}, [&](const std::array<int64_t, 1>& o) {
+      if (m.mask[i]) base[o[0]] = src[i];
+      ++i;
+    });
+  }
+}
+
 }  // namespace
 }  // namespace attn::kernels
 
 namespace attn::backend::cpu {
 // float32 (the op computes every floating dtype in float32).
 const Kernels<UnaryFn> unary = {kernels::unary_f32};
+// Every dtype, by the width of its elements.
+const Kernels<MaskedAssignFn> masked_assign = {
+    kernels::masked_assign<uint32_t>, kernels::masked_assign<uint64_t>,
+    kernels::masked_assign<uint8_t>, kernels::masked_assign<uint16_t>,
+    kernels::masked_assign<uint16_t>};
 }  // namespace attn::backend::cpu

@@ -9,6 +9,7 @@ namespace attn::backend::cuda {
 ATTN_LAYER_KERNELS(ATTN_NO_KERNELS)
 ATTN_NO_KERNELS(BinaryFn, binary)
 ATTN_NO_KERNELS(UnaryFn, unary)
+ATTN_NO_KERNELS(MaskedAssignFn, masked_assign)
 ATTN_NO_KERNELS(ReduceFn, reduce)
 ATTN_NO_KERNELS(ExtremeFn, extreme)
 }  // namespace attn::backend::cuda
