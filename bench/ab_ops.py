@@ -51,6 +51,10 @@ CASES = {
         ("x = a.randn(2048, 3072); y = a.randn(2048, 3072); c = x > 0", "a.where(c, x, y)"),
     "masked_fill 2048x3072":
         ("x = a.randn(2048, 3072); c = x > 0", "x.masked_fill(c, 0.0)"),
+    "cumsum 2048x3072 dim 1":
+        ("x = a.randn(2048, 3072)", "x.cumsum(1)"),
+    "clamp 2048x3072":
+        ("x = a.randn(2048, 3072)", "x.clamp(-0.5, 0.5)"),
     "add int64 2048x768":
         ("x = a.randint(0, 100, (2048, 768)); y = a.randint(0, 100, (2048, 768))", "x + y"),
 }

@@ -1,6 +1,7 @@
-// The kernels of the element-wise ops (src/ops/elementwise.cpp): the binary ones (arithmetic,
-// maximum and minimum, comparisons and logical and/or on broadcast operands) and the unary float
-// functions, one table per backend indexed by the dtype the op computes in
+// The kernels of the element-wise ops (src/ops/elementwise.cpp; clamp in src/ops/scan_clamp.cpp):
+// the binary ones (arithmetic, maximum and minimum, comparisons and logical and/or on broadcast
+// operands), the unary float functions, clamp, and the masked assignment of where and
+// masked_fill; one table per backend indexed by the dtype the op computes in
 // (src/backend/dispatch.h).
 #pragma once
 
@@ -84,5 +85,20 @@ struct MaskedAssign {
 };
 using MaskedAssignFn = void(const MaskedAssign&);
 ATTN_BACKEND_KERNELS(MaskedAssignFn, masked_assign)
+
+// out (contiguous, `shape`) = min(max(x, lo), hi), the bounds optional (null storage), each
+// operand strided and broadcast to `shape`; a NaN in x or in a bound propagates, as PyTorch.
+struct ClampOperand {
+  const void* storage;
+  int64_t offset;
+  const Shape* strides;
+};
+struct Clamp {
+  const Shape* shape;
+  ClampOperand x, lo, hi;
+  void* out;
+};
+using ClampFn = void(const Clamp&);
+ATTN_BACKEND_KERNELS(ClampFn, clamp)
 
 }  // namespace attn::backend

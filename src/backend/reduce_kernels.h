@@ -1,5 +1,6 @@
-// The kernels of the reductions sum, mean, var, max, min, argmax and amax (src/ops/reduce.cpp),
-// one table per backend indexed by the dtype they compute in (src/backend/dispatch.h).
+// The kernels of the reductions sum, mean, var, max, min, argmax and amax (src/ops/reduce.cpp)
+// and of the scans cumsum and cumprod (src/ops/scan_clamp.cpp), one table per backend indexed by
+// the dtype they compute in (src/backend/dispatch.h).
 #pragma once
 
 #include <cstdint>
@@ -38,5 +39,20 @@ struct Extreme {
 };
 using ExtremeFn = void(const Extreme&);
 ATTN_BACKEND_KERNELS(ExtremeFn, extreme)
+
+// Along the middle dim of a contiguous (outer, n, inner) array: CumSum, CumProd (accumulated in
+// double for float32, wrapping int64 for int64, as PyTorch); CumSumBackward, the reversed
+// cumulative sum of x; CumProdBackward, from the forward's input x and the gradient g, the
+// gradient of cumprod written out (zeros in x included). float32 only for the backwards.
+enum class ScanOp { CumSum, CumProd, CumSumBackward, CumProdBackward };
+struct Scan {
+  ScanOp op;
+  const void* x;
+  const void* g;
+  void* out;
+  int64_t outer, n, inner;
+};
+using ScanFn = void(const Scan&);
+ATTN_BACKEND_KERNELS(ScanFn, scan)
 
 }  // namespace attn::backend

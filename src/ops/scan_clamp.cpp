@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string>
 
+#include "../backend/elementwise_kernels.h"
+#include "../backend/reduce_kernels.h"
 #include "../tensor/internal.h"
 
 namespace attn {
@@ -14,19 +16,19 @@ using detail::fail;
 
 namespace {
 
-// Calls f(in, out, n, stride) for every row along dim d of the contiguous `src` and `dst`: the
-// pointers to the row's first element, its length and the distance between its elements.
-template <typename TI, typename TO, typename F>
-void scan_rows(const Tensor& src, const Tensor& dst, int64_t d, F f) {
-  const Shape& s = src.shape();
+// The scan kernel of (device, dtype) over t arranged as (outer, n, inner) around dim d, into out
+// (both contiguous, t's shape); g: cumprod's gradient (or undefined).
+void run_scan(backend::ScanOp op, const Tensor& x, const Tensor& g, const Tensor& out, int64_t d,
+              const char* fn) {
+  const auto kernel =
+      backend::pick(fn, x.device(), x.dtype(), backend::cpu::scan, backend::cuda::scan);
+  const Shape& s = x.shape();
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < d; ++i) outer *= s[i];
   for (int64_t i = d + 1; i < int64_t(s.size()); ++i) inner *= s[i];
   const int64_t n = s.empty() ? 1 : s[d];
-  const TI* pi = src.data_ptr<TI>();
-  TO* po = dst.data_ptr<TO>();
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t i = 0; i < inner; ++i) f(pi + o * n * inner + i, po + o * n * inner + i, n, inner);
+  kernel({op, x.device_data(), g.defined() ? g.device_data() : nullptr, out.device_data(), outer, n,
+          inner});
 }
 
 // torch accumulates float32 scans in double (its CPU acc_type) and integer ones in int64.
@@ -38,24 +40,7 @@ Tensor scan(const Tensor& t, int64_t dim, bool prod, const char* fn) {
   const Dtype out_dtype = t.dtype() == Dtype::Float32 ? Dtype::Float32 : Dtype::Int64;
   Tensor src = t.to(out_dtype).contiguous();
   Tensor out = detail::make_tensor(fn, t.shape(), out_dtype, false);
-  if (out_dtype == Dtype::Float32) {
-    scan_rows<float, float>(src, out, d, [prod](const float* x, float* y, int64_t n, int64_t st) {
-      double acc = prod ? 1.0 : 0.0;
-      for (int64_t j = 0; j < n; ++j) {
-        acc = prod ? acc * x[j * st] : acc + x[j * st];
-        y[j * st] = float(acc);
-      }
-    });
-  } else {
-    scan_rows<int64_t, int64_t>(
-        src, out, d, [prod](const int64_t* x, int64_t* y, int64_t n, int64_t st) {
-          uint64_t acc = prod ? 1 : 0;  // wraps on overflow, as torch
-          for (int64_t j = 0; j < n; ++j) {
-            acc = prod ? acc * uint64_t(x[j * st]) : acc + uint64_t(x[j * st]);
-            y[j * st] = int64_t(acc);
-          }
-        });
-  }
+  run_scan(prod ? backend::ScanOp::CumProd : backend::ScanOp::CumSum, src, Tensor(), out, d, fn);
   return out;
 }
 
@@ -69,13 +54,7 @@ Tensor Tensor::cumsum(int64_t dim) const {
   return detail::record(out, "CumsumBackward0", {this}, [d](const Node&, const Tensor& g) {
     Tensor gc = g.contiguous();
     Tensor r = detail::make_tensor("cumsum", g.shape(), Dtype::Float32, false);
-    scan_rows<float, float>(gc, r, d, [](const float* x, float* y, int64_t n, int64_t st) {
-      double acc = 0;
-      for (int64_t j = n - 1; j >= 0; --j) {
-        acc += x[j * st];
-        y[j * st] = float(acc);
-      }
-    });
+    run_scan(backend::ScanOp::CumSumBackward, gc, Tensor(), r, d, "cumsum");
     return std::vector<Tensor>{r};
   });
 }
@@ -89,22 +68,7 @@ Tensor Tensor::cumprod(int64_t dim) const {
                         [d](const Node& node, const Tensor& g) {
                           Tensor x = node.saved_tensor(0).contiguous(), gc = g.contiguous();
                           Tensor r = detail::make_tensor("cumprod", g.shape(), Dtype::Float32);
-                          const float* px = x.data_ptr<float>();
-                          const float* pg = gc.data_ptr<float>();
-                          scan_rows<float, float>(
-                              x, r, d, [&](const float* xr, float* rr, int64_t n, int64_t st) {
-                                const float* gr = pg + (xr - px);
-                                for (int64_t i = 0; i < n; ++i) {
-                                  double before = 1;
-                                  for (int64_t k = 0; k < i; ++k) before *= xr[k * st];
-                                  double acc = 0, after = 1;
-                                  for (int64_t j = i; j < n; ++j) {
-                                    if (j > i) after *= xr[j * st];
-                                    acc += gr[j * st] * before * after;
-                                  }
-                                  rr[i * st] = float(acc);
-                                }
-                              });
+                          run_scan(backend::ScanOp::CumProdBackward, x, gc, r, d, "cumprod");
                           return std::vector<Tensor>{r};
                         },
                         {*this});
@@ -117,21 +81,6 @@ Tensor cumprod(const Tensor& t, int64_t dim) { return t.cumprod(dim); }
 
 namespace {
 
-// min(max(x, lo), hi) elementwise (broadcast), NaN in x or in a bound propagating, as torch.
-template <typename T>
-T clamp_one(T x, const T* lo, const T* hi) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (std::isnan(x)) return x;
-    if (lo && (std::isnan(*lo) || x < *lo)) x = *lo;
-    if (hi && (std::isnan(*hi) || x > *hi)) x = *hi;
-    return x;
-  } else {
-    if (lo && x < *lo) x = *lo;
-    if (hi && x > *hi) x = *hi;
-    return x;
-  }
-}
-
 Tensor clamp_forward(const Tensor& t, const Tensor& lo_in, const Tensor& hi_in, Dtype dt) {
   NoGradGuard no_grad;
   Shape shape = t.shape();
@@ -143,28 +92,14 @@ Tensor clamp_forward(const Tensor& t, const Tensor& lo_in, const Tensor& hi_in, 
   const Shape sx = detail::broadcast_strides(x, shape);
   const Shape sl = lo.defined() ? detail::broadcast_strides(lo, shape) : Shape(shape.size(), 0);
   const Shape sh = hi.defined() ? detail::broadcast_strides(hi, shape) : Shape(shape.size(), 0);
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
-    const T* px = detail::base_ptr<T>(x);
-    const T* pl = lo.defined() ? detail::base_ptr<T>(lo) : nullptr;
-    const T* ph = hi.defined() ? detail::base_ptr<T>(hi) : nullptr;
-    T* po = out.data_ptr<T>();
-    int64_t i = 0;
-    detail::strided_loop<3>(shape, {&sx, &sl, &sh},
-                            {x.storage_offset(), lo.defined() ? lo.storage_offset() : 0,
-                             hi.defined() ? hi.storage_offset() : 0},
-                            [&](const std::array<int64_t, 3>& o) {
-                              po[i++] = clamp_one<T>(px[o[0]], pl ? pl + o[1] : nullptr,
-                                                     ph ? ph + o[2] : nullptr);
-                            });
+  if (dt == Dtype::Bool) fail("clamp", "not implemented for bool tensors");
+  const auto kernel =
+      backend::pick("clamp", x.device(), dt, backend::cpu::clamp, backend::cuda::clamp);
+  auto operand = [](const Tensor& t, const Shape& strides) {
+    return backend::ClampOperand{t.defined() ? t.impl()->storage->data : nullptr,
+                                 t.defined() ? t.storage_offset() : 0, &strides};
   };
-  switch (dt) {
-    case Dtype::Float32: run(float{}); break;
-    case Dtype::Int64: run(int64_t{}); break;
-    case Dtype::Bool: fail("clamp", "not implemented for bool tensors");
-    case Dtype::BFloat16:
-    case Dtype::Float16: detail::fail_reduced(dt, "clamp");  // clamped in float32 by clamp_impl
-  }
+  kernel({&shape, operand(x, sx), operand(lo, sl), operand(hi, sh), out.device_data()});
   return out;
 }
 

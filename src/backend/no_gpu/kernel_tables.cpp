@@ -12,4 +12,6 @@ ATTN_NO_KERNELS(UnaryFn, unary)
 ATTN_NO_KERNELS(MaskedAssignFn, masked_assign)
 ATTN_NO_KERNELS(ReduceFn, reduce)
 ATTN_NO_KERNELS(ExtremeFn, extreme)
+ATTN_NO_KERNELS(ScanFn, scan)
+ATTN_NO_KERNELS(ClampFn, clamp)
 }  // namespace attn::backend::cuda
