@@ -42,22 +42,12 @@ using BinaryFn = void(const Binary&);
 ATTN_BACKEND_KERNELS(BinaryFn, binary)
 
 // The ops from IsNan on are predicates and write bool.
+// clang-format off
 enum class UnaryOp {
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Tanh,
-  Sigmoid,
-  Abs,
-  Neg,
-  Relu,
-  Ceil,
-  Floor,
-  IsNan,
-  IsInf,
-  IsFinite
+  Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Abs, Neg, Relu, Ceil, Floor, Erfinv,
+  IsNan, IsInf, IsFinite
 };
+// clang-format on
 inline bool is_predicate(UnaryOp op) { return op >= UnaryOp::IsNan; }
 // out (contiguous, row-major) = op(x) for x of `shape` with `strides` from `offset` in `storage`.
 struct Unary {

@@ -1,8 +1,10 @@
 // The unary float functions on the CPU (src/backend/elementwise_kernels.h), as PyTorch's: the C
-// library's exp, log, sqrt, tanh, the sigmoid as 1 / (1 + exp(-x)), relu keeping -0 and NaN;
+// library's exp, log, sqrt, tanh, the sigmoid as 1 / (1 + exp(-x)), relu keeping -0 and NaN,
+// erfinv as torch 1.13's CPU kernel;
 // and the masked assignment of where() and masked_fill_().
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "../elementwise_kernels.h"
 #include "strided.h"
@@ -12,6 +14,38 @@ namespace {
 
 using backend::Unary;
 using backend::UnaryOp;
+
+// a * b + c rounded once, as the FMA that torch's AVX2 build contracts these polynomials to.
+inline float fma_(float a, float b, float c) { return std::fma(a, b, c); }
+
+// The inverse error function in float arithmetic as torch 1.13's CPU kernel computes it: a
+// rational first guess (one formula for |y| <= 0.7, another in the tails), then two Newton steps
+// on erf(x) - y. |y| > 1 gives NaN, y = +-1 gives +-inf.
+float erfinv_float(float y) {
+  const float ay = std::fabs(y);
+  if (ay > 1.0f) return std::numeric_limits<float>::quiet_NaN();
+  if (ay == 1.0f) return std::copysign(std::numeric_limits<float>::infinity(), y);
+  float x;
+  if (ay <= 0.7f) {
+    const float z = y * y;
+    const float num =
+        fma_(fma_(fma_(-0.140543331f, z, 0.914624893f), z, -1.645349621f), z, 0.886226899f);
+    const float den =
+        fma_(fma_(fma_(fma_(0.012229801f, z, -0.329097515f), z, 1.442710462f), z, -2.118377725f), z,
+             1.0f);
+    x = y * num / den;
+  } else {
+    const float z = std::sqrt(-std::log((1.0f - ay) / 2.0f));
+    const float num =
+        fma_(fma_(fma_(1.641345311f, z, 3.429567803f), z, -1.624906493f), z, -1.970840454f);
+    const float den = fma_(fma_(1.637067800f, z, 3.543889200f), z, 1.0f);
+    x = std::copysign(num, y) / den;
+  }
+  const float two_over_sqrt_pi = 2.0f / static_cast<float>(std::sqrt(M_PI));
+  for (int step = 0; step < 2; ++step)
+    x = x - (std::erf(x) - y) / (two_over_sqrt_pi * std::exp(-x * x));
+  return x;
+}
 
 // out[i] = f(x) over the strided input, in row-major order.
 template <typename T, typename F>
@@ -37,6 +71,7 @@ void unary_f32(const Unary& u) {
     case UnaryOp::Relu: return map<float>(u, [](float x) { return x < 0 ? 0.f : x; });
     case UnaryOp::Ceil: return map<float>(u, [](float x) { return std::ceil(x); });
     case UnaryOp::Floor: return map<float>(u, [](float x) { return std::floor(x); });
+    case UnaryOp::Erfinv: return map<float>(u, erfinv_float);
     case UnaryOp::IsNan: return map<bool>(u, [](float x) { return std::isnan(x); });
     case UnaryOp::IsInf: return map<bool>(u, [](float x) { return std::isinf(x); });
     case UnaryOp::IsFinite: return map<bool>(u, [](float x) { return std::isfinite(x); });
