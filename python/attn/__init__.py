@@ -413,6 +413,7 @@ from .serialization import load, save  # noqa: E402
 from . import amp, backends, utils  # noqa: E402
 from .amp import autocast  # noqa: E402
 from . import data  # noqa: E402  (tokenizers: attn.data.BpeTokenizer)
+from . import train  # noqa: E402  (attn.train.train: the loop of `attn train`)
 
 __all__ = [n for n in dir() if not n.startswith("_")]
 __getattr__ = _unsupported.module_getattr("attn")

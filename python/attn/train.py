@@ -11,7 +11,9 @@ write the same checkpoint files, byte for byte. The lines the loop prints go to 
 ``TrainResult`` (``history``: a ``TrainEval(step, train_loss, val_loss)`` per evaluation,
 ``train_loss``, ``val_loss``, ``ms_per_iter``, ``tokens_per_s``, ``skipped``) and raises
 ``ValueError`` (attn._C.AttnError) for bad options, data or checkpoints and for a non-finite loss
-under ``on_nonfinite="stop"``, the last checkpoint kept."""
+under ``on_nonfinite="stop"``, the last checkpoint kept. Ctrl-C (SIGINT, or any signal whose
+Python handler raises) stops the run before its next step with that exception
+(``KeyboardInterrupt``), the last checkpoint kept: ``resume=True`` goes on from it."""
 
 from ._C.train import TrainEval, TrainResult, train
 

@@ -123,10 +123,18 @@ void register_train(py::module_& m) {
         o.threads = threads;
         PythonStdout buffer;
         std::ostream stream(&buffer);
+        // Ctrl-C (or any signal whose Python handler raises) stops the run before the next step,
+        // as it stops a Python loop: the handler's exception (KeyboardInterrupt) propagates, the
+        // last checkpoint stays in place.
+        train::TrainHooks hooks;
+        hooks.before_step = [](int, int64_t, nn::GPT&) {
+          py::gil_scoped_acquire gil;
+          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        };
         train::TrainResult r;
         {
           py::gil_scoped_release released;
-          r = train::train(o, stream);
+          r = train::train(o, stream, hooks);
           stream.flush();
         }
         return r;

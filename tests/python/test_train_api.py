@@ -6,7 +6,9 @@ The binary is the `attn` next to the Python module (build/attn), or $ATTN_CLI.
 """
 import os
 import re
+import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -103,3 +105,49 @@ def test_bad_options_are_value_errors(corpus, tmp_path):
     with pytest.raises(TypeError):
         attn.train.train(corpus)  # keyword arguments only
     assert not (tmp_path / "a").exists()
+
+
+def test_attn_train_is_imported_with_attn():
+    import importlib
+    mod = importlib.import_module("attn")
+    assert mod.train.train is attn.train.train
+
+
+def test_ctrl_c_stops_the_run_with_keyboard_interrupt_and_resume_goes_on(corpus, tmp_path):
+    """SIGINT during attn.train.train: KeyboardInterrupt before the next step, as in a Python
+    loop; the last checkpoint stays and resume=True continues from it."""
+    out = str(tmp_path / "run")
+    script = (
+        "import sys, attn\n"
+        "try:\n"
+        "    attn.train.train(data=%r, out=%r, max_iters=10**7, eval_interval=20, "
+        "log_interval=1, **%r)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "    sys.exit(3)\n" % (corpus, out, TINY))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(attn.__file__)))
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        # Wait for a checkpoint (step 20's evaluation) and a few steps after it.
+        lines = []
+        for line in p.stdout:
+            lines.append(line)
+            m = re.match(r"^step (\d+)/", line)
+            if (m and int(m.group(1)) >= 25) or len(lines) > 400:
+                break
+        p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 3, (p.returncode, err[-2000:], "".join(lines)[-2000:])
+    assert "interrupted" in rest
+    assert os.path.isfile(os.path.join(out, "ckpt.safetensors"))
+    # The checkpoint is the last evaluation's ("step N: train loss ..."); the run goes on from it.
+    evals = [int(m.group(1)) for m in re.finditer(r"^step (\d+): train loss", "".join(lines) + rest,
+                                                  re.M)]
+    assert evals and evals[-1] >= 20, evals
+    r = attn.train.train(data=corpus, out=out, resume=True, max_iters=evals[-1] + 20,
+                         eval_interval=20, **TINY)
+    assert r.history[-1].step == evals[-1] + 20
