@@ -113,9 +113,33 @@ void clamp_loop(const backend::Clamp& c) {
                   });
 }
 
+// Bounds that are one value each (clamp(min, max) with numbers): read once, not per element.
+template <typename T, bool kLo, bool kHi>
+void clamp_by_values(const backend::Clamp& c) {
+  const T* px = static_cast<const T*>(c.x.storage);
+  const T lo = kLo ? static_cast<const T*>(c.lo.storage)[c.lo.offset] : T(0);
+  const T hi = kHi ? static_cast<const T*>(c.hi.storage)[c.hi.offset] : T(0);
+  T* po = static_cast<T*>(c.out);
+  int64_t i = 0;
+  strided_loop<1>(*c.shape, {c.x.strides}, {c.x.offset}, [&](const std::array<int64_t, 1>& o) {
+    po[i++] = clamp_one<T>(px[o[0]], kLo ? &lo : nullptr, kHi ? &hi : nullptr);
+  });
+}
+
+bool all_zero(const Shape& strides) {
+  for (int64_t s : strides)
+    if (s != 0) return false;
+  return true;
+}
+
 template <typename T>
 void clamp(const backend::Clamp& c) {
   const bool lo = c.lo.storage != nullptr, hi = c.hi.storage != nullptr;
+  if ((!lo || all_zero(*c.lo.strides)) && (!hi || all_zero(*c.hi.strides))) {
+    if (lo && hi) return clamp_by_values<T, true, true>(c);
+    if (lo) return clamp_by_values<T, true, false>(c);
+    if (hi) return clamp_by_values<T, false, true>(c);
+  }
   if (lo && hi) return clamp_loop<T, true, true>(c);
   if (lo) return clamp_loop<T, true, false>(c);
   if (hi) return clamp_loop<T, false, true>(c);
