@@ -2,7 +2,7 @@
 // that the product with GELU in its epilogue (ops/layer_ops.cpp, linear_gelu) runs on its rows.
 //
 // exp, tanh and erfc are vmath.h's branch-free polynomials, so that the loops vectorise; the loops
-// are compiled for AVX-512, AVX2+FMA and baseline (target_clones).
+// are built for AVX-512, AVX2+FMA and baseline (ATTN_ISA_VARIANTS, isa.h).
 #include "gelu.h"
 
 #include <omp.h>

@@ -1,7 +1,7 @@
 // LayerNorm forward and backward on float32 rows (src/backend/layer_kernels.h).
 //
 // The element loops are plain C++ compiled three times (AVX-512, AVX2+FMA, baseline) with
-// target_clones (vmath.h); the library itself is built for baseline x86-64.
+// ATTN_ISA_VARIANTS (isa.h); the library itself is built for baseline x86-64.
 #include <algorithm>
 #include <cmath>
 #include <vector>
