@@ -1,6 +1,6 @@
 // The kernels of the reductions sum, mean, var, max, min, argmax and amax (src/ops/reduce.cpp)
-// and of the scans cumsum and cumprod (src/ops/scan_clamp.cpp), one table per backend indexed by
-// the dtype they compute in (src/backend/dispatch.h).
+// and of the scans cumsum and cumprod (src/ops/scan_clamp.cpp), and softmax / log_softmax, one
+// table per backend indexed by the dtype they compute in (src/backend/dispatch.h).
 #pragma once
 
 #include <cstdint>
@@ -54,5 +54,17 @@ struct Scan {
 };
 using ScanFn = void(const Scan&);
 ATTN_BACKEND_KERNELS(ScanFn, scan)
+
+// softmax (or log_softmax) of `rows` contiguous rows of `cols`: forward out = softmax(x); with
+// dy, the backward out = dx from the forward's result x = y and dy.
+struct Softmax {
+  const void* x;
+  const void* dy;
+  void* out;
+  int64_t rows, cols;
+  bool log;
+};
+using SoftmaxFn = void(const Softmax&);
+ATTN_BACKEND_KERNELS(SoftmaxFn, softmax)
 
 }  // namespace attn::backend

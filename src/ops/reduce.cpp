@@ -7,7 +7,6 @@
 #include <cmath>
 #include <limits>
 
-#include "../backend/cpu/softmax.h"
 #include "../backend/reduce_kernels.h"
 #include "../tensor/internal.h"
 
@@ -313,20 +312,17 @@ Tensor var(const Tensor& t, Shape dims, bool unbiased, bool keepdim) {
 namespace {
 Tensor softmax_impl(const Tensor& t, int64_t dim, bool log, const char* fn) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
-  detail::check_not_reduced(t, fn);
-  if (t.dtype() != Dtype::Float32)
-    fail(fn, "expects a float32 tensor, got ", dtype_name(t.dtype()),
-         " (convert with .float() first)");
+  const auto kernel =
+      backend::pick(fn, t.device(), t.dtype(), backend::cpu::softmax, backend::cuda::softmax);
   int64_t d = detail::wrap_dim(dim, t.dim(), fn);
   // One fused node: the backward runs the row kernel's gradient on the saved result.
-  BackwardFn backward = [d, log, fn](const Node& n, const Tensor& g) {
+  BackwardFn backward = [d, log, fn, kernel](const Node& n, const Tensor& g) {
     const Tensor y = n.saved_tensor(0);
     if (y.dim() == 0) return std::vector<Tensor>{zeros({})};  // softmax of a scalar is constant
     Tensor yt = y.transpose(d, -1).contiguous(), gt = g.transpose(d, -1).contiguous();
     Tensor dx = detail::make_tensor(fn, yt.shape(), Dtype::Float32);
     int64_t cols = yt.size(-1), rows = cols ? yt.numel() / cols : 0;
-    kernels::softmax_backward_rows(yt.data_ptr<float>(), gt.data_ptr<float>(), dx.data_ptr<float>(),
-                                   rows, cols, log);
+    kernel({yt.device_data(), gt.device_data(), dx.device_data(), rows, cols, log});
     return std::vector<Tensor>{dx.transpose(d, -1).contiguous()};
   };
   const char* node = log ? "LogSoftmaxBackward0" : "SoftmaxBackward0";
@@ -340,7 +336,7 @@ Tensor softmax_impl(const Tensor& t, int64_t dim, bool log, const char* fn) {
     Tensor x = t.transpose(d, -1).contiguous();
     Tensor rows_out = detail::make_tensor(fn, x.shape(), Dtype::Float32);
     int64_t cols = x.size(-1), rows = cols ? x.numel() / cols : 0;
-    kernels::softmax_rows(x.data_ptr<float>(), rows_out.data_ptr<float>(), rows, cols, log);
+    kernel({x.device_data(), nullptr, rows_out.device_data(), rows, cols, log});
     out = rows_out.transpose(d, -1).contiguous();
   }
   return detail::record(out, node, {&t}, std::move(backward), {out});

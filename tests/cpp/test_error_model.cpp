@@ -99,7 +99,7 @@ TEST(ErrorModel, PublicFunctionsThrowErrorsNamingFunctionAndShapes) {
          softmax(zeros({2, 3}, Dtype::Int64), 1);
        },
        {Kind::Error,
-        "[softmax] expects a float32 tensor, got torch.int64 (convert with .float() first)"}},
+        "[softmax] not implemented for torch.int64 tensors on cpu (it has: torch.float32)"}},
       {[] {
          scaled_dot_product_attention(zeros({2, 4, 8, 16}), zeros({2, 4, 9, 32}),
                                       zeros({2, 4, 9, 32}));

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "../reduce_kernels.h"
+
 namespace attn::kernels {
 
 void softmax_rows(const float* x, float* out, int64_t rows, int64_t cols, bool log) {
@@ -44,3 +46,17 @@ void softmax_backward_rows(const float* y, const float* dy, float* dx, int64_t r
 }
 
 }  // namespace attn::kernels
+
+namespace attn::backend::cpu {
+namespace {
+void softmax_f32(const Softmax& s) {
+  const auto* x = static_cast<const float*>(s.x);
+  auto* out = static_cast<float*>(s.out);
+  if (s.dy)
+    kernels::softmax_backward_rows(x, static_cast<const float*>(s.dy), out, s.rows, s.cols, s.log);
+  else
+    kernels::softmax_rows(x, out, s.rows, s.cols, s.log);
+}
+}  // namespace
+const Kernels<SoftmaxFn> softmax = {softmax_f32};
+}  // namespace attn::backend::cpu

@@ -14,4 +14,5 @@ ATTN_NO_KERNELS(ReduceFn, reduce)
 ATTN_NO_KERNELS(ExtremeFn, extreme)
 ATTN_NO_KERNELS(ScanFn, scan)
 ATTN_NO_KERNELS(ClampFn, clamp)
+ATTN_NO_KERNELS(SoftmaxFn, softmax)
 }  // namespace attn::backend::cuda
