@@ -284,20 +284,22 @@ Tensor Tensor::amax(Shape dims, bool keepdim) const {
                         {*this, out});
 }
 
-bool Tensor::all() const {
-  Tensor b = to(Dtype::Bool).contiguous();
-  const bool* p = b.data_ptr<bool>();
-  for (int64_t i = 0; i < b.numel(); ++i)
-    if (!p[i]) return false;
-  return true;
+namespace {
+// all(): the minimum of the elements as bool (true when empty); any(): their maximum (false).
+bool bool_extreme(const Tensor& t, bool is_max, const char* fn) {
+  Tensor b = t.to(Dtype::Bool).contiguous();
+  if (b.numel() == 0) return !is_max;
+  const auto kernel =
+      backend::pick(fn, b.device(), Dtype::Bool, backend::cpu::extreme, backend::cuda::extreme);
+  bool result = false;
+  int64_t at = 0;  // where it is (unused)
+  kernel({is_max, b.device_data(), &result, &at, 1, b.numel()});
+  return result;
 }
-bool Tensor::any() const {
-  Tensor b = to(Dtype::Bool).contiguous();
-  const bool* p = b.data_ptr<bool>();
-  for (int64_t i = 0; i < b.numel(); ++i)
-    if (p[i]) return true;
-  return false;
-}
+}  // namespace
+
+bool Tensor::all() const { return bool_extreme(*this, false, "all"); }
+bool Tensor::any() const { return bool_extreme(*this, true, "any"); }
 
 Tensor sum(const Tensor& t) { return t.sum(); }
 Tensor sum(const Tensor& t, Shape dims, bool keepdim) { return t.sum(std::move(dims), keepdim); }

@@ -4,6 +4,7 @@
 #include <attn/attn.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -106,6 +107,28 @@ TEST(Dispatch, LayerOpsRefuseDtypesTheirBackendLacks) {
               std::string::npos)
         << e.what();
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Tensor::all() and any() reduce through the bool slot of the extreme table (min and max of the
+// elements as bool), with torch's answers for empty tensors and NaN (true as a bool).
+TEST(Dispatch, AllAndAnyAsTorch) {
+  EXPECT_TRUE(attn::zeros({0}).all());
+  EXPECT_FALSE(attn::zeros({0}).any());
+  EXPECT_FALSE(attn::tensor({1.0, 0.0, 2.0}).all());
+  EXPECT_TRUE(attn::tensor({1.0, 0.0, 2.0}).any());
+  EXPECT_TRUE(attn::ones({3, 1000}).all());
+  EXPECT_FALSE(attn::zeros({3, 1000}).any());
+  EXPECT_TRUE(attn::tensor({NAN}).all());
+  EXPECT_TRUE(attn::ones({4}, Dtype::BFloat16).all());
+  // Views: the last element of a transposed block decides.
+  Tensor t = attn::ones({3, 4});
+  t[2][3].fill_(0.0);
+  EXPECT_FALSE(t.transpose(0, 1).all());
+  EXPECT_TRUE(t.transpose(0, 1).any());
 }
 
 }  // namespace
