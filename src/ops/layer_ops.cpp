@@ -21,8 +21,7 @@ namespace {
 #define ATTN_PICK(op, name, t) be::pick(name, (t).device(), (t).dtype(), be::cpu::op, be::cuda::op)
 
 // The address a kernel of the tensor's device reads or writes; null for an undefined tensor.
-const void* cptr(const Tensor& t) { return t.defined() ? t.device_data() : nullptr; }
-void* mptr(const Tensor& t) { return t.defined() ? t.device_data() : nullptr; }
+void* ptr(const Tensor& t) { return t.defined() ? t.device_data() : nullptr; }
 float* fptr(const Tensor& t) { return static_cast<float*>(t.device_data()); }
 
 // `t` (when defined) has x's dtype and device: "[fn] weight must have the input's dtype
@@ -32,9 +31,7 @@ void check_like(const Tensor& x, const Tensor& t, const char* what, const char* 
   if (t.dtype() != x.dtype())
     fail(fn, what, " must have the input's dtype ", dtype_name(x.dtype()), ", got ",
          dtype_name(t.dtype()), " ", shape_str(t.shape()));
-  if (t.device() != x.device())
-    throw DeviceError(msg(fn, "expected all tensors on the same device, got ", x.device().str(),
-                          " and ", t.device().str()));
+  check_same_device(fn, {&x, &t});
 }
 
 // linear's checks, with its messages, for linear and linear_gelu.
@@ -68,7 +65,7 @@ void linear_products_backward(const Node& n, const Tensor& g, int64_t M, int64_t
   if (need_x) dx = make_tensor("linear", x_shape, g.dtype(), K == 0 || N == 0);
   if (need_w) dw = make_tensor("linear", {N, K}, g.dtype(), M == 0);
   Tensor x = need_w ? n.saved_tensor(0) : Tensor(), w = need_x ? n.saved_tensor(1) : Tensor();
-  kernel({cptr(g), cptr(x), cptr(w), mptr(dx), mptr(dw), M, N, K});
+  kernel({ptr(g), ptr(x), ptr(w), ptr(dx), ptr(dw), M, N, K});
 }
 
 const char* linear_node_name(int64_t nd, bool has_bias) {
@@ -101,7 +98,7 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
     const auto kernel = ATTN_PICK(linear_forward, "linear", x);  // checked: check_linear
     y = make_tensor("linear", out_shape, x.dtype(), false);
     Tensor b = bias.defined() ? bias.contiguous() : Tensor();
-    kernel({cptr(x), cptr(w), cptr(b), mptr(y), nullptr, nullptr, M, N, K, be::Activation::None});
+    kernel({ptr(x), ptr(w), ptr(b), ptr(y), nullptr, nullptr, M, N, K, be::Activation::None});
   }
   const bool has_bias = bias.defined();
   auto backward = [M, N, K, has_bias, x_shape = x.shape()](const Node& n, const Tensor& grad) {
@@ -110,7 +107,7 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
     linear_products_backward(n, g, M, N, K, x_shape, dx, dw);
     if (has_bias && n.needs_input_grad(2)) {
       db = make_tensor("linear", {N}, g.dtype(), false);
-      ATTN_PICK(bias_backward, "linear", g)({cptr(g), mptr(db), M, N});
+      ATTN_PICK(bias_backward, "linear", g)({ptr(g), ptr(db), M, N});
     }
     return std::vector<Tensor>{dx, dw, db};
   };
@@ -152,7 +149,7 @@ Tensor linear_gelu(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
   Tensor pre = make_tensor(fn, out_shape, dt, false);
   Tensor y = make_tensor(fn, out_shape, dt, false);
   Tensor aux = grad ? make_tensor(fn, out_shape, dt, false) : Tensor();
-  kernel({cptr(x), cptr(w), cptr(b), mptr(y), mptr(pre), mptr(aux), M, N, K,
+  kernel({ptr(x), ptr(w), ptr(b), ptr(y), ptr(pre), ptr(aux), M, N, K,
           tanh_approx ? be::Activation::GeluTanh : be::Activation::Gelu});
   if (!grad) return y;
   const bool has_bias = bias.defined();
@@ -164,7 +161,7 @@ Tensor linear_gelu(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
     const bool need_b = has_bias && n.needs_input_grad(2);
     Tensor db = need_b ? make_tensor("linear_gelu", {N}, g.dtype(), false) : Tensor();
     // GELU's gradient by rows, then the bias's column sums of it, in one parallel region.
-    gelu_kernel({cptr(pre), cptr(aux), cptr(g), mptr(dh), mptr(db), M, N, tanh_approx});
+    gelu_kernel({ptr(pre), ptr(aux), ptr(g), ptr(dh), ptr(db), M, N, tanh_approx});
     Tensor dx, dw;
     linear_products_backward(n, dh, M, N, K, x_shape, dx, dw);
     return std::vector<Tensor>{dx, dw, db};
@@ -180,9 +177,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   if (indices.dtype() != Dtype::Int64)
     fail(fn, "indices must be int64, got ", dtype_name(indices.dtype()));
   if (weight.dim() != 2) fail(fn, "weight must be a 2-D table, got ", tensor_desc(weight));
-  if (indices.device() != weight.device())
-    throw DeviceError(msg(fn, "expected all tensors on the same device, got ",
-                          indices.device().str(), " and ", weight.device().str()));
+  check_same_device(fn, {&indices, &weight});
   const auto kernel = ATTN_PICK(embedding_forward, fn, weight);
   const int64_t n = weight.size(0), dim = weight.size(1);
   Shape out_shape = indices.shape();
@@ -190,7 +185,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   Tensor out = make_tensor(fn, out_shape, weight.dtype());
   Tensor idx = indices.contiguous(), w = weight.contiguous();
   const int64_t* ip = idx.data_ptr<int64_t>();
-  const int64_t bad = kernel({ip, cptr(w), mptr(out), idx.numel(), n, dim});
+  const int64_t bad = kernel({ip, ptr(w), ptr(out), idx.numel(), n, dim});
   if (bad >= 0)
     throw IndexError(msg(fn, "index ", ip[bad], " is out of range for a table of ", n,
                          " embeddings (weight ", shape_str(weight.shape()), ")"));
@@ -201,7 +196,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
                   const Tensor gc = g.contiguous();
                   const auto bwd = ATTN_PICK(embedding_backward, "embedding", gc);
                   Tensor dw = make_tensor("embedding", {n, dim}, gc.dtype());
-                  bwd({idx.data_ptr<int64_t>(), cptr(gc), mptr(dw), idx.numel(), dim});
+                  bwd({idx.data_ptr<int64_t>(), ptr(gc), ptr(dw), idx.numel(), dim});
                   return std::vector<Tensor>{dw};
                 },
                 {idx});
@@ -223,12 +218,12 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
   // Phi(x) (tanh of the inner term) kept for the backward, only when one will run.
   Tensor aux;
   if (should_record({&x_in})) aux = make_tensor(fn, x.shape(), x.dtype(), false);
-  kernel({cptr(x), mptr(y), mptr(aux), x.numel(), tanh_approx});
+  kernel({ptr(x), ptr(y), ptr(aux), x.numel(), tanh_approx});
   auto backward = [tanh_approx, fn](const Node& nd, const Tensor& grad) {
     Tensor x = nd.saved_tensor(0), aux = nd.saved_tensor(1), g = grad.contiguous();
     const auto bwd = ATTN_PICK(gelu_backward, fn, g);
     Tensor dx = make_tensor(fn, x.shape(), x.dtype(), false);
-    bwd({cptr(x), cptr(aux), cptr(g), mptr(dx), nullptr, 1, x.numel(), tanh_approx});
+    bwd({ptr(x), ptr(aux), ptr(g), ptr(dx), nullptr, 1, x.numel(), tanh_approx});
     return std::vector<Tensor>{dx};
   };
   return record(y, "GeluBackward0", {&x_in}, backward, {x, aux});
@@ -265,7 +260,7 @@ Tensor layer_norm(const char* fn, const Tensor& x_in, const Tensor* res, Tensor*
   Tensor y = make_tensor(fn, x.shape(), dt, false);
   Tensor mean = make_tensor(fn, {rows}, Dtype::Float32, false);
   Tensor rstd = make_tensor(fn, {rows}, Dtype::Float32, false);
-  kernel({cptr(x), cptr(r), mptr(sum), cptr(w), cptr(b), mptr(y), fptr(mean), fptr(rstd), rows, C,
+  kernel({ptr(x), ptr(r), ptr(sum), ptr(w), ptr(b), ptr(y), fptr(mean), fptr(rstd), rows, C,
           float(eps)});
   const bool has_w = weight.defined(), has_b = bias.defined();
   auto backward = [C, rows, has_w, has_b, fn](const Node& n, const Tensor& grad) {
@@ -279,8 +274,8 @@ Tensor layer_norm(const char* fn, const Tensor& x_in, const Tensor* res, Tensor*
     if (need_x) dx = make_tensor(fn, x.shape(), x.dtype(), false);
     if (need_w) dw = make_tensor(fn, {C}, x.dtype(), false);
     if (need_b) db = make_tensor(fn, {C}, x.dtype(), false);
-    bwd({cptr(x), has_w ? cptr(w) : nullptr, fptr(mean), fptr(rstd), cptr(g), mptr(dx), mptr(dw),
-         mptr(db), rows, C});
+    bwd({ptr(x), has_w ? ptr(w) : nullptr, fptr(mean), fptr(rstd), ptr(g), ptr(dx), ptr(dw),
+         ptr(db), rows, C});
     return std::vector<Tensor>{dx, dw, db};
   };
   if (!res)
@@ -310,9 +305,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::strin
          shape_str(input.shape()), ": expected ", batched ? shape_str({input.size(0)}) : "()");
   const int64_t N = batched ? input.size(0) : 1, C = input.size(-1);
   if (C == 0) fail(fn, "input ", shape_str(input.shape()), " has no classes");
-  if (target.device() != input.device())
-    throw DeviceError(msg(fn, "expected all tensors on the same device, got ", input.device().str(),
-                          " and ", target.device().str()));
+  check_same_device(fn, {&input, &target});
   const auto kernel = ATTN_PICK(cross_entropy_forward, fn, input);
   Tensor x = input.contiguous(), t = target.contiguous();
   const int64_t* tp = t.data_ptr<int64_t>();
@@ -325,7 +318,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::strin
   Tensor losses = make_tensor(fn, {N}, x.dtype());
   double total = 0.0;
   int64_t count = 0;
-  kernel({cptr(x), tp, fptr(lse), mptr(losses), N, C, ignore_index, &total, &count});
+  kernel({ptr(x), tp, fptr(lse), ptr(losses), N, C, ignore_index, &total, &count});
   Tensor out;
   if (reduction == "none") {
     out = batched ? losses : losses.reshape({});
@@ -341,7 +334,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::strin
     const auto bwd = ATTN_PICK(cross_entropy_backward, fn, x);
     Tensor dx = make_tensor(fn, x.shape(), x.dtype(), false);
     const float scale = red == "mean" ? (count ? 1.f / float(count) : NAN) : 1.f;
-    bwd({cptr(x), t.data_ptr<int64_t>(), fptr(lse), cptr(g), mptr(dx), N, C, ignore_index, scale,
+    bwd({ptr(x), t.data_ptr<int64_t>(), fptr(lse), ptr(g), ptr(dx), N, C, ignore_index, scale,
          red == "none"});
     return std::vector<Tensor>{dx, Tensor()};
   };

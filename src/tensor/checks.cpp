@@ -1,6 +1,7 @@
-// The checks ops run on their tensor operands, with their messages: on the CPU (check_cpu,
-// check_cpu_operands), float32 (check_float32), not bfloat16 or float16 (check_not_reduced), read
-// as their own element type (fail_base_ptr); and tensor_desc, a tensor as messages name it.
+// The checks ops run on their tensor operands, with their messages: on one device
+// (check_same_device), on the CPU (check_cpu, check_cpu_operands), float32 (check_float32), not
+// bfloat16 or float16 (check_not_reduced), read as their own element type (fail_base_ptr); and
+// tensor_desc, a tensor as messages name it.
 #include "internal.h"
 
 namespace attn::detail {
@@ -14,7 +15,7 @@ void check_cpu(const Tensor& t, const char* fn) {
                         " (move the tensor with .cpu() first)"));
 }
 
-void check_cpu_operands(const char* fn, std::initializer_list<const Tensor*> ts) {
+const Tensor* check_same_device(const char* fn, std::initializer_list<const Tensor*> ts) {
   const Tensor* first = nullptr;
   for (const Tensor* t : ts) {
     if (!t->defined()) continue;
@@ -23,7 +24,11 @@ void check_cpu_operands(const char* fn, std::initializer_list<const Tensor*> ts)
                             first->device().str(), " and ", t->device().str()));
     if (!first) first = t;
   }
-  if (first) check_cpu(*first, fn);
+  return first;
+}
+
+void check_cpu_operands(const char* fn, std::initializer_list<const Tensor*> ts) {
+  if (const Tensor* first = check_same_device(fn, ts)) check_cpu(*first, fn);
 }
 
 void check_float32(const Tensor& t, const char* what, const char* fn) {

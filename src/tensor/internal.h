@@ -90,6 +90,10 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape);
 // through (Tensor::data_ptr, raw_data, base_ptr), so no operation without a CUDA implementation
 // ever reads GPU memory.
 void check_cpu(const Tensor& t, const char* fn);
+// attn::DeviceError naming fn when two of the defined tensors are on different devices ("expected
+// all tensors on the same device, got cuda:0 and cpu", torch's wording); returns the first defined
+// one (null when none is).
+const Tensor* check_same_device(const char* fn, std::initializer_list<const Tensor*> ts);
 // For an operation of several tensors that runs on the CPU only: attn::DeviceError naming fn when
 // two are on different devices ("expected all tensors on the same device, got cuda:0 and cpu",
 // torch's wording) or when they are on a GPU.
