@@ -27,6 +27,7 @@
 namespace attn::backend {
 
 inline constexpr int kNumDtypes = 5;  // Float32, Int64, Bool, BFloat16, Float16 (attn/common.h)
+static_assert(int(Dtype::Float16) + 1 == kNumDtypes, "a table has one slot per Dtype");
 
 // An op's kernels on one backend, indexed by Dtype; nullptr where the backend lacks that dtype.
 template <typename Fn>
@@ -62,5 +63,5 @@ Fn* pick(const char* op, Device device, Dtype dtype, const Kernels<Fn>& cpu,
   extern const ::attn::backend::Kernels<Fn> name; \
   }
 
-// Defines the table `name` empty: a backend that lacks the op (see ATTN_LAYER_KERNELS).
+// Defines the table `name` empty: a backend that lacks the op (ATTN_EVERY_KERNEL_TABLE in kernel_tables.h lists them all).
 #define ATTN_NO_KERNELS(Fn, name) const ::attn::backend::Kernels<Fn> name = {};

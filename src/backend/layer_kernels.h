@@ -125,7 +125,7 @@ using EmbeddingBackwardFn = void(const EmbeddingBackward&);
 using BiasBackwardFn = void(const BiasBackward&);
 
 // Every table of this header, as X(function type, name): for the declarations below and for a
-// backend that defines tables in bulk (ATTN_LAYER_KERNELS(ATTN_NO_KERNELS): all empty).
+// backend that defines tables in bulk (kernel_tables.h).
 #define ATTN_LAYER_KERNELS(X)                       \
   X(LinearForwardFn, linear_forward)                \
   X(LinearBackwardFn, linear_backward)              \

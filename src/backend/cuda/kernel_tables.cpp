@@ -3,18 +3,8 @@
 // NotImplementedError naming the op, the device and the dtype (backend::pick). A kernel is added
 // by defining its table here, with the slot of its dtype filled, in place of the bulk definition
 // of empty ones.
-#include "../elementwise_kernels.h"
-#include "../layer_kernels.h"
-#include "../reduce_kernels.h"
+#include "../kernel_tables.h"
 
 namespace attn::backend::cuda {
-ATTN_LAYER_KERNELS(ATTN_NO_KERNELS)
-ATTN_NO_KERNELS(BinaryFn, binary)
-ATTN_NO_KERNELS(UnaryFn, unary)
-ATTN_NO_KERNELS(MaskedAssignFn, masked_assign)
-ATTN_NO_KERNELS(ReduceFn, reduce)
-ATTN_NO_KERNELS(ExtremeFn, extreme)
-ATTN_NO_KERNELS(ScanFn, scan)
-ATTN_NO_KERNELS(ClampFn, clamp)
-ATTN_NO_KERNELS(SoftmaxFn, softmax)
+ATTN_EVERY_KERNEL_TABLE(ATTN_NO_KERNELS)
 }  // namespace attn::backend::cuda
