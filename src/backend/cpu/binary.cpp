@@ -202,43 +202,29 @@ bool binary_fast_float(const Binary& p) {
   return true;
 }
 
-// out[i] = a[i] kOp b[i] in compute type T (broadcast views allowed). The op is a template
-// argument so that each loop is compiled for its one operation (no switch per element; integer
-// loops vectorise).
-template <typename T, Op kOp>
-void run_op(const Binary& p) {
-  const T* pa = static_cast<const T*>(p.a.storage);
-  const T* pb = static_cast<const T*>(p.b.storage);
-  if constexpr (kOp >= Op::Eq) {
-    bool* po = static_cast<bool*>(p.out_storage);
-    strided_loop<3>(
-        *p.shape, {p.out_strides, p.a.strides, p.b.strides}, {p.out_offset, p.a.offset, p.b.offset},
-        [&](const std::array<int64_t, 3>& o) { po[o[0]] = compare(kOp, pa[o[1]], pb[o[2]]); });
-  } else {
-    T* po = static_cast<T*>(p.out_storage);
-    strided_loop<3>(
-        *p.shape, {p.out_strides, p.a.strides, p.b.strides}, {p.out_offset, p.a.offset, p.b.offset},
-        [&](const std::array<int64_t, 3>& o) { po[o[0]] = apply(kOp, pa[o[1]], pb[o[2]]); });
-  }
-}
-
-// The same with the op read per element (one loop for every op).
-template <typename T>
-void run_any(const Binary& p) {
-  const Op op = p.op;
+// out[i] = a[i] op b[i] in compute type T (broadcast views allowed). OpT is Op (the op read per
+// element: one loop for every op) or std::integral_constant<Op, kOp> (each loop compiled for its
+// one operation: no switch per element, integer loops vectorise).
+template <typename T, typename OpT>
+void binary_loop(const Binary& p, OpT op) {
   const T* pa = static_cast<const T*>(p.a.storage);
   const T* pb = static_cast<const T*>(p.b.storage);
   if (backend::is_comparison(op)) {
     bool* po = static_cast<bool*>(p.out_storage);
     strided_loop<3>(
         *p.shape, {p.out_strides, p.a.strides, p.b.strides}, {p.out_offset, p.a.offset, p.b.offset},
-        [&](const std::array<int64_t, 3>& o) { po[o[0]] = compare(op, pa[o[1]], pb[o[2]]); });
+        [&](const std::array<int64_t, 3>& o) { po[o[0]] = compare(Op(op), pa[o[1]], pb[o[2]]); });
   } else {
     T* po = static_cast<T*>(p.out_storage);
     strided_loop<3>(
         *p.shape, {p.out_strides, p.a.strides, p.b.strides}, {p.out_offset, p.a.offset, p.b.offset},
-        [&](const std::array<int64_t, 3>& o) { po[o[0]] = apply(op, pa[o[1]], pb[o[2]]); });
+        [&](const std::array<int64_t, 3>& o) { po[o[0]] = apply(Op(op), pa[o[1]], pb[o[2]]); });
   }
+}
+
+template <typename T, Op kOp>
+void run_op(const Binary& p) {
+  binary_loop<T>(p, std::integral_constant<Op, kOp>{});
 }
 
 // Whether every operand's innermost stride is 0 or 1: the inner loop then reads runs the
@@ -256,7 +242,7 @@ void run_binary(const Binary& p) {
   if constexpr (std::is_same_v<T, float>) {
     if (binary_fast_float(p)) return;
   }
-  if (!unit_inner_strides(p)) return run_any<T>(p);
+  if (!unit_inner_strides(p)) return binary_loop<T>(p, p.op);
   switch (p.op) {
     case Op::Add: return run_op<T, Op::Add>(p);
     case Op::Sub: return run_op<T, Op::Sub>(p);
