@@ -16,6 +16,7 @@ using attn::DeviceType;
 using attn::Tensor;
 using attn::testing::contains;
 using attn::testing::error_of;
+using attn::testing::fake_gpu_tensor;
 
 TEST(Device, NamesAsTorchDevice) {
   EXPECT_EQ(Device().str(), "cpu");
@@ -77,19 +78,6 @@ TEST(Device, NoGpuIsAClearDeviceError) {
   EXPECT_THROW(attn::cuda::get_device_name(0), attn::DeviceError);
   // The tensor is untouched and still usable.
   EXPECT_FLOAT_EQ((t + 1).sum().item<float>(), 4.0f);
-}
-
-// A tensor whose storage claims to be on a GPU, over host memory filled with a poison value: every
-// operation must refuse it with attn::DeviceError before reading a byte (a real GPU address would
-// crash the CPU kernel instead).
-Tensor fake_gpu_tensor(const attn::Shape& shape) {
-  Tensor host = attn::full(shape, 123.0f);
-  auto impl = std::make_shared<attn::TensorImpl>(*host.impl());
-  auto storage = std::make_shared<attn::Storage>(*host.impl()->storage);
-  storage->device = Device("cuda:0");
-  impl->storage = storage;
-  impl->autograd = nullptr;
-  return Tensor(impl);
 }
 
 TEST(Device, CpuKernelsRefuseGpuTensors) {

@@ -9,12 +9,14 @@
 #include <string>
 
 #include "../../src/backend/layer_kernels.h"
+#include "test_util.h"
 
 namespace {
 
 namespace F = attn::nn::functional;
 using attn::Dtype;
 using attn::Tensor;
+using attn::testing::fake_gpu_tensor;
 
 std::string not_implemented(const std::function<void()>& f) {
   try {
@@ -47,18 +49,6 @@ TEST(Dispatch, PickNamesOpDeviceAndDtype) {
   EXPECT_EQ(be::pick("gelu", attn::Device("cpu"), Dtype::Float32, be::cpu::gelu_forward,
                      be::cuda::gelu_forward),
             be::cpu::gelu_forward[int(Dtype::Float32)]);
-}
-
-// A tensor whose storage says cuda:0 over host memory (as tests/cpp/test_device.cpp makes): enough
-// to reach the dispatch, which must refuse it before any kernel reads the memory.
-Tensor fake_gpu_tensor(const attn::Shape& shape) {
-  Tensor host = attn::full(shape, 1.0f);
-  auto impl = std::make_shared<attn::TensorImpl>(*host.impl());
-  auto storage = std::make_shared<attn::Storage>(*host.impl()->storage);
-  storage->device = attn::Device("cuda:0");
-  impl->storage = storage;
-  impl->autograd = nullptr;
-  return Tensor(impl);
 }
 
 TEST(Dispatch, OpsOnADeviceWithoutTheirKernelNameOpDeviceAndDtype) {

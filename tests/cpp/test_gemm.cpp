@@ -17,10 +17,12 @@
 #include "../../src/backend/cpu/gemm_rows.h"
 #include "../../src/backend/cpu/sdpa_fused.h"
 #include "../../src/backend/cpu/threads.h"
+#include "isa_scope.h"
 
 namespace {
 
 namespace K = attn::kernels;
+using attn::testing::IsaScope;
 using K::Isa;
 
 std::vector<float> values(int64_t n, uint32_t seed) {
@@ -76,17 +78,6 @@ void check(const Problem& p, std::vector<float>* out = nullptr) {
     }
   if (out) *out = C;
 }
-
-class IsaScope {
- public:
-  explicit IsaScope(Isa isa) : before_(K::active_isa()), ok_(K::set_isa(isa)) {}
-  ~IsaScope() { K::set_isa(before_); }
-  bool ok() const { return ok_; }
-
- private:
-  Isa before_;
-  bool ok_;
-};
 
 TEST(GemmFewRows, EveryInstructionSetAgainstDouble) {
   int tried = 0;

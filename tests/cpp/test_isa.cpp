@@ -11,24 +11,15 @@
 
 #include "../../src/backend/cpu/isa.h"
 #include "../../src/backend/cpu/optim.h"
+#include "isa_scope.h"
 
 namespace {
 
 namespace K = attn::kernels;
 namespace F = attn::nn::functional;
 using attn::Tensor;
+using attn::testing::IsaScope;
 using K::Isa;
-
-class IsaScope {
- public:
-  explicit IsaScope(Isa isa) : before_(K::active_isa()), ok_(K::set_isa(isa)) {}
-  ~IsaScope() { K::set_isa(before_); }
-  bool ok() const { return ok_; }
-
- private:
-  Isa before_;
-  bool ok_;
-};
 
 std::vector<float> values(const Tensor& t) {
   const Tensor c = t.contiguous();

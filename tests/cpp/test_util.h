@@ -3,6 +3,7 @@
 #pragma once
 
 #include <attn/io.h>
+#include <attn/ops.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <ostream>
 #include <span>
 #include <sstream>
@@ -138,6 +140,19 @@ inline CliResult run_cli(const std::vector<std::string>& args) {
   r.out = out.str();
   r.err = err.str();
   return r;
+}
+
+// A tensor whose storage claims to be on a GPU (cuda:0), over host memory filled with a poison
+// value: every operation must refuse it before reading a byte (a real GPU address would crash a CPU
+// kernel instead). Needs no GPU.
+inline Tensor fake_gpu_tensor(const Shape& shape) {
+  Tensor host = full(shape, 123.0f);
+  auto impl = std::make_shared<TensorImpl>(*host.impl());
+  auto storage = std::make_shared<Storage>(*host.impl()->storage);
+  storage->device = Device("cuda:0");
+  impl->storage = storage;
+  impl->autograd = nullptr;
+  return Tensor(impl);
 }
 
 // The whole file at p ("" when it cannot be read), and a plain (not atomic) write of `bytes` to p:
