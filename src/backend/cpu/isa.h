@@ -32,17 +32,13 @@ const char* isa_name(Isa isa);
 // ATTN_ISA_VARIANTS(ret, name, (params), (args)) defines `ret name(params)` from an always-inline
 // `name##_body` with the same parameters: on x86-64 three builds of the body (x86-64-v4 for
 // AVX-512, x86-64-v3 for AVX2 and FMA, and the baseline), the one of active_isa() called each
-// time. Elsewhere (AArch64, where NEON is the baseline), and under ThreadSanitizer, one build.
+// time (a plain switch: no ifunc resolver, so ThreadSanitizer builds it too). Elsewhere
+// (AArch64, where NEON is the baseline) one build.
 //
 //   ATTN_ISA_INLINE void scale_body(float* x, int64_t n, float c) { ... }
 //   ATTN_ISA_VARIANTS(void, scale, (float* x, int64_t n, float c), (x, n, c))
 #define ATTN_ISA_INLINE __attribute__((always_inline)) inline
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define ATTN_ISA_TSAN 1
-#endif
-#endif
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(ATTN_ISA_TSAN)
+#if defined(__x86_64__)
 #define ATTN_ISA_VARIANTS(ret, name, params, args)                            \
   __attribute__((target("arch=x86-64-v4"))) static ret name##_avx512 params { \
     return name##_body args;                                                  \
