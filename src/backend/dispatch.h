@@ -63,5 +63,5 @@ Fn* pick(const char* op, Device device, Dtype dtype, const Kernels<Fn>& cpu,
   extern const ::attn::backend::Kernels<Fn> name; \
   }
 
-// Defines the table `name` empty: a backend that lacks the op (ATTN_EVERY_KERNEL_TABLE in kernel_tables.h lists them all).
+// Defines the table `name` empty: a backend that lacks the op (kernel_tables.h lists the tables).
 #define ATTN_NO_KERNELS(Fn, name) const ::attn::backend::Kernels<Fn> name = {};

@@ -1,18 +1,25 @@
 // Every kernel table of src/backend/*_kernels.h, as X(function type, name): for a backend that
-// defines them in bulk (ATTN_EVERY_KERNEL_TABLE(ATTN_NO_KERNELS): all empty).
+// defines them in bulk (ATTN_NO_KERNELS: empty).
 #pragma once
 
+#include "attention_kernels.h"
 #include "elementwise_kernels.h"
 #include "layer_kernels.h"
 #include "reduce_kernels.h"
 
-#define ATTN_EVERY_KERNEL_TABLE(X) \
-  ATTN_LAYER_KERNELS(X)            \
-  X(BinaryFn, binary)              \
-  X(UnaryFn, unary)                \
-  X(MaskedAssignFn, masked_assign) \
-  X(ClampFn, clamp)                \
-  X(ReduceFn, reduce)              \
-  X(ExtremeFn, extreme)            \
-  X(ScanFn, scan)                  \
+// The tables of which the GPU has no kernel yet (src/backend/cuda/kernel_tables.cpp).
+#define ATTN_TABLES_WITHOUT_GPU_KERNELS(X) \
+  ATTN_LAYER_KERNELS(X)                    \
+  X(BinaryFn, binary)                      \
+  X(UnaryFn, unary)                        \
+  X(MaskedAssignFn, masked_assign)         \
+  X(ClampFn, clamp)                        \
+  X(ReduceFn, reduce)                      \
+  X(ExtremeFn, extreme)                    \
+  X(ScanFn, scan)                          \
   X(SoftmaxFn, softmax)
+
+// All of them (src/backend/no_gpu/kernel_tables.cpp).
+#define ATTN_EVERY_KERNEL_TABLE(X) \
+  ATTN_ATTENTION_KERNELS(X)        \
+  ATTN_TABLES_WITHOUT_GPU_KERNELS(X)

@@ -1,5 +1,6 @@
-// scaled_dot_product_attention: validation at the boundary, then the fused kernel (or the
-// reference kernel when weights are requested or SdpaBackend::Reference is chosen).
+// scaled_dot_product_attention: validation at the boundary, then the kernel of the inputs' device
+// and dtype (src/backend/attention_kernels.h): the fused one, or the reference one when weights
+// are requested or SdpaBackend::Reference is chosen.
 #include <attn/attention.h>
 #include <attn/autograd.h>
 #include <attn/ops.h>
@@ -11,11 +12,9 @@
 #include <cstring>
 #include <utility>
 
-#include "../backend/cpu/finite.h"
-#include "../backend/cpu/sdpa_fused.h"
-#include "../backend/cpu/sdpa_reference.h"
-#include "../backend/cpu/threads.h"
-#include "../backend/cpu/workspace.h"
+#include "../backend/attention_kernels.h"
+#include "../backend/reduce_kernels.h"
+#include "../backend/sdpa_dropout.h"
 #include "../tensor/internal.h"
 #include "attention_internal.h"
 
@@ -25,27 +24,8 @@ using detail::fail;
 
 namespace {
 
-constexpr const char* kSdpa = "scaled_dot_product_attention";
-
-// Whether attention runs on a GPU (undefined inputs are reported by the validation).
-bool any_on_gpu(const Tensor& q, const Tensor& k, const Tensor& v) {
-  for (const Tensor* t : {&q, &k, &v})
-    if (t->defined() && t->is_cuda()) return true;
-  return false;
-}
-
-// Runs a kernel call; scratch memory it cannot allocate becomes AllocationError naming `fn`.
-template <typename F>
-void run_kernel(const char* fn, F&& call) {
-  try {
-    call();
-  } catch (const kernels::WorkspaceError& e) {
-    detail::fail_workspace(fn, e.bytes, e.purpose);
-  } catch (const std::bad_alloc&) {
-    throw AllocationError(
-        detail::msg(fn, "cannot allocate the attention kernel's scratch memory: out of memory"));
-  }
-}
+// "float32" of "torch.float32".
+std::string short_dtype_name(Dtype dt) { return dtype_name(dt).substr(6); }
 
 // Broadcast of batch shapes, or an error naming the three inputs.
 Shape broadcast3(const Shape& a, const Shape& b, const Shape& c, const Tensor& q, const Tensor& k,
@@ -58,73 +38,8 @@ Shape broadcast3(const Shape& a, const Shape& b, const Shape& c, const Tensor& q
   }
 }
 
-// Whether every element of a float32 tensor is finite (no inf, no NaN). Reads each element once
-// (dims of stride 0, i.e. broadcast ones, once in total); the inner loop over a contiguous run
-// tests the exponent bits and vectorises.
-bool all_finite(const Tensor& t) {
-  const int64_t nd = t.dim();
-  if (t.numel() == 0) return true;
-  const float* base = t.data_ptr<float>();
-  if (nd == 0) return std::isfinite(*base);
-  // The innermost run of elements: the last dim, and the dims before it while they continue it
-  // contiguously (a contiguous tensor is one run, not one row of head_dim at a time).
-  int64_t inner = nd - 1, n = t.size(-1);
-  const int64_t s = n == 1 ? 1 : t.stride(-1);
-  if (s == 1)
-    while (inner > 0 && (t.stride(inner - 1) == n || t.size(inner - 1) == 1)) n *= t.size(--inner);
-  auto row_ok = [n, s](const float* r) {
-    if (s == 1) return kernels::all_finite(r, n);
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < n; ++i) bad |= uint32_t(!std::isfinite(r[i * s]));
-    return bad == 0;
-  };
-  // Outer dims, with broadcast (stride 0) dims visited once.
-  Shape size(static_cast<size_t>(inner)), stride(static_cast<size_t>(inner));
-  int64_t rows = 1;
-  for (int64_t d = 0; d < inner; ++d) {
-    size[d] = t.stride(d) == 0 ? 1 : t.size(d);
-    stride[d] = t.stride(d);
-    rows *= size[d];
-  }
-  // Split across the threads (the tensor was mostly just written by several threads, each part in
-  // its own core's cache): a single run by elements, else by runs.
-  std::atomic<bool> ok{true};
-  const int nt = kernels::threads_for(rows * n);
-  if (rows == 1 && s == 1) {
-    kernels::parallel_ranges(n, nt, [&](int64_t i0, int64_t i1) {
-      if (!kernels::all_finite(base + i0, i1 - i0)) ok = false;
-    });
-    return ok;
-  }
-  kernels::parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) {
-    Shape idx(static_cast<size_t>(inner), 0);
-    int64_t off = 0;
-    for (int64_t d = inner - 1, r = r0; d >= 0; --d) {  // row r0's index and offset
-      idx[d] = r % size[d], r /= size[d];
-      off += idx[d] * stride[d];
-    }
-    bool all = true;
-    for (int64_t r = r0; r < r1; ++r) {
-      all = row_ok(base + off) && all;
-      for (int64_t d = inner - 1; d >= 0; --d) {  // the next row
-        off += stride[d];
-        if (++idx[d] < size[d]) break;
-        off -= stride[d] * size[d];
-        idx[d] = 0;
-      }
-    }
-    if (!all) ok = false;
-  });
-  return ok;
-}
-
-bool any_nan(const Tensor& t) {
-  const Tensor c = t.contiguous();
-  const float* d = c.data_ptr<float>();
-  for (int64_t i = 0, n = c.numel(); i < n; ++i)
-    if (std::isnan(d[i])) return true;
-  return false;
-}
+// Whether every element of t is finite (no inf, no NaN).
+bool all_finite(const Tensor& t) { return t.isfinite().all(); }
 
 }  // namespace
 
@@ -142,9 +57,9 @@ Tensor unit_inner(const Tensor& t) {
   return t.size(-1) <= 1 || t.stride(-1) == 1 ? t : t.contiguous();
 }
 
-// On a GPU: q, k, v of one half-precision dtype (bf16 or fp16) on one device, masks there too.
-void check_gpu_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,
-                      const char* fn) {
+// q, k, v of one dtype on one device, the masks there too; attn_mask bool or q's dtype.
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,
+                  const char* fn) {
   for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}})
     if (!t->defined()) fail(fn, name, " is undefined");
   const Device dev = q.device();
@@ -155,28 +70,20 @@ void check_gpu_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const S
     if (t->defined() && t->device() != dev)
       throw DeviceError(detail::msg(fn, "expected all tensors on the same device, got q on ",
                                     dev.str(), " and ", name, " on ", t->device().str()));
-  if (!dev.is_cuda())
-    throw DeviceError(detail::msg(fn, "expected all tensors on the same device, got q on ",
-                                  dev.str(), " and k or v on ", k.device().str()));
   const Dtype dt = q.dtype();
-  if (dt != Dtype::BFloat16 && dt != Dtype::Float16)
-    fail(fn, "on a GPU q, k and v must be bfloat16 or float16 (the fused kernel's dtypes), got ",
-         dtype_name(dt), " (float32 on a GPU is not supported yet: convert with .to(bfloat16))");
   for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}})
     if (t->dtype() != dt)
       fail(fn, "q, k and v must have one dtype, got q ", dtype_name(dt), " and ", name, " ",
            dtype_name(t->dtype()));
   if (o.attn_mask.defined() && o.attn_mask.dtype() != Dtype::Bool && o.attn_mask.dtype() != dt)
-    fail(fn, "attn_mask must be bool or q's dtype ", dtype_name(dt), ", got ",
+    fail(fn, "attn_mask must be bool or ", short_dtype_name(dt), " (q's dtype), got ",
          dtype_name(o.attn_mask.dtype()));
 }
 
 Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const SdpaOptions& o,
                  const char* fn) {
-  const bool gpu = any_on_gpu(q_in, k_in, v_in);
-  if (gpu) check_gpu_inputs(q_in, k_in, v_in, o, fn);
+  check_inputs(q_in, k_in, v_in, o, fn);
   for (auto [t, name] : {std::pair{&q_in, "q"}, {&k_in, "k"}, {&v_in, "v"}}) {
-    if (!gpu) detail::check_float32(*t, name, fn);
     if (t->dim() < 2)
       fail(fn, name, " ", shape_str(t->shape()), " must have at least 2 dims (..., L, D), got ",
            t->dim());
@@ -245,8 +152,6 @@ Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, con
 
   if (o.attn_mask.defined()) {
     const Tensor& m = o.attn_mask;
-    if (!gpu && m.dtype() != Dtype::Bool && m.dtype() != Dtype::Float32)
-      fail(fn, "attn_mask must be bool or float32, got ", dtype_name(m.dtype()));
     Shape target = concat(S, {p.L_q, p.L_k});
     bool ok = m.dim() <= int64_t(target.size());
     for (int64_t i = 1; ok && i <= m.dim(); ++i) {
@@ -281,14 +186,15 @@ Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, con
   return p;
 }
 
-// Offsets of a tensor's element [idx..., 0, 0, 0] for an index over its outer dims.
-int64_t outer_offset(const Tensor& t, const Shape& idx) {
-  int64_t off = 0;
-  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.stride(int64_t(d));
-  return off;
-}
+}  // namespace sdpa_detail
 
 namespace {
+
+using sdpa_detail::concat;
+using sdpa_detail::leading;
+using sdpa_detail::prepare;
+using sdpa_detail::Prepared;
+using sdpa_detail::unit_inner;
 
 // t's batch, head and row strides for the kernels: its dims r - 2 and r - 1 (the last two of the
 // batch shape, stride 0 where it has fewer) and r, r being the batch shape's rank.
@@ -298,16 +204,23 @@ void kernel_strides(const Tensor& t, int64_t r, int64_t& batch, int64_t& head, i
   row = t.stride(r);
 }
 
-}  // namespace
+// Address of t's element [idx..., 0, 0, 0] on its device, for an index over its outer dims.
+void* at(const Tensor& t, const Shape& idx) {
+  int64_t off = 0;
+  for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.stride(int64_t(d));
+  return static_cast<char*>(t.device_data()) + off * int64_t(itemsize(t.dtype()));
+}
 
-// The kernel parameters of prepared inputs over the batch shape S: its last two dims become the
-// kernel's (B, H); any dims before them are looped over by the caller, which sets the data
-// pointers of each call (call_pointers). out (and lse) are contiguous S + (L_q, D_v) (S + (L_q)).
-kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o) {
+// The kernel call of prepared inputs over the batch shape S: its last two dims become the
+// kernel's (B, H); any dims before them are looped over (for_each_call), each call with its own
+// pointers (set_pointers). out (and lse) are contiguous S + (L_q, D_v) (S + (L_q)).
+backend::SdpaForward forward_call(const Prepared& p, const SdpaOptions& o, const char* fn) {
   const Shape& S = p.S;
   const int64_t r = int64_t(S.size());
   const int64_t B = r >= 2 ? S[r - 2] : 1, H = r >= 1 ? S[r - 1] : 1;
-  kernels::SdpaParams kp;
+  backend::SdpaForward kp;
+  kp.op = fn;
+  kp.device = p.q.device().is_cpu() ? 0 : p.q.device().index();
   kernel_strides(p.q, r, kp.q_batch_stride, kp.q_head_stride, kp.q_row_stride);
   kernel_strides(p.k, r, kp.k_batch_stride, kp.k_head_stride, kp.k_row_stride);
   kernel_strides(p.v, r, kp.v_batch_stride, kp.v_head_stride, kp.v_row_stride);
@@ -319,6 +232,7 @@ kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o) {
   kp.causal = o.is_causal;
   kp.causal_bottom_right = o.causal_align == CausalAlign::BottomRight;
   kp.window_left = o.window_left, kp.window_right = o.window_right;
+  kp.reference = o.backend == SdpaBackend::Reference;
   if (p.mask.defined()) {
     kp.mask_kind =
         p.mask.dtype() == Dtype::Bool ? kernels::MaskKind::Bool : kernels::MaskKind::Float;
@@ -332,73 +246,70 @@ kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o) {
   return kp;
 }
 
-void backward_strides(const Prepared& p, const Tensor& out, const Tensor& dout, const Tensor& dq,
-                      const Tensor& dk, const Tensor& dv, kernels::SdpaGeometry& fwd,
-                      kernels::SdpaGradStrides& grads) {
-  const int64_t r = int64_t(p.S.size());
-  kernel_strides(out, r, fwd.out_batch_stride, fwd.out_head_stride, fwd.out_row_stride);
-  kernel_strides(dout, r, grads.dout_batch_stride, grads.dout_head_stride, grads.dout_row_stride);
-  kernel_strides(dq, r, grads.dq_batch_stride, grads.dq_head_stride, grads.dq_row_stride);
-  kernel_strides(dk, r, grads.dk_batch_stride, grads.dk_head_stride, grads.dk_row_stride);
-  kernel_strides(dv, r, grads.dv_batch_stride, grads.dv_head_stride, grads.dv_row_stride);
+// Calls f(c, idx) for every index over the outer batch dims of S (all but its last two), c
+// counting the calls in row-major order.
+template <typename F>
+void for_each_call(const Shape& S, F&& f) {
+  const int64_t r = int64_t(S.size());
+  const Shape outer(S.begin(), S.begin() + std::max<int64_t>(r - 2, 0));
+  const int64_t n = detail::shape_numel(outer);
+  Shape idx(outer.size(), 0);
+  for (int64_t c = 0; c < n; ++c) {
+    f(c, idx);
+    for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {  // next outer index, row-major
+      if (++idx[d] < outer[d]) break;
+      idx[d] = 0;
+    }
+  }
 }
 
-}  // namespace sdpa_detail
-
-namespace {
-
-using sdpa_detail::backward_strides;
-using sdpa_detail::concat;
-using sdpa_detail::kernel_params;
-using sdpa_detail::leading;
-using sdpa_detail::outer_offset;
-using sdpa_detail::prepare;
-using sdpa_detail::Prepared;
-using sdpa_detail::unit_inner;
-
-// Sets the q, k, v, mask pointers of call number c (outer index idx) and its dropout offset.
-void call_pointers(const Prepared& p, const Shape& idx, int64_t c, uint64_t dropout_offset,
-                   kernels::SdpaParams& kp) {
-  kp.q = p.q.data_ptr<float>() + outer_offset(p.q, idx);
-  kp.k = p.k.data_ptr<float>() + outer_offset(p.k, idx);
-  kp.v = p.v.data_ptr<float>() + outer_offset(p.v, idx);
-  if (p.mask.defined())
-    kp.mask = static_cast<const char*>(p.mask.raw_data()) +
-              outer_offset(p.mask, idx) * int64_t(itemsize(p.mask.dtype()));
+// The q, k, v, mask pointers of call number c (outer index idx) and its dropout offset; out and
+// lse are contiguous, so call c's start at c times a call's elements.
+void set_pointers(const Prepared& p, const Shape& idx, int64_t c, uint64_t dropout_offset,
+                  const Tensor& out, float* lse, backend::SdpaForward& kp) {
+  kp.q = at(p.q, idx), kp.k = at(p.k, idx), kp.v = at(p.v, idx);
+  if (p.mask.defined()) kp.mask = at(p.mask, idx);
   // The counter-based dropout index runs over all of S + (L_q, L_k).
   kp.dropout_offset = dropout_offset + uint64_t(c * kp.B * kp.H * p.L_q * p.L_k);
-}
-
-// The counter-based dropout factors (keep ? 1 / (1 - p) : 0) over S + (L_q, L_k), materialised:
-// only for the composed (materialised) backward of the autograd graph.
-Tensor counter_dropout_factors(const Prepared& p, double drop_p, uint64_t seed, uint64_t offset) {
-  Tensor f = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.L_k}), Dtype::Float32);
-  float* d = f.data_ptr<float>();
-  const float keep = kernels::dropout_keep_scale(drop_p);
-  for (int64_t i = 0, n = f.numel(); i < n; ++i)
-    d[i] = kernels::dropout_keep(seed, offset, uint64_t(i), drop_p) ? keep : 0.0f;
-  return f;
+  kp.out = static_cast<char*>(out.device_data()) +
+           c * kp.B * kp.H * p.L_q * p.D_v * int64_t(itemsize(out.dtype()));
+  kp.lse = lse ? lse + c * kp.B * kp.H * p.L_q : nullptr;
 }
 
 struct RunResult {
   uint64_t dropout_seed = 0, dropout_offset = 0;  // counter-based dropout (0, 0 without)
 };
 
-// Runs a kernel over the batch shape S.
-//   weights != null: the reference kernel, which also writes the weights; dropout factors drawn
-//                    with fill_dropout_mask (torch-identical), returned through drop_out.
-//   weights == null: the fused kernel (the reference with SdpaBackend::Reference); dropout is
-//                    counter-based, its seed drawn once from the generator; drop_out (when given
-//                    and dropout is on) receives the same mask materialised, for autograd.
-// lse, when given, receives the per-row log-sum-exp S + (L_q).
-RunResult run(const Prepared& p, const SdpaOptions& o, Tensor& out, Tensor* weights,
-              Tensor* drop_out = nullptr, Tensor* lse = nullptr) {
+// The kernel for prepared inputs: sdpa_forward, or with `weights` the one that materialises them.
+backend::SdpaForwardFn* forward_kernel(const char* fn, const Prepared& p, bool weights) {
+  namespace be = backend;
+  const Device dev = p.q.device();
+  const Dtype dt = p.q.dtype();
+  return weights ? be::pick(fn, dev, dt, be::cpu::sdpa_weights, be::cuda::sdpa_weights)
+                 : be::pick(fn, dev, dt, be::cpu::sdpa_forward, be::cuda::sdpa_forward);
+}
+
+// out (S + (L_q, D_v)) or lse (S + (L_q)) of prepared inputs, on their device.
+Tensor new_out(const Prepared& p, const char* fn) {
+  return detail::make_tensor(fn, concat(p.S, {p.L_q, p.D_v}), p.q.dtype(), true, p.q.device());
+}
+Tensor new_lse(const Prepared& p, const char* fn) {
+  return detail::make_tensor(fn, concat(p.S, {p.L_q}), Dtype::Float32, true, p.q.device());
+}
+
+// Runs attention over the batch shape S into out (and lse, when given: S + (L_q)).
+//   weights != null: the kernel that also writes the weights (CPU: the reference); dropout
+//                    factors drawn with fill_dropout_mask (torch-identical), returned through
+//                    drop_out.
+//   weights == null: the device's attention kernel; dropout is counter-based, its seed drawn once
+//                    from the generator; drop_out (when given and dropout is on) receives the
+//                    same mask materialised, for autograd.
+RunResult run(backend::SdpaForwardFn* kernel, const Prepared& p, const SdpaOptions& o,
+              const char* fn, Tensor& out, Tensor* weights, Tensor* drop_out = nullptr,
+              Tensor* lse = nullptr) {
+  namespace be = backend;
   const Shape& S = p.S;
-  const int64_t r = int64_t(S.size());
-  const Shape outer(S.begin(), S.begin() + std::max<int64_t>(r - 2, 0));
-  const int64_t n_outer = detail::shape_numel(outer);
-  kernels::SdpaParams kp = kernel_params(p, o);
-  const bool fused = weights == nullptr && o.backend != SdpaBackend::Reference;
+  be::SdpaForward kp = forward_call(p, o, fn);
   Generator& gen = o.generator ? *o.generator : default_generator();
 
   RunResult rr;
@@ -406,7 +317,7 @@ RunResult run(const Prepared& p, const SdpaOptions& o, Tensor& out, Tensor* weig
   if (o.dropout_p > 0.0 && weights) {
     // Factors over q @ k^T's weights in row-major order, then broadcast to S if v enlarged it.
     Shape ds = concat(p.drop_batch, {p.L_q, p.L_k});
-    drop = detail::make_tensor(kSdpa, ds, Dtype::Float32);
+    drop = detail::make_tensor(fn, ds, Dtype::Float32);
     fill_dropout_mask(drop.data_ptr<float>(), drop.numel(), o.dropout_p, gen);
     Shape full = concat(S, {p.L_q, p.L_k});
     if (ds != full) drop = drop.expand(full).contiguous();
@@ -416,43 +327,28 @@ RunResult run(const Prepared& p, const SdpaOptions& o, Tensor& out, Tensor* weig
       rr.dropout_seed = gen.random64();
     }
     kp.dropout_p = o.dropout_p, kp.dropout_seed = rr.dropout_seed;
-    if (drop_out) drop = counter_dropout_factors(p, o.dropout_p, rr.dropout_seed, 0);
+    if (drop_out) drop = detail::make_tensor(fn, concat(S, {p.L_q, p.L_k}), Dtype::Float32, false);
   }
   if (drop_out) *drop_out = drop;
+  if (out.numel() == 0 && (!lse || lse->numel() == 0)) return rr;  // nothing to compute
+  if (p.L_k == 0) {  // no keys: every row is fully masked (zeros, lse = -inf)
+    out.zero_();
+    if (lse) lse->fill_(-std::numeric_limits<double>::infinity());
+    return rr;
+  }
 
-  const int64_t per_call_out = kp.B * kp.H * p.L_q * p.D_v,
-                per_call_w = kp.B * kp.H * p.L_q * p.L_k;
-  const int64_t per_call_rows = kp.B * kp.H * p.L_q;
-  auto launch = [&](bool use_fused) {
-    Shape idx(outer.size(), 0);
-    for (int64_t c = 0; c < n_outer; ++c) {
-      call_pointers(p, idx, c, rr.dropout_offset, kp);
-      kp.out = out.data_ptr<float>() + c * per_call_out;
-      kp.lse = lse ? lse->data_ptr<float>() + c * per_call_rows : nullptr;
-      run_kernel(kSdpa, [&] {
-        if (weights) {
-          kp.dropout_scale = drop.defined() ? drop.data_ptr<float>() + c * per_call_w : nullptr;
-          kp.weights = weights->data_ptr<float>() + c * per_call_w;
-          kernels::sdpa_reference_forward(kp);
-        } else if (use_fused) {
-          kernels::sdpa_fused_forward(kp);
-        } else {
-          kernels::sdpa_reference_forward(kp);
-        }
-      });
-      for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {  // next outer index, row-major
-        if (++idx[d] < outer[d]) break;
-        idx[d] = 0;
-      }
+  const int64_t per_call_w = kp.B * kp.H * p.L_q * p.L_k;
+  for_each_call(S, [&](int64_t c, const Shape& idx) {
+    set_pointers(p, idx, c, rr.dropout_offset, out,
+                 lse ? static_cast<float*>(lse->device_data()) : nullptr, kp);
+    if (weights) {
+      kp.dropout_scale = drop.defined() ? drop.data_ptr<float>() + c * per_call_w : nullptr;
+      kp.weights = weights->data_ptr<float>() + c * per_call_w;
+    } else if (drop.defined()) {
+      kp.dropout_factors = drop.data_ptr<float>() + c * per_call_w;
     }
-  };
-  launch(fused);
-  // A key of weight zero (masked, dropped) takes no part in the output. The fused kernel
-  // multiplies such a key's value row by 0 when it shares a tile with visible keys, so an inf or
-  // NaN there turns the row into NaN, where the reference kernel skips the key. Such a result is
-  // recomputed by the reference kernel (same dropout counters). The check reads out once; v is
-  // read only when out is not finite.
-  if (fused && !all_finite(out) && !all_finite(p.v)) launch(false);
+    kernel(kp);
+  });
   return rr;
 }
 
@@ -575,20 +471,13 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const char* fn = "scaled_dot_product_attention";
   const std::vector<const Tensor*> inputs{&q, &k, &v, &options.attn_mask};
   const bool recording = detail::should_record(inputs);
-  const bool gpu = any_on_gpu(q, k, v);
   const bool mask_grad = options.attn_mask.defined() && options.attn_mask.requires_grad();
-  if (gpu && mask_grad)
-    fail(fn,
-         "a float attn_mask that requires grad is not supported on a GPU (its gradient needs "
-         "the materialised weights); detach it or compute on the CPU");
-  if (gpu && !recording) return sdpa_detail::cuda_forward(q, k, v, options, fn).out;
   if (recording && !mask_grad) {
     // One graph node whose backward is scaled_dot_product_attention_backward: the forward saves
     // out and the per-row log-sum-exp, the backward recomputes the scores and regenerates the
     // dropout mask from the forward's seed (nothing (L_q, L_k)-sized is kept). A trainable float
     // mask takes the composed path below, whose backward also yields the mask's gradient.
-    SdpaForwardResult fwd = gpu ? sdpa_detail::cuda_forward(q, k, v, options, fn)
-                                : scaled_dot_product_attention_forward(q, k, v, options);
+    SdpaForwardResult fwd = scaled_dot_product_attention_forward(q, k, v, options);
     const FusedNodeState state(options, fwd);
     Tensor out = fwd.out;
     return detail::record(out, out.dim() == 2 ? "MmBackward0" : "UnsafeViewBackward0", inputs,
@@ -604,10 +493,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                           {q, k, v, options.attn_mask, out, fwd.lse});
   }
   Prepared p = prepare(q, k, v, options, fn);
-  Tensor out = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
+  const auto kernel = forward_kernel(fn, p, false);
+  // The composed backward of a mask that requires grad materialises the weights: refused up front
+  // on a device without that kernel.
+  if (recording) forward_kernel("scaled_dot_product_attention (attn_mask requiring grad)", p, true);
+  Tensor out = new_out(p, fn);
   // The materialised dropout mask is only needed by the autograd graph's composed backward.
   Tensor drop;
-  run(p, options, out, nullptr, recording ? &drop : nullptr);
+  run(kernel, p, options, fn, out, nullptr, recording ? &drop : nullptr);
   record(out, nullptr, q, k, v, options, p, drop);
   return out;
 }
@@ -616,12 +509,12 @@ SdpaForwardResult scaled_dot_product_attention_forward(const Tensor& q, const Te
                                                        const Tensor& v,
                                                        const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention_forward";
-  if (any_on_gpu(q, k, v)) return sdpa_detail::cuda_forward(q, k, v, options, fn);
   Prepared p = prepare(q, k, v, options, fn);
+  const auto kernel = forward_kernel(fn, p, false);
   SdpaForwardResult r;
-  r.out = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
-  r.lse = detail::make_tensor(kSdpa, concat(p.S, {p.L_q}), Dtype::Float32);
-  const RunResult rr = run(p, options, r.out, nullptr, nullptr, &r.lse);
+  r.out = new_out(p, fn);
+  r.lse = new_lse(p, fn);
+  const RunResult rr = run(kernel, p, options, fn, r.out, nullptr, nullptr, &r.lse);
   r.dropout_seed = rr.dropout_seed, r.dropout_offset = rr.dropout_offset;
   return r;
 }
@@ -631,16 +524,12 @@ std::tuple<Tensor, Tensor> scaled_dot_product_attention_with_weights(const Tenso
                                                                      const Tensor& v,
                                                                      const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention_with_weights";
-  if (any_on_gpu(q, k, v))
-    throw DeviceError(detail::msg(fn,
-                                  "the attention weights are materialised on the CPU only "
-                                  "(the GPU kernel never forms them): q is on ",
-                                  q.device().str()));
   Prepared p = prepare(q, k, v, options, fn);
-  Tensor out = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.D_v}), Dtype::Float32);
-  Tensor weights = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.L_k}), Dtype::Float32);
+  const auto kernel = forward_kernel(fn, p, true);
+  Tensor out = new_out(p, fn);
+  Tensor weights = detail::make_tensor(fn, concat(p.S, {p.L_q, p.L_k}), Dtype::Float32);
   Tensor drop;
-  run(p, options, out, &weights, &drop);
+  run(kernel, p, options, fn, out, &weights, &drop);
   record(out, &weights, q, k, v, options, p, drop);
   return {out, weights};
 }
@@ -648,96 +537,98 @@ std::tuple<Tensor, Tensor> scaled_dot_product_attention_with_weights(const Tenso
 Tensor causal_mask(int64_t L_q, int64_t L_k, CausalAlign align) {
   if (L_q < 0 || L_k < 0)
     fail("causal_mask", "lengths must be non-negative, got L_q ", L_q, " and L_k ", L_k);
-  Tensor m = detail::make_tensor({L_q, L_k}, Dtype::Bool);
-  bool* d = m.data_ptr<bool>();
+  // Key j is visible to query i iff j <= i + shift (SdpaBand).
   const int64_t shift = align == CausalAlign::BottomRight ? L_k - L_q : 0;
-  for (int64_t i = 0; i < L_q; ++i)
-    for (int64_t j = 0; j < L_k; ++j) d[i * L_k + j] = j <= i + shift;
-  return m;
+  return arange(L_k).unsqueeze(0) <= arange(L_q).unsqueeze(1) + Scalar(shift);
 }
-
 // =================================================================================================
-// scaled_dot_product_attention_backward: the gradient at the Tensor level. This section belongs
-// with the backward kernels (sdpa_backward.cpp, sdpa_fused_backward.cpp); it reuses prepare() from
-// above so that the backward validates and broadcasts exactly as the forward did.
+// scaled_dot_product_attention_backward: the gradient at the Tensor level. It reuses prepare()
+// from above so that the backward validates and broadcasts exactly as the forward did.
 // =================================================================================================
-}  // namespace attn
-
-#include "../backend/cpu/sdpa_fused_backward.h"
-
-namespace attn {
 
 namespace {
 
-// dout, forward.out and forward.lse must have exactly the shapes the forward produced.
-void check_backward_input(const Tensor& t, const char* name, const Shape& want, const char* fn) {
-  detail::check_float32(t, name, fn);
+// dout, forward.out and forward.lse must be on q's device, of the forward's dtypes (lse float32)
+// and of exactly the shapes the forward produced.
+void check_backward_input(const Tensor& t, const char* name, const Shape& want, Dtype dt,
+                          const Device& dev, const char* fn) {
+  if (!t.defined()) fail(fn, name, " is an undefined tensor");
+  if (t.device() != dev)
+    throw DeviceError(detail::msg(fn, "expected all tensors on the same device, got q on ",
+                                  dev.str(), " and ", name, " on ", t.device().str()));
+  if (t.dtype() != dt)
+    fail(fn, name, " must be ", short_dtype_name(dt), ", got ", dtype_name(t.dtype()), " ",
+         shape_str(t.shape()));
   if (t.shape() != want)
     fail(fn, name, " has shape ", shape_str(t.shape()), " but the forward produced ",
          shape_str(want));
 }
 
-// The CPU backward of prepared inputs into dq (S + (L_q, D)), dk (Sk + (L_k, D)) and dv
-// (Sk + (L_k, D_v)): zeroed tensors of the broadcast shapes whose rows have unit stride (any
-// strides outside the rows). dout and forward are checked against the shapes.
-void backward_into(const Tensor& dout, const Prepared& p, const SdpaForwardResult& forward,
-                   const SdpaOptions& o, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                   const char* fn) {
+// The backward kernel of prepared inputs, and the scratch it needs on their device.
+struct BackwardKernel {
+  backend::SdpaBackwardFn* run;
+  backend::SdpaWorkspaceFn* workspace;
+};
+BackwardKernel backward_kernel(const Prepared& p, const char* fn) {
+  namespace be = backend;
+  const Device dev = p.q.device();
+  const Dtype dt = p.q.dtype();
+  return {
+      be::pick(fn, dev, dt, be::cpu::sdpa_backward, be::cuda::sdpa_backward),
+      be::pick(fn, dev, dt, be::cpu::sdpa_backward_workspace, be::cuda::sdpa_backward_workspace)};
+}
+
+// The backward of prepared inputs into dq (S + (L_q, D)), dk (Sk + (L_k, D)) and dv
+// (Sk + (L_k, D_v)): tensors of the broadcast shapes on the inputs' device whose rows have unit
+// stride (any strides outside the rows), all of whose elements are written. dout and forward are
+// checked against the shapes.
+void backward_into(const BackwardKernel& kernel, const Tensor& dout, const Prepared& p,
+                   const SdpaForwardResult& forward, const SdpaOptions& o, const Tensor& dq,
+                   const Tensor& dk, const Tensor& dv, const char* fn) {
   const Shape& S = p.S;  // out is S + (L_q, D_v)
-  check_backward_input(dout, "dout", concat(S, {p.L_q, p.D_v}), fn);
-  check_backward_input(forward.out, "forward.out", concat(S, {p.L_q, p.D_v}), fn);
-  check_backward_input(forward.lse, "forward.lse", concat(S, {p.L_q}), fn);
-  NoGradGuard no_grad;  // a gradient pass records nothing
+  const Device dev = p.q.device();
+  const Dtype dt = p.q.dtype();
+  check_backward_input(dout, "dout", concat(S, {p.L_q, p.D_v}), dt, dev, fn);
+  check_backward_input(forward.out, "forward.out", concat(S, {p.L_q, p.D_v}), dt, dev, fn);
+  check_backward_input(forward.lse, "forward.lse", concat(S, {p.L_q}), Dtype::Float32, dev, fn);
+  NoGradGuard no_grad;             // a gradient pass records nothing
+  if (p.L_q == 0 || p.L_k == 0) {  // nothing attended: zero gradients
+    for (Tensor t : {dq, dk, dv}) t.zero_();
+    return;
+  }
 
   const Tensor g = unit_inner(dout), out = unit_inner(forward.out), lse = forward.lse.contiguous();
-
-  // The forward's kernel parameters (kernel_params, call_pointers: same strides, masks, window,
-  // key padding and dropout counters), plus the saved out and lse, dout and the gradients.
+  // The forward's call (forward_call, set_pointers: same strides, masks, window, key padding and
+  // dropout counters), plus the saved out and lse, dout and the gradients.
   const int64_t r = int64_t(S.size());
-  const Shape outer(S.begin(), S.begin() + std::max<int64_t>(r - 2, 0));
-  const int64_t n_outer = detail::shape_numel(outer);
-  kernels::SdpaBackwardParams bp;
-  kernels::SdpaParams& kp = bp.fwd;
-  kp = kernel_params(p, o);
-  backward_strides(p, out, g, dq, dk, dv, kp, bp);
+  backend::SdpaBackward bp;
+  backend::SdpaForward& kp = bp.fwd;
+  kp = forward_call(p, o, fn);
+  kernel_strides(out, r, kp.out_batch_stride, kp.out_head_stride, kp.out_row_stride);
+  kernel_strides(g, r, bp.dout_batch_stride, bp.dout_head_stride, bp.dout_row_stride);
+  kernel_strides(dq, r, bp.dq_batch_stride, bp.dq_head_stride, bp.dq_row_stride);
+  kernel_strides(dk, r, bp.dk_batch_stride, bp.dk_head_stride, bp.dk_row_stride);
+  kernel_strides(dv, r, bp.dv_batch_stride, bp.dv_head_stride, bp.dv_row_stride);
   // Dropout: the forward's counter-based mask, regenerated from its seed and offset.
   if (o.dropout_p > 0.0) kp.dropout_p = o.dropout_p, kp.dropout_seed = forward.dropout_seed;
+  // One scratch buffer for every call (they run in order).
+  Tensor workspace;
+  if (const std::size_t bytes = kernel.workspace(kp)) {
+    workspace = detail::make_tensor(fn, {int64_t((bytes + 3) / 4)}, Dtype::Float32, false, dev);
+    bp.workspace = workspace.device_data();
+  }
 
   const int64_t per_call_rows = kp.B * kp.H * p.L_q;
-  auto launch = [&](bool reference) {
-    Shape idx(outer.size(), 0);
-    for (int64_t c = 0; c < n_outer; ++c) {
-      call_pointers(p, idx, c, forward.dropout_offset, kp);
-      kp.out = const_cast<float*>(out.data_ptr<float>()) + outer_offset(out, idx);
-      kp.lse = const_cast<float*>(lse.data_ptr<float>()) + c * per_call_rows;
-      bp.dout = g.data_ptr<float>() + outer_offset(g, idx);
-      bp.dq = dq.data_ptr<float>() + outer_offset(dq, idx);
-      bp.dk = dk.data_ptr<float>() + outer_offset(dk, idx);
-      bp.dv = dv.data_ptr<float>() + outer_offset(dv, idx);
-      run_kernel(kSdpa, [&] {
-        if (reference)
-          kernels::sdpa_reference_backward(bp);
-        else
-          kernels::sdpa_fused_backward(bp);
-      });
-      for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {  // next outer index, row-major
-        if (++idx[d] < outer[d]) break;
-        idx[d] = 0;
-      }
-    }
-  };
-  // The reference backward (it overwrites dq, dk and dv) where the fused one would not follow the
-  // forward's rules for non-finite values:
-  //  - a NaN row (NaN in lse) must make dk and dv NaN as the chain rule does; the fused backward
-  //    can leave them finite;
-  //  - a key of weight zero takes no part in any gradient, where the fused backward forms
-  //    0 * inf = NaN for it (inf or NaN in its k or v row, or in dout). Its gradients are checked
-  //    (one read each) and, if not finite while some input is not finite either, recomputed.
-  const bool reference = o.backend == SdpaBackend::Reference || any_nan(lse);
-  launch(reference);
-  if (!reference && !(all_finite(dq) && all_finite(dk) && all_finite(dv)) &&
-      !(all_finite(g) && all_finite(p.q) && all_finite(p.k) && all_finite(p.v)))
-    launch(true);
+  for_each_call(S, [&](int64_t c, const Shape& idx) {
+    kp.q = at(p.q, idx), kp.k = at(p.k, idx), kp.v = at(p.v, idx);
+    if (p.mask.defined()) kp.mask = at(p.mask, idx);
+    kp.dropout_offset = forward.dropout_offset + uint64_t(c * kp.B * kp.H * p.L_q * p.L_k);
+    kp.out = at(out, idx);
+    kp.lse = static_cast<float*>(lse.device_data()) + c * per_call_rows;
+    bp.dout = at(g, idx);
+    bp.dq = at(dq, idx), bp.dk = at(dk, idx), bp.dv = at(dv, idx);
+    kernel.run(bp);
+  });
 }
 
 }  // namespace
@@ -746,15 +637,24 @@ std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
     const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
     const SdpaForwardResult& forward, const SdpaOptions& o) {
   const char* fn = "scaled_dot_product_attention_backward";
-  if (any_on_gpu(q, k, v)) return sdpa_detail::cuda_backward(dout, q, k, v, forward, o, fn);
   const Prepared p = prepare(q, k, v, o, fn);
+  const BackwardKernel kernel = backward_kernel(p, fn);
   const Shape Sk = leading(p.k);  // S, with H_kv heads under GQA
+  const Shape q_full = concat(p.S, {p.L_q, p.D}), k_full = concat(Sk, {p.L_k, p.D}),
+              v_full = concat(Sk, {p.L_k, p.D_v});
+  // A broadcast input gets its gradient summed over the broadcast dims: refused up front where
+  // the device cannot sum that dtype.
+  if (q.shape() != q_full || k.shape() != k_full || v.shape() != v_full)
+    backend::pick("sum (the gradient of a broadcast input of scaled_dot_product_attention)",
+                  p.q.device(), p.q.dtype(), backend::cpu::reduce, backend::cuda::reduce);
   // Gradients at the broadcast shapes; summed down to the inputs' shapes at the end.
-  // Not zeroed: both backward kernels write every element of dq, dk and dv.
-  Tensor dq = detail::make_tensor(kSdpa, concat(p.S, {p.L_q, p.D}), Dtype::Float32, false);
-  Tensor dk = detail::make_tensor(kSdpa, concat(Sk, {p.L_k, p.D}), Dtype::Float32, false);
-  Tensor dv = detail::make_tensor(kSdpa, concat(Sk, {p.L_k, p.D_v}), Dtype::Float32, false);
-  backward_into(dout, p, forward, o, dq, dk, dv, fn);
+  // Not zeroed: the backward kernels write every element of dq, dk and dv.
+  const Device dev = p.q.device();
+  const Dtype dt = p.q.dtype();
+  Tensor dq = detail::make_tensor(fn, q_full, dt, false, dev);
+  Tensor dk = detail::make_tensor(fn, k_full, dt, false, dev);
+  Tensor dv = detail::make_tensor(fn, v_full, dt, false, dev);
+  backward_into(kernel, dout, p, forward, o, dq, dk, dv, fn);
   NoGradGuard no_grad;
   // Inputs that were broadcast get their gradient summed over the broadcast dims.
   return {detail::sum_to(dq, q.shape()), detail::sum_to(dk, k.shape()),
@@ -793,10 +693,11 @@ Tensor packed_self_attention(const Tensor& qkv, int64_t H, const SdpaOptions& op
                           // dq, dk and dv written straight into the packed layout: the gradient of
                           // the projection.
                           // Not zeroed: the backward writes all of dq, dk and dv.
-                          Tensor dqkv =
-                              detail::make_tensor(kSdpa, qkv.shape(), Dtype::Float32, false);
+                          Tensor dqkv = detail::make_tensor(fn, qkv.shape(), qkv.dtype(), false,
+                                                            qkv.device());
                           const auto [dq, dk, dv] = unpack_qkv(dqkv, H);
-                          backward_into(g, prepare(q, k, v, o, fn), f, o, dq, dk, dv, fn);
+                          const Prepared p = prepare(q, k, v, o, fn);
+                          backward_into(backward_kernel(p, fn), g, p, f, o, dq, dk, dv, fn);
                           return std::vector<Tensor>{dqkv, Tensor()};
                         },
                         {qkv, options.attn_mask, fwd.out, fwd.lse});

@@ -1,11 +1,8 @@
-// What the attention entry points (attention.cpp) share with their GPU side
-// (src/backend/cuda/attention_gpu.cpp): the validated, broadcast inputs and the kernel parameters
-// they give, so that both devices accept and reject exactly the same calls.
+// What the attention entry points (attention.cpp) share with the multi-head module's packed
+// projection (nn/multihead.cpp) and ring attention (distributed/ring_attention.cpp).
 #pragma once
 
 #include <attn/attention.h>
-
-#include "../backend/cpu/sdpa_reference.h"
 
 namespace attn::sdpa_detail {
 
@@ -26,26 +23,11 @@ Shape concat(Shape a, std::initializer_list<int64_t> tail);
 Tensor unit_inner(const Tensor& t);
 
 // Validates q, k, v and the options for `fn` (attn::Error naming it and the shapes) and
-// broadcasts them. On the CPU q, k, v are float32; on a GPU bfloat16 or float16, every tensor on
-// q's device (attn::DeviceError otherwise).
+// broadcasts them: q, k and v of one dtype, masks bool or that dtype, every tensor on q's device
+// (attn::DeviceError otherwise). Whether the device has a kernel for the dtype is the caller's
+// question (backend::pick).
 Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,
                  const char* fn);
-
-// The kernel parameters of prepared inputs over the batch shape S: its last two dims become the
-// kernel's (B, H); any dims before them are looped over by the caller, which sets the data
-// pointers of each call. out (and lse) are contiguous S + (L_q, D_v) (S + (L_q)). The key padding
-// pointer is set (on the inputs' device); q, k, v, mask, out and lse pointers are not.
-kernels::SdpaParams kernel_params(const Prepared& p, const SdpaOptions& o);
-
-// The backward's strides: out's in `fwd` and those of dout and the gradients in `grads`, each
-// tensor over the batch shape of p as kernel_params() lays it out (their head dims have unit
-// stride).
-void backward_strides(const Prepared& p, const Tensor& out, const Tensor& dout, const Tensor& dq,
-                      const Tensor& dk, const Tensor& dv, kernels::SdpaGeometry& fwd,
-                      kernels::SdpaGradStrides& grads);
-
-// Offset in elements of t's element [idx..., 0, 0, 0] for an index over its outer dims.
-int64_t outer_offset(const Tensor& t, const Shape& idx);
 
 // Causal or masked self-attention whose q, k and v are the (B, L, 3 E) output of one packed
 // projection (MultiheadAttention's in_proj): scaled_dot_product_attention of its three (B, H, L,
@@ -59,15 +41,5 @@ Tensor packed_self_attention(const Tensor& qkv, int64_t H, const SdpaOptions& op
 // out (B, H, L, D_v) and lse (B, H, L), contiguous float32 on the CPU (else an error naming fn).
 void merge_partial(Tensor& out, Tensor& lse, const Tensor& out_p, const Tensor& lse_p,
                    int64_t start, const char* fn);
-
-// The GPU side (src/backend/cuda/attention_gpu.cpp; without CUDA,
-// src/backend/no_gpu/attention_none.cpp throws DeviceError): the fused CUDA kernel forward, and its
-// backward from the saved out and lse.
-SdpaForwardResult cuda_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                               const SdpaOptions& o, const char* fn);
-std::tuple<Tensor, Tensor, Tensor> cuda_backward(const Tensor& dout, const Tensor& q,
-                                                 const Tensor& k, const Tensor& v,
-                                                 const SdpaForwardResult& forward,
-                                                 const SdpaOptions& o, const char* fn);
 
 }  // namespace attn::sdpa_detail

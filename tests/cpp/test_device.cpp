@@ -126,13 +126,18 @@ TEST(Device, CpuKernelsRefuseGpuTensors) {
     refuses([&] { fake_gpu_tensor({1}).item<float>(); }, false);
     refuses([&] { g.repr(); }, false);
   }
-  // Attention on a GPU takes bfloat16 or float16 (the CUDA kernel's dtypes), named in the error.
+  // Attention on a GPU takes bfloat16 or float16 (the CUDA kernel's dtypes), named in the error
+  // (with CUDA; without it the GPU has none).
   try {
     attn::scaled_dot_product_attention(g, g, g);
     ADD_FAILURE() << "expected attn::Error";
   } catch (const attn::Error& e) {
     EXPECT_TRUE(contains(e.what(), "[scaled_dot_product_attention]")) << e.what();
-    EXPECT_TRUE(contains(e.what(), "bfloat16 or float16")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "not implemented for torch.float32 tensors on cuda:0"))
+        << e.what();
+    EXPECT_TRUE(contains(
+        e.what(), attn::cuda::is_built() ? "torch.bfloat16, torch.float16" : "it has none of them"))
+        << e.what();
   }
   EXPECT_THROW(attn::scaled_dot_product_attention_with_weights(g, g, g), attn::DeviceError);
   // The CPU operand was not written.

@@ -1,4 +1,4 @@
-// scaled_dot_product_attention on GPU tensors (src/backend/cuda/attention_gpu.cpp): the dispatch, the
+// scaled_dot_product_attention on GPU tensors (src/backend/cuda/attention.cpp): the dispatch, the
 // validation shared with the CPU, and results against the CPU on the same bf16/fp16-rounded
 // inputs. The kernels themselves are tested case by case in test_sdpa_cuda.cpp. Skipped without
 // a GPU.

@@ -17,4 +17,9 @@ struct NonFinite {
 };
 NonFinite count_nonfinite(const float* x, int64_t n);
 
+// Whether the floats of a strided array of `nd` <= 8 dims (sizes and strides in elements; a stride
+// of 0 is a broadcast dim, read once) are all finite. Dims that continue the last one contiguously
+// are read as one run; the runs are split across the threads.
+bool all_finite_strided(const float* base, int nd, const int64_t* size, const int64_t* stride);
+
 }  // namespace attn::kernels

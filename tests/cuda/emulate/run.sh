@@ -6,7 +6,7 @@
 # emulated on host memory (runtime.cpp: one 64 GiB GPU, device allocations registered so that
 # copies, memsets and kernel arguments are checked against them). Everything else is the real
 # build/libattn.a: src/backend/cuda/cuda_runtime.cpp (caching allocator, copies, DeviceGuard),
-# src/tensor, src/backend/cuda/attention_gpu.cpp.
+# src/tensor, src/backend/cuda/attention.cpp.
 #
 # It checks the kernels' indexing, tiling, masking, dropout and pipelines, and the host side's
 # pointers, strides, copies and launches, without a GPU; what a GPU would fault on (a kernel
