@@ -3,11 +3,13 @@
 #pragma once
 
 #include "elementwise_kernels.h"
+#include "index_kernels.h"
 #include "layer_kernels.h"
 #include "reduce_kernels.h"
 
 #define ATTN_EVERY_KERNEL_TABLE(X) \
   ATTN_LAYER_KERNELS(X)            \
+  ATTN_INDEX_KERNELS(X)            \
   X(BinaryFn, binary)              \
   X(UnaryFn, unary)                \
   X(MaskedAssignFn, masked_assign) \
