@@ -1,9 +1,12 @@
-// gather, scatter, scatter_add (with their gradients) and split / chunk / unbind (views).
+// gather, scatter, scatter_add (with their gradients; the element loops are the gather_scatter
+// kernels of src/backend/index_kernels.h) and split / chunk / unbind (views).
 #include <attn/autograd.h>
 #include <attn/ops.h>
 
+#include <optional>
 #include <string>
 
+#include "../backend/index_kernels.h"
 #include "../tensor/internal.h"
 
 namespace attn {
@@ -40,81 +43,54 @@ int64_t check_index(const char* fn, const Tensor& self, int64_t dim, const Tenso
   return d;
 }
 
-// Calls f(self_offset, index_position_offset...) for every element of `index`: off[0] is the
-// offset of that element in `index`, off[1] in `other` (src or out, read at the same position),
-// and `pick` the index value, checked against self's size along d.
-template <typename F>
-void for_each_index(const char* fn, const Tensor& self, int64_t d, const Tensor& index,
-                    const Tensor& other, F f) {
+// Runs the gather / scatter kernel of `op` for every element of `index` (checked by
+// check_index): `self` is read (gather) or written (scatter: a contiguous clone), `other` is
+// written (gather's out) or read (scatter's src, of self's dtype) at the index element's
+// position. An index outside self's size along d is torch's RuntimeError, raised after the
+// elements before it are moved (into a result the caller then drops).
+void gather_scatter(backend::GatherScatterFn* kernel, backend::GatherScatterOp op, const char* fn,
+                    const Tensor& self, int64_t d, const Tensor& index, const Tensor& other) {
   if (index.numel() == 0) return;
-  const int64_t nd = index.dim();
   const Shape one{1};
   const Shape zero{0};
-  const Shape& ish = nd == 0 ? one : index.shape();
-  const Shape& ist = nd == 0 ? zero : index.strides();
+  const Shape& ish = index.dim() == 0 ? one : index.shape();
+  const Shape& ist = index.dim() == 0 ? zero : index.strides();
   const Shape& ost = other.dim() == 0 ? zero : other.strides();
   const Shape& sst = self.dim() == 0 ? zero : self.strides();
   const int64_t limit = self.dim() == 0 ? 1 : self.shape()[d];
-  const int64_t* ip = detail::base_ptr<int64_t>(index);
-  const int64_t rank = std::max<int64_t>(nd, 1);
-  std::vector<int64_t> coord(rank, 0);
-  while (true) {
-    int64_t io = index.storage_offset(), oo = other.storage_offset(), so = self.storage_offset();
-    for (int64_t i = 0; i < rank; ++i) {
-      io += coord[i] * ist[i];
-      oo += coord[i] * ost[i];
-      if (i != d) so += coord[i] * sst[i];
-    }
-    const int64_t k = ip[io];
-    if (k < 0 || k >= limit)  // torch takes no negative indices here (RuntimeError)
-      fail(fn, "index ", k, " is out of bounds for dimension ", d, " with size ", limit);
-    f(so + k * sst[d], oo);
-    int64_t i = rank - 1;
-    for (; i >= 0; --i) {
-      if (++coord[i] < ish[i]) break;
-      coord[i] = 0;
-    }
-    if (i < 0) return;
-  }
+  const auto storage = [](const Tensor& t) { return t.impl()->storage->data; };
+  const std::optional<int64_t> bad =
+      kernel({op, &ish, static_cast<const int64_t*>(storage(index)), index.storage_offset(), &ist,
+              storage(self), self.storage_offset(), &sst, storage(other), other.storage_offset(),
+              &ost, d, limit});
+  if (bad)  // torch takes no negative indices here (RuntimeError)
+    fail(fn, "index ", *bad, " is out of bounds for dimension ", d, " with size ", limit);
 }
 
-template <typename T>
-void gather_kernel(const Tensor& self, int64_t d, const Tensor& index, const Tensor& out) {
-  const T* ps = detail::base_ptr<T>(self);
-  T* po = detail::base_ptr<T>(out);
-  for_each_index("gather", self, d, index, out, [&](int64_t so, int64_t oo) { po[oo] = ps[so]; });
-}
-
-// out (a clone of self) gets src's elements (or `value`) at the indexed positions; `add` sums.
-template <typename T>
-void scatter_kernel(const char* fn, const Tensor& out, int64_t d, const Tensor& index,
-                    const Tensor& src, bool add) {
-  T* po = detail::base_ptr<T>(out);
-  const T* ps = detail::base_ptr<T>(src);
-  for_each_index(fn, out, d, index, src, [&](int64_t so, int64_t oo) {
-    if constexpr (std::is_same_v<T, bool>)
-      po[so] = add ? (po[so] || ps[oo]) : ps[oo];
-    else if constexpr (detail::is_half_type<T>)  // added in float32, rounded each time (torch)
-      po[so] = add ? T(float(po[so]) + float(ps[oo])) : ps[oo];
-    else
-      po[so] = add ? T(po[so] + ps[oo]) : ps[oo];
-  });
+// The kernel for self's device and dtype, once index (and src) are on self's device.
+backend::GatherScatterFn* pick_gather_scatter(const char* fn, const Tensor& self,
+                                              const Tensor& index, const Tensor* src = nullptr) {
+  detail::check_same_device(fn, {&self, &index, src ? src : &index});
+  return backend::pick(fn, self.device(), self.dtype(), backend::cpu::gather_scatter,
+                       backend::cuda::gather_scatter);
 }
 
 // Writes into `out` (contiguous, self's dtype) in place: the scatter family's common body.
-void scatter_into(const char* fn, Tensor& out, int64_t d, const Tensor& index, const Tensor& src_in,
-                  bool add) {
+void scatter_into(backend::GatherScatterFn* kernel, const char* fn, Tensor& out, int64_t d,
+                  const Tensor& index, const Tensor& src_in, bool add) {
   Tensor src = src_in.to(out.dtype());
-  detail::dispatch_dtype(out.dtype(),
-                         [&]<typename T>() { scatter_kernel<T>(fn, out, d, index, src, add); });
+  gather_scatter(kernel,
+                 add ? backend::GatherScatterOp::ScatterAdd : backend::GatherScatterOp::Scatter, fn,
+                 out, d, index, src);
 }
 
 }  // namespace
 
 Tensor Tensor::gather(int64_t dim, const Tensor& index) const {
   const int64_t d = check_index("gather", *this, dim, index, nullptr);
+  const auto kernel = pick_gather_scatter("gather", *this, index);
   Tensor out = detail::make_tensor("gather", index.shape(), dtype());
-  detail::dispatch_dtype(dtype(), [&]<typename T>() { gather_kernel<T>(*this, d, index, out); });
+  gather_scatter(kernel, backend::GatherScatterOp::Gather, "gather", *this, d, index, out);
   if (dtype() != Dtype::Float32) return out;
   return detail::record(
       out, "GatherBackward0", {this},
@@ -129,11 +105,12 @@ Tensor Tensor::scatter(int64_t dim, const Tensor& index, const Tensor& src) cons
   if (src.dtype() != dtype())
     fail("scatter", "expected self and src to have the same dtype, got ", dtype_name(dtype()),
          " and ", dtype_name(src.dtype()));
+  const auto kernel = pick_gather_scatter("scatter", *this, index, &src);
   Tensor out;
   {
     NoGradGuard no_grad;
     out = contiguous().clone();
-    scatter_into("scatter", out, d, index, src, false);
+    scatter_into(kernel, "scatter", out, d, index, src, false);
   }
   if (dtype() != Dtype::Float32) return out;
   return detail::record(out, "ScatterBackward0", {this, &src},
@@ -148,12 +125,13 @@ Tensor Tensor::scatter(int64_t dim, const Tensor& index, const Tensor& src) cons
 
 Tensor Tensor::scatter(int64_t dim, const Tensor& index, Scalar value) const {
   const int64_t d = check_index("scatter", *this, dim, index, nullptr);
+  const auto kernel = pick_gather_scatter("scatter", *this, index);
   Tensor out;
   {
     NoGradGuard no_grad;
     out = contiguous().clone();
     Tensor v = detail::scalar_tensor(value, dtype()).expand(index.shape());
-    scatter_into("scatter", out, d, index, v, false);
+    scatter_into(kernel, "scatter", out, d, index, v, false);
   }
   if (dtype() != Dtype::Float32) return out;
   return detail::record(out, "ScatterBackward1", {this},
@@ -168,11 +146,12 @@ Tensor Tensor::scatter_add(int64_t dim, const Tensor& index, const Tensor& src) 
   if (src.dtype() != dtype())
     fail("scatter_add", "expected self and src to have the same dtype, got ", dtype_name(dtype()),
          " and ", dtype_name(src.dtype()));
+  const auto kernel = pick_gather_scatter("scatter_add", *this, index, &src);
   Tensor out;
   {
     NoGradGuard no_grad;
     out = contiguous().clone();
-    scatter_into("scatter_add", out, d, index, src, true);
+    scatter_into(kernel, "scatter_add", out, d, index, src, true);
   }
   if (dtype() != Dtype::Float32) return out;
   return detail::record(out, "ScatterAddBackward0", {this, &src},

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../backend/index_kernels.h"
 #include "internal.h"
 #include "local.h"
 
@@ -121,15 +122,17 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
               out = out.reshape(flat);
             }
           }
+          // The mask's true positions: counted, then written.
+          const auto positions =
+              backend::pick(fn, t.device(), Dtype::Bool, backend::cpu::mask_positions,
+                            backend::cuda::mask_positions);
           Tensor mask = t.contiguous();
-          const bool* mp = mask.data_ptr<bool>();
-          std::vector<int64_t> pos;
-          for (int64_t i = 0; i < mask.numel(); ++i)
-            if (mp[i]) pos.push_back(i);
-          Tensor idx = detail::make_tensor(fn, {int64_t(pos.size())}, Dtype::Int64);
-          std::copy(pos.begin(), pos.end(), idx.data_ptr<int64_t>());
+          const bool* mp = static_cast<const bool*>(mask.device_data());
+          const int64_t count = positions({mp, mask.numel(), nullptr});
+          Tensor idx = detail::make_tensor(fn, {count}, Dtype::Int64);
+          positions({mp, mask.numel(), static_cast<int64_t*>(idx.device_data())});
           r.index = idx;
-          r.index_shape = {int64_t(pos.size())};
+          r.index_shape = {count};
         } else {
           Tensor idx = checked_index_tensor(t, fn);
           const int64_t* ip = idx.data_ptr<int64_t>();
@@ -147,31 +150,25 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
   return r;
 }
 
-// dst[ip[i]] = src[i] (put) or dst[i] = src[ip[i]] (take) for 1-D tensors of one dtype: the
-// element-per-index case of advanced indexing (x[mask], x[mask] = v) without a copy_ per element.
-// The indices are wrapped and checked already.
-template <typename T>
-void move_1d(const Tensor& dst, const Tensor& src, const int64_t* ip, int64_t n, int64_t size,
-             bool put) {
-  T* pd = detail::base_ptr<T>(dst) + dst.storage_offset();
-  const T* ps = detail::base_ptr<T>(src) + src.storage_offset();
-  const int64_t sd = dst.strides()[0], ss = src.strides()[0];
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t k = ip[i] < 0 ? ip[i] + size : ip[i];
-    if (put)
-      pd[k * sd] = ps[i * ss];
-    else
-      pd[i * sd] = ps[k * ss];
-  }
+// The kernel that moves elements of t's dtype between 1-D tensors on t's device (index_move).
+backend::IndexMoveFn* pick_move(const char* fn, const Tensor& t) {
+  return backend::pick(fn, t.device(), t.dtype(), backend::cpu::index_move,
+                       backend::cuda::index_move);
 }
 
-void move_1d(const Tensor& dst, const Tensor& src, const int64_t* ip, int64_t n, int64_t size,
-             bool put) {
+// dst[ip[i]] = src[i] (Put), dst[i] = src[ip[i]] (Take) or dst[ip[i]] += src[i] (Add) for 1-D
+// tensors of one dtype: the element-per-index case of advanced indexing (x[mask], x[mask] = v)
+// without a copy_ per element. The indices are checked already; negative ones are wrapped.
+// The kernel is dst's (device, dtype)'s; src must be on dst's device.
+void move_1d(const char* fn, backend::IndexMoveOp op, const Tensor& dst, const Tensor& src,
+             const int64_t* ip, int64_t n, int64_t size) {
+  const auto kernel = pick_move(fn, dst);
   if (src.dtype() != dst.dtype())
     fail("index", "internal: moving ", dtype_name(src.dtype()), " elements into ",
          dtype_name(dst.dtype()));
-  detail::dispatch_dtype(dst.dtype(),
-                         [&]<typename T>() { move_1d<T>(dst, src, ip, n, size, put); });
+  detail::check_same_device(fn, {&dst, &src});
+  kernel(
+      {op, dst.device_data(), dst.strides()[0], src.device_data(), src.strides()[0], ip, n, size});
 }
 
 // The shape x[indices] has: the view's shape with the index dim replaced by index_shape.
@@ -196,12 +193,13 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
   const int64_t d = ix.tensor_dim, n = v.shape()[d];
   Shape sz = v.shape();
   sz[d] = ix.index.numel();
+  if (v.dim() == 1) pick_move("index", v);  // a device or dtype without it: before allocating
   Tensor out = detail::make_tensor("index", sz, dtype());
   {
     NoGradGuard no_grad;
     const int64_t* ip = ix.index.data_ptr<int64_t>();
     if (v.dim() == 1)
-      move_1d(out, v, ip, ix.index.numel(), n, false);
+      move_1d("index", backend::IndexMoveOp::Take, out, v, ip, ix.index.numel(), n);
     else
       for (int64_t i = 0; i < ix.index.numel(); ++i)
         out.select(d, i).copy_(v.select(d, wrap_index(ip[i], n, d, "index")));
@@ -213,11 +211,8 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
                          Tensor z = zeros(in_shape);
                          const int64_t* ip = idx.data_ptr<int64_t>();
                          if (in_shape.size() == 1) {  // one element per index
-                           Tensor gc = g.contiguous();
-                           float* pz = z.data_ptr<float>();
-                           const float* pg = gc.data_ptr<float>();
-                           for (int64_t i = 0; i < idx.numel(); ++i)
-                             pz[ip[i] < 0 ? ip[i] + n : ip[i]] += pg[i];
+                           move_1d("index", backend::IndexMoveOp::Add, z, g.contiguous(), ip,
+                                   idx.numel(), n);
                            return one(z);
                          }
                          for (int64_t i = 0; i < idx.numel(); ++i)
@@ -257,7 +252,7 @@ Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor
     Tensor ve = value.expand(result).reshape(flat);
     const int64_t* ip = ix.index.data_ptr<int64_t>();
     if (v.dim() == 1) {
-      move_1d(v, ve.to(dtype()), ip, ix.index.numel(), n, true);
+      move_1d("index_put_", backend::IndexMoveOp::Put, v, ve.to(dtype()), ip, ix.index.numel(), n);
       detail::bump_version(*this);
     } else {
       for (int64_t i = 0; i < ix.index.numel(); ++i)
@@ -280,14 +275,14 @@ Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor
         if (node.needs_input_grad(1)) {
           Tensor picked = detail::make_tensor("index_put_", flat, Dtype::Float32);
           if (gi.view.dim() == 1)
-            move_1d(picked, gi.view, ip, m, n, false);
+            move_1d("index_put_", backend::IndexMoveOp::Take, picked, gi.view, ip, m, n);
           else
             for (int64_t i = 0; i < m; ++i)
               picked.select(d, i).copy_(gi.view.select(d, ip[i] < 0 ? ip[i] + n : ip[i]));
           gv = detail::sum_to(picked.view(result), vshape);
         }
         if (gi.view.dim() == 1)
-          move_1d(gi.view, zeros({m}), ip, m, n, true);
+          move_1d("index_put_", backend::IndexMoveOp::Put, gi.view, zeros({m}), ip, m, n);
         else
           for (int64_t i = 0; i < m; ++i) gi.view.select(d, ip[i] < 0 ? ip[i] + n : ip[i]).zero_();
         return std::vector<Tensor>{gs, gv};

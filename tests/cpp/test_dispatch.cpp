@@ -68,6 +68,33 @@ TEST(Dispatch, OpsOnADeviceWithoutTheirKernelNameOpDeviceAndDtype) {
   }
 }
 
+// The indexing ops (src/backend/index_kernels.h) pick their kernel by the device too: on a GPU,
+// which has none of them, they name the op before reading a byte.
+TEST(Dispatch, IndexOpsOnADeviceWithoutTheirKernelNameOpDeviceAndDtype) {
+  const Tensor g = fake_gpu_tensor({4, 8});
+  // An int64 index on the same "GPU" (fake_gpu_tensor's way, over host zeros).
+  auto impl = std::make_shared<attn::TensorImpl>(*attn::zeros({4, 2}, Dtype::Int64).impl());
+  impl->storage = std::make_shared<attn::Storage>(*impl->storage);
+  impl->storage->device = attn::Device("cuda:0");
+  const Tensor gi(impl);
+  const std::string tail =
+      " not implemented for torch.float32 tensors on cuda:0 (it has none of them)";
+  EXPECT_EQ(not_implemented([&] { g.gather(1, gi); }), "[gather]" + tail);
+  EXPECT_EQ(not_implemented([&] { g.scatter(1, gi, 0.5); }), "[scatter]" + tail);
+  EXPECT_EQ(not_implemented([&] { g.sort(-1); }), "[sort]" + tail);
+  EXPECT_EQ(not_implemented([&] { g.topk(2, -1); }), "[topk]" + tail);
+  // An index on another device than self: torch's message, before any kernel reads it.
+  try {
+    g.gather(1, attn::zeros({4, 2}, Dtype::Int64));
+    ADD_FAILURE() << "no error";
+  } catch (const attn::NotImplementedError& e) {
+    ADD_FAILURE() << e.what();
+  } catch (const attn::DeviceError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[gather] expected all tensors on the same device, got cuda:0 and cpu");
+  }
+}
+
 TEST(Dispatch, LayerOpsRefuseDtypesTheirBackendLacks) {
   const Tensor i = attn::ones({2, 3}, Dtype::Int64);
   const Tensor b = attn::ones({2, 3}, Dtype::BFloat16);
