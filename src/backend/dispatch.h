@@ -51,6 +51,13 @@ Fn* pick(const char* op, Device device, Dtype dtype, const Kernels<Fn>& cpu,
   return f;
 }
 
+// The kernel of `cpu` or `cuda` for (device, dtype), or nullptr: for an op with a choice of
+// kernels (matmul's dot product where the backend has one).
+template <typename Fn>
+Fn* find(Device device, Dtype dtype, const Kernels<Fn>& cpu, const Kernels<Fn>& cuda) {
+  return (device.is_cpu() ? cpu : cuda)[int(dtype)];
+}
+
 }  // namespace attn::backend
 
 // Declares the table `name` of kernels of type Fn on every backend (backend::cpu::name and

@@ -6,12 +6,14 @@
 #include "elementwise_kernels.h"
 #include "index_kernels.h"
 #include "layer_kernels.h"
+#include "linalg_kernels.h"
 #include "reduce_kernels.h"
 
 // The tables of which the GPU has no kernel yet (src/backend/cuda/kernel_tables.cpp).
 #define ATTN_TABLES_WITHOUT_GPU_KERNELS(X) \
   ATTN_LAYER_KERNELS(X)                    \
   ATTN_INDEX_KERNELS(X)                    \
+  ATTN_LINALG_KERNELS(X)                   \
   X(BinaryFn, binary)                      \
   X(UnaryFn, unary)                        \
   X(MaskedAssignFn, masked_assign)         \

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "../backend/layer_kernels.h"
+#include "../backend/linalg_kernels.h"
 #include "../tensor/internal.h"
 
 namespace attn::detail {
@@ -86,8 +87,8 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
   Shape out_shape = x.shape();
   out_shape.back() = N;
   Tensor y;
-  if (textbook_gemm(M, N, K)) {
-    // Products this small go through matmul's plain left-to-right loop (ops/linalg.cpp), whose
+  if (backend::textbook_product(M, N, K)) {
+    // Products this small go through matmul's plain left-to-right loop (textbook_product), whose
     // rounding reproduces the numbers the reference tutorials print (docs/tour-python.md); the
     // bias is added after, as before.
     NoGradGuard no_grad;
@@ -135,7 +136,7 @@ Tensor linear_gelu(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
   const bool tanh_approx = gelu_tanh(approximate, "gelu");
   const int64_t K = weight.size(1), N = weight.size(0);
   const int64_t M = x_in.dim() >= 2 && K > 0 ? x_in.numel() / K : 0;
-  if (M == 0 || N == 0 || textbook_gemm(M, N, K))
+  if (M == 0 || N == 0 || backend::textbook_product(M, N, K))
     return gelu(linear(x_in, weight, bias), approximate);
   const char* fn = "linear_gelu";
   const auto kernel = ATTN_PICK(linear_forward, fn, x_in);

@@ -1,14 +1,13 @@
-// matmul (through OpenBLAS), dot, cat/stack and the thread setting.
+// matmul and dot (through the backend's product kernels), cat/stack and the thread setting.
 #include <attn/autograd.h>
 #include <attn/ops.h>
-#include <cblas.h>
 
 #include <algorithm>
 #include <optional>
 #include <vector>
 
-#include "../backend/cpu/gemm.h"
 #include "../backend/cpu/threads.h"
+#include "../backend/linalg_kernels.h"
 #include "../tensor/internal.h"
 
 namespace attn {
@@ -16,113 +15,6 @@ namespace attn {
 using detail::fail;
 
 namespace {
-
-// A (rows, cols) float matrix view usable by BLAS without a copy: unit stride on one axis.
-struct BlasMat {
-  const float* data;
-  CBLAS_TRANSPOSE trans;
-  int64_t ld;
-};
-
-// A strided (rows, cols) matrix: element (i, j) at data[i * rs + j * cs].
-template <typename T>
-struct Mat {
-  const T* data;
-  int64_t rows, cols, rs, cs;
-};
-
-// Row-major storage (unit column stride) or column-major storage (unit row stride), with a
-// leading dimension BLAS accepts. Size-1 dims may carry any stride.
-bool blas_layout(const Mat<float>& m, BlasMat* out) {
-  if ((m.cs == 1 || m.cols == 1) && (m.rs >= std::max<int64_t>(m.cols, 1) || m.rows == 1)) {
-    *out = {m.data, CblasNoTrans, std::max<int64_t>({m.rs, m.cols, 1})};
-    return true;
-  }
-  if ((m.rs == 1 || m.rows == 1) && (m.cs >= std::max<int64_t>(m.rows, 1) || m.cols == 1)) {
-    *out = {m.data, CblasTrans, std::max<int64_t>({m.cs, m.rows, 1})};
-    return true;
-  }
-  return false;
-}
-
-// A contiguous copy of a strided matrix, for the rare layouts BLAS cannot read.
-std::vector<float> pack(const Mat<float>& m) {
-  std::vector<float> buf(std::size_t(m.rows * m.cols));
-  for (int64_t i = 0; i < m.rows; ++i)
-    for (int64_t j = 0; j < m.cols; ++j) buf[i * m.cols + j] = m.data[i * m.rs + j * m.cs];
-  return buf;
-}
-
-// Products this small cost less than a BLAS call. Each dot product is a plain left-to-right float
-// sum of rounded products (no FMA: this file is compiled with -ffp-contract=off), the order of a
-// textbook loop; it reproduces the values the reference tutorials print (docs/tour-python.md)
-// where OpenBLAS's FMA kernels differ in the last bit (the attention score -294.6534 of the
-// step-by-step multi-head tutorial, `attn walkthrough 001`).
-// Long dot products (K > 64) always go to BLAS, whose blocked sums are more accurate.
-constexpr int64_t kSmallGemmFlops = 1 << 15;
-
-}  // namespace
-
-bool detail::textbook_gemm(int64_t M, int64_t N, int64_t K) {
-  return K <= 64 && M * N * K <= kSmallGemmFlops;
-}
-
-namespace {
-
-void gemm_small(const Mat<float>& a, const Mat<float>& b, float* out) {
-  const int64_t M = a.rows, K = a.cols, N = b.cols;
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      float acc = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        const float prod = a.data[i * a.rs + k * a.cs] * b.data[k * b.rs + j * b.cs];
-        acc += prod;
-      }
-      out[i * N + j] = acc;
-    }
-}
-
-// out (M, N) contiguous = a (M, K) @ b (K, N), through sgemm.
-void gemm(const Mat<float>& a, const Mat<float>& b, float* out) {
-  const int64_t M = a.rows, K = a.cols, N = b.cols;
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    std::fill(out, out + M * N, 0.f);
-    return;
-  }
-  if (detail::textbook_gemm(M, N, K)) {
-    gemm_small(a, b, out);
-    return;
-  }
-  std::vector<float> abuf, bbuf;
-  BlasMat A, B;
-  if (!blas_layout(a, &A)) {
-    abuf = pack(a);
-    A = {abuf.data(), CblasNoTrans, K};
-  }
-  if (!blas_layout(b, &B)) {
-    bbuf = pack(b);
-    B = {bbuf.data(), CblasNoTrans, N};
-  }
-  kernels::sgemm(A.trans == CblasTrans, B.trans == CblasTrans, M, N, K, 1.0f, A.data, A.ld, B.data,
-                 B.ld, 0.0f, out, N);
-}
-
-// out (M, N) contiguous = a (M, K) @ b (K, N) in exact int64 arithmetic (wrapping on overflow,
-// as torch), a plain i-k-j loop.
-void gemm_int(const Mat<int64_t>& a, const Mat<int64_t>& b, int64_t* out) {
-  const int64_t M = a.rows, K = a.cols, N = b.cols;
-  std::vector<uint64_t> row(static_cast<std::size_t>(N));
-  for (int64_t i = 0; i < M; ++i) {
-    std::fill(row.begin(), row.end(), 0);
-    for (int64_t k = 0; k < K; ++k) {
-      const uint64_t x = uint64_t(a.data[i * a.rs + k * a.cs]);
-      const int64_t* bk = b.data + k * b.rs;
-      for (int64_t j = 0; j < N; ++j) row[j] += x * uint64_t(bk[j * b.cs]);
-    }
-    for (int64_t j = 0; j < N; ++j) out[i * N + j] = int64_t(row[j]);
-  }
-}
 
 // Stride of the dims [0, n) of (sizes, strides) merged into one, or nullopt when they do not
 // merge without a copy. Size-1 dims are ignored.
@@ -141,36 +33,41 @@ std::optional<int64_t> merged_stride(const Shape& sizes, const Shape& strides, i
   return inner.value_or(1);
 }
 
-template <typename T>
-Mat<T> matrix_at(const Tensor& t, int64_t offset) {
+// The product of t's matrix at element offset `offset` of its storage (its last two dims) as
+// operand a or b of a kernel call.
+void set_operand(const Tensor& t, int64_t offset, bool is_a, backend::Matmul& m) {
   const int64_t n = t.dim();
-  return {detail::base_ptr<T>(t) + offset, t.shape()[n - 2], t.shape()[n - 1], t.strides()[n - 2],
-          t.strides()[n - 1]};
+  const void* p =
+      static_cast<const char*>(t.impl()->storage->data) + offset * int64_t(itemsize(t.dtype()));
+  if (is_a)
+    m.a = p, m.a_rs = t.strides()[n - 2], m.a_cs = t.strides()[n - 1];
+  else
+    m.b = p, m.b_rs = t.strides()[n - 2], m.b_cs = t.strides()[n - 1];
 }
 
-template <typename T>
-void batched_matmul(const Tensor& a, const Tensor& b, const Shape& batch, Tensor& out) {
-  // a: (..., M, K), b: (..., K, N), out: (batch..., M, N) contiguous. No operand is copied:
-  // broadcast batch dims get stride 0 and each product reads its matrices in place.
+// out (batch..., M, N), contiguous, = a (..., M, K) @ b (..., K, N), one kernel call per matrix.
+// No operand is copied: broadcast batch dims get stride 0 and each product reads its matrices in
+// place.
+void batched_matmul(backend::MatmulFn* kernel, const Tensor& a, const Tensor& b, const Shape& batch,
+                    Tensor& out) {
   const int64_t nbd = int64_t(batch.size());
   const int64_t M = a.size(-2), N = b.size(-1);
   const int64_t nb = detail::shape_numel(batch);
-  T* po = out.data_ptr<T>();
-  auto run = [&](const Mat<T>& ma, const Mat<T>& mb, T* dst) {
-    if constexpr (std::is_same_v<T, float>)
-      gemm(ma, mb, dst);
-    else
-      gemm_int(ma, mb, dst);
-  };
+  char* po = static_cast<char*>(out.raw_data());
+  const int64_t out_bytes = M * N * int64_t(itemsize(out.dtype()));
+  backend::Matmul m{};
+  m.M = M, m.N = N, m.K = a.size(-1);
   // b shared by every batch and a's (batch..., M) rows mergeable: one big (nb * M, K) product.
   bool b_shared = true;
   for (int64_t i = 0; i < b.dim() - 2; ++i) b_shared &= b.shape()[i] == 1;
   if (nb > 1 && b_shared && a.dim() - 2 == nbd) {
     if (auto rs = merged_stride(a.shape(), a.strides(), a.dim() - 1)) {
-      Mat<T> ma = matrix_at<T>(a, a.storage_offset());
-      ma.rows = nb * M;
-      ma.rs = *rs;
-      run(ma, matrix_at<T>(b, b.storage_offset()), po);
+      set_operand(a, a.storage_offset(), true, m);
+      set_operand(b, b.storage_offset(), false, m);
+      m.M = nb * M;
+      m.a_rs = *rs;
+      m.out = po;
+      kernel(m);
       return;
     }
   }
@@ -186,7 +83,10 @@ void batched_matmul(const Tensor& a, const Tensor& b, const Shape& batch, Tensor
   Shape idx(nbd, 0);
   int64_t oa = a.storage_offset(), ob = b.storage_offset();
   for (int64_t bi = 0; bi < nb; ++bi) {
-    run(matrix_at<T>(a, oa), matrix_at<T>(b, ob), po + bi * M * N);
+    set_operand(a, oa, true, m);
+    set_operand(b, ob, false, m);
+    m.out = po + bi * out_bytes;
+    kernel(m);
     for (int64_t d = nbd - 1; d >= 0; --d) {  // next batch index, row-major
       oa += bsa[d];
       ob += bsb[d];
@@ -230,7 +130,7 @@ Tensor record_matmul(Tensor out, const char* node, const Tensor& a_in, const Ten
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (!a_in.defined() || !b_in.defined()) fail("matmul", "undefined tensor argument");
-  detail::check_cpu_operands("matmul", {&a_in, &b_in});
+  detail::check_same_device("matmul", {&a_in, &b_in});
   detail::check_not_reduced(a_in, "matmul");
   detail::check_not_reduced(b_in, "matmul");
   if (a_in.dim() == 0 || b_in.dim() == 0)
@@ -242,6 +142,9 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (a_in.dtype() == Dtype::Bool)
     fail("matmul", "not implemented for bool tensors ", shape_str(a_in.shape()), " and ",
          shape_str(b_in.shape()));
+  namespace be = backend;
+  const auto kernel =
+      be::pick("matmul", a_in.device(), a_in.dtype(), be::cpu::matmul, be::cuda::matmul);
   Tensor a = a_in, b = b_in;
   const bool a1 = a.dim() == 1, b1 = b.dim() == 1;
   if (a1) a = a.unsqueeze(0);
@@ -261,17 +164,20 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Shape out_shape = batch;
   out_shape.push_back(M);
   out_shape.push_back(N);
-  Tensor out = detail::make_tensor("matmul", out_shape, a.dtype());
-  if (a1 && b1 && K > 64 && a.dtype() == Dtype::Float32) {
-    // A long dot product: OpenBLAS's sdot (several accumulators), as torch.dot uses.
-    *out.data_ptr<float>() = cblas_sdot(int(K), a_in.data_ptr<float>(), int(a_in.stride(0)),
-                                        b_in.data_ptr<float>(), int(b_in.stride(0)));
+  // A long dot product: the backend's dot (several accumulators), as torch.dot, where it has one.
+  const auto dot_kernel = a1 && b1 && K > 64
+                              ? be::find(a_in.device(), a_in.dtype(), be::cpu::dot, be::cuda::dot)
+                              : nullptr;
+  Tensor out = detail::make_tensor("matmul", out_shape, a.dtype(), true, a.device());
+  if (dot_kernel) {
+    const int64_t bytes = int64_t(itemsize(a.dtype()));
+    dot_kernel(
+        {static_cast<const char*>(a_in.impl()->storage->data) + a_in.storage_offset() * bytes,
+         static_cast<const char*>(b_in.impl()->storage->data) + b_in.storage_offset() * bytes,
+         a_in.stride(0), b_in.stride(0), K, out.raw_data()});
     return record_matmul(out.view({}), "DotBackward0", a_in, b_in);
   }
-  if (a.dtype() == Dtype::Float32)
-    batched_matmul<float>(a, b, batch, out);
-  else
-    batched_matmul<int64_t>(a, b, batch, out);
+  batched_matmul(kernel, a, b, batch, out);
   Shape final_shape = batch;
   if (!a1) final_shape.push_back(M);
   if (!b1) final_shape.push_back(N);

@@ -77,10 +77,6 @@ void check_float32(const Tensor& t, const char* what, const char* fn);
 // strided_loop<N>(shape, strides, offsets, f): src/backend/cpu/strided.h.
 using kernels::strided_loop;
 
-// Whether matmul computes an (M, K) x (K, N) product with its plain left-to-right loop rather than
-// BLAS (ops/linalg.cpp). Anything that must round exactly like matmul (functional::linear) asks.
-bool textbook_gemm(int64_t M, int64_t N, int64_t K);
-
 [[noreturn]] void fail_base_ptr(Dtype have, Dtype want);
 
 // Strides of `t` broadcast to `shape` (0 where t's dim is 1 or missing). Assumes compatibility.

@@ -95,6 +95,22 @@ TEST(Dispatch, IndexOpsOnADeviceWithoutTheirKernelNameOpDeviceAndDtype) {
   }
 }
 
+TEST(Dispatch, ProductsAndAttentionOnADeviceWithoutTheKernelNameOpDeviceAndDtype) {
+  const Tensor g = fake_gpu_tensor({2, 4, 8});
+  EXPECT_EQ(not_implemented([&] { attn::matmul(g, g.mT()); }),
+            "[matmul] not implemented for torch.float32 tensors on cuda:0 (it has none of them)");
+  // The GPU's attention has bfloat16 and float16 where attn is built with CUDA.
+  EXPECT_EQ(not_implemented([&] { attn::scaled_dot_product_attention(g, g, g); }),
+            std::string("[scaled_dot_product_attention] not implemented for torch.float32 tensors "
+                        "on cuda:0 (it has") +
+                (attn::cuda::is_built() ? ": torch.bfloat16, torch.float16)" : " none of them)"));
+  // The CPU has no int64 attention: the same error, before anything is allocated.
+  const Tensor i = attn::ones({2, 4, 8}, Dtype::Int64);
+  EXPECT_EQ(not_implemented([&] { attn::scaled_dot_product_attention(i, i, i); }),
+            "[scaled_dot_product_attention] not implemented for torch.int64 tensors on cpu (it "
+            "has: torch.float32)");
+}
+
 TEST(Dispatch, LayerOpsRefuseDtypesTheirBackendLacks) {
   const Tensor i = attn::ones({2, 3}, Dtype::Int64);
   const Tensor b = attn::ones({2, 3}, Dtype::BFloat16);
