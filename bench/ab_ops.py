@@ -7,8 +7,8 @@ process); the builds alternate within every round. A sample is the median of --r
 back-to-back calls lasting >= 0.3 s each, after 0.5 s of untimed calls (with a single untimed
 call, the first timings still paid for the allocator's growth: gelu fwd+bwd read 1.15x where a
 4 s loop read 0.82x). Printed: per op the best over the rounds of each build's median, in ms,
-and b / a (below 1: b is faster). Threads: --threads (default 2). Shapes are a GPT-2-small-width
-training step of 2048 tokens.
+and b / a (below 1: b is faster). Threads: --threads (default 2). Shapes are mostly a
+GPT-2-small-width training step of 2048 tokens; --only selects cases whose name contains it.
 """
 import argparse
 import json
@@ -59,6 +59,32 @@ CASES = {
         ("x = a.randn(2048, 3072)", "x.clamp(-0.5, 0.5)"),
     "add int64 2048x768":
         ("x = a.randint(0, 100, (2048, 768)); y = a.randint(0, 100, (2048, 768))", "x + y"),
+    "matmul 2048x768 @ 768x768":
+        ("x = a.randn(2048, 768); w = a.randn(768, 768)", "x @ w"),
+    "matmul batched 12x(256x64 @ 64x256)":
+        ("q = a.randn(12, 256, 64); k = a.randn(12, 64, 256)", "q @ k"),
+    "matmul small 6x3 @ 3x2 (textbook)":
+        ("x = a.randn(6, 3); w = a.randn(3, 2)", "x @ w"),
+    "dot 4096":
+        ("x = a.randn(4096); y = a.randn(4096)", "a.dot(x, y)"),
+    "gather 2048x3072 dim 1":
+        ("x = a.randn(2048, 3072); i = a.randint(0, 3072, (2048, 3072))", "x.gather(1, i)"),
+    "scatter_add 2048x3072 dim 1":
+        ("x = a.zeros(2048, 3072); s = a.randn(2048, 3072); i = a.randint(0, 3072, (2048, 3072))",
+         "x.scatter_add(1, i, s)"),
+    "sort 512x3072":
+        ("x = a.randn(512, 3072)", "x.sort(-1)"),
+    "topk 50 of 2048x3072":
+        ("x = a.randn(2048, 3072)", "x.topk(50, -1)"),
+    "mask select 2048x3072":
+        ("x = a.randn(2048, 3072); c = x > 0", "x[c]"),
+    "sdpa fwd+bwd causal 4x12x256x64":
+        ("q = a.randn(4, 12, 256, 64, requires_grad=True); k = a.randn(4, 12, 256, 64, "
+         "requires_grad=True); v = a.randn(4, 12, 256, 64, requires_grad=True)",
+         "a.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()"),
+    "sdpa fwd 1x12x1x1024 (decode)":
+        ("q = a.randn(1, 12, 1, 64); k = a.randn(1, 12, 1024, 64); v = a.randn(1, 12, 1024, 64)",
+         "a.nn.functional.scaled_dot_product_attention(q, k, v)"),
 }
 
 CHILD = r"""

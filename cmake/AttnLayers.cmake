@@ -33,7 +33,9 @@ function(attn_layer name)
   endforeach()
   add_library(attn_${name} STATIC ${objects})
   add_library(attn::${name} ALIAS attn_${name})
-  target_include_directories(attn_${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>)
+  set_target_properties(attn_${name} PROPERTIES EXPORT_NAME ${name})  # installed as attn::NAME
+  target_include_directories(attn_${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:include>)
   set(deps)
   foreach(d ${L_DEPENDS})
     list(APPEND deps attn_${d})

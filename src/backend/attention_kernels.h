@@ -46,7 +46,17 @@ struct SdpaBackward : kernels::SdpaGradStrides {
   void* workspace = nullptr;
 };
 
+// Ring attention's merge of a partial result (out_p (BH, n, D_v), lse_p (BH, n), contiguous) for
+// the query rows [start, start + n) into the accumulators out (BH, L, D_v) and lse (BH, L),
+// contiguous: the rows combined by their log-sum-exp, as one call over all the keys would give.
+struct SdpaMerge {
+  void *out, *lse;
+  const void *out_p, *lse_p;
+  int64_t BH, n, L, D_v, start;
+};
+
 using SdpaForwardFn = void(const SdpaForward&);
+using SdpaMergeFn = void(const SdpaMerge&);
 using SdpaBackwardFn = void(const SdpaBackward&);
 using SdpaWorkspaceFn = std::size_t(const SdpaForward&);
 
@@ -54,7 +64,8 @@ using SdpaWorkspaceFn = std::size_t(const SdpaForward&);
   X(SdpaForwardFn, sdpa_forward)   /* the fused (or reference) forward */                 \
   X(SdpaForwardFn, sdpa_weights)   /* the reference forward, materialising the weights */ \
   X(SdpaBackwardFn, sdpa_backward) /* the fused (or reference) backward */                \
-  X(SdpaWorkspaceFn, sdpa_backward_workspace)
+  X(SdpaWorkspaceFn, sdpa_backward_workspace)                                             \
+  X(SdpaMergeFn, sdpa_merge)
 
 ATTN_ATTENTION_KERNELS(ATTN_BACKEND_KERNELS)
 

@@ -7,13 +7,16 @@
 #include "index_kernels.h"
 #include "layer_kernels.h"
 #include "linalg_kernels.h"
+#include "optim_kernels.h"
 #include "reduce_kernels.h"
+#include "sampling_kernels.h"
 
 // The tables of which the GPU has no kernel yet (src/backend/cuda/kernel_tables.cpp).
 #define ATTN_TABLES_WITHOUT_GPU_KERNELS(X) \
   ATTN_LAYER_KERNELS(X)                    \
   ATTN_INDEX_KERNELS(X)                    \
   ATTN_LINALG_KERNELS(X)                   \
+  ATTN_OPTIM_KERNELS(X)                    \
   X(BinaryFn, binary)                      \
   X(UnaryFn, unary)                        \
   X(MaskedAssignFn, masked_assign)         \
@@ -21,7 +24,9 @@
   X(ReduceFn, reduce)                      \
   X(ExtremeFn, extreme)                    \
   X(ScanFn, scan)                          \
-  X(SoftmaxFn, softmax)
+  X(SoftmaxFn, softmax)                    \
+  X(CountNonFiniteFn, count_nonfinite)     \
+  X(SampleRowsFn, sample_rows)
 
 // All of them (src/backend/no_gpu/kernel_tables.cpp).
 #define ATTN_EVERY_KERNEL_TABLE(X) \

@@ -67,4 +67,16 @@ struct Softmax {
 using SoftmaxFn = void(const Softmax&);
 ATTN_BACKEND_KERNELS(SoftmaxFn, softmax)
 
+// How many of n contiguous elements of x are inf or NaN, and the first of them (its index, or -1,
+// and its value): the trainer's health checks.
+struct CountNonFinite {
+  const void* x;
+  int64_t n;
+  int64_t* count;
+  int64_t* first;
+  float* value;
+};
+using CountNonFiniteFn = void(const CountNonFinite&);
+ATTN_BACKEND_KERNELS(CountNonFiniteFn, count_nonfinite)
+
 }  // namespace attn::backend

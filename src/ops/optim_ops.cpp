@@ -1,4 +1,5 @@
-// The optimizers' ops (optim_ops.h): checks, then the element loops of src/backend/cpu/optim.h.
+// The optimizers' ops (optim_ops.h): checks, then the kernels of src/backend/optim_kernels.h for
+// the tensors' device and dtype.
 #include "optim_ops.h"
 
 #include <attn/autograd.h>
@@ -6,59 +7,62 @@
 #include <algorithm>
 #include <cmath>
 
-#include "../backend/cpu/optim.h"
-#include "../backend/cpu/threads.h"
+#include "../backend/optim_kernels.h"
 #include "../tensor/internal.h"
 
 namespace attn::detail {
 
+namespace be = backend;
+
 namespace {
 
-// A tensor an optimizer op writes or reads: float32 on the CPU.
-void check_operand(const char* fn, const Tensor& t) {
+// A tensor an optimizer op writes or reads: on `first`'s device, of its dtype.
+void check_operand(const char* fn, const Tensor& t, const Tensor& first) {
   if (!t.defined()) return;
-  check_cpu(t, fn);
-  if (t.dtype() != Dtype::Float32) fail(fn, "expected float32 tensors, got ", tensor_desc(t));
+  if (t.device() != first.device())
+    throw DeviceError(msg(fn, "expected all tensors on the same device, got ", first.device().str(),
+                          " and ", t.device().str()));
+  if (t.dtype() != first.dtype())
+    fail(fn, "expected tensors of one dtype, got ", tensor_desc(first), " and ", tensor_desc(t));
 }
 
-int threads_for(const std::vector<Tensor>& xs) {
-  int64_t n = 0;
-  for (const Tensor& x : xs) n += x.numel();
-  return kernels::threads_for(n);
+// The kernel of `table` for xs's device and dtype (the first defined one's; the CPU's float32 for
+// none).
+template <typename Fn>
+Fn* pick_for(const char* fn, const std::vector<const Tensor*>& xs, const be::Kernels<Fn>& cpu,
+             const be::Kernels<Fn>& cuda) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : xs)
+    if (t->defined()) {
+      if (!first) first = t;
+      check_operand(fn, *t, *first);
+    }
+  return first ? be::pick(fn, first->device(), first->dtype(), cpu, cuda)
+               : be::pick(fn, Device(), Dtype::Float32, cpu, cuda);
 }
+
+// The host's float32 kernel of a table, for the flat host buffers of ZeRO and the communicator.
+template <typename Fn>
+Fn* host(const char* fn, const be::Kernels<Fn>& cpu, const be::Kernels<Fn>& cuda) {
+  return be::pick(fn, Device(), Dtype::Float32, cpu, cuda);
+}
+
+void* ptr(const Tensor& t) { return t.defined() ? t.device_data() : nullptr; }
 
 }  // namespace
 
 void fused_adam_(const char* fn, const std::vector<AdamUpdate>& updates, float grad_scale) {
+  std::vector<const Tensor*> all;
   for (const AdamUpdate& u : updates)
-    for (const Tensor* t : {&u.p, &u.g, &u.m, &u.v, &u.vmax}) check_operand(fn, *t);
-  // Elements [i0, i1) of update u.
-  auto run = [grad_scale](const AdamUpdate& u, int64_t i0, int64_t i1) {
-    float* p = u.p.data_ptr<float>() + i0;
-    const float* g = u.g.data_ptr<float>() + i0;
-    float* m = u.m.data_ptr<float>() + i0;
-    float* v = u.v.data_ptr<float>() + i0;
-    if (u.fused)
-      kernels::adamw_update(p, g, m, v, i1 - i0, u.decay, u.beta1, u.one_minus_beta1, u.beta2,
-                            u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size, grad_scale);
-    else
-      kernels::adam_update(p, g, m, v, u.vmax.defined() ? u.vmax.data_ptr<float>() + i0 : nullptr,
-                           i1 - i0, u.gsign, u.l2, u.decay, u.beta1, u.one_minus_beta1, u.beta2,
-                           u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size, grad_scale);
-  };
-  int64_t total = 0;
-  for (const AdamUpdate& u : updates) total += u.p.numel();
-  // Each thread's range of the elements of all parameters together.
-  kernels::parallel_ranges(total, kernels::threads_for(total), [&](int64_t lo, int64_t hi) {
-    int64_t start = 0;
-    for (const AdamUpdate& u : updates) {
-      const int64_t n = u.p.numel();
-      const int64_t i0 = std::max(lo - start, int64_t(0)), i1 = std::min(hi - start, n);
-      if (i0 < i1) run(u, i0, i1);
-      start += n;
-      if (start >= hi) break;
-    }
-  });
+    for (const Tensor* t : {&u.p, &u.g, &u.m, &u.v, &u.vmax}) all.push_back(t);
+  const auto kernel = pick_for(fn, all, be::cpu::adam_step, be::cuda::adam_step);
+  std::vector<be::AdamParam> params;
+  params.reserve(updates.size());
+  for (const AdamUpdate& u : updates)
+    params.push_back({ptr(u.p), ptr(u.g), ptr(u.m), ptr(u.v), ptr(u.vmax), u.p.numel(), u.fused,
+                      u.gsign, u.l2, u.decay, u.beta1, u.one_minus_beta1, u.beta2,
+                      u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size});
+  kernel({params.data(), int64_t(params.size()), grad_scale});
 }
 
 void adamw_update_host(float* p, const float* g, float* m, float* v, int64_t n, int64_t step,
@@ -66,65 +70,98 @@ void adamw_update_host(float* p, const float* g, float* m, float* v, int64_t n, 
   const double bc1 = 1.0 - std::pow(beta1, double(step));
   const double bc2 = 1.0 - std::pow(beta2, double(step));
   const double step_size = lr / bc1;
-  kernels::adamw_update(p, g, m, v, n, float(1.0 - lr * weight_decay), float(beta1),
-                        float(1.0 - beta1), float(beta2), float(1.0 - beta2), float(std::sqrt(bc2)),
-                        float(eps), float(-step_size), 1.0f);
+  const be::AdamParam u{p,
+                        g,
+                        m,
+                        v,
+                        nullptr,
+                        n,
+                        /*fused=*/true,
+                        1.0f,
+                        0.0f,
+                        float(1.0 - lr * weight_decay),
+                        float(beta1),
+                        float(1.0 - beta1),
+                        float(beta2),
+                        float(1.0 - beta2),
+                        float(std::sqrt(bc2)),
+                        float(eps),
+                        float(-step_size)};
+  host("adamw_update", be::cpu::adam_step, be::cuda::adam_step)({&u, 1, 1.0f});
 }
 
-void scale_host(float* x, int64_t n, float coef) { kernels::scale(x, n, coef); }
-void divide_host(float* x, int64_t n, float d) { kernels::divide(x, n, d); }
-double sum_of_squares_host(const float* x, int64_t n) { return kernels::sum_of_squares(x, n); }
+void scale_host(float* x, int64_t n, float coef) {
+  host("scale", be::cpu::vector,
+       be::cuda::vector)({be::VectorOp::Scale, x, n, coef, 0, 0, nullptr});
+}
+void divide_host(float* x, int64_t n, float d) {
+  host("divide", be::cpu::vector, be::cuda::vector)({be::VectorOp::Divide, x, n, d, 0, 0, nullptr});
+}
+double sum_of_squares_host(const float* x, int64_t n) {
+  double r = 0;
+  host("sum_of_squares", be::cpu::vector,
+       be::cuda::vector)({be::VectorOp::SumOfSquares, const_cast<float*>(x), n, 0, 0, 0, &r});
+  return r;
+}
 
 void fused_sgd_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& buf, float gsign,
                 float wd, float momentum, float one_minus_dampening, bool nesterov, bool first,
                 float neg_lr) {
-  for (const Tensor* t : {&p, &g, &buf}) check_operand(fn, *t);
-  kernels::sgd_update(p.data_ptr<float>(), g.data_ptr<float>(),
-                      buf.defined() ? buf.data_ptr<float>() : nullptr, p.numel(), gsign, wd,
-                      momentum, one_minus_dampening, nesterov, first, neg_lr);
+  const auto kernel = pick_for(fn, {&p, &g, &buf}, be::cpu::sgd_step, be::cuda::sgd_step);
+  kernel({ptr(p), ptr(g), ptr(buf), p.numel(), gsign, wd, momentum, one_minus_dampening, neg_lr,
+          nesterov, first});
 }
 
 std::vector<float> foreach_norm(const char* fn, const std::vector<Tensor>& xs, double norm_type) {
+  std::vector<const Tensor*> all;
+  for (const Tensor& x : xs) all.push_back(&x);
+  const auto kernel = pick_for(fn, all, be::cpu::vector_norms, be::cuda::vector_norms);
   std::vector<float> norms(xs.size());
   std::vector<Tensor> cs(xs.size());
+  std::vector<const void*> ps(xs.size());
+  std::vector<int64_t> ns(xs.size());
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    check_operand(fn, xs[i]);
     cs[i] = xs[i].contiguous();
+    ps[i] = cs[i].device_data(), ns[i] = cs[i].numel();
   }
-  const int64_t count = int64_t(xs.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_for(xs)) if (count > 1)
-  for (int64_t i = 0; i < count; ++i) {
-    const Tensor& c = cs[std::size_t(i)];
-    norms[std::size_t(i)] = kernels::vector_norm(c.data_ptr<float>(), c.numel(), norm_type);
-  }
+  kernel({ps.data(), ns.data(), int64_t(xs.size()), norm_type, norms.data()});
   return norms;
 }
 
 float norm_of(const std::vector<float>& values, double norm_type) {
-  return kernels::p_norm(values.data(), int64_t(values.size()), norm_type);
+  double r = 0;
+  host("norm", be::cpu::vector,
+       be::cuda::vector)({be::VectorOp::PNorm, const_cast<float*>(values.data()),
+                          int64_t(values.size()), 0, 0, norm_type, &r});
+  return float(r);
 }
 
 void foreach_mul_(const char* fn, std::vector<Tensor>& xs, float coef) {
+  std::vector<const Tensor*> all;
+  for (const Tensor& x : xs) all.push_back(&x);
+  const auto kernel = pick_for(fn, all, be::cpu::foreach_scale, be::cuda::foreach_scale);
+  std::vector<void*> ps;
+  std::vector<int64_t> ns;
   for (Tensor& x : xs) {
-    check_operand(fn, x);
-    if (!x.is_contiguous()) x.mul_(double(coef));
+    if (!x.is_contiguous()) {
+      x.mul_(double(coef));
+      continue;
+    }
+    ps.push_back(x.device_data()), ns.push_back(x.numel());
   }
-  const int64_t count = int64_t(xs.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_for(xs)) if (count > 1)
-  for (int64_t i = 0; i < count; ++i) {
-    Tensor& x = xs[std::size_t(i)];
-    if (x.is_contiguous()) kernels::scale(x.data_ptr<float>(), x.numel(), coef);
-  }
+  kernel({ps.data(), ns.data(), int64_t(ps.size()), coef});
   for (Tensor& x : xs)
     if (x.is_contiguous()) bump_version(x);
 }
 
 void foreach_clamp_(const char* fn, std::vector<Tensor>& xs, float lo, float hi) {
+  std::vector<const Tensor*> all;
+  for (const Tensor& x : xs) all.push_back(&x);
+  const auto kernel = pick_for(fn, all, be::cpu::vector, be::cuda::vector);
   for (Tensor& x : xs) {
-    check_operand(fn, x);
     // A strided tensor is clamped in a contiguous copy, copied back.
     Tensor c = x.is_contiguous() ? x : x.contiguous();
-    kernels::clamp(c.data_ptr<float>(), c.numel(), lo, hi);
+    kernel({be::VectorOp::Clamp, c.device_data(), c.numel(), lo, hi, 0, nullptr});
     if (c.impl() != x.impl())
       x.copy_(c);
     else

@@ -1,7 +1,7 @@
 // The ops the optimizers run (torch's _fused_adam_ / _foreach_norm family): each checks that its
-// tensors are float32 on the CPU (the only backend that has them; a GPU tensor is refused with
-// DeviceError naming the op) and runs the element loops of src/backend/cpu/optim.h, split among
-// the threads in a way that never changes a result. Not installed: optim and distributed call
+// tensors share one device and dtype and runs the kernel of src/backend/optim_kernels.h for them
+// (float32 on the CPU, split among the threads in a way that never changes a result; elsewhere
+// NotImplementedError naming the op, the device and the dtype). Not installed: optim and distributed call
 // these, never the backend.
 #pragma once
 

@@ -5,35 +5,29 @@
 #include <mutex>
 #include <vector>
 
-#include "../backend/cpu/sampling.h"
+#include "../backend/sampling_kernels.h"
 #include "../tensor/internal.h"
 
 namespace attn::detail {
 
 Tensor sample_tokens(const Tensor& logits_in, double temperature, int64_t top_k, Generator& gen,
                      const char* fn, int64_t step) {
-  if (!logits_in.defined() || logits_in.dtype() != Dtype::Float32 || logits_in.dim() != 2)
-    fail(fn, "logits must be float32 (batch, vocab), got ", tensor_desc(logits_in));
-  check_cpu(logits_in, fn);
+  if (!logits_in.defined() || logits_in.dim() != 2)
+    fail(fn, "logits must be (batch, vocab), got ", tensor_desc(logits_in));
+  const auto kernel = backend::pick(fn, logits_in.device(), logits_in.dtype(),
+                                    backend::cpu::sample_rows, backend::cuda::sample_rows);
   const Tensor logits = logits_in.contiguous();
   const int64_t B = logits.size(0), V = logits.size(1);
-  Tensor next = make_tensor({B, 1}, Dtype::Int64, false);
-  int64_t* np = next.data_ptr<int64_t>();
-  std::vector<float> probs(static_cast<std::size_t>(V)), scratch;
-  for (int64_t b = 0; b < B; ++b) {
-    const double total = kernels::temperature_probs(logits.data_ptr<float>() + b * V, V,
-                                                    temperature, top_k, probs.data(), scratch);
-    if (!(total > 0.0) || !std::isfinite(total))
-      fail(fn, "the model produced non-finite logits at step ", step);
-    // Inverse-CDF sampling with one 53-bit uniform draw.
-    uint64_t draw;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      draw = gen.random64();
-    }
-    const double u = double(draw >> 11) * (1.0 / 9007199254740992.0) * total;
-    np[b] = kernels::inverse_cdf(probs.data(), V, u);
+  // One 53-bit uniform draw a row, for inverse-CDF sampling.
+  std::vector<double> u(static_cast<std::size_t>(B));
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    for (double& x : u) x = double(gen.random64() >> 11) * (1.0 / 9007199254740992.0);
   }
+  Tensor next = make_tensor(fn, {B, 1}, Dtype::Int64, false, logits.device());
+  if (kernel({logits.device_data(), B, V, temperature, top_k, u.data(),
+              static_cast<int64_t*>(next.device_data())}) >= 0)
+    fail(fn, "the model produced non-finite logits at step ", step);
   return next;
 }
 

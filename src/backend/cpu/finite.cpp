@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../reduce_kernels.h"
 #include "isa.h"
 #include "threads.h"
 #include "vmath.h"
@@ -90,3 +91,13 @@ bool all_finite_strided(const float* base, int nd, const int64_t* size, const in
 }
 
 }  // namespace attn::kernels
+
+namespace attn::backend::cpu {
+namespace {
+void count_nonfinite_f32(const CountNonFinite& a) {
+  const kernels::NonFinite k = kernels::count_nonfinite(static_cast<const float*>(a.x), a.n);
+  *a.count = k.count, *a.first = k.first, *a.value = k.value;
+}
+}  // namespace
+const Kernels<CountNonFiniteFn> count_nonfinite = {count_nonfinite_f32};
+}  // namespace attn::backend::cpu

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <limits>
 
+#include "../optim_kernels.h"
 #include "dot.h"
 #include "isa.h"
+#include "threads.h"
 #include "vmath.h"
 
 namespace attn::kernels {
@@ -166,3 +168,88 @@ void clamp(float* x, int64_t n, float lo, float hi) {
 }
 
 }  // namespace attn::kernels
+
+// ---- the optimizers' tables (src/backend/optim_kernels.h), float32
+// -------------------------------
+
+namespace attn::kernels {
+namespace {
+
+// The parameters' elements as one range split across the threads; each thread updates the
+// parts of the parameters that fall in its share.
+void adam_step_f32(const backend::AdamStep& s) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < s.count; ++i) total += s.params[i].n;
+  auto run = [&s](const backend::AdamParam& u, int64_t i0, int64_t i1) {
+    float* p = static_cast<float*>(u.p) + i0;
+    const float* g = static_cast<const float*>(u.g) + i0;
+    float* m = static_cast<float*>(u.m) + i0;
+    float* v = static_cast<float*>(u.v) + i0;
+    if (u.fused)
+      adamw_update(p, g, m, v, i1 - i0, u.decay, u.beta1, u.one_minus_beta1, u.beta2,
+                   u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size, s.grad_scale);
+    else
+      adam_update(p, g, m, v, u.vmax ? static_cast<float*>(u.vmax) + i0 : nullptr, i1 - i0, u.gsign,
+                  u.l2, u.decay, u.beta1, u.one_minus_beta1, u.beta2, u.one_minus_beta2, u.bc2_sqrt,
+                  u.eps, u.neg_step_size, s.grad_scale);
+  };
+  parallel_ranges(total, threads_for(total), [&](int64_t lo, int64_t hi) {
+    int64_t start = 0;
+    for (int64_t i = 0; i < s.count; ++i) {
+      const backend::AdamParam& u = s.params[i];
+      const int64_t i0 = std::max(lo - start, int64_t(0)), i1 = std::min(hi - start, u.n);
+      if (i0 < i1) run(u, i0, i1);
+      start += u.n;
+      if (start >= hi) break;
+    }
+  });
+}
+
+void sgd_step_f32(const backend::SgdStep& s) {
+  sgd_update(static_cast<float*>(s.p), static_cast<const float*>(s.g), static_cast<float*>(s.buf),
+             s.n, s.gsign, s.wd, s.momentum, s.one_minus_dampening, s.nesterov, s.first, s.neg_lr);
+}
+
+int threads_for_all(const int64_t* ns, int64_t count) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < count; ++i) n += ns[i];
+  return threads_for(n);
+}
+
+// One tensor per thread at a time.
+void vector_norms_f32(const backend::VectorNorms& a) {
+  const int64_t count = a.count;
+#pragma omp parallel for schedule(dynamic, 1) \
+    num_threads(threads_for_all(a.ns, count)) if (count > 1)
+  for (int64_t i = 0; i < count; ++i)
+    a.out[i] = vector_norm(static_cast<const float*>(a.xs[i]), a.ns[i], a.p);
+}
+
+void foreach_scale_f32(const backend::ForeachScale& a) {
+  const int64_t count = a.count;
+#pragma omp parallel for schedule(dynamic, 1) \
+    num_threads(threads_for_all(a.ns, count)) if (count > 1)
+  for (int64_t i = 0; i < count; ++i) scale(static_cast<float*>(a.xs[i]), a.ns[i], a.coef);
+}
+
+void vector_f32(const backend::Vector& a) {
+  float* x = static_cast<float*>(a.x);
+  switch (a.op) {
+    case backend::VectorOp::Scale: scale(x, a.n, a.a); break;
+    case backend::VectorOp::Divide: divide(x, a.n, a.a); break;
+    case backend::VectorOp::Clamp: clamp(x, a.n, a.a, a.b); break;
+    case backend::VectorOp::SumOfSquares: *a.result = sum_of_squares(x, a.n); break;
+    case backend::VectorOp::PNorm: *a.result = kernels::p_norm(x, a.n, a.p); break;
+  }
+}
+
+}  // namespace
+}  // namespace attn::kernels
+
+namespace attn::backend::cpu {
+const Kernels<AdamStepFn> adam_step = {kernels::adam_step_f32};
+const Kernels<SgdStepFn> sgd_step = {kernels::sgd_step_f32};
+const Kernels<VectorNormsFn> vector_norms = {kernels::vector_norms_f32};
+const Kernels<ForeachScaleFn> foreach_scale = {kernels::foreach_scale_f32};
+const Kernels<VectorFn> vector = {kernels::vector_f32};
+}  // namespace attn::backend::cpu

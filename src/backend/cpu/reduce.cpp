@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "../reduce_kernels.h"
+#include "nan.h"
 
 namespace attn::kernels {
 namespace {
@@ -136,14 +137,6 @@ void reduce_i64(const backend::Reduce& r) {
     for (int64_t i = 0; i < r.inner; ++i) s = int64_t(uint64_t(s) + uint64_t(ps[o * r.inner + i]));
     po[o] = s;
   }
-}
-
-template <typename T>
-bool is_nan(T x) {
-  if constexpr (std::is_same_v<T, float>)
-    return std::isnan(x);
-  else
-    return false;
 }
 
 // max / min with the first index (index not null), or amax: the running max that stops at the

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <functional>
 
+#include "../sampling_kernels.h"
+
 namespace attn::kernels {
 
 double temperature_probs(const float* lr, int64_t V, double temperature, int64_t top_k,
@@ -42,3 +44,25 @@ int64_t inverse_cdf(const float* probs, int64_t V, double u) {
 }
 
 }  // namespace attn::kernels
+
+namespace attn::kernels {
+namespace {
+
+int64_t sample_rows_f32(const backend::SampleRows& a) {
+  const auto* logits = static_cast<const float*>(a.logits);
+  std::vector<float> probs(static_cast<std::size_t>(a.V)), scratch;
+  for (int64_t b = 0; b < a.B; ++b) {
+    const double total =
+        temperature_probs(logits + b * a.V, a.V, a.temperature, a.top_k, probs.data(), scratch);
+    if (!(total > 0.0) || !std::isfinite(total)) return b;
+    a.out[b] = inverse_cdf(probs.data(), a.V, a.u[b] * total);
+  }
+  return -1;
+}
+
+}  // namespace
+}  // namespace attn::kernels
+
+namespace attn::backend::cpu {
+const Kernels<SampleRowsFn> sample_rows = {kernels::sample_rows_f32};
+}  // namespace attn::backend::cpu

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "../attention_kernels.h"
 #include "threads.h"
 
 namespace attn::kernels {
@@ -36,3 +37,14 @@ void merge_attention_rows(float* o, float* l, const float* op, const float* lp, 
 }
 
 }  // namespace attn::kernels
+
+namespace attn::backend::cpu {
+namespace {
+void merge_f32(const SdpaMerge& a) {
+  kernels::merge_attention_rows(static_cast<float*>(a.out), static_cast<float*>(a.lse),
+                                static_cast<const float*>(a.out_p),
+                                static_cast<const float*>(a.lse_p), a.BH, a.n, a.L, a.D_v, a.start);
+}
+}  // namespace
+const Kernels<SdpaMergeFn> sdpa_merge = {merge_f32};
+}  // namespace attn::backend::cpu

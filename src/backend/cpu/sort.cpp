@@ -9,25 +9,18 @@
 #include <vector>
 
 #include "../index_kernels.h"
+#include "nan.h"
 
 namespace attn::kernels {
 namespace {
-
-template <typename T>
-bool is_nan_v(T x) {
-  if constexpr (std::is_same_v<T, float>)
-    return std::isnan(x);
-  else
-    return false;
-}
 
 // "a comes before b": descending puts NaN first, ascending last (torch's comparators).
 template <typename T>
 struct Before {
   bool descending;
   bool operator()(const std::pair<T, int64_t>& a, const std::pair<T, int64_t>& b) const {
-    if (descending) return (is_nan_v(a.first) && !is_nan_v(b.first)) || a.first > b.first;
-    return (!is_nan_v(a.first) && is_nan_v(b.first)) || a.first < b.first;
+    if (descending) return (is_nan(a.first) && !is_nan(b.first)) || a.first > b.first;
+    return (!is_nan(a.first) && is_nan(b.first)) || a.first < b.first;
   }
 };
 

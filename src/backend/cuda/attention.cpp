@@ -90,4 +90,5 @@ const Kernels<SdpaBackwardFn> sdpa_backward = {nullptr, nullptr, nullptr, k::bac
                                                k::backward<E::Float16>};
 const Kernels<SdpaWorkspaceFn> sdpa_backward_workspace = {
     nullptr, nullptr, nullptr, k::workspace<E::BFloat16>, k::workspace<E::Float16>};
+const Kernels<SdpaMergeFn> sdpa_merge = {};  // ring attention merges on the CPU only
 }  // namespace attn::backend::cuda
