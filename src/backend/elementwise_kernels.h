@@ -1,4 +1,5 @@
-// The kernels of the element-wise ops (src/ops/elementwise.cpp; clamp in src/ops/scan_clamp.cpp):
+// The kernels of the element-wise ops (src/ops/elementwise.cpp; clamp in src/ops/scan_clamp.cpp;
+// copy_ and the dtype conversions in src/tensor/copy.cpp):
 // the binary ones (arithmetic, maximum and minimum, comparisons and logical and/or on broadcast
 // operands), the unary float functions, clamp, and the masked assignment of where and
 // masked_fill; one table per backend indexed by the dtype the op computes in
@@ -90,5 +91,22 @@ struct Clamp {
 };
 using ClampFn = void(const Clamp&);
 ATTN_BACKEND_KERNELS(ClampFn, clamp)
+
+// dst = src converted to dst's dtype (the table's slot) element by element over `shape`, as
+// torch's static_cast_with_inter_type: a 2-byte float goes through float (to bool: non-zero, NaN
+// included, is true; to int64: truncated), and into one every value goes through float. Each
+// operand is its storage, offset and strides (src's broadcast to shape: 0 along broadcast dims).
+struct Copy {
+  const Shape* shape;
+  void* dst;
+  int64_t dst_offset;
+  const Shape* dst_strides;
+  const void* src;
+  Dtype src_dtype;
+  int64_t src_offset;
+  const Shape* src_strides;
+};
+using CopyFn = void(const Copy&);
+ATTN_BACKEND_KERNELS(CopyFn, copy)
 
 }  // namespace attn::backend

@@ -25,6 +25,7 @@
   X(ExtremeFn, extreme)                    \
   X(ScanFn, scan)                          \
   X(SoftmaxFn, softmax)                    \
+  X(CopyFn, copy)                          \
   X(CountNonFiniteFn, count_nonfinite)     \
   X(SampleRowsFn, sample_rows)
 

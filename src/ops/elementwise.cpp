@@ -6,8 +6,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "../backend/cpu/threads.h"
-#include "../backend/cpu/vmath.h"
 #include "../backend/elementwise_kernels.h"
 #include "../tensor/internal.h"
 

@@ -5,9 +5,7 @@
 #include <attn/ops.h>
 #include <attn/tensor.h>
 
-#include <array>
-#include <type_traits>
-
+#include "../backend/elementwise_kernels.h"
 #include "internal.h"
 #include "local.h"
 
@@ -17,39 +15,6 @@ using detail::copy_across_devices;
 using detail::fail;
 
 namespace {
-
-// One element converted as torch's static_cast_with_inter_type: a 2-byte float goes through float
-// (to bool: non-zero, NaN included, is true; to int64: truncated), and into one every value goes
-// through float (an int64 is rounded to float32 first, then to the 2-byte type, as c10 does).
-template <typename To, typename From>
-To convert_one(From v) {
-  if constexpr (std::is_same_v<To, From>) {
-    return v;
-  } else if constexpr (detail::is_half_type<From>) {
-    return convert_one<To>(float(v));
-  } else if constexpr (detail::is_half_type<To>) {
-    return To(float(v));
-  } else if constexpr (std::is_same_v<To, bool>) {
-    return v != From(0);
-  } else {
-    return To(v);
-  }
-}
-
-template <typename To, typename From>
-void convert_loop(const Tensor& dst, const Tensor& src) {
-  To* d = detail::base_ptr<To>(dst);
-  const From* s = detail::base_ptr<From>(src);
-  Shape sst = detail::broadcast_strides(src, dst.shape());
-  detail::strided_loop<2>(
-      dst.shape(), {&dst.strides(), &sst}, {dst.storage_offset(), src.storage_offset()},
-      [&](const std::array<int64_t, 2>& o) { d[o[0]] = convert_one<To>(s[o[1]]); });
-}
-
-template <typename To>
-void convert_from(const Tensor& dst, const Tensor& src) {
-  detail::dispatch_dtype(src.dtype(), [&]<typename From>() { convert_loop<To, From>(dst, src); });
-}
 
 bool overlaps(const Tensor& a, const Tensor& b) { return a.impl()->storage == b.impl()->storage; }
 
@@ -71,10 +36,20 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     NoGradGuard no_grad;
     src = overlaps(*this, src_in) ? src_in.clone() : src_in;
   }
-  if (is_cuda() || src.is_cuda())
+  if (device() != src.device()) {
     copy_across_devices(*this, src);
-  else
-    detail::dispatch_dtype(dtype(), [&]<typename To>() { convert_from<To>(*this, src); });
+  } else {
+    // On one device: the backend's conversion; a GPU's copies between its own tensors (no table
+    // yet) go through the device runtime, as copies between devices do.
+    const auto kernel = backend::find(device(), dtype(), backend::cpu::copy, backend::cuda::copy);
+    if (!kernel) {
+      copy_across_devices(*this, src);
+    } else {
+      const Shape sst = detail::broadcast_strides(src, shape());
+      kernel({&shape(), impl()->storage->data, storage_offset(), &strides(),
+              src.impl()->storage->data, src.dtype(), src.storage_offset(), &sst});
+    }
+  }
   detail::bump_version(*this);
   // Only float32 tensors take part in the graph: x.long() or a copy into an int64 tensor does not.
   // The old value of self is overwritten (zero gradient); src, broadcast to self, gets the rest,

@@ -7,7 +7,6 @@
 #include <string>
 #include <type_traits>
 
-#include "../backend/cpu/strided.h"
 #include "../common/error.h"  // msg, fail, fail_workspace, fail_reduced
 
 namespace attn::detail {
@@ -73,9 +72,6 @@ Tensor scalar_tensor(const Scalar& s, Dtype dtype);
 std::string tensor_desc(const Tensor& t);  // "(2, 3) float32" for messages
 // Throws "[fn] what is an undefined tensor" or "[fn] what must be float32, got int64 (2, 3)".
 void check_float32(const Tensor& t, const char* what, const char* fn);
-
-// strided_loop<N>(shape, strides, offsets, f): src/backend/cpu/strided.h.
-using kernels::strided_loop;
 
 [[noreturn]] void fail_base_ptr(Dtype have, Dtype want);
 
