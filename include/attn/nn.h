@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -136,6 +137,21 @@ class LayerNorm : public Module {
   int64_t normalized_shape;
   double eps;
   Tensor weight, bias;  // (normalized_shape) or undefined
+};
+
+// torch.nn.RMSNorm (Llama, Qwen, Gemma) over the trailing dims `normalized_shape`:
+// x * rsqrt(mean(x^2) + eps) * weight. eps unset: the dtype's machine epsilon, as torch's None.
+// weight ones (undefined without elementwise_affine).
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(Shape normalized_shape, std::optional<double> eps = std::nullopt,
+                   bool elementwise_affine = true);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  std::string name() const override { return "RMSNorm"; }
+  Shape normalized_shape;
+  std::optional<double> eps;
+  Tensor weight;  // normalized_shape, or undefined
 };
 
 // torch.nn.GELU: x * Phi(x) with the exact erf ("none") or the tanh approximation ("tanh").
@@ -369,6 +385,11 @@ Tensor softmax(const Tensor& x, int64_t dim);
 // and backward (NativeLayerNormBackward0).
 Tensor layer_norm(const Tensor& x, int64_t normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
+// torch.nn.functional.rms_norm over the trailing dims normalized_shape, as PyTorch's CPU
+// composite: x * rsqrt(mean(x^2 over those dims) + eps), then * weight (when defined, of shape
+// normalized_shape); eps unset: the dtype's machine epsilon. Differentiable through its ops.
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt);
 // approximate: "none" (erf) or "tanh". GeluBackward0.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
 // silu(x) = x * sigmoid(x) (torch.nn.functional.silu; src/nn/init.cpp).

@@ -72,6 +72,8 @@ Tensor log(const Tensor& t);
 Tensor sqrt(const Tensor& t);
 Tensor abs(const Tensor& t);
 Tensor tanh(const Tensor& t);
+Tensor cos(const Tensor& t);
+Tensor sin(const Tensor& t);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 // where(cond, a, b): a where cond is true, else b (all broadcast together).
@@ -100,6 +102,8 @@ Tensor log_softmax(const Tensor& t, int64_t dim);
 // arithmetic (wrapping on overflow, as torch). Bool is refused.
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor dot(const Tensor& a, const Tensor& b);
+// torch.outer (torch.ger): a (n) times b (m) into (n, m).
+Tensor outer(const Tensor& a, const Tensor& b);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // |a - b| <= atol + rtol * |b| elementwise (broadcast); NaNs are equal only with equal_nan.

@@ -134,8 +134,9 @@ class Tensor {
   bool is_cuda() const { return device().is_cuda(); }
   bool is_cpu() const { return device().is_cpu(); }
   // Pointer to element [0, 0, ...] (storage data plus offset). T must match dtype: float,
-  // int64_t, bool, BFloat16 or Half. CPU tensors only: a CUDA tensor throws attn::DeviceError (the CPU must not dereference GPU memory), which
-  // is how every operation without a CUDA implementation refuses CUDA tensors.
+  // int64_t, bool, BFloat16 or Half. CPU tensors only: a CUDA tensor throws attn::DeviceError (the
+  // CPU must not dereference GPU memory), which is how every operation without a CUDA
+  // implementation refuses CUDA tensors.
   template <typename T>
   T* data_ptr() const;
   void* raw_data() const;
@@ -222,6 +223,8 @@ class Tensor {
   Tensor abs() const;
   Tensor neg() const;
   Tensor tanh() const;
+  Tensor cos() const;
+  Tensor sin() const;
   Tensor sigmoid() const;
   // The inverse error function (torch's rational approximation and two Newton steps, float32).
   Tensor erfinv() const;
@@ -287,6 +290,8 @@ class Tensor {
   Tensor log_softmax(int64_t dim) const;
   Tensor matmul(const Tensor& other) const;
   Tensor dot(const Tensor& other) const;
+  // torch.outer: self (n) times other (m) into (n, m), each element one product.
+  Tensor outer(const Tensor& other) const;
   Tensor tril(int64_t diagonal = 0) const;
   Tensor triu(int64_t diagonal = 0) const;
 
@@ -339,6 +344,8 @@ class Tensor {
   Tensor& sqrt_();
   Tensor& rsqrt_();
   Tensor& tanh_();
+  Tensor& cos_();
+  Tensor& sin_();
   Tensor& sigmoid_();
   Tensor& relu_();
   Tensor& abs_();

@@ -20,7 +20,13 @@ from ._C import (Generator, Tensor, allclose, arange, cat, concat, default_gener
                  seed, set_num_threads, set_printoptions, set_rng_state, softmax, sqrt, stack,
                  tanh, tensor, tril, triu, where, zeros, zeros_like)
 from ._C import abs  # noqa: A004  (torch.abs shadows the builtin the same way)
-from ._C import erfinv, randperm
+from ._C import cos, erfinv, outer, randperm, sin
+
+ger = outer  # torch.ger, the old name of torch.outer
+from ._model_ops import finfo, linspace, repeat_interleave  # noqa: E402
+
+Tensor.repeat_interleave = (lambda self, repeats, dim=None, *, output_size=None:
+                            repeat_interleave(self, repeats, dim, output_size=output_size))
 
 __version__ = "0.1.0"
 

@@ -28,6 +28,16 @@ void register_functional(py::module_& m) {
       },
       py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
       py::arg("bias") = py::none(), py::arg("eps") = 1e-5);
+  fn.def(
+      "rms_norm",
+      [](const Tensor& x, const Shape& normalized_shape, const py::object& w,
+         std::optional<double> eps) {
+        Tensor weight = optional_tensor(w);
+        return without_gil(
+            [&] { return nn::functional::rms_norm(x, normalized_shape, weight, eps); });
+      },
+      py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
+      py::arg("eps") = py::none());
   fn.def("silu", &nn::functional::silu, py::arg("input"), release());
   fn.def("gelu", &nn::functional::gelu, py::arg("input"), py::arg("approximate") = "none",
          release());

@@ -128,11 +128,14 @@ void register_ops(py::module_& m) {
       py::arg("input"), py::arg("dim"), release());
   m.def("matmul", &matmul, release());
   m.def("dot", &dot, release());
+  m.def("outer", &outer, release());
   m.def("exp", &attn::exp, release());
   m.def("log", &attn::log, release());
   m.def("sqrt", &attn::sqrt, release());
   m.def("abs", &attn::abs, release());
   m.def("tanh", &attn::tanh, release());
+  m.def("cos", &attn::cos, release());
+  m.def("sin", &attn::sin, release());
   m.def("erfinv", &attn::erfinv, release());
   m.def(
       "where",

@@ -254,6 +254,8 @@ void register_ops_select(py::module_& m) {
   T.def("sqrt_", &Tensor::sqrt_, ref, release());
   T.def("rsqrt_", &Tensor::rsqrt_, ref, release());
   T.def("tanh_", &Tensor::tanh_, ref, release());
+  T.def("cos_", &Tensor::cos_, ref, release());
+  T.def("sin_", &Tensor::sin_, ref, release());
   T.def("sigmoid_", &Tensor::sigmoid_, ref, release());
   T.def("relu_", &Tensor::relu_, ref, release());
   T.def("abs_", &Tensor::abs_, ref, release());

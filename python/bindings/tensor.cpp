@@ -406,6 +406,8 @@ void register_tensor(py::module_& m) {
       .def("abs", &Tensor::abs, release())
       .def("neg", &Tensor::neg, release())
       .def("tanh", &Tensor::tanh, release())
+      .def("cos", &Tensor::cos, release())
+      .def("sin", &Tensor::sin, release())
       .def("sigmoid", &Tensor::sigmoid, release())
       .def("erfinv", &Tensor::erfinv, release())
       .def("erfinv_", &Tensor::erfinv_, py::return_value_policy::reference_internal, release())
@@ -493,6 +495,7 @@ void register_tensor(py::module_& m) {
           py::arg("dim"), release())
       .def("matmul", &Tensor::matmul, release())
       .def("dot", &Tensor::dot, release())
+      .def("outer", &Tensor::outer, release())
       .def("tril", &Tensor::tril, py::arg("diagonal") = 0, release())
       .def("triu", &Tensor::triu, py::arg("diagonal") = 0, release())
       // Random fills: a Generator locks itself for each call's draws (attn/random.h).

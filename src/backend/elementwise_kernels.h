@@ -45,7 +45,7 @@ ATTN_BACKEND_KERNELS(BinaryFn, binary)
 // The ops from IsNan on are predicates and write bool.
 // clang-format off
 enum class UnaryOp {
-  Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Abs, Neg, Relu, Ceil, Floor, Erfinv,
+  Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Abs, Neg, Relu, Ceil, Floor, Erfinv, Cos, Sin,
   IsNan, IsInf, IsFinite
 };
 // clang-format on

@@ -500,6 +500,8 @@ Tensor log(const Tensor& t) { return t.log(); }
 Tensor sqrt(const Tensor& t) { return t.sqrt(); }
 Tensor abs(const Tensor& t) { return t.abs(); }
 Tensor tanh(const Tensor& t) { return t.tanh(); }
+Tensor cos(const Tensor& t) { return t.cos(); }
+Tensor sin(const Tensor& t) { return t.sin(); }
 
 Tensor& Tensor::add_(const Tensor& o) { return inplace(Op::Add, *this, o); }
 Tensor& Tensor::add_(Scalar o) { return inplace_s(Op::Add, *this, o); }
@@ -539,6 +541,16 @@ Tensor Tensor::tanh() const {
       *this, "tanh", backend::UnaryOp::Tanh,
       [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (1.0 - y * y); },
       kSaveResult);
+}
+Tensor Tensor::cos() const {
+  return unary_float(
+      *this, "cos", backend::UnaryOp::Cos,
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * -x.sin(); }, kSaveInput);
+}
+Tensor Tensor::sin() const {
+  return unary_float(
+      *this, "sin", backend::UnaryOp::Sin,
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * x.cos(); }, kSaveInput);
 }
 Tensor Tensor::sigmoid() const {
   return unary_float(

@@ -213,6 +213,16 @@ Tensor dot(const Tensor& a, const Tensor& b) {
 }
 Tensor Tensor::dot(const Tensor& other) const { return attn::dot(*this, other); }
 
+Tensor outer(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) fail("outer", "undefined tensor argument");
+  if (a.dim() != 1 || b.dim() != 1)
+    fail("outer", "expected 1-D vectors, got ", shape_str(a.shape()), " and ",
+         shape_str(b.shape()));
+  // As torch: a broadcast product, each element a[i] * b[j] rounded once (autograd through mul).
+  return a.unsqueeze(1) * b.unsqueeze(0);
+}
+Tensor Tensor::outer(const Tensor& other) const { return attn::outer(*this, other); }
+
 Tensor cat(const std::vector<Tensor>& all, int64_t dim) {
   if (all.empty()) fail("cat", "expected a non-empty list of tensors");
   for (std::size_t i = 0; i < all.size(); ++i)

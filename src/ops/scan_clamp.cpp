@@ -216,6 +216,12 @@ Tensor& Tensor::rsqrt_() {
 Tensor& Tensor::tanh_() {
   return inplace_from(*this, "tanh_", [](const Tensor& x) { return x.tanh(); });
 }
+Tensor& Tensor::cos_() {
+  return inplace_from(*this, "cos_", [](const Tensor& x) { return x.cos(); });
+}
+Tensor& Tensor::sin_() {
+  return inplace_from(*this, "sin_", [](const Tensor& x) { return x.sin(); });
+}
 Tensor& Tensor::sigmoid_() {
   return inplace_from(*this, "sigmoid_", [](const Tensor& x) { return x.sigmoid(); });
 }

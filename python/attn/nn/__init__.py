@@ -7,11 +7,11 @@ from .activation import GELU, Identity, ReLU, SiLU, Sigmoid, Tanh
 from .container import ModuleDict, ModuleList, Sequential
 from .attention import MultiheadAttention
 from .modules import (GPT, Dropout, Embedding, LayerNorm, Linear, Module,
-                      NonDynamicallyQuantizableLinear, Parameter)
+                      NonDynamicallyQuantizableLinear, Parameter, RMSNorm)
 
 __all__ = ["GELU", "GPT", "LayerNorm", "Dropout", "Embedding", "Identity", "Linear", "Module",
            "ModuleDict", "ModuleList", "MultiheadAttention", "NonDynamicallyQuantizableLinear",
-           "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid", "Tanh", "functional", "init",
+           "Parameter", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Tanh", "functional", "init",
            "parallel", "utils"]
 
 __getattr__ = _unsupported.module_getattr("attn.nn")

@@ -98,6 +98,68 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
                          float(eps))
 
 
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """torch.nn.functional.rms_norm over the trailing dims normalized_shape:
+    input * rsqrt(mean(input^2) + eps) * weight, eps None meaning float32's machine epsilon."""
+    shape = [int(normalized_shape)] if isinstance(normalized_shape, int) else [
+        int(n) for n in normalized_shape]
+    return _F.rms_norm(input, shape, weight, None if eps is None else float(eps))
+
+
+def one_hot(tensor, num_classes=-1):
+    """torch.nn.functional.one_hot: int64 (..., num_classes) with a 1 at each class index;
+    num_classes -1 means the largest index + 1."""
+    if tensor.dtype != _C.dtype.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type int64, got "
+                           "{}".format(tensor.dtype))
+    if tensor.numel() == 0:
+        if num_classes < 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+    else:
+        lo, hi = int(tensor.min().item()), int(tensor.max().item())
+        if lo < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if num_classes < 0:
+            num_classes = hi + 1
+        elif hi >= num_classes:
+            raise RuntimeError("Class values must be smaller than num_classes.")
+    return (tensor.unsqueeze(-1) == _C.arange(int(num_classes))).long()
+
+
+def pad(input, pad, mode="constant", value=None):  # noqa: A002  (torch's names)
+    """torch.nn.functional.pad, constant mode: pad = (left, right) for the last dim, then the dim
+    before it, ...; negative amounts crop. Differentiable (narrow and cat)."""
+    if mode != "constant":
+        raise NotImplementedError("[pad] mode {!r} is not supported (constant only)".format(mode))
+    pad = [int(p) for p in pad]
+    if len(pad) % 2 or len(pad) // 2 > input.dim():
+        raise ValueError("[pad] padding length must be even and at most twice the dims of input "
+                         "{}, got {}".format(tuple(input.shape), len(pad)))
+    x = input
+    fill = 0 if value is None else value
+    for k in range(len(pad) // 2):
+        d = x.dim() - 1 - k
+        left, right = pad[2 * k], pad[2 * k + 1]
+        size = x.shape[d]
+        if size + min(left, 0) + min(right, 0) < 0:
+            raise RuntimeError("[pad] the padded size of dim {} ({} {:+d} {:+d}) would be "
+                               "negative".format(d, size, left, right))
+        if left < 0 or right < 0:
+            start = -left if left < 0 else 0
+            x = x.narrow(d, start, size + min(left, 0) + min(right, 0))
+        parts = []
+        for amount in (left, None, right):
+            if amount is None:
+                parts.append(x)
+            elif amount > 0:
+                shape = list(x.shape)
+                shape[d] = amount
+                parts.append(_C.full(shape, fill, dtype=x.dtype))
+        if len(parts) > 1:
+            x = _C.cat(parts, d)
+    return x if x is not input else input.clone()
+
+
 def gelu(input, approximate="none"):
     """torch.nn.functional.gelu: exact (erf) or approximate="tanh"."""
     return _F.gelu(input, approximate)

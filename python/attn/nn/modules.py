@@ -525,6 +525,34 @@ class Dropout(Module):
         return "p={}, inplace={}".format(self.p, self.inplace)
 
 
+class RMSNorm(Module):
+    """torch.nn.RMSNorm over the trailing dims normalized_shape (weight ones with
+    elementwise_affine); eps None: float32's machine epsilon, as torch."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None,
+                 dtype=None):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
+            normalized_shape)
+        self.normalized_shape = tuple(int(n) for n in shape)
+        if any(n <= 0 for n in self.normalized_shape):
+            raise ValueError("[RMSNorm] normalized_shape must be positive, got {}".format(
+                self.normalized_shape))
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(_C.ones(*self.normalized_shape))
+        else:
+            self.register_parameter("weight", None)
+
+    def forward(self, input):
+        return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self):
+        return "{}, eps={}, elementwise_affine={}".format(self.normalized_shape, self.eps,
+                                                           self.elementwise_affine)
+
+
 class LayerNorm(Module):
     """torch.nn.LayerNorm over the last dim; bias optional (bias=False as in torch 2.1+)."""
 

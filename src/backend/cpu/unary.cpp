@@ -1,7 +1,6 @@
 // The unary float functions on the CPU (src/backend/elementwise_kernels.h), as PyTorch's: the C
-// library's exp, log, sqrt, tanh, the sigmoid as 1 / (1 + exp(-x)), relu keeping -0 and NaN,
-// erfinv as torch 1.13's CPU kernel;
-// and the masked assignment of where() and masked_fill_().
+// library's exp, log, sqrt, tanh, cos, sin, the sigmoid as 1 / (1 + exp(-x)), relu keeping -0 and
+// NaN, erfinv as torch 1.13's CPU kernel; and the masked assignment of where() and masked_fill_().
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -72,6 +71,8 @@ void unary_f32(const Unary& u) {
     case UnaryOp::Ceil: return map<float>(u, [](float x) { return std::ceil(x); });
     case UnaryOp::Floor: return map<float>(u, [](float x) { return std::floor(x); });
     case UnaryOp::Erfinv: return map<float>(u, erfinv_float);
+    case UnaryOp::Cos: return map<float>(u, [](float x) { return std::cos(x); });
+    case UnaryOp::Sin: return map<float>(u, [](float x) { return std::sin(x); });
     case UnaryOp::IsNan: return map<bool>(u, [](float x) { return std::isnan(x); });
     case UnaryOp::IsInf: return map<bool>(u, [](float x) { return std::isinf(x); });
     case UnaryOp::IsFinite: return map<bool>(u, [](float x) { return std::isfinite(x); });

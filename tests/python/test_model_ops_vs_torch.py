@@ -1,0 +1,219 @@
+"""The ops of today's model programs (Llama, Qwen, Gemma: RoPE's cos/sin and outer, RMSNorm,
+repeat_interleave for grouped heads, linspace, one_hot, pad, finfo) against PyTorch 1.13.
+
+RMSNorm is not in torch 1.13: its oracle is the composite PyTorch 2.x runs on the CPU,
+x * rsqrt(mean(x^2) + eps) * weight, written with 1.13's ops. cos and sin are within a float32
+ulp of the result's scale of torch's (its vectorised kernels round differently from the C
+library's); everything else is bit for bit.
+"""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attn  # noqa: E402
+import attn.nn.functional as AF  # noqa: E402
+
+
+def pair(shape, seed=0, requires_grad=False):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    a = attn.tensor(x.tolist())
+    t = torch.tensor(x)
+    if requires_grad:
+        a.requires_grad_()
+        t.requires_grad_()
+    return a, t
+
+
+def np_of(t):
+    return np.array(t.detach().tolist(), dtype=np.float32) if isinstance(t, attn.Tensor) else \
+        t.detach().numpy()
+
+
+def same(a, t):
+    assert tuple(a.shape) == tuple(t.shape)
+    np.testing.assert_array_equal(np_of(a), np_of(t))
+
+
+def close_ulp(a, t):
+    x, y = np_of(a), np_of(t)
+    assert x.shape == y.shape
+    scale = max(1.0, float(np.abs(y).max())) if y.size else 1.0
+    np.testing.assert_allclose(x, y, rtol=0, atol=2 * scale * 2.0 ** -23)
+
+
+@pytest.mark.parametrize("fn", ["cos", "sin"])
+def test_cos_sin_values_and_gradients(fn):
+    a, t = pair((7, 65), requires_grad=True)
+    ya, yt = getattr(attn, fn)(a * 3.0), getattr(torch, fn)(t * 3.0)
+    close_ulp(ya, yt)
+    close_ulp(getattr(a, fn)(), getattr(t, fn)())
+    g, gt = pair((7, 65), seed=1)
+    ya.backward(g)
+    yt.backward(gt)
+    close_ulp(a.grad, t.grad)
+    assert "Backward0" in repr(ya.grad_fn) and fn.capitalize() in repr(ya.grad_fn)
+    b, u = pair((5,))
+    getattr(b, fn + "_")()
+    getattr(u, fn + "_")()
+    close_ulp(b, u)
+
+
+def test_outer_is_the_broadcast_product():
+    a, t = pair((7,), requires_grad=True)
+    b, u = pair((5,), seed=1, requires_grad=True)
+    same(attn.outer(a, b), torch.outer(t, u))
+    same(a.outer(b), t.outer(u))
+    same(attn.ger(a, b), torch.ger(t, u))
+    attn.outer(a, b).sum().backward()
+    torch.outer(t, u).sum().backward()
+    close_ulp(a.grad, t.grad)
+    close_ulp(b.grad, u.grad)
+    with pytest.raises(ValueError, match=r"\[outer\] expected 1-D vectors"):
+        attn.outer(a.reshape(1, 7), b)
+
+
+def torch_rms_norm(x, shape, weight, eps):
+    dims = tuple(range(-len(shape), 0))
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
+    return y * weight if weight is not None else y
+
+
+@pytest.mark.parametrize("shape,normalized,eps", [((4, 7, 64), (64,), None),
+                                                  ((3, 5, 6), (5, 6), 1e-6),
+                                                  ((65,), (65,), 1e-5)])
+def test_rms_norm_as_pytorchs_composite(shape, normalized, eps):
+    a, t = pair(shape, requires_grad=True)
+    w, tw = pair(normalized, seed=2, requires_grad=True)
+    ya = AF.rms_norm(a, normalized, w, eps)
+    yt = torch_rms_norm(t, normalized, tw, eps)
+    same(ya, yt)
+    g, gt = pair(shape, seed=3)
+    ya.backward(g)
+    yt.backward(gt)
+    close_ulp(a.grad, t.grad)
+    close_ulp(w.grad, tw.grad)
+    same(AF.rms_norm(a.detach(), list(normalized)), torch_rms_norm(t.detach(), normalized, None,
+                                                                    eps=None))
+
+
+def test_rms_norm_module():
+    m = attn.nn.RMSNorm(64, eps=1e-6)
+    assert repr(m) == "RMSNorm((64,), eps=1e-06, elementwise_affine=True)"
+    assert [n for n, _ in m.named_parameters()] == ["weight"]
+    assert attn.equal(m.weight, attn.ones(64))
+    a, t = pair((2, 3, 64), requires_grad=True)
+    same(m(a), torch_rms_norm(t, (64,), torch.ones(64), 1e-6))
+    m(a).sum().backward()
+    assert m.weight.grad is not None and tuple(m.weight.grad.shape) == (64,)
+    plain = attn.nn.RMSNorm((2, 64), elementwise_affine=False)
+    assert plain.weight is None and plain.eps is None
+    b, u = pair((3, 2, 64))
+    same(plain(b), torch_rms_norm(u, (2, 64), None, None))
+
+
+def test_rms_norm_bad_input():
+    a = attn.ones(2, 3)
+    with pytest.raises(ValueError, match=r"\[rms_norm\] given normalized_shape=\(4,\), expected "
+                                         r"input with shape \(\*, 4\), but got input of size "
+                                         r"\(2, 3\)"):
+        AF.rms_norm(a, (4,))
+    with pytest.raises(ValueError, match=r"\[rms_norm\] weight \(2,\) must have the shape"):
+        AF.rms_norm(a, (3,), attn.ones(2))
+    with pytest.raises(ValueError, match=r"eps must be non-negative"):
+        AF.rms_norm(a, (3,), None, -1.0)
+    with pytest.raises(ValueError, match=r"\[RMSNorm\] normalized_shape must be positive"):
+        attn.nn.RMSNorm(0)
+
+
+@pytest.mark.parametrize("repeats,dim", [(2, 1), (3, None), (1, 0), (2, -1)])
+def test_repeat_interleave_int(repeats, dim):
+    a, t = pair((3, 4), requires_grad=True)
+    ya = attn.repeat_interleave(a, repeats, dim)
+    yt = torch.repeat_interleave(t, repeats, dim)
+    same(ya, yt)
+    same(a.repeat_interleave(repeats, dim), t.repeat_interleave(repeats, dim))
+    g, gt = pair(tuple(yt.shape), seed=5)
+    ya.backward(g)
+    yt.backward(gt)
+    close_ulp(a.grad, t.grad)
+
+
+def test_repeat_interleave_tensor_counts_and_errors():
+    a, t = pair((3, 4))
+    counts = [2, 0, 3]
+    same(attn.repeat_interleave(a, attn.tensor(counts), 0),
+         torch.repeat_interleave(t, torch.tensor(counts), 0))
+    same(attn.repeat_interleave(attn.tensor(counts)), torch.repeat_interleave(torch.tensor(counts)))
+    # GQA's key/value heads repeated for their query heads, as the Llama programs do.
+    k, tk = pair((2, 2, 5, 8))
+    same(k.repeat_interleave(3, dim=1), tk.repeat_interleave(3, dim=1))
+    with pytest.raises(RuntimeError, match="repeats must have the same size as input along dim"):
+        attn.repeat_interleave(a, attn.tensor([1, 2]), 0)
+    with pytest.raises(RuntimeError, match="repeats can not be negative"):
+        attn.repeat_interleave(a, -1, 0)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        attn.repeat_interleave(a, 2, 2)
+
+
+@pytest.mark.parametrize("start,end,steps", [(0, 1, 5), (-3.5, 7.25, 33), (0, 1, 1),
+                                             (1e-3, 10000.0, 64), (5, -5, 10), (0, 1, 0)])
+def test_linspace_as_pytorch(start, end, steps):
+    # Within a float32 ulp of the scale: torch's vectorised path rounds per vector width.
+    close_ulp(attn.linspace(start, end, steps), torch.linspace(start, end, steps))
+    a = attn.linspace(start, end, steps)
+    assert a.dtype == attn.float32 and tuple(a.shape) == (steps,)
+    if steps > 1:
+        assert a[0].item() == np.float32(start) and a[-1].item() == np.float32(end)
+    with pytest.raises(TypeError, match="linspace: dtype torch.int64 is not supported"):
+        attn.linspace(start, end, steps, dtype=attn.int64)
+
+
+def test_one_hot_as_pytorch():
+    idx = [[0, 3], [2, 1]]
+    assert AF.one_hot(attn.tensor(idx)).tolist() == torch.nn.functional.one_hot(
+        torch.tensor(idx)).tolist()
+    r = AF.one_hot(attn.tensor(idx), 6)
+    assert tuple(r.shape) == (2, 2, 6) and r.dtype == attn.int64
+    assert r.tolist() == torch.nn.functional.one_hot(torch.tensor(idx), 6).tolist()
+    with pytest.raises(RuntimeError, match="Class values must be smaller than num_classes."):
+        AF.one_hot(attn.tensor(idx), 3)
+    with pytest.raises(RuntimeError, match="Class values must be non-negative."):
+        AF.one_hot(attn.tensor([-1, 0]))
+    with pytest.raises(RuntimeError, match="Can not infer total number of classes"):
+        AF.one_hot(attn.zeros(0, dtype=attn.int64))
+    with pytest.raises(RuntimeError, match="one_hot is only applicable to index tensor"):
+        AF.one_hot(attn.ones(2))
+
+
+@pytest.mark.parametrize("pads,value", [((1, 2), None), ((0, 0, 2, 1), 1.5), ((-1, 2, 1, -2), 0.0),
+                                        ((3, 0, 0, 1, 1, 1), -2.0)])
+def test_pad_constant_as_pytorch(pads, value):
+    a, t = pair((3, 4, 5), requires_grad=True)
+    kw = {} if value is None else {"value": value}
+    ya, yt = AF.pad(a, pads, **kw), torch.nn.functional.pad(t, pads, **kw)
+    same(ya, yt)
+    g, gt = pair(tuple(yt.shape), seed=7)
+    ya.backward(g)
+    yt.backward(gt)
+    same(a.grad, t.grad)
+
+
+def test_pad_bad_input():
+    a = attn.ones(2, 3)
+    with pytest.raises(ValueError, match="padding length must be even"):
+        AF.pad(a, (1,))
+    with pytest.raises(NotImplementedError, match="mode 'reflect' is not supported"):
+        AF.pad(a, (1, 1), mode="reflect")
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16"])
+def test_finfo_as_pytorch(name):
+    a, t = attn.finfo(getattr(attn, name)), torch.finfo(getattr(torch, name))
+    for field in ("bits", "eps", "max", "min", "tiny", "smallest_normal", "resolution"):
+        assert getattr(a, field) == getattr(t, field), field
+    assert a.dtype == t.dtype
+    assert attn.finfo().eps == torch.finfo().eps
+    with pytest.raises(TypeError):
+        attn.finfo(attn.int64)
