@@ -146,3 +146,11 @@ def test_nano_package_checkpoint_resume_and_generate(tmp_path, flash):
     # Tied weights stay one storage, as torch saves them.
     assert (ck_a["model"]["lm_head.weight"].data_ptr()
             == ck_a["model"]["transformer.wte.weight"].data_ptr())
+
+
+def test_llama_style_decoder_with_rope_gqa_swiglu_and_rmsnorm(tmp_path):
+    """torch.outer / cos / sin RoPE tables, repeat_interleave GQA, SwiGLU and RMSNorm (attn's
+    nn.RMSNorm against torch 1.13 running the tutorials' own RMSNorm module)."""
+    t = run(stage(tmp_path, "llama_tiny.py", False), ["llama_tiny.py", DATA], False)
+    a = run(stage(tmp_path, "llama_tiny.py", True), ["llama_tiny.py", DATA], True)
+    compare(t, a, loss_tol(3))
