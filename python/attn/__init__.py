@@ -23,10 +23,22 @@ from ._C import abs  # noqa: A004  (torch.abs shadows the builtin the same way)
 from ._C import cos, erfinv, outer, randperm, sin
 
 ger = outer  # torch.ger, the old name of torch.outer
-from ._model_ops import finfo, linspace, repeat_interleave  # noqa: E402
+from ._model_ops import (bincount, einsum, finfo, index_add, linspace,  # noqa: E402
+                         repeat_interleave)
 
 Tensor.repeat_interleave = (lambda self, repeats, dim=None, *, output_size=None:
                             repeat_interleave(self, repeats, dim, output_size=output_size))
+Tensor.index_add = lambda self, dim, index, source, *, alpha=1: index_add(
+    self, dim, index, source, alpha=alpha)
+
+
+def _index_add_(self, dim, index, source, *, alpha=1):
+    """Tensor.index_add_: in place, through index_add's scatter_add."""
+    return self.copy_(index_add(self, dim, index, source, alpha=alpha))
+
+
+Tensor.index_add_ = _index_add_
+Tensor.bincount = lambda self, weights=None, minlength=0: bincount(self, weights, minlength)
 
 __version__ = "0.1.0"
 
@@ -251,6 +263,24 @@ Tensor.cuda = _tensor_cuda
 Tensor.is_cuda = property(lambda self: self._device != "cpu")
 # pin_memory: page-locked memory only matters for copies to a GPU, so the tensor itself.
 Tensor.pin_memory = lambda self, device=None: self
+
+
+def _tensor_deepcopy(self, memo):
+    """copy.deepcopy(t): a leaf's values in new storage, requires_grad kept (torch's rule: only
+    leaves)."""
+    if id(self) in memo:
+        return memo[id(self)]
+    if not self.is_leaf:
+        raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
+                           "deepcopy protocol at the moment")
+    new = self.detach().clone()
+    if self.requires_grad:
+        new.requires_grad_(True)
+    memo[id(self)] = new
+    return new
+
+
+Tensor.__deepcopy__ = _tensor_deepcopy
 Tensor.is_pinned = lambda self, device=None: False
 Tensor.__array_priority__ = 1000  # numpy defers to our reflected operators
 

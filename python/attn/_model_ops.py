@@ -1,5 +1,6 @@
 """torch functions that today's model programs (Llama, Qwen, Gemma, Mixtral style) use, composed of
-attn's ops: torch.finfo, torch.repeat_interleave, torch.linspace."""
+attn's ops: finfo, repeat_interleave, linspace, index_add, bincount (mixture-of-experts routing)
+and einsum."""
 import builtins
 
 import numpy as np
@@ -107,3 +108,136 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
     if device is not None and str(device) != "cpu":
         t = t.to(device)
     return t.requires_grad_() if requires_grad else t
+
+
+def index_add(input, dim, index, source, *, alpha=1):
+    """torch.index_add: input with source's slices added at the positions of index along dim (in
+    index order, as torch's CPU kernel); a scatter_add of index broadcast to source's shape, so
+    differentiable in input and source."""
+    d = dim + input.dim() if dim < 0 else dim
+    if not 0 <= d < max(input.dim(), 1):
+        raise IndexError("index_add(): dim {} is out of range for a tensor of {} dims".format(
+            dim, input.dim()))
+    if index.dim() > 1 or index.dtype != _C.dtype.int64:
+        raise IndexError("index_add_(): Index is supposed to be a vector of int64")
+    if source.dim() != input.dim() or source.shape[d] != index.numel() or builtins.any(
+            source.shape[i] != input.shape[i] for i in range(input.dim()) if i != d):
+        raise RuntimeError("index_add(): source {} does not fit input {} with {} indices along "
+                           "dim {}".format(tuple(source.shape), tuple(input.shape), index.numel(),
+                                           d))
+    shape = [1] * source.dim()
+    shape[d] = -1
+    idx = index.reshape(shape).expand(*source.shape)
+    src = source if alpha == 1 else source * alpha
+    return input.scatter_add(d, idx, src)
+
+
+def bincount(input, weights=None, minlength=0):
+    """torch.bincount: how often each value of a 1-D non-negative int64 tensor occurs (or the sum
+    of its weights), max(input) + 1 or minlength bins."""
+    if input.dim() != 1 or input.dtype != _C.dtype.int64 or (
+            input.numel() and int(input.min().item()) < 0):
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if weights is not None and tuple(weights.shape) != tuple(input.shape):
+        raise RuntimeError("weights should be 1-d and have the same length as input")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    n = builtins.max(int(input.max().item()) + 1 if input.numel() else 0, int(minlength))
+    if weights is None:
+        return _C.zeros(n, dtype=_C.dtype.int64).scatter_add(0, input, _C.ones_like(input))
+    return _C.zeros(n, dtype=weights.dtype).scatter_add(0, input, weights)
+
+
+def _einsum_terms(equation, operands):
+    """The letters of each operand and of the output, '...' expanded to private letters."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        raise ValueError("einsum(): {} operands for the {} terms of {!r}".format(
+            len(operands), len(terms), equation))
+    n_ell = 0
+    for t, op in zip(terms, operands):
+        if "..." in t:
+            n_ell = builtins.max(n_ell, op.dim() - (len(t) - 3))
+    ell = "".join(chr(0x3b1 + i) for i in range(n_ell))  # Greek letters: never in an equation
+
+    def expand(t, ndim):
+        if "..." not in t:
+            return t
+        k = ndim - (len(t) - 3)
+        return t.replace("...", ell[n_ell - k:])
+    out_terms = []
+    for t, op in zip(terms, operands):
+        letters = expand(t, op.dim())
+        if len(letters) != op.dim() or not builtins.all(c.isalpha() for c in letters):
+            raise ValueError("einsum(): term {!r} does not match operand of shape {}".format(
+                t, tuple(op.shape)))
+        if len(set(letters)) != len(letters):
+            raise ValueError("einsum(): repeated subscripts within a term ({!r}, a diagonal) are "
+                             "not supported".format(t))
+        out_terms.append(letters)
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:  # implicit: the letters that appear once, in alphabetical order, after the ellipsis
+        counts = {}
+        for t in out_terms:
+            for c in t:
+                counts[c] = counts.get(c, 0) + 1
+        out = ell + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell))
+    return out_terms, out
+
+
+def _einsum_pair(a, ta, b, tb, keep):
+    """a (letters ta) times b (letters tb), summed over the shared letters not in keep: a matmul
+    over (batch, left, contracted) x (batch, contracted, right)."""
+    sizes = {}
+    for t, x in ((ta, a), (tb, b)):
+        for c, s in zip(t, x.shape):
+            if sizes.get(c, 1) != 1 and s != 1 and s != sizes[c]:
+                raise RuntimeError("einsum(): subscript {} has size {} and {}".format(
+                    c, sizes[c], s))
+            sizes[c] = builtins.max(sizes.get(c, 1), s)
+    # A letter of one operand only that nothing later needs: summed there first.
+    def drop_unneeded(x, t, other):
+        gone = [i for i, c in enumerate(t) if c not in other and c not in keep]
+        if not gone:
+            return x, t
+        return x.sum(gone), "".join(c for i, c in enumerate(t) if i not in gone)
+    a, ta2 = drop_unneeded(a, ta, tb)
+    b, tb = drop_unneeded(b, tb, ta)
+    ta = ta2
+    batch = [c for c in ta if c in tb and c in keep]
+    contract = [c for c in ta if c in tb and c not in keep]
+    left = [c for c in ta if c not in tb]
+    right = [c for c in tb if c not in ta]
+
+    def arrange(x, t, order):
+        x = x.permute([t.index(c) for c in order]) if order else x
+        return x.expand(*[sizes[c] for c in order]) if order else x
+    prod = lambda cs: int(np.prod([sizes[c] for c in cs])) if cs else 1  # noqa: E731
+    A = arrange(a, ta, batch + left + contract).reshape(prod(batch), prod(left), prod(contract))
+    B = arrange(b, tb, batch + contract + right).reshape(prod(batch), prod(contract), prod(right))
+    r = _C.matmul(A, B).reshape([sizes[c] for c in batch + left + right])
+    return r, "".join(batch + left + right)
+
+
+def einsum(equation, *operands):
+    """torch.einsum without diagonals: operands contracted left to right, each pair through one
+    batched matmul (torch's own path without opt_einsum, so sums are in matmul's order), '...'
+    broadcasting, implicit output."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    terms, out = _einsum_terms(equation, operands)
+    x, tx = operands[0], terms[0]
+    for i in range(1, len(operands)):
+        later = set(out).union(*[set(t) for t in terms[i + 1:]])
+        x, tx = _einsum_pair(x, tx, operands[i], terms[i], later)
+    gone = [j for j, c in enumerate(tx) if c not in out]
+    if gone:
+        x = x.sum(gone)
+        tx = "".join(c for c in tx if c in out)
+    if sorted(tx) != sorted(out):
+        raise ValueError("einsum(): output subscripts {!r} name letters that no operand has".format(
+            out))
+    return x.permute([tx.index(c) for c in out]) if out else x

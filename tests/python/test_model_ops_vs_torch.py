@@ -217,3 +217,103 @@ def test_finfo_as_pytorch(name):
     assert attn.finfo().eps == torch.finfo().eps
     with pytest.raises(TypeError):
         attn.finfo(attn.int64)
+
+
+EINSUMS = [("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ij,jk", [(3, 4), (4, 5)]),
+           ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]), ("bhqd,bhkd->bhqk", [(2, 2, 5, 8),
+                                                                           (2, 2, 7, 8)]),
+           ("bij->bji", [(2, 3, 4)]), ("bij->", [(2, 3, 4)]), ("i,i->", [(7,), (7,)]),
+           ("bij,bjk,bkl->bil", [(2, 3, 4), (2, 4, 5), (2, 5, 2)]), ("ij,kj->ik", [(3, 4), (5, 4)]),
+           ("i,j->ij", [(3,), (4,)]), ("bn,nd->bd", [(1, 6), (6, 3)])]
+
+
+@pytest.mark.parametrize("eq,shapes", EINSUMS)
+def test_einsum_as_pytorch(eq, shapes):
+    pairs = [pair(s, seed=i, requires_grad=True) for i, s in enumerate(shapes)]
+    ya = attn.einsum(eq, *[p[0] for p in pairs])
+    yt = torch.einsum(eq, *[p[1] for p in pairs])
+    close_ulp(ya, yt)
+    if yt.dim():
+        g, gt = pair(tuple(yt.shape), seed=9)
+        ya.backward(g)
+        yt.backward(gt)
+    else:
+        ya.backward()
+        yt.backward()
+    for a, t in pairs:
+        np.testing.assert_allclose(np_of(a.grad), np_of(t.grad), rtol=1e-5, atol=1e-5)
+    close_ulp(attn.einsum(eq, [p[0].detach() for p in pairs]), yt)
+
+
+def test_einsum_bad_input():
+    a = attn.ones(2, 3)
+    with pytest.raises(ValueError, match="repeated subscripts"):
+        attn.einsum("ii->i", attn.ones(3, 3))
+    with pytest.raises(ValueError, match="does not match operand"):
+        attn.einsum("ijk->i", a)
+    with pytest.raises(ValueError, match="2 operands for the 1 terms"):
+        attn.einsum("ij->i", a, a)
+    with pytest.raises(RuntimeError, match="subscript j has size 3 and 4"):
+        attn.einsum("ij,jk->ik", a, attn.ones(4, 2))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_index_add_as_pytorch(dim):
+    a, t = pair((4, 5), requires_grad=True)
+    n = 6
+    idx = [0, 2, 0, 3, 1, 2][:n] if dim == 0 else [4, 0, 4, 1, 2, 3][:n]
+    shape = (n, 5) if dim == 0 else (4, n)
+    s, u = pair(shape, seed=3, requires_grad=True)
+    ya = attn.index_add(a, dim, attn.tensor(idx), s, alpha=2)
+    yt = torch.index_add(t, dim, torch.tensor(idx), u, alpha=2)
+    same(ya, yt)
+    same(a.index_add(dim, attn.tensor(idx), s), t.index_add(dim, torch.tensor(idx), u))
+    g, gt = pair(shape=(4, 5), seed=4)
+    ya.backward(g)
+    yt.backward(gt)
+    same(a.grad, t.grad)
+    same(s.grad, u.grad)
+    b, v = pair((4, 5))
+    b.index_add_(dim, attn.tensor(idx), s.detach())
+    v.index_add_(dim, torch.tensor(idx), u.detach())
+    same(b, v)
+    with pytest.raises(RuntimeError, match="does not fit input"):
+        attn.index_add(a, dim, attn.tensor(idx[:2]), s)
+
+
+def test_bincount_as_pytorch():
+    x = [3, 1, 1, 0, 7, 3, 3]
+    assert attn.bincount(attn.tensor(x)).tolist() == torch.bincount(torch.tensor(x)).tolist()
+    assert attn.tensor(x).bincount(minlength=10).tolist() == torch.tensor(x).bincount(
+        minlength=10).tolist()
+    w, tw = pair((7,))
+    same(attn.bincount(attn.tensor(x), w), torch.bincount(torch.tensor(x), tw))
+    assert attn.bincount(attn.zeros(0, dtype=attn.int64)).tolist() == []
+    with pytest.raises(RuntimeError, match="bincount only supports 1-d non-negative integral"):
+        attn.bincount(attn.tensor([-1, 2]))
+
+
+def test_deepcopy_and_cross_entropy_loss_modules():
+    import copy
+    model = attn.nn.Sequential(attn.nn.Linear(4, 8), attn.nn.SiLU(), attn.nn.RMSNorm(8),
+                               attn.nn.Linear(8, 3))
+    twin = copy.deepcopy(model)
+    x = attn.randn(5, 4)
+    assert attn.equal(model(x), twin(x))
+    for (n1, p1), (n2, p2) in zip(model.named_parameters(), twin.named_parameters()):
+        assert n1 == n2 and p1 is not p2 and p2.requires_grad
+        assert isinstance(p2, attn.nn.Parameter)
+    with attn.no_grad():
+        twin[0].weight.add_(1.0)
+    assert not attn.equal(model(x), twin(x))
+    with pytest.raises(RuntimeError, match="Only Tensors created explicitly by the user"):
+        copy.deepcopy(model(x))
+    a, t = pair((6, 5), requires_grad=True)
+    target = [0, 4, 2, 2, 1, 3]
+    la = attn.nn.CrossEntropyLoss()(a, attn.tensor(target))
+    lt = torch.nn.CrossEntropyLoss()(t, torch.tensor(target))
+    close_ulp(la, lt)
+    la.backward()
+    lt.backward()
+    close_ulp(a.grad, t.grad)
+    assert repr(attn.nn.CrossEntropyLoss()) == repr(torch.nn.CrossEntropyLoss())

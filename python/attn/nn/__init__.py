@@ -6,10 +6,10 @@ from . import functional, init, parallel, utils
 from .activation import GELU, Identity, ReLU, SiLU, Sigmoid, Tanh
 from .container import ModuleDict, ModuleList, Sequential
 from .attention import MultiheadAttention
-from .modules import (GPT, Dropout, Embedding, LayerNorm, Linear, Module,
+from .modules import (GPT, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, Module,
                       NonDynamicallyQuantizableLinear, Parameter, RMSNorm)
 
-__all__ = ["GELU", "GPT", "LayerNorm", "Dropout", "Embedding", "Identity", "Linear", "Module",
+__all__ = ["CrossEntropyLoss", "GELU", "GPT", "LayerNorm", "Dropout", "Embedding", "Identity", "Linear", "Module",
            "ModuleDict", "ModuleList", "MultiheadAttention", "NonDynamicallyQuantizableLinear",
            "Parameter", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Tanh", "functional", "init",
            "parallel", "utils"]

@@ -66,6 +66,11 @@ class Parameter(Tensor):
 
     __str__ = __repr__
 
+    def __deepcopy__(self, memo):
+        if id(self) not in memo:
+            memo[id(self)] = Parameter(self.detach().clone(), self.requires_grad)
+        return memo[id(self)]
+
 
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
     """What load_state_dict returns: the keys the model had that state_dict lacked, and the
@@ -523,6 +528,21 @@ class Dropout(Module):
 
     def extra_repr(self):
         return "p={}, inplace={}".format(self.p, self.inplace)
+
+
+class CrossEntropyLoss(Module):
+    """torch.nn.CrossEntropyLoss over F.cross_entropy (the same arguments and limits)."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                 reduction="mean", label_smoothing=0.0):
+        super().__init__()
+        self.weight, self.size_average, self.reduce = weight, size_average, reduce
+        self.ignore_index, self.reduction = ignore_index, reduction
+        self.label_smoothing = label_smoothing
+
+    def forward(self, input, target):
+        return F.cross_entropy(input, target, self.weight, self.size_average, self.ignore_index,
+                               self.reduce, self.reduction, self.label_smoothing)
 
 
 class RMSNorm(Module):
