@@ -49,16 +49,22 @@ std::vector<TensorIndex> to_indices(const py::object& key) {
   } else {
     out.push_back(to_index(key));
   }
-  // torch broadcasts several index tensors together (x[rows, cols]); attn takes one.
-  int tensors = 0;
-  for (const auto& ix : out)
-    tensors +=
-        ix.kind() == TensorIndex::Kind::Tensor && ix.tensor().defined() && ix.tensor().dim() > 0;
-  if (tensors > 1) {
+  // torch broadcasts several index tensors together (x[rows, cols]); attn takes them on adjacent
+  // dims (Tensor::index merges those dims), not separated by other indices.
+  int tensors = 0, first = -1, last = -1;
+  for (int i = 0; i < int(out.size()); ++i) {
+    const auto& ix = out[std::size_t(i)];
+    if (ix.kind() == TensorIndex::Kind::Tensor && ix.tensor().defined() && ix.tensor().dim() > 0) {
+      ++tensors;
+      if (first < 0) first = i;
+      last = i;
+    }
+  }
+  if (tensors > 1 && last - first + 1 != tensors) {
     std::string version = py::str(py::module_::import("attn").attr("__version__"));
     PyErr_SetString(PyExc_NotImplementedError,
-                    ("indexing with more than one index tensor or list (x[rows, cols]) is not "
-                     "supported by attn " +
+                    ("index tensors or lists separated by other indices (x[rows, :, cols]) are "
+                     "not supported by attn " +
                      version + "; index one dim at a time or use gather")
                         .c_str());
     throw py::error_already_set();

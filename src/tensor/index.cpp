@@ -46,6 +46,7 @@ struct Indexed {
   int64_t tensor_dim = -1;
   Tensor index;       // the 1-D int64 index tensor, when tensor_dim >= 0
   Shape index_shape;  // what the index dim becomes in the result
+  bool index_is_mask = false;
 };
 
 Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indices, const char* fn,
@@ -94,8 +95,40 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
           out = out.select(d, wrap_index(t.item<int64_t>(), out.shape()[d], d, fn));
           break;
         }
-        if (r.tensor_dim >= 0)
-          fail(fn, "indexing with more than one index tensor is not supported");
+        if (r.tensor_dim >= 0) {
+          // Index tensors on adjacent dims (x[rows, cols]) broadcast together, as torch's: the
+          // two dims become one of their sizes' product, indexed by row * cols_size + col.
+          if (r.tensor_dim != d - 1 || t.dtype() == Dtype::Bool || r.index_is_mask)
+            fail(fn,
+                 "several index tensors are supported on adjacent dims and without bool masks "
+                 "(x[rows, cols], x[:, rows, cols]); index one dim at a time otherwise");
+          const int64_t n0 = out.shape()[d - 1], n1 = out.shape()[d];
+          Tensor cur = checked_index_tensor(t, fn);
+          const int64_t* cp = cur.data_ptr<int64_t>();
+          for (int64_t i = 0; i < cur.numel(); ++i) wrap_index(cp[i], n1, d, fn);
+          const Tensor prev = r.index.reshape(r.index_shape);
+          auto wrapped = [](const Tensor& i, int64_t n) {
+            return where(i < Scalar(0), i + Scalar(n), i);
+          };
+          const Tensor lin = wrapped(prev, n0) * Scalar(n1) + wrapped(cur, n1);
+          Shape merged(out.shape().begin(), out.shape().begin() + d - 1);
+          merged.push_back(n0 * n1);
+          merged.insert(merged.end(), out.shape().begin() + d + 1, out.shape().end());
+          if (need_view) {
+            try {
+              out = out.view(merged);
+            } catch (const Error&) {
+              fail(fn, "assigning through index tensors on dims ", d - 1, " and ", d, " of a ",
+                   shape_str(out.shape()), " tensor whose strides ", shape_str(out.strides()),
+                   " do not allow merging them is not supported; make it contiguous first");
+            }
+          } else {
+            out = out.reshape(merged);
+          }
+          r.index = lin.reshape({-1}).contiguous();
+          r.index_shape = lin.shape();
+          break;  // the merged dim is still r.tensor_dim; d stays after it
+        }
         if (t.dtype() == Dtype::Bool) {
           if (t.dim() == 0) fail(fn, "indexing with a 0-dim bool tensor is not supported");
           const int64_t k = t.dim();
@@ -133,6 +166,7 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
           positions({mp, mask.numel(), static_cast<int64_t*>(idx.device_data())});
           r.index = idx;
           r.index_shape = {count};
+          r.index_is_mask = true;
         } else {
           Tensor idx = checked_index_tensor(t, fn);
           const int64_t* ip = idx.data_ptr<int64_t>();

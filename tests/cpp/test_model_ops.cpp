@@ -103,4 +103,24 @@ TEST(ModelOps, OuterIsEachProductOnce) {
             "[outer] expected 1-D vectors, got (2, 2) and (2,)");
 }
 
+TEST(ModelOps, SeveralIndexTensorsOnAdjacentDims) {
+  using attn::TensorIndex;
+  const Tensor x = attn::arange(24).reshape({2, 3, 4});
+  const Tensor rows = attn::tensor({int64_t(1), int64_t(0), int64_t(-1)}),
+               cols = attn::tensor({int64_t(3), int64_t(0), int64_t(2)});
+  // x[:, rows, cols] -> (2, 3): x[b, rows[i], cols[i]].
+  const Tensor y = x.index({attn::indexing::Slice(), rows, cols});
+  ASSERT_EQ(y.shape(), (Shape{2, 3}));
+  const std::vector<int64_t> want = {7, 0, 10, 19, 12, 22};
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(y.reshape({-1}).index({i}).item<int64_t>(), want[i]);
+  Tensor z = attn::zeros({3, 4});
+  z.index_put_({rows, cols}, attn::Scalar(5.0));
+  EXPECT_EQ(z.sum().item<float>(), 15.0f);
+  EXPECT_EQ(z.index({1, 3}).item<float>(), 5.0f);
+  EXPECT_NE(outcome([&] {
+              x.index({rows, attn::indexing::Slice(), cols});
+            }).find("several index tensors are supported on adjacent dims"),
+            std::string::npos);
+}
+
 }  // namespace

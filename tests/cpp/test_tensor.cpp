@@ -395,7 +395,9 @@ TEST(TensorIndexing, IndexTensor) {
             (Shape{0, 3, 4}));
   EXPECT_INDEX_ERR("[index]", r.index({tensor({10})}));
   EXPECT_INDEX_ERR("[index]", r.index({tensor({-11})}));
-  EXPECT_ERR("[index]", x.index({tensor({0}), tensor({0})}));
+  // Several index tensors: on adjacent dims (broadcast together), not separated by a slice.
+  EXPECT_EQ(x.index({tensor({0}), tensor({0})}).shape(), (Shape{1, 4}));
+  EXPECT_ERR("[index]", x.index({tensor({0}), Slice(), tensor({0})}));
 }
 
 // Seed 004's bag of words: x_bow[b, t] = mean(x[b, :t+1], 0) through index / index_put_, then

@@ -317,3 +317,32 @@ def test_deepcopy_and_cross_entropy_loss_modules():
     lt.backward()
     close_ulp(a.grad, t.grad)
     assert repr(attn.nn.CrossEntropyLoss()) == repr(torch.nn.CrossEntropyLoss())
+
+
+@pytest.mark.parametrize("key", ["rows_cols", "slice_rows_cols", "broadcast", "lists", "int_between"])
+def test_several_index_tensors_on_adjacent_dims(key):
+    a, t = pair((4, 5, 6), requires_grad=True)
+    r, c = [0, 3, -1], [1, 2, 4]
+    keys = {"rows_cols": lambda m: (m.tensor(r), m.tensor(c)),
+            "slice_rows_cols": lambda m: (slice(None), m.tensor(c), m.tensor(r)),
+            "broadcast": lambda m: (m.tensor([[0], [2]]), m.tensor([1, 3, 4])),
+            "lists": lambda m: ([0, 1], [2, 3]),
+            "int_between": lambda m: (m.tensor(r), 2)}
+    ya, yt = a[keys[key](attn)], t[keys[key](torch)]
+    same(ya, yt)
+    g, gt = pair(tuple(yt.shape), seed=11)
+    ya.backward(g)
+    yt.backward(gt)
+    same(a.grad, t.grad)
+    b, u = pair((4, 5, 6), seed=2)
+    b[keys[key](attn)] = -7.0
+    u[keys[key](torch)] = -7.0
+    same(b, u)
+
+
+def test_index_tensors_separated_by_other_indices_are_refused():
+    a = attn.ones(4, 5, 6)
+    with pytest.raises(NotImplementedError, match=r"separated by other indices"):
+        a[attn.tensor([0, 1]), :, attn.tensor([1, 2])]
+    with pytest.raises(IndexError):
+        a[attn.tensor([0, 9]), attn.tensor([1, 2])]

@@ -517,7 +517,7 @@ def test_indexing_errors():
                       torch_exc=IndexError)
 
     with pytest.raises(NotImplementedError, match="attn"):
-        attn.ones(3, 4)[attn.tensor([0, 1]), attn.tensor([1, 2])]
+        attn.ones(3, 4, 2)[attn.tensor([0, 1]), :, attn.tensor([1, 0])]
 
     def bad_value(m):
         x = m.ones(3, 4)
