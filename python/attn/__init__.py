@@ -23,8 +23,8 @@ from ._C import abs  # noqa: A004  (torch.abs shadows the builtin the same way)
 from ._C import cos, erfinv, outer, randperm, sin
 
 ger = outer  # torch.ger, the old name of torch.outer
-from ._model_ops import (bincount, einsum, finfo, index_add, linspace,  # noqa: E402
-                         repeat_interleave)
+from ._model_ops import (bincount, einsum, finfo, index_add, linspace, nonzero,  # noqa: E402
+                         repeat_interleave, where)
 
 Tensor.repeat_interleave = (lambda self, repeats, dim=None, *, output_size=None:
                             repeat_interleave(self, repeats, dim, output_size=output_size))
@@ -39,6 +39,7 @@ def _index_add_(self, dim, index, source, *, alpha=1):
 
 Tensor.index_add_ = _index_add_
 Tensor.bincount = lambda self, weights=None, minlength=0: bincount(self, weights, minlength)
+Tensor.nonzero = lambda self, *, as_tuple=False: nonzero(self, as_tuple=as_tuple)
 
 __version__ = "0.1.0"
 

@@ -1,6 +1,6 @@
 """torch functions that today's model programs (Llama, Qwen, Gemma, Mixtral style) use, composed of
-attn's ops: finfo, repeat_interleave, linspace, index_add, bincount (mixture-of-experts routing)
-and einsum."""
+attn's ops: finfo, repeat_interleave, linspace, index_add, bincount, nonzero and the one-argument
+where (mixture-of-experts routing) and einsum."""
 import builtins
 
 import numpy as np
@@ -241,3 +241,33 @@ def einsum(equation, *operands):
         raise ValueError("einsum(): output subscripts {!r} name letters that no operand has".format(
             out))
     return x.permute([tx.index(c) for c in out]) if out else x
+
+
+def nonzero(input, *, out=None, as_tuple=False):
+    """torch.nonzero: the indices of the non-zero elements in row-major order, (n, input.dim())
+    int64, or with as_tuple one 1-D int64 tensor per dim."""
+    if out is not None:
+        raise ValueError("[nonzero] out= is not supported")
+    mask = input if input.dtype == _C.dtype.bool else input != 0
+    flat = np.array(mask.reshape(-1).tolist(), dtype=bool)
+    lin = np.flatnonzero(flat)
+    shape = tuple(input.shape)
+    coords = np.unravel_index(lin, shape) if shape else ()
+    if as_tuple:
+        if not shape:  # a 0-dim input: one tensor of its (0 or 1) positions
+            return (_C.tensor(lin.tolist(), dtype=_C.dtype.int64),)
+        return tuple(_C.tensor(c.tolist(), dtype=_C.dtype.int64) for c in coords)
+    if not shape:
+        return _C.zeros(len(lin), 0, dtype=_C.dtype.int64)
+    table = np.stack(coords, axis=1) if len(lin) else np.zeros((0, len(shape)), dtype=np.int64)
+    return _C.tensor(table.tolist(), dtype=_C.dtype.int64).reshape(len(lin), len(shape))
+
+
+def where(condition, input=None, other=None):
+    """torch.where(condition, input, other), or torch.where(condition): nonzero(condition,
+    as_tuple=True)."""
+    if input is None and other is None:
+        return nonzero(condition, as_tuple=True)
+    if input is None or other is None:
+        raise TypeError("where() takes a condition alone, or a condition, input and other")
+    return _C.where(condition, input, other)

@@ -346,3 +346,40 @@ def test_index_tensors_separated_by_other_indices_are_refused():
         a[attn.tensor([0, 1]), :, attn.tensor([1, 2])]
     with pytest.raises(IndexError):
         a[attn.tensor([0, 9]), attn.tensor([1, 2])]
+
+
+def test_nonzero_and_one_argument_where_as_pytorch():
+    x = np.array([[0, 1.5, 0], [2, 0, -1]], dtype=np.float32)
+    a, t = attn.tensor(x.tolist()), torch.tensor(x)
+    assert attn.nonzero(a).tolist() == torch.nonzero(t).tolist()
+    assert attn.nonzero(a).dtype == attn.int64 and tuple(attn.nonzero(a).shape) == (3, 2)
+    for ra, rt in zip(a.nonzero(as_tuple=True), t.nonzero(as_tuple=True)):
+        assert ra.tolist() == rt.tolist()
+    for ra, rt in zip(attn.where(a > 0), torch.where(t > 0)):
+        assert ra.tolist() == rt.tolist()
+    assert tuple(attn.nonzero(attn.zeros(2, 3)).shape) == (0, 2)
+    same(attn.where(a > 0, a, 0.0), torch.where(t > 0, t, torch.tensor(0.0)))
+    with pytest.raises(TypeError, match="where"):
+        attn.where(a > 0, a)
+
+
+def test_mixtral_style_routing_as_pytorch():
+    """Top-k routing as the Mixtral-style programs write it: softmax, topk, renormalise, one_hot
+    expert masks, where(mask), gathering rows with None and two index tensors, index_add_."""
+    def route(m, x, router, experts):
+        logits = x @ router
+        weights = m.softmax(logits, dim=1)
+        weights, selected = m.topk(weights, 2, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        out = m.zeros(x.shape[0], x.shape[1])
+        mask = m.nn.functional.one_hot(selected, num_classes=4).permute(2, 1, 0)
+        for e in range(4):
+            idx, top_x = m.where(mask[e])
+            state = x[None, top_x].reshape(-1, x.shape[1])
+            hidden = (state @ experts[e]) * weights[top_x, idx, None]
+            out.index_add_(0, top_x, hidden)
+        return out
+    x, tx = pair((6, 8), seed=1)
+    r, tr = pair((8, 4), seed=2)
+    es = [pair((8, 8), seed=3 + e) for e in range(4)]
+    close_ulp(route(attn, x, r, [e[0] for e in es]), route(torch, tx, tr, [e[1] for e in es]))
