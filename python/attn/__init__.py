@@ -40,6 +40,10 @@ def _index_add_(self, dim, index, source, *, alpha=1):
 Tensor.index_add_ = _index_add_
 Tensor.bincount = lambda self, weights=None, minlength=0: bincount(self, weights, minlength)
 Tensor.nonzero = lambda self, *, as_tuple=False: nonzero(self, as_tuple=as_tuple)
+Tensor.type_as = lambda self, other: self.to(other.dtype)  # torch.Tensor.type_as
+
+from ._complex import (cfloat, complex, complex64, is_complex, polar,  # noqa: E402,A004
+                       view_as_complex, view_as_real)
 
 __version__ = "0.1.0"
 

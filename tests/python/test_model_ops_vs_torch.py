@@ -383,3 +383,45 @@ def test_mixtral_style_routing_as_pytorch():
     r, tr = pair((8, 4), seed=2)
     es = [pair((8, 8), seed=3 + e) for e in range(4)]
     close_ulp(route(attn, x, r, [e[0] for e in es]), route(torch, tx, tr, [e[1] for e in es]))
+
+
+def test_complex_rope_as_metas_reference_code():
+    """Rotary embeddings in complex64 as Meta's reference Llama writes them: polar, view_as_complex,
+    a broadcast complex product, view_as_real; values and gradients."""
+    def precompute_freqs_cis(m, dim, end, theta=10000.0):
+        freqs = 1.0 / (theta ** (m.arange(0, dim, 2)[: (dim // 2)].float() / dim))
+        t = m.arange(end, dtype=m.float32)
+        freqs = m.outer(t, freqs)
+        return m.polar(m.ones_like(freqs), freqs)
+
+    def reshape_for_broadcast(freqs_cis, x):
+        ndim = x.ndim
+        assert freqs_cis.shape == (x.shape[1], x.shape[-1])
+        shape = [d if i == 1 or i == ndim - 1 else 1 for i, d in enumerate(x.shape)]
+        return freqs_cis.view(*shape)
+
+    def apply_rotary_emb(m, xq, xk, freqs_cis):
+        xq_ = m.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+        xk_ = m.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+        freqs_cis = reshape_for_broadcast(freqs_cis, xq_)
+        xq_out = m.view_as_real(xq_ * freqs_cis).flatten(3)
+        xk_out = m.view_as_real(xk_ * freqs_cis).flatten(3)
+        return xq_out.type_as(xq), xk_out.type_as(xk)
+
+    q, tq = pair((2, 5, 3, 8), seed=1, requires_grad=True)
+    k, tk = pair((2, 5, 3, 8), seed=2, requires_grad=True)
+    fa, ft = precompute_freqs_cis(attn, 8, 16)[:5], precompute_freqs_cis(torch, 8, 16)[:5]
+    assert fa.dtype == attn.complex64 and str(fa.dtype) == str(ft.dtype)
+    close_ulp(fa.real, ft.real)
+    close_ulp(fa.imag, ft.imag)
+    qa, ka = apply_rotary_emb(attn, q, k, fa)
+    qt, kt = apply_rotary_emb(torch, tq, tk, ft)
+    close_ulp(qa, qt)
+    close_ulp(ka, kt)
+    (qa.sum() + (ka * ka).sum()).backward()
+    (qt.sum() + (kt * kt).sum()).backward()
+    close_ulp(q.grad, tq.grad)
+    close_ulp(k.grad, tk.grad)
+    with pytest.raises(RuntimeError, match="last dimension of size 2"):
+        attn.view_as_complex(attn.ones(3, 3))
+    assert attn.is_complex(fa) and not attn.is_complex(q)
