@@ -154,3 +154,12 @@ def test_llama_style_decoder_with_rope_gqa_swiglu_and_rmsnorm(tmp_path):
     t = run(stage(tmp_path, "llama_tiny.py", False), ["llama_tiny.py", DATA], False)
     a = run(stage(tmp_path, "llama_tiny.py", True), ["llama_tiny.py", DATA], True)
     compare(t, a, loss_tol(3))
+
+
+def test_gemma3_style_decoder_with_sliding_windows_and_qk_norm(tmp_path):
+    """Sliding and global layers with their own RoPE bases and triu masks, QK-norm, Gemma's
+    (1 + scale) RMSNorm in float32, pre and post norms, a GELU-tanh gated MLP, scaled
+    embeddings."""
+    t = run(stage(tmp_path, "gemma3_tiny.py", False), ["gemma3_tiny.py", DATA], False)
+    a = run(stage(tmp_path, "gemma3_tiny.py", True), ["gemma3_tiny.py", DATA], True)
+    compare(t, a, loss_tol(3))
