@@ -42,6 +42,24 @@ Tensor.bincount = lambda self, weights=None, minlength=0: bincount(self, weights
 Tensor.nonzero = lambda self, *, as_tuple=False: nonzero(self, as_tuple=as_tuple)
 Tensor.type_as = lambda self, other: self.to(other.dtype)  # torch.Tensor.type_as
 
+
+def _new_factory(make):
+    """Tensor.new_full / new_zeros / new_ones / new_empty: self's dtype and device unless given."""
+    def new(self, *args, dtype=None, device=None, requires_grad=False, **kwargs):
+        t = make(*args, dtype=self.dtype if dtype is None else dtype, **kwargs)
+        dev = self.device if device is None else device
+        if str(dev) != "cpu":
+            t = t.to(dev)
+        return t.requires_grad_() if requires_grad else t
+    return new
+
+
+Tensor.new_full = _new_factory(lambda size, fill_value, **kw: _C.full(
+    (size,) if isinstance(size, int) else tuple(size), fill_value, **kw))
+Tensor.new_zeros = _new_factory(lambda *size, **kw: _C.zeros(*size, **kw))
+Tensor.new_ones = _new_factory(lambda *size, **kw: _C.ones(*size, **kw))
+Tensor.new_empty = _new_factory(lambda *size, **kw: _C.empty(*size, **kw))
+
 from ._complex import (cfloat, complex, complex64, is_complex, polar,  # noqa: E402,A004
                        view_as_complex, view_as_real)
 

@@ -425,3 +425,15 @@ def test_complex_rope_as_metas_reference_code():
     with pytest.raises(RuntimeError, match="last dimension of size 2"):
         attn.view_as_complex(attn.ones(3, 3))
     assert attn.is_complex(fa) and not attn.is_complex(q)
+
+
+def test_new_factories_take_self_dtype_and_device():
+    for m in (attn, torch):
+        x = m.ones(2, dtype=m.int64)
+        assert x.new_zeros(2, 3).dtype == m.int64 and tuple(x.new_zeros((2, 3)).shape) == (2, 3)
+        assert x.new_ones([4]).tolist() == [1, 1, 1, 1]
+        f = m.ones(1).new_full((2, 2), -float("inf"))
+        assert f.dtype == m.float32 and f.tolist() == [[-float("inf")] * 2] * 2
+        assert m.ones(1).new_zeros(3, dtype=m.int64).dtype == m.int64
+        assert tuple(m.ones(1).new_empty(5).shape) == (5,)
+        assert m.ones(1).new_zeros(2, requires_grad=True).requires_grad

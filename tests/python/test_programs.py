@@ -163,3 +163,11 @@ def test_gemma3_style_decoder_with_sliding_windows_and_qk_norm(tmp_path):
     t = run(stage(tmp_path, "gemma3_tiny.py", False), ["gemma3_tiny.py", DATA], False)
     a = run(stage(tmp_path, "gemma3_tiny.py", True), ["gemma3_tiny.py", DATA], True)
     compare(t, a, loss_tol(3))
+
+
+def test_gptoss_style_decoder_with_sinks_and_experts(tmp_path):
+    """Learnable attention sinks (their trained values printed), banded and dense layers, einsum
+    attention with a grouped-query axis, top-k experts gathered by index, a clamped SwiGLU."""
+    t = run(stage(tmp_path, "gptoss_tiny.py", False), ["gptoss_tiny.py", DATA], False)
+    a = run(stage(tmp_path, "gptoss_tiny.py", True), ["gptoss_tiny.py", DATA], True)
+    compare(t, a, loss_tol(3))
