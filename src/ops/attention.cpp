@@ -263,16 +263,16 @@ void for_each_call(const Shape& S, F&& f) {
   }
 }
 
-// The q, k, v, mask pointers of call number c (outer index idx) and its dropout offset; out and
-// lse are contiguous, so call c's start at c times a call's elements.
+// The q, k, v, mask and out pointers of call number c (outer index idx), its dropout offset and
+// its lse rows (lse is contiguous S + (L_q): call c's start at c times a call's rows). The forward
+// and the backward calls both take them from here.
 void set_pointers(const Prepared& p, const Shape& idx, int64_t c, uint64_t dropout_offset,
                   const Tensor& out, float* lse, backend::SdpaForward& kp) {
   kp.q = at(p.q, idx), kp.k = at(p.k, idx), kp.v = at(p.v, idx);
   if (p.mask.defined()) kp.mask = at(p.mask, idx);
   // The counter-based dropout index runs over all of S + (L_q, L_k).
   kp.dropout_offset = dropout_offset + uint64_t(c * kp.B * kp.H * p.L_q * p.L_k);
-  kp.out = static_cast<char*>(out.device_data()) +
-           c * kp.B * kp.H * p.L_q * p.D_v * int64_t(itemsize(out.dtype()));
+  kp.out = at(out, idx);
   kp.lse = lse ? lse + c * kp.B * kp.H * p.L_q : nullptr;
 }
 
@@ -618,13 +618,9 @@ void backward_into(const BackwardKernel& kernel, const Tensor& dout, const Prepa
     bp.workspace = workspace.device_data();
   }
 
-  const int64_t per_call_rows = kp.B * kp.H * p.L_q;
   for_each_call(S, [&](int64_t c, const Shape& idx) {
-    kp.q = at(p.q, idx), kp.k = at(p.k, idx), kp.v = at(p.v, idx);
-    if (p.mask.defined()) kp.mask = at(p.mask, idx);
-    kp.dropout_offset = forward.dropout_offset + uint64_t(c * kp.B * kp.H * p.L_q * p.L_k);
-    kp.out = at(out, idx);
-    kp.lse = static_cast<float*>(lse.device_data()) + c * per_call_rows;
+    set_pointers(p, idx, c, forward.dropout_offset, out, static_cast<float*>(lse.device_data()),
+                 kp);
     bp.dout = at(g, idx);
     bp.dq = at(dq, idx), bp.dk = at(dk, idx), bp.dv = at(dv, idx);
     kernel.run(bp);

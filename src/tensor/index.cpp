@@ -6,6 +6,7 @@
 #include <attn/tensor.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "../backend/index_kernels.h"
@@ -48,6 +49,36 @@ struct Indexed {
   Shape index_shape;  // what the index dim becomes in the result
   bool index_is_mask = false;
 };
+
+// t's dims [d, d + k) merged into one: a view when the result is assigned through
+// (need_view; else the error "assigning through <what()> of a ... tensor whose strides ... do
+// not allow <verb> them"), a reshape otherwise.
+template <typename What>
+Tensor merge_dims(const Tensor& t, int64_t d, int64_t k, bool need_view, const char* fn, What what,
+                  const char* verb) {
+  Shape merged(t.shape().begin(), t.shape().begin() + d);
+  int64_t m = 1;
+  for (int64_t j = 0; j < k; ++j) m *= t.shape()[d + j];
+  merged.push_back(m);
+  merged.insert(merged.end(), t.shape().begin() + d + k, t.shape().end());
+  if (!need_view) return t.reshape(merged);
+  try {
+    return t.view(merged);
+  } catch (const Error&) {
+    fail(fn, "assigning through ", what(), " of a ", shape_str(t.shape()), " tensor whose strides ",
+         shape_str(t.strides()), " do not allow ", verb,
+         " them is not supported; make it contiguous first");
+  }
+}
+
+// An int64 index tensor whose every value is a valid index into a dim of size n (dim d for the
+// IndexError); negative values stay negative (wrapped where they are used).
+Tensor checked_indices(const Tensor& t, int64_t n, int64_t d, const char* fn) {
+  Tensor idx = checked_index_tensor(t, fn);
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i) wrap_index(ip[i], n, d, fn);
+  return idx;
+}
 
 Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indices, const char* fn,
                       bool need_view = false) {
@@ -103,28 +134,19 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
                  "several index tensors are supported on adjacent dims and without bool masks "
                  "(x[rows, cols], x[:, rows, cols]); index one dim at a time otherwise");
           const int64_t n0 = out.shape()[d - 1], n1 = out.shape()[d];
-          Tensor cur = checked_index_tensor(t, fn);
-          const int64_t* cp = cur.data_ptr<int64_t>();
-          for (int64_t i = 0; i < cur.numel(); ++i) wrap_index(cp[i], n1, d, fn);
+          const Tensor cur = checked_indices(t, n1, d, fn);
           const Tensor prev = r.index.reshape(r.index_shape);
           auto wrapped = [](const Tensor& i, int64_t n) {
             return where(i < Scalar(0), i + Scalar(n), i);
           };
           const Tensor lin = wrapped(prev, n0) * Scalar(n1) + wrapped(cur, n1);
-          Shape merged(out.shape().begin(), out.shape().begin() + d - 1);
-          merged.push_back(n0 * n1);
-          merged.insert(merged.end(), out.shape().begin() + d + 1, out.shape().end());
-          if (need_view) {
-            try {
-              out = out.view(merged);
-            } catch (const Error&) {
-              fail(fn, "assigning through index tensors on dims ", d - 1, " and ", d, " of a ",
-                   shape_str(out.shape()), " tensor whose strides ", shape_str(out.strides()),
-                   " do not allow merging them is not supported; make it contiguous first");
-            }
-          } else {
-            out = out.reshape(merged);
-          }
+          out = merge_dims(
+              out, d - 1, 2, need_view, fn,
+              [d] {
+                return "index tensors on dims " + std::to_string(d - 1) + " and " +
+                       std::to_string(d);
+              },
+              "merging");
           r.index = lin.reshape({-1}).contiguous();
           r.index_shape = lin.shape();
           break;  // the merged dim is still r.tensor_dim; d stays after it
@@ -137,24 +159,10 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
               throw IndexError(detail::msg(
                   fn, "the shape of the mask ", shape_str(t.shape()), " at index ", j,
                   " does not match the shape of the indexed tensor ", shape_str(out.shape())));
-          if (k > 1) {  // flatten the k masked dims into one
-            Shape flat(out.shape().begin(), out.shape().begin() + d);
-            int64_t m = 1;
-            for (int64_t j = 0; j < k; ++j) m *= out.shape()[d + j];
-            flat.push_back(m);
-            flat.insert(flat.end(), out.shape().begin() + d + k, out.shape().end());
-            if (need_view) {
-              try {
-                out = out.view(flat);
-              } catch (const Error&) {
-                fail(fn, "assigning through a bool mask over ", k, " dims of a ",
-                     shape_str(out.shape()), " tensor whose strides ", shape_str(out.strides()),
-                     " do not allow flattening them is not supported; make it contiguous first");
-              }
-            } else {
-              out = out.reshape(flat);
-            }
-          }
+          if (k > 1)  // flatten the k masked dims into one
+            out = merge_dims(
+                out, d, k, need_view, fn,
+                [k] { return "a bool mask over " + std::to_string(k) + " dims"; }, "flattening");
           // The mask's true positions: counted, then written.
           const auto positions =
               backend::pick(fn, t.device(), Dtype::Bool, backend::cpu::mask_positions,
@@ -168,10 +176,7 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
           r.index_shape = {count};
           r.index_is_mask = true;
         } else {
-          Tensor idx = checked_index_tensor(t, fn);
-          const int64_t* ip = idx.data_ptr<int64_t>();
-          for (int64_t i = 0; i < idx.numel(); ++i) wrap_index(ip[i], out.shape()[d], d, fn);
-          r.index = idx.reshape({-1});
+          r.index = checked_indices(t, out.shape()[d], d, fn).reshape({-1});
           r.index_shape = t.shape();
         }
         r.tensor_dim = d;
