@@ -58,6 +58,26 @@ struct SdpaOptions {
   Tensor key_padding_mask;
   Generator* generator = nullptr;  // for dropout; default_generator() when null
   SdpaBackend backend = SdpaBackend::Auto;
+
+  // ---- score modifiers, applied in this order to s = scale * q . k before the masks -----------
+  // With off = L_k - L_q under BottomRight alignment (else 0), and H, B the last two batch dims
+  // (q's dims -3 and -4 for (B, H, L_q, D) inputs). The fused kernels apply them tile by tile,
+  // forward and backward; the tensors may require grad (their gradients are summed in a fixed
+  // order: bitwise the same for any number of threads). CPU only for now.
+  //
+  // Softcap (Gemma 2, Grok; FlashAttention's softcap), when > 0: s = softcap * tanh(s / softcap).
+  double softcap = 0.0;
+  // ALiBi (Press et al., 2022; FlashAttention's alibi_slopes): float32 (H) or (B, H);
+  // s -= slope[b, h] * |i + off - j| (also without causal masking, as FlashAttention).
+  Tensor alibi_slopes;
+  // A learned relative-position bias (T5 / Shaw et al. style, one entry per clipped distance):
+  // float32 (H, 2 R + 1) or (1, 2 R + 1) shared by the heads;
+  // s += relative_bias[h, clamp(j - i - off, -R, R) + R].
+  Tensor relative_bias;
+  // Attention sinks (gpt-oss: a learned logit per head): float32 (H). sinks[h] joins every row's
+  // softmax as a score whose value row is zero, so the weights of the real keys sum to less than
+  // 1; lse includes it, and a row whose keys are all masked gives zeros with lse = sinks[h].
+  Tensor sinks;
 };
 
 // torch.nn.functional.scaled_dot_product_attention (PyTorch 2.x semantics):
@@ -110,6 +130,17 @@ SdpaForwardResult scaled_dot_product_attention_forward(const Tensor& q, const Te
 std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
     const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
     const SdpaForwardResult& forward, const SdpaOptions& options = {});
+
+// The backward with the gradients of the score modifiers' tensors too (each undefined when the
+// option is not set).
+struct SdpaGradients {
+  Tensor q, k, v;
+  Tensor alibi_slopes, relative_bias, sinks;
+};
+SdpaGradients scaled_dot_product_attention_gradients(const Tensor& dout, const Tensor& q,
+                                                     const Tensor& k, const Tensor& v,
+                                                     const SdpaForwardResult& forward,
+                                                     const SdpaOptions& options = {});
 
 // The boolean (L_q, L_k) mask of positions a query may attend under causal masking:
 // TopLeft is torch.ones(L_q, L_k).tril(0).bool(), BottomRight is .tril(L_k - L_q).

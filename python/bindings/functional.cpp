@@ -57,8 +57,14 @@ void register_functional(py::module_& m) {
       [](const Tensor& q, const Tensor& k, const Tensor& v, const py::object& attn_mask,
          double dropout_p, bool is_causal, const py::object& scale, bool bottom_right,
          bool reference, bool need_weights, bool enable_gqa, int64_t window_left,
-         int64_t window_right, const py::object& key_padding_mask) -> py::object {
+         int64_t window_right, const py::object& key_padding_mask, double softcap,
+         const py::object& alibi_slopes, const py::object& relative_bias,
+         const py::object& sinks) -> py::object {
         SdpaOptions o;
+        o.softcap = softcap;
+        o.alibi_slopes = optional_tensor(alibi_slopes);
+        o.relative_bias = optional_tensor(relative_bias);
+        o.sinks = optional_tensor(sinks);
         o.enable_gqa = enable_gqa;
         o.window_left = window_left;
         o.window_right = window_right;
@@ -80,7 +86,9 @@ void register_functional(py::module_& m) {
       py::arg("dropout_p") = 0.0, py::arg("is_causal") = false, py::arg("scale") = py::none(),
       py::arg("causal_bottom_right") = false, py::arg("reference") = false,
       py::arg("need_weights") = false, py::arg("enable_gqa") = false, py::arg("window_left") = -1,
-      py::arg("window_right") = -1, py::arg("key_padding_mask") = py::none());
+      py::arg("window_right") = -1, py::arg("key_padding_mask") = py::none(),
+      py::arg("softcap") = 0.0, py::arg("alibi_slopes") = py::none(),
+      py::arg("relative_bias") = py::none(), py::arg("sinks") = py::none());
   fn.def(
       "causal_mask",
       [](int64_t lq, int64_t lk, bool bottom_right) {

@@ -37,7 +37,9 @@ struct SdpaForward : kernels::SdpaGeometry {
 
 // One backward call: dq, dk and dv from dout and the forward's out and lse (in `fwd`, with the
 // forward's geometry and dropout counters). Every element of dq, dk and dv is written.
-struct SdpaBackward : kernels::SdpaGradStrides {
+// With score modifiers, the gradients of their parameters are added to the SdpaModGrads
+// pointers that are set.
+struct SdpaBackward : kernels::SdpaGradStrides, kernels::SdpaModGrads {
   SdpaForward fwd;
   const void* dout = nullptr;
   void *dq = nullptr, *dk = nullptr, *dv = nullptr;

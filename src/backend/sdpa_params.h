@@ -71,6 +71,26 @@ struct SdpaGeometry : SdpaStrides {
   const uint8_t* key_padding = nullptr;
   int64_t key_padding_batch_stride = 0;
 
+  // ---- score modifiers: applied in this order to s = scale * q . k, before the masks ------------
+  // Softcap (Gemma 2, Grok; FlashAttention's softcap), when > 0: s = softcap * tanh(s / softcap).
+  double softcap = 0.0;
+  // ALiBi (Press et al., 2022; FlashAttention's alibi_slopes): s -= slope * |i + off - j|, with
+  // off = SdpaBand::diagonal_offset and slope = alibi_slopes[b * alibi_batch_stride + h].
+  const float* alibi_slopes = nullptr;
+  int64_t alibi_batch_stride = 0;
+  // A relative-position bias table (T5 and Shaw et al. style, one entry per clipped distance):
+  // s += rel_bias[h * rel_bias_head_stride + rel_bias_column(j - i - off, rel_bias_max_distance)],
+  // the table holding 2 R + 1 entries per head (R = rel_bias_max_distance).
+  const float* rel_bias = nullptr;
+  int64_t rel_bias_head_stride = 0, rel_bias_max_distance = 0;
+  // Attention sinks (StreamingLLM; gpt-oss's learned per-head logits): sinks[h] joins every row's
+  // softmax as one more score whose value row is zero, so the weights of the real keys sum to
+  // less than 1: p_j = exp(s_j) / (exp(sinks[h]) + sum_j' exp(s_j')). lse includes it, and a row
+  // whose keys are all masked gives zeros with lse = sinks[h].
+  const float* sinks = nullptr;
+
+  bool has_score_mods() const { return softcap > 0.0 || alibi_slopes || rel_bias || sinks; }
+
   // ---- counter-based dropout (sdpa_dropout.h) ---------------------------------------------------
   // Weight (b, h, i, j) is kept iff dropout_keep(dropout_seed, dropout_offset, flat index) with
   // flat index ((b * H + h) * L_q + i) * L_k + j; kept weights are scaled by 1 / (1 - p). The mask
@@ -88,6 +108,21 @@ struct SdpaGradStrides {
   int64_t dk_batch_stride = 0, dk_head_stride = 0, dk_row_stride = 0;
   int64_t dv_batch_stride = 0, dv_head_stride = 0, dv_row_stride = 0;
 };
+
+// The gradients of the score modifiers' parameters, each in its parameter's layout (the strides
+// of SdpaGeometry's alibi_slopes, rel_bias and sinks). A backward pass ADDS to them (null: not
+// wanted), in a fixed order: bitwise the same for any number of threads.
+struct SdpaModGrads {
+  float* dalibi_slopes = nullptr;
+  float* drel_bias = nullptr;
+  float* dsinks = nullptr;
+};
+
+// Column of the relative-position bias table for the offset t = j - i - off: t clipped to
+// [-R, R], shifted to [0, 2 R].
+ATTN_HOST_DEVICE_INLINE constexpr int64_t rel_bias_column(int64_t t, int64_t R) {
+  return (t < -R ? -R : t > R ? R : t) + R;
+}
 
 // ---- visibility: causal masking and the sliding window ------------------------------------------
 // The one rule every kernel applies. Causal masking, for L_q != L_k:

@@ -66,7 +66,10 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
   for (auto [t, name] : {std::pair{&k, "k"},
                          {&v, "v"},
                          {&o.attn_mask, "attn_mask"},
-                         {&o.key_padding_mask, "key_padding_mask"}})
+                         {&o.key_padding_mask, "key_padding_mask"},
+                         {&o.alibi_slopes, "alibi_slopes"},
+                         {&o.relative_bias, "relative_bias"},
+                         {&o.sinks, "sinks"}})
     if (t->defined() && t->device() != dev)
       throw DeviceError(detail::msg(fn, "expected all tensors on the same device, got q on ",
                                     dev.str(), " and ", name, " on ", t->device().str()));
@@ -78,6 +81,37 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaO
   if (o.attn_mask.defined() && o.attn_mask.dtype() != Dtype::Bool && o.attn_mask.dtype() != dt)
     fail(fn, "attn_mask must be bool or ", short_dtype_name(dt), " (q's dtype), got ",
          dtype_name(o.attn_mask.dtype()));
+}
+
+// The score modifiers' options, checked against the batch shape S (H = S[-1], B = S[-2]) and
+// kept contiguous in p.
+void prepare_score_mods(const SdpaOptions& o, const Tensor& q, Prepared& p, const char* fn) {
+  if (!(std::isfinite(o.softcap) && o.softcap >= 0.0))
+    fail(fn, "softcap must be finite and >= 0 (0: none), got ", o.softcap);
+  const int64_t r = int64_t(p.S.size());
+  const int64_t H = r >= 1 ? p.S[r - 1] : 1, B = r >= 2 ? p.S[r - 2] : 1;
+  auto check = [&](const Tensor& t, const char* name, bool ok, const std::string& want) {
+    if (t.dtype() != Dtype::Float32)
+      fail(fn, name, " must be float32, got ", dtype_name(t.dtype()), " ", shape_str(t.shape()));
+    if (!ok)
+      fail(fn, name, " ", shape_str(t.shape()), " should be ", want, " for q ",
+           shape_str(q.shape()), " (", H, " heads, batch ", B, ")");
+    return t.contiguous();
+  };
+  if (const Tensor& a = o.alibi_slopes; a.defined())
+    p.alibi_slopes = check(
+        a, "alibi_slopes",
+        (a.dim() == 1 && a.size(0) == H) ||
+            (a.dim() == 2 && (a.size(0) == B || a.size(0) == 1) && a.size(1) == H),
+        "(" + std::to_string(H) + ") or (" + std::to_string(B) + ", " + std::to_string(H) + ")");
+  if (const Tensor& t = o.relative_bias; t.defined()) {
+    const bool ok = t.dim() == 2 && (t.size(0) == H || t.size(0) == 1) && t.size(1) % 2 == 1;
+    p.relative_bias = check(t, "relative_bias", ok,
+                            "(" + std::to_string(H) +
+                                ", 2 R + 1) or (1, 2 R + 1): one entry per clipped offset -R .. R");
+  }
+  if (const Tensor& t = o.sinks; t.defined())
+    p.sinks = check(t, "sinks", t.dim() == 1 && t.size(0) == H, "(" + std::to_string(H) + ")");
 }
 
 Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const SdpaOptions& o,
@@ -183,6 +217,7 @@ Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, con
            ") (batch, L_k) for q ", shape_str(q.shape()), " and k ", shape_str(k.shape()));
     p.key_padding = kp.reshape({kp.dim() == 2 ? kp.size(0) : 1, p.L_k}).contiguous();
   }
+  prepare_score_mods(o, q, p, fn);
   return p;
 }
 
@@ -243,6 +278,17 @@ backend::SdpaForward forward_call(const Prepared& p, const SdpaOptions& o, const
     kp.key_padding = reinterpret_cast<const uint8_t*>(p.key_padding.device_data());
     kp.key_padding_batch_stride = p.key_padding.size(0) == 1 ? 0 : p.L_k;
   }
+  kp.softcap = o.softcap;
+  if (p.alibi_slopes.defined()) {
+    kp.alibi_slopes = static_cast<const float*>(p.alibi_slopes.device_data());
+    kp.alibi_batch_stride = p.alibi_slopes.dim() == 2 && p.alibi_slopes.size(0) > 1 ? H : 0;
+  }
+  if (p.relative_bias.defined()) {
+    kp.rel_bias = static_cast<const float*>(p.relative_bias.device_data());
+    kp.rel_bias_head_stride = p.relative_bias.size(0) == 1 ? 0 : p.relative_bias.size(1);
+    kp.rel_bias_max_distance = (p.relative_bias.size(1) - 1) / 2;
+  }
+  if (p.sinks.defined()) kp.sinks = static_cast<const float*>(p.sinks.device_data());
   return kp;
 }
 
@@ -333,7 +379,10 @@ RunResult run(backend::SdpaForwardFn* kernel, const Prepared& p, const SdpaOptio
   if (out.numel() == 0 && (!lse || lse->numel() == 0)) return rr;  // nothing to compute
   if (p.L_k == 0) {  // no keys: every row is fully masked (zeros, lse = -inf)
     out.zero_();
-    if (lse) lse->fill_(-std::numeric_limits<double>::infinity());
+    if (lse && p.sinks.defined())  // only the sink: lse = sinks[h]
+      lse->copy_(p.sinks.unsqueeze(-1).expand(lse->shape()));
+    else if (lse)
+      lse->fill_(-std::numeric_limits<double>::infinity());
     return rr;
   }
 
@@ -441,6 +490,17 @@ void record(Tensor& out, Tensor* weights, const Tensor& q, const Tensor& k, cons
         saved);
 }
 
+// The composed backward (through materialised weights) knows nothing of the score modifiers:
+// refused where it would be recorded with them.
+void refuse_composed_mods(const SdpaOptions& o, const char* fn) {
+  if (o.softcap > 0.0 || o.alibi_slopes.defined() || o.relative_bias.defined() || o.sinks.defined())
+    fail(fn,
+         "gradients through softcap, alibi_slopes, relative_bias or sinks are computed by the "
+         "fused backward only, which an attn_mask that requires grad or returned weights "
+         "cannot use: pass a mask that does not require grad, or call "
+         "scaled_dot_product_attention without weights");
+}
+
 // What a fused attention node keeps beside its saved tensors: the options without the mask (saved
 // with its version instead) and the generator, and the forward's dropout seed and offset.
 struct FusedNodeState {
@@ -450,6 +510,8 @@ struct FusedNodeState {
       : opts(options), seed(fwd.dropout_seed), offset(fwd.dropout_offset) {
     opts.attn_mask = Tensor();
     opts.generator = nullptr;
+    // Saved as tensors of the node by the callers that use them.
+    opts.alibi_slopes = opts.relative_bias = opts.sinks = Tensor();
   }
   // The options and the forward's result again, from the node's saved tensors: the mask at
   // `mask_at`, out and lse after it.
@@ -469,11 +531,18 @@ struct FusedNodeState {
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention";
-  const std::vector<const Tensor*> inputs{&q, &k, &v, &options.attn_mask};
+  const std::vector<const Tensor*> inputs{&q,
+                                          &k,
+                                          &v,
+                                          &options.attn_mask,
+                                          &options.alibi_slopes,
+                                          &options.relative_bias,
+                                          &options.sinks};
   const bool recording = detail::should_record(inputs);
   const bool mask_grad = options.attn_mask.defined() && options.attn_mask.requires_grad();
+  if (recording && mask_grad) refuse_composed_mods(options, fn);
   if (recording && !mask_grad) {
-    // One graph node whose backward is scaled_dot_product_attention_backward: the forward saves
+    // One graph node whose backward is scaled_dot_product_attention_gradients: the forward saves
     // out and the per-row log-sum-exp, the backward recomputes the scores and regenerates the
     // dropout mask from the forward's seed (nothing (L_q, L_k)-sized is kept). A trainable float
     // mask takes the composed path below, whose backward also yields the mask's gradient.
@@ -482,15 +551,25 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     Tensor out = fwd.out;
     return detail::record(out, out.dim() == 2 ? "MmBackward0" : "UnsafeViewBackward0", inputs,
                           [state](const Node& n, const Tensor& g) {
-                            const auto [o, f] = state.restore(n, 3);
-                            auto [dq, dk, dv] = scaled_dot_product_attention_backward(
+                            auto [o, f] = state.restore(n, 3);
+                            o.alibi_slopes = n.saved_tensor(6);
+                            o.relative_bias = n.saved_tensor(7);
+                            o.sinks = n.saved_tensor(8);
+                            SdpaGradients d = scaled_dot_product_attention_gradients(
                                 g, n.saved_tensor(0), n.saved_tensor(1), n.saved_tensor(2), f, o);
-                            return std::vector<Tensor>{n.needs_input_grad(0) ? dq : Tensor(),
-                                                       n.needs_input_grad(1) ? dk : Tensor(),
-                                                       n.needs_input_grad(2) ? dv : Tensor(),
-                                                       Tensor()};
+                            auto want = [&n](std::size_t i, Tensor& t) {
+                              return n.needs_input_grad(i) ? t : Tensor();
+                            };
+                            return std::vector<Tensor>{want(0, d.q),
+                                                       want(1, d.k),
+                                                       want(2, d.v),
+                                                       Tensor(),
+                                                       want(4, d.alibi_slopes),
+                                                       want(5, d.relative_bias),
+                                                       want(6, d.sinks)};
                           },
-                          {q, k, v, options.attn_mask, out, fwd.lse});
+                          {q, k, v, options.attn_mask, out, fwd.lse, options.alibi_slopes,
+                           options.relative_bias, options.sinks});
   }
   Prepared p = prepare(q, k, v, options, fn);
   const auto kernel = forward_kernel(fn, p, false);
@@ -528,6 +607,9 @@ std::tuple<Tensor, Tensor> scaled_dot_product_attention_with_weights(const Tenso
   const auto kernel = forward_kernel(fn, p, true);
   Tensor out = new_out(p, fn);
   Tensor weights = detail::make_tensor(fn, concat(p.S, {p.L_q, p.L_k}), Dtype::Float32);
+  if (detail::should_record({&q, &k, &v, &options.attn_mask, &options.alibi_slopes,
+                             &options.relative_bias, &options.sinks}))
+    refuse_composed_mods(options, fn);
   Tensor drop;
   run(kernel, p, options, fn, out, &weights, &drop);
   record(out, &weights, q, k, v, options, p, drop);
@@ -582,9 +664,12 @@ BackwardKernel backward_kernel(const Prepared& p, const char* fn) {
 // (Sk + (L_k, D_v)): tensors of the broadcast shapes on the inputs' device whose rows have unit
 // stride (any strides outside the rows), all of whose elements are written. dout and forward are
 // checked against the shapes.
+// The score modifiers' gradients (SdpaGradients' last three) are added to when defined:
+// contiguous float32 of their options' shapes.
 void backward_into(const BackwardKernel& kernel, const Tensor& dout, const Prepared& p,
                    const SdpaForwardResult& forward, const SdpaOptions& o, const Tensor& dq,
-                   const Tensor& dk, const Tensor& dv, const char* fn) {
+                   const Tensor& dk, const Tensor& dv, const char* fn,
+                   const SdpaGradients* mods = nullptr) {
   const Shape& S = p.S;  // out is S + (L_q, D_v)
   const Device dev = p.q.device();
   const Dtype dt = p.q.dtype();
@@ -611,6 +696,14 @@ void backward_into(const BackwardKernel& kernel, const Tensor& dout, const Prepa
   kernel_strides(dv, r, bp.dv_batch_stride, bp.dv_head_stride, bp.dv_row_stride);
   // Dropout: the forward's counter-based mask, regenerated from its seed and offset.
   if (o.dropout_p > 0.0) kp.dropout_p = o.dropout_p, kp.dropout_seed = forward.dropout_seed;
+  if (mods) {
+    auto ptr = [](const Tensor& t) {
+      return t.defined() ? static_cast<float*>(t.device_data()) : nullptr;
+    };
+    bp.dalibi_slopes = ptr(mods->alibi_slopes);
+    bp.drel_bias = ptr(mods->relative_bias);
+    bp.dsinks = ptr(mods->sinks);
+  }
   // One scratch buffer for every call (they run in order).
   Tensor workspace;
   if (const std::size_t bytes = kernel.workspace(kp)) {
@@ -632,6 +725,14 @@ void backward_into(const BackwardKernel& kernel, const Tensor& dout, const Prepa
 std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
     const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
     const SdpaForwardResult& forward, const SdpaOptions& o) {
+  SdpaGradients g = scaled_dot_product_attention_gradients(dout, q, k, v, forward, o);
+  return {g.q, g.k, g.v};
+}
+
+SdpaGradients scaled_dot_product_attention_gradients(const Tensor& dout, const Tensor& q,
+                                                     const Tensor& k, const Tensor& v,
+                                                     const SdpaForwardResult& forward,
+                                                     const SdpaOptions& o) {
   const char* fn = "scaled_dot_product_attention_backward";
   const Prepared p = prepare(q, k, v, o, fn);
   const BackwardKernel kernel = backward_kernel(p, fn);
@@ -650,11 +751,21 @@ std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
   Tensor dq = detail::make_tensor(fn, q_full, dt, false, dev);
   Tensor dk = detail::make_tensor(fn, k_full, dt, false, dev);
   Tensor dv = detail::make_tensor(fn, v_full, dt, false, dev);
-  backward_into(kernel, dout, p, forward, o, dq, dk, dv, fn);
+  // The score modifiers' gradients, at their contiguous copies' shapes, accumulated from zero.
+  SdpaGradients g;
+  auto zeros_like = [&](const Tensor& t) {
+    return t.defined() ? detail::make_tensor(fn, t.shape(), Dtype::Float32, true, dev) : Tensor();
+  };
+  g.alibi_slopes = zeros_like(p.alibi_slopes);
+  g.relative_bias = zeros_like(p.relative_bias);
+  g.sinks = zeros_like(p.sinks);
+  backward_into(kernel, dout, p, forward, o, dq, dk, dv, fn, &g);
   NoGradGuard no_grad;
   // Inputs that were broadcast get their gradient summed over the broadcast dims.
-  return {detail::sum_to(dq, q.shape()), detail::sum_to(dk, k.shape()),
-          detail::sum_to(dv, v.shape())};
+  g.q = detail::sum_to(dq, q.shape());
+  g.k = detail::sum_to(dk, k.shape());
+  g.v = detail::sum_to(dv, v.shape());
+  return g;
 }
 
 namespace sdpa_detail {

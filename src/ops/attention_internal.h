@@ -10,8 +10,11 @@ struct Prepared {
   Tensor q, k, v;      // expanded to the output batch shape (k, v with H_kv heads under GQA)
   Tensor mask;         // expanded to S + (L_q, L_k), or undefined
   Tensor key_padding;  // bool (B, L_k) or (1, L_k), contiguous; B = S[-2]; or undefined
-  Shape S;             // output batch shape: out is S + (L_q, D_v)
-  Shape drop_batch;    // batch shape of q @ k^T, over which dropout draws (torch's order)
+  // The score modifiers' tensors, contiguous float32 (or undefined): ALiBi slopes (H) or (B, H),
+  // the relative bias table (H, N) or (1, N), the sinks (H); H = S[-1], B = S[-2].
+  Tensor alibi_slopes, relative_bias, sinks;
+  Shape S;           // output batch shape: out is S + (L_q, D_v)
+  Shape drop_batch;  // batch shape of q @ k^T, over which dropout draws (torch's order)
   int64_t L_q, L_k, D, D_v, H_kv_ratio = 1;
   double scale;
 };

@@ -52,7 +52,8 @@ def relu(input, inplace=False):
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False, *,
                                  causal_bottom_right=False, reference=False, window=(-1, -1),
-                                 key_padding_mask=None):
+                                 key_padding_mask=None, softcap=0.0, alibi_slopes=None,
+                                 relative_bias=None, sinks=None):
     """torch.nn.functional.scaled_dot_product_attention (PyTorch 2.x semantics).
 
     attn_mask: bool (True = may attend) or float (added). enable_gqa: key/value may have fewer
@@ -61,10 +62,20 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     restricts each query to keys within left before / right after its diagonal (-1: unbounded).
     key_padding_mask: bool (B, L_k), True = ignore that key. A fully masked query row gives zeros,
     not NaN. Dropout on the fused path uses a counter-based mask (regenerated in the backward);
-    the reference path with weights uses torch's Dropout stream."""
+    the reference path with weights uses torch's Dropout stream.
+
+    attn's score modifiers (keyword-only, not in torch; applied to scale * q.k in this order,
+    before the masks, with off = L_k - L_q under causal_bottom_right, else 0):
+      softcap > 0           s = softcap * tanh(s / softcap)  (Gemma 2; FlashAttention's softcap)
+      alibi_slopes (H) or (B, H)   s -= slope * |i + off - j|  (FlashAttention's alibi_slopes)
+      relative_bias (H, 2R+1) or (1, 2R+1)   s += relative_bias[h, clamp(j - i - off, -R, R) + R]
+      sinks (H)             a per-head logit joining each row's softmax with a zero value row
+                            (gpt-oss)
+    The tensors may require grad: the fused backward computes their gradients."""
     return _F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
                                            scale, causal_bottom_right, reference, False,
-                                           enable_gqa, window[0], window[1], key_padding_mask)
+                                           enable_gqa, window[0], window[1], key_padding_mask,
+                                           float(softcap), alibi_slopes, relative_bias, sinks)
 
 
 def scaled_dot_product_attention_with_weights(query, key, value, attn_mask=None, dropout_p=0.0,

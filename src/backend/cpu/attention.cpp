@@ -2,8 +2,10 @@
 // (sdpa_fused.h, sdpa_fused_backward.h), the reference kernels (sdpa_reference.h) where they are
 // asked for or where the fused ones would not follow the rules for non-finite values, and the
 // reference forward that materialises the weights.
+#include <algorithm>
 #include <cmath>
 #include <new>
+#include <vector>
 
 #include "../../common/error.h"
 #include "../attention_kernels.h"
@@ -79,10 +81,43 @@ void weights_f32(const backend::SdpaForward& a) {
   run(a.op, [&] { sdpa_reference_forward(p); });
 }
 
+// The gradients of the score modifiers' parameters (SdpaModGrads) of one call: accumulated from
+// zero in scratch, then added to the caller's once, so that a fused pass that is redone by the
+// reference kernel (below) adds nothing twice.
+struct ModGradScratch {
+  std::vector<float> dalibi, drel, dsinks;
+  ModGradScratch(const backend::SdpaBackward& a, SdpaModGrads& into) {
+    const SdpaGeometry& g = a.fwd;
+    auto take = [](float* want, std::vector<float>& buf, int64_t n) {
+      if (!want) return static_cast<float*>(nullptr);
+      buf.assign(size_t(n), 0.0f);
+      return buf.data();
+    };
+    into.dalibi_slopes = take(a.dalibi_slopes, dalibi, (g.B - 1) * g.alibi_batch_stride + g.H);
+    into.drel_bias = take(a.drel_bias, drel,
+                          (g.H - 1) * g.rel_bias_head_stride + 2 * g.rel_bias_max_distance + 1);
+    into.dsinks = take(a.dsinks, dsinks, g.H);
+  }
+  void zero() {
+    for (auto* v : {&dalibi, &drel, &dsinks}) std::fill(v->begin(), v->end(), 0.0f);
+  }
+  void add_to(const backend::SdpaBackward& a) const {
+    auto add = [](float* dst, const std::vector<float>& src) {
+      for (size_t i = 0; i < src.size(); ++i) dst[i] += src[i];
+    };
+    if (a.dalibi_slopes) add(a.dalibi_slopes, dalibi);
+    if (a.drel_bias) add(a.drel_bias, drel);
+    if (a.dsinks) add(a.dsinks, dsinks);
+  }
+};
+
+bool backward_finite(const backend::SdpaBackward& a);
+
 void backward_f32(const backend::SdpaBackward& a) {
   const backend::SdpaForward& f = a.fwd;
   SdpaBackwardParams bp;
   static_cast<SdpaGradStrides&>(bp) = a;
+  ModGradScratch mods(a, bp);
   bp.fwd = float_params(f);
   bp.dout = static_cast<const float*>(a.dout);
   bp.dq = static_cast<float*>(a.dq);
@@ -99,19 +134,29 @@ void backward_f32(const backend::SdpaBackward& a) {
   for (int64_t i = 0, rows = f.B * f.H * f.L_q; i < rows && !reference; ++i)
     reference = std::isnan(f.lse[i]);
   run(f.op, [&] { reference ? sdpa_reference_backward(bp) : sdpa_fused_backward(bp); });
-  if (reference) return;
+  if (!reference && !backward_finite(a)) {
+    mods.zero();
+    run(f.op, [&] { sdpa_reference_backward(bp); });
+  }
+  mods.add_to(a);
+}
+
+// Whether the fused backward's gradients follow the forward's rules for non-finite values: they
+// are finite, or every input is (see backward_f32).
+bool backward_finite(const backend::SdpaBackward& a) {
+  const backend::SdpaForward& f = a.fwd;
   const bool grads_ok =
       finite(a.dq, f.B, a.dq_batch_stride, f.H, a.dq_head_stride, f.L_q, a.dq_row_stride, f.D) &&
       finite(a.dk, f.B, a.dk_batch_stride, f.H_kv, a.dk_head_stride, f.L_k, a.dk_row_stride, f.D) &&
       finite(a.dv, f.B, a.dv_batch_stride, f.H_kv, a.dv_head_stride, f.L_k, a.dv_row_stride, f.D_v);
-  if (grads_ok) return;
+  if (grads_ok) return true;
   const bool inputs_ok =
       finite(a.dout, f.B, a.dout_batch_stride, f.H, a.dout_head_stride, f.L_q, a.dout_row_stride,
              f.D_v) &&
       finite(f.q, f.B, f.q_batch_stride, f.H, f.q_head_stride, f.L_q, f.q_row_stride, f.D) &&
       finite(f.k, f.B, f.k_batch_stride, f.H_kv, f.k_head_stride, f.L_k, f.k_row_stride, f.D) &&
       finite(f.v, f.B, f.v_batch_stride, f.H_kv, f.v_head_stride, f.L_k, f.v_row_stride, f.D_v);
-  if (!inputs_ok) run(f.op, [&] { sdpa_reference_backward(bp); });
+  return inputs_ok;
 }
 
 std::size_t no_workspace(const backend::SdpaForward&) { return 0; }

@@ -47,6 +47,14 @@ struct Scratch {
   std::vector<double> dq;  // (D) one dq row
   std::vector<double> dk;  // (L_k, D) dk of the unit's key/value head
   std::vector<double> dv;  // (L_k, D_v)
+  std::vector<double> t;   // (L_k) tanh(s / softcap) of each score (softcap only)
+};
+
+// The score modifiers' parameter gradients of one (b, h_kv) unit, for its G query heads:
+// dalibi (G), drel (G, 2 R + 1), dsinks (G). Summed over the units in unit order at the end.
+struct ModGrads {
+  std::vector<double> dalibi, drel, dsinks;
+  int64_t n_rel = 0;
 };
 
 // The dropout factor of weight (b, h, i, j) whose flat index in (B, H, L_q, L_k) is `index`.
@@ -60,7 +68,8 @@ double dropout_factor(const SdpaParams& p, uint64_t index) {
 }
 
 // The gradient contributions of one query row (b, h, i): writes dq_i, adds to sc.dk and sc.dv.
-void row_backward(const SdpaBackwardParams& bp, int64_t b, int64_t h, int64_t i, Scratch& sc) {
+void row_backward(const SdpaBackwardParams& bp, int64_t b, int64_t h, int64_t i, Scratch& sc,
+                  ModGrads& mg) {
   const SdpaParams& p = bp.fwd;
   const int64_t L_k = p.L_k, D = p.D, D_v = p.D_v;
   const int64_t h_kv = h / (p.H / p.H_kv);
@@ -94,20 +103,21 @@ void row_backward(const SdpaBackwardParams& bp, int64_t b, int64_t h, int64_t i,
     const float* kj = k + j * p.k_row_stride;
     double dot = 0;
     for (int64_t d = 0; d < D; ++d) dot += double(q[d]) * double(kj[d]);
-    s[j] = dot * p.scale;
+    s[j] = modified_score(p, b, h, i, j, dot * p.scale, &sc.t[j]);
     if (p.mask_kind == MaskKind::Float)
       s[j] += double(static_cast<const float*>(p.mask)[mbase + j * p.mask_col_stride]);
   }
 
   // ---- softmax, exactly as the forward ---------------------------------------------------------
-  double m = kNegInf;
+  const double sink = p.sinks ? double(p.sinks[h]) : kNegInf;
+  double m = sink;
   for (int64_t j = j_lo; j < j_hi; ++j)
     if (s[j] > m || std::isnan(s[j])) m = s[j];
   if (m == kNegInf) {  // every key masked: the output was a constant zero row
     std::fill(dq, dq + D, 0.0f);
     return;
   }
-  double sum = 0;
+  double sum = p.sinks ? std::exp(sink - m) : 0.0;
   for (int64_t j = j_lo; j < j_hi; ++j) sum += (s[j] = std::exp(s[j] - m));
   for (int64_t j = j_lo; j < j_hi; ++j) s[j] /= sum;  // s is now p
 
@@ -127,10 +137,19 @@ void row_backward(const SdpaBackwardParams& bp, int64_t b, int64_t h, int64_t i,
 
   // ---- ds, then dq_i, dk_j and dv_j
   // ----------------------------------------------------------------
+  // The sink's weight p_sink = exp(sink - m) / sum; d loss / d sink = -p_sink * D_i.
+  const int64_t g = h % (p.H / p.H_kv);
+  if (!mg.dsinks.empty()) mg.dsinks[g] -= std::exp(sink - m) / sum * D_i;
   std::fill(sc.dq.begin(), sc.dq.end(), 0.0);
   for (int64_t j = j_lo; j < j_hi; ++j) {
     if (s[j] == 0.0) continue;
-    const double ds = s[j] * (dp[j] - D_i) * p.scale;  // includes the d s / d (q . k) factor
+    // ds_mod is d loss / d (the modified score), the gradient of every additive bias; the chain
+    // through the softcap and the scale gives that of q . k.
+    const double ds_mod = s[j] * (dp[j] - D_i);
+    if (!mg.dalibi.empty()) mg.dalibi[g] -= ds_mod * double(std::abs(i + off - j));
+    if (!mg.drel.empty())
+      mg.drel[g * mg.n_rel + rel_bias_column(j - i - off, p.rel_bias_max_distance)] += ds_mod;
+    const double ds = ds_mod * (p.softcap > 0.0 ? 1.0 - sc.t[j] * sc.t[j] : 1.0) * p.scale;
     const float* kj = k + j * p.k_row_stride;
     double* dkj = sc.dk.data() + j * D;
     for (int64_t d = 0; d < D; ++d) {
@@ -158,8 +177,16 @@ void sdpa_reference_backward(const SdpaBackwardParams& bp) {
   // One unit is (b, h_kv): it owns dk and dv of that head and the dq rows of its G query heads,
   // so no two threads write the same element and the sums run in a fixed order.
   const bool parallel = units > 1 && units * G * p.L_q * (p.L_k + 1) * (p.D + p.D_v + 1) > 32768;
+  // Parameter gradients of the score modifiers, per unit (summed in unit order below).
+  std::vector<ModGrads> mod_grads(static_cast<size_t>(units));
+  const int64_t n_rel = 2 * p.rel_bias_max_distance + 1;
+  for (ModGrads& mg : mod_grads) {
+    if (bp.dalibi_slopes && p.alibi_slopes) mg.dalibi.assign(size_t(G), 0.0);
+    if (bp.drel_bias && p.rel_bias) mg.drel.assign(size_t(G * n_rel), 0.0), mg.n_rel = n_rel;
+    if (bp.dsinks && p.sinks) mg.dsinks.assign(size_t(G), 0.0);
+  }
   ThreadScratch scratch(
-      (3.0 * double(p.L_k) + double(p.D) + double(p.L_k) * double(p.D + p.D_v)) * sizeof(double),
+      (4.0 * double(p.L_k) + double(p.D) + double(p.L_k) * double(p.D + p.D_v)) * sizeof(double),
       "the reference attention backward's per-thread scratch");
 #pragma omp parallel if (parallel) num_threads(num_threads())
   {
@@ -171,6 +198,7 @@ void sdpa_reference_backward(const SdpaBackwardParams& bp) {
       sc.dq.resize(size_t(p.D));
       sc.dk.resize(size_t(p.L_k * p.D));
       sc.dv.resize(size_t(p.L_k * p.D_v));
+      sc.t.resize(size_t(p.L_k));
     });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
@@ -178,8 +206,9 @@ void sdpa_reference_backward(const SdpaBackwardParams& bp) {
       const int64_t b = u / p.H_kv, h_kv = u % p.H_kv;
       std::fill(sc.dk.begin(), sc.dk.end(), 0.0);
       std::fill(sc.dv.begin(), sc.dv.end(), 0.0);
+      ModGrads& mg = mod_grads[size_t(u)];
       for (int64_t g = 0; g < G; ++g)
-        for (int64_t i = 0; i < p.L_q; ++i) row_backward(bp, b, h_kv * G + g, i, sc);
+        for (int64_t i = 0; i < p.L_q; ++i) row_backward(bp, b, h_kv * G + g, i, sc, mg);
       float* dk = bp.dk + b * bp.dk_batch_stride + h_kv * bp.dk_head_stride;
       float* dv = bp.dv + b * bp.dv_batch_stride + h_kv * bp.dv_head_stride;
       for (int64_t j = 0; j < p.L_k; ++j) {
@@ -190,6 +219,18 @@ void sdpa_reference_backward(const SdpaBackwardParams& bp) {
     }
   }
   scratch.check();
+  for (int64_t u = 0; u < units; ++u) {
+    const ModGrads& mg = mod_grads[size_t(u)];
+    const int64_t b = u / p.H_kv, h_kv = u % p.H_kv;
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t h = h_kv * G + g;
+      if (!mg.dalibi.empty()) bp.dalibi_slopes[b * p.alibi_batch_stride + h] += float(mg.dalibi[g]);
+      if (!mg.dsinks.empty()) bp.dsinks[h] += float(mg.dsinks[g]);
+      if (!mg.drel.empty())
+        for (int64_t c = 0; c < n_rel; ++c)
+          bp.drel_bias[h * p.rel_bias_head_stride + c] += float(mg.drel[g * n_rel + c]);
+    }
+  }
 }
 
 }  // namespace attn::kernels

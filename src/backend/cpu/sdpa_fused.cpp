@@ -14,6 +14,7 @@
 #include <new>
 #include <optional>
 
+#include "sdpa_score_mods.h"
 #include "simd.h"
 #include "threads.h"
 #include "workspace.h"
@@ -30,13 +31,14 @@ namespace {
 
 // Per-thread scratch for one block of query rows; sized for the largest tile shape.
 struct Workspace {
-  float* qt = nullptr;            // (D, BR)    the block's queries, transposed and scaled
-  float* st = nullptr;            // (BC, BR)   S^T then P^T for one key tile
-  float* ot = nullptr;            // (D_v, BR)  the running output, transposed
-  int64_t* lane_h = nullptr;      // (BR)       query head of each lane
-  int32_t* lane_i = nullptr;      // (BR)       query row of each lane
-  int64_t* mask_off = nullptr;    // (BR)   offset of each lane's mask row
-  uint64_t* drop_base = nullptr;  // (BR)   dropout generator state of each lane at key 0
+  float* qt = nullptr;               // (D, BR)    the block's queries, transposed and scaled
+  float* st = nullptr;               // (BC, BR)   S^T then P^T for one key tile
+  float* ot = nullptr;               // (D_v, BR)  the running output, transposed
+  int64_t* lane_h = nullptr;         // (BR)       query head of each lane
+  int32_t* lane_i = nullptr;         // (BR)       query row of each lane
+  int64_t* mask_off = nullptr;       // (BR)   offset of each lane's mask row
+  uint64_t* drop_base = nullptr;     // (BR)   dropout generator state of each lane at key 0
+  const RelBiasRows* rel = nullptr;  // the call's relative-bias rows (shared by the threads)
 
   // Bytes of each buffer, each rounded up to whole cache lines.
   static std::array<size_t, 7> sizes(int64_t D, int64_t D_v, int BR, int BC, int W, int rows_max) {
@@ -207,6 +209,7 @@ void sdpa_fused_forward(const SdpaParams& p) {
   ThreadScratch scratch(
       double(Workspace::total_bytes(p.D, p.D_v, BR, impl.BC, impl.W, impl.rows_max)),
       "the fused attention kernel's per-thread workspace");
+  const RelBiasRows rel(p, impl.BC);
 #pragma omp parallel if (parallel) num_threads(num_threads())
   {
     std::optional<Workspace> wso;
@@ -215,6 +218,7 @@ void sdpa_fused_forward(const SdpaParams& p) {
     for (int64_t item = 0; item < items; ++item) {
       if (scratch.failed()) continue;  // reported after the region
       Workspace& ws = *wso;
+      ws.rel = &rel;
       const int64_t b = item / (p.H_kv * blocks_per_kv);
       const int64_t h_kv = item / blocks_per_kv % p.H_kv;
       const int64_t blk = item % blocks_per_kv;

@@ -13,6 +13,7 @@
 #include "dot.h"
 #include "sdpa_fused.h"
 #include "sdpa_fused_backward_tiles.h"
+#include "sdpa_score_mods.h"
 #include "simd.h"
 #include "threads.h"
 #include "workspace.h"
@@ -119,9 +120,10 @@ struct Scratch {
   std::vector<float> dP;    // (kBr, kBc)   dO . v, then dS
   std::vector<float> bias;  // (kBr, kBc)   additive masks of a partial tile
   std::vector<float> z;     // (kBr, kBc)   dropout factors
-  std::vector<float> Qp;    // (kBr, D_p)   q rows padded (when D % 8 != 0)
-  std::vector<float> dOp;   // (kBr, D_vp)  dout rows padded (when D_v % 8 != 0)
-  std::vector<float> kpad;  // (kBc)        key padding as 0 / -inf
+  std::vector<float> ds;   // (kBr, kBc)   the biases' gradient (when ALiBi's or the table's wanted)
+  std::vector<float> Qp;   // (kBr, D_p)   q rows padded (when D % 8 != 0)
+  std::vector<float> dOp;  // (kBr, D_vp)  dout rows padded (when D_v % 8 != 0)
+  std::vector<float> kpad;              // (kBc)        key padding as 0 / -inf
   std::vector<int32_t> col_lo, col_hi;  // (kBr) visible columns of each row of a partial tile
   std::vector<int32_t> row_lo, row_hi;  // (kBc) rows that see each key of a partial tile
 };
@@ -152,6 +154,13 @@ struct Driver {
   std::vector<float> lse;    // (B, H, L_q)  saved lse, +inf for fully masked rows
   std::vector<float> Di;     // (B, H, L_q)  rowsum(dout o out)
   std::vector<float> dqbuf;  // (C or C - 1, B, H, L_q, D_p)
+  // Score modifiers: the bias table's rows; whether a bias tile is always formed; and per work
+  // unit, the gradients of its G query heads' ALiBi slopes (G) and bias rows (G, n_rel), summed
+  // over the units in unit order at the end.
+  RelBiasRows rel;
+  bool score_bias = false, want_dalibi = false, want_drel = false;
+  int64_t n_rel = 0;
+  std::vector<std::vector<double>> unit_mod_grads;
 
   Driver(const SdpaBackwardParams& bp_, IsaKernels isa_) : bp(bp_), p(bp_.fwd), isa(isa_) {}
 
@@ -164,8 +173,50 @@ struct Driver {
   }
 
   void run(bool parallel);
-  void unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc);
-  void key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scratch& sc);
+  void unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc, std::vector<double>& mod_grads);
+  void key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scratch& sc,
+                 std::vector<double>& mod_grads);
+  void add_mod_grads();
+
+  // Adds a tile's bias gradients ds (nr x nc, row stride kBc; rows i0.., keys j0..) to the unit's
+  // sums for query head g of the group: ALiBi's slope gets -sum ds |i + off - j|, the table's
+  // column of each offset the sum of its ds.
+  void add_bias_grads(int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t g, const float* ds,
+                      std::vector<double>& out) const {
+    const int64_t R = p.rel_bias_max_distance;
+    double* drel = out.data() + G + g * n_rel;
+    // Sums over a row's keys in 8 independent partial sums (no chain of dependent adds; the
+    // order is fixed, so the result is too).
+    auto sum8 = [](int a, int b, auto&& term) {
+      float acc[8] = {};
+      int jj = a;
+      for (; jj + 8 <= b; jj += 8)
+        for (int l = 0; l < 8; ++l) acc[l] += term(jj + l);
+      for (int l = 0; jj < b; ++jj, ++l) acc[l] += term(jj);
+      return double(((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                    ((acc[4] + acc[5]) + (acc[6] + acc[7])));
+    };
+    for (int64_t r = 0; r < nr; ++r) {
+      const float* d = ds + r * kBc;
+      const int64_t i_off = i0 + r + band.off;
+      if (want_dalibi) {
+        const float base = float(i_off - j0);  // |i + off - j| = |base - jj|, exact below 2^24
+        out[size_t(g)] -=
+            sum8(0, int(nc), [&](int jj) { return d[jj] * std::fabs(base - float(jj)); });
+      }
+      if (want_drel) {
+        // Offsets t = j - i - off: below -R they share column 0, above R column 2 R.
+        const int64_t t0 = j0 - i_off;
+        const int lo = int(std::clamp<int64_t>(-R - t0, 0, nc));
+        const int hi = int(std::clamp<int64_t>(R - t0 + 1, lo, nc));
+        auto at = [d](int jj) { return d[jj]; };
+        drel[0] += sum8(0, lo, at);
+        drel[2 * R] += sum8(hi, int(nc), at);
+        double* mid = drel + (t0 + R);
+        for (int jj = lo; jj < hi; ++jj) mid[jj] += d[jj];
+      }
+    }
+  }
 };
 
 void Driver::run(bool parallel) {
@@ -189,9 +240,18 @@ void Driver::run(bool parallel) {
   lse.resize(size_t(rows));
   Di.resize(size_t(rows));
   dqbuf.assign(size_t(n_buf * rows * Dp), 0.0f);
+  rel = RelBiasRows(p, kBc);
+  score_bias = p.alibi_slopes || p.rel_bias;
+  want_dalibi = p.alibi_slopes && bp.dalibi_slopes;
+  want_drel = p.rel_bias && bp.drel_bias;
+  n_rel = 2 * p.rel_bias_max_distance + 1;
+  if (want_dalibi || want_drel)
+    unit_mod_grads.assign(size_t(B * p.H_kv * C),
+                          std::vector<double>(size_t(G * (1 + (want_drel ? n_rel : 0))), 0.0));
 
-  // ---- per-row statistics; zero dq when it is accumulated in place -----------------------------
-  // (collapse: each thread's first row is divided out into (b, h, i) once, not every row)
+    // ---- per-row statistics; zero dq when it is accumulated in place
+    // ----------------------------- (collapse: each thread's first row is divided out into (b, h,
+    // i) once, not every row)
 #pragma omp parallel for collapse(3) schedule(static) if (parallel) num_threads(num_threads())
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
@@ -231,6 +291,7 @@ void Driver::run(bool parallel) {
       sc.dP.resize(size_t(kBr * kBc));
       sc.bias.resize(size_t(kBr * kBc));
       sc.z.resize(size_t(kBr * kBc));
+      if (want_dalibi || want_drel) sc.ds.resize(size_t(kBr * kBc));
       if (p.D % 8) sc.Qp.assign(size_t(kBr * Dp), 0.0f);
       if (p.D_v % 8) sc.dOp.assign(size_t(kBr * Dvp), 0.0f);
       sc.kpad.resize(size_t(kBc));
@@ -243,10 +304,13 @@ void Driver::run(bool parallel) {
     for (int64_t u = 0; u < units; ++u) {
       if (scratch.failed()) continue;  // reported after the region
       const int64_t chunk = u % C, bh = u / C;
-      unit(bh / p.H_kv, bh % p.H_kv, chunk, sc);
+      static std::vector<double> none;
+      unit(bh / p.H_kv, bh % p.H_kv, chunk, sc,
+           unit_mod_grads.empty() ? none : unit_mod_grads[size_t(u)]);
     }
   }
   scratch.check();
+  add_mod_grads();
 
   // ---- dq = sum of the chunks, in chunk order --------------------------------------------------
   if (n_buf == 0) return;
@@ -266,11 +330,43 @@ void Driver::run(bool parallel) {
       }
 }
 
-void Driver::unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc) {
-  for (int64_t kb = chunk; kb < nkb; kb += C) key_block(b, h_kv, chunk, kb, sc);
+void Driver::unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc,
+                  std::vector<double>& mod_grads) {
+  for (int64_t kb = chunk; kb < nkb; kb += C) key_block(b, h_kv, chunk, kb, sc, mod_grads);
 }
 
-void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scratch& sc) {
+// The parameter gradients of the score modifiers, in a fixed order: the sinks' from the per-row
+// statistics (d loss / d sink = -sum_i exp(sink - lse_i) D_i), ALiBi's and the table's from the
+// work units' sums, unit after unit.
+void Driver::add_mod_grads() {
+  if (p.sinks && bp.dsinks)
+    for (int64_t h = 0; h < p.H; ++h) {
+      double sum = 0.0;
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t i = 0; i < p.L_q; ++i) {
+          const int64_t r = (b * p.H + h) * p.L_q + i;
+          if (lse[r] != kInf) sum += std::exp(double(p.sinks[h]) - double(lse[r])) * Di[r];
+        }
+      bp.dsinks[h] -= float(sum);
+    }
+  if (unit_mod_grads.empty()) return;
+  for (int64_t u = 0; u < int64_t(unit_mod_grads.size()); ++u) {
+    const std::vector<double>& g = unit_mod_grads[size_t(u)];
+    const int64_t bh = u / C, b = bh / p.H_kv, h_kv = bh % p.H_kv;
+    for (int64_t gi = 0; gi < G; ++gi) {
+      const int64_t h = h_kv * G + gi;
+      if (want_dalibi) bp.dalibi_slopes[b * p.alibi_batch_stride + h] += float(g[size_t(gi)]);
+      if (want_drel) {
+        const double* row = g.data() + G + gi * n_rel;
+        float* out = bp.drel_bias + h * p.rel_bias_head_stride;
+        for (int64_t c = 0; c < n_rel; ++c) out[c] += float(row[c]);
+      }
+    }
+  }
+}
+
+void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scratch& sc,
+                       std::vector<double>& mod_grads) {
   const int64_t D = p.D, D_v = p.D_v, L_q = p.L_q;
   const int64_t j0 = kb * kBc, nc = std::min(kBc, p.L_k - j0);
   const float* k = p.k + b * p.k_batch_stride + h_kv * p.k_head_stride + j0 * p.k_row_stride;
@@ -350,20 +446,35 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
       int64_t ld_bias = 0;
       const int64_t mbase =
           b * p.mask_batch_stride + h * p.mask_head_stride + j0 * p.mask_col_stride;
-      if (p.mask_kind == MaskKind::Float && p.mask_col_stride == 1 && !p.key_padding && nc == kBc) {
+      if (p.mask_kind == MaskKind::Float && p.mask_col_stride == 1 && !p.key_padding && nc == kBc &&
+          !score_bias) {
         // A whole tile of a row-major float mask is read where it lies.
         bias = static_cast<const float*>(p.mask) + mbase + i0 * p.mask_row_stride;
         ld_bias = p.mask_row_stride;
-      } else if (p.mask_kind != MaskKind::None) {
+      } else if (p.mask_kind != MaskKind::None || score_bias) {
         for (int64_t r = 0; r < nr; ++r) {
           float* brow = sc.bias.data() + r * kBc;
           const int64_t m0 = mbase + (i0 + r) * p.mask_row_stride, cs = p.mask_col_stride;
           if (p.mask_kind == MaskKind::Bool) {
             const auto* m = static_cast<const uint8_t*>(p.mask) + m0;
             for (int64_t jj = 0; jj < nc; ++jj) brow[jj] = m[jj * cs] ? 0.0f : -kInf;
-          } else {
+          } else if (p.mask_kind == MaskKind::Float) {
             const auto* m = static_cast<const float*>(p.mask) + m0;
             for (int64_t jj = 0; jj < nc; ++jj) brow[jj] = m[jj * cs];
+          } else {
+            std::fill(brow, brow + nc, 0.0f);
+          }
+          // ALiBi (distances in float: exact below 2^24) and the table.
+          const int64_t i_off = i0 + r + band.off;  // i + off
+          if (p.alibi_slopes) {
+            const float neg_slope = -p.alibi_slopes[b * p.alibi_batch_stride + h];
+            const float base = float(i_off - j0);
+            for (int jj = 0; jj < int(nc); ++jj)
+              brow[jj] += neg_slope * std::fabs(base - float(jj));
+          }
+          if (p.rel_bias) {
+            const float* br = rel.at(h, j0 - i_off);
+            for (int64_t jj = 0; jj < nc; ++jj) brow[jj] += br[jj];
           }
           if (p.key_padding)
             for (int64_t jj = 0; jj < nc; ++jj) brow[jj] += sc.kpad[jj];
@@ -391,9 +502,11 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
         z = sc.z.data();
       }
 
+      float* ds_mod = mod_grads.empty() ? nullptr : sc.ds.data();
       isa.tile({nr, sc.S.data(), sc.dP.data(), lse.data() + row0 + i0, Di.data() + row0 + i0, scale,
                 bias, ld_bias, z, inside ? nullptr : sc.col_lo.data(),
-                inside ? nullptr : sc.col_hi.data()});
+                inside ? nullptr : sc.col_hi.data(), float(p.softcap), ds_mod});
+      if (ds_mod) add_bias_grads(i0, nr, j0, nc, g, ds_mod, mod_grads);
 
       // B operands with padded rows when the head dims are not multiples of 8.
       const float* dO_b = dout_t;

@@ -38,12 +38,13 @@ using GemmFn = void (*)(int64_t M, int64_t N, int64_t K, const float* A, int64_t
 
 // The softmax gradient of one tile of nr rows and kBc columns, in place:
 //   in:  S  = q . k (raw dot products),   dP = dO . v
-//   out: S  = P o Z,                       dP = scale * P o (Z o dP - D_i)
-// with P = exp(scale * S + bias - lse), bias (-inf masks; optional, row stride ld_bias, 0 for one
-// row shared by all), Z (dropout factors; optional, row stride kBc), and P = 0 outside the
-// columns [col_lo[r], col_hi[r]] of row r that causal masking and the window leave (optional).
-// Vectors of a row that lie wholly outside its columns are not read (the products may have left
-// them unwritten, see Cut): both outputs are zero there.
+//   out: S  = P o Z,                       dP = scale * c' * P o (Z o dP - D_i)
+// with P = exp(c(scale * S) + bias - lse), c the softcap (c(x) = softcap * tanh(x / softcap),
+// c' its derivative; the identity when softcap is 0), bias (-inf masks; optional, row stride
+// ld_bias, 0 for one row shared by all), Z (dropout factors; optional, row stride kBc), and P = 0
+// outside the columns [col_lo[r], col_hi[r]] of row r that causal masking and the window leave
+// (optional). Vectors of a row that lie wholly outside its columns are not read (the products may
+// have left them unwritten, see Cut): both outputs are zero there.
 struct TileArgs {
   int64_t nr;
   float* S;
@@ -56,6 +57,9 @@ struct TileArgs {
   const float* z;
   const int32_t* col_lo;
   const int32_t* col_hi;
+  float softcap = 0.0f;
+  // Optional (row stride kBc): receives P o (Z o dP - D_i), the gradient of the biases.
+  float* ds_mod = nullptr;
 };
 using TileFn = void (*)(const TileArgs&);
 

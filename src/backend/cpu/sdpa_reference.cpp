@@ -49,6 +49,7 @@ void attend_row(const SdpaParams& p, int64_t b, int64_t h, int64_t i, double* s,
     s[j] = dot * scale;
   }
   for (int64_t j = j_end; j < L_k; ++j) s[j] = kNegInf;
+  for (int64_t j = j_begin; j < j_end; ++j) s[j] = modified_score(p, b, h, i, j, s[j]);
   if (p.key_padding) {
     const uint8_t* pad = p.key_padding + b * p.key_padding_batch_stride;  // (L_k)
     for (int64_t j = j_begin; j < j_end; ++j)
@@ -67,8 +68,10 @@ void attend_row(const SdpaParams& p, int64_t b, int64_t h, int64_t i, double* s,
   }
 
   // ---- softmax: subtract the row max so every exponent is <= 0 ----------------------------------
-  // A NaN score propagates (m becomes NaN and so does every weight), as in PyTorch.
-  double m = kNegInf;
+  // A NaN score propagates (m becomes NaN and so does every weight), as in PyTorch. A sink is one
+  // more score, whose value row is zero.
+  const double sink = p.sinks ? double(p.sinks[h]) : kNegInf;
+  double m = sink;
   for (int64_t j = 0; j < L_k; ++j)
     if (s[j] > m || std::isnan(s[j])) m = s[j];
   if (m == kNegInf) {
@@ -78,7 +81,7 @@ void attend_row(const SdpaParams& p, int64_t b, int64_t h, int64_t i, double* s,
     if (p.lse) p.lse[row] = -std::numeric_limits<float>::infinity();
     return;
   }
-  double sum = 0;
+  double sum = p.sinks ? std::exp(sink - m) : 0.0;
   for (int64_t j = 0; j < L_k; ++j) {
     s[j] = std::exp(s[j] - m);  // exp(-inf) == 0 for masked keys
     sum += s[j];

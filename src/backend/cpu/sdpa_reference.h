@@ -13,11 +13,14 @@
 // For batch b, query head h, query row i (key/value head h_kv = h / (H / H_kv)):
 //
 //   s[j]   = scale * sum_d q[b, h, i, d] * k[b, h_kv, j, d]          j in [0, L_k)
+//            then the score modifiers of sdpa_params.h (softcap, ALiBi, relative bias:
+//            modified_score below)
 //          + mask[b, h, i, j]              (float mask)
 //          = -inf  where the bool mask is false, where key_padding[b, j] is set, or where
 //                  causal masking or the sliding window hides key j (see below)
 //   m      = max_j s[j]
-//   p[j]   = exp(s[j] - m) / sum_j' exp(s[j'] - m)                   (the attention weights)
+//   p[j]   = exp(s[j] - m) / sum_j' exp(s[j'] - m)                   (the attention weights;
+//            with sinks, exp(sinks[h] - m) joins the sum and m is at least sinks[h])
 //   p[j]  *= dropout_scale[b, h, i, j]     (when given: 0 or 1 / (1 - p_drop))
 //          or, when dropout_p > 0 without dropout_scale, the counter-based mask:
 //   p[j]  *= dropout_keep(seed, offset, ((b * H + h) * L_q + i) * L_k + j, p_drop)
@@ -46,6 +49,7 @@
 // gradients is contiguous.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "../sdpa_dropout.h"
@@ -72,13 +76,36 @@ struct SdpaParams : SdpaGeometry {
 // The gradient pass. "In the forward pass this was out = softmax(scale * q k^T + mask) v with
 // lse the per-row log-sum-exp": given dout it produces dq, dk, dv (same layouts and strides
 // conventions as q, k, v). With H_kv < H, dk and dv sum over the query heads of each group.
-struct SdpaBackwardParams : SdpaGradStrides {
+struct SdpaBackwardParams : SdpaGradStrides, SdpaModGrads {
   SdpaParams fwd;  // the forward's parameters; fwd.out and fwd.lse must be set
   const float* dout = nullptr;
   float* dq = nullptr;
   float* dk = nullptr;
   float* dv = nullptr;
 };
+
+// The score of key j for query row (b, h, i) after the score modifiers (sdpa_params.h: softcap,
+// ALiBi, the relative-position bias), from s = scale * q . k, in double precision; `t`, when not
+// null, receives tanh(s / softcap) (0 without softcap), for the backward pass.
+inline double modified_score(const SdpaGeometry& p, int64_t b, int64_t h, int64_t i, int64_t j,
+                             double s, double* t = nullptr) {
+  if (p.softcap > 0.0) {
+    const double th = std::tanh(s / p.softcap);
+    s = p.softcap * th;
+    if (t) *t = th;
+  } else if (t) {
+    *t = 0.0;
+  }
+  const int64_t off = sdpa_band(p).diagonal_offset;
+  if (p.alibi_slopes) {
+    const int64_t dist = i + off - j;
+    s -= double(p.alibi_slopes[b * p.alibi_batch_stride + h]) * double(dist < 0 ? -dist : dist);
+  }
+  if (p.rel_bias)
+    s += double(p.rel_bias[h * p.rel_bias_head_stride +
+                           rel_bias_column(j - i - off, p.rel_bias_max_distance)]);
+  return s;
+}
 
 // Computes attention as described above. Rows (b, h, i) are independent and are processed in
 // parallel with OpenMP; the result does not depend on the number of threads. The caller

@@ -19,6 +19,8 @@
 // Interface of a backend V (T is one vector of W floats; kRegs vector registers):
 //   load, store, set1, zero, add, sub, mul, fmadd(a, b, c) = a * b + c, max, min (max and min
 //                           return b where a lane of b is NaN)
+//   div(a, b), abs(x)       a / b, |x|
+//   select_lt(c, t, a, b)   lane-wise c < t ? a : b (b where c or t is NaN)
 //   round(x)                to the nearest integer, ties to even
 //   pow2i(n)                2^n for integral n in [-127, 127], built in the exponent bits (n = -127
 //                           gives +0)
@@ -149,7 +151,17 @@ struct Scalar {
   // NaN in b propagates, as with the x86 max instructions' operand order used below.
   ATTN_SCALAR_BINARY(max, a.v[l] > b.v[l] ? a.v[l] : b.v[l])
   ATTN_SCALAR_BINARY(min, a.v[l] < b.v[l] ? a.v[l] : b.v[l])
+  ATTN_SCALAR_BINARY(div, a.v[l] / b.v[l])
 #undef ATTN_SCALAR_BINARY
+  static ATTN_ALWAYS_INLINE T abs(T x) {
+    for (int l = 0; l < W; ++l) x.v[l] = std::fabs(x.v[l]);
+    return x;
+  }
+  static ATTN_ALWAYS_INLINE T select_lt(const T& c, const T& t, const T& a, T b) {
+    for (int l = 0; l < W; ++l)
+      if (c.v[l] < t.v[l]) b.v[l] = a.v[l];
+    return b;
+  }
   static ATTN_ALWAYS_INLINE T round(T x) {
     for (int l = 0; l < W; ++l) x.v[l] = std::nearbyint(x.v[l]);
     return x;
@@ -233,6 +245,13 @@ struct Avx2 {
   // maxps returns its second operand when either is NaN: a NaN in b propagates.
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T max(T a, T b) { return _mm256_max_ps(a, b); }
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T min(T a, T b) { return _mm256_min_ps(a, b); }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T div(T a, T b) { return _mm256_div_ps(a, b); }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T abs(T x) {
+    return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T select_lt(T c, T t, T a, T b) {
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(c, t, _CMP_LT_OQ));
+  }
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T round(T x) {
     return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
@@ -332,6 +351,14 @@ struct Avx512 {
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T mul(T a, T b) { return _mm512_mul_ps(a, b); }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T max(T a, T b) { return _mm512_max_ps(a, b); }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T min(T a, T b) { return _mm512_min_ps(a, b); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T div(T a, T b) { return _mm512_div_ps(a, b); }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T abs(T x) {
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T select_lt(T c, T t, T a, T b) {
+    return _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(c, t, _CMP_LT_OQ), a);
+  }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T round(T x) {
     return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
@@ -432,6 +459,11 @@ struct Neon {
   // fmax propagates a NaN in either operand (the interface asks for one in b).
   static ATTN_ALWAYS_INLINE T max(T a, T b) { return vmaxq_f32(a, b); }
   static ATTN_ALWAYS_INLINE T min(T a, T b) { return vminq_f32(a, b); }
+  static ATTN_ALWAYS_INLINE T div(T a, T b) { return vdivq_f32(a, b); }
+  static ATTN_ALWAYS_INLINE T abs(T x) { return vabsq_f32(x); }
+  static ATTN_ALWAYS_INLINE T select_lt(T c, T t, T a, T b) {
+    return vbslq_f32(vcltq_f32(c, t), a, b);
+  }
   static ATTN_ALWAYS_INLINE T round(T x) { return vrndnq_f32(x); }  // ties to even
   static ATTN_ALWAYS_INLINE T pow2i(T n) {
     return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23));
@@ -502,6 +534,11 @@ struct Sve {
   // FMAX propagates a NaN in either operand (the interface asks for one in b).
   static ATTN_ALWAYS_INLINE T max(T a, T b) { return svmax_f32_x(all(), a, b); }
   static ATTN_ALWAYS_INLINE T min(T a, T b) { return svmin_f32_x(all(), a, b); }
+  static ATTN_ALWAYS_INLINE T div(T a, T b) { return svdiv_f32_x(all(), a, b); }
+  static ATTN_ALWAYS_INLINE T abs(T x) { return svabs_f32_x(all(), x); }
+  static ATTN_ALWAYS_INLINE T select_lt(T c, T t, T a, T b) {
+    return svsel_f32(svcmplt_f32(all(), c, t), a, b);
+  }
   static ATTN_ALWAYS_INLINE T round(T x) { return svrintn_f32_x(all(), x); }  // ties to even
   static ATTN_ALWAYS_INLINE T pow2i(T n) {
     const svint32_t e = svadd_n_s32_x(all(), svcvt_s32_f32_x(all(), n), 127);

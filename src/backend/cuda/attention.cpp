@@ -18,6 +18,9 @@ template <ElemType E>
 CudaSdpaParams cuda_params(const backend::SdpaForward& a) {
   if (a.weights || a.dropout_scale || a.dropout_factors)
     detail::fail(a.op, "the GPU kernel never forms the attention weights or dropout factors");
+  if (a.has_score_mods())
+    throw NotImplementedError(detail::msg(
+        a.op, "softcap, ALiBi, the relative bias table and sinks run on the CPU only for now"));
   CudaSdpaParams c;
   static_cast<SdpaGeometry&>(c) = a;
   c.dtype = E;
