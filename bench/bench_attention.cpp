@@ -60,6 +60,8 @@ struct Shape {
   const char* tag;
   int64_t B, H, H_kv, L_q, L_k, D;
   bool causal;
+  // A score modifier (SdpaOptions): "softcap", "alibi", "relbias", "sinks", "all", or none.
+  const char* mod = nullptr;
 };
 
 double forward_flops(const Shape& s) {
@@ -69,6 +71,7 @@ double forward_flops(const Shape& s) {
 
 struct Inputs {
   attn::Tensor q, k, v, dout;
+  attn::Tensor alibi, rel, sinks;  // the score modifiers' tensors
 };
 
 Inputs make_inputs(const Shape& s) {
@@ -78,11 +81,21 @@ Inputs make_inputs(const Shape& s) {
   in.k = attn::randn({s.B, s.H_kv, s.L_k, s.D}, &gen);
   in.v = attn::randn({s.B, s.H_kv, s.L_k, s.D}, &gen);
   in.dout = attn::randn({s.B, s.H, s.L_q, s.D}, &gen);
+  in.alibi = attn::rand({s.H}, &gen) * 0.1;
+  in.rel = attn::randn({s.H, 2 * 128 + 1}, &gen);
+  in.sinks = attn::randn({s.H}, &gen);
   return in;
 }
 
-attn::SdpaOptions options(const Shape& s, attn::SdpaBackend backend) {
+attn::SdpaOptions options(const Shape& s, attn::SdpaBackend backend, const Inputs& in) {
   attn::SdpaOptions o;
+  if (s.mod) {
+    const std::string m = s.mod;
+    if (m == "softcap" || m == "all") o.softcap = 30.0;
+    if (m == "alibi" || m == "all") o.alibi_slopes = in.alibi;
+    if (m == "relbias" || m == "all") o.relative_bias = in.rel;
+    if (m == "sinks" || m == "all") o.sinks = in.sinks;
+  }
   o.is_causal = s.causal;
   // Decoding (L_q < L_k) sees the whole cache: bottom-right alignment.
   o.causal_align = s.L_q < s.L_k ? attn::CausalAlign::BottomRight : attn::CausalAlign::TopLeft;
@@ -99,7 +112,7 @@ void set_gflops(benchmark::State& state, double flops) {
 
 void bm_forward(benchmark::State& state, Shape s, attn::SdpaBackend backend) {
   Inputs in = make_inputs(s);
-  attn::SdpaOptions o = options(s, backend);
+  attn::SdpaOptions o = options(s, backend, in);
   for (auto _ : state) {
     attn::Tensor out = attn::scaled_dot_product_attention(in.q, in.k, in.v, o);
     benchmark::DoNotOptimize(out.raw_data());
@@ -109,7 +122,7 @@ void bm_forward(benchmark::State& state, Shape s, attn::SdpaBackend backend) {
 
 void bm_forward_backward(benchmark::State& state, Shape s, attn::SdpaBackend backend) {
   Inputs in = make_inputs(s);
-  attn::SdpaOptions o = options(s, backend);
+  attn::SdpaOptions o = options(s, backend, in);
   for (auto _ : state) {
     attn::SdpaForwardResult f = attn::scaled_dot_product_attention_forward(in.q, in.k, in.v, o);
     auto [dq, dk, dv] =
@@ -122,7 +135,7 @@ void bm_forward_backward(benchmark::State& state, Shape s, attn::SdpaBackend bac
 
 void bm_backward(benchmark::State& state, Shape s, attn::SdpaBackend backend) {
   Inputs in = make_inputs(s);
-  attn::SdpaOptions o = options(s, backend);
+  attn::SdpaOptions o = options(s, backend, in);
   attn::SdpaForwardResult f = attn::scaled_dot_product_attention_forward(in.q, in.k, in.v, o);
   for (auto _ : state) {
     auto [dq, dk, dv] =
@@ -150,7 +163,11 @@ void bm_sgemm(benchmark::State& state) {
 
 std::string shape_name(const Shape& s) {
   char buf[160];
-  if (s.H != s.H_kv) {
+  if (s.mod) {
+    std::snprintf(buf, sizeof buf, "%s/%s/B%lld_H%lld_Lq%lld_Lk%lld_D%lld/%s", s.tag, s.mod,
+                  (long long)s.B, (long long)s.H, (long long)s.L_q, (long long)s.L_k,
+                  (long long)s.D, s.causal ? "causal" : "full");
+  } else if (s.H != s.H_kv) {
     std::snprintf(buf, sizeof buf, "%s/B%lld_H%lld_Hkv%lld_Lq%lld_Lk%lld_D%lld/%s", s.tag,
                   (long long)s.B, (long long)s.H, (long long)s.H_kv, (long long)s.L_q,
                   (long long)s.L_k, (long long)s.D, s.causal ? "causal" : "full");
@@ -177,6 +194,18 @@ std::vector<Shape> shapes() {
   // 4 heads of 32; 6 x 384: 16 x 256 tokens, 6 heads of 64), causal.
   v.push_back({"train_nanogpt", 12, 4, 4, 64, 64, 32, true});
   v.push_back({"train_6x384", 16, 6, 6, 256, 256, 64, true});
+  return v;
+}
+
+// The score modifiers against the plain kernel ("none"), fused kernel only: training-sized
+// attention (causal and full) and decoding.
+std::vector<Shape> mod_shapes() {
+  std::vector<Shape> v;
+  for (const char* mod : {"none", "softcap", "alibi", "relbias", "sinks", "all"}) {
+    v.push_back({"mods", 1, 12, 12, 2048, 2048, 64, true, mod});
+    v.push_back({"mods", 1, 12, 12, 2048, 2048, 64, false, mod});
+    v.push_back({"mods", 1, 12, 12, 1, 4096, 64, false, mod});
+  }
   return v;
 }
 
@@ -217,7 +246,10 @@ int main(int argc, char** argv) {
   const Kernel kernels[] = {{"reference", attn::SdpaBackend::Reference},
                             {fused_name(), fused_backend()}};
   for (const Kernel& kernel : kernels) {
-    for (const Shape& s : shapes()) {
+    std::vector<Shape> all = shapes();
+    if (kernel.backend != attn::SdpaBackend::Reference)
+      for (const Shape& s : mod_shapes()) all.push_back(s);
+    for (const Shape& s : all) {
       const std::string name = shape_name(s);
       auto reg = [&](const char* dir, auto fn) {
         benchmark::RegisterBenchmark((std::string(dir) + "/" + kernel.name + "/" + name).c_str(),

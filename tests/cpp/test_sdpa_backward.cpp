@@ -5,6 +5,11 @@
 // Every kernel-level case builds its own inputs in a chosen layout, computes the forward (out,
 // lse) in double here (an independent statement of sdpa_reference.h's definition), and runs the
 // backward kernels on it.
+//
+// The score modifiers (softcap, ALiBi, the relative-position bias table, attention sinks) and the
+// gradients of their parameters have their own sections: finite differences of the reference
+// (dq, dk, dv and the parameters' gradients), the fused kernel against the reference on every
+// instruction set, 1, 2 and 3 threads bitwise, and gradients that add to what the buffers hold.
 #include <attn/attn.h>
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -36,6 +41,10 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 enum class Layout { BHLD, BLHD, Padded };  // Padded: (B, H, L, D) with row stride D + 5
 enum class Mask { None, Bool, Float };
 enum class Bcast { Full, LqLk, BLk };  // mask shapes (B, H, L_q, L_k), (L_q, L_k), (B, 1, 1, L_k)
+// ALiBi slopes (B, H) with batch stride 0 (Shared) or H (PerBatch); the relative-position bias
+// table (H, 2 R + 1) with head stride 0 (Shared) or 2 R + 1 (PerHead).
+enum class Alibi { None, Shared, PerBatch };
+enum class Rel { None, Shared, PerHead };
 
 struct Case {
   int64_t B = 1, H = 1, H_kv = 1, L_q = 1, L_k = 1, D = 8, D_v = 8;
@@ -49,6 +58,12 @@ struct Case {
   double scale = 0.0;       // 0: 1 / sqrt(D)
   double magnitude = 1;     // q is multiplied by this (huge scores)
   bool masked_row = false;  // the bool/float mask hides every key of query row 0
+  // Score modifiers (sdpa_params.h).
+  double softcap = 0.0;  // > 0: s = softcap * tanh(s / softcap)
+  Alibi alibi = Alibi::None;
+  Rel rel = Rel::None;
+  int64_t rel_R = 0;   // rel_bias_max_distance
+  bool sinks = false;  // one per head; head 1 (when H > 1) has a sink of -inf
 
   std::string name() const {
     std::string s = "B" + std::to_string(B) + "_H" + std::to_string(H) + "_Hkv" +
@@ -66,6 +81,10 @@ struct Case {
     if (layout != Layout::BHLD) s += layout == Layout::BLHD ? "_BLHD" : "_padded";
     if (scale != 0) s += "_scale" + std::to_string(int(scale * 100));
     if (magnitude != 1) s += "_mag" + std::to_string(int(magnitude));
+    if (softcap > 0) s += "_cap" + std::to_string(int(softcap * 10));
+    if (alibi != Alibi::None) s += alibi == Alibi::Shared ? "_alibiS" : "_alibiB";
+    if (rel != Rel::None) s += (rel == Rel::Shared ? "_relS" : "_relH") + std::to_string(rel_R);
+    if (sinks) s += "_sinks";
     for (auto& ch : s)
       if (ch == '-') ch = 'm';
     return s;
@@ -112,6 +131,11 @@ struct Problem {
   std::vector<float> mask_f;
   std::vector<uint8_t> mask_b, kpad;
   int64_t m_bs = 0, m_hs = 0, m_rs = 0, m_cs = 0;
+  // The score modifiers' parameters as the kernels read them, and the same values in double as
+  // the definition below reads them (the finite differences perturb those).
+  std::vector<float> alibi, rel, sinks;
+  std::vector<double> alibi_d, rel_d, sinks_d;
+  int64_t alibi_bs = 0, rel_hs = 0;
   uint64_t seed = 0x1234abcd, offset = 77;
 
   explicit Problem(const Case& c_) : c(c_) {
@@ -168,6 +192,26 @@ struct Problem {
         for (int64_t b = 2; b < c.B; ++b) kpad[size_t(b * c.L_k + j)] = j % 3 == 1;
       }
     }
+    // Score modifiers (drawn last, so that the cases without them keep their data).
+    if (c.alibi != Alibi::None) {
+      alibi.resize(size_t(c.alibi == Alibi::Shared ? c.H : c.B * c.H));
+      for (auto& x : alibi) x = 0.02f + 0.2f * std::abs(U(gen));
+      alibi_bs = c.alibi == Alibi::Shared ? 0 : c.H;
+    }
+    if (c.rel != Rel::None) {
+      const int64_t n = 2 * c.rel_R + 1;
+      rel.resize(size_t((c.rel == Rel::Shared ? 1 : c.H) * n));
+      for (auto& x : rel) x = 1.5f * U(gen);
+      rel_hs = c.rel == Rel::Shared ? 0 : n;
+    }
+    if (c.sinks) {
+      sinks.resize(size_t(c.H));
+      for (auto& x : sinks) x = 0.5f + 2.0f * U(gen);
+      if (c.H > 1) sinks[1] = -std::numeric_limits<float>::infinity();  // no sink at all
+    }
+    alibi_d.assign(alibi.begin(), alibi.end());
+    rel_d.assign(rel.begin(), rel.end());
+    sinks_d.assign(sinks.begin(), sinks.end());
     lse.assign(size_t(std::max<int64_t>(c.B * c.H * c.L_q, 1)), 0.0f);
     forward();
   }
@@ -192,6 +236,13 @@ struct Problem {
     p.window_left = c.wl, p.window_right = c.wr;
     if (c.kpad) p.key_padding = kpad.data(), p.key_padding_batch_stride = c.L_k;
     p.dropout_p = c.dropout, p.dropout_seed = seed, p.dropout_offset = offset;
+    p.softcap = c.softcap;
+    if (!alibi.empty()) p.alibi_slopes = alibi.data(), p.alibi_batch_stride = alibi_bs;
+    if (!rel.empty()) {
+      p.rel_bias = rel.data(), p.rel_bias_head_stride = rel_hs;
+      p.rel_bias_max_distance = c.rel_R;
+    }
+    if (!sinks.empty()) p.sinks = sinks.data();
     return p;
   }
 
@@ -211,9 +262,17 @@ struct Problem {
       dot += (qd ? (*qd)[size_t(((b * c.H + h) * c.L_q + i) * c.D + d)] : q.at(b, h, i, d)) *
              (kd ? (*kd)[size_t(((b * c.H_kv + hk) * c.L_k + j) * c.D + d)] : k.at(b, hk, j, d));
     double s = dot * scale;
+    // The score modifiers, before the float mask: softcap, ALiBi's distance |i + off - j|, the
+    // table's entry for the offset j - i - off clipped to [-R, R].
+    if (c.softcap > 0) s = c.softcap * std::tanh(s / c.softcap);
+    if (!alibi_d.empty()) s -= alibi_d[size_t(b * alibi_bs + h)] * double(std::abs(i + off - j));
+    if (!rel_d.empty())
+      s += rel_d[size_t(h * rel_hs + std::clamp(j - i - off, -c.rel_R, c.rel_R) + c.rel_R)];
     if (c.mask == Mask::Float) s += mask_f[size_t(mi)];
     return s;
   }
+  // The sink of head h (-inf: none), one more score in the softmax whose value row is zero.
+  double sink(int64_t h) const { return sinks_d.empty() ? kNegInf : sinks_d[size_t(h)]; }
   double drop(int64_t b, int64_t h, int64_t i, int64_t j) const {
     if (c.dropout <= 0) return 1.0;
     const uint64_t idx = uint64_t(((b * c.H + h) * c.L_q + i) * c.L_k + j);
@@ -231,7 +290,7 @@ struct Problem {
       for (int64_t h = 0; h < c.H; ++h)
         for (int64_t i = 0; i < c.L_q; ++i) {
           const int64_t hk = h / (c.H / c.H_kv), row = (b * c.H + h) * c.L_q + i;
-          double m = kNegInf;
+          double m = sink(h);
           for (int64_t j = 0; j < c.L_k; ++j)
             m = std::max(m, s[size_t(j)] = score(b, h, i, j, &qd, &kd));
           if (m == kNegInf) {
@@ -241,7 +300,7 @@ struct Problem {
             }
             continue;
           }
-          double sum = 0;
+          double sum = std::exp(sink(h) - m);  // 0 without a sink
           for (auto& x : s) sum += (x = std::exp(x - m));
           for (int64_t e = 0; e < c.D_v; ++e) {
             double o = 0;
@@ -266,13 +325,20 @@ struct Problem {
   void forward() { loss(canon(q), canon(k), canon(v), true); }
 };
 
-// Gradients in the case's layout.
+// Gradients in the case's layout, and those of the score modifiers' parameters in theirs (zeros:
+// the kernels add to them; empty without the modifier).
 struct Grads {
   Buf dq, dk, dv;
+  std::vector<float> dalibi, drel, dsinks;
   Grads(const Case& c)
       : dq(c.B, c.H, c.L_q, c.D, c.layout),
         dk(c.B, c.H_kv, c.L_k, c.D, c.layout),
         dv(c.B, c.H_kv, c.L_k, c.D_v, c.layout) {
+    if (c.alibi != Alibi::None)
+      dalibi.assign(size_t((c.alibi == Alibi::Shared ? 1 : c.B) * c.H), 0.0f);
+    if (c.rel != Rel::None)
+      drel.assign(size_t((c.rel == Rel::Shared ? 1 : c.H) * (2 * c.rel_R + 1)), 0.0f);
+    if (c.sinks) dsinks.assign(size_t(c.H), 0.0f);
     // Poison the outputs: the kernels must overwrite every element.
     for (Buf* t : {&dq, &dk, &dv})
       for (int64_t b = 0; b < t->B; ++b)
@@ -294,6 +360,9 @@ k::SdpaBackwardParams backward_params(Problem& pb, Grads& g) {
   bp.dk_row_stride = g.dk.rs;
   bp.dv = g.dv.ptr(), bp.dv_batch_stride = g.dv.bs, bp.dv_head_stride = g.dv.hs;
   bp.dv_row_stride = g.dv.rs;
+  if (!g.dalibi.empty()) bp.dalibi_slopes = g.dalibi.data();
+  if (!g.drel.empty()) bp.drel_bias = g.drel.data();
+  if (!g.dsinks.empty()) bp.dsinks = g.dsinks.data();
   return bp;
 }
 
@@ -319,17 +388,24 @@ Grads run_naive_fp32(Problem& pb) {
       for (int64_t x = 0; x < t->X; ++x)
         for (int64_t l = 0; l < t->L; ++l)
           for (int64_t w = 0; w < t->W; ++w) t->at(b, x, l, w) = 0.0f;
-  std::vector<float> s(size_t(c.L_k)), dp(size_t(c.L_k));
-  const float scale = float(pb.scale);
+  std::vector<float> s(size_t(c.L_k)), dp(size_t(c.L_k)), th(size_t(c.L_k));
+  const float scale = float(pb.scale), cap = float(c.softcap);
+  const int64_t off = c.bottom_right ? c.L_k - c.L_q : 0, R = c.rel_R;
   for (int64_t b = 0; b < c.B; ++b)
     for (int64_t h = 0; h < c.H; ++h)
       for (int64_t i = 0; i < c.L_q; ++i) {
         const int64_t hk = h / (c.H / c.H_kv);
-        float m = -std::numeric_limits<float>::infinity();
+        const float sink = c.sinks ? pb.sinks[size_t(h)] : -std::numeric_limits<float>::infinity();
+        float m = sink;
         for (int64_t j = 0; j < c.L_k; ++j) {
           float dot = 0;
           for (int64_t d = 0; d < c.D; ++d) dot += pb.q.at(b, h, i, d) * pb.k.at(b, hk, j, d);
           float x = dot * scale;
+          if (cap > 0) x = cap * (th[size_t(j)] = std::tanh(x / cap));
+          if (c.alibi != Alibi::None)
+            x -= pb.alibi[size_t(b * pb.alibi_bs + h)] * float(std::abs(i + off - j));
+          if (c.rel != Rel::None)
+            x += pb.rel[size_t(h * pb.rel_hs + std::clamp(j - i - off, -R, R) + R)];
           if (pb.score(b, h, i, j) == kNegInf)
             x = -std::numeric_limits<float>::infinity();
           else if (c.mask == Mask::Float)
@@ -338,7 +414,7 @@ Grads run_naive_fp32(Problem& pb) {
           m = std::max(m, x);
         }
         if (m == -std::numeric_limits<float>::infinity()) continue;
-        float sum = 0;
+        float sum = c.sinks ? std::exp(sink - m) : 0.0f;
         for (auto& x : s) sum += (x = std::exp(x - m));
         for (auto& x : s) x /= sum;
         float Di = 0;
@@ -348,8 +424,16 @@ Grads run_naive_fp32(Problem& pb) {
           dp[size_t(j)] = dot * float(pb.drop(b, h, i, j));
           Di += s[size_t(j)] * dp[size_t(j)];
         }
+        if (c.sinks) g.dsinks[size_t(h)] -= std::exp(sink - m) / sum * Di;
         for (int64_t j = 0; j < c.L_k; ++j) {
-          const float ds = s[size_t(j)] * (dp[size_t(j)] - Di) * scale;
+          // d loss / d (modified score): the gradient of ALiBi's and the table's biases; through
+          // the softcap and the scale, that of q . k.
+          const float ds_mod = s[size_t(j)] * (dp[size_t(j)] - Di);
+          if (c.alibi != Alibi::None)
+            g.dalibi[size_t(b * pb.alibi_bs + h)] -= ds_mod * float(std::abs(i + off - j));
+          if (c.rel != Rel::None)
+            g.drel[size_t(h * pb.rel_hs + std::clamp(j - i - off, -R, R) + R)] += ds_mod;
+          const float ds = ds_mod * (cap > 0 ? 1.0f - th[size_t(j)] * th[size_t(j)] : 1.0f) * scale;
           const float w = s[size_t(j)] * float(pb.drop(b, h, i, j));
           for (int64_t d = 0; d < c.D; ++d) {
             g.dq.at(b, h, i, d) += ds * pb.k.at(b, hk, j, d);
@@ -379,46 +463,80 @@ Err compare(const Buf& got, const Buf& want) {
   return e;
 }
 
+Err compare(const std::vector<float>& got, const std::vector<float>& want) {
+  Err e;
+  for (size_t n = 0; n < got.size() && n < want.size(); ++n) {
+    if (!std::isfinite(got[n])) e.finite = false;
+    e.max_abs = std::max(e.max_abs, std::abs(double(got[n]) - double(want[n])));
+    e.max_ref = std::max(e.max_ref, std::abs(double(want[n])));
+  }
+  if (got.size() != want.size()) e.finite = false;
+  return e;
+}
+
 // ---- 1. the reference backward against finite differences
 // ----------------------------------------
 
-class SdpaBackwardFiniteDifferences : public ::testing::TestWithParam<Case> {};
-
-TEST_P(SdpaBackwardFiniteDifferences, Gradients) {
-  Problem pb(GetParam());
+// Central differences of the fp64 loss sum(dout o out) at the same (float) point, against the
+// reference's dq, dk, dv and, with score modifiers, the gradients of their parameters. With step
+// h = 1e-4 the truncation error is about h^2 |f'''| ~ 1e-8 and the cancellation error
+// 1e-16 |f| / h ~ 1e-12, so the difference is exact to ~1e-8; the reference rounds its result
+// to float (relative 6e-8). A tolerance of 1e-6 (absolute, plus 1e-6 relative) is therefore
+// safe, and far below any real mistake (which shows up at the size of the gradient itself).
+void expect_matches_finite_differences(const Case& c) {
+  Problem pb(c);
   Grads g = run_reference(pb);
   std::vector<double> qd = Problem::canon(pb.q), kd = Problem::canon(pb.k),
                       vd = Problem::canon(pb.v);
-  // Central differences of the fp64 loss sum(dout o out) at the same (float) point. With step
-  // h = 1e-4 the truncation error is about h^2 |f'''| ~ 1e-8 and the cancellation error
-  // 1e-16 |f| / h ~ 1e-12, so the difference is exact to ~1e-8; the reference rounds its result
-  // to float (relative 6e-8). A tolerance of 1e-6 (absolute, plus 1e-6 relative) is therefore
-  // safe, and far below any real mistake (which shows up at the size of the gradient itself).
   const double h = 1e-4;
+  auto derivative = [&](double& x) {
+    const double x0 = x;
+    x = x0 + h;
+    const double fp = pb.loss(qd, kd, vd, false);
+    x = x0 - h;
+    const double fm = pb.loss(qd, kd, vd, false);
+    x = x0;
+    return (fp - fm) / (2 * h);
+  };
+  auto expect_close = [](double got, double fd) {
+    return std::abs(got - fd) / (1e-6 + 1e-6 * std::abs(fd)) <= 1.0;
+  };
   auto check = [&](std::vector<double>& x, const Buf& grad, const char* name) {
     size_t n = 0;
     for (int64_t b = 0; b < grad.B; ++b)
       for (int64_t hh = 0; hh < grad.X; ++hh)
         for (int64_t l = 0; l < grad.L; ++l)
           for (int64_t w = 0; w < grad.W; ++w, ++n) {
-            const double x0 = x[n];
-            x[n] = x0 + h;
-            const double fp = pb.loss(qd, kd, vd, false);
-            x[n] = x0 - h;
-            const double fm = pb.loss(qd, kd, vd, false);
-            x[n] = x0;
-            const double fd = (fp - fm) / (2 * h);
+            const double fd = derivative(x[n]);
             const double got = grad.at(b, hh, l, w);
             ASSERT_TRUE(std::isfinite(got)) << name;
-            const double err = std::abs(got - fd) / (1e-6 + 1e-6 * std::abs(fd));
-            EXPECT_LE(err, 1.0) << name << "[" << b << "," << hh << "," << l << "," << w
-                                << "]: reference " << got << ", finite differences " << fd;
+            EXPECT_TRUE(expect_close(got, fd))
+                << name << "[" << b << "," << hh << "," << l << "," << w << "]: reference " << got
+                << ", finite differences " << fd;
           }
   };
   check(qd, g.dq, "dq");
   check(kd, g.dk, "dk");
   check(vd, g.dv, "dv");
+  // The parameters of the score modifiers, in their own layouts (a sink of -inf has gradient 0).
+  auto check_params = [&](std::vector<double>& x, const std::vector<float>& grad,
+                          const char* name) {
+    ASSERT_EQ(x.size(), grad.size()) << name;
+    for (size_t n = 0; n < x.size(); ++n) {
+      ASSERT_TRUE(std::isfinite(grad[n])) << name << "[" << n << "]";
+      const double fd = std::isinf(x[n]) ? 0.0 : derivative(x[n]);
+      EXPECT_TRUE(expect_close(grad[n], fd))
+          << name << "[" << n << "]: reference " << grad[n] << ", finite differences " << fd;
+    }
+  };
+  check_params(pb.alibi_d, g.dalibi, "dalibi_slopes");
+  check_params(pb.rel_d, g.drel, "drel_bias");
+  check_params(pb.sinks_d, g.dsinks, "dsinks");
 }
+
+class SdpaBackwardFiniteDifferences : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SdpaBackwardFiniteDifferences, Gradients) { expect_matches_finite_differences(GetParam()); }
 
 std::vector<Case> fd_cases() {
   std::vector<Case> cs;
@@ -520,6 +638,21 @@ void expect_close_to_reference(Problem& pb, const Grads& got, const Grads& ref, 
     EXPECT_TRUE(e.finite) << what << " " << names[t] << " has inf or NaN";
     const double tol = 2 * e32.max_abs + 2e-6 * std::max(e.max_ref, 1.0) + lse_ulp * e.max_ref;
     EXPECT_LE(e.max_abs, tol) << what << " " << names[t] << ": max error " << e.max_abs
+                              << " (naive fp32: " << e32.max_abs << ", largest |grad| " << e.max_ref
+                              << ")";
+  }
+  // The score modifiers' parameter gradients (sums over rows and keys), by the same rule.
+  const std::vector<float>* params[3][3] = {{&got.dalibi, &ref.dalibi, &naive.dalibi},
+                                            {&got.drel, &ref.drel, &naive.drel},
+                                            {&got.dsinks, &ref.dsinks, &naive.dsinks}};
+  const char* param_names[3] = {"dalibi_slopes", "drel_bias", "dsinks"};
+  for (int t = 0; t < 3; ++t) {
+    if (params[t][1]->empty()) continue;
+    const Err e = compare(*params[t][0], *params[t][1]);
+    const Err e32 = compare(*params[t][2], *params[t][1]);
+    EXPECT_TRUE(e.finite) << what << " " << param_names[t] << " has inf or NaN";
+    const double tol = 2 * e32.max_abs + 2e-6 * std::max(e.max_ref, 1.0) + lse_ulp * e.max_ref;
+    EXPECT_LE(e.max_abs, tol) << what << " " << param_names[t] << ": max error " << e.max_abs
                               << " (naive fp32: " << e32.max_abs << ", largest |grad| " << e.max_ref
                               << ")";
   }
@@ -647,6 +780,155 @@ std::vector<Case> fused_cases() {
 INSTANTIATE_TEST_SUITE_P(Table, SdpaFusedBackwardTable, ::testing::ValuesIn(fused_cases()),
                          case_name);
 
+// ---- 2b. score modifiers: softcap, ALiBi, the relative-position bias table, attention sinks -----
+
+// Each modifier alone, then all four together.
+using ModFn = void (*)(Case&);
+const ModFn kMods[] = {
+    [](Case& c) { c.softcap = 2.0, c.magnitude = 2; },  // scores well beyond the cap
+    [](Case& c) { c.alibi = Alibi::Shared; },
+    [](Case& c) { c.alibi = Alibi::PerBatch; },
+    [](Case& c) { c.rel = Rel::Shared, c.rel_R = 2; },     // most offsets clipped
+    [](Case& c) { c.rel = Rel::PerHead, c.rel_R = 300; },  // R > L_k: none clipped
+    [](Case& c) { c.sinks = true; },
+    [](Case& c) {
+      c.softcap = 5.0, c.magnitude = 2, c.alibi = Alibi::PerBatch, c.rel = Rel::PerHead;
+      c.rel_R = 8, c.sinks = true;
+    },
+};
+void all_mods(Case& c) { kMods[std::size(kMods) - 1](c); }
+
+Case mod_case(int64_t B, int64_t H, int64_t H_kv, int64_t L_q, int64_t L_k, int64_t D,
+              int64_t D_v) {
+  Case c;
+  c.B = B, c.H = H, c.H_kv = H_kv, c.L_q = L_q, c.L_k = L_k, c.D = D, c.D_v = D_v;
+  return c;
+}
+
+// The reference against finite differences: small cases, every parameter's gradient.
+std::vector<Case> mod_fd_cases() {
+  std::vector<Case> cs;
+  for (ModFn mod : kMods) {
+    Case c = mod_case(2, 2, 2, 5, 6, 3, 4);
+    mod(c);
+    if (c.rel_R > 10) c.rel_R = 10;  // still more than L_k
+    cs.push_back(c);
+  }
+  Case c = mod_case(2, 4, 2, 6, 8, 5, 2);  // GQA, bottom-right causal, a window, key padding
+  all_mods(c);
+  c.causal = true, c.bottom_right = true, c.wl = 3, c.kpad = true, c.rel_R = 2;
+  cs.push_back(c);
+  c = mod_case(2, 4, 2, 7, 4, 3, 4);  // L_q > L_k bottom-right: rows that see only the sink
+  all_mods(c);
+  c.causal = true, c.bottom_right = true, c.rel_R = 1;
+  cs.push_back(c);
+  c = mod_case(2, 2, 1, 5, 6, 3, 4);  // with a float mask (after the biases), dropout, BLHD
+  c.softcap = 3.0, c.alibi = Alibi::Shared, c.rel = Rel::Shared, c.rel_R = 2, c.sinks = true;
+  c.mask = Mask::Float, c.bcast = Bcast::Full, c.masked_row = true, c.dropout = 0.3;
+  c.layout = Layout::BLHD;
+  cs.push_back(c);
+  return cs;
+}
+
+class SdpaModsFiniteDifferences : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SdpaModsFiniteDifferences, Gradients) { expect_matches_finite_differences(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Table, SdpaModsFiniteDifferences, ::testing::ValuesIn(mod_fd_cases()),
+                         case_name);
+
+// The fused kernel against the reference, on every instruction set.
+std::vector<Case> mod_fused_cases() {
+  std::vector<Case> cs;
+  // One row tile (1, 3, 5, 40 rows) and two full ones and a partial one (130); key lengths that
+  // are not multiples of the 64-key tile; D and D_v not multiples of 8; GQA and B = 2.
+  const std::pair<int64_t, int64_t> lens[] = {{1, 77}, {3, 150}, {5, 70}, {40, 100}, {130, 150}};
+  for (auto [L_q, L_k] : lens)
+    for (ModFn mod : kMods) {
+      Case base = mod_case(2, 4, 2, L_q, L_k, 13, 7);
+      mod(base);
+      cs.push_back(base);
+      Case c = base;
+      c.causal = true;
+      cs.push_back(c);
+      c.bottom_right = true;
+      cs.push_back(c);
+      c = base;
+      c.wl = 20, c.wr = 5;
+      cs.push_back(c);
+      c = base;
+      c.B = 3, c.kpad = true;  // batch 1: every key padded
+      cs.push_back(c);
+    }
+  // The shared variants of every modifier together.
+  for (int64_t L_q : {1, 5, 130}) {
+    Case c = mod_case(2, 4, 2, L_q, 90, 13, 7);
+    c.softcap = 3.0, c.alibi = Alibi::Shared, c.rel = Rel::Shared, c.rel_R = 2, c.sinks = true;
+    cs.push_back(c);
+  }
+  // Multi-head and multi-query attention, head dims that are multiples of 8 (no padded copies).
+  {
+    Case c = mod_case(1, 3, 3, 40, 100, 16, 24);
+    all_mods(c);
+    cs.push_back(c);
+    c = mod_case(1, 6, 1, 70, 130, 13, 7);
+    all_mods(c);
+    c.causal = true;
+    cs.push_back(c);
+  }
+  // Bottom-right alignment with L_q > L_k: the first rows see only the sink.
+  {
+    Case c = mod_case(2, 4, 2, 40, 30, 13, 7);
+    all_mods(c);
+    c.causal = true, c.bottom_right = true;
+    cs.push_back(c);
+  }
+  // A window with bottom-right alignment over several key blocks (skipped tiles).
+  {
+    Case c = mod_case(1, 4, 2, 130, 300, 32, 32);
+    all_mods(c);
+    c.causal = true, c.bottom_right = true, c.wl = 70;
+    cs.push_back(c);
+  }
+  // With masks (after the biases), dropout and strided layouts.
+  for (int64_t L_q : {3, 40}) {
+    for (Mask m : {Mask::Bool, Mask::Float}) {
+      Case c = mod_case(2, 4, 2, L_q, 77, 13, 7);
+      all_mods(c);
+      c.mask = m, c.bcast = Bcast::Full, c.masked_row = true;
+      cs.push_back(c);
+    }
+    Case c = mod_case(2, 4, 2, L_q, 77, 13, 7);
+    all_mods(c);
+    c.dropout = 0.2, c.layout = Layout::BLHD;
+    cs.push_back(c);
+    c.layout = Layout::Padded, c.mask = Mask::Float, c.bcast = Bcast::BLk;
+    cs.push_back(c);
+  }
+  // Huge scores that the softcap saturates.
+  {
+    Case c = mod_case(1, 2, 2, 40, 63, 8, 8);
+    c.magnitude = 40, c.softcap = 3.0, c.sinks = true;
+    cs.push_back(c);
+  }
+  return cs;
+}
+
+class SdpaFusedBackwardMods : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SdpaFusedBackwardMods, Gradients) {
+  Problem pb(GetParam());
+  const Grads ref = run_reference(pb), naive = run_naive_fp32(pb);
+  for (auto [isa, name] : kIsas) {
+    if (!k::isa_supported(isa)) continue;
+    Grads got = run_fused(pb, isa);
+    expect_close_to_reference(pb, got, ref, naive, name);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, SdpaFusedBackwardMods, ::testing::ValuesIn(mod_fused_cases()),
+                         case_name);
+
 // ---- 3. fully masked rows: zero gradients, never NaN -------------------------------------------
 
 TEST(SdpaFusedBackward, FullyMaskedRowsGiveZeroGradients) {
@@ -680,6 +962,19 @@ TEST(SdpaFusedBackward, FullyMaskedRowsGiveZeroGradients) {
 
 // ---- 4. determinism and instruction sets --------------------------------------------------------
 
+// attn's thread count for the lifetime of the object (threads.h: every parallel region asks for
+// num_threads(), which omp_set_num_threads does not change).
+class ThreadCount {
+ public:
+  explicit ThreadCount(int n) : before_(attn::get_num_threads()) { attn::set_num_threads(n); }
+  ~ThreadCount() { attn::set_num_threads(before_); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int before_;
+};
+
 bool bitwise_equal(const Buf& a, const Buf& b) {
   return a.data.size() == b.data.size() &&
          std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(float)) == 0;
@@ -696,15 +991,13 @@ TEST(SdpaFusedBackward, OneAndTwoThreadsAreBitwiseIdentical) {
     c.B = 3, c.H = 4, c.H_kv = 4, c.D = 40, c.causal = false, c.dropout = 0, c.kpad = true;
     cs.push_back(c);
   }
-  const int saved = omp_get_max_threads();
   for (const Case& c : cs) {
     Problem pb(c);
-    omp_set_num_threads(1);
-    Grads one = run_fused(pb);
-    omp_set_num_threads(2);
-    Grads two = run_fused(pb);
-    omp_set_num_threads(3);
-    Grads three = run_fused(pb);
+    auto run = [&](int threads) {
+      ThreadCount count(threads);
+      return run_fused(pb);
+    };
+    Grads one = run(1), two = run(2), three = run(3);
     EXPECT_TRUE(bitwise_equal(one.dq, two.dq) && bitwise_equal(one.dk, two.dk) &&
                 bitwise_equal(one.dv, two.dv))
         << c.name();
@@ -712,7 +1005,6 @@ TEST(SdpaFusedBackward, OneAndTwoThreadsAreBitwiseIdentical) {
                 bitwise_equal(one.dv, three.dv))
         << c.name();
   }
-  omp_set_num_threads(saved);
 }
 
 TEST(SdpaFusedBackward, ScalarAndSimdAgree) {
@@ -730,6 +1022,119 @@ TEST(SdpaFusedBackward, ScalarAndSimdAgree) {
         EXPECT_TRUE(e.finite) << c.name() << " " << name;
         EXPECT_LE(e.max_abs, 1e-5 * std::max(e.max_ref, 1.0)) << c.name() << " " << name;
       }
+    }
+  }
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+bool bitwise_equal(const Grads& a, const Grads& b) {
+  return bitwise_equal(a.dq, b.dq) && bitwise_equal(a.dk, b.dk) && bitwise_equal(a.dv, b.dv) &&
+         bitwise_equal(a.dalibi, b.dalibi) && bitwise_equal(a.drel, b.drel) &&
+         bitwise_equal(a.dsinks, b.dsinks);
+}
+
+TEST(SdpaFusedBackwardMods, OneTwoAndThreeThreadsAreBitwiseIdentical) {
+  // Large enough to run in parallel with several dQ chunks per (b, h_kv), each chunk adding its
+  // share of the parameter gradients; slopes and table shared (every unit adds to the same
+  // entries) and per batch / per head. The reference too.
+  std::vector<Case> cs;
+  {
+    Case c = mod_case(2, 4, 2, 150, 200, 13, 7);
+    all_mods(c);
+    c.causal = true, c.bottom_right = true;
+    cs.push_back(c);
+    c = mod_case(3, 4, 2, 3, 500, 16, 16);
+    c.softcap = 3.0, c.alibi = Alibi::Shared, c.rel = Rel::Shared, c.rel_R = 2, c.sinks = true;
+    c.kpad = true;
+    cs.push_back(c);
+    c = mod_case(2, 2, 1, 200, 260, 24, 8);
+    all_mods(c);
+    c.wl = 40, c.wr = 10, c.dropout = 0.1;
+    cs.push_back(c);
+  }
+  for (const Case& c : cs) {
+    SCOPED_TRACE(c.name());
+    Problem pb(c);
+    for (auto [isa, name] : kIsas) {
+      if (!k::isa_supported(isa)) continue;
+      std::vector<Grads> runs;
+      for (int n : {1, 2, 3}) {
+        ThreadCount threads(n);
+        runs.push_back(run_fused(pb, isa));
+      }
+      EXPECT_TRUE(bitwise_equal(runs[0], runs[1])) << name << ": 1 and 2 threads";
+      EXPECT_TRUE(bitwise_equal(runs[0], runs[2])) << name << ": 1 and 3 threads";
+    }
+    std::vector<Grads> runs;
+    for (int n : {1, 2, 3}) {
+      ThreadCount threads(n);
+      runs.push_back(run_reference(pb));
+    }
+    EXPECT_TRUE(bitwise_equal(runs[0], runs[1])) << "reference: 1 and 2 threads";
+    EXPECT_TRUE(bitwise_equal(runs[0], runs[2])) << "reference: 1 and 3 threads";
+  }
+}
+
+TEST(SdpaFusedBackwardMods, ParameterGradientsAddToTheBuffers) {
+  // The kernels add the parameters' gradients to what the buffers hold (the caller zeroes them):
+  // with buffers pre-filled with c, the result is c + the gradient from zeroed buffers (to the
+  // rounding of the additions). dq, dk and dv are overwritten as always, bitwise the same, and
+  // the same again when no parameter gradient is wanted (null pointers).
+  std::vector<Case> cs;
+  for (int64_t L_q : {3, 130}) {
+    Case c = mod_case(2, 4, 2, L_q, 150, 13, 7);
+    all_mods(c);
+    c.causal = true;
+    cs.push_back(c);
+    c.softcap = 3.0, c.alibi = Alibi::Shared, c.rel = Rel::Shared, c.rel_R = 2;
+    cs.push_back(c);
+  }
+  auto prefill = [](std::vector<float>& x) {
+    for (size_t n = 0; n < x.size(); ++n) x[n] = 0.5f + 0.25f * float(n % 7);
+  };
+  for (const Case& c : cs) {
+    SCOPED_TRACE(c.name());
+    Problem pb(c);
+    // The reference, then the fused kernel on every instruction set.
+    std::vector<std::pair<std::string, std::function<void(Grads&)>>> kernels = {
+        {"reference", [&](Grads& g) { k::sdpa_reference_backward(backward_params(pb, g)); }}};
+    for (auto [isa, name] : kIsas)
+      if (k::isa_supported(isa))
+        kernels.push_back({name, [&pb, isa = isa](Grads& g) {
+                             k::sdpa_fused_backward(backward_params(pb, g), isa);
+                           }});
+    for (const auto& [who, run] : kernels) {
+      Grads zero(c), filled(c), none(c);
+      run(zero);
+      prefill(filled.dalibi), prefill(filled.drel), prefill(filled.dsinks);
+      run(filled);
+      none.dalibi.clear(), none.drel.clear(), none.dsinks.clear();
+      run(none);
+      EXPECT_TRUE(bitwise_equal(zero.dq, filled.dq) && bitwise_equal(zero.dk, filled.dk) &&
+                  bitwise_equal(zero.dv, filled.dv))
+          << who;
+      EXPECT_TRUE(bitwise_equal(zero.dq, none.dq) && bitwise_equal(zero.dk, none.dk) &&
+                  bitwise_equal(zero.dv, none.dv))
+          << who << ": dq, dk, dv depend on whether the parameter gradients are wanted";
+      const std::vector<float>* pairs[3][2] = {{&zero.dalibi, &filled.dalibi},
+                                               {&zero.drel, &filled.drel},
+                                               {&zero.dsinks, &filled.dsinks}};
+      const char* names[3] = {"dalibi_slopes", "drel_bias", "dsinks"};
+      for (int t = 0; t < 3; ++t) {
+        std::vector<float> base(pairs[t][0]->size());
+        prefill(base);
+        ASSERT_FALSE(base.empty());
+        for (size_t n = 0; n < base.size(); ++n) {
+          const double g = (*pairs[t][0])[n], want = double(base[n]) + g;
+          EXPECT_NEAR((*pairs[t][1])[n], want, 1e-5 * (1 + std::abs(base[n]) + std::abs(g)))
+              << who << " " << names[t] << "[" << n << "]";
+        }
+      }
+      // Head 1's sink is -inf: it takes no part, and its gradient is exactly zero.
+      EXPECT_EQ(zero.dsinks[1], 0.0f) << who;
+      EXPECT_EQ(filled.dsinks[1], 0.75f) << who;
     }
   }
 }

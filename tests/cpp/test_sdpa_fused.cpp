@@ -4,7 +4,9 @@
 // scores and fully masked rows; every instruction set the CPU has (the portable build included);
 // 1 vs 2 threads bitwise; the vectorised 2^x to within 2 ulp; counter-based dropout exactly
 // (the same mask as the reference) and statistically. The Tensor-level entry points with the new
-// options (backend, window, key padding, forward + lse) are tested at the end.
+// options (backend, window, key padding, forward + lse) are tested at the end. The score modifiers
+// (softcap, ALiBi, the relative-position bias table, attention sinks) have their own table, a
+// check of fully masked rows with sinks, and a tiny case worked out here in double.
 //
 // Tolerance (FlashAttention's rule): against the fp64 reference, the fused kernel's error may be at
 // most twice that of a naive fp32 implementation (fp32 dot products, softmax with std::exp, fp32
@@ -26,6 +28,7 @@
 
 #include "../../src/backend/cpu/sdpa_fused.h"
 #include "../../src/backend/cpu/sdpa_reference.h"
+#include "isa_scope.h"
 
 namespace {
 
@@ -46,6 +49,10 @@ enum class Mask {
   FloatKeyRow,  // (B, 1, 1, L_k): the same row for every query (the uniform-row path)
   FloatT,       // (L_q, L_k) stored transposed: column stride L_q, row stride 1
 };
+// ALiBi slopes (B, H) with batch stride 0 (Shared) or H (PerBatch); the relative-position bias
+// table (H, 2 R + 1) with head stride 0 (Shared) or 2 R + 1 (PerHead).
+enum class Alibi { None, Shared, PerBatch };
+enum class Rel { None, Shared, PerHead };
 enum class Layout {
   BHLD,    // contiguous (B, H, L, D)
   BLHD,    // (B, L, H, D) memory seen as (B, H, L, D); out written as (B, L_q, H, D_v) too
@@ -62,6 +69,12 @@ struct Case {
   Layout layout = Layout::BHLD;
   float amplitude = 1.0f;  // q and k uniform in [-amplitude, amplitude]
   double scale = 0.0;      // 0: 1 / sqrt(D)
+  // Score modifiers (sdpa_params.h).
+  double softcap = 0.0;  // > 0: s = softcap * tanh(s / softcap)
+  Alibi alibi = Alibi::None;
+  Rel rel = Rel::None;
+  int64_t rel_R = 0;   // rel_bias_max_distance
+  bool sinks = false;  // one per head; head 1 (when H > 1) has a sink of -inf
 
   std::string name() const {
     std::ostringstream s;
@@ -81,6 +94,10 @@ struct Case {
     if (layout == Layout::Padded) s << "_padded";
     if (amplitude != 1.0f) s << "_amp" << amplitude;
     if (scale != 0.0) s << "_scale" << int(scale * 1000);
+    if (softcap > 0.0) s << "_cap" << int(softcap * 10);
+    if (alibi != Alibi::None) s << (alibi == Alibi::Shared ? "_alibiS" : "_alibiB");
+    if (rel != Rel::None) s << (rel == Rel::Shared ? "_relS" : "_relH") << rel_R;
+    if (sinks) s << "_sinks";
     return s.str();
   }
 };
@@ -96,6 +113,7 @@ struct Rng {
 struct Problem {
   Case c;
   std::vector<float> q, k, v, fmask;
+  std::vector<float> alibi, rel, sinks;  // score modifiers' parameters
   std::vector<uint8_t> bmask, pad;
   K::SdpaParams p;
   int64_t out_size = 0;
@@ -193,6 +211,26 @@ struct Problem {
       p.dropout_seed = 0x1234567890abcdefull ^ seed;
       p.dropout_offset = 977;
     }
+    // Score modifiers (drawn last, so that the cases without them keep their data).
+    p.softcap = c.softcap;
+    if (c.alibi != Alibi::None) {
+      alibi.resize(size_t(c.alibi == Alibi::Shared ? H : B * H));
+      for (auto& e : alibi) e = 0.02f + 0.2f * std::abs(rng.uniform());
+      p.alibi_slopes = alibi.data(), p.alibi_batch_stride = c.alibi == Alibi::Shared ? 0 : H;
+    }
+    if (c.rel != Rel::None) {
+      const int64_t n = 2 * c.rel_R + 1;
+      rel.resize(size_t((c.rel == Rel::Shared ? 1 : H) * n));
+      for (auto& e : rel) e = 1.5f * rng.uniform();
+      p.rel_bias = rel.data(), p.rel_bias_head_stride = c.rel == Rel::Shared ? 0 : n;
+      p.rel_bias_max_distance = c.rel_R;
+    }
+    if (c.sinks) {
+      sinks.resize(size_t(H));
+      for (auto& e : sinks) e = 0.5f + 2.0f * rng.uniform();
+      if (H > 1) sinks[1] = -kInfF;  // a sink of -inf is no sink
+      p.sinks = sinks.data();
+    }
     p.q = q.data(), p.k = k.data(), p.v = v.data();
   }
 
@@ -253,13 +291,22 @@ Result run_naive_fp32(const Problem& pr) {
       for (int64_t i = 0; i < c.L_q; ++i) {
         const int64_t hk = h / (c.H / c.H_kv), row = (b * c.H + h) * c.L_q + i;
         const float* q = p.q + b * p.q_batch_stride + h * p.q_head_stride + i * p.q_row_stride;
-        float mx = -kInfF;
+        const float sink = p.sinks ? p.sinks[h] : -kInfF;
+        float mx = sink;  // a sink is one more score, whose value row is zero
         for (int64_t j = 0; j < c.L_k; ++j) {
           const float* kj = p.k + b * p.k_batch_stride + hk * p.k_head_stride + j * p.k_row_stride;
           const float rs = float(std::sqrt(p.scale));
           float dot = 0;
           for (int64_t d = 0; d < c.D; ++d) dot += (q[d] * rs) * (kj[d] * rs);
           s[j] = dot;
+          // The score modifiers, in float: softcap, ALiBi, the bias table's clipped offset.
+          if (p.softcap > 0) s[j] = float(p.softcap) * std::tanh(s[j] / float(p.softcap));
+          if (p.alibi_slopes)
+            s[j] -= p.alibi_slopes[b * p.alibi_batch_stride + h] * float(std::abs(i + off - j));
+          if (p.rel_bias) {
+            const int64_t R = p.rel_bias_max_distance;
+            s[j] += p.rel_bias[h * p.rel_bias_head_stride + std::clamp(j - i - off, -R, R) + R];
+          }
           const bool hidden = (p.window_left >= 0 && j < i + off - p.window_left) ||
                               (wr >= 0 && j > i + off + wr) ||
                               (p.key_padding && p.key_padding[b * p.key_padding_batch_stride + j]);
@@ -272,7 +319,7 @@ Result run_naive_fp32(const Problem& pr) {
           mx = std::max(mx, s[j]);
         }
         if (mx == -kInfF) continue;
-        float sum = 0;
+        float sum = p.sinks ? std::exp(sink - mx) : 0.0f;
         for (int64_t j = 0; j < c.L_k; ++j) sum += (s[j] = std::exp(s[j] - mx));
         r.lse[size_t(row)] = mx + std::log(sum);
         for (int64_t j = 0; j < c.L_k; ++j) {
@@ -423,9 +470,10 @@ std::vector<Case> table() {
 
 class FusedVsReference : public ::testing::TestWithParam<Case> {};
 
-TEST_P(FusedVsReference, EveryInstructionSet) {
-  const Case c = GetParam();
-  const Problem pr(c, 42);
+// The fused kernel against the reference on one case, on every instruction set, to the tolerance
+// described at the top.
+void expect_fused_matches_reference(const Case& c, uint64_t seed) {
+  const Problem pr(c, seed);
   const Result ref = run_reference(pr), n32 = run_naive_fp32(pr);
   float vmax = 0;
   for (float x : pr.v) vmax = std::max(vmax, std::abs(x));
@@ -454,31 +502,245 @@ TEST_P(FusedVsReference, EveryInstructionSet) {
   }
 }
 
+TEST_P(FusedVsReference, EveryInstructionSet) { expect_fused_matches_reference(GetParam(), 42); }
+
 INSTANTIATE_TEST_SUITE_P(Table, FusedVsReference, ::testing::ValuesIn(table()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.name();
                          });
 
+// ---- score modifiers: softcap, ALiBi, the relative-position bias table, attention sinks ---------
+
+// Each modifier alone, then all four together.
+using ModFn = void (*)(Case&);
+const ModFn kMods[] = {
+    [](Case& c) { c.softcap = 2.0, c.amplitude = 2.0f; },  // scores well beyond the cap
+    [](Case& c) { c.alibi = Alibi::Shared; },
+    [](Case& c) { c.alibi = Alibi::PerBatch; },
+    [](Case& c) { c.rel = Rel::Shared, c.rel_R = 2; },     // most offsets clipped
+    [](Case& c) { c.rel = Rel::PerHead, c.rel_R = 300; },  // R > L_k: none clipped
+    [](Case& c) { c.sinks = true; },
+    [](Case& c) {
+      c.softcap = 5.0, c.amplitude = 2.0f, c.alibi = Alibi::PerBatch, c.rel = Rel::PerHead;
+      c.rel_R = 8, c.sinks = true;
+    },
+};
+void all_mods(Case& c) { kMods[std::size(kMods) - 1](c); }
+
+std::vector<Case> mod_table() {
+  std::vector<Case> t;
+  // Query lengths for the row kernel (1 and 3 rows; under GQA the group's heads share a block),
+  // a short block of packed heads (5), one block (40), full and partial blocks (130); key lengths
+  // that are not multiples of the 64-key tile; D and D_v not multiples of 8. GQA (H = 4, H_kv = 2)
+  // and B = 2, so that per-batch slopes and per-head tables differ between the lanes of a block.
+  const std::pair<int64_t, int64_t> lens[] = {{1, 77}, {3, 150}, {5, 70}, {40, 100}, {130, 150}};
+  for (auto [L_q, L_k] : lens)
+    for (ModFn mod : kMods) {
+      const Case base = with(mk(2, 4, 2, L_q, L_k, 13, 7), mod);
+      t.push_back(base);
+      t.push_back(with(base, [](Case& c) { c.causal = Causal::TopLeft; }));
+      t.push_back(with(base, [](Case& c) { c.causal = Causal::BottomRight; }));
+      t.push_back(with(base, [](Case& c) { c.wl = 20, c.wr = 5; }));
+      // B = 3: batch 1 entirely padded (sinks: zeros and lse = sink), batch 2 a long run.
+      t.push_back(with(base, [](Case& c) { c.key_padding = true, c.B = 3; }));
+    }
+  // Every modifier with the shared variants (slopes and table the same for every batch and head).
+  for (int64_t L_q : {1, 5, 130})
+    t.push_back(with(mk(2, 4, 2, L_q, 90, 13, 7), [](Case& c) {
+      c.softcap = 3.0, c.alibi = Alibi::Shared, c.rel = Rel::Shared, c.rel_R = 2, c.sinks = true;
+    }));
+  // Multi-head (H == H_kv) and multi-query attention (many heads packed into one block).
+  t.push_back(with(mk(1, 3, 3, 40, 100, 20, 12), all_mods));
+  t.push_back(with(mk(1, 8, 1, 1, 200, 13, 7), all_mods));
+  t.push_back(with(mk(1, 8, 1, 3, 90, 13, 7), all_mods));
+  t.push_back(with(mk(1, 6, 2, 5, 90, 13, 7), [](Case& c) {
+    all_mods(c);
+    c.causal = Causal::BottomRight;
+  }));
+  // Bottom-right alignment with L_q > L_k: the first rows see no key (a sink's lse, zeros).
+  t.push_back(with(mk(2, 4, 2, 40, 30, 13, 7), [](Case& c) {
+    all_mods(c);
+    c.causal = Causal::BottomRight;
+  }));
+  // A window with bottom-right alignment, vector-friendly head dims, skipped tiles.
+  t.push_back(with(mk(1, 4, 2, 130, 300, 64, 64), [](Case& c) {
+    all_mods(c);
+    c.causal = Causal::BottomRight, c.wl = 70;
+  }));
+  t.push_back(with(mk(1, 4, 2, 3, 300, 64, 64), [](Case& c) {
+    all_mods(c);
+    c.wl = 50, c.wr = 10, c.causal = Causal::BottomRight;
+  }));
+  // With masks (the biases come before them), dropout and strided layouts.
+  for (int64_t L_q : {3, 40}) {
+    for (Mask m : {Mask::BoolFull, Mask::FloatFull, Mask::FloatT})
+      t.push_back(with(mk(2, 4, 2, L_q, 77, 13, 7), [&](Case& c) {
+        all_mods(c);
+        c.mask = m;
+      }));
+    t.push_back(with(mk(2, 4, 2, L_q, 77, 13, 7), [](Case& c) {
+      all_mods(c);
+      c.dropout = 0.2, c.layout = Layout::BLHD;
+    }));
+  }
+  // Huge scores that the softcap saturates.
+  t.push_back(with(mk(1, 2, 2, 40, 63, 8, 8),
+                   [](Case& c) { c.amplitude = 40.0f, c.softcap = 3.0, c.sinks = true; }));
+  return t;
+}
+
+class FusedScoreMods : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FusedScoreMods, MatchesTheReference) { expect_fused_matches_reference(GetParam(), 21); }
+
+INSTANTIATE_TEST_SUITE_P(Table, FusedScoreMods, ::testing::ValuesIn(mod_table()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name();
+                         });
+
+TEST(FusedScoreModsEdge, FullyMaskedRowsWithSinksGiveZerosAndTheSinkAsLse) {
+  // Rows that see no key at all (batch 1 entirely key-padded; with bottom-right alignment and
+  // L_q > L_k, the first L_q - L_k rows): the sink alone is in the softmax, so the output is zero
+  // and lse is the sink itself; head 1's sink is -inf, which gives the plain fully masked row
+  // (zeros, lse = -inf).
+  std::vector<Case> cs;
+  for (int64_t L_q : {1, 3, 5, 40, 130})
+    cs.push_back(with(mk(2, 4, 2, L_q, 77, 13, 7), [](Case& c) {
+      all_mods(c);
+      c.key_padding = true;
+    }));
+  cs.push_back(with(mk(2, 4, 2, 40, 30, 13, 7), [](Case& c) {
+    all_mods(c);
+    c.causal = Causal::BottomRight;
+  }));
+  for (const Case& c : cs) {
+    SCOPED_TRACE(c.name());
+    const Problem pr(c, 23);
+    std::vector<std::pair<std::string, Result>> runs = {{"reference", run_reference(pr)}};
+    for (Isa isa : supported_isas()) runs.push_back({K::isa_name(isa), run_fused(pr, isa)});
+    int64_t checked = 0;
+    for (const auto& [name, r] : runs)
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t h = 0; h < c.H; ++h)
+          for (int64_t i = 0; i < c.L_q; ++i) {
+            const bool padded = c.key_padding && b == 1;
+            const bool before_diagonal =
+                c.causal == Causal::BottomRight && i < c.L_q - c.L_k;  // sees no key
+            if (!padded && !before_diagonal) continue;
+            const int64_t row = (b * c.H + h) * c.L_q + i;
+            EXPECT_EQ(r.lse[size_t(row)], pr.sinks[size_t(h)])
+                << name << " b " << b << " h " << h << " i " << i;
+            for (int64_t e = 0; e < c.D_v; ++e)
+              ASSERT_EQ(r.out[size_t(row * c.D_v + e)], 0.0f)
+                  << name << " b " << b << " h " << h << " i " << i;
+            ++checked;
+          }
+    EXPECT_GT(checked, 0);
+  }
+}
+
+TEST(FusedScoreModsEdge, TinyCaseWorkedOutInDouble) {
+  // One head, D = D_v = 2, every modifier at once; the scores written out here from sdpa_params.h,
+  //   s[i][j] = softcap tanh(scale q_i . k_j / softcap) - slope |i + off - j|
+  //             + table[clip(j - i - off, -R, R) + R],
+  // and the softmax with the sink, all in double (not through the reference's modified_score).
+  // L_q = L_k = 3 (off = 0), then L_q = 2 with bottom-right causal masking (off = 1). With R = 1
+  // both ends of the table are clipped, and the table is asymmetric, so a swapped sign of the
+  // offset, a missing offset or a mixed-up clip changes the result.
+  const float q[3][2] = {{1.0f, -2.0f}, {0.5f, 1.5f}, {-1.0f, 0.25f}};
+  const float k[3][2] = {{2.0f, 1.0f}, {-1.5f, 0.5f}, {0.75f, -2.0f}};
+  const float v[3][2] = {{1.0f, 0.0f}, {0.0f, 1.0f}, {-2.0f, 3.0f}};
+  const float slope = 0.375f, table[3] = {-0.5f, 0.25f, 1.0f}, sink = 0.625f;
+  const double softcap = 1.5, scale = 0.8;
+  for (int64_t L_q : {3, 2}) {
+    const int64_t off = L_q == 2 ? 1 : 0;
+    SCOPED_TRACE("L_q " + std::to_string(L_q));
+    // Expected, straight from the definition.
+    double want_out[3][2] = {}, want_lse[3] = {};
+    for (int64_t i = 0; i < L_q; ++i) {
+      double s[3], m = sink;
+      for (int64_t j = 0; j < 3; ++j) {
+        const double dot = double(q[i][0]) * k[j][0] + double(q[i][1]) * k[j][1];
+        const int64_t t = std::clamp<int64_t>(j - i - off, -1, 1);
+        s[j] = softcap * std::tanh(scale * dot / softcap) - slope * double(std::abs(i + off - j)) +
+               table[t + 1];
+        if (off == 1 && j > i + off) s[j] = -std::numeric_limits<double>::infinity();  // causal
+        m = std::max(m, s[j]);
+      }
+      double sum = std::exp(sink - m);
+      for (int64_t j = 0; j < 3; ++j) sum += std::exp(s[j] - m);
+      for (int64_t j = 0; j < 3; ++j)
+        for (int64_t e = 0; e < 2; ++e) want_out[i][e] += std::exp(s[j] - m) / sum * v[j][e];
+      want_lse[i] = m + std::log(sum);
+    }
+    K::SdpaParams p;
+    p.B = 1, p.H = 1, p.H_kv = 1, p.L_q = L_q, p.L_k = 3, p.D = 2, p.D_v = 2, p.scale = scale;
+    p.q = &q[0][0], p.k = &k[0][0], p.v = &v[0][0];
+    p.q_row_stride = p.k_row_stride = p.v_row_stride = p.out_row_stride = 2;
+    p.q_head_stride = p.q_batch_stride = p.out_head_stride = p.out_batch_stride = L_q * 2;
+    p.k_head_stride = p.k_batch_stride = p.v_head_stride = p.v_batch_stride = 6;
+    p.causal = p.causal_bottom_right = off == 1;
+    p.softcap = softcap;
+    p.alibi_slopes = &slope;
+    p.rel_bias = table, p.rel_bias_max_distance = 1;
+    p.sinks = &sink;
+    auto check = [&](const char* name, double tol, auto kernel) {
+      float out[3][2], lse[3];
+      K::SdpaParams r = p;
+      r.out = &out[0][0], r.lse = lse;
+      kernel(r);
+      for (int64_t i = 0; i < L_q; ++i) {
+        EXPECT_NEAR(lse[i], want_lse[i], tol) << name << " row " << i;
+        for (int64_t e = 0; e < 2; ++e)
+          EXPECT_NEAR(out[i][e], want_out[i][e], tol) << name << " row " << i << " col " << e;
+      }
+    };
+    check("reference", 1e-6, [](const K::SdpaParams& r) { K::sdpa_reference_forward(r); });
+    for (Isa isa : supported_isas())
+      check(K::isa_name(isa), 1e-5, [isa](const K::SdpaParams& r) {
+        attn::testing::IsaScope scope(isa);
+        ASSERT_TRUE(scope.ok());
+        K::sdpa_fused_forward(r);
+      });
+  }
+}
+
 // ---- determinism and instruction sets -----------------------------------------------------------
 
+// attn's thread count for the lifetime of the object (threads.h: every parallel region asks for
+// num_threads(), which omp_set_num_threads does not change).
+class ThreadCount {
+ public:
+  explicit ThreadCount(int n) : before_(attn::get_num_threads()) { attn::set_num_threads(n); }
+  ~ThreadCount() { attn::set_num_threads(before_); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int before_;
+};
+
 TEST(FusedDeterminism, OneAndTwoThreadsBitwiseIdentical) {
-  const int threads = omp_get_max_threads();
-  for (const Case& c : {mk(2, 3, 3, 200, 300, 64, 64),
-                        with(mk(2, 4, 2, 150, 170, 32, 48),
-                             [](Case& x) {
-                               x.causal = Causal::BottomRight, x.dropout = 0.3,
-                               x.mask = Mask::FloatFull;
-                             }),
-                        with(mk(3, 8, 1, 3, 500, 64, 64), [](Case& x) { x.key_padding = true; }),
-                        with(mk(2, 6, 6, 1, 3000, 64, 64), [](Case& x) { x.dropout = 0.1; })}) {
+  for (const Case& c :
+       {mk(2, 3, 3, 200, 300, 64, 64),
+        with(mk(2, 4, 2, 150, 170, 32, 48),
+             [](Case& x) {
+               x.causal = Causal::BottomRight, x.dropout = 0.3, x.mask = Mask::FloatFull;
+             }),
+        with(mk(3, 8, 1, 3, 500, 64, 64), [](Case& x) { x.key_padding = true; }),
+        with(mk(2, 6, 6, 1, 3000, 64, 64), [](Case& x) { x.dropout = 0.1; }),
+        with(mk(2, 4, 2, 150, 170, 13, 7), all_mods), with(mk(3, 8, 2, 3, 500, 13, 7), [](Case& x) {
+          all_mods(x);
+          x.key_padding = true;
+        })}) {
     SCOPED_TRACE(c.name());
     const Problem pr(c, 7);
     for (Isa isa : supported_isas()) {
-      omp_set_num_threads(1);
-      const Result one = run_fused(pr, isa);
-      omp_set_num_threads(2);
-      const Result two = run_fused(pr, isa);
-      omp_set_num_threads(threads);
+      auto run = [&](int threads) {
+        ThreadCount count(threads);
+        return run_fused(pr, isa);
+      };
+      const Result one = run(1), two = run(2);
       EXPECT_EQ(0, std::memcmp(one.out.data(), two.out.data(), one.out.size() * sizeof(float)))
           << K::isa_name(isa);
       EXPECT_EQ(0, std::memcmp(one.lse.data(), two.lse.data(), one.lse.size() * sizeof(float)))
