@@ -183,39 +183,36 @@ struct Driver {
   // column of each offset the sum of its ds.
   void add_bias_grads(int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t g, const float* ds,
                       std::vector<double>& out) const {
-    const int64_t R = p.rel_bias_max_distance;
-    double* drel = out.data() + G + g * n_rel;
-    // Sums over a row's keys in 8 independent partial sums (no chain of dependent adds; the
-    // order is fixed, so the result is too).
-    auto sum8 = [](int a, int b, auto&& term) {
-      float acc[8] = {};
-      int jj = a;
-      for (; jj + 8 <= b; jj += 8)
-        for (int l = 0; l < 8; ++l) acc[l] += term(jj + l);
-      for (int l = 0; jj < b; ++jj, ++l) acc[l] += term(jj);
-      return double(((acc[0] + acc[1]) + (acc[2] + acc[3])) +
-                    ((acc[4] + acc[5]) + (acc[6] + acc[7])));
-    };
+    // Both biases depend on the offset t = j - i - off alone: the tile's ds is first summed along
+    // its diagonals, diag[x] for t = t_min + x (row r, key jj at x = kBr - 1 - r + jj: one
+    // vectorisable add per row, rows in order), then each diagonal's sum goes to its parameter.
+    const int64_t t_min = j0 - (i0 + kBr - 1) - band.off;
+    float diag[kBr + kBc - 1] = {};
     for (int64_t r = 0; r < nr; ++r) {
       const float* d = ds + r * kBc;
-      const int64_t i_off = i0 + r + band.off;
-      if (want_dalibi) {
-        const float base = float(i_off - j0);  // |i + off - j| = |base - jj|, exact below 2^24
-        out[size_t(g)] -=
-            sum8(0, int(nc), [&](int jj) { return d[jj] * std::fabs(base - float(jj)); });
-      }
-      if (want_drel) {
-        // Offsets t = j - i - off: below -R they share column 0, above R column 2 R.
-        const int64_t t0 = j0 - i_off;
-        const int lo = int(std::clamp<int64_t>(-R - t0, 0, nc));
-        const int hi = int(std::clamp<int64_t>(R - t0 + 1, lo, nc));
-        auto at = [d](int jj) { return d[jj]; };
-        drel[0] += sum8(0, lo, at);
-        drel[2 * R] += sum8(hi, int(nc), at);
-        double* mid = drel + (t0 + R);
-        for (int jj = lo; jj < hi; ++jj) mid[jj] += d[jj];
-      }
+      float* row = diag + (kBr - 1 - r);
+      for (int jj = 0; jj < int(nc); ++jj) row[jj] += d[jj];
     }
+    const int64_t n_diag = kBr + kBc - 1;
+    if (want_dalibi) {  // d slope = -sum ds |t|
+      double sum = 0.0;
+      for (int64_t x = 0; x < n_diag; ++x) sum += double(diag[x]) * double(std::abs(t_min + x));
+      out[size_t(g)] -= sum;
+    }
+    if (want_drel) {  // each offset's column, clipped to [-R, R]
+      const int64_t R = p.rel_bias_max_distance;
+      double* drel = out.data() + G + g * n_rel;
+      for (int64_t x = 0; x < n_diag; ++x) drel[rel_bias_column(t_min + x, R)] += double(diag[x]);
+    }
+  }
+
+  // The ALiBi biases -slope |t| of a tile's offsets t = t_min + x, x < kBr + kBc - 1 (t_min as in
+  // add_bias_grads): row r of the tile adds alibi[kBr - 1 - r + jj] to key jj.
+  void alibi_row(int64_t i0, int64_t j0, int64_t b, int64_t h, float* alibi) const {
+    const int64_t t_min = j0 - (i0 + kBr - 1) - band.off;
+    const float neg_slope = -p.alibi_slopes[b * p.alibi_batch_stride + h];
+    for (int64_t x = 0; x < kBr + kBc - 1; ++x)
+      alibi[x] = neg_slope * float(std::abs(t_min + x));  // exact below 2^24
   }
 };
 
@@ -452,6 +449,8 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
         bias = static_cast<const float*>(p.mask) + mbase + i0 * p.mask_row_stride;
         ld_bias = p.mask_row_stride;
       } else if (p.mask_kind != MaskKind::None || score_bias) {
+        float alibi[kBr + kBc - 1];
+        if (p.alibi_slopes) alibi_row(i0, j0, b, h, alibi);
         for (int64_t r = 0; r < nr; ++r) {
           float* brow = sc.bias.data() + r * kBc;
           const int64_t m0 = mbase + (i0 + r) * p.mask_row_stride, cs = p.mask_col_stride;
@@ -464,13 +463,11 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
           } else {
             std::fill(brow, brow + nc, 0.0f);
           }
-          // ALiBi (distances in float: exact below 2^24) and the table.
+          // ALiBi and the table: biases of the offset t = j - i - off.
           const int64_t i_off = i0 + r + band.off;  // i + off
           if (p.alibi_slopes) {
-            const float neg_slope = -p.alibi_slopes[b * p.alibi_batch_stride + h];
-            const float base = float(i_off - j0);
-            for (int jj = 0; jj < int(nc); ++jj)
-              brow[jj] += neg_slope * std::fabs(base - float(jj));
+            const float* ar = alibi + (kBr - 1 - r);
+            for (int jj = 0; jj < int(nc); ++jj) brow[jj] += ar[jj];
           }
           if (p.rel_bias) {
             const float* br = rel.at(h, j0 - i_off);
