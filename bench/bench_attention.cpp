@@ -146,6 +146,33 @@ void bm_backward(benchmark::State& state, Shape s, attn::SdpaBackend backend) {
   set_gflops(state, 2.5 * forward_flops(s));
 }
 
+// Decoding reads K and V once: their bytes per second, against the machine's read bandwidth
+// measured in the same run (bm_read_bandwidth).
+void bm_decode_bandwidth(benchmark::State& state, Shape s, attn::SdpaBackend backend) {
+  Inputs in = make_inputs(s);
+  attn::SdpaOptions o = options(s, backend, in);
+  for (auto _ : state) {
+    attn::Tensor out = attn::scaled_dot_product_attention(in.q, in.k, in.v, o);
+    benchmark::DoNotOptimize(out.raw_data());
+  }
+  const double kv_bytes = 2.0 * double(s.B * s.H_kv * s.L_k * s.D) * sizeof(float);
+  state.counters["KV_GBps"] =
+      benchmark::Counter(kv_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The read bandwidth of this machine and thread count: OpenBLAS's sasum over 1 GiB (a pure
+// streaming read), in GB/s.
+void bm_read_bandwidth(benchmark::State& state) {
+  const int64_t n = int64_t(1) << 28;  // 1 GiB of floats
+  std::vector<float> x(size_t(n), 0.5f);
+  for (auto _ : state) {
+    float r = cblas_sasum(int(n), x.data(), 1);
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["GBps"] = benchmark::Counter(double(n) * sizeof(float) / 1e9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void bm_sgemm(benchmark::State& state) {
   const int n = 1024;
   std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
@@ -237,6 +264,20 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("sgemm/1024x1024x1024", bm_sgemm)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
+  benchmark::RegisterBenchmark("bandwidth/read_1GiB", bm_read_bandwidth)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  // Decoding of Llama-3-8B-shaped attention (32 query heads, 8 key/value heads, D 128): one
+  // query against 4096 and 32768 cached keys, batch 1 and 8.
+  for (int64_t B : {1, 8})
+    for (int64_t L_k : {4096, 32768}) {
+      const Shape s{"decode_bw", B, 32, 8, 1, L_k, 128, false};
+      benchmark::RegisterBenchmark(
+          ("fwd/" + std::string(fused_name()) + "/" + shape_name(s)).c_str(), bm_decode_bandwidth,
+          s, fused_backend())
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
 
   const bool fwd_bwd = have_forward() && have_backward();
   struct Kernel {

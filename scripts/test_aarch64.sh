@@ -20,11 +20,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${ATTN_AARCH64_BUILD:-build-aarch64}
 jobs=${ATTN_AARCH64_JOBS:-$(nproc)}
-filter='Sdpa*:CausalMask*:Fused*:Autograd*:*SdpaTable*:*FusedVsReference*:*SdpaFusedBackwardTable*:*FiniteDifferences*:*SdpaBackwardTensorTable*:TensorMatmul*:TensorSoftmax*:GemmFewRows*'
+filter='Sdpa*:CausalMask*:Fused*:Autograd*:*SdpaTable*:*FusedVsReference*:*FusedScoreMods*:*SdpaFusedBackwardTable*:*FiniteDifferences*:*SdpaBackwardTensorTable*:TensorMatmul*:TensorSoftmax*:GemmFewRows*'
 # qemu-user 7.2 (Debian 12) never returns from a guest's first thread creation here (a bare
 # std::thread spins for ever), so the emulated tests run on one thread (OMP_NUM_THREADS=1) and
 # the tests that start threads themselves are left out; they run natively in the main suite.
 no_threads='FusedDeterminism.*:SdpaFusedBackward.OneAndTwoThreadsAreBitwiseIdentical'
+no_threads+=':SdpaFusedBackwardMods.OneTwoAndThreeThreadsAreBitwiseIdentical'
 no_threads+=':Sdpa.NonContiguousMaskAndThreadCountIndependence'
 no_threads+=':AutogradGraphTest.SetGradEnabledAndThreadLocality:Concurrency.*'
 no_threads+=':TensorMatmul.OneRowLargeVsNaive:GemmFewRows.SameBitsAtEveryThreadCount'
@@ -81,7 +82,7 @@ if [[ "$target" == attn_kernel_tests && -x build/attn_tests ]]; then
     exit 1
   fi
 fi
-sve_filter="Sdpa*:Fused*:*SdpaTable*:*FusedVsReference*:*SdpaFusedBackwardTable*-$no_threads"
+sve_filter="Sdpa*:Fused*:*SdpaTable*:*FusedVsReference*:*FusedScoreMods*:*SdpaFusedBackwardTable*-$no_threads"
 set +e
 run max,sve=off "$out" "$filter"
 rc=$?

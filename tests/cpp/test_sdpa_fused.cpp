@@ -598,6 +598,32 @@ INSTANTIATE_TEST_SUITE_P(Table, FusedScoreMods, ::testing::ValuesIn(mod_table())
                            return info.param.name();
                          });
 
+// Split-K decoding (sdpa_fused.cpp): few blocks and at least 1024 keys cut the keys into 2 to 16
+// ranges whose partial results are merged. Ranges that see no key (a window, key padding, a
+// bottom-right diagonal) and the sinks (carried by range 0 alone) included.
+std::vector<Case> split_table() {
+  std::vector<Case> cs;
+  cs.push_back(mk(1, 1, 1, 1, 4096, 64, 64));  // 4 ranges
+  cs.push_back(mk(1, 8, 2, 1, 2048, 32, 32));  // GQA heads packed in one block
+  cs.push_back(mk(1, 2, 2, 3, 1500, 13, 7));   // uneven ranges, odd head dims
+  cs.push_back(with(mk(1, 1, 1, 1, 4096, 16, 16), [](Case& c) {
+    c.causal = Causal::BottomRight, c.wl = 100, c.wr = 0;  // only the last range sees keys
+  }));
+  cs.push_back(with(mk(3, 2, 1, 2, 1100, 16, 16), [](Case& c) { c.key_padding = true; }));
+  cs.push_back(with(mk(1, 2, 2, 1, 2048, 16, 16), [](Case& c) { c.mask = Mask::BoolFull; }));
+  cs.push_back(with(mk(1, 2, 2, 1, 2048, 16, 16), [](Case& c) { c.mask = Mask::FloatFull; }));
+  cs.push_back(with(mk(1, 2, 2, 2, 2048, 16, 16), [](Case& c) { c.dropout = 0.25; }));
+  cs.push_back(with(mk(1, 4, 2, 1, 3000, 13, 7), all_mods));
+  cs.push_back(with(mk(1, 2, 2, 1, 2048, 16, 16), [](Case& c) {
+    all_mods(c);
+    c.causal = Causal::BottomRight, c.wl = 300, c.wr = 0;  // sinks in range 0, which sees none
+  }));
+  return cs;
+}
+
+INSTANTIATE_TEST_SUITE_P(SplitK, FusedVsReference, ::testing::ValuesIn(split_table()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name(); });
+
 TEST(FusedScoreModsEdge, FullyMaskedRowsWithSinksGiveZerosAndTheSinkAsLse) {
   // Rows that see no key at all (batch 1 entirely key-padded; with bottom-right alignment and
   // L_q > L_k, the first L_q - L_k rows): the sink alone is in the softmax, so the output is zero

@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
 #include <optional>
+#include <vector>
 
 #include "sdpa_score_mods.h"
 #include "simd.h"
@@ -142,6 +144,8 @@ constexpr int NV = 4, RQK = 6, RPV = 6, BC = 64, ROWS_MAX = 4;
 
 namespace {
 
+constexpr int64_t kMaxSplits = 16;  // key ranges of split-K decoding, at most
+
 struct Impl {
   Isa isa;
   int BR, BC, W, rows_max;
@@ -182,6 +186,46 @@ const Impl& impl_of(Isa isa) {
 
 void fused_exp2(const float* x, float* y, int64_t n) { impl_of(active_isa()).exp2(x, y, n); }
 
+// Split-K's merge of the S partial results (out_s (S, rows, D_v), lse_s (S, rows), rows =
+// B H L_q in (b, h, i) order) into p.out and p.lse, row by row in range order:
+// out = sum_s exp(lse_s - lse) out_s with lse = log sum_s exp(lse_s), in double.
+namespace {
+void merge_splits(const SdpaParams& p, int64_t S, const std::vector<float>& out_s,
+                  const std::vector<float>& lse_s) {
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  const int64_t rows = p.B * p.H * p.L_q;
+  const bool parallel = rows * S * (p.D_v + 1) > (1 << 16);
+#pragma omp parallel for schedule(static) if (parallel) num_threads(num_threads())
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = r % p.L_q, bh = r / p.L_q, h = bh % p.H, b = bh / p.H;
+    float* out = p.out + b * p.out_batch_stride + h * p.out_head_stride + i * p.out_row_stride;
+    double m = kNegInf;
+    bool nan = false;
+    for (int64_t s = 0; s < S; ++s) {
+      const double l = lse_s[size_t(s * rows + r)];
+      nan |= std::isnan(l);
+      m = std::max(m, l);
+    }
+    if (nan || m == kNegInf) {  // NaN scores, or no key in any range: as the unsplit kernel
+      for (int64_t e = 0; e < p.D_v; ++e)
+        out[e] = nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+      if (p.lse) p.lse[r] = nan ? std::numeric_limits<float>::quiet_NaN() : float(m);
+      continue;
+    }
+    double w[kMaxSplits], sum = 0.0;
+    for (int64_t s = 0; s < S; ++s)
+      sum += (w[s] = std::exp(double(lse_s[size_t(s * rows + r)]) - m));
+    for (int64_t e = 0; e < p.D_v; ++e) {
+      double acc = 0.0;
+      for (int64_t s = 0; s < S; ++s)
+        if (w[s] != 0.0) acc += w[s] * double(out_s[size_t((s * rows + r) * p.D_v + e)]);
+      out[e] = float(acc / sum);
+    }
+    if (p.lse) p.lse[r] = float(m + std::log(sum));
+  }
+}
+}  // namespace
+
 void sdpa_fused_forward(const SdpaParams& p) {
   assert(p.B >= 0 && p.H >= 1 && p.H_kv >= 1 && p.H % p.H_kv == 0);
   assert(p.L_q >= 0 && p.L_k >= 0 && p.D >= 0 && p.D_v >= 0);
@@ -202,7 +246,36 @@ void sdpa_fused_forward(const SdpaParams& p) {
     blocks_per_head = 1;
   }
   const int64_t blocks_per_kv = (G + heads_per_block - 1) / heads_per_block * blocks_per_head;
-  const int64_t items = p.B * p.H_kv * blocks_per_kv;
+  const int64_t blocks = p.B * p.H_kv * blocks_per_kv;
+
+  // Split-K (flash-decoding): with few blocks (decoding with few heads), the keys are cut into
+  // S ranges computed as separate work items, each giving a partial output and lse that are then
+  // merged row by row in range order. S is a power of two that depends on the sizes only (never on
+  // the number of threads, so the result does not either): enough items for 16 threads, each
+  // range at least kMinSplitKeys keys.
+  constexpr int64_t kMinSplitKeys = 512;
+  int64_t S = 1;
+  while (blocks * S < 16 && S < kMaxSplits && p.L_k / (2 * S) >= kMinSplitKeys) S *= 2;
+  // Range s covers keys [s L_k / S, (s + 1) L_k / S) into scratch, and carries the sinks only
+  // when s == 0 (a sink joins the softmax once).
+  std::vector<SdpaParams> parts(size_t(S), p);
+  std::vector<float> out_s, lse_s;
+  if (S > 1) {
+    const int64_t rows = p.B * p.H * p.L_q;
+    out_s.resize(size_t(S * rows * p.D_v));
+    lse_s.resize(size_t(S * rows));
+    for (int64_t s = 0; s < S; ++s) {
+      SdpaParams& q = parts[size_t(s)];
+      q.key_lo = s * p.L_k / S;
+      q.key_hi = (s + 1) * p.L_k / S;
+      if (s > 0) q.sinks = nullptr;
+      q.out = out_s.data() + s * rows * p.D_v;
+      q.out_batch_stride = p.H * p.L_q * p.D_v, q.out_head_stride = p.L_q * p.D_v;
+      q.out_row_stride = p.D_v;
+      q.lse = lse_s.data() + s * rows;
+    }
+  }
+  const int64_t items = blocks * S;
 
   const double work = double(p.B * p.H * p.L_q) * double(p.L_k + 1) * double(p.D + p.D_v + 1);
   const bool parallel = items > 1 && work > double(1 << 18);
@@ -219,9 +292,10 @@ void sdpa_fused_forward(const SdpaParams& p) {
       if (scratch.failed()) continue;  // reported after the region
       Workspace& ws = *wso;
       ws.rel = &rel;
-      const int64_t b = item / (p.H_kv * blocks_per_kv);
-      const int64_t h_kv = item / blocks_per_kv % p.H_kv;
-      const int64_t blk = item % blocks_per_kv;
+      const SdpaParams& ps = parts[size_t(item % S)];  // the key range
+      const int64_t b = item / S / (p.H_kv * blocks_per_kv);
+      const int64_t h_kv = item / S / blocks_per_kv % p.H_kv;
+      const int64_t blk = item / S % blocks_per_kv;
       int rows = 0;
       if (heads_per_block == 1) {
         const int64_t h = h_kv * G + blk / blocks_per_head;
@@ -238,10 +312,11 @@ void sdpa_fused_forward(const SdpaParams& p) {
       }
       for (int lane = rows; lane < BR; ++lane)
         ws.lane_h[lane] = ws.lane_h[0], ws.lane_i[lane] = ws.lane_i[0];
-      impl.block(p, b, h_kv, rows, ws);
+      impl.block(ps, b, h_kv, rows, ws);
     }
   }
   scratch.check();
+  if (S > 1) merge_splits(p, S, out_s, lse_s);
 }
 
 }  // namespace attn::kernels

@@ -13,6 +13,10 @@
 //     are packed into one block when L_q is short.
 //   - Tiles that causal masking, the sliding window or key padding hide entirely are never
 //     computed.
+//   - Split-K (flash-decoding, Dao et al. 2023): when the blocks are few (decoding with few heads)
+//     and the keys many, the keys are cut into up to 16 ranges computed as separate work items
+//     (each a partial output and lse), merged row by row in range order. The number of ranges
+//     depends on the sizes only.
 //   - Parallel with OpenMP over (batch, key/value head, query block). Each block is computed by
 //     one thread in a fixed order, so the result is bitwise identical for any number of threads.
 //   - Vectorised with AVX-512 or AVX2 + FMA (x86-64) or NEON (AArch64), including a polynomial

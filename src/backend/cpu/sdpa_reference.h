@@ -71,6 +71,11 @@ struct SdpaParams : SdpaGeometry {
   // ---- optional extra outputs -------------------------------------------------------------------
   float* weights = nullptr;  // contiguous (B, H, L_q, L_k): the weights after dropout
   float* lse = nullptr;      // contiguous (B, H, L_q): log-sum-exp of each score row
+
+  // The fused forward only (split-K decoding, sdpa_fused.cpp): the keys [key_lo, key_hi) that
+  // this call covers, on top of every other rule; the results are then those of attention over
+  // these keys alone.
+  int64_t key_lo = 0, key_hi = INT64_MAX;
 };
 
 // The gradient pass. "In the forward pass this was out = softmax(scale * q k^T + mask) v with
