@@ -15,6 +15,7 @@
 
 #include <optional>
 #include <tuple>
+#include <vector>
 
 namespace attn {
 
@@ -141,6 +142,33 @@ SdpaGradients scaled_dot_product_attention_gradients(const Tensor& dout, const T
                                                      const Tensor& k, const Tensor& v,
                                                      const SdpaForwardResult& forward,
                                                      const SdpaOptions& options = {});
+
+// ---- packed variable-length batches (FlashAttention's flash_attn_varlen_func) ------------------
+// N sequences packed along dim 0: q (total_q, H, D), k (total_k, H_kv, D), v (total_k, H_kv, D_v),
+// sequence b's rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q attend to its rows
+// [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v only: no padding is stored or computed.
+// cu_seqlens_* are int64 (N + 1) offsets from 0, non-decreasing, ending at total_q / total_k;
+// max_seqlen_* bound the lengths (checked). H % H_kv == 0 (grouped-query heads need no flag).
+// The options are scaled_dot_product_attention's, per sequence: is_causal and the window with
+// causal_align (FlashAttention aligns bottom-right: set CausalAlign::BottomRight for its
+// semantics), scale, dropout_p, softcap, alibi_slopes ((H) or (N, H)), relative_bias, sinks; no
+// attn_mask or key_padding_mask. Returns out (total_q, H, D_v); autograd gives dq, dk, dv and the
+// modifiers' gradients through the fused backward, sequence by sequence.
+// Throws attn::Error naming the argument for offsets that are not int64, do not start at 0,
+// decrease, miss the packed length or exceed max_seqlen, and for mismatched sequence counts.
+struct VarlenResult {
+  Tensor out;                           // (total_q, H, D_v)
+  Tensor lse;                           // (H, total_q) float32, as FlashAttention's softmax_lse
+  std::vector<uint64_t> dropout_seeds;  // per sequence, the counter-based dropout's seed
+};
+VarlenResult varlen_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k,
+                                      int64_t max_seqlen_q, int64_t max_seqlen_k,
+                                      const SdpaOptions& options = {});
+Tensor varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k,
+                        int64_t max_seqlen_q, int64_t max_seqlen_k,
+                        const SdpaOptions& options = {});
 
 // The boolean (L_q, L_k) mask of positions a query may attend under causal masking:
 // TopLeft is torch.ones(L_q, L_k).tril(0).bool(), BottomRight is .tril(L_k - L_q).

@@ -90,6 +90,31 @@ void register_functional(py::module_& m) {
       py::arg("softcap") = 0.0, py::arg("alibi_slopes") = py::none(),
       py::arg("relative_bias") = py::none(), py::arg("sinks") = py::none());
   fn.def(
+      "varlen_attention",
+      [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_q, const Tensor& cu_k,
+         int64_t max_q, int64_t max_k, double dropout_p, const py::object& scale, bool causal,
+         int64_t window_left, int64_t window_right, double softcap, const py::object& alibi_slopes,
+         const py::object& sinks, const py::object& generator) {
+        SdpaOptions o;
+        o.dropout_p = dropout_p;
+        if (!scale.is_none()) o.scale = scale.cast<double>();
+        o.is_causal = causal;
+        o.causal_align = CausalAlign::BottomRight;  // FlashAttention's alignment
+        o.window_left = window_left, o.window_right = window_right;
+        o.softcap = softcap;
+        o.alibi_slopes = optional_tensor(alibi_slopes);
+        o.sinks = optional_tensor(sinks);
+        o.generator = gen_arg(generator);
+        VarlenResult r = without_gil(
+            [&] { return varlen_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, o); });
+        return py::make_tuple(r.out, r.lse);
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"), py::arg("cu_seqlens_k"),
+      py::arg("max_seqlen_q"), py::arg("max_seqlen_k"), py::arg("dropout_p") = 0.0,
+      py::arg("softmax_scale") = py::none(), py::arg("causal") = false, py::arg("window_left") = -1,
+      py::arg("window_right") = -1, py::arg("softcap") = 0.0, py::arg("alibi_slopes") = py::none(),
+      py::arg("sinks") = py::none(), py::arg("generator") = py::none());
+  fn.def(
       "causal_mask",
       [](int64_t lq, int64_t lk, bool bottom_right) {
         return causal_mask(lq, lk, bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
 #include <utility>
 
 #include "../backend/attention_kernels.h"
@@ -98,20 +99,26 @@ void prepare_score_mods(const SdpaOptions& o, const Tensor& q, Prepared& p, cons
            shape_str(q.shape()), " (", H, " heads, batch ", B, ")");
     return t.contiguous();
   };
+  // (GCC 12 warns falsely about std::string operator+ here: the texts are streamed.)
+  auto text = [](const auto&... parts) {
+    std::ostringstream s;
+    (s << ... << parts);
+    return s.str();
+  };
   if (const Tensor& a = o.alibi_slopes; a.defined())
-    p.alibi_slopes = check(
-        a, "alibi_slopes",
-        (a.dim() == 1 && a.size(0) == H) ||
-            (a.dim() == 2 && (a.size(0) == B || a.size(0) == 1) && a.size(1) == H),
-        "(" + std::to_string(H) + ") or (" + std::to_string(B) + ", " + std::to_string(H) + ")");
+    p.alibi_slopes =
+        check(a, "alibi_slopes",
+              (a.dim() == 1 && a.size(0) == H) ||
+                  (a.dim() == 2 && (a.size(0) == B || a.size(0) == 1) && a.size(1) == H),
+              text("(", H, ") or (", B, ", ", H, ")"));
   if (const Tensor& t = o.relative_bias; t.defined()) {
     const bool ok = t.dim() == 2 && (t.size(0) == H || t.size(0) == 1) && t.size(1) % 2 == 1;
-    p.relative_bias = check(t, "relative_bias", ok,
-                            "(" + std::to_string(H) +
-                                ", 2 R + 1) or (1, 2 R + 1): one entry per clipped offset -R .. R");
+    p.relative_bias =
+        check(t, "relative_bias", ok,
+              text("(", H, ", 2 R + 1) or (1, 2 R + 1): one entry per clipped offset -R .. R"));
   }
   if (const Tensor& t = o.sinks; t.defined())
-    p.sinks = check(t, "sinks", t.dim() == 1 && t.size(0) == H, "(" + std::to_string(H) + ")");
+    p.sinks = check(t, "sinks", t.dim() == 1 && t.size(0) == H, text("(", H, ")"));
 }
 
 Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const SdpaOptions& o,

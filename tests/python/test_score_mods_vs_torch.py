@@ -187,3 +187,87 @@ def test_bad_modifiers_are_refused():
     with pytest.raises(ValueError, match="fused backward only"):
         AF.scaled_dot_product_attention(q, k, k, attn_mask=attn.zeros(5, 5).requires_grad_(),
                                         sinks=attn.zeros(4))
+
+
+# ---- packed variable-length batches -----------------------------------------------------------------
+
+VARLEN_CASES = [
+    # name, (lengths_q, lengths_k), H, H_kv, D, options
+    ("self", ([5, 1, 70, 33], [5, 1, 70, 33]), 4, 2, 16, dict()),
+    ("causal_window", ([40, 9, 65], [40, 9, 65]), 2, 2, 32, dict(causal=True, window=(6, 0))),
+    ("decode_like", ([1, 3, 2], [50, 7, 90]), 4, 1, 16, dict(causal=True)),
+    ("mods", ([17, 0, 64, 30], [17, 4, 64, 45]), 4, 2, 24,
+     dict(causal=True, softcap=4.0, alibi="h", sinks=True)),
+    ("alibi_per_sequence", ([8, 20], [8, 20]), 2, 2, 8, dict(alibi="nh")),
+]
+
+
+@pytest.mark.parametrize("name,lengths,H,H_kv,D,opts", VARLEN_CASES,
+                         ids=[c[0] for c in VARLEN_CASES])
+def test_varlen_attention_matches_each_sequence_alone(name, lengths, H, H_kv, D, opts):
+    lq, lk = lengths
+    N = len(lq)
+    g = torch.Generator().manual_seed(len(name))
+    q = torch.randn(sum(lq), H, D, generator=g, dtype=torch.float64)
+    k = torch.randn(sum(lk), H_kv, D, generator=g, dtype=torch.float64)
+    v = torch.randn(sum(lk), H_kv, D, generator=g, dtype=torch.float64)
+    dout = torch.randn(sum(lq), H, D, generator=g, dtype=torch.float64)
+    alibi = None
+    if opts.get("alibi") == "h":
+        alibi = torch.rand(H, generator=g, dtype=torch.float64) * 0.3
+    elif opts.get("alibi") == "nh":
+        alibi = torch.rand(N, H, generator=g, dtype=torch.float64) * 0.3
+    sinks = torch.randn(H, generator=g, dtype=torch.float64) if opts.get("sinks") else None
+    cq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int64)
+    ck = np.concatenate([[0], np.cumsum(lk)]).astype(np.int64)
+    window = opts.get("window", (-1, -1))
+
+    def ref(dtype):
+        leaves = [x.detach().to(dtype).requires_grad_() if x is not None else None
+                  for x in (q, k, v, alibi, sinks)]
+        qq, kk, vv, al, sk = leaves
+        outs = []
+        for b in range(N):
+            if lq[b] == 0:
+                continue
+            qs = qq[cq[b]:cq[b + 1]].transpose(0, 1).unsqueeze(0)
+            ks = kk[ck[b]:ck[b + 1]].transpose(0, 1).unsqueeze(0)
+            vs = vv[ck[b]:ck[b + 1]].transpose(0, 1).unsqueeze(0)
+            a = None if al is None else (al if al.dim() == 1 else al[b])
+            o = reference(qs, ks, vs, scale=1.0 / np.sqrt(D), is_causal=opts.get("causal", False),
+                          bottom_right=True, window=window, softcap=opts.get("softcap", 0.0),
+                          alibi=a, sinks=sk)
+            outs.append(o[0].transpose(0, 1))
+        out = torch.cat(outs, 0)
+        out.backward(dout.to(dtype))
+        return out, leaves
+
+    ref64, leaves64 = ref(torch.float64)
+    ref32, leaves32 = ref(torch.float32)
+    ours = [to_attn(x).requires_grad_() if x is not None else None
+            for x in (q, k, v, alibi, sinks)]
+    out = AF.varlen_attention(ours[0], ours[1], ours[2], attn.from_numpy(cq), attn.from_numpy(ck),
+                              max(lq), max(lk), causal=opts.get("causal", False),
+                              window_size=window, softcap=opts.get("softcap", 0.0),
+                              alibi_slopes=ours[3], sinks=ours[4])
+    check_close(out, ref64, ref32, name + " out")
+    out.backward(to_attn(dout))
+    for i, what in enumerate(["q", "k", "v", "alibi", "sinks"]):
+        if ours[i] is None:
+            continue
+        check_close(ours[i].grad, leaves64[i].grad, leaves32[i].grad, name + " d" + what,
+                    factor=2.0 if i < 3 else 4.0, ulps=8.0)
+
+
+def test_varlen_attention_refuses_bad_offsets():
+    q = attn.randn(10, 2, 8)
+    good = attn.from_numpy(np.array([0, 4, 10], np.int64))
+    for bad, match in [(np.array([0, 6, 4, 10]), "non-decreasing"),
+                       (np.array([1, 10]), "must start at 0"),
+                       (np.array([0, 4, 9]), "must end at the packed length 10"),
+                       (np.array([0, 10]), "above its max_seqlen 6")]:
+        with pytest.raises(ValueError, match=match):
+            AF.varlen_attention(q, q, q, attn.from_numpy(bad.astype(np.int64)),
+                                attn.from_numpy(bad.astype(np.int64)), 6, 6)
+    with pytest.raises(ValueError, match="has 2 sequences and cu_seqlens_k 1"):
+        AF.varlen_attention(q, q, q, good, attn.from_numpy(np.array([0, 10], np.int64)), 6, 10)

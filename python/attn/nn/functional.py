@@ -88,6 +88,24 @@ def scaled_dot_product_attention_with_weights(query, key, value, attn_mask=None,
                                            window[0], window[1], key_padding_mask)
 
 
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                     softcap=0.0, alibi_slopes=None, sinks=None, return_lse=False,
+                     generator=None):
+    """Packed variable-length attention with FlashAttention's flash_attn_varlen_func arguments.
+
+    q (total_q, H, D), k and v (total_k, H_kv, D); cu_seqlens_* int64 (N + 1) offsets of the N
+    sequences; each sequence attends to its own keys only (no padding computed). causal and
+    window_size are aligned bottom-right, as FlashAttention does. alibi_slopes (H) or (N, H),
+    softcap and sinks as in scaled_dot_product_attention; all may require grad. return_lse also
+    returns the (H, total_q) log-sum-exp."""
+    out, lse = _F.varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                   int(max_seqlen_k), float(dropout_p), softmax_scale,
+                                   bool(causal), int(window_size[0]), int(window_size[1]),
+                                   float(softcap), alibi_slopes, sinks, generator)
+    return (out, lse) if return_lse else out
+
+
 def causal_mask(L_q, L_k, bottom_right=False):
     """The bool (L_q, L_k) mask of allowed positions under causal masking."""
     return _F.causal_mask(L_q, L_k, bottom_right)
