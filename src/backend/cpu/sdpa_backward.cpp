@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "sdpa_reference.h"
+#include "sdpa_score_mods.h"
 #include "threads.h"
 #include "workspace.h"
 
@@ -50,13 +51,6 @@ struct Scratch {
   std::vector<double> t;   // (L_k) tanh(s / softcap) of each score (softcap only)
 };
 
-// The score modifiers' parameter gradients of one (b, h_kv) unit, for its G query heads:
-// dalibi (G), drel (G, 2 R + 1), dsinks (G). Summed over the units in unit order at the end.
-struct ModGrads {
-  std::vector<double> dalibi, drel, dsinks;
-  int64_t n_rel = 0;
-};
-
 // The dropout factor of weight (b, h, i, j) whose flat index in (B, H, L_q, L_k) is `index`.
 double dropout_factor(const SdpaParams& p, uint64_t index) {
   if (p.dropout_scale) return double(p.dropout_scale[index]);
@@ -69,7 +63,7 @@ double dropout_factor(const SdpaParams& p, uint64_t index) {
 
 // The gradient contributions of one query row (b, h, i): writes dq_i, adds to sc.dk and sc.dv.
 void row_backward(const SdpaBackwardParams& bp, int64_t b, int64_t h, int64_t i, Scratch& sc,
-                  ModGrads& mg) {
+                  ModGradSums& mg) {
   const SdpaParams& p = bp.fwd;
   const int64_t L_k = p.L_k, D = p.D, D_v = p.D_v;
   const int64_t h_kv = h / (p.H / p.H_kv);
@@ -148,7 +142,7 @@ void row_backward(const SdpaBackwardParams& bp, int64_t b, int64_t h, int64_t i,
     const double ds_mod = s[j] * (dp[j] - D_i);
     if (!mg.dalibi.empty()) mg.dalibi[g] -= ds_mod * double(std::abs(i + off - j));
     if (!mg.drel.empty())
-      mg.drel[g * mg.n_rel + rel_bias_column(j - i - off, p.rel_bias_max_distance)] += ds_mod;
+      mg.rel_row(g)[rel_bias_column(j - i - off, p.rel_bias_max_distance)] += ds_mod;
     const double ds = ds_mod * (p.softcap > 0.0 ? 1.0 - sc.t[j] * sc.t[j] : 1.0) * p.scale;
     const float* kj = k + j * p.k_row_stride;
     double* dkj = sc.dk.data() + j * D;
@@ -178,13 +172,7 @@ void sdpa_reference_backward(const SdpaBackwardParams& bp) {
   // so no two threads write the same element and the sums run in a fixed order.
   const bool parallel = units > 1 && units * G * p.L_q * (p.L_k + 1) * (p.D + p.D_v + 1) > 32768;
   // Parameter gradients of the score modifiers, per unit (summed in unit order below).
-  std::vector<ModGrads> mod_grads(static_cast<size_t>(units));
-  const int64_t n_rel = 2 * p.rel_bias_max_distance + 1;
-  for (ModGrads& mg : mod_grads) {
-    if (bp.dalibi_slopes && p.alibi_slopes) mg.dalibi.assign(size_t(G), 0.0);
-    if (bp.drel_bias && p.rel_bias) mg.drel.assign(size_t(G * n_rel), 0.0), mg.n_rel = n_rel;
-    if (bp.dsinks && p.sinks) mg.dsinks.assign(size_t(G), 0.0);
-  }
+  std::vector<ModGradSums> mod_grads(static_cast<size_t>(units), ModGradSums(p, bp, G));
   ThreadScratch scratch(
       (4.0 * double(p.L_k) + double(p.D) + double(p.L_k) * double(p.D + p.D_v)) * sizeof(double),
       "the reference attention backward's per-thread scratch");
@@ -206,7 +194,7 @@ void sdpa_reference_backward(const SdpaBackwardParams& bp) {
       const int64_t b = u / p.H_kv, h_kv = u % p.H_kv;
       std::fill(sc.dk.begin(), sc.dk.end(), 0.0);
       std::fill(sc.dv.begin(), sc.dv.end(), 0.0);
-      ModGrads& mg = mod_grads[size_t(u)];
+      ModGradSums& mg = mod_grads[size_t(u)];
       for (int64_t g = 0; g < G; ++g)
         for (int64_t i = 0; i < p.L_q; ++i) row_backward(bp, b, h_kv * G + g, i, sc, mg);
       float* dk = bp.dk + b * bp.dk_batch_stride + h_kv * bp.dk_head_stride;
@@ -219,18 +207,7 @@ void sdpa_reference_backward(const SdpaBackwardParams& bp) {
     }
   }
   scratch.check();
-  for (int64_t u = 0; u < units; ++u) {
-    const ModGrads& mg = mod_grads[size_t(u)];
-    const int64_t b = u / p.H_kv, h_kv = u % p.H_kv;
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t h = h_kv * G + g;
-      if (!mg.dalibi.empty()) bp.dalibi_slopes[b * p.alibi_batch_stride + h] += float(mg.dalibi[g]);
-      if (!mg.dsinks.empty()) bp.dsinks[h] += float(mg.dsinks[g]);
-      if (!mg.drel.empty())
-        for (int64_t c = 0; c < n_rel; ++c)
-          bp.drel_bias[h * p.rel_bias_head_stride + c] += float(mg.drel[g * n_rel + c]);
-    }
-  }
+  for (int64_t u = 0; u < units; ++u) mod_grads[size_t(u)].add_to(p, bp, u / p.H_kv, u % p.H_kv);
 }
 
 }  // namespace attn::kernels

@@ -120,10 +120,10 @@ struct Scratch {
   std::vector<float> dP;    // (kBr, kBc)   dO . v, then dS
   std::vector<float> bias;  // (kBr, kBc)   additive masks of a partial tile
   std::vector<float> z;     // (kBr, kBc)   dropout factors
-  std::vector<float> ds;   // (kBr, kBc)   the biases' gradient (when ALiBi's or the table's wanted)
-  std::vector<float> Qp;   // (kBr, D_p)   q rows padded (when D % 8 != 0)
-  std::vector<float> dOp;  // (kBr, D_vp)  dout rows padded (when D_v % 8 != 0)
-  std::vector<float> kpad;              // (kBc)        key padding as 0 / -inf
+  std::vector<float> ds;    // (kBr, kBc)   the biases' gradient (ALiBi's, the table's)
+  std::vector<float> Qp;    // (kBr, D_p)   q rows padded (when D % 8 != 0)
+  std::vector<float> dOp;   // (kBr, D_vp)  dout rows padded (when D_v % 8 != 0)
+  std::vector<float> kpad;  // (kBc)        key padding as 0 / -inf
   std::vector<int32_t> col_lo, col_hi;  // (kBr) visible columns of each row of a partial tile
   std::vector<int32_t> row_lo, row_hi;  // (kBc) rows that see each key of a partial tile
 };
@@ -155,12 +155,11 @@ struct Driver {
   std::vector<float> Di;     // (B, H, L_q)  rowsum(dout o out)
   std::vector<float> dqbuf;  // (C or C - 1, B, H, L_q, D_p)
   // Score modifiers: the bias table's rows; whether a bias tile is always formed; and per work
-  // unit, the gradients of its G query heads' ALiBi slopes (G) and bias rows (G, n_rel), summed
-  // over the units in unit order at the end.
+  // unit, the sums of its query heads' ALiBi and table gradients (empty when neither is wanted;
+  // the sinks' come from the per-row statistics).
   RelBiasRows rel;
-  bool score_bias = false, want_dalibi = false, want_drel = false;
-  int64_t n_rel = 0;
-  std::vector<std::vector<double>> unit_mod_grads;
+  bool score_bias = false;
+  std::vector<ModGradSums> unit_mod_grads;
 
   Driver(const SdpaBackwardParams& bp_, IsaKernels isa_) : bp(bp_), p(bp_.fwd), isa(isa_) {}
 
@@ -173,16 +172,16 @@ struct Driver {
   }
 
   void run(bool parallel);
-  void unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc, std::vector<double>& mod_grads);
+  void unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc, ModGradSums* mod_grads);
   void key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scratch& sc,
-                 std::vector<double>& mod_grads);
+                 ModGradSums* mod_grads);
   void add_mod_grads();
 
   // Adds a tile's bias gradients ds (nr x nc, row stride kBc; rows i0.., keys j0..) to the unit's
   // sums for query head g of the group: ALiBi's slope gets -sum ds |i + off - j|, the table's
   // column of each offset the sum of its ds.
   void add_bias_grads(int64_t i0, int64_t nr, int64_t j0, int64_t nc, int64_t g, const float* ds,
-                      std::vector<double>& out) const {
+                      ModGradSums& out) const {
     // Both biases depend on the offset t = j - i - off alone: the tile's ds is first summed along
     // its diagonals, diag[x] for t = t_min + x (row r, key jj at x = kBr - 1 - r + jj: one
     // vectorisable add per row, rows in order), then each diagonal's sum goes to its parameter.
@@ -194,14 +193,14 @@ struct Driver {
       for (int jj = 0; jj < int(nc); ++jj) row[jj] += d[jj];
     }
     const int64_t n_diag = kBr + kBc - 1;
-    if (want_dalibi) {  // d slope = -sum ds |t|
+    if (!out.dalibi.empty()) {  // d slope = -sum ds |t|
       double sum = 0.0;
       for (int64_t x = 0; x < n_diag; ++x) sum += double(diag[x]) * double(std::abs(t_min + x));
-      out[size_t(g)] -= sum;
+      out.dalibi[size_t(g)] -= sum;
     }
-    if (want_drel) {  // each offset's column, clipped to [-R, R]
+    if (!out.drel.empty()) {  // each offset's column, clipped to [-R, R]
       const int64_t R = p.rel_bias_max_distance;
-      double* drel = out.data() + G + g * n_rel;
+      double* drel = out.rel_row(g);
       for (int64_t x = 0; x < n_diag; ++x) drel[rel_bias_column(t_min + x, R)] += double(diag[x]);
     }
   }
@@ -239,16 +238,14 @@ void Driver::run(bool parallel) {
   dqbuf.assign(size_t(n_buf * rows * Dp), 0.0f);
   rel = RelBiasRows(p, kBc);
   score_bias = p.alibi_slopes || p.rel_bias;
-  want_dalibi = p.alibi_slopes && bp.dalibi_slopes;
-  want_drel = p.rel_bias && bp.drel_bias;
-  n_rel = 2 * p.rel_bias_max_distance + 1;
-  if (want_dalibi || want_drel)
-    unit_mod_grads.assign(size_t(B * p.H_kv * C),
-                          std::vector<double>(size_t(G * (1 + (want_drel ? n_rel : 0))), 0.0));
+  SdpaModGrads by_units = bp;  // ALiBi's and the table's; the sinks' come from the row statistics
+  by_units.dsinks = nullptr;
+  if (const ModGradSums sums(p, by_units, G); !sums.empty()) {
+    unit_mod_grads.assign(size_t(B * p.H_kv * C), sums);
+  }
 
-    // ---- per-row statistics; zero dq when it is accumulated in place
-    // ----------------------------- (collapse: each thread's first row is divided out into (b, h,
-    // i) once, not every row)
+  // ---- per-row statistics; zero dq when it is accumulated in place -----------------------------
+  // (collapse: each thread's first row is divided out into (b, h, i) once, not every row)
 #pragma omp parallel for collapse(3) schedule(static) if (parallel) num_threads(num_threads())
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
@@ -288,7 +285,7 @@ void Driver::run(bool parallel) {
       sc.dP.resize(size_t(kBr * kBc));
       sc.bias.resize(size_t(kBr * kBc));
       sc.z.resize(size_t(kBr * kBc));
-      if (want_dalibi || want_drel) sc.ds.resize(size_t(kBr * kBc));
+      if (!unit_mod_grads.empty()) sc.ds.resize(size_t(kBr * kBc));
       if (p.D % 8) sc.Qp.assign(size_t(kBr * Dp), 0.0f);
       if (p.D_v % 8) sc.dOp.assign(size_t(kBr * Dvp), 0.0f);
       sc.kpad.resize(size_t(kBc));
@@ -301,9 +298,8 @@ void Driver::run(bool parallel) {
     for (int64_t u = 0; u < units; ++u) {
       if (scratch.failed()) continue;  // reported after the region
       const int64_t chunk = u % C, bh = u / C;
-      static std::vector<double> none;
       unit(bh / p.H_kv, bh % p.H_kv, chunk, sc,
-           unit_mod_grads.empty() ? none : unit_mod_grads[size_t(u)]);
+           unit_mod_grads.empty() ? nullptr : &unit_mod_grads[size_t(u)]);
     }
   }
   scratch.check();
@@ -327,8 +323,7 @@ void Driver::run(bool parallel) {
       }
 }
 
-void Driver::unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc,
-                  std::vector<double>& mod_grads) {
+void Driver::unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc, ModGradSums* mod_grads) {
   for (int64_t kb = chunk; kb < nkb; kb += C) key_block(b, h_kv, chunk, kb, sc, mod_grads);
 }
 
@@ -346,24 +341,14 @@ void Driver::add_mod_grads() {
         }
       bp.dsinks[h] -= float(sum);
     }
-  if (unit_mod_grads.empty()) return;
   for (int64_t u = 0; u < int64_t(unit_mod_grads.size()); ++u) {
-    const std::vector<double>& g = unit_mod_grads[size_t(u)];
-    const int64_t bh = u / C, b = bh / p.H_kv, h_kv = bh % p.H_kv;
-    for (int64_t gi = 0; gi < G; ++gi) {
-      const int64_t h = h_kv * G + gi;
-      if (want_dalibi) bp.dalibi_slopes[b * p.alibi_batch_stride + h] += float(g[size_t(gi)]);
-      if (want_drel) {
-        const double* row = g.data() + G + gi * n_rel;
-        float* out = bp.drel_bias + h * p.rel_bias_head_stride;
-        for (int64_t c = 0; c < n_rel; ++c) out[c] += float(row[c]);
-      }
-    }
+    const int64_t bh = u / C;
+    unit_mod_grads[size_t(u)].add_to(p, bp, bh / p.H_kv, bh % p.H_kv);
   }
 }
 
 void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scratch& sc,
-                       std::vector<double>& mod_grads) {
+                       ModGradSums* mod_grads) {
   const int64_t D = p.D, D_v = p.D_v, L_q = p.L_q;
   const int64_t j0 = kb * kBc, nc = std::min(kBc, p.L_k - j0);
   const float* k = p.k + b * p.k_batch_stride + h_kv * p.k_head_stride + j0 * p.k_row_stride;
@@ -499,11 +484,11 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
         z = sc.z.data();
       }
 
-      float* ds_mod = mod_grads.empty() ? nullptr : sc.ds.data();
+      float* ds_mod = mod_grads ? sc.ds.data() : nullptr;
       isa.tile({nr, sc.S.data(), sc.dP.data(), lse.data() + row0 + i0, Di.data() + row0 + i0, scale,
                 bias, ld_bias, z, inside ? nullptr : sc.col_lo.data(),
                 inside ? nullptr : sc.col_hi.data(), float(p.softcap), ds_mod});
-      if (ds_mod) add_bias_grads(i0, nr, j0, nc, g, ds_mod, mod_grads);
+      if (ds_mod) add_bias_grads(i0, nr, j0, nc, g, ds_mod, *mod_grads);
 
       // B operands with padded rows when the head dims are not multiples of 8.
       const float* dO_b = dout_t;

@@ -42,4 +42,38 @@ class RelBiasRows {
   bool shared_ = false;
 };
 
+// The score modifiers' parameter gradients summed over one work unit of a backward pass (the G
+// query heads of one (b, h_kv)), in double: ALiBi's slopes (G), the sinks (G), the table's rows
+// (G, 2 R + 1), each empty when its gradient is not wanted. A backward pass keeps one per unit
+// and adds them to the outputs unit after unit (add_to): the same bits for any thread count.
+struct ModGradSums {
+  std::vector<double> dalibi, dsinks, drel;
+  int64_t n_rel = 0;
+
+  ModGradSums() = default;
+  ModGradSums(const SdpaGeometry& p, const SdpaModGrads& want, int64_t G) {
+    if (want.dalibi_slopes && p.alibi_slopes) dalibi.assign(size_t(G), 0.0);
+    if (want.dsinks && p.sinks) dsinks.assign(size_t(G), 0.0);
+    if (want.drel_bias && p.rel_bias) {
+      n_rel = 2 * p.rel_bias_max_distance + 1;
+      drel.assign(size_t(G * n_rel), 0.0);
+    }
+  }
+  bool empty() const { return dalibi.empty() && dsinks.empty() && drel.empty(); }
+  double* rel_row(int64_t g) { return drel.data() + g * n_rel; }
+
+  // Adds the sums of unit (b, h_kv) to the outputs (in the layouts of p's parameters).
+  void add_to(const SdpaGeometry& p, const SdpaModGrads& out, int64_t b, int64_t h_kv) const {
+    const int64_t G = p.H / p.H_kv;
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t h = h_kv * G + g;
+      if (!dalibi.empty()) out.dalibi_slopes[b * p.alibi_batch_stride + h] += float(dalibi[g]);
+      if (!dsinks.empty()) out.dsinks[h] += float(dsinks[g]);
+      if (!drel.empty())
+        for (int64_t c = 0; c < n_rel; ++c)
+          out.drel_bias[h * p.rel_bias_head_stride + c] += float(drel[size_t(g * n_rel + c)]);
+    }
+  }
+};
+
 }  // namespace attn::kernels
