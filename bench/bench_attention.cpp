@@ -146,15 +146,11 @@ void bm_backward(benchmark::State& state, Shape s, attn::SdpaBackend backend) {
   set_gflops(state, 2.5 * forward_flops(s));
 }
 
-// Decoding reads K and V once: their bytes per second, against the machine's read bandwidth
-// measured in the same run (bm_read_bandwidth).
+// Decoding reads K and V once: the forward's timing (bm_forward, whose GFLOP counter it keeps),
+// also as K and V bytes per second, against the machine's read bandwidth measured in the same run
+// (bm_read_bandwidth).
 void bm_decode_bandwidth(benchmark::State& state, Shape s, attn::SdpaBackend backend) {
-  Inputs in = make_inputs(s);
-  attn::SdpaOptions o = options(s, backend, in);
-  for (auto _ : state) {
-    attn::Tensor out = attn::scaled_dot_product_attention(in.q, in.k, in.v, o);
-    benchmark::DoNotOptimize(out.raw_data());
-  }
+  bm_forward(state, s, backend);
   const double kv_bytes = 2.0 * double(s.B * s.H_kv * s.L_k * s.D) * sizeof(float);
   state.counters["KV_GBps"] =
       benchmark::Counter(kv_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);

@@ -10,12 +10,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <new>
 #include <optional>
 #include <vector>
 
+#include "sdpa_merge.h"
 #include "sdpa_score_mods.h"
 #include "simd.h"
 #include "threads.h"
@@ -144,8 +144,6 @@ constexpr int NV = 4, RQK = 6, RPV = 6, BC = 64, ROWS_MAX = 4;
 
 namespace {
 
-constexpr int64_t kMaxSplits = 16;  // key ranges of split-K decoding, at most
-
 struct Impl {
   Isa isa;
   int BR, BC, W, rows_max;
@@ -186,42 +184,22 @@ const Impl& impl_of(Isa isa) {
 
 void fused_exp2(const float* x, float* y, int64_t n) { impl_of(active_isa()).exp2(x, y, n); }
 
-// Split-K's merge of the S partial results (out_s (S, rows, D_v), lse_s (S, rows), rows =
-// B H L_q in (b, h, i) order) into p.out and p.lse, row by row in range order:
-// out = sum_s exp(lse_s - lse) out_s with lse = log sum_s exp(lse_s), in double.
+// Split-K's merge of the S partial results (out_s (S, B H, L_q, D_v), lse_s (S, B H, L_q),
+// contiguous): ranges 1 .. S - 1 are folded into range 0's, in order, by ring attention's merge
+// of partial rows, then range 0's buffers are written to p.out and p.lse.
 namespace {
-void merge_splits(const SdpaParams& p, int64_t S, const std::vector<float>& out_s,
-                  const std::vector<float>& lse_s) {
-  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-  const int64_t rows = p.B * p.H * p.L_q;
-  const bool parallel = rows * S * (p.D_v + 1) > (1 << 16);
-#pragma omp parallel for schedule(static) if (parallel) num_threads(num_threads())
+void merge_splits(const SdpaParams& p, int64_t S, std::vector<float>& out_s,
+                  std::vector<float>& lse_s) {
+  const int64_t BH = p.B * p.H, rows = BH * p.L_q;
+  for (int64_t s = 1; s < S; ++s)
+    merge_attention_rows(out_s.data(), lse_s.data(), out_s.data() + s * rows * p.D_v,
+                         lse_s.data() + s * rows, BH, p.L_q, p.L_q, p.D_v, 0);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = r % p.L_q, bh = r / p.L_q, h = bh % p.H, b = bh / p.H;
-    float* out = p.out + b * p.out_batch_stride + h * p.out_head_stride + i * p.out_row_stride;
-    double m = kNegInf;
-    bool nan = false;
-    for (int64_t s = 0; s < S; ++s) {
-      const double l = lse_s[size_t(s * rows + r)];
-      nan |= std::isnan(l);
-      m = std::max(m, l);
-    }
-    if (nan || m == kNegInf) {  // NaN scores, or no key in any range: as the unsplit kernel
-      for (int64_t e = 0; e < p.D_v; ++e)
-        out[e] = nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
-      if (p.lse) p.lse[r] = nan ? std::numeric_limits<float>::quiet_NaN() : float(m);
-      continue;
-    }
-    double w[kMaxSplits], sum = 0.0;
-    for (int64_t s = 0; s < S; ++s)
-      sum += (w[s] = std::exp(double(lse_s[size_t(s * rows + r)]) - m));
-    for (int64_t e = 0; e < p.D_v; ++e) {
-      double acc = 0.0;
-      for (int64_t s = 0; s < S; ++s)
-        if (w[s] != 0.0) acc += w[s] * double(out_s[size_t((s * rows + r) * p.D_v + e)]);
-      out[e] = float(acc / sum);
-    }
-    if (p.lse) p.lse[r] = float(m + std::log(sum));
+    const float* src = out_s.data() + r * p.D_v;
+    std::copy(src, src + p.D_v,
+              p.out + b * p.out_batch_stride + h * p.out_head_stride + i * p.out_row_stride);
+    if (p.lse) p.lse[r] = lse_s[size_t(r)];
   }
 }
 }  // namespace
@@ -255,7 +233,7 @@ void sdpa_fused_forward(const SdpaParams& p) {
   // range at least kMinSplitKeys keys.
   constexpr int64_t kMinSplitKeys = 512;
   int64_t S = 1;
-  while (blocks * S < 16 && S < kMaxSplits && p.L_k / (2 * S) >= kMinSplitKeys) S *= 2;
+  while (blocks * S < 16 && p.L_k / (2 * S) >= kMinSplitKeys) S *= 2;  // S <= 16
   // Range s covers keys [s L_k / S, (s + 1) L_k / S) into scratch, and carries the sinks only
   // when s == 0 (a sink joins the softmax once).
   std::vector<SdpaParams> parts(size_t(S), p);
