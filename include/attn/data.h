@@ -61,8 +61,34 @@ class TextDataset {
   std::pair<Tensor, Tensor> batch(bool train, int64_t batch_size, int64_t block_size,
                                   Generator* gen) const;
 
+  // ---- packed documents (`attn train --pack`) ----
+  // Cuts both splits into documents: one ends after every occurrence of `separator` (a non-empty
+  // token sequence, kept as the end of the document it closes), the next begins with the token
+  // that follows. Each split is searched on its own (a separator across the 90% cut is not seen).
+  // Returns the number of documents of the two splits together. Throws attn::Error for an empty
+  // separator.
+  int64_t set_document_separator(const std::vector<int64_t>& separator);
+  bool has_documents() const { return !separator_.empty(); }
+  // batch()'s rows (the same draws from gen, so the same tokens), each cut at the document
+  // boundaries inside it, in Hugging Face's position_ids convention for packed sequences:
+  // positions (batch_size, block_size) int64 counts from 0 at the row's start and again at every
+  // document start, and y is -100 (cross_entropy's ignore_index) at a document's last token,
+  // whose next token begins another document that the model does not see. Rows start in the
+  // middle of a document like batch()'s windows. nn::GPT::forward_packed takes the three.
+  // Throws attn::Error before set_document_separator, and as batch() does.
+  struct PackedBatch {
+    Tensor x, y, positions;
+  };
+  PackedBatch packed_batch(bool train, int64_t batch_size, int64_t block_size,
+                           Generator* gen) const;
+
  private:
+  std::pair<Tensor, Tensor> rows(const char* fn, bool train, int64_t batch_size, int64_t block_size,
+                                 Generator* gen, Tensor* offsets) const;
   std::vector<int64_t> train_, val_;
+  std::vector<int64_t> separator_;
+  // train_starts_[i]: token i of the training split begins a document (val_starts_ likewise).
+  std::vector<uint8_t> train_starts_, val_starts_;
 };
 
 }  // namespace attn::data

@@ -111,6 +111,16 @@ class GPT : public Module {
   Output forward_sharded(const Tensor& idx, const Tensor& targets, const Tensor& positions,
                          const MultiheadAttention::AttentionFn& attention) const;
 
+  // Packed documents (attn train --pack): each row of idx (B, T) holds several sequences one after
+  // the other, marked by positions (B, T) int64 in Hugging Face's position_ids convention: 0 where
+  // a sequence begins (every row begins one), the previous position plus one elsewhere. Each token
+  // gets the position embedding of its position, and attention stays inside its sequence (causal
+  // varlen_attention over the flattened rows: nothing is padded, no score across a boundary is
+  // computed). targets as forward()'s, with -100 (ignored) where nothing is to be predicted; the
+  // loss is the mean over the other targets. A row that is one sequence gives forward()'s numbers.
+  // Throws attn::Error naming the row and column of a position that breaks the convention.
+  Output forward_packed(const Tensor& idx, const Tensor& targets, const Tensor& positions) const;
+
   // The attention weights of every layer and head on idx (B, T): (n_layer, B, n_head, T, T), row
   // i of a map the causal softmax over keys 0..i (what the heads attend to). Computed without
   // recording gradients, through the explicit softmax(q k^T / sqrt(d)) (the fused kernel keeps no

@@ -103,6 +103,13 @@ struct TrainOptions {
   int64_t zero = 0, bucket_kib = 1024;
   // Context parallel: every rank holds 1/N of each sequence (see the comment at the top).
   bool context_parallel = false;
+  // Packed documents: the text is cut into documents after every doc_separator (fortune files'
+  // "\n%\n" by default; the separator ends the document it closes). The batches are the same
+  // windows of the text, but attention never crosses a document boundary, positions restart at 0
+  // with each document, and the last token of a document predicts nothing
+  // (data::TextDataset::packed_batch, nn::GPT::forward_packed). Not with context_parallel.
+  bool pack = false;
+  std::string doc_separator = "\n%\n";
 
   // Checks every value (ranges, n_embd divisible by n_head, lr_decay_iters > warmup_iters, ...)
   // without reading the data. Throws attn::Error "[train] ..." naming the option as a flag.

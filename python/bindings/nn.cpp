@@ -200,6 +200,13 @@ void register_nn(py::module_& m) {
              return py::make_tuple(out.logits, out.loss);
            })
       .def(
+          "forward_packed",
+          [](const nn::GPT& m, const Tensor& idx, const Tensor& targets, const Tensor& positions) {
+            auto out = without_gil([&] { return m.forward_packed(idx, targets, positions); });
+            return py::make_tuple(out.logits, out.loss);
+          },
+          py::arg("idx"), py::arg("targets"), py::arg("position_ids"))
+      .def(
           "attention_maps",
           [](const nn::GPT& m, const Tensor& idx) { return m.attention_maps(idx); }, release())
       .def(

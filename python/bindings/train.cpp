@@ -84,8 +84,9 @@ void register_train(py::module_& m) {
          bool bias, int64_t batch_size, int64_t max_iters, double lr, double min_lr,
          int64_t warmup_iters, int64_t lr_decay_iters, double weight_decay, double beta1,
          double beta2, double grad_clip, uint64_t seed, int64_t zero, int64_t bucket_kib,
-         bool context_parallel, const std::string& on_nonfinite, int64_t eval_interval,
-         int64_t eval_iters, int64_t log_interval, int64_t threads) {
+         bool context_parallel, bool pack, const std::string& doc_separator,
+         const std::string& on_nonfinite, int64_t eval_interval, int64_t eval_iters,
+         int64_t log_interval, int64_t threads) {
         train::TrainOptions o;
         o.data = data.value_or("");
         o.out = out;
@@ -110,6 +111,8 @@ void register_train(py::module_& m) {
         o.zero = zero;
         o.bucket_kib = bucket_kib;
         o.context_parallel = context_parallel;
+        o.pack = pack;
+        o.doc_separator = doc_separator;
         if (on_nonfinite == "stop")
           o.on_nonfinite = train::TrainOptions::OnNonFinite::Stop;
         else if (on_nonfinite == "skip")
@@ -149,7 +152,8 @@ void register_train(py::module_& m) {
       py::arg("weight_decay") = d.weight_decay, py::arg("beta1") = d.beta1,
       py::arg("beta2") = d.beta2, py::arg("grad_clip") = d.grad_clip, py::arg("seed") = d.seed,
       py::arg("zero") = d.zero, py::arg("bucket_kib") = d.bucket_kib,
-      py::arg("context_parallel") = d.context_parallel, py::arg("on_nonfinite") = "stop",
+      py::arg("context_parallel") = d.context_parallel, py::arg("pack") = d.pack,
+      py::arg("doc_separator") = d.doc_separator, py::arg("on_nonfinite") = "stop",
       py::arg("eval_interval") = d.eval_interval, py::arg("eval_iters") = d.eval_iters,
       py::arg("log_interval") = d.log_interval, py::arg("threads") = d.threads);
 }

@@ -256,9 +256,10 @@ TextDataset::TextDataset(std::vector<int64_t> tokens, double train_fraction) {
   train_ = std::move(tokens);
 }
 
-std::pair<Tensor, Tensor> TextDataset::batch(bool train, int64_t batch_size, int64_t block_size,
-                                             Generator* gen) const {
-  constexpr const char* fn = "TextDataset::batch";
+// nanoGPT's offsets ix = randint(len(split) - block_size, (batch_size,)), and the rows they cut.
+std::pair<Tensor, Tensor> TextDataset::rows(const char* fn, bool train, int64_t batch_size,
+                                            int64_t block_size, Generator* gen,
+                                            Tensor* offsets) const {
   if (batch_size <= 0) detail::fail(fn, "batch_size must be positive, got ", batch_size);
   if (block_size <= 0) detail::fail(fn, "block_size must be positive, got ", block_size);
   const std::vector<int64_t>& split = train ? train_ : val_;
@@ -279,7 +280,67 @@ std::pair<Tensor, Tensor> TextDataset::batch(bool train, int64_t batch_size, int
     std::copy(src, src + block_size, px + b * block_size);
     std::copy(src + 1, src + 1 + block_size, py + b * block_size);
   }
+  if (offsets) *offsets = ix;
   return {x, y};
+}
+
+std::pair<Tensor, Tensor> TextDataset::batch(bool train, int64_t batch_size, int64_t block_size,
+                                             Generator* gen) const {
+  return rows("TextDataset::batch", train, batch_size, block_size, gen, nullptr);
+}
+
+namespace {
+
+// starts[i] = 1 where a document begins: at 0 and after each occurrence of sep.
+std::vector<uint8_t> document_starts(const std::vector<int64_t>& tokens,
+                                     const std::vector<int64_t>& sep) {
+  std::vector<uint8_t> starts(tokens.size(), 0);
+  if (!starts.empty()) starts[0] = 1;
+  auto it = tokens.begin();
+  while ((it = std::search(it, tokens.end(), sep.begin(), sep.end())) != tokens.end()) {
+    it += std::ptrdiff_t(sep.size());
+    if (it != tokens.end()) starts[std::size_t(it - tokens.begin())] = 1;
+  }
+  return starts;
+}
+
+}  // namespace
+
+int64_t TextDataset::set_document_separator(const std::vector<int64_t>& separator) {
+  if (separator.empty())
+    detail::fail("TextDataset::set_document_separator", "the separator has no tokens");
+  separator_ = separator;
+  train_starts_ = document_starts(train_, separator_);
+  val_starts_ = document_starts(val_, separator_);
+  int64_t n = 0;
+  for (uint8_t s : train_starts_) n += s;
+  for (uint8_t s : val_starts_) n += s;
+  return n;
+}
+
+TextDataset::PackedBatch TextDataset::packed_batch(bool train, int64_t batch_size,
+                                                   int64_t block_size, Generator* gen) const {
+  constexpr const char* fn = "TextDataset::packed_batch";
+  if (!has_documents())
+    detail::fail(fn, "no document separator is set (call set_document_separator first)");
+  Tensor ix;
+  auto [x, y] = rows(fn, train, batch_size, block_size, gen, &ix);
+  const std::vector<uint8_t>& starts = train ? train_starts_ : val_starts_;
+  Tensor positions = attn::empty({batch_size, block_size}, Dtype::Int64);
+  const int64_t* offs = ix.data_ptr<int64_t>();
+  int64_t* pos = positions.data_ptr<int64_t>();
+  int64_t* py = y.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch_size; ++b) {
+    const uint8_t* s = starts.data() + offs[b];
+    int64_t p = 0;
+    for (int64_t t = 0; t < block_size; ++t) {
+      p = t == 0 || s[t] ? 0 : p + 1;
+      pos[b * block_size + t] = p;
+      // y[t] is token t + 1 of the window: unseen when it begins a document.
+      if (s[t + 1]) py[b * block_size + t] = -100;
+    }
+  }
+  return {x, y, positions};
 }
 
 }  // namespace attn::data

@@ -1,4 +1,5 @@
 // GPT: nanoGPT's architecture on attn's modules, and cached generation.
+#include <attn/attention.h>
 #include <attn/autograd.h>
 #include <attn/gpt.h>
 #include <attn/ops.h>
@@ -226,6 +227,63 @@ GPT::Output GPT::forward_sharded(const Tensor& idx, const Tensor& targets, const
   if (!targets.defined() || targets.dtype() != Dtype::Int64 || targets.shape() != idx.shape())
     fail(fn, "targets must be int64 with idx's shape ", shape_str(idx.shape()), ", got ",
          targets.defined() ? detail::tensor_desc(targets) : std::string("undefined"));
+  Tensor x = (*wte)(idx) + (*wpe)(positions);
+  if (drop->p > 0.0) x = (*drop)(x);
+  x = run_blocks(x, [&](int64_t l, const Tensor& in) {
+    return h[std::size_t(l)]->attn->forward_with(in, attention);
+  });
+  Tensor logits = functional::linear(x, wte->weight);
+  const int64_t V = config_.vocab_size;
+  Tensor loss = functional::cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
+  return {logits, loss};
+}
+
+GPT::Output GPT::forward_packed(const Tensor& idx, const Tensor& targets,
+                                const Tensor& positions) const {
+  const char* fn = "GPT.forward_packed";
+  check_idx(idx, config_, fn);
+  const int64_t B = idx.size(0), T = idx.size(1);
+  if (!targets.defined() || targets.dtype() != Dtype::Int64 || targets.shape() != idx.shape())
+    fail(fn, "targets must be int64 with idx's shape ", shape_str(idx.shape()), ", got ",
+         targets.defined() ? detail::tensor_desc(targets) : std::string("undefined"));
+  if (!positions.defined() || positions.dtype() != Dtype::Int64 || positions.shape() != idx.shape())
+    fail(fn, "positions must be int64 with idx's shape ", shape_str(idx.shape()), ", got ",
+         positions.defined() ? detail::tensor_desc(positions) : std::string("undefined"));
+  // The sequences' offsets in the flattened (B * T) tokens.
+  std::vector<int64_t> cu;
+  int64_t max_len = 0;
+  {
+    const Tensor pc = positions.contiguous();
+    const int64_t* p = pc.data_ptr<int64_t>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t v = p[b * T + t];
+        if (t == 0 && v != 0)
+          fail(fn, "positions[", b, ", 0] is ", v, ": every row must begin a sequence (0)");
+        if (t > 0 && v != 0 && v != p[b * T + t - 1] + 1)
+          fail(fn, "positions[", b, ", ", t, "] is ", v, " after ", p[b * T + t - 1],
+               ": each position must be 0 (a new sequence) or the previous one plus 1");
+        if (v == 0) {
+          if (!cu.empty()) max_len = std::max(max_len, b * T + t - cu.back());
+          cu.push_back(b * T + t);
+        }
+      }
+    max_len = std::max(max_len, B * T - cu.back());
+    cu.push_back(B * T);
+  }
+  Tensor cu_seqlens = empty({int64_t(cu.size())}, Dtype::Int64);
+  std::copy(cu.begin(), cu.end(), cu_seqlens.data_ptr<int64_t>());
+  const int64_t H = config_.n_head, D = config_.n_embd / H;
+  SdpaOptions so;
+  so.is_causal = true;
+  so.dropout_p = is_training() ? config_.dropout : 0.0;
+  auto attention = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+    // (B, H, T, D) <-> the packed (B * T, H, D) of varlen_attention.
+    auto flat = [&](const Tensor& t) { return t.transpose(1, 2).reshape({B * T, H, D}); };
+    Tensor out =
+        varlen_attention(flat(q), flat(k), flat(v), cu_seqlens, cu_seqlens, max_len, max_len, so);
+    return out.reshape({B, T, H, D}).transpose(1, 2);
+  };
   Tensor x = (*wte)(idx) + (*wpe)(positions);
   if (drop->p > 0.0) x = (*drop)(x);
   x = run_blocks(x, [&](int64_t l, const Tensor& in) {

@@ -319,26 +319,31 @@ void write_checkpoint(const std::string& dir, const nn::NamedTensors& weights,
 }
 
 json detail::train_config_json(const TrainOptions& o) {
-  return json{{"n_layer", o.model.n_layer},
-              {"n_head", o.model.n_head},
-              {"n_embd", o.model.n_embd},
-              {"block_size", o.model.block_size},
-              {"dropout", o.model.dropout},
-              {"bias", o.model.bias},
-              {"batch_size", o.batch_size},
-              {"max_iters", o.max_iters},
-              {"lr", o.lr},
-              {"min_lr", o.min_lr},
-              {"warmup_iters", o.warmup_iters},
-              {"lr_decay_iters", o.lr_decay_iters},
-              {"weight_decay", o.weight_decay},
-              {"beta1", o.beta1},
-              {"beta2", o.beta2},
-              {"grad_clip", o.grad_clip},
-              {"eval_interval", o.eval_interval},
-              {"eval_iters", o.eval_iters},
-              {"seed", o.seed},
-              {"data", o.data}};
+  json j{{"n_layer", o.model.n_layer},
+         {"n_head", o.model.n_head},
+         {"n_embd", o.model.n_embd},
+         {"block_size", o.model.block_size},
+         {"dropout", o.model.dropout},
+         {"bias", o.model.bias},
+         {"batch_size", o.batch_size},
+         {"max_iters", o.max_iters},
+         {"lr", o.lr},
+         {"min_lr", o.min_lr},
+         {"warmup_iters", o.warmup_iters},
+         {"lr_decay_iters", o.lr_decay_iters},
+         {"weight_decay", o.weight_decay},
+         {"beta1", o.beta1},
+         {"beta2", o.beta2},
+         {"grad_clip", o.grad_clip},
+         {"eval_interval", o.eval_interval},
+         {"eval_iters", o.eval_iters},
+         {"seed", o.seed},
+         {"data", o.data}};
+  if (o.pack) {  // recorded only when on: the checkpoints of other runs stay as they were
+    j["pack"] = true;
+    j["doc_separator"] = o.doc_separator;
+  }
+  return j;
 }
 
 // The checkpoint of --resume, validated against the flags and the data.

@@ -35,13 +35,20 @@ Checkpoint load_resume(const std::string& path, const TrainOptions& o,
 // same generator (one process with batch world * B draws exactly these) and rank r keeps rows
 // [r B, (r + 1) B). Context parallel: all ranks draw the same B sequences and rank r keeps its
 // zigzag shard of each, attention running round the ring.
+// With packed documents (the dataset has a separator) the rows come with their positions and the
+// model runs GPT::forward_packed. Its loss is the mean over the targets that are not ignored, and
+// the ranks' rows hold different numbers of those: each rank's loss is scaled by
+// world * mine / all (its share of the batch's targets; every rank knows the whole batch), so that
+// the average over the ranks, of the losses and of the gradients, is the one process's mean.
 struct Shard {
   int rank = 0, world = 1;
   bool context = false;
 
-  std::pair<Tensor, Tensor> batch(const data::TextDataset& ds, bool train, int64_t B, int64_t T,
-                                  Generator& gen) const;
-  nn::GPT::Output forward(const nn::GPT& model, const Tensor& x, const Tensor& y) const;
+  struct Batch : data::TextDataset::PackedBatch {  // positions undefined unless packed
+    double loss_scale = 1.0;
+  };
+  Batch batch(const data::TextDataset& ds, bool train, int64_t B, int64_t T, Generator& gen) const;
+  nn::GPT::Output forward(const nn::GPT& model, const Batch& batch) const;
 };
 
 // Mean loss of eval_iters batches of each split (nanoGPT's estimate_loss: float32 losses, float32

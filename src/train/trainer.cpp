@@ -1,9 +1,9 @@
 // attn::train::train: the loop of `attn train` (see include/attn/train.h).
-#include <attn/ops.h>
 #include <attn/data.h>
 #include <attn/distributed.h>
 #include <attn/gpt.h>
 #include <attn/io.h>
+#include <attn/ops.h>
 #include <attn/optim.h>
 #include <attn/plot.h>
 #include <attn/train.h>
@@ -78,6 +78,11 @@ void TrainOptions::validate() const {
     throw Error(
         "[train] --context-parallel needs --dropout 0 (ring attention applies no dropout to the "
         "attention weights)");
+  if (pack && context_parallel)
+    throw Error(
+        "[train] --pack and --context-parallel cannot be combined (ring attention has no "
+        "document boundaries)");
+  if (pack && doc_separator.empty()) bad("doc-separator", "''", "a non-empty string");
   if (model.n_embd % model.n_head != 0)
     throw Error("[train] --n-embd " + std::to_string(model.n_embd) +
                 " is not divisible by --n-head " + std::to_string(model.n_head));
@@ -219,6 +224,21 @@ TrainResult train(const TrainOptions& options, std::ostream& out_all, const Trai
                   std::to_string(ds.train().size() + ds.val().size()) +
                   " characters; 10% of it is held out for validation)");
   }
+  int64_t documents = 0;
+  if (o.pack) {
+    // A separator with a character the text lacks cannot occur in it.
+    std::vector<int64_t> sep;
+    try {
+      sep = tok.encode(o.doc_separator);
+    } catch (const Error&) {
+    }
+    if (!sep.empty()) documents = ds.set_document_separator(sep);
+    if (documents <= 2)
+      throw Error("[train] --pack: the --doc-separator " + json(o.doc_separator).dump() +
+                  " never occurs in '" + data_path +
+                  "', so there is one document: choose the separator of its documents (\\n "
+                  "stands for a newline)");
+  }
   nn::GPTConfig config = o.model;
   config.vocab_size = tok.vocab_size();
   config.validate("train");
@@ -334,6 +354,9 @@ TrainResult train(const TrainOptions& options, std::ostream& out_all, const Trai
     report.message(strf("distributed: %d ranks, %s, %s, %lld threads per rank", shard.world,
                         layout.c_str(), optimizer.c_str(), (long long)threads));
   }
+  if (o.pack)
+    report.message(strf("packed: %lld documents, each ending with %s; attention stays inside each",
+                        (long long)documents, json(o.doc_separator).dump().c_str()));
   for (const std::string& note : start_notes) report.message(note);
   if (start > 0)
     report.message("resuming from step " + std::to_string(start) + " of '" + ckpt_path + "'");
@@ -369,8 +392,8 @@ TrainResult train(const TrainOptions& options, std::ostream& out_all, const Trai
     auto t0 = Clock::now();
     double lr = optim::cosine_lr(iter, o.lr, o.min_lr, o.warmup_iters, o.lr_decay_iters);
     (zero_opt ? zero_opt->set_lr(lr) : opt.set_lr(lr));
-    auto [x, y] = shard.batch(ds, true, o.batch_size, o.model.block_size, gen);
-    nn::GPT::Output fw = shard.forward(model, x, y);
+    nn::GPT::Output fw =
+        shard.forward(model, shard.batch(ds, true, o.batch_size, o.model.block_size, gen));
     if (hooks.after_forward) hooks.after_forward(shard.rank, iter, fw.loss);
     double loss = double(fw.loss.item<float>());
     if (shard.world > 1) {  // the loss of the whole batch, the same on every rank

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -260,3 +261,63 @@ TEST(TextDataset, BatchErrors) {
 }
 
 }  // namespace
+
+// ---- packed documents
+// ----------------------------------------------------------------------------
+
+TEST(TextDataset, PackedBatchCutsTheSameWindowsAtTheDocuments) {
+  // Documents of varying length, each ending with the separator (7, 8).
+  std::vector<int64_t> tokens;
+  attn::Generator lengths(3);
+  while (tokens.size() < 2000) {
+    const int64_t n = 1 + attn::randint(20, {1}, &lengths).item<int64_t>();
+    for (int64_t i = 0; i < n; ++i) tokens.push_back(100 + int64_t(tokens.size()));  // unique
+    tokens.push_back(7);
+    tokens.push_back(8);
+  }
+  TextDataset ds(tokens);
+  EXPECT_FALSE(ds.has_documents());
+  attn::Generator g0(5);
+  EXPECT_ERROR_HAS(ds.packed_batch(true, 2, 8, &g0), "no document separator is set");
+  const int64_t docs = ds.set_document_separator({7, 8});
+  // Each split begins a document, and so does every token after a separator.
+  auto count = [](const std::vector<int64_t>& split) {
+    int64_t n = split.empty() ? 0 : 1;
+    for (std::size_t i = 2; i < split.size(); ++i) n += split[i - 2] == 7 && split[i - 1] == 8;
+    return n;
+  };
+  EXPECT_EQ(docs, count(ds.train()) + count(ds.val()));
+  EXPECT_GT(docs, 100);
+  EXPECT_ERROR_HAS(ds.set_document_separator({}), "the separator has no tokens");
+
+  for (const bool train : {true, false}) {
+    attn::Generator g1(11), g2(11);
+    const auto [x, y] = ds.batch(train, 6, 32, &g1);
+    const TextDataset::PackedBatch p = ds.packed_batch(train, 6, 32, &g2);
+    EXPECT_EQ(values(p.x), values(x));  // the same draws, the same windows
+    const std::vector<int64_t> vy = values(y), py = values(p.y), pos = values(p.positions);
+    const std::vector<int64_t>& split = train ? ds.train() : ds.val();
+    int64_t boundaries = 0;
+    for (int64_t b = 0; b < 6; ++b) {
+      // The window's offset in the split, from its first token that is not a separator's.
+      const std::vector<int64_t> vx = values(x);
+      int64_t t0 = 0;
+      while (vx[std::size_t(b * 32 + t0)] < 100) ++t0;
+      auto hit = std::find(split.begin(), split.end(), vx[std::size_t(b * 32 + t0)]);
+      ASSERT_NE(hit, split.end());
+      const int64_t off = int64_t(hit - split.begin()) - t0;
+      auto at = [&](int64_t i) { return i >= 0 ? split[std::size_t(i)] : -1; };
+      int64_t expect_pos = 0;
+      for (int64_t t = 0; t < 32; ++t) {
+        const int64_t i = off + t;  // split index of x[b, t]
+        const bool starts = t > 0 && at(i - 1) == 8 && at(i - 2) == 7;
+        expect_pos = t == 0 || starts ? 0 : expect_pos + 1;
+        EXPECT_EQ(pos[std::size_t(b * 32 + t)], expect_pos) << b << " " << t;
+        const bool last = at(i) == 8 && at(i - 1) == 7;
+        EXPECT_EQ(py[std::size_t(b * 32 + t)], last ? -100 : vy[std::size_t(b * 32 + t)]);
+        boundaries += last;
+      }
+    }
+    EXPECT_GT(boundaries, 6);  // the windows do cross documents
+  }
+}

@@ -443,6 +443,47 @@ TEST_F(TrainCli, BadFlagsAreUsageErrors) {
   EXPECT_FALSE(m.contains("h.0.attn.in_proj_bias"));
 }
 
+TEST_F(TrainCli, PackTrainsOnDocumentsAndRecordsIt) {
+  // Documents in the fortune files' format: each ends with a line holding only '%'.
+  std::string docs;
+  for (int i = 0; i < 60; ++i)
+    docs += i % 2 ? "the cat sat on the mat.\n%\n" : "a dog ran\nto the fog; λ→é\n%\n";
+  spit(root_ / "docs.txt", docs);
+  const fs::path out = root_ / "packed";
+  Result r = run_cli(with(tiny(out, 40, (root_ / "docs.txt").string()), {"--pack"}));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // 60 documents (the 90% cut, 1458 of 1620 characters, falls between two).
+  EXPECT_NE(r.out.find("packed: 60 documents, each ending with \"\\n%\\n\"; attention stays "
+                       "inside each"),
+            std::string::npos)
+      << r.out;
+  io::SafeTensors ck = io::load_safetensors((out / "ckpt.safetensors").string());
+  json tc = json::parse(ck.metadata.at("train_config"));
+  EXPECT_EQ(tc.at("pack"), true);
+  EXPECT_EQ(tc.at("doc_separator"), "\n%\n");
+  json hist = json::parse(ck.metadata.at("history"));
+  ASSERT_EQ(hist.size(), 3u);
+  EXPECT_LT(double(hist[2]["val_loss"]), double(hist[0]["val_loss"]) - 1.0) << hist.dump();
+  // A run without --pack records neither key (its checkpoints are as before).
+  io::SafeTensors plain = io::load_safetensors((base_ / "ckpt.safetensors").string());
+  EXPECT_FALSE(json::parse(plain.metadata.at("train_config")).contains("pack"));
+
+  // The separator is typed with escapes; one that never occurs is refused before anything runs.
+  fs::path dir = copy_of_base("bad_pack");
+  auto before = snapshot(dir);
+  expect_fails(with(tiny(dir), {"--pack", "--doc-separator", "\\n\\n"}), 1,
+               "--pack: the --doc-separator \"\\n\\n\" never occurs in", dir, before);
+  expect_fails(with(tiny(dir), {"--pack", "--doc-separator", "#"}), 1, "never occurs", dir, before);
+  expect_fails(with(tiny(dir), {"--doc-separator", "x"}), 2,
+               "--doc-separator is given without --pack", dir, before);
+  expect_fails(with(tiny(dir), {"--pack", "--doc-separator", "a\\qb"}), 2,
+               "invalid value 'a\\qb' for --doc-separator", dir, before);
+  expect_fails(with(tiny(dir), {"--pack", "--doc-separator="}), 2,
+               "invalid value '' for --doc-separator", dir, before);
+  expect_fails(with(tiny(dir), {"--pack", "--context-parallel"}), 2,
+               "--pack and --context-parallel cannot be combined", dir, before);
+}
+
 TEST_F(TrainCli, BadCheckpointsAreReported) {
   // --resume without a checkpoint.
   fs::path none = root_ / "no_ckpt";

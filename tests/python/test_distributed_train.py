@@ -56,6 +56,7 @@ pytestmark = [
 # A tiny model: the whole file runs in seconds (the three fault tests wait ~10 s for a hang).
 MODEL = ["--n-layer", "2", "--n-embd", "64", "--n-head", "4", "--block-size", "32"]
 SCHEDULE = ["--max-iters", "30", "--eval-interval", "10", "--eval-iters", "4"]
+PACK = ["--pack", "--doc-separator", "\\n\\n"]
 # --threads 1 everywhere: the comparisons are about the ranks, not the thread pool.
 COMMON = ["--data", DATA] + MODEL + ["--no-progress", "--threads", "1"]
 
@@ -199,6 +200,9 @@ def runs(tmp_path_factory):
         "mpi2_b4_zero1": lambda d: mpi_train(2, d, "--batch-size", 4, "--zero", 1, *SCHEDULE),
         "single_b6": lambda d: train(d, "--batch-size", 6, *SCHEDULE),
         "mpi3_b2": lambda d: mpi_train(3, d, "--batch-size", 2, *SCHEDULE),
+        # tinyshakespeare's speeches are separated by blank lines.
+        "single_b8_pack": lambda d: train(d, "--batch-size", 8, *PACK, *SCHEDULE),
+        "mpi2_b4_pack": lambda d: mpi_train(2, d, "--batch-size", 4, *PACK, *SCHEDULE),
     }
     cache = {}
 
@@ -234,6 +238,22 @@ def test_ranks_match_one_process_with_the_global_batch(runs, nranks, per_rank):
                         prefix="optim.state.")
     _, meta = read_safetensors(mpi_dir / "model.safetensors")
     assert meta["format"] == "attn-gpt" and meta["step"] == "30"
+
+
+def test_packed_documents_on_two_ranks_match_one_process(runs):
+    """--pack: the ranks split the rows and their positions; each rank's varlen attention stays
+    inside its documents, so 2 ranks x 4 compute what 1 process x 8 does."""
+    mpi, mpi_dir = runs("mpi2_b4_pack")
+    single, single_dir = runs("single_b8_pack")
+    plain, _ = runs("single_b8")
+    for r in (mpi, single):
+        assert re.search(r'^packed: \d+ documents, each ending with "\\n\\n"', r.stdout, re.M), \
+            r.describe()
+    assert_same_losses(mpi, single, "--pack, 2 ranks x 4 vs 1 process x 8")
+    assert_same_history(mpi_dir / "ckpt.safetensors", single_dir / "ckpt.safetensors", "--pack")
+    assert_same_tensors(mpi_dir / "model.safetensors", single_dir / "model.safetensors", "--pack")
+    # The same windows as without --pack, but other losses: the boundaries do cut attention.
+    assert eval_lines(single.stdout)[1:] != eval_lines(plain.stdout)[1:]
 
 
 # ---- 2. ZeRO-1 shards the optimizer state, and changes nothing else ------------------------------

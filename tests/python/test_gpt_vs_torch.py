@@ -288,10 +288,18 @@ class TorchGPT(torch.nn.Module):
     def w(self, name):
         return self.p[name.replace(".", "__")] if name.replace(".", "__") in self.p else None
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets, position_ids=None):
+        """position_ids: packed sequences, each attending only inside itself (a block-diagonal
+        causal mask, the dense way)."""
         F = torch.nn.functional
         B, T = idx.shape
-        x = self.w("wte.weight")[idx] + self.w("wpe.weight")[:T]
+        future = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        if position_ids is None:
+            x = self.w("wte.weight")[idx] + self.w("wpe.weight")[:T]
+        else:
+            x = self.w("wte.weight")[idx] + self.w("wpe.weight")[position_ids]
+            seq = (position_ids == 0).cumsum(1)  # (B, T) sequence number in the row
+            future = future | (seq[:, None, :, None] != seq[:, None, None, :])
         self.maps = []  # each layer's attention weights (B, H, T, T), for attention_maps
         C = x.shape[-1]
         H = self.n_head
@@ -302,7 +310,7 @@ class TorchGPT(torch.nn.Module):
             q, k, v = qkv.split(C, dim=2)
             q, k, v = [t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v)]
             att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
-            att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+            att = att.masked_fill(future, float("-inf"))
             self.maps.append(att.softmax(-1))
             y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
             x = x + F.linear(y, self.w(p + "attn.out_proj.weight"),
@@ -313,6 +321,85 @@ class TorchGPT(torch.nn.Module):
         x = F.layer_norm(x, (C,), self.w("ln_f.weight"), self.w("ln_f.bias"))
         logits = x @ self.w("wte.weight").T
         return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def packed_positions(lengths_per_row):
+    """position_ids (B, T) of rows holding sequences of the given lengths, one after the other."""
+    return torch.tensor([[p for n in row for p in range(n)] for row in lengths_per_row])
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_gpt_forward_packed_matches_torch_with_a_block_diagonal_mask(dropout):
+    """attn train --pack's model: rows of several sequences, positions restarting at each, no
+    attention across a boundary (varlen attention), ignored targets at the boundaries: the logits,
+    loss and gradients of torch's dense block-diagonal masking (eval mode; dropout changes
+    nothing there)."""
+    cfg = dict(vocab_size=19, block_size=16, n_layer=2, n_head=2, n_embd=16, dropout=dropout)
+    model = attn.nn.GPT(**cfg, generator=attn.Generator().manual_seed(5))
+    model.eval()
+    ref = TorchGPT(model.state_dict(), 2, 2, True)
+    lengths = [[5, 1, 10], [16], [3, 3, 3, 7]]
+    pos = packed_positions(lengths)
+    g = torch.Generator().manual_seed(6)
+    idx = torch.randint(0, 19, (3, 16), generator=g)
+    tgt = torch.randint(0, 19, (3, 16), generator=g)
+    tgt[pos.roll(-1, 1) == 0] = -100  # a sequence's last token predicts nothing
+    la, lossa = model(attn.tensor(idx.tolist()), attn.tensor(tgt.tolist()),
+                      position_ids=attn.tensor(pos.tolist()))
+    lt, losst = ref(idx, tgt, pos)
+    close(la, lt, 1e-4, 1e-5)
+    close(lossa, losst, 1e-5, 1e-6)
+    lossa.backward()
+    losst.backward()
+    for name, p in model.named_parameters():
+        close(p.grad, ref.w(name).grad, 1e-3, 2e-6)
+    # A row that is one sequence is forward()'s row; each packed sequence is its own forward().
+    plain, _ = model(attn.tensor(idx[1:2].tolist()))
+    np.testing.assert_allclose(N(la[1:2]), N(plain), rtol=1e-5, atol=1e-6)
+    alone, _ = model(attn.tensor(idx[0:1, 5:6].tolist()))
+    np.testing.assert_allclose(N(la[0:1, 5:6]), N(alone), rtol=1e-5, atol=1e-6)
+    logits_only, none = model(attn.tensor(idx.tolist()), position_ids=attn.tensor(pos.tolist()))
+    assert none is None
+    close(logits_only, lt, 1e-4, 1e-5)
+
+
+def test_gpt_forward_packed_in_training_mode_drops_out_and_learns():
+    """With dropout in training mode the packed forward draws its masks: two calls differ, and the
+    loss goes down when trained (the kernel's dropout has its own tests)."""
+    model = attn.nn.GPT(vocab_size=7, block_size=8, n_layer=1, n_head=2, n_embd=8, dropout=0.2,
+                        generator=attn.Generator().manual_seed(1))
+    idx = attn.tensor([[1, 2, 3, 1, 2, 3, 1, 2]])
+    tgt = attn.tensor([[2, 3, -100, 2, 3, -100, 2, -100]])
+    pos = attn.tensor([[0, 1, 2, 0, 1, 2, 0, 1]])
+    a = model(idx, tgt, position_ids=pos)[0]
+    b = model(idx, tgt, position_ids=pos)[0]
+    assert not np.allclose(N(a), N(b))
+    opt = attn.optim.AdamW(model.parameters(), lr=1e-2)
+    first = None
+    for _ in range(30):
+        _, loss = model(idx, tgt, position_ids=pos)
+        first = first if first is not None else float(loss)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert float(loss) < 0.5 * first
+
+
+def test_gpt_forward_packed_errors():
+    model = attn.nn.GPT(vocab_size=10, block_size=8, n_layer=1, n_head=2, n_embd=8)
+    idx = attn.tensor([[1, 2, 3, 4]])
+    tgt = attn.tensor([[2, 3, 4, 5]])
+    with pytest.raises(ValueError, match=r"\[GPT.forward_packed\] positions\[0, 0\] is 1: every "
+                                         r"row must begin a sequence"):
+        model(idx, tgt, position_ids=attn.tensor([[1, 2, 3, 4]]))
+    with pytest.raises(ValueError, match=r"positions\[0, 2\] is 3 after 1: each position must be "
+                                         r"0 \(a new sequence\) or the previous one plus 1"):
+        model(idx, tgt, position_ids=attn.tensor([[0, 1, 3, 4]]))
+    with pytest.raises(ValueError, match=r"positions must be int64 with idx's shape \(1, 4\)"):
+        model(idx, tgt, position_ids=attn.tensor([[0, 1, 2]]))
+    with pytest.raises(ValueError, match=r"cannot process a sequence of length 9"):
+        model(attn.zeros(1, 9, dtype=attn.int64), attn.zeros(1, 9, dtype=attn.int64),
+              position_ids=attn.zeros(1, 9, dtype=attn.int64))
 
 
 @pytest.mark.parametrize("bias", [True, False])

@@ -70,7 +70,8 @@ def corpus(tmp_path):
 
 
 @pytest.mark.skipif(not os.path.isfile(CLI), reason="no attn binary at %s" % CLI)
-@pytest.mark.parametrize("extra", [{}, {"bias": True, "dropout": 0.1, "grad_clip": 0.0}])
+@pytest.mark.parametrize("extra", [{}, {"bias": True, "dropout": 0.1, "grad_clip": 0.0},
+                                   {"pack": True, "doc_separator": "; ", "dropout": 0.1}])
 def test_python_entry_point_matches_attn_train(corpus, tmp_path, capsys, extra):
     args = dict(TINY, data=corpus, max_iters=20, eval_interval=10, **extra)
     cli_out = cli_train(out=str(tmp_path / "cli"), **args)

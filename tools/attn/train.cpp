@@ -86,6 +86,29 @@ void keep_freed_memory() {
 #endif
 }
 
+// --doc-separator as typed: \n, \t and \\ stand for a newline, a tab and a backslash (a shell
+// argument rarely holds a newline). Any other backslash is a FlagError.
+std::string unescape_separator(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\') {
+      out += s[i];
+      continue;
+    }
+    const char c = i + 1 < s.size() ? s[++i] : '\0';
+    if (c == 'n')
+      out += '\n';
+    else if (c == 't')
+      out += '\t';
+    else if (c == '\\')
+      out += '\\';
+    else
+      throw FlagError("train: invalid value '" + s +
+                      "' for --doc-separator: a backslash starts \\n, \\t or \\\\ only");
+  }
+  return out;
+}
+
 }  // namespace
 
 TrainFlagExtension set_train_flag_extension(TrainFlagExtension extension) {
@@ -101,10 +124,12 @@ TrainArgs parse_train_args(Args args) {
       "max-iters",     "lr",           "min-lr", "warmup-iters", "lr-decay-iters",
       "weight-decay",  "beta1",        "beta2",  "grad-clip",    "dropout",
       "eval-interval", "eval-iters",   "seed",   "threads",      "data",
-      "out",           "log-interval", "zero",   "bucket-kib",   "on-nonfinite"};
+      "out",           "log-interval", "zero",   "bucket-kib",   "on-nonfinite",
+      "doc-separator"};
   const TrainFlagExtension& ext = train_flag_extension();
   valued.insert(valued.end(), ext.valued.begin(), ext.valued.end());
-  Flags f("train", args, valued, {"bias", "no-bias", "resume", "no-progress", "context-parallel"});
+  Flags f("train", args, valued,
+          {"bias", "no-bias", "resume", "no-progress", "context-parallel", "pack"});
   TrainArgs a;
   TrainOptions& o = a.options;
   const int64_t kMaxSize = int64_t(1) << 20;  // far beyond anything that fits in memory
@@ -147,6 +172,16 @@ TrainArgs parse_train_args(Args args) {
   o.resume = f.has("resume");
   a.no_progress = f.has("no-progress");
   o.context_parallel = f.has("context-parallel");
+  o.pack = f.has("pack");
+  if (f.has("doc-separator")) {
+    if (!o.pack) throw FlagError("train: --doc-separator is given without --pack");
+    o.doc_separator = unescape_separator(f.str("doc-separator", ""));
+    if (o.doc_separator.empty()) f.bad("doc-separator", "", "a non-empty string");
+  }
+  if (o.pack && o.context_parallel)
+    throw FlagError(
+        "train: --pack and --context-parallel cannot be combined (ring attention has no document "
+        "boundaries)");
   if (o.context_parallel && o.model.dropout > 0)
     throw FlagError(
         "train: --context-parallel needs --dropout 0 (ring attention applies no "

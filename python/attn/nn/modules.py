@@ -635,7 +635,14 @@ class GPT(Module):
                 owner = child
             owner.register_parameter(leaf, Parameter(t, _alias=True))
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx, targets=None, position_ids=None):
+        """position_ids (B, T): packed sequences, Hugging Face's convention (0 begins a sequence,
+        else the previous position + 1); attention stays inside each (GPT::forward_packed)."""
+        if position_ids is not None:
+            if targets is None:
+                logits, _ = self._impl.forward_packed(idx, _C.full_like(idx, -100), position_ids)
+                return logits, None
+            return self._impl.forward_packed(idx, targets, position_ids)
         if targets is None:
             return self._impl.forward(idx), None
         return self._impl.forward_loss(idx, targets)
