@@ -5,6 +5,7 @@
 #include <attn/autograd.h>
 #include <attn/common.h>
 #include <attn/device.h>
+#include <attn/kv_cache.h>
 #include <attn/nn.h>
 #include <attn/ops.h>
 #include <attn/print.h>

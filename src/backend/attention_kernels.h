@@ -57,7 +57,43 @@ struct SdpaMerge {
   int64_t BH, n, L, D_v, start;
 };
 
+// Attention of a few queries per sequence against a paged key/value cache (vLLM's PagedAttention,
+// FlashAttention's flash_attn_with_kvcache with a block_table): the keys and values of sequence b
+// live in pages of page_size rows; its page n is page block_table[b * block_table_stride + n] of
+// the pools k_pages (num_pages, page_size, H_kv, D) and v_pages (num_pages, page_size, H_kv, D_v).
+// The pools hold float32, bfloat16 or int8 (kv_storage); int8 rows carry one float scale per 32
+// consecutive elements (k_scales (num_pages, page_size, H_kv, ceil(D / 32)), v_scales likewise):
+// value = int8 * scale. q (B, L_q, H, D) and out (B, L_q, H, D_v) are contiguous float32; lse
+// (B, H, L_q) may be null. Sequence b has seqlens[b] keys and its L_q queries are its last
+// positions: query i sits at i + seqlens[b] - L_q (bottom-right alignment), which causal masking
+// and the window refer to. Score modifiers as SdpaGeometry's (softcap, alibi_slopes (H), sinks
+// (H)). The caller has checked every page index against num_pages.
+enum class KvStorage : int { Float32 = 0, BFloat16 = 1, Int8 = 2 };
+struct SdpaPaged {
+  const char* op = "";
+  const float* q = nullptr;
+  float* out = nullptr;
+  float* lse = nullptr;
+  int64_t B = 0, H = 1, H_kv = 1, L_q = 0, D = 0, D_v = 0;
+  KvStorage kv_storage = KvStorage::Float32;
+  const void *k_pages = nullptr, *v_pages = nullptr;
+  const float *k_scales = nullptr, *v_scales = nullptr;
+  int64_t num_pages = 0, page_size = 0;
+  const int64_t* block_table = nullptr;
+  int64_t block_table_stride = 0;
+  const int64_t* seqlens = nullptr;
+  double scale = 1.0;
+  bool causal = false;
+  int64_t window_left = -1;  // keys at most window_left before the query's position; -1: all
+  double softcap = 0.0;
+  const float* alibi_slopes = nullptr;
+  const float* sinks = nullptr;
+};
+// Elements of one int8 scale block.
+inline constexpr int64_t kKvScaleBlock = 32;
+
 using SdpaForwardFn = void(const SdpaForward&);
+using SdpaPagedFn = void(const SdpaPaged&);
 using SdpaMergeFn = void(const SdpaMerge&);
 using SdpaBackwardFn = void(const SdpaBackward&);
 using SdpaWorkspaceFn = std::size_t(const SdpaForward&);
@@ -67,7 +103,8 @@ using SdpaWorkspaceFn = std::size_t(const SdpaForward&);
   X(SdpaForwardFn, sdpa_weights)   /* the reference forward, materialising the weights */ \
   X(SdpaBackwardFn, sdpa_backward) /* the fused (or reference) backward */                \
   X(SdpaWorkspaceFn, sdpa_backward_workspace)                                             \
-  X(SdpaMergeFn, sdpa_merge)
+  X(SdpaMergeFn, sdpa_merge)                                                              \
+  X(SdpaPagedFn, sdpa_paged) /* paged key/value cache, q float32 */
 
 ATTN_ATTENTION_KERNELS(ATTN_BACKEND_KERNELS)
 

@@ -94,4 +94,5 @@ const Kernels<SdpaBackwardFn> sdpa_backward = {nullptr, nullptr, nullptr, k::bac
 const Kernels<SdpaWorkspaceFn> sdpa_backward_workspace = {
     nullptr, nullptr, nullptr, k::workspace<E::BFloat16>, k::workspace<E::Float16>};
 const Kernels<SdpaMergeFn> sdpa_merge = {};  // ring attention merges on the CPU only
+const Kernels<SdpaPagedFn> sdpa_paged = {};  // the paged cache is on the CPU only, for now
 }  // namespace attn::backend::cuda

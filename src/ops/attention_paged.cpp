@@ -1,0 +1,136 @@
+// Attention against a paged key/value cache: attention_with_kvcache (pools as tensors) and the
+// checks PagedKVCache::attention shares with it (include/attn/kv_cache.h). Both end in one call of
+// the backend's sdpa_paged kernel (src/backend/attention_kernels.h).
+#include "attention_paged.h"
+
+#include <attn/kv_cache.h>
+#include <attn/ops.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "../backend/attention_kernels.h"
+#include "../tensor/internal.h"
+
+namespace attn {
+
+using detail::fail;
+
+namespace paged_detail {
+
+Tensor run(const char* fn, const Tensor& q, backend::SdpaPaged p, const SdpaOptions& o,
+           Tensor* lse) {
+  if (!q.defined() || q.dtype() != Dtype::Float32 || q.dim() != 4)
+    fail(fn, "q must be float32 (B, L_q, H, D), got ",
+         q.defined() ? detail::tensor_desc(q) : std::string("undefined"));
+  const int64_t B = q.size(0), L_q = q.size(1), H = q.size(2);
+  if (B != p.B) fail(fn, "q ", shape_str(q.shape()), " has ", B, " sequences, the cache ", p.B);
+  if (q.size(3) != p.D)
+    fail(fn, "q ", shape_str(q.shape()), " has head dim ", q.size(3), ", the keys ", p.D);
+  if (H % p.H_kv != 0)
+    fail(fn, "q's ", H, " heads are not a multiple of the cache's ", p.H_kv, " key/value heads");
+  if (o.attn_mask.defined() || o.key_padding_mask.defined())
+    fail(fn,
+         "attn_mask and key_padding_mask are not supported with a paged cache (the lengths "
+         "mask the keys)");
+  if (o.dropout_p != 0.0) fail(fn, "dropout is not supported with a paged cache (inference)");
+  if (o.relative_bias.defined()) fail(fn, "relative_bias is not supported with a paged cache");
+  if (o.window_right >= 0 && !o.is_causal)
+    fail(fn, "window_right without is_causal is not supported with a paged cache");
+  if (o.window_left < -1) fail(fn, "window_left must be >= 0 or -1, got ", o.window_left);
+  if (!(o.softcap >= 0.0) || std::isinf(o.softcap))
+    fail(fn, "softcap must be finite and >= 0, got ", o.softcap);
+  const double scale = o.scale.value_or(1.0 / std::sqrt(double(p.D > 0 ? p.D : 1)));
+  if (!(scale > 0.0) || std::isinf(scale)) fail(fn, "scale must be finite and > 0, got ", scale);
+  auto per_head = [&](const Tensor& t, const char* name) -> Tensor {
+    if (!t.defined()) return t;
+    if (t.dtype() != Dtype::Float32 || t.shape() != Shape{H})
+      fail(fn, name, " must be float32 (", H, ") for ", H, " heads, got ", detail::tensor_desc(t));
+    if (!t.device().is_cpu() || t.device() != q.device())
+      fail(fn, name, " must be on q's device ", q.device().str(), ", got ", t.device().str());
+    return t.contiguous();
+  };
+  const Tensor alibi = per_head(o.alibi_slopes, "alibi_slopes");
+  const Tensor sinks = per_head(o.sinks, "sinks");
+  const auto f =
+      backend::pick(fn, q.device(), q.dtype(), backend::cpu::sdpa_paged, backend::cuda::sdpa_paged);
+  const Tensor qc = q.contiguous();
+  Tensor out = empty({B, L_q, H, p.D_v}, Dtype::Float32);
+  Tensor lse_t;
+  if (lse) lse_t = empty({B, H, L_q}, Dtype::Float32);
+  p.op = fn;
+  p.q = qc.data_ptr<float>();
+  p.out = out.data_ptr<float>();
+  p.lse = lse ? lse_t.data_ptr<float>() : nullptr;
+  p.H = H, p.L_q = L_q;
+  p.scale = scale;
+  p.causal = o.is_causal;
+  p.window_left = o.window_left;
+  p.softcap = o.softcap;
+  p.alibi_slopes = alibi.defined() ? alibi.data_ptr<float>() : nullptr;
+  p.sinks = sinks.defined() ? sinks.data_ptr<float>() : nullptr;
+  if (B * L_q * H > 0) f(p);
+  if (lse) *lse = lse_t;
+  return out;
+}
+
+}  // namespace paged_detail
+
+Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                              const Tensor& cache_seqlens, const Tensor& block_table,
+                              const SdpaOptions& options, Tensor* lse) {
+  const char* fn = "attention_with_kvcache";
+  auto desc = [](const Tensor& t) {
+    return t.defined() ? detail::tensor_desc(t) : std::string("undefined");
+  };
+  for (const auto& [t, name] : {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}})
+    if (!t->defined() || t->dim() != 4 ||
+        (t->dtype() != Dtype::Float32 && t->dtype() != Dtype::BFloat16))
+      fail(fn, name, " must be float32 or bfloat16 (num_pages, page_size, H_kv, D), got ",
+           desc(*t));
+  if (k_cache.dtype() != v_cache.dtype())
+    fail(fn, "k_cache and v_cache must have one dtype, got ", desc(k_cache), " and ",
+         desc(v_cache));
+  if (k_cache.size(0) != v_cache.size(0) || k_cache.size(1) != v_cache.size(1) ||
+      k_cache.size(2) != v_cache.size(2))
+    fail(fn, "k_cache ", shape_str(k_cache.shape()), " and v_cache ", shape_str(v_cache.shape()),
+         " must agree in pages, page size and heads");
+  if (!k_cache.device().is_cpu() || !v_cache.device().is_cpu() || !q.device().is_cpu())
+    backend::pick(fn, q.device().is_cpu() ? k_cache.device() : q.device(), Dtype::Float32,
+                  backend::cpu::sdpa_paged, backend::cuda::sdpa_paged);  // NotImplementedError
+  const int64_t num_pages = k_cache.size(0), page_size = k_cache.size(1);
+  if (page_size < 1 || k_cache.size(2) < 1)
+    fail(fn, "k_cache ", shape_str(k_cache.shape()), " is empty");
+  if (!block_table.defined() || block_table.dtype() != Dtype::Int64 || block_table.dim() != 2)
+    fail(fn, "block_table must be int64 (B, max_pages), got ", desc(block_table));
+  if (!cache_seqlens.defined() || cache_seqlens.dtype() != Dtype::Int64 ||
+      cache_seqlens.shape() != Shape{block_table.size(0)})
+    fail(fn, "cache_seqlens must be int64 (", block_table.size(0), ") for block_table ",
+         shape_str(block_table.shape()), ", got ", desc(cache_seqlens));
+  const Tensor table = block_table.contiguous(), lens = cache_seqlens.contiguous();
+  const int64_t B = table.size(0), max_pages = table.size(1);
+  const int64_t* t = table.data_ptr<int64_t>();
+  const int64_t* len = lens.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    if (len[b] < 0 || len[b] > max_pages * page_size)
+      fail(fn, "cache_seqlens[", b, "] = ", len[b], " is outside [0, ", max_pages * page_size,
+           "] (block_table's ", max_pages, " pages of ", page_size, ")");
+    for (int64_t n = 0; n < (len[b] + page_size - 1) / page_size; ++n)
+      if (t[b * max_pages + n] < 0 || t[b * max_pages + n] >= num_pages)
+        fail(fn, "block_table[", b, ", ", n, "] = ", t[b * max_pages + n],
+             " points outside the cache's ", num_pages, " pages");
+  }
+  const Tensor kc = k_cache.contiguous(), vc = v_cache.contiguous();
+  backend::SdpaPaged p;
+  p.B = B, p.H_kv = kc.size(2), p.D = kc.size(3), p.D_v = vc.size(3);
+  p.kv_storage =
+      kc.dtype() == Dtype::Float32 ? backend::KvStorage::Float32 : backend::KvStorage::BFloat16;
+  p.k_pages = kc.raw_data();
+  p.v_pages = vc.raw_data();
+  p.num_pages = num_pages, p.page_size = page_size;
+  p.block_table = t, p.block_table_stride = max_pages;
+  p.seqlens = len;
+  return paged_detail::run(fn, q, p, options, lse);
+}
+
+}  // namespace attn
