@@ -17,11 +17,13 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 // Weak re-declarations: null at run time when libattn does not define them yet.
@@ -156,6 +158,41 @@ void bm_decode_bandwidth(benchmark::State& state, Shape s, attn::SdpaBackend bac
       benchmark::Counter(kv_bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The same decoding from a paged key/value cache (attn::PagedKVCache, pages of 16 tokens) whose
+// pool holds float32, bfloat16 or int8: the bytes read are the pool's (int8 with its scales), so
+// the narrower formats are bounded by the same bandwidth at fewer bytes. The B sequences' pages are
+// interleaved in the pool (written a page at a time, in turn), as a server's would be.
+void bm_paged_decode(benchmark::State& state, Shape s, attn::KVCacheDtype dtype) {
+  const int64_t page = std::getenv("PAGE") ? std::atoi(std::getenv("PAGE")) : 16;
+  attn::PagedKVCacheOptions co;
+  co.num_pages = s.B * ((s.L_k + page - 1) / page);
+  co.page_size = page;
+  co.num_kv_heads = s.H_kv;
+  co.head_dim = s.D;
+  co.dtype = dtype;
+  attn::PagedKVCache cache(co);
+  attn::Generator gen(0);
+  std::vector<int64_t> seqs;
+  for (int64_t b = 0; b < s.B; ++b) seqs.push_back(cache.add_sequence());
+  const attn::Tensor kv = attn::randn({page, s.H_kv, s.D}, &gen);
+  for (int64_t t = 0; t < s.L_k; t += page)
+    for (int64_t seq : seqs) {
+      const int64_t n = std::min(page, s.L_k - t);
+      const int64_t pos = cache.extend(seq, n);
+      cache.write(0, seq, pos, kv.narrow(0, 0, n) * float(1 + t % 7), kv.narrow(0, 0, n));
+    }
+  const attn::Tensor q = attn::randn({s.B, 1, s.H, s.D}, &gen);
+  attn::SdpaOptions o;
+  o.is_causal = true;
+  for (auto _ : state) {
+    attn::Tensor out = cache.attention(0, seqs, q, o);
+    benchmark::DoNotOptimize(out.raw_data());
+  }
+  set_gflops(state, forward_flops(s));
+  state.counters["KV_GBps"] = benchmark::Counter(double(cache.pool_bytes()) / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // The read bandwidth of this machine and thread count: OpenBLAS's sasum over 1 GiB (a pure
 // streaming read), in GB/s.
 void bm_read_bandwidth(benchmark::State& state) {
@@ -271,6 +308,18 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(
           ("fwd/" + std::string(fused_name()) + "/" + shape_name(s)).c_str(), bm_decode_bandwidth,
           s, fused_backend())
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
+
+  // The same from a paged cache of float32, bfloat16 and int8 (not the 4.3 GB case).
+  for (const auto& [dtype, name] : {std::pair{attn::KVCacheDtype::Float32, "f32"},
+                                    std::pair{attn::KVCacheDtype::BFloat16, "bf16"},
+                                    std::pair{attn::KVCacheDtype::Int8, "int8"}})
+    for (const auto& [B, L_k] : {std::pair<int64_t, int64_t>{1, 4096}, {1, 32768}, {8, 4096}}) {
+      const Shape s{"decode_bw", B, 32, 8, 1, L_k, 128, false};
+      benchmark::RegisterBenchmark(("fwd/paged_" + std::string(name) + "/" + shape_name(s)).c_str(),
+                                   bm_paged_decode, s, dtype)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }

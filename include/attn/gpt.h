@@ -18,6 +18,7 @@
 // h.{i}.mlp.c_proj.*, ln_f.*. The tied output layer has no entry of its own.
 #pragma once
 
+#include <attn/kv_cache.h>
 #include <attn/nn.h>
 
 #include <cstdint>
@@ -149,6 +150,29 @@ class GPT : public Module {
   // gradients. Throws attn::Error for temperature <= 0, top_k < 0 or a malformed idx.
   Tensor generate(const Tensor& idx, const GenerateOptions& options, Generator* gen = nullptr,
                   const std::function<void(const Tensor&)>& on_token = nullptr) const;
+
+  // ---- several sequences at once through a paged key/value cache (include/attn/kv_cache.h) ----
+  // A cache shaped for this model (n_layer layers, n_head heads of n_embd / n_head).
+  PagedKVCache make_paged_cache(int64_t num_pages, int64_t page_size = 16,
+                                KVCacheDtype dtype = KVCacheDtype::Float32) const;
+  // Logits (N, T, V) of the tokens idx (N, T) that follow the tokens of the cache's sequences
+  // seqs (one per row; positions continue from each sequence's length, which may differ), whose
+  // keys and values are appended. Throws attn::Error for a cache of another shape, a sequence
+  // that would outgrow block_size, or a pool without the pages (the sequences are then left as
+  // they were). No gradients.
+  Tensor forward_paged(const Tensor& idx, PagedKVCache& cache,
+                       const std::vector<int64_t>& seqs) const;
+  // generate() for prompts of different lengths at once (no padding computed): each prompt is
+  // prefilled once, identical prompts share their pages (fork, copy on write), then every step
+  // decodes one token of every sequence in one batch against the paged cache, whose pool holds
+  // kv_dtype. Draws one uniform per sequence per step in prompt order, as generate() does per
+  // row: prompts of one length give generate()'s tokens. Each prompt plus max_new_tokens must fit
+  // in block_size (no cropping). on_token gets each step's (N) tokens. Returns each prompt
+  // followed by its new tokens.
+  std::vector<std::vector<int64_t>> generate_paged(
+      const std::vector<std::vector<int64_t>>& prompts, const GenerateOptions& options,
+      Generator* gen = nullptr, KVCacheDtype kv_dtype = KVCacheDtype::Float32,
+      int64_t page_size = 16, const std::function<void(const Tensor&)>& on_token = nullptr) const;
 
   // nanoGPT's optimizer groups: 2-D parameters (matrices, embeddings) decay, the rest do not.
   std::vector<Tensor> decay_parameters() const;

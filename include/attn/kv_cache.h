@@ -82,6 +82,9 @@ class PagedKVCache {
   // and a partly filled last page that is shared is copied first. Returns the position of the
   // first new token. Throws attn::Error when the pool lacks the pages (nothing is changed then).
   int64_t extend(int64_t seq, int64_t n);
+  // Drops the tokens of seq from position `length` on (0 <= length <= length(seq)), returning the
+  // pages no longer needed (undoing an extend, or a rejected draft in speculative decoding).
+  void truncate(int64_t seq, int64_t length);
   // Stores the keys and values k, v (n, H_kv, D) float32 of `layer` at positions
   // [pos, pos + n) < length(seq), converted to the cache's dtype. Throws attn::Error for shapes,
   // positions outside the sequence or positions in a page that other sequences share (write the

@@ -60,9 +60,12 @@ struct SdpaMerge {
 // Attention of a few queries per sequence against a paged key/value cache (vLLM's PagedAttention,
 // FlashAttention's flash_attn_with_kvcache with a block_table): the keys and values of sequence b
 // live in pages of page_size rows; its page n is page block_table[b * block_table_stride + n] of
-// the pools k_pages (num_pages, page_size, H_kv, D) and v_pages (num_pages, page_size, H_kv, D_v).
-// The pools hold float32, bfloat16 or int8 (kv_storage); int8 rows carry one float scale per 32
-// consecutive elements (k_scales (num_pages, page_size, H_kv, ceil(D / 32)), v_scales likewise):
+// the pools k_pages and v_pages, where the row of key r of a page for key/value head h starts at
+// element page * page_stride + h * head_stride + r * row_stride (the strides of k and v alike):
+// FlashAttention's (num_pages, page_size, H_kv, D) or, better for a CPU (each head's page one
+// contiguous block), (num_pages, H_kv, page_size, D). The pools hold float32, bfloat16 or int8
+// (kv_storage); int8 rows carry one float scale per 32 consecutive elements at
+// k_scales[(that row's start) / D * ceil(D / 32) + c / 32] (v_scales likewise, with D_v):
 // value = int8 * scale. q (B, L_q, H, D) and out (B, L_q, H, D_v) are contiguous float32; lse
 // (B, H, L_q) may be null. Sequence b has seqlens[b] keys and its L_q queries are its last
 // positions: query i sits at i + seqlens[b] - L_q (bottom-right alignment), which causal masking
@@ -79,6 +82,8 @@ struct SdpaPaged {
   const void *k_pages = nullptr, *v_pages = nullptr;
   const float *k_scales = nullptr, *v_scales = nullptr;
   int64_t num_pages = 0, page_size = 0;
+  int64_t k_page_stride = 0, k_head_stride = 0, k_row_stride = 0;
+  int64_t v_page_stride = 0, v_head_stride = 0, v_row_stride = 0;
   const int64_t* block_table = nullptr;
   int64_t block_table_stride = 0;
   const int64_t* seqlens = nullptr;

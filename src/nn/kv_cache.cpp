@@ -223,6 +223,20 @@ int64_t PagedKVCache::extend(int64_t seq, int64_t n) {
   return start;
 }
 
+void PagedKVCache::truncate(int64_t seq, int64_t length) {
+  const char* fn = "PagedKVCache.truncate";
+  State& s = *s_;
+  State::Seq& q = s.get(seq, fn);
+  if (length < 0 || length > q.length)
+    fail(fn, "length ", length, " is outside [0, ", q.length, "] for sequence ", seq);
+  const int64_t keep = (length + s.o.page_size - 1) / s.o.page_size;
+  while (int64_t(q.pages.size()) > keep) {
+    s.release(q.pages.back());
+    q.pages.pop_back();
+  }
+  q.length = length;
+}
+
 void PagedKVCache::write(int64_t layer, int64_t seq, int64_t pos, const Tensor& k,
                          const Tensor& v) {
   const char* fn = "PagedKVCache.write";
@@ -256,7 +270,7 @@ void PagedKVCache::write(int64_t layer, int64_t seq, int64_t pos, const Tensor& 
   for (int64_t t = 0; t < n; ++t) {
     const int64_t p = pos + t, page = q.pages[size_t(p / ps)];
     for (int64_t h = 0; h < o.num_kv_heads; ++h) {
-      const int64_t row = (page * ps + p % ps) * o.num_kv_heads + h;  // pool row
+      const int64_t row = (page * o.num_kv_heads + h) * ps + p % ps;  // pool row
       const int64_t src = (t * o.num_kv_heads + h) * o.head_dim;
       store_row(o.dtype, kpool, kscale ? kscale + row * s.scale_blocks : nullptr, row * o.head_dim,
                 kp + src, o.head_dim);
@@ -310,6 +324,10 @@ Tensor PagedKVCache::attention(int64_t layer, const std::vector<int64_t>& seqs, 
   if (s.o.dtype == KVCacheDtype::Int8)
     p.k_scales = s.ks[size_t(layer)].data(), p.v_scales = s.vs[size_t(layer)].data();
   p.num_pages = s.o.num_pages, p.page_size = s.o.page_size;
+  // Head-major pages, (num_pages, H_kv, page_size, D): each head's page is one block.
+  p.k_page_stride = p.v_page_stride = s.page_elems;
+  p.k_head_stride = p.v_head_stride = s.o.page_size * s.o.head_dim;
+  p.k_row_stride = p.v_row_stride = s.o.head_dim;
   p.block_table = table.data_ptr<int64_t>(), p.block_table_stride = table.size(1);
   p.seqlens = lens.data_ptr<int64_t>();
   return paged_detail::run(fn, q, p, options, lse);
@@ -327,7 +345,7 @@ std::pair<Tensor, Tensor> PagedKVCache::gather(int64_t layer, int64_t seq) const
   for (int64_t t = 0; t < q.length; ++t)
     for (int64_t h = 0; h < o.num_kv_heads; ++h) {
       const int64_t row =
-          (q.pages[size_t(t / o.page_size)] * o.page_size + t % o.page_size) * o.num_kv_heads + h;
+          (q.pages[size_t(t / o.page_size)] * o.num_kv_heads + h) * o.page_size + t % o.page_size;
       for (int64_t c = 0; c < o.head_dim; ++c) {
         const int64_t dst = (t * o.num_kv_heads + h) * o.head_dim + c;
         k.data_ptr<float>()[dst] = load_element(

@@ -128,6 +128,10 @@ Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tens
   p.k_pages = kc.raw_data();
   p.v_pages = vc.raw_data();
   p.num_pages = num_pages, p.page_size = page_size;
+  // FlashAttention's layout: (num_pages, page_size, H_kv, D).
+  p.k_page_stride = page_size * p.H_kv * p.D, p.k_head_stride = p.D, p.k_row_stride = p.H_kv * p.D;
+  p.v_page_stride = page_size * p.H_kv * p.D_v, p.v_head_stride = p.D_v;
+  p.v_row_stride = p.H_kv * p.D_v;
   p.block_table = t, p.block_table_stride = max_pages;
   p.seqlens = len;
   return paged_detail::run(fn, q, p, options, lse);
