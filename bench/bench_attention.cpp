@@ -163,7 +163,7 @@ void bm_decode_bandwidth(benchmark::State& state, Shape s, attn::SdpaBackend bac
 // the narrower formats are bounded by the same bandwidth at fewer bytes. The B sequences' pages are
 // interleaved in the pool (written a page at a time, in turn), as a server's would be.
 void bm_paged_decode(benchmark::State& state, Shape s, attn::KVCacheDtype dtype) {
-  const int64_t page = std::getenv("PAGE") ? std::atoi(std::getenv("PAGE")) : 16;
+  const int64_t page = 16;
   attn::PagedKVCacheOptions co;
   co.num_pages = s.B * ((s.L_k + page - 1) / page);
   co.page_size = page;

@@ -170,6 +170,50 @@ Tensor varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                         int64_t max_seqlen_q, int64_t max_seqlen_k,
                         const SdpaOptions& options = {});
 
+// ---- attention against paged key/value pools (vLLM's PagedAttention) ---------------------------
+// The keys and values of many sequences live in pools of fixed-size pages; sequence b's page n is
+// page block_table[b, n]. attn::PagedKVCache (include/attn/kv_cache.h) owns such pools and keeps
+// the tables; these functions read them.
+enum class KVCacheDtype { Float32, BFloat16, Int8 };
+
+// A view of pools that another object owns, on the CPU. The row of page p, key/value head h and
+// row r of the page starts at element p * page_stride + h * head_stride + r * row_stride of
+// `keys` (D elements) and of `values` (D_v elements); the strides are multiples of the row
+// length. Int8 rows carry one float scale per 32 elements at key_scales[row start / D *
+// ceil(D / 32) + c / 32] (value_scales likewise): value = int8 * scale.
+struct PagedKVView {
+  KVCacheDtype dtype = KVCacheDtype::Float32;
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  const float* key_scales = nullptr;
+  const float* value_scales = nullptr;
+  int64_t num_pages = 0, page_size = 0, num_kv_heads = 0, head_dim = 0, head_dim_v = 0;
+  int64_t key_page_stride = 0, key_head_stride = 0, key_row_stride = 0;
+  int64_t value_page_stride = 0, value_head_stride = 0, value_row_stride = 0;
+};
+
+// q (B, L_q, H, D) float32 against the pools: block_table (B, max_pages) int64 (attn's integer
+// dtype; FlashAttention's is int32), seqlens (B) int64 with 0 <= seqlens[b] <= max_pages *
+// page_size. A sequence's L_q queries are its last positions, so causal masking and the window
+// align bottom-right (query i sits at position i + seqlens[b] - L_q; options.causal_align is not
+// consulted). H % H_kv == 0. Options used: is_causal, window_left (window_right only as causal's
+// 0), scale, softcap, alibi_slopes (H), sinks (H); attn_mask, key_padding_mask, dropout,
+// relative_bias and a window_right without causal masking are refused. Returns out (B, L_q, H,
+// D_v), and with lse also (B, H, L_q). No autograd: this is for inference.
+// Throws attn::Error naming the argument for wrong dtypes or shapes, a page index outside
+// [0, num_pages) among the pages a sequence uses (entries after them are never read), or a
+// length outside its table.
+Tensor paged_attention(const Tensor& q, const PagedKVView& kv, const Tensor& block_table,
+                       const Tensor& seqlens, const SdpaOptions& options = {},
+                       Tensor* lse = nullptr);
+
+// FlashAttention's flash_attn_with_kvcache on pools held as tensors: k_cache (num_pages,
+// page_size, H_kv, D) and v_cache (num_pages, page_size, H_kv, D_v), both float32 or both
+// bfloat16, on the CPU; otherwise paged_attention's arguments and rules.
+Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                              const Tensor& cache_seqlens, const Tensor& block_table,
+                              const SdpaOptions& options = {}, Tensor* lse = nullptr);
+
 // The boolean (L_q, L_k) mask of positions a query may attend under causal masking:
 // TopLeft is torch.ones(L_q, L_k).tril(0).bool(), BottomRight is .tril(L_k - L_q).
 Tensor causal_mask(int64_t L_q, int64_t L_k, CausalAlign align = CausalAlign::TopLeft);

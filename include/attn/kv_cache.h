@@ -13,6 +13,9 @@
 //   Tensor out = cache.attention(layer, {a}, q, o);  // q (1, T, H, D): causal over its tokens
 //   int64_t b = cache.fork(a);                       // shares a's pages
 //
+// Attention reads the pools through attn::paged_attention (include/attn/attention.h); the cache
+// keeps each head's page as one block, (num_pages, H_kv, page_size, D), which a CPU streams best.
+//
 // The pool holds float32, bfloat16 (round to nearest even) or int8 with one float scale per 32
 // consecutive elements of a key or value row (max |x| / 127, ggml's q8_0 layout; keys and values
 // separately). Attention converts what it reads to float32 and computes in float32.
@@ -27,27 +30,6 @@
 #include <vector>
 
 namespace attn {
-
-// ---- attention against a paged cache of tensors (FlashAttention's flash_attn_with_kvcache) -----
-// q (B, L_q, H, D) float32; k_cache (num_pages, page_size, H_kv, D) and v_cache (num_pages,
-// page_size, H_kv, D_v), both float32 or both bfloat16; block_table (B, max_pages) int64 (attn's
-// integer dtype; FlashAttention's is int32): sequence b's page n is block_table[b, n];
-// cache_seqlens (B) int64: sequence b has that many keys, 0 <= cache_seqlens[b] <= max_pages *
-// page_size. Its L_q queries are its last positions, so causal masking and the window align
-// bottom-right (query i sits at position i + cache_seqlens[b] - L_q; options.causal_align is not
-// consulted). H % H_kv == 0. Options used: is_causal, window_left (window_right only as causal's
-// 0), scale, softcap, alibi_slopes (H), sinks (H); attn_mask, key_padding_mask, dropout,
-// relative_bias and a window_right without causal masking are refused. Returns out (B, L_q, H,
-// D_v); with lse, also (B, H, L_q). No autograd: this is for inference (use
-// scaled_dot_product_attention to train). Throws attn::Error naming the argument for wrong dtypes
-// or shapes, a page index outside [0, num_pages) among the pages a sequence uses, or a length
-// outside its table.
-Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                              const Tensor& cache_seqlens, const Tensor& block_table,
-                              const SdpaOptions& options = {}, Tensor* lse = nullptr);
-
-// ---- the cache ----------------------------------------------------------------------------------
-enum class KVCacheDtype { Float32, BFloat16, Int8 };
 
 struct PagedKVCacheOptions {
   int64_t num_layers = 1;
@@ -92,18 +74,19 @@ class PagedKVCache {
   void write(int64_t layer, int64_t seq, int64_t pos, const Tensor& k, const Tensor& v);
 
   // Attention of q (N, L_q, H, D) float32, the last L_q positions of each of seqs (already
-  // written), against their keys and values of `layer`: attention_with_kvcache's rules (causal
-  // alignment bottom-right, the same options), for any of the cache's dtypes. Returns
-  // (N, L_q, H, D).
+  // written), against their keys and values of `layer`: paged_attention's rules (causal
+  // alignment bottom-right, the same options). Returns (N, L_q, H, D).
   Tensor attention(int64_t layer, const std::vector<int64_t>& seqs, const Tensor& q,
                    const SdpaOptions& options = {}, Tensor* lse = nullptr) const;
 
   // The keys and values of positions [0, length) of seq in `layer`, as float32 (length, H_kv, D)
   // (converted back from the cache's dtype): for tests and inspection.
   std::pair<Tensor, Tensor> gather(int64_t layer, int64_t seq) const;
-  // The block table (N, max pages) int64 (unused entries 0) and lengths (N) int64 of seqs.
+  // The block table (N, max pages) int64 (unused entries 0) and lengths (N) int64 of seqs, and
+  // the pools of a layer: what cache.attention passes to paged_attention.
   Tensor block_table(const std::vector<int64_t>& seqs) const;
   Tensor seqlens(const std::vector<int64_t>& seqs) const;
+  PagedKVView view(int64_t layer) const;
 
   int64_t free_pages() const;
   // Bytes of the pools (keys, values and int8 scales of every layer).

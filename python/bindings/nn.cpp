@@ -1,5 +1,6 @@
 // attn.nn: the initialisers of attn.nn.init (_C.init) and the C++ modules the Python modules wrap
-// (_C.modules: Linear, Embedding, Dropout, MultiheadAttention, GPT, KVCache, Vocabulary).
+// (_C.modules: Linear, Embedding, Dropout, MultiheadAttention, GPT, KVCache, PagedKVCache,
+// Vocabulary).
 #include <attn/attn.h>
 #include <attn/gpt.h>
 #include <pybind11/functional.h>
@@ -13,6 +14,16 @@
 #include "convert.h"
 
 namespace attn::python {
+
+namespace {
+// A paged cache's dtype by torch's names ("float32", "bfloat16") or "int8"; ValueError otherwise.
+KVCacheDtype kv_dtype_arg(const std::string& name) {
+  if (name == "float32" || name == "float") return KVCacheDtype::Float32;
+  if (name == "bfloat16") return KVCacheDtype::BFloat16;
+  if (name == "int8") return KVCacheDtype::Int8;
+  throw py::value_error("kv_dtype must be 'float32', 'bfloat16' or 'int8', got '" + name + "'");
+}
+}  // namespace
 
 void register_nn(py::module_& m) {
   // The initialisers fill without the GIL (the default generator locks itself for its draws).
@@ -207,6 +218,33 @@ void register_nn(py::module_& m) {
           },
           py::arg("idx"), py::arg("targets"), py::arg("position_ids"))
       .def(
+          "make_paged_cache",
+          [](const nn::GPT& m, int64_t num_pages, int64_t page_size, const std::string& dtype) {
+            return m.make_paged_cache(num_pages, page_size, kv_dtype_arg(dtype));
+          },
+          py::arg("num_pages"), py::arg("page_size") = 16, py::arg("kv_dtype") = "float32")
+      .def(
+          "forward_paged",
+          [](const nn::GPT& m, const Tensor& idx, PagedKVCache& cache,
+             const std::vector<int64_t>& seqs) { return m.forward_paged(idx, cache, seqs); },
+          release(), py::arg("idx"), py::arg("cache"), py::arg("seqs"))
+      .def(
+          "generate_paged",
+          [](const nn::GPT& m, const std::vector<std::vector<int64_t>>& prompts,
+             int64_t max_new_tokens, double temperature, const py::object& top_k,
+             const std::string& kv_dtype, int64_t page_size, const py::object& g) {
+            nn::GPT::GenerateOptions o;
+            o.max_new_tokens = max_new_tokens;
+            o.temperature = temperature;
+            o.top_k = top_k.is_none() ? 0 : top_k.cast<int64_t>();
+            const KVCacheDtype d = kv_dtype_arg(kv_dtype);
+            Generator* gen = gen_arg(g);
+            return without_gil([&] { return m.generate_paged(prompts, o, gen, d, page_size); });
+          },
+          py::arg("prompts"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0,
+          py::arg("top_k") = py::none(), py::arg("kv_dtype") = "float32", py::arg("page_size") = 16,
+          py::arg("generator") = py::none())
+      .def(
           "attention_maps",
           [](const nn::GPT& m, const Tensor& idx) { return m.attention_maps(idx); }, release())
       .def(
@@ -240,6 +278,19 @@ void register_nn(py::module_& m) {
   py::class_<nn::KVCache>(mods, "KVCache")
       .def(py::init<>())
       .def_readonly("length", &nn::KVCache::length);
+
+  // The paged cache (include/attn/kv_cache.h), as GPT.make_paged_cache returns it.
+  py::class_<PagedKVCache>(mods, "PagedKVCache")
+      .def("add_sequence", &PagedKVCache::add_sequence)
+      .def("fork", &PagedKVCache::fork, py::arg("seq"))
+      .def("remove", &PagedKVCache::remove, py::arg("seq"))
+      .def("truncate", &PagedKVCache::truncate, py::arg("seq"), py::arg("length"))
+      .def("length", &PagedKVCache::length, py::arg("seq"))
+      .def("sequences", &PagedKVCache::sequences)
+      .def("free_pages", &PagedKVCache::free_pages)
+      .def("pool_bytes", &PagedKVCache::pool_bytes)
+      .def("gather", &PagedKVCache::gather, py::arg("layer"), py::arg("seq"))
+      .def("block_table", &PagedKVCache::block_table, py::arg("seqs"));
 
   py::class_<nn::Vocabulary>(mods, "Vocabulary")
       .def(py::init<const std::string&>())

@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "../ops/attention_paged.h"
 #include "../tensor/internal.h"
 
 namespace attn {
@@ -23,7 +22,7 @@ using detail::fail;
 
 namespace {
 
-constexpr int64_t kBlock = backend::kKvScaleBlock;
+constexpr int64_t kBlock = 32;  // int8 scale blocks (PagedKVView)
 
 int64_t element_bytes(KVCacheDtype d) {
   return d == KVCacheDtype::Float32 ? 4 : d == KVCacheDtype::BFloat16 ? 2 : 1;
@@ -313,24 +312,25 @@ Tensor PagedKVCache::attention(int64_t layer, const std::vector<int64_t>& seqs, 
         fail(fn, "q ", shape_str(q.shape()), " has ", q.size(1),
              " queries per sequence but sequence ", seqs[b], " holds ", lens.data_ptr<int64_t>()[b],
              " tokens (the queries are its last)");
-  backend::SdpaPaged p;
-  p.B = int64_t(seqs.size());
-  p.H_kv = s.o.num_kv_heads, p.D = s.o.head_dim, p.D_v = s.o.head_dim;
-  p.kv_storage = s.o.dtype == KVCacheDtype::Float32    ? backend::KvStorage::Float32
-                 : s.o.dtype == KVCacheDtype::BFloat16 ? backend::KvStorage::BFloat16
-                                                       : backend::KvStorage::Int8;
-  p.k_pages = s.k[size_t(layer)].get();
-  p.v_pages = s.v[size_t(layer)].get();
+  return paged_attention(q, view(layer), table, lens, options, lse);
+}
+
+PagedKVView PagedKVCache::view(int64_t layer) const {
+  const State& s = *s_;
+  s.check_layer(layer, "PagedKVCache.view");
+  PagedKVView v;
+  v.dtype = s.o.dtype;
+  v.keys = s.k[size_t(layer)].get();
+  v.values = s.v[size_t(layer)].get();
   if (s.o.dtype == KVCacheDtype::Int8)
-    p.k_scales = s.ks[size_t(layer)].data(), p.v_scales = s.vs[size_t(layer)].data();
-  p.num_pages = s.o.num_pages, p.page_size = s.o.page_size;
+    v.key_scales = s.ks[size_t(layer)].data(), v.value_scales = s.vs[size_t(layer)].data();
+  v.num_pages = s.o.num_pages, v.page_size = s.o.page_size, v.num_kv_heads = s.o.num_kv_heads;
+  v.head_dim = v.head_dim_v = s.o.head_dim;
   // Head-major pages, (num_pages, H_kv, page_size, D): each head's page is one block.
-  p.k_page_stride = p.v_page_stride = s.page_elems;
-  p.k_head_stride = p.v_head_stride = s.o.page_size * s.o.head_dim;
-  p.k_row_stride = p.v_row_stride = s.o.head_dim;
-  p.block_table = table.data_ptr<int64_t>(), p.block_table_stride = table.size(1);
-  p.seqlens = lens.data_ptr<int64_t>();
-  return paged_detail::run(fn, q, p, options, lse);
+  v.key_page_stride = v.value_page_stride = s.page_elems;
+  v.key_head_stride = v.value_head_stride = s.o.page_size * s.o.head_dim;
+  v.key_row_stride = v.value_row_stride = s.o.head_dim;
+  return v;
 }
 
 std::pair<Tensor, Tensor> PagedKVCache::gather(int64_t layer, int64_t seq) const {

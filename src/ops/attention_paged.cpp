@@ -1,13 +1,13 @@
-// Attention against a paged key/value cache: attention_with_kvcache (pools as tensors) and the
-// checks PagedKVCache::attention shares with it (include/attn/kv_cache.h). Both end in one call of
-// the backend's sdpa_paged kernel (src/backend/attention_kernels.h).
-#include "attention_paged.h"
-
-#include <attn/kv_cache.h>
+// Attention against paged key/value pools: paged_attention (a view of pools another object owns,
+// such as PagedKVCache) and attention_with_kvcache (pools held as tensors), both ending in one
+// call of the backend's sdpa_paged kernel (src/backend/attention_kernels.h).
+#include <attn/attention.h>
 #include <attn/ops.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "../backend/attention_kernels.h"
 #include "../tensor/internal.h"
@@ -16,8 +16,14 @@ namespace attn {
 
 using detail::fail;
 
-namespace paged_detail {
+namespace {
 
+std::string desc(const Tensor& t) {
+  return t.defined() ? detail::tensor_desc(t) : std::string("undefined");
+}
+
+// Checks q and the options against the pools' sizes in p, completes p and runs the kernel of q's
+// device. p holds the pools, the checked block table and lengths, and B, H_kv, D, D_v.
 Tensor run(const char* fn, const Tensor& q, backend::SdpaPaged p, const SdpaOptions& o,
            Tensor* lse) {
   if (!q.defined() || q.dtype() != Dtype::Float32 || q.dim() != 4)
@@ -74,15 +80,79 @@ Tensor run(const char* fn, const Tensor& q, backend::SdpaPaged p, const SdpaOpti
   return out;
 }
 
-}  // namespace paged_detail
+}  // namespace
+
+namespace {
+
+// paged_attention, reporting errors as `fn` with its name for the lengths (`lens_name`) and for
+// the pools (`pools`).
+Tensor paged(const char* fn, const char* lens_name, const char* pools, const Tensor& q,
+             const PagedKVView& kv, const Tensor& block_table, const Tensor& seqlens,
+             const SdpaOptions& options, Tensor* lse) {
+  if (!kv.keys || !kv.values || kv.num_pages < 1 || kv.page_size < 1 || kv.num_kv_heads < 1 ||
+      kv.head_dim < 1 || kv.head_dim_v < 1 ||
+      (kv.dtype == KVCacheDtype::Int8 && (!kv.key_scales || !kv.value_scales)))
+    fail(fn, "the pools are empty or incomplete (", kv.num_pages, " pages of ", kv.page_size,
+         " rows, ", kv.num_kv_heads, " heads, head dims ", kv.head_dim, " and ", kv.head_dim_v,
+         ")");
+  for (int64_t s : {kv.key_page_stride, kv.key_head_stride, kv.key_row_stride})
+    if (s < 0 || s % kv.head_dim != 0)
+      fail(fn, "key stride ", s, " is not a multiple of ", kv.head_dim);
+  for (int64_t s : {kv.value_page_stride, kv.value_head_stride, kv.value_row_stride})
+    if (s < 0 || s % kv.head_dim_v != 0)
+      fail(fn, "value stride ", s, " is not a multiple of ", kv.head_dim_v);
+  if (!q.device().is_cpu())  // the pools are host memory: NotImplementedError for a GPU q
+    backend::pick(fn, q.device(), q.dtype(), backend::cpu::sdpa_paged, backend::cuda::sdpa_paged);
+  if (!block_table.defined() || block_table.dtype() != Dtype::Int64 || block_table.dim() != 2)
+    fail(fn, "block_table must be int64 (B, max_pages), got ", desc(block_table));
+  if (!seqlens.defined() || seqlens.dtype() != Dtype::Int64 ||
+      seqlens.shape() != Shape{block_table.size(0)})
+    fail(fn, lens_name, " must be int64 (", block_table.size(0), ") for block_table ",
+         shape_str(block_table.shape()), ", got ", desc(seqlens));
+  if (!block_table.device().is_cpu() || !seqlens.device().is_cpu())
+    fail(fn, "block_table and ", lens_name, " must be on the CPU");
+  const Tensor table = block_table.contiguous(), lens = seqlens.contiguous();
+  const int64_t B = table.size(0), max_pages = table.size(1), ps = kv.page_size;
+  const int64_t* t = table.data_ptr<int64_t>();
+  const int64_t* len = lens.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    if (len[b] < 0 || len[b] > max_pages * ps)
+      fail(fn, lens_name, "[", b, "] = ", len[b], " is outside [0, ", max_pages * ps,
+           "] (block_table's ", max_pages, " pages of ", ps, ")");
+    for (int64_t n = 0; n < (len[b] + ps - 1) / ps; ++n)
+      if (t[b * max_pages + n] < 0 || t[b * max_pages + n] >= kv.num_pages)
+        fail(fn, "block_table[", b, ", ", n, "] = ", t[b * max_pages + n], " points outside the ",
+             kv.num_pages, " pages of ", pools);
+  }
+  backend::SdpaPaged p;
+  p.B = B, p.H_kv = kv.num_kv_heads, p.D = kv.head_dim, p.D_v = kv.head_dim_v;
+  p.kv_storage = kv.dtype == KVCacheDtype::Float32    ? backend::KvStorage::Float32
+                 : kv.dtype == KVCacheDtype::BFloat16 ? backend::KvStorage::BFloat16
+                                                      : backend::KvStorage::Int8;
+  p.k_pages = kv.keys, p.v_pages = kv.values;
+  p.k_scales = kv.key_scales, p.v_scales = kv.value_scales;
+  p.num_pages = kv.num_pages, p.page_size = ps;
+  p.k_page_stride = kv.key_page_stride, p.k_head_stride = kv.key_head_stride;
+  p.k_row_stride = kv.key_row_stride;
+  p.v_page_stride = kv.value_page_stride, p.v_head_stride = kv.value_head_stride;
+  p.v_row_stride = kv.value_row_stride;
+  p.block_table = t, p.block_table_stride = max_pages;
+  p.seqlens = len;
+  return run(fn, q, p, options, lse);
+}
+
+}  // namespace
+
+Tensor paged_attention(const Tensor& q, const PagedKVView& kv, const Tensor& block_table,
+                       const Tensor& seqlens, const SdpaOptions& options, Tensor* lse) {
+  return paged("paged_attention", "seqlens", "the pools", q, kv, block_table, seqlens, options,
+               lse);
+}
 
 Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                               const Tensor& cache_seqlens, const Tensor& block_table,
                               const SdpaOptions& options, Tensor* lse) {
   const char* fn = "attention_with_kvcache";
-  auto desc = [](const Tensor& t) {
-    return t.defined() ? detail::tensor_desc(t) : std::string("undefined");
-  };
   for (const auto& [t, name] : {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}})
     if (!t->defined() || t->dim() != 4 ||
         (t->dtype() != Dtype::Float32 && t->dtype() != Dtype::BFloat16))
@@ -98,43 +168,21 @@ Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tens
   if (!k_cache.device().is_cpu() || !v_cache.device().is_cpu() || !q.device().is_cpu())
     backend::pick(fn, q.device().is_cpu() ? k_cache.device() : q.device(), Dtype::Float32,
                   backend::cpu::sdpa_paged, backend::cuda::sdpa_paged);  // NotImplementedError
-  const int64_t num_pages = k_cache.size(0), page_size = k_cache.size(1);
-  if (page_size < 1 || k_cache.size(2) < 1)
-    fail(fn, "k_cache ", shape_str(k_cache.shape()), " is empty");
-  if (!block_table.defined() || block_table.dtype() != Dtype::Int64 || block_table.dim() != 2)
-    fail(fn, "block_table must be int64 (B, max_pages), got ", desc(block_table));
-  if (!cache_seqlens.defined() || cache_seqlens.dtype() != Dtype::Int64 ||
-      cache_seqlens.shape() != Shape{block_table.size(0)})
-    fail(fn, "cache_seqlens must be int64 (", block_table.size(0), ") for block_table ",
-         shape_str(block_table.shape()), ", got ", desc(cache_seqlens));
-  const Tensor table = block_table.contiguous(), lens = cache_seqlens.contiguous();
-  const int64_t B = table.size(0), max_pages = table.size(1);
-  const int64_t* t = table.data_ptr<int64_t>();
-  const int64_t* len = lens.data_ptr<int64_t>();
-  for (int64_t b = 0; b < B; ++b) {
-    if (len[b] < 0 || len[b] > max_pages * page_size)
-      fail(fn, "cache_seqlens[", b, "] = ", len[b], " is outside [0, ", max_pages * page_size,
-           "] (block_table's ", max_pages, " pages of ", page_size, ")");
-    for (int64_t n = 0; n < (len[b] + page_size - 1) / page_size; ++n)
-      if (t[b * max_pages + n] < 0 || t[b * max_pages + n] >= num_pages)
-        fail(fn, "block_table[", b, ", ", n, "] = ", t[b * max_pages + n],
-             " points outside the cache's ", num_pages, " pages");
-  }
+  if (k_cache.numel() == 0 || v_cache.numel() == 0)
+    fail(fn, "k_cache ", shape_str(k_cache.shape()), " or v_cache ", shape_str(v_cache.shape()),
+         " is empty");
   const Tensor kc = k_cache.contiguous(), vc = v_cache.contiguous();
-  backend::SdpaPaged p;
-  p.B = B, p.H_kv = kc.size(2), p.D = kc.size(3), p.D_v = vc.size(3);
-  p.kv_storage =
-      kc.dtype() == Dtype::Float32 ? backend::KvStorage::Float32 : backend::KvStorage::BFloat16;
-  p.k_pages = kc.raw_data();
-  p.v_pages = vc.raw_data();
-  p.num_pages = num_pages, p.page_size = page_size;
+  PagedKVView kv;
+  kv.dtype = kc.dtype() == Dtype::Float32 ? KVCacheDtype::Float32 : KVCacheDtype::BFloat16;
+  kv.keys = kc.raw_data(), kv.values = vc.raw_data();
+  kv.num_pages = kc.size(0), kv.page_size = kc.size(1), kv.num_kv_heads = kc.size(2);
+  kv.head_dim = kc.size(3), kv.head_dim_v = vc.size(3);
   // FlashAttention's layout: (num_pages, page_size, H_kv, D).
-  p.k_page_stride = page_size * p.H_kv * p.D, p.k_head_stride = p.D, p.k_row_stride = p.H_kv * p.D;
-  p.v_page_stride = page_size * p.H_kv * p.D_v, p.v_head_stride = p.D_v;
-  p.v_row_stride = p.H_kv * p.D_v;
-  p.block_table = t, p.block_table_stride = max_pages;
-  p.seqlens = len;
-  return paged_detail::run(fn, q, p, options, lse);
+  kv.key_page_stride = kv.page_size * kv.num_kv_heads * kv.head_dim;
+  kv.key_head_stride = kv.head_dim, kv.key_row_stride = kv.num_kv_heads * kv.head_dim;
+  kv.value_page_stride = kv.page_size * kv.num_kv_heads * kv.head_dim_v;
+  kv.value_head_stride = kv.head_dim_v, kv.value_row_stride = kv.num_kv_heads * kv.head_dim_v;
+  return paged(fn, "cache_seqlens", "k_cache", q, kv, block_table, cache_seqlens, options, lse);
 }
 
 }  // namespace attn

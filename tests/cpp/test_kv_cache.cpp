@@ -218,8 +218,9 @@ TEST(Paged, Errors) {
   };
   Tensor bad_table = p.table.clone();
   bad_table.data_ptr<int64_t>()[1] = 99;  // sequence 0's second page
-  EXPECT_ERROR_HAS(call(p.q, p.k_cache, p.v_cache, p.lens, bad_table),
-                   "[attention_with_kvcache] block_table[0, 1] = 99 points outside the cache's");
+  EXPECT_ERROR_HAS(
+      call(p.q, p.k_cache, p.v_cache, p.lens, bad_table),
+      "[attention_with_kvcache] block_table[0, 1] = 99 points outside the 6 pages of k_cache");
   bad_table.data_ptr<int64_t>()[1] = -1;
   EXPECT_ERROR_HAS(call(p.q, p.k_cache, p.v_cache, p.lens, bad_table), "block_table[0, 1] = -1");
   // Entries past a sequence's pages are never read, so they may hold anything.
@@ -275,6 +276,29 @@ TEST(Paged, Errors) {
   o = {};
   o.scale = 0.0;
   EXPECT_ERROR_HAS(call(p.q, p.k_cache, p.v_cache, p.lens, p.table, o), "scale must be");
+}
+
+TEST(Paged, ViewErrors) {
+  attn::PagedKVCacheOptions co;
+  co.num_pages = 2, co.page_size = 4, co.num_kv_heads = 1, co.head_dim = 8;
+  attn::PagedKVCache cache(co);
+  const Tensor table = attn::zeros({1, 1}, attn::Dtype::Int64);
+  Tensor lens = attn::full({1}, 3.0f).to(attn::Dtype::Int64);
+  const Tensor q = attn::randn({1, 1, 1, 8});
+  attn::PagedKVView v = cache.view(0);
+  EXPECT_NO_THROW(attn::paged_attention(q, v, table, lens));
+  EXPECT_ERROR_HAS(attn::paged_attention(q, v, table, lens.narrow(0, 0, 0)),
+                   "[paged_attention] seqlens must be int64 (1)");
+  Tensor bad = table.clone();
+  bad.data_ptr<int64_t>()[0] = 2;
+  EXPECT_ERROR_HAS(attn::paged_attention(q, v, bad, lens),
+                   "block_table[0, 0] = 2 points outside the 2 pages of the pools");
+  v.key_row_stride = 5;
+  EXPECT_ERROR_HAS(attn::paged_attention(q, v, table, lens), "key stride 5 is not a multiple of 8");
+  v = cache.view(0);
+  v.values = nullptr;
+  EXPECT_ERROR_HAS(attn::paged_attention(q, v, table, lens), "the pools are empty or incomplete");
+  EXPECT_ERROR_HAS(cache.view(1), "layer 1 is outside [0, 1)");
 }
 
 // ---- the cache ----------------------------------------------------------------------------------

@@ -341,6 +341,40 @@ TEST_F(TrainCli, GenerateSameTextWithAndWithoutCache) {
   EXPECT_EQ(empty.out.rfind("\n", 0), 0u);
 }
 
+TEST_F(TrainCli, GenerateThroughAPagedCacheOfEachDtype) {
+  // Block 8: a 5-character prompt and 3 new ones fit.
+  const std::vector<std::string> args = {
+      "--ckpt", base_.string(), "--prompt", "the c",     "--max-new-tokens",
+      "3",      "--seed",       "7",        "--threads", "1"};
+  Result plain = run_generate(args);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  // A float32 paged cache draws what the contiguous cache draws: the same text.
+  Result paged = run_generate(with(args, {"--kv-dtype", "float32"}));
+  ASSERT_EQ(paged.code, 0) << paged.err;
+  EXPECT_EQ(paged.out, plain.out);
+  EXPECT_NE(paged.err.find("cache=paged-float32"), std::string::npos) << paged.err;
+  for (const char* d : {"bfloat16", "int8"}) {
+    Result r = run_generate(with(args, {"--kv-dtype", d}));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.rfind("the c", 0), 0u);
+    EXPECT_NE(r.err.find(std::string("tokens=3 ")), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(std::string("cache=paged-") + d), std::string::npos) << r.err;
+  }
+  const std::vector<std::string> cli = with({"generate"}, args);
+  Result too_long = run_cli(with(cli, {"--kv-dtype", "int8", "--max-new-tokens", "4"}));
+  EXPECT_EQ(too_long.code, 1);
+  EXPECT_NE(too_long.err.find("--kv-dtype: the prompt's 5 tokens plus --max-new-tokens 4 exceed "
+                              "the model's block of 8"),
+            std::string::npos)
+      << too_long.err;
+  Result bad = run_cli(with(cli, {"--kv-dtype", "fp8"}));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("invalid value 'fp8' for --kv-dtype"), std::string::npos) << bad.err;
+  Result both = run_cli(with(cli, {"--kv-dtype", "int8", "--no-cache"}));
+  EXPECT_EQ(both.code, 2);
+  EXPECT_NE(both.err.find("cannot be combined with --no-cache"), std::string::npos) << both.err;
+}
+
 // ---- bad input
 // ------------------------------------------------------------------------------------
 

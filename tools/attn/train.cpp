@@ -196,9 +196,10 @@ TrainArgs parse_train_args(Args args) {
 }
 
 GenerateArgs parse_generate_args(Args args) {
-  Flags f("generate", args,
-          {"ckpt", "prompt", "max-new-tokens", "temperature", "top-k", "seed", "threads"},
-          {"no-cache"});
+  Flags f(
+      "generate", args,
+      {"ckpt", "prompt", "max-new-tokens", "temperature", "top-k", "seed", "threads", "kv-dtype"},
+      {"no-cache"});
   if (!f.has("ckpt")) throw FlagError("generate: --ckpt DIR is required");
   GenerateArgs a;
   a.ckpt = f.str("ckpt", "");
@@ -211,6 +212,13 @@ GenerateArgs parse_generate_args(Args args) {
   a.options.use_cache = !f.has("no-cache");
   a.seed = f.seed("seed", 1337);
   a.threads = f.integer("threads", 0, 0, 4096);
+  if (f.has("kv-dtype")) {
+    a.kv_dtype = f.str("kv-dtype", "");
+    if (a.kv_dtype != "float32" && a.kv_dtype != "bfloat16" && a.kv_dtype != "int8")
+      f.bad("kv-dtype", a.kv_dtype, "float32, bfloat16 or int8");
+    if (!a.options.use_cache)
+      throw FlagError("generate: --kv-dtype is a cache: it cannot be combined with --no-cache");
+  }
   return a;
 }
 
@@ -284,13 +292,26 @@ void stream_generation(const nn::GPT& model, std::vector<int64_t> ids, const std
   int64_t produced = 0;
   Generator gen(a.seed);
   auto t0 = std::chrono::steady_clock::now();
-  model.generate(idx, g, &gen, [&](const Tensor& column) {
+  auto on_token = [&](const Tensor& column) {
     // Bytes as they come: a character split over two tokens is completed by the next one.
     const std::string s = decode(column.contiguous().data_ptr<int64_t>()[0]);
     out << s << std::flush;
     if (!s.empty()) last = s.back();
     ++produced;
-  });
+  };
+  if (a.kv_dtype.empty()) {
+    model.generate(idx, g, &gen, on_token);
+  } else {
+    const KVCacheDtype d = a.kv_dtype == "float32"    ? KVCacheDtype::Float32
+                           : a.kv_dtype == "bfloat16" ? KVCacheDtype::BFloat16
+                                                      : KVCacheDtype::Int8;
+    if (int64_t(ids.size()) + g.max_new_tokens > config.block_size)
+      throw Error("[generate] --kv-dtype: the prompt's " + std::to_string(ids.size()) +
+                  " tokens plus --max-new-tokens " + std::to_string(g.max_new_tokens) +
+                  " exceed the model's block of " + std::to_string(config.block_size) +
+                  " (the paged cache does not crop the context; generate fewer tokens)");
+    model.generate_paged({ids}, g, &gen, d, 16, on_token);
+  }
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (last != '\n') out << "\n";
@@ -298,7 +319,9 @@ void stream_generation(const nn::GPT& model, std::vector<int64_t> ids, const std
   char line[160];
   std::snprintf(line, sizeof line, "generate: tokens=%lld ms=%.2f tokens_per_s=%.1f cache=%s",
                 (long long)produced, ms, ms > 0 ? double(produced) * 1000.0 / ms : 0.0,
-                g.use_cache ? "on" : "off");
+                !a.kv_dtype.empty() ? ("paged-" + a.kv_dtype).c_str()
+                : g.use_cache       ? "on"
+                                    : "off");
   err << line << "\n" << std::flush;
 }
 

@@ -81,6 +81,9 @@ struct GenerateArgs {
   nn::GPT::GenerateOptions options;  // max_new_tokens, temperature, top_k, use_cache
   uint64_t seed = 1337;
   int64_t threads = 0;
+  // --kv-dtype: "" (the contiguous float32 cache) or a paged cache of "float32", "bfloat16",
+  // "int8" (nn::GPT::generate_paged).
+  std::string kv_dtype;
 };
 // The flags of `attn generate` (the arguments after "generate"). Throws FlagError.
 GenerateArgs parse_generate_args(std::span<const std::string> args);
@@ -209,6 +212,9 @@ inline constexpr const char* kGenerateHelp =
     "    --top-k K              sample among the K most likely characters, 0 = all (default 200)\n"
     "    --seed S               random seed (default 1337)\n"
     "    --threads N            worker threads, 0 = all cores (default 0)\n"
-    "    --no-cache             recompute the whole context at every step (no key/value cache)\n";
+    "    --no-cache             recompute the whole context at every step (no key/value cache)\n"
+    "    --kv-dtype T           a paged key/value cache holding float32, bfloat16 or int8\n"
+    "                           (per-32 scales): what a narrower cache does to the text; the\n"
+    "                           prompt plus --max-new-tokens must fit in the model's block\n";
 
 }  // namespace attn::tools

@@ -647,6 +647,25 @@ class GPT(Module):
             return self._impl.forward(idx), None
         return self._impl.forward_loss(idx, targets)
 
+    def generate_paged(self, prompts, max_new_tokens, temperature=1.0, top_k=None,
+                       kv_dtype="float32", page_size=16, generator=None):
+        """generate() for prompts (lists of ids) of different lengths at once through a paged
+        key/value cache holding kv_dtype ("float32", "bfloat16" or "int8"); identical prompts
+        share their pages. Returns each prompt followed by its new ids (include/attn/gpt.h)."""
+        return self._impl.generate_paged([list(map(int, p)) for p in prompts], int(max_new_tokens),
+                                         float(temperature), top_k, kv_dtype, int(page_size),
+                                         generator)
+
+    def make_paged_cache(self, num_pages, page_size=16, kv_dtype="float32"):
+        """A paged key/value cache shaped for this model (attn.PagedKVCache's methods:
+        add_sequence, fork, remove, truncate, length, free_pages, ...)."""
+        return self._impl.make_paged_cache(int(num_pages), int(page_size), kv_dtype)
+
+    def forward_paged(self, idx, cache, seqs):
+        """Logits (N, T, V) of idx (N, T) following the tokens of the cache's sequences seqs,
+        whose keys and values are appended (no gradients)."""
+        return self._impl.forward_paged(idx, cache, [int(s) for s in seqs])
+
     def attention_maps(self, idx):
         """The attention weights of every layer and head on idx (B, T): a tensor (n_layer, B,
         n_head, T, T) whose row i is the causal softmax over keys 0..i (call eval() first to
