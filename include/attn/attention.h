@@ -203,9 +203,12 @@ struct PagedKVView {
 // Throws attn::Error naming the argument for wrong dtypes or shapes, a page index outside
 // [0, num_pages) among the pages a sequence uses (entries after them are never read), or a
 // length outside its table.
+// evicted (optional, StreamingLLM): int64 (B, 2), (start, count) per sequence: its keys from
+// logical index start on (and its queries) sit count positions further, the tokens between having
+// been evicted (PagedKVCache::evict); ALiBi and the window measure these real positions.
 Tensor paged_attention(const Tensor& q, const PagedKVView& kv, const Tensor& block_table,
                        const Tensor& seqlens, const SdpaOptions& options = {},
-                       Tensor* lse = nullptr);
+                       Tensor* lse = nullptr, const Tensor& evicted = Tensor());
 
 // FlashAttention's flash_attn_with_kvcache on pools held as tensors: k_cache (num_pages,
 // page_size, H_kv, D) and v_cache (num_pages, page_size, H_kv, D_v), both float32 or both

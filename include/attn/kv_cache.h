@@ -64,6 +64,16 @@ class PagedKVCache {
   // and a partly filled last page that is shared is copied first. Returns the position of the
   // first new token. Throws attn::Error when the pool lacks the pages (nothing is changed then).
   int64_t extend(int64_t seq, int64_t n);
+  // StreamingLLM (Xiao et al., 2023): keeps the attention sinks, the first keep_first tokens, and
+  // the newest keep_last, and frees whole pages between them: the sink pages (keep_first rounded
+  // up to pages) and every page from the one holding token length - keep_last on stay, so a little
+  // more may be kept. Tokens keep their real positions: attention() measures ALiBi and the window
+  // by them, and position(seq) goes on counting. Returns the number of tokens evicted (0 when no
+  // whole page lies between). A page shared with a fork is only released by this sequence.
+  int64_t evict(int64_t seq, int64_t keep_first, int64_t keep_last);
+  // The real position the next token of seq will have: length(seq) plus the tokens evicted.
+  int64_t position(int64_t seq) const;
+
   // Drops the tokens of seq from position `length` on (0 <= length <= length(seq)), returning the
   // pages no longer needed (undoing an extend, or a rejected draft in speculative decoding).
   void truncate(int64_t seq, int64_t length);

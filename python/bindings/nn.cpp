@@ -285,6 +285,9 @@ void register_nn(py::module_& m) {
       .def("fork", &PagedKVCache::fork, py::arg("seq"))
       .def("remove", &PagedKVCache::remove, py::arg("seq"))
       .def("truncate", &PagedKVCache::truncate, py::arg("seq"), py::arg("length"))
+      .def("evict", &PagedKVCache::evict, py::arg("seq"), py::arg("keep_first"),
+           py::arg("keep_last"))
+      .def("position", &PagedKVCache::position, py::arg("seq"))
       .def("length", &PagedKVCache::length, py::arg("seq"))
       .def("sequences", &PagedKVCache::sequences)
       .def("free_pages", &PagedKVCache::free_pages)

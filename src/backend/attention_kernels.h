@@ -87,6 +87,10 @@ struct SdpaPaged {
   const int64_t* block_table = nullptr;
   int64_t block_table_stride = 0;
   const int64_t* seqlens = nullptr;
+  // Evicted positions (StreamingLLM), or null: sequence b's keys from logical index
+  // evicted[2 b] on sit evicted[2 b + 1] positions further (the tokens between were dropped), and
+  // so do its queries, which come after them. ALiBi and the window measure real positions.
+  const int64_t* evicted = nullptr;
   double scale = 1.0;
   bool causal = false;
   int64_t window_left = -1;  // keys at most window_left before the query's position; -1: all

@@ -83,6 +83,8 @@ struct PagedKVCache::State {
   struct Seq {
     std::vector<int64_t> pages;
     int64_t length = 0;
+    // Evicted tokens (StreamingLLM): logical tokens from gap_at on sit gap positions further.
+    int64_t gap_at = 0, gap = 0;
   };
   std::map<int64_t, Seq> seqs;
   int64_t next_id = 0;
@@ -222,12 +224,44 @@ int64_t PagedKVCache::extend(int64_t seq, int64_t n) {
   return start;
 }
 
+int64_t PagedKVCache::evict(int64_t seq, int64_t keep_first, int64_t keep_last) {
+  const char* fn = "PagedKVCache.evict";
+  State& s = *s_;
+  State::Seq& q = s.get(seq, fn);
+  if (keep_first < 0 || keep_last < 0)
+    fail(fn, "keep_first and keep_last must be >= 0, got ", keep_first, " and ", keep_last);
+  const int64_t ps = s.o.page_size;
+  if (q.gap > 0 && keep_first > q.gap_at)
+    fail(fn, "sequence ", seq, " keeps ", q.gap_at,
+         " sink tokens from an earlier eviction; "
+         "keep_first ",
+         keep_first, " would need tokens already evicted");
+  const int64_t sink_pages = (keep_first + ps - 1) / ps;
+  const int64_t first_kept = std::max<int64_t>(0, q.length - keep_last) / ps;  // window's page
+  if (first_kept <= sink_pages) return 0;
+  const int64_t dropped = first_kept - sink_pages;
+  for (int64_t i = sink_pages; i < first_kept; ++i) s.release(q.pages[size_t(i)]);
+  q.pages.erase(q.pages.begin() + sink_pages, q.pages.begin() + first_kept);
+  q.gap_at = sink_pages * ps;
+  q.gap += dropped * ps;
+  q.length -= dropped * ps;
+  return dropped * ps;
+}
+
+int64_t PagedKVCache::position(int64_t seq) const {
+  const State::Seq& q = s_->get(seq, "PagedKVCache.position");
+  return q.length + q.gap;
+}
+
 void PagedKVCache::truncate(int64_t seq, int64_t length) {
   const char* fn = "PagedKVCache.truncate";
   State& s = *s_;
   State::Seq& q = s.get(seq, fn);
   if (length < 0 || length > q.length)
     fail(fn, "length ", length, " is outside [0, ", q.length, "] for sequence ", seq);
+  if (q.gap > 0 && length < q.gap_at)
+    fail(fn, "length ", length, " would cut into sequence ", seq, "'s sink tokens (", q.gap_at,
+         ") kept by an eviction");
   const int64_t keep = (length + s.o.page_size - 1) / s.o.page_size;
   while (int64_t(q.pages.size()) > keep) {
     s.release(q.pages.back());
@@ -312,7 +346,18 @@ Tensor PagedKVCache::attention(int64_t layer, const std::vector<int64_t>& seqs, 
         fail(fn, "q ", shape_str(q.shape()), " has ", q.size(1),
              " queries per sequence but sequence ", seqs[b], " holds ", lens.data_ptr<int64_t>()[b],
              " tokens (the queries are its last)");
-  return paged_attention(q, view(layer), table, lens, options, lse);
+  Tensor evicted;  // only when some sequence has evicted tokens
+  for (size_t b = 0; b < seqs.size(); ++b)
+    if (s.seqs.at(seqs[b]).gap > 0) {
+      evicted = zeros({int64_t(seqs.size()), 2}, Dtype::Int64);
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const State::Seq& si = s.seqs.at(seqs[i]);
+        evicted.data_ptr<int64_t>()[2 * i] = si.gap > 0 ? si.gap_at : si.length;
+        evicted.data_ptr<int64_t>()[2 * i + 1] = si.gap;
+      }
+      break;
+    }
+  return paged_attention(q, view(layer), table, lens, options, lse, evicted);
 }
 
 PagedKVView PagedKVCache::view(int64_t layer) const {

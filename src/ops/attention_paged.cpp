@@ -88,7 +88,7 @@ namespace {
 // the pools (`pools`).
 Tensor paged(const char* fn, const char* lens_name, const char* pools, const Tensor& q,
              const PagedKVView& kv, const Tensor& block_table, const Tensor& seqlens,
-             const SdpaOptions& options, Tensor* lse) {
+             const SdpaOptions& options, Tensor* lse, const Tensor& evicted) {
   if (!kv.keys || !kv.values || kv.num_pages < 1 || kv.page_size < 1 || kv.num_kv_heads < 1 ||
       kv.head_dim < 1 || kv.head_dim_v < 1 ||
       (kv.dtype == KVCacheDtype::Int8 && (!kv.key_scales || !kv.value_scales)))
@@ -138,15 +138,29 @@ Tensor paged(const char* fn, const char* lens_name, const char* pools, const Ten
   p.v_row_stride = kv.value_row_stride;
   p.block_table = t, p.block_table_stride = max_pages;
   p.seqlens = len;
+  Tensor ev;
+  if (evicted.defined()) {
+    if (evicted.dtype() != Dtype::Int64 || evicted.shape() != Shape{B, 2} ||
+        !evicted.device().is_cpu())
+      fail(fn, "evicted must be int64 (", B, ", 2) on the CPU, got ", desc(evicted));
+    ev = evicted.contiguous();
+    const int64_t* e = ev.data_ptr<int64_t>();
+    for (int64_t b = 0; b < B; ++b)
+      if (e[2 * b] < 0 || e[2 * b] > len[b] || e[2 * b + 1] < 0)
+        fail(fn, "evicted[", b, "] = (", e[2 * b], ", ", e[2 * b + 1],
+             ") must start within the sequence's ", len[b], " keys and count >= 0");
+    p.evicted = e;
+  }
   return run(fn, q, p, options, lse);
 }
 
 }  // namespace
 
 Tensor paged_attention(const Tensor& q, const PagedKVView& kv, const Tensor& block_table,
-                       const Tensor& seqlens, const SdpaOptions& options, Tensor* lse) {
-  return paged("paged_attention", "seqlens", "the pools", q, kv, block_table, seqlens, options,
-               lse);
+                       const Tensor& seqlens, const SdpaOptions& options, Tensor* lse,
+                       const Tensor& evicted) {
+  return paged("paged_attention", "seqlens", "the pools", q, kv, block_table, seqlens, options, lse,
+               evicted);
 }
 
 Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -182,7 +196,8 @@ Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tens
   kv.key_head_stride = kv.head_dim, kv.key_row_stride = kv.num_kv_heads * kv.head_dim;
   kv.value_page_stride = kv.page_size * kv.num_kv_heads * kv.head_dim_v;
   kv.value_head_stride = kv.head_dim_v, kv.value_row_stride = kv.num_kv_heads * kv.head_dim_v;
-  return paged(fn, "cache_seqlens", "k_cache", q, kv, block_table, cache_seqlens, options, lse);
+  return paged(fn, "cache_seqlens", "k_cache", q, kv, block_table, cache_seqlens, options, lse,
+               Tensor());
 }
 
 }  // namespace attn

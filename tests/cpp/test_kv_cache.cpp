@@ -449,6 +449,87 @@ TEST(PagedKVCache, RunningOutOfPagesChangesNothing) {
   EXPECT_EQ(floats(cache.gather(0, f).first.narrow(0, 0, 10)), floats(k));
 }
 
+// Attention of q (1, L_q, H, D) to keys k, v (L, 1, D) at real positions `pos`, the queries at
+// the last L_q positions given: the reference kernel with ALiBi and the window as a float mask.
+Tensor streaming_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const std::vector<int64_t>& pos, const std::vector<int64_t>& qpos,
+                           const Tensor& slopes, int64_t window_left) {
+  const int64_t H = q.size(2), L_q = q.size(1), L = k.size(0);
+  Tensor bias = attn::zeros({1, H, L_q, L});
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < L_q; ++i)
+      for (int64_t j = 0; j < L; ++j) {
+        const int64_t d = qpos[size_t(i)] - pos[size_t(j)];
+        float b = slopes.defined() ? -slopes.data_ptr<float>()[h] * float(std::abs(d)) : 0.0f;
+        if (d < 0 || (window_left >= 0 && d > window_left)) b = -INFINITY;
+        bias.data_ptr<float>()[(h * L_q + i) * L + j] = b;
+      }
+  attn::SdpaOptions r;
+  r.attn_mask = bias;
+  r.enable_gqa = true;
+  r.backend = attn::SdpaBackend::Reference;
+  return attn::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(0, 1).unsqueeze(0),
+                                            v.transpose(0, 1).unsqueeze(0), r)
+      .transpose(1, 2);
+}
+
+TEST(PagedKVCache, StreamingEvictionKeepsSinksAndRealPositions) {
+  attn::PagedKVCacheOptions co;
+  co.num_pages = 16, co.page_size = 4, co.num_kv_heads = 1, co.head_dim = 16;
+  attn::PagedKVCache cache(co);
+  attn::Generator gen(8);
+  const int64_t a = cache.add_sequence();
+  const Tensor k_all = attn::randn({40, 1, 16}, &gen), v_all = attn::randn({40, 1, 16}, &gen);
+  cache.extend(a, 30);
+  cache.write(0, a, 0, k_all.narrow(0, 0, 30), v_all.narrow(0, 0, 30));
+  EXPECT_EQ(cache.free_pages(), 16 - 8);
+  // Sinks 0..3 (page 0) and the window of the last 8, from page 5 (token 20) on.
+  EXPECT_EQ(cache.evict(a, 4, 8), 16);
+  EXPECT_EQ(cache.length(a), 14);
+  EXPECT_EQ(cache.position(a), 30);
+  EXPECT_EQ(cache.free_pages(), 16 - 4);
+  std::vector<int64_t> pos = {0, 1, 2, 3};
+  for (int64_t p = 20; p < 30; ++p) pos.push_back(p);
+  EXPECT_EQ(floats(cache.gather(0, a).first),
+            floats(attn::cat({k_all.narrow(0, 0, 4), k_all.narrow(0, 20, 10)}, 0)));
+  EXPECT_EQ(cache.evict(a, 4, 8), 0);  // no whole page between the sinks and the window now
+  const Tensor slopes = attn::from_vector({0.5f, 0.125f}, {2});
+  auto check = [&](int64_t L_q, const std::string& what) {
+    const Tensor q = attn::randn({1, L_q, 2, 16}, &gen);
+    std::vector<int64_t> qpos;
+    for (int64_t i = 0; i < L_q; ++i) qpos.push_back(cache.position(a) - L_q + i);
+    const auto [k, v] = cache.gather(0, a);
+    for (const bool alibi : {false, true})
+      for (const int64_t window : {int64_t(-1), int64_t(5), int64_t(12)}) {
+        attn::SdpaOptions o;
+        o.is_causal = true;
+        o.window_left = window;
+        if (alibi) o.alibi_slopes = slopes;
+        const Tensor want =
+            streaming_reference(q, k, v, pos, qpos, alibi ? slopes : Tensor(), window);
+        expect_close(cache.attention(0, {a}, q, o), want, 2e-5f,
+                     what + (alibi ? " alibi" : "") + " window " + std::to_string(window));
+      }
+  };
+  check(2, "after eviction");
+  // New tokens go on at real positions 30, 31, ...
+  EXPECT_EQ(cache.extend(a, 3), 14);
+  cache.write(0, a, 14, k_all.narrow(0, 30, 3), v_all.narrow(0, 30, 3));
+  for (int64_t p = 30; p < 33; ++p) pos.push_back(p);
+  check(3, "after appending");
+  // A second eviction widens the same gap.
+  EXPECT_EQ(cache.evict(a, 4, 5), 8);  // pages of tokens 20..27 go; 28.. stay
+  EXPECT_EQ(cache.position(a), 33);
+  pos.erase(pos.begin() + 4, pos.begin() + 12);
+  check(1, "after a second eviction");
+  // A fork keeps the gap; sinks cannot grow back.
+  const int64_t f = cache.fork(a);
+  EXPECT_EQ(cache.position(f), 33);
+  EXPECT_ERROR_HAS(cache.evict(a, 8, 2), "keeps 4 sink tokens from an earlier eviction");
+  EXPECT_ERROR_HAS(cache.truncate(a, 2), "would cut into sequence 0's sink tokens (4)");
+  EXPECT_ERROR_HAS(cache.evict(a, -1, 2), "keep_first and keep_last must be >= 0");
+}
+
 TEST(PagedKVCache, Errors) {
   EXPECT_ERROR_HAS(attn::PagedKVCache(small(attn::KVCacheDtype::Float32, 0)),
                    "[PagedKVCache] num_pages must be >= 1, got 0");
