@@ -64,7 +64,9 @@ struct SdpaOptions {
   // With off = L_k - L_q under BottomRight alignment (else 0), and H, B the last two batch dims
   // (q's dims -3 and -4 for (B, H, L_q, D) inputs). The fused kernels apply them tile by tile,
   // forward and backward; the tensors may require grad (their gradients are summed in a fixed
-  // order: bitwise the same for any number of threads). CPU only for now.
+  // order: bitwise the same for any number of threads). On a GPU (bf16/fp16) softcap, ALiBi and
+  // sinks run forward and backward (dq, dk, dv); the relative bias table and the gradients of the
+  // slopes and sinks are CPU-only for now (refused there with NotImplementedError).
   //
   // Softcap (Gemma 2, Grok; FlashAttention's softcap), when > 0: s = softcap * tanh(s / softcap).
   double softcap = 0.0;

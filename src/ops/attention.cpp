@@ -548,6 +548,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const bool recording = detail::should_record(inputs);
   const bool mask_grad = options.attn_mask.defined() && options.attn_mask.requires_grad();
   if (recording && mask_grad) refuse_composed_mods(options, fn);
+  // The GPU backward computes dq, dk and dv through the modifiers, not the modifiers' own
+  // gradients: refused before anything runs rather than at backward().
+  if (recording && !q.device().is_cpu() &&
+      ((options.alibi_slopes.defined() && options.alibi_slopes.requires_grad()) ||
+       (options.sinks.defined() && options.sinks.requires_grad())))
+    throw NotImplementedError(detail::msg(
+        fn, "the gradients of alibi_slopes and sinks are computed on the CPU only for now (on ",
+        q.device().str(), " they may be used without requires_grad)"));
   if (recording && !mask_grad) {
     // One graph node whose backward is scaled_dot_product_attention_gradients: the forward saves
     // out and the per-row log-sum-exp, the backward recomputes the scores and regenerates the
@@ -556,27 +564,29 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     SdpaForwardResult fwd = scaled_dot_product_attention_forward(q, k, v, options);
     const FusedNodeState state(options, fwd);
     Tensor out = fwd.out;
-    return detail::record(out, out.dim() == 2 ? "MmBackward0" : "UnsafeViewBackward0", inputs,
-                          [state](const Node& n, const Tensor& g) {
-                            auto [o, f] = state.restore(n, 3);
-                            o.alibi_slopes = n.saved_tensor(6);
-                            o.relative_bias = n.saved_tensor(7);
-                            o.sinks = n.saved_tensor(8);
-                            SdpaGradients d = scaled_dot_product_attention_gradients(
-                                g, n.saved_tensor(0), n.saved_tensor(1), n.saved_tensor(2), f, o);
-                            auto want = [&n](std::size_t i, Tensor& t) {
-                              return n.needs_input_grad(i) ? t : Tensor();
-                            };
-                            return std::vector<Tensor>{want(0, d.q),
-                                                       want(1, d.k),
-                                                       want(2, d.v),
-                                                       Tensor(),
-                                                       want(4, d.alibi_slopes),
-                                                       want(5, d.relative_bias),
-                                                       want(6, d.sinks)};
-                          },
-                          {q, k, v, options.attn_mask, out, fwd.lse, options.alibi_slopes,
-                           options.relative_bias, options.sinks});
+    return detail::record(
+        out, out.dim() == 2 ? "MmBackward0" : "UnsafeViewBackward0", inputs,
+        [state](const Node& n, const Tensor& g) {
+          auto [o, f] = state.restore(n, 3);
+          o.alibi_slopes = n.saved_tensor(6);
+          o.relative_bias = n.saved_tensor(7);
+          o.sinks = n.saved_tensor(8);
+          const bool mods = n.needs_input_grad(4) || n.needs_input_grad(5) || n.needs_input_grad(6);
+          SdpaGradients d = sdpa_detail::gradients(g, n.saved_tensor(0), n.saved_tensor(1),
+                                                   n.saved_tensor(2), f, o, mods);
+          auto want = [&n](std::size_t i, Tensor& t) {
+            return n.needs_input_grad(i) ? t : Tensor();
+          };
+          return std::vector<Tensor>{want(0, d.q),
+                                     want(1, d.k),
+                                     want(2, d.v),
+                                     Tensor(),
+                                     want(4, d.alibi_slopes),
+                                     want(5, d.relative_bias),
+                                     want(6, d.sinks)};
+        },
+        {q, k, v, options.attn_mask, out, fwd.lse, options.alibi_slopes, options.relative_bias,
+         options.sinks});
   }
   Prepared p = prepare(q, k, v, options, fn);
   const auto kernel = forward_kernel(fn, p, false);
@@ -732,7 +742,7 @@ void backward_into(const BackwardKernel& kernel, const Tensor& dout, const Prepa
 std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
     const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
     const SdpaForwardResult& forward, const SdpaOptions& o) {
-  SdpaGradients g = scaled_dot_product_attention_gradients(dout, q, k, v, forward, o);
+  SdpaGradients g = sdpa_detail::gradients(dout, q, k, v, forward, o, /*mods=*/false);
   return {g.q, g.k, g.v};
 }
 
@@ -740,6 +750,12 @@ SdpaGradients scaled_dot_product_attention_gradients(const Tensor& dout, const T
                                                      const Tensor& k, const Tensor& v,
                                                      const SdpaForwardResult& forward,
                                                      const SdpaOptions& o) {
+  return sdpa_detail::gradients(dout, q, k, v, forward, o, /*mods=*/true);
+}
+
+SdpaGradients sdpa_detail::gradients(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                     const Tensor& v, const SdpaForwardResult& forward,
+                                     const SdpaOptions& o, bool mods) {
   const char* fn = "scaled_dot_product_attention_backward";
   const Prepared p = prepare(q, k, v, o, fn);
   const BackwardKernel kernel = backward_kernel(p, fn);
@@ -761,7 +777,8 @@ SdpaGradients scaled_dot_product_attention_gradients(const Tensor& dout, const T
   // The score modifiers' gradients, at their contiguous copies' shapes, accumulated from zero.
   SdpaGradients g;
   auto zeros_like = [&](const Tensor& t) {
-    return t.defined() ? detail::make_tensor(fn, t.shape(), Dtype::Float32, true, dev) : Tensor();
+    return t.defined() && mods ? detail::make_tensor(fn, t.shape(), Dtype::Float32, true, dev)
+                               : Tensor();
   };
   g.alibi_slopes = zeros_like(p.alibi_slopes);
   g.relative_bias = zeros_like(p.relative_bias);

@@ -39,6 +39,12 @@ Prepared prepare(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOp
 // attn_mask, if any, must not require grad.
 Tensor packed_self_attention(const Tensor& qkv, int64_t H, const SdpaOptions& options);
 
+// scaled_dot_product_attention_gradients, with the score modifiers' gradients only when `mods`
+// (scaled_dot_product_attention_backward and the autograd node of tensors that need none of them
+// pass false: a backend without those gradients can still run the backward).
+SdpaGradients gradients(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const SdpaForwardResult& forward, const SdpaOptions& o, bool mods);
+
 // Ring attention's merge (kernels::merge_attention_rows): a partial result out_p (B, H, n, D_v)
 // and lse_p (B, H, n), contiguous, for the query rows [start, start + n) into the accumulators
 // out (B, H, L, D_v) and lse (B, H, L), contiguous float32 on the CPU (else an error naming fn).

@@ -110,6 +110,52 @@ TEST_P(CudaAttention, BackwardMatchesTheCpu) {
   EXPECT_LT(rel_err(gv, dv), tol);
 }
 
+// Softcap, ALiBi and sinks on the GPU: the CPU's outputs, lse and q, k, v gradients. Training the
+// slopes or sinks there is refused up front (their gradients are CPU-only), and the relative bias
+// table is CPU-only.
+TEST_P(CudaAttention, ScoreModifiersMatchTheCpu) {
+  REQUIRE_GPU();
+  const Dtype dt = GetParam();
+  const double tol = dt == Dtype::BFloat16 ? 3e-2 : 6e-3;
+  Inputs in = make(2, 4, 2, 40, 70, 32, dt, 5);
+  Tensor dout = attn::randn({2, 4, 40, 32}).to(dt).to(Dtype::Float32);
+  SdpaOptions o;
+  o.enable_gqa = true;
+  o.is_causal = true;
+  o.causal_align = attn::CausalAlign::BottomRight;
+  o.softcap = 4.0;
+  o.alibi_slopes = attn::rand({4}) * 0.2;
+  o.sinks = attn::randn({4});
+  attn::SdpaForwardResult f = attn::scaled_dot_product_attention_forward(in.q, in.k, in.v, o);
+  auto [dq, dk, dv] = attn::scaled_dot_product_attention_backward(dout, in.q, in.k, in.v, f, o);
+  SdpaOptions og = o;
+  og.alibi_slopes = o.alibi_slopes.cuda();
+  og.sinks = o.sinks.cuda();
+  Tensor q = gpu(in.q, dt), k = gpu(in.k, dt), v = gpu(in.v, dt);
+  attn::SdpaForwardResult fg = attn::scaled_dot_product_attention_forward(q, k, v, og);
+  EXPECT_LT(rel_err(fg.out, f.out), tol);
+  EXPECT_LT(rel_err(fg.lse, f.lse), 1e-2);
+  EXPECT_LT(rel_err(attn::scaled_dot_product_attention(q, k, v, og), f.out), tol);
+  auto [gq, gk, gv] = attn::scaled_dot_product_attention_backward(gpu(dout, dt), q, k, v, fg, og);
+  EXPECT_LT(rel_err(gq, dq), tol);
+  EXPECT_LT(rel_err(gk, dk), tol);
+  EXPECT_LT(rel_err(gv, dv), tol);
+
+  SdpaOptions trained = og;
+  trained.sinks = og.sinks.clone().requires_grad_();
+  try {
+    attn::scaled_dot_product_attention(q, k, v, trained);
+    ADD_FAILURE() << "trainable sinks on the GPU were not refused";
+  } catch (const attn::NotImplementedError& e) {
+    EXPECT_NE(std::string(e.what()).find("computed on the CPU only"), std::string::npos)
+        << e.what();
+  }
+  SdpaOptions rel = og;
+  rel.alibi_slopes = rel.sinks = Tensor();
+  rel.relative_bias = attn::zeros({4, 5}).cuda();
+  EXPECT_THROW(attn::scaled_dot_product_attention(q, k, v, rel), attn::NotImplementedError);
+}
+
 // The dispatch's less common paths: batch dims before (B, H) (one kernel call each, dropout offsets
 // running on), a mask broadcast over them, key padding, a window with an additive mask in the
 // GPU dtype, and q broadcast over k's batch.

@@ -156,6 +156,9 @@ struct Case {
   bool key_padding = false;  // batch 0 random, batch 1 all padded, batch 2+ the last 3/4
   double dropout = 0.0;
   Layout layout = Layout::BHLD;
+  // Score modifiers: softcap (> 0), ALiBi slopes per (batch, head), sinks per head.
+  double softcap = 0.0;
+  bool alibi = false, sinks = false;
 };
 
 // Deterministic normal-ish numbers (sum of uniforms), the same on every platform.
@@ -205,7 +208,7 @@ struct Problem {
   Case c;
   ElemType dt;
   Tensor4 tq, tk, tv, to;  // q, k, v, out (dout, dq, dk, dv share these shapes)
-  std::vector<float> q, k, v, dout, fmask;
+  std::vector<float> q, k, v, dout, fmask, alibi, sinks;
   std::vector<uint8_t> bmask, pad;
   K::SdpaParams ref;  // the reference's parameters (pointers into this object; out/lse unset)
   // Mask geometry for the GPU (same strides as the reference's).
@@ -278,6 +281,17 @@ struct Problem {
         for (int64_t j = L_k / 4; j < L_k; ++j) pad[size_t(b * L_k + j)] = 1;
       p.key_padding = pad.data(), p.key_padding_batch_stride = L_k;
     }
+    if (c.softcap > 0) p.softcap = c.softcap;
+    if (c.alibi) {  // (B, H): a slope per batch and head
+      alibi.resize(size_t(B * H));
+      for (auto& e : alibi) e = 0.05f + 0.3f * rng.uniform();
+      p.alibi_slopes = alibi.data(), p.alibi_batch_stride = H;
+    }
+    if (c.sinks) {
+      sinks.resize(size_t(H));
+      for (auto& e : sinks) e = 2.0f * rng.normal();
+      p.sinks = sinks.data();
+    }
     if (c.dropout > 0) {
       p.dropout_p = c.dropout;
       p.dropout_seed = 0x5eed0000ull + seed;
@@ -304,7 +318,7 @@ void reference_forward(const Problem& pr, std::vector<float>& out, std::vector<f
 
 // Device copies of a problem's inputs and its GPU parameters.
 struct DeviceProblem {
-  DeviceBuffer q, k, v, dout, mask, pad, out, lse;
+  DeviceBuffer q, k, v, dout, mask, pad, out, lse, alibi, sinks;
   K::CudaSdpaParams p;
 
   explicit DeviceProblem(const Problem& pr)
@@ -315,7 +329,9 @@ struct DeviceProblem {
         mask(std::max<size_t>(pr.mask_elems * 2, 16)),
         pad(std::max<size_t>(pr.pad.size(), 16)),
         out(pr.to.size * 2),
-        lse(size_t(std::max<int64_t>(pr.c.B * pr.c.H * pr.c.L_q, 1)) * 4) {
+        lse(size_t(std::max<int64_t>(pr.c.B * pr.c.H * pr.c.L_q, 1)) * 4),
+        alibi(std::max<size_t>(pr.alibi.size() * 4, 16)),
+        sinks(std::max<size_t>(pr.sinks.size() * 4, 16)) {
     q.upload(pr.bits(pr.q).data(), q.bytes);
     k.upload(pr.bits(pr.k).data(), k.bytes);
     v.upload(pr.bits(pr.v).data(), v.bytes);
@@ -352,6 +368,16 @@ struct DeviceProblem {
     }
     p.dropout_p = r.dropout_p, p.dropout_seed = r.dropout_seed, p.dropout_offset = r.dropout_offset;
     p.lse = static_cast<float*>(lse.ptr);
+    p.softcap = r.softcap;
+    if (!pr.alibi.empty()) {
+      alibi.upload(pr.alibi.data(), pr.alibi.size() * 4);
+      p.alibi_slopes = static_cast<const float*>(alibi.ptr);
+      p.alibi_batch_stride = r.alibi_batch_stride;
+    }
+    if (!pr.sinks.empty()) {
+      sinks.upload(pr.sinks.data(), pr.sinks.size() * 4);
+      p.sinks = static_cast<const float*>(sinks.ptr);
+    }
   }
 };
 
@@ -607,6 +633,59 @@ std::vector<Case> table() {
        .D_v = 256,
        .causal = Causal::TopLeft,
        .layout = Layout::BLHD});
+  // Score modifiers: softcap, ALiBi per (batch, head), sinks (with fully masked rows: lse = sink).
+  add({.name = "softcap_Lq127_Lk300",
+       .H = 2,
+       .H_kv = 2,
+       .L_q = 127,
+       .L_k = 300,
+       .D = 64,
+       .D_v = 64,
+       .softcap = 2.0});
+  add({.name = "alibi_causalBR_gqa",
+       .B = 2,
+       .H = 4,
+       .H_kv = 2,
+       .L_q = 127,
+       .L_k = 300,
+       .D = 64,
+       .D_v = 64,
+       .causal = Causal::BottomRight,
+       .alibi = true});
+  add({.name = "sinks_maskBool_empty_rows",
+       .B = 2,
+       .H = 2,
+       .H_kv = 2,
+       .L_q = 127,
+       .L_k = 300,
+       .D = 64,
+       .D_v = 64,
+       .mask = Mask::BoolLqLk,
+       .sinks = true});
+  add({.name = "mods_all_window_dropout_D128",
+       .B = 2,
+       .H = 4,
+       .H_kv = 1,
+       .L_q = 300,
+       .L_k = 127,
+       .D = 128,
+       .D_v = 128,
+       .causal = Causal::TopLeft,
+       .wl = 50,
+       .dropout = 0.1,
+       .softcap = 5.0,
+       .alibi = true,
+       .sinks = true});
+  add({.name = "mods_decode_D256",
+       .H = 2,
+       .H_kv = 1,
+       .L_q = 1,
+       .L_k = 300,
+       .D = 256,
+       .D_v = 256,
+       .softcap = 3.0,
+       .alibi = true,
+       .sinks = true});
   // Everything at once.
   add({.name = "all_features",
        .B = 3,

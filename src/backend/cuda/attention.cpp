@@ -18,9 +18,11 @@ template <ElemType E>
 CudaSdpaParams cuda_params(const backend::SdpaForward& a) {
   if (a.weights || a.dropout_scale || a.dropout_factors)
     detail::fail(a.op, "the GPU kernel never forms the attention weights or dropout factors");
-  if (a.has_score_mods())
-    throw NotImplementedError(detail::msg(
-        a.op, "softcap, ALiBi, the relative bias table and sinks run on the CPU only for now"));
+  if (a.rel_bias)
+    throw NotImplementedError(
+        detail::msg(a.op,
+                    "the relative bias table runs on the CPU only for now (softcap, ALiBi "
+                    "and sinks run on the GPU too)"));
   CudaSdpaParams c;
   static_cast<SdpaGeometry&>(c) = a;
   c.dtype = E;
@@ -56,6 +58,11 @@ void forward(const backend::SdpaForward& a) {
 template <ElemType E>
 void backward(const backend::SdpaBackward& a) {
   const backend::SdpaForward& f = a.fwd;
+  if (a.dalibi_slopes || a.dsinks)
+    throw NotImplementedError(
+        detail::msg(f.op,
+                    "the gradients of alibi_slopes and sinks are computed on the CPU only for now "
+                    "(on the GPU they may be used but not trained)"));
   CudaSdpaBackwardParams bp;
   static_cast<SdpaGradStrides&>(bp) = a;
   bp.fwd = cuda_params<E>(f);

@@ -7,6 +7,10 @@
 //   dV = (P o Z)^T dO      dP = (dO V^T) o Z      dS = P o (dP - D_i)
 //   dK = scale dS^T Q      dQ = scale dS K
 //
+// With softcap, dS is multiplied by the derivative 1 - tanh^2 of the capped score; ALiBi adds a
+// constant and sinks only enlarge lse, so neither changes these formulas (P uses the forward's lse,
+// which includes the sink). The gradients of the slopes and sinks are computed on the CPU only.
+//
 // Three kernels, each output written by exactly one thread block in a fixed order:
 //   1. sdpa_bwd_dot_kernel: D_i per row (one warp per row), into the workspace.
 //   2. sdpa_bwd_dkdv_kernel: one block per (key block of 64, key/value head, batch); warp w owns
@@ -159,7 +163,9 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dkdv_kernel(const Kernel
     float st[kNT][4];
     mma_abt<T, kD / 16>(st, sK, warp * 16, tQ, kLd, n_ksteps, lane);
     const bool elementwise = tile_needs_elementwise(p, i0, i0 + kBr, j0, j0 + kBc);
-    scale_and_mask<T, kNT, true>(p, st, key0, i0 + 2 * t, elementwise, mask_bh_of(p, b, h), pad_b);
+    float th[kNT][4];  // softcap: tanh of each scaled score, for dS's chain rule
+    scale_and_mask<T, kNT, true>(p, st, key0, i0 + 2 * t, elementwise, mask_bh_of(p, b, h), pad_b,
+                                 alibi_slope(p, b, h), p.softcap > 0.0f ? th : nullptr);
 
     // ---- P^T = 2^(x - lse log2 e); rows of lse = -inf (fully masked) or past L_q give 0 ---------
 #pragma unroll
@@ -189,8 +195,10 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dkdv_kernel(const Kernel
         for (int e = 0; e < 4; ++e) {
           const float z = dropout_factor(p, drop, nt, e);
           pz[half][e] = st[nt][e] * z;
-          if constexpr (kDk)
+          if constexpr (kDk) {
             ds[half][e] = st[nt][e] * (dpt[nt][e] * z - tDi[nt * 8 + 2 * t + (e & 1)]);
+            if (p.softcap > 0.0f) ds[half][e] *= 1.0f - th[nt][e] * th[nt][e];  // d softcap
+          }
         }
       }
       if constexpr (kDv) mma_frags_b<T>(acc_dv, pz[0], pz[1], tdO, kLd, kk * 16, n_vsteps, lane);
@@ -264,6 +272,7 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dq_kernel(const KernelPa
   float acc[kOT][4];
   zero_frags(acc);
   const int n_ksteps = (p.D + 15) / 16, n_vsteps = (p.D_v + 15) / 16;
+  const float slope = alibi_slope(p, b, h);
 
   for (int it = 0; it < n_blocks; ++it) {
     const int jb = jb_begin + it, stage = it & 1;
@@ -276,7 +285,9 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dq_kernel(const KernelPa
     float s[kNT][4];
     mma_abt<T, kD / 16>(s, sQ, warp * 16, tK, kLd, n_ksteps, lane);
     const bool elementwise = tile_needs_elementwise(p, i0, i_end, j0, j0 + kBc);
-    scale_and_mask<T, kNT, false>(p, s, row0, j0 + 2 * t, elementwise, mask_bh, pad_b);
+    float th[kNT][4];  // softcap: tanh of each scaled score, for dS's chain rule
+    scale_and_mask<T, kNT, false>(p, s, row0, j0 + 2 * t, elementwise, mask_bh, pad_b, slope,
+                                  p.softcap > 0.0f ? th : nullptr);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -292,8 +303,10 @@ __global__ void __launch_bounds__(kBwdThreads) sdpa_bwd_dq_kernel(const KernelPa
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
+      for (int e = 0; e < 4; ++e) {
         s[nt][e] = s[nt][e] * (dp[nt][e] * dropout_factor(p, drop, nt, e) - di[e >> 1]);
+        if (p.softcap > 0.0f) s[nt][e] *= 1.0f - th[nt][e] * th[nt][e];  // d softcap
+      }
 
     // ---- dQ += dS K -----------------------------------------------------------------------------
     mma_pb<T>(acc, s, tK, kLd, n_ksteps, lane);

@@ -4,8 +4,8 @@
 // kernels without nvcc. The kernels compute exactly what cpu/sdpa_reference.h defines (scores,
 // causal alignment, sliding window, key padding, bool/additive masks broadcast through strides,
 // grouped query heads, D_v != D, counter-based dropout with sdpa_dropout.h's SplitMix64 mask,
-// fully masked rows -> zero output and lse = -inf), on fp16 or bf16 inputs with fp32
-// accumulation:
+// fully masked rows -> zero output and lse = -inf, and the score modifiers softcap, ALiBi and sinks
+// but not the relative bias table), on fp16 or bf16 inputs with fp32 accumulation:
 //
 //   - Forward (sdpa_forward.cu): one thread block per (query block, head, batch); its warps split
 //     the query rows (16 each). Key/value tiles stream through shared memory with cp.async double

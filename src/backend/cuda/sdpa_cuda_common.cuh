@@ -72,6 +72,15 @@ struct KernelParams : SdpaStrides, SdpaGradStrides {
   const uint8_t* key_padding;
   int64_t key_padding_batch_stride;
 
+  // Score modifiers (SdpaGeometry's), applied to s = scale q . k before the masks: softcap
+  // (> 0: s = softcap tanh(s / softcap)), ALiBi (s -= slope |i + off - j|, slope =
+  // alibi_slopes[b alibi_batch_stride + h]) and sinks (sinks[h] joins every row's softmax with a
+  // zero value row). The relative bias table runs on the CPU only.
+  float softcap;
+  const float* alibi_slopes;
+  int64_t alibi_batch_stride;
+  const float* sinks;
+
   // Counter-based dropout (sdpa_dropout.h), on when SdpaGeometry::dropout_p > 0.
   bool dropout_enabled;
   uint32_t dropout_threshold;  // dropout_threshold(dropout_p) = floor(p * 2^32)
@@ -439,6 +448,7 @@ __device__ __forceinline__ bool tile_needs_elementwise(const KernelParams& p, in
                                                        int64_t i_hi, int64_t j_lo, int64_t j_hi) {
   const int64_t off = p.band.diagonal_offset, wl = p.band.window_left, wr = p.band.window_right;
   if (p.mask_kind != MaskKind::None || p.key_padding != nullptr || j_hi > p.L_k) return true;
+  if (p.softcap > 0.0f || p.alibi_slopes != nullptr) return true;  // the modifiers, per element
   i_hi = min(i_hi, int64_t(p.L_q));
   if (i_hi <= i_lo) return true;
   if (wl >= 0 && j_lo < i_hi - 1 + off - wl) return true;
@@ -446,9 +456,16 @@ __device__ __forceinline__ bool tile_needs_elementwise(const KernelParams& p, in
   return false;
 }
 
+// The ALiBi slope of (b, h), or 0 without ALiBi.
+__device__ __forceinline__ float alibi_slope(const KernelParams& p, int b, int h) {
+  return p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.0f;
+}
+
 // Scales a 16 x (8 kNT) score fragment to log2 units (x = acc * scale * log2(e)) and, when
-// `elementwise`, applies the per-element rules: -inf where the key is hidden (out of range,
-// causal/window, key padding, bool mask), + mask * log2(e) for an additive mask.
+// `elementwise`, applies the per-element rules: the score modifiers (softcap, then ALiBi with
+// `slope`), -inf where the key is hidden (out of range, causal/window, key padding, bool mask),
+// + mask * log2(e) for an additive mask. With softcap, `tanh_out` (when not null) receives
+// tanh(scale acc / softcap) of every element, for the backward's chain rule.
 //
 // The fragment's rows are query rows (kKeyRows false: forward, dQ) or keys (kKeyRows true: the
 // dK/dV kernel, which computes S^T); this thread holds rows row0 and row0 + 8 and, in n-tile nt,
@@ -457,7 +474,8 @@ __device__ __forceinline__ bool tile_needs_elementwise(const KernelParams& p, in
 template <typename T, int kNT, bool kKeyRows>
 __device__ __forceinline__ void scale_and_mask(const KernelParams& p, float (&s)[kNT][4],
                                                int64_t row0, int64_t col0, bool elementwise,
-                                               const void* mask_bh, const uint8_t* pad_b) {
+                                               const void* mask_bh, const uint8_t* pad_b,
+                                               float slope = 0.0f, float (*tanh_out)[4] = nullptr) {
   if (!elementwise) {
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
@@ -494,7 +512,19 @@ __device__ __forceinline__ void scale_and_mask(const KernelParams& p, float (&s)
 #pragma unroll
       for (int c01 = 0; c01 < 2; ++c01) {
         const int c = nt * 8 + c01;  // column col0 + c
-        float x = s[nt][2 * r + c01] * p.scale_log2;
+        float x;
+        if (p.softcap > 0.0f) {
+          const float th = tanhf(s[nt][2 * r + c01] * p.scale / p.softcap);
+          if (tanh_out) tanh_out[nt][2 * r + c01] = th;
+          x = p.softcap * th * kLog2e;
+        } else {
+          x = s[nt][2 * r + c01] * p.scale_log2;
+        }
+        if (slope != 0.0f) {  // |i + off - j| with i the query, j the key
+          const int64_t i = kKeyRows ? col0 + c : row, j = kKeyRows ? row : col0 + c;
+          const int64_t d = i + off - j;
+          x -= slope * float(d < 0 ? -d : d) * kLog2e;
+        }
         bool visible = c >= c_lo && c <= c_hi;
         if (!kKeyRows && visible && pad_b != nullptr) visible = pad_b[col0 + c] == 0;
         if (visible && p.mask_kind == MaskKind::Bool)
@@ -646,6 +676,10 @@ inline KernelParams make_params(const CudaSdpaParams& s) {
   p.mask_row_stride = s.mask_row_stride, p.mask_col_stride = s.mask_col_stride;
   p.key_padding = s.key_padding;
   p.key_padding_batch_stride = s.key_padding_batch_stride;
+  p.softcap = float(s.softcap);
+  p.alibi_slopes = s.alibi_slopes;
+  p.alibi_batch_stride = s.alibi_batch_stride;
+  p.sinks = s.sinks;
   p.dropout_enabled = s.dropout_p > 0.0;
   p.dropout_threshold = p.dropout_enabled ? dropout_threshold(s.dropout_p) : 0;
   p.dropout_keep_scale = p.dropout_enabled ? dropout_keep_scale(s.dropout_p) : 1.0f;

@@ -7,7 +7,8 @@
 // "split Q" partitioning: no shared-memory reduction between warps). Per key tile of kBc keys:
 //
 //   S = Q K^T            mma.sync m16n8k16, A = Q (ldmatrix), B = K (ldmatrix, keys x dims)
-//   x = S scale log2(e)  (+ mask log2(e); -inf where hidden), per element only where needed
+//   x = S scale log2(e)  (softcap, ALiBi, + mask log2(e); -inf where hidden), per element only
+//                        where needed; sinks start each row's m and l
 //   m' = max(m, rowmax x), P = 2^(x - m'), l = l 2^(m - m') + rowsum P, O = O 2^(m - m')
 //   P *= dropout keep (0 or 1; 1 / (1 - p) is applied with 1 / l at the end)
 //   O += P V             A = P (the S accumulators repacked to 16-bit), B = V (ldmatrix.trans)
@@ -70,10 +71,16 @@ __global__ void __launch_bounds__(FwdShape<kD>::kThreads, 1) sdpa_fwd_kernel(con
 
   float o[kOT][4];
   zero_frags(o);
-  float m[2] = {-INFINITY, -INFINITY};     // running max of each of this thread's rows (log2 units)
-  float l[2] = {0.0f, 0.0f};               // running sum over this thread's columns only
-  const int n_ksteps = (p.D + 15) / 16;    // 16-wide steps over D holding data
-  const int n_vsteps = (p.D_v + 15) / 16;  // 16-wide column pairs of the output holding data
+  // Running max of each of this thread's rows (log2 units) and running sum over this thread's
+  // columns only. A sink starts every row's softmax: m = sink, and 2^(sink - m) = 1 counted once
+  // per row (by the quad's first thread).
+  const float sink2 = p.sinks ? p.sinks[h] * kLog2e : -INFINITY;
+  float m[2] = {sink2, sink2};
+  const float l0 = p.sinks && t == 0 ? 1.0f : 0.0f;
+  float l[2] = {l0, l0};
+  const float slope = alibi_slope(p, b, h);
+  const int n_ksteps = (p.D + 15) / 16;     // 16-wide steps over D holding data
+  const int n_vsteps = (p.D_v + 15) / 16;   // 16-wide column pairs of the output holding data
   const int64_t row0 = i0 + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
   const int64_t bh = int64_t(b) * p.H + h;
 
@@ -90,7 +97,7 @@ __global__ void __launch_bounds__(FwdShape<kD>::kThreads, 1) sdpa_fwd_kernel(con
     // ---- scale, masks --------------------------------------------------------------------------
     const int64_t j0 = int64_t(jb) * kBc;
     const bool elementwise = tile_needs_elementwise(p, i0, i_end, j0, j0 + kBc);
-    scale_and_mask<T, kNT, false>(p, s, row0, j0 + 2 * t, elementwise, mask_bh, pad_b);
+    scale_and_mask<T, kNT, false>(p, s, row0, j0 + 2 * t, elementwise, mask_bh, pad_b, slope);
 
     // ---- online softmax (rows row0 + 8 r) -------------------------------------------------------
 #pragma unroll
