@@ -115,6 +115,28 @@ void register_functional(py::module_& m) {
       py::arg("window_right") = -1, py::arg("softcap") = 0.0, py::arg("alibi_slopes") = py::none(),
       py::arg("sinks") = py::none(), py::arg("generator") = py::none());
   fn.def(
+      "attention_with_kvcache",
+      [](const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& cache_seqlens,
+         const Tensor& block_table, const py::object& scale, bool causal, int64_t window_left,
+         double softcap, const py::object& alibi_slopes, const py::object& sinks) {
+        SdpaOptions o;
+        if (!scale.is_none()) o.scale = scale.cast<double>();
+        o.is_causal = causal;
+        o.window_left = window_left;
+        o.softcap = softcap;
+        o.alibi_slopes = optional_tensor(alibi_slopes);
+        o.sinks = optional_tensor(sinks);
+        Tensor lse;
+        Tensor out = without_gil([&] {
+          return attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, o, &lse);
+        });
+        return py::make_tuple(out, lse);
+      },
+      py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("cache_seqlens"),
+      py::arg("block_table"), py::arg("softmax_scale") = py::none(), py::arg("causal") = false,
+      py::arg("window_left") = -1, py::arg("softcap") = 0.0, py::arg("alibi_slopes") = py::none(),
+      py::arg("sinks") = py::none());
+  fn.def(
       "causal_mask",
       [](int64_t lq, int64_t lk, bool bottom_right) {
         return causal_mask(lq, lk, bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft);

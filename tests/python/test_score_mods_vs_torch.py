@@ -271,3 +271,53 @@ def test_varlen_attention_refuses_bad_offsets():
                                 attn.from_numpy(bad.astype(np.int64)), 6, 6)
     with pytest.raises(ValueError, match="has 2 sequences and cu_seqlens_k 1"):
         AF.varlen_attention(q, q, q, good, attn.from_numpy(np.array([0, 10], np.int64)), 6, 10)
+
+
+@pytest.mark.parametrize("kv_dtype", ["float32", "bfloat16"])
+def test_attention_with_kvcache_matches_each_sequence_alone(kv_dtype):
+    """flash_attn_with_kvcache's arguments: sequences of different lengths in shuffled pages of
+    a pool, attended with softcap, ALiBi and sinks, equal the torch composite on each sequence's
+    keys (bfloat16 pools: on the keys rounded to bfloat16)."""
+    g = torch.Generator().manual_seed(3)
+    B, H, H_kv, D, page, L_q = 3, 4, 2, 16, 5, 2
+    lens = [12, 3, 21]
+    pages = [(n + page - 1) // page for n in lens]
+    num_pages = sum(pages) + 2
+    k_cache = torch.randn(num_pages, page, H_kv, D, generator=g)
+    v_cache = torch.randn(num_pages, page, H_kv, D, generator=g)
+    if kv_dtype == "bfloat16":
+        k_cache, v_cache = k_cache.bfloat16().float(), v_cache.bfloat16().float()
+    order = torch.randperm(num_pages, generator=g).tolist()
+    table = torch.zeros(B, max(pages), dtype=torch.int64)
+    at = 0
+    for b in range(B):
+        for n in range(pages[b]):
+            table[b, n] = order[at]
+            at += 1
+    q = torch.randn(B, L_q, H, D, generator=g)
+    alibi = torch.rand(H, generator=g) * 0.3
+    sinks = torch.randn(H, generator=g)
+    kc, vc = to_attn(k_cache), to_attn(v_cache)
+    if kv_dtype == "bfloat16":
+        kc, vc = kc.to(attn.bfloat16), vc.to(attn.bfloat16)
+    out, lse = AF.attention_with_kvcache(
+        to_attn(q), kc, vc, attn.tensor(lens), to_attn(table), causal=True, softcap=3.0,
+        alibi_slopes=to_attn(alibi), sinks=to_attn(sinks), return_softmax_lse=True)
+    assert tuple(out.shape) == (B, L_q, H, D) and tuple(lse.shape) == (B, H, L_q)
+    for b in range(B):
+        rows = torch.cat([torch.arange(table[b, n] * page, table[b, n] * page + page)
+                          for n in range(pages[b])])[:lens[b]]
+        k = k_cache.reshape(-1, H_kv, D)[rows].transpose(0, 1).unsqueeze(0).double()
+        v = v_cache.reshape(-1, H_kv, D)[rows].transpose(0, 1).unsqueeze(0).double()
+        want = reference(q[b].transpose(0, 1).unsqueeze(0).double(), k, v, scale=D ** -0.5,
+                         is_causal=True, bottom_right=True, softcap=3.0, alibi=alibi.double(),
+                         sinks=sinks.double())
+        got = np.array(out.tolist())[b].transpose(1, 0, 2)
+        np.testing.assert_allclose(got, want[0].numpy(), rtol=2e-5, atol=2e-6)
+    with pytest.raises(ValueError, match=r"block_table\[0, 0\] = 99 points outside the "):
+        bad = table.clone()
+        bad[0, 0] = 99
+        AF.attention_with_kvcache(to_attn(q), kc, vc, attn.tensor(lens), to_attn(bad))
+    with pytest.raises(ValueError, match="window_size right must be -1, or 0 with causal"):
+        AF.attention_with_kvcache(to_attn(q), kc, vc, attn.tensor(lens), to_attn(table),
+                                  window_size=(4, 2))

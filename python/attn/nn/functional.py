@@ -106,6 +106,25 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     return (out, lse) if return_lse else out
 
 
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=None,
+                           causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           sinks=None, return_softmax_lse=False):
+    """Attention against a paged key/value cache with FlashAttention's flash_attn_with_kvcache
+    arguments (without appending new keys: write them into the cache first).
+
+    q (B, L_q, H, D); k_cache, v_cache (num_pages, page_size, H_kv, D), float32 or bfloat16;
+    block_table int64 (B, max_pages) (FlashAttention's is int32); cache_seqlens int64 (B): the
+    keys of each sequence. The queries are each sequence's last L_q positions (causal and the
+    window aligned bottom-right); window_size (left, right) takes right only as causal's 0.
+    Inference only (no autograd). return_softmax_lse also returns the (B, H, L_q) lse."""
+    if window_size[1] not in (-1, 0) or (window_size[1] == 0 and not causal):
+        raise ValueError("attention_with_kvcache: window_size right must be -1, or 0 with causal")
+    out, lse = _F.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
+                                         softmax_scale, bool(causal), int(window_size[0]),
+                                         float(softcap), alibi_slopes, sinks)
+    return (out, lse) if return_softmax_lse else out
+
+
 def causal_mask(L_q, L_k, bottom_right=False):
     """The bool (L_q, L_k) mask of allowed positions under causal masking."""
     return _F.causal_mask(L_q, L_k, bottom_right)
