@@ -540,3 +540,25 @@ def test_gelu_propagates_nan(approximate):
     y.sum().backward()
     assert [math.isnan(v) for v in y.tolist()] == [True, False, True]
     assert [math.isnan(v) for v in a.grad.tolist()] == [True, False, True]
+
+
+def test_paged_cache_from_python_forks_evicts_and_counts_pages():
+    """GPT.make_paged_cache's cache: forward_paged appends, fork shares pages, evict keeps the
+    sinks and the window (positions go on counting), and errors are ValueError."""
+    model = attn.nn.GPT(vocab_size=11, block_size=64, n_layer=1, n_head=2, n_embd=8,
+                        generator=attn.Generator().manual_seed(2))
+    model.eval()
+    cache = model.make_paged_cache(12, page_size=4, kv_dtype="int8")
+    a = cache.add_sequence()
+    logits = model.forward_paged(attn.tensor([list(range(10)) * 2]), cache, [a])
+    assert tuple(logits.shape) == (1, 20, 11)
+    assert cache.length(a) == 20 and cache.free_pages() == 7
+    f = cache.fork(a)
+    assert cache.free_pages() == 7
+    assert cache.evict(a, 4, 6) == 8  # pages 1, 2 go; the sinks (page 0) and 12.. stay
+    assert cache.length(a) == 12 and cache.position(a) == 20
+    assert cache.free_pages() == 7  # the fork still holds the evicted pages
+    cache.remove(f)
+    assert cache.free_pages() == 9
+    with pytest.raises(ValueError, match=r"\[PagedKVCache.length\] no sequence 99"):
+        cache.length(99)
