@@ -20,26 +20,16 @@ The last line is `result: {JSON}`.
 import argparse
 import json
 import math
-import os
 import sys
 
 import numpy as np
-
-import gen_checkpoint as gc
 
 try:
     import attn
 except ImportError as e:
     sys.exit("kv_cache_quality.py: error: cannot import attn (%s); set PYTHONPATH=build/python" % e)
 
-
-def load_model(ckpt):
-    path, config, chars = gc.load_meta(ckpt)
-    config = dict(config, dropout=0.0)
-    model = attn.nn.utils.skip_init(attn.nn.GPT, **config)
-    model.eval()
-    gc.read_into(path, {k: v.detach().numpy() for k, v in model.state_dict().items()})
-    return model, config, chars
+from generate_attn import load_model  # noqa: E402  (an attn checkpoint, weights read in place)
 
 
 def log_softmax(x):
@@ -56,7 +46,8 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
     attn.set_num_threads(a.threads)
-    model, config, chars = load_model(a.ckpt)
+    model, chars = load_model(a.ckpt)
+    config = model.config
     T = config["block_size"]
     with open(a.data, encoding="utf-8") as f:
         text = f.read()

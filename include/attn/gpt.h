@@ -139,6 +139,9 @@ class GPT : public Module {
     double temperature = 1.0;  // > 0
     int64_t top_k = 0;         // 0: no top-k filtering
     bool use_cache = true;     // false: recompute the whole (cropped) sequence every step
+    // Throws attn::Error naming fn for temperature <= 0 or not finite, top_k < 0 or
+    // max_new_tokens < 0.
+    void validate(const char* fn) const;
   };
   // Samples max_new_tokens continuations of idx (B, T) (int64) and returns (B, T + new). Each new
   // token is drawn from softmax(logits / temperature) restricted to the logits >= the top_k-th
@@ -191,6 +194,10 @@ class GPT : public Module {
   // The blocks and ln_f on the embedded tokens x, attend(l, h) being block l's attention step.
   Tensor run_blocks(const Tensor& x,
                     const std::function<Tensor(int64_t, const Tensor&)>& attend) const;
+  // The logits and loss of idx at `positions` (broadcast against idx), every block's attention
+  // step being `attention` (forward_sharded, forward_packed); dropout as forward().
+  Output forward_at_positions(const Tensor& idx, const Tensor& targets, const Tensor& positions,
+                              const MultiheadAttention::AttentionFn& attention) const;
   GPTConfig config_;
 };
 

@@ -168,7 +168,34 @@ void check_idx(const Tensor& idx, const GPTConfig& c, const char* fn, int64_t of
                                    " is outside the vocabulary [0, ", c.vocab_size, ")"));
 }
 
+void check_targets(const Tensor& targets, const Tensor& idx, const char* fn) {
+  if (!targets.defined() || targets.dtype() != Dtype::Int64 || targets.shape() != idx.shape())
+    fail(fn, "targets must be int64 with idx's shape ", shape_str(idx.shape()), ", got ",
+         targets.defined() ? detail::tensor_desc(targets) : std::string("undefined"));
+}
+
 }  // namespace
+
+void GPT::GenerateOptions::validate(const char* fn) const {
+  if (!(temperature > 0.0) || !std::isfinite(temperature))
+    fail(fn, "temperature must be positive and finite, got ", temperature);
+  if (top_k < 0) fail(fn, "top_k must be >= 0 (0 = off), got ", top_k);
+  if (max_new_tokens < 0) fail(fn, "max_new_tokens must be >= 0, got ", max_new_tokens);
+}
+
+GPT::Output GPT::forward_at_positions(const Tensor& idx, const Tensor& targets,
+                                      const Tensor& positions,
+                                      const MultiheadAttention::AttentionFn& attention) const {
+  Tensor x = (*wte)(idx) + (*wpe)(positions);
+  if (drop->p > 0.0) x = (*drop)(x);
+  x = run_blocks(x, [&](int64_t l, const Tensor& in) {
+    return h[std::size_t(l)]->attn->forward_with(in, attention);
+  });
+  Tensor logits = functional::linear(x, wte->weight);
+  const int64_t V = config_.vocab_size;
+  Tensor loss = functional::cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
+  return {logits, loss};
+}
 
 Tensor GPT::forward(const Tensor& idx) const {
   check_idx(idx, config_, "GPT");
@@ -199,11 +226,8 @@ Tensor GPT::attention_maps(const Tensor& idx) const {
 }
 
 GPT::Output GPT::forward(const Tensor& idx, const Tensor& targets) const {
-  const char* fn = "GPT";
   Tensor logits = forward(idx);
-  if (!targets.defined() || targets.dtype() != Dtype::Int64 || targets.shape() != idx.shape())
-    fail(fn, "targets must be int64 with idx's shape ", shape_str(idx.shape()), ", got ",
-         targets.defined() ? detail::tensor_desc(targets) : std::string("undefined"));
+  check_targets(targets, idx, "GPT");
   const int64_t V = config_.vocab_size;
   Tensor loss = functional::cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
   return {logits, loss};
@@ -224,18 +248,8 @@ GPT::Output GPT::forward_sharded(const Tensor& idx, const Tensor& targets, const
         fail(fn, "position ", pc.data_ptr<int64_t>()[i], " is outside [0, block_size ",
              config_.block_size, ")");
   }
-  if (!targets.defined() || targets.dtype() != Dtype::Int64 || targets.shape() != idx.shape())
-    fail(fn, "targets must be int64 with idx's shape ", shape_str(idx.shape()), ", got ",
-         targets.defined() ? detail::tensor_desc(targets) : std::string("undefined"));
-  Tensor x = (*wte)(idx) + (*wpe)(positions);
-  if (drop->p > 0.0) x = (*drop)(x);
-  x = run_blocks(x, [&](int64_t l, const Tensor& in) {
-    return h[std::size_t(l)]->attn->forward_with(in, attention);
-  });
-  Tensor logits = functional::linear(x, wte->weight);
-  const int64_t V = config_.vocab_size;
-  Tensor loss = functional::cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
-  return {logits, loss};
+  check_targets(targets, idx, fn);
+  return forward_at_positions(idx, targets, positions, attention);
 }
 
 GPT::Output GPT::forward_packed(const Tensor& idx, const Tensor& targets,
@@ -243,9 +257,7 @@ GPT::Output GPT::forward_packed(const Tensor& idx, const Tensor& targets,
   const char* fn = "GPT.forward_packed";
   check_idx(idx, config_, fn);
   const int64_t B = idx.size(0), T = idx.size(1);
-  if (!targets.defined() || targets.dtype() != Dtype::Int64 || targets.shape() != idx.shape())
-    fail(fn, "targets must be int64 with idx's shape ", shape_str(idx.shape()), ", got ",
-         targets.defined() ? detail::tensor_desc(targets) : std::string("undefined"));
+  check_targets(targets, idx, fn);
   if (!positions.defined() || positions.dtype() != Dtype::Int64 || positions.shape() != idx.shape())
     fail(fn, "positions must be int64 with idx's shape ", shape_str(idx.shape()), ", got ",
          positions.defined() ? detail::tensor_desc(positions) : std::string("undefined"));
@@ -284,15 +296,7 @@ GPT::Output GPT::forward_packed(const Tensor& idx, const Tensor& targets,
         varlen_attention(flat(q), flat(k), flat(v), cu_seqlens, cu_seqlens, max_len, max_len, so);
     return out.reshape({B, T, H, D}).transpose(1, 2);
   };
-  Tensor x = (*wte)(idx) + (*wpe)(positions);
-  if (drop->p > 0.0) x = (*drop)(x);
-  x = run_blocks(x, [&](int64_t l, const Tensor& in) {
-    return h[std::size_t(l)]->attn->forward_with(in, attention);
-  });
-  Tensor logits = functional::linear(x, wte->weight);
-  const int64_t V = config_.vocab_size;
-  Tensor loss = functional::cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
-  return {logits, loss};
+  return forward_at_positions(idx, targets, positions, attention);
 }
 
 Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) const {
@@ -330,10 +334,7 @@ Tensor GPT::forward_cached(const Tensor& idx, KVCache& cache) const {
 Tensor GPT::generate(const Tensor& idx_in, const GenerateOptions& opt, Generator* gen,
                      const std::function<void(const Tensor&)>& on_token) const {
   const char* fn = "GPT.generate";
-  if (!(opt.temperature > 0.0) || !std::isfinite(opt.temperature))
-    fail(fn, "temperature must be positive and finite, got ", opt.temperature);
-  if (opt.top_k < 0) fail(fn, "top_k must be >= 0 (0 = off), got ", opt.top_k);
-  if (opt.max_new_tokens < 0) fail(fn, "max_new_tokens must be >= 0, got ", opt.max_new_tokens);
+  opt.validate(fn);
   if (!idx_in.defined() || idx_in.dtype() != Dtype::Int64 || idx_in.dim() != 2 ||
       idx_in.size(1) < 1)
     fail(fn, "idx must be int64 (batch, time) with at least one token, got ",

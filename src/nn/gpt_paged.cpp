@@ -92,10 +92,7 @@ std::vector<std::vector<int64_t>> GPT::generate_paged(
     KVCacheDtype kv_dtype, int64_t page_size,
     const std::function<void(const Tensor&)>& on_token) const {
   const char* fn = "GPT.generate_paged";
-  if (!(opt.temperature > 0.0) || !std::isfinite(opt.temperature))
-    fail(fn, "temperature must be positive and finite, got ", opt.temperature);
-  if (opt.top_k < 0) fail(fn, "top_k must be >= 0 (0 = off), got ", opt.top_k);
-  if (opt.max_new_tokens < 0) fail(fn, "max_new_tokens must be >= 0, got ", opt.max_new_tokens);
+  opt.validate(fn);
   if (page_size < 1) fail(fn, "page_size must be >= 1, got ", page_size);
   if (prompts.empty()) fail(fn, "no prompts given");
   const GPTConfig& c = config_;

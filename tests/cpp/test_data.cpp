@@ -22,12 +22,6 @@ using attn::data::TextDataset;
 
 using attn::testing::error_of;
 
-#define EXPECT_ERROR_HAS(stmt, text)                                      \
-  do {                                                                    \
-    const std::string msg_ = error_of([&] { stmt; });                     \
-    EXPECT_NE(msg_.find(text), std::string::npos) << "message: " << msg_; \
-  } while (0)
-
 using attn::testing::TempDir;
 
 std::vector<int64_t> values(const Tensor& t) {

@@ -21,13 +21,6 @@
 namespace {
 
 using attn::Tensor;
-using attn::testing::error_of;
-
-#define EXPECT_ERROR_HAS(stmt, text)                                      \
-  do {                                                                    \
-    const std::string msg_ = error_of([&] { stmt; });                     \
-    EXPECT_NE(msg_.find(text), std::string::npos) << "message: " << msg_; \
-  } while (0)
 
 std::vector<float> floats(const Tensor& t) {
   const Tensor c = t.contiguous();

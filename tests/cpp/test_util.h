@@ -50,6 +50,13 @@ std::string error_of(F&& f) {
   return message;
 }
 
+// Expects `stmt` to throw attn::Error with `text` in its message.
+#define EXPECT_ERROR_HAS(stmt, text)                                      \
+  do {                                                                    \
+    const std::string msg_ = ::attn::testing::error_of([&] { stmt; });    \
+    EXPECT_NE(msg_.find(text), std::string::npos) << "message: " << msg_; \
+  } while (0)
+
 // While alive, writes that would make a file larger than `bytes` fail with EFBIG (SIGXFSZ ignored):
 // a disk that fills up in the middle of a write.
 class FileSizeLimit {

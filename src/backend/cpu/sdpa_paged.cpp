@@ -16,6 +16,7 @@
 
 #include "../attention_kernels.h"
 #include "isa.h"
+#include "sdpa_merge.h"
 #include "simd.h"
 #include "threads.h"
 #include "workspace.h"
@@ -141,28 +142,18 @@ void paged_forward(const SdpaPaged& p) {
   }
   scratch.check();
 
-  // Merge the ranges of each row in order: weights exp(lse_s - max lse), as ring attention does.
-  if (S > 1)
+  // Ranges 1 .. S - 1 folded into range 0's rows, in order, by ring attention's merge (as the
+  // fused kernel's split-K does), then range 0's rows copied to out's (B, L_q, H, D_v) layout.
+  if (S > 1) {
+    for (int64_t s = 1; s < S; ++s)
+      merge_attention_rows(out_s.data(), lse_s.data(), out_s.data() + s * rows * p.D_v,
+                           lse_s.data() + s * rows, p.B * p.H, p.L_q, p.L_q, p.D_v, 0);
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t i = row % p.L_q, h = row / p.L_q % p.H, b = row / p.L_q / p.H;
-      float m = simd::kNegInfF;
-      for (int64_t s = 0; s < S; ++s) m = std::max(m, lse_s[size_t(s * rows + row)]);
-      float* dst = p.out + ((b * p.L_q + i) * p.H + h) * p.D_v;
-      std::fill(dst, dst + p.D_v, 0.0f);
-      if (m == simd::kNegInfF) {  // no key anywhere
-        lse_s[size_t(row)] = m;
-        continue;
-      }
-      float total = 0.0f;
-      for (int64_t s = 0; s < S; ++s) {
-        const float w = std::exp(lse_s[size_t(s * rows + row)] - m);
-        total += w;
-        const float* src = out_s.data() + (s * rows + row) * p.D_v;
-        for (int64_t e = 0; e < p.D_v; ++e) dst[e] += w * src[e];
-      }
-      for (int64_t e = 0; e < p.D_v; ++e) dst[e] /= total;
-      lse_s[size_t(row)] = m + std::log(total);
+      const float* src = out_s.data() + row * p.D_v;
+      std::copy(src, src + p.D_v, p.out + ((b * p.L_q + i) * p.H + h) * p.D_v);
     }
+  }
   if (p.lse) std::copy(lse_s.begin(), lse_s.begin() + rows, p.lse);
 }
 
