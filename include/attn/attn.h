@@ -2,6 +2,7 @@
 #pragma once
 
 #include <attn/attention.h>
+#include <attn/flex.h>
 #include <attn/autograd.h>
 #include <attn/common.h>
 #include <attn/device.h>

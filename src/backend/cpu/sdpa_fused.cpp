@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "flex_eval.h"
 #include "sdpa_merge.h"
 #include "sdpa_score_mods.h"
 #include "simd.h"
@@ -41,6 +42,12 @@ struct Workspace {
   int64_t* mask_off = nullptr;       // (BR)   offset of each lane's mask row
   uint64_t* drop_base = nullptr;     // (BR)   dropout generator state of each lane at key 0
   const RelBiasRows* rel = nullptr;  // the call's relative-bias rows (shared by the threads)
+  // flex_attention: this thread's evaluators of score_mod and mask_mod (null: none), the lanes'
+  // heads and a tile's key indices as int32.
+  flex::Evaluator* flex_score = nullptr;
+  flex::Evaluator* flex_mask = nullptr;
+  alignas(64) int32_t flex_h[64];
+  alignas(64) int32_t flex_kv[64];
 
   // Bytes of each buffer, each rounded up to whole cache lines.
   static std::array<size_t, 7> sizes(int64_t D, int64_t D_v, int BR, int BC, int W, int rows_max) {
@@ -264,12 +271,19 @@ void sdpa_fused_forward(const SdpaParams& p) {
 #pragma omp parallel if (parallel) num_threads(num_threads())
   {
     std::optional<Workspace> wso;
-    scratch.allocate([&] { wso.emplace(p.D, p.D_v, BR, impl.BC, impl.W, impl.rows_max); });
+    std::optional<flex::Evaluator> flex_score, flex_mask;
+    scratch.allocate([&] {
+      wso.emplace(p.D, p.D_v, BR, impl.BC, impl.W, impl.rows_max);
+      if (p.flex && p.flex->score) flex_score.emplace(*p.flex->score, BR * impl.BC);
+      if (p.flex && p.flex->mask) flex_mask.emplace(*p.flex->mask, BR * impl.BC);
+    });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       if (scratch.failed()) continue;  // reported after the region
       Workspace& ws = *wso;
       ws.rel = &rel;
+      ws.flex_score = flex_score ? &*flex_score : nullptr;
+      ws.flex_mask = flex_mask ? &*flex_mask : nullptr;
       const SdpaParams& ps = parts[size_t(item % S)];  // the key range
       const int64_t b = item / S / (p.H_kv * blocks_per_kv);
       const int64_t h_kv = item / S / blocks_per_kv % p.H_kv;
@@ -292,6 +306,9 @@ void sdpa_fused_forward(const SdpaParams& p) {
         ws.lane_h[lane] = ws.lane_h[0], ws.lane_i[lane] = ws.lane_i[0];
       impl.block(ps, b, h_kv, rows, ws);
     }
+    if (p.flex && p.flex->errors)
+      for (const auto* e : {&flex_score, &flex_mask})
+        if (*e && (*e)->error().set) p.flex->errors->report((*e)->error());
   }
   scratch.check();
   if (S > 1) merge_splits(p, S, out_s, lse_s);

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "dot.h"
+#include "flex_eval.h"
 #include "sdpa_fused.h"
 #include "sdpa_fused_backward_tiles.h"
 #include "sdpa_score_mods.h"
@@ -126,6 +128,11 @@ struct Scratch {
   std::vector<float> kpad;  // (kBc)        key padding as 0 / -inf
   std::vector<int32_t> col_lo, col_hi;  // (kBr) visible columns of each row of a partial tile
   std::vector<int32_t> row_lo, row_hi;  // (kBc) rows that see each key of a partial tile
+  // flex_attention: the scores score_mod was given (kBr, kBc), the evaluators, the tile's
+  // coordinates.
+  std::vector<float> fx_s;
+  std::optional<flex::Evaluator> fx_score, fx_mask;
+  std::vector<int32_t> fx_h, fx_q, fx_kv;
 };
 
 // Visibility from causal masking and the sliding window (SdpaBand, sdpa_params.h), as offsets
@@ -160,6 +167,9 @@ struct Driver {
   RelBiasRows rel;
   bool score_bias = false;
   std::vector<ModGradSums> unit_mod_grads;
+  // flex_attention: per work unit, the sums of the captured tensors' gradients (empty when no
+  // captured tensor wants one).
+  std::vector<flex::TensorGradSums> unit_flex_grads;
 
   Driver(const SdpaBackwardParams& bp_, IsaKernels isa_) : bp(bp_), p(bp_.fwd), isa(isa_) {}
 
@@ -172,9 +182,10 @@ struct Driver {
   }
 
   void run(bool parallel);
-  void unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc, ModGradSums* mod_grads);
+  void unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc, ModGradSums* mod_grads,
+            flex::TensorGradSums* flex_grads);
   void key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scratch& sc,
-                 ModGradSums* mod_grads);
+                 ModGradSums* mod_grads, flex::TensorGradSums* flex_grads);
   void add_mod_grads();
 
   // Adds a tile's bias gradients ds (nr x nc, row stride kBc; rows i0.., keys j0..) to the unit's
@@ -243,9 +254,13 @@ void Driver::run(bool parallel) {
   if (const ModGradSums sums(p, by_units, G); !sums.empty()) {
     unit_mod_grads.assign(size_t(B * p.H_kv * C), sums);
   }
+  const flex::FlexCall* fx = p.flex;
+  if (fx && fx->score && fx->score->wants_tensor_grads())
+    unit_flex_grads.assign(size_t(B * p.H_kv * C), flex::TensorGradSums(*fx->score));
 
-  // ---- per-row statistics; zero dq when it is accumulated in place -----------------------------
-  // (collapse: each thread's first row is divided out into (b, h, i) once, not every row)
+    // ---- per-row statistics; zero dq when it is accumulated in place
+    // ----------------------------- (collapse: each thread's first row is divided out into (b, h,
+    // i) once, not every row)
 #pragma omp parallel for collapse(3) schedule(static) if (parallel) num_threads(num_threads())
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
@@ -293,17 +308,37 @@ void Driver::run(bool parallel) {
       sc.col_hi.resize(size_t(kBr));
       sc.row_lo.resize(size_t(kBc));
       sc.row_hi.resize(size_t(kBc));
+      if (fx) {
+        sc.fx_s.resize(size_t(kBr * kBc));
+        sc.fx_h.resize(size_t(kBr));
+        sc.fx_q.resize(size_t(kBr));
+        sc.fx_kv.resize(size_t(kBc));
+        if (fx->score) sc.fx_score.emplace(*fx->score, int(kBr * kBc));
+        if (fx->mask) sc.fx_mask.emplace(*fx->mask, int(kBr * kBc));
+      }
     });
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; ++u) {
       if (scratch.failed()) continue;  // reported after the region
       const int64_t chunk = u % C, bh = u / C;
       unit(bh / p.H_kv, bh % p.H_kv, chunk, sc,
-           unit_mod_grads.empty() ? nullptr : &unit_mod_grads[size_t(u)]);
+           unit_mod_grads.empty() ? nullptr : &unit_mod_grads[size_t(u)],
+           unit_flex_grads.empty() ? nullptr : &unit_flex_grads[size_t(u)]);
     }
+    if (fx && fx->errors)
+      for (const auto* e : {&sc.fx_score, &sc.fx_mask})
+        if (*e && (*e)->error().set) fx->errors->report((*e)->error());
   }
   scratch.check();
   add_mod_grads();
+  // The captured tensors' gradients, unit after unit.
+  for (const flex::TensorGradSums& sums : unit_flex_grads)
+    for (size_t t = 0; t < sums.sums.size(); ++t) {
+      float* out = t < fx->tensor_grads.size() ? fx->tensor_grads[t] : nullptr;
+      if (!out) continue;
+      const std::vector<double>& sum = sums.sums[t];
+      for (size_t x = 0; x < sum.size(); ++x) out[x] += float(sum[x]);
+    }
 
   // ---- dq = sum of the chunks, in chunk order --------------------------------------------------
   if (n_buf == 0) return;
@@ -323,8 +358,10 @@ void Driver::run(bool parallel) {
       }
 }
 
-void Driver::unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc, ModGradSums* mod_grads) {
-  for (int64_t kb = chunk; kb < nkb; kb += C) key_block(b, h_kv, chunk, kb, sc, mod_grads);
+void Driver::unit(int64_t b, int64_t h_kv, int64_t chunk, Scratch& sc, ModGradSums* mod_grads,
+                  flex::TensorGradSums* flex_grads) {
+  for (int64_t kb = chunk; kb < nkb; kb += C)
+    key_block(b, h_kv, chunk, kb, sc, mod_grads, flex_grads);
 }
 
 // The parameter gradients of the score modifiers, in a fixed order: the sinks' from the per-row
@@ -348,7 +385,7 @@ void Driver::add_mod_grads() {
 }
 
 void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scratch& sc,
-                       ModGradSums* mod_grads) {
+                       ModGradSums* mod_grads, flex::TensorGradSums* flex_grads) {
   const int64_t D = p.D, D_v = p.D_v, L_q = p.L_q;
   const int64_t j0 = kb * kBc, nc = std::min(kBc, p.L_k - j0);
   const float* k = p.k + b * p.k_batch_stride + h_kv * p.k_head_stride + j0 * p.k_row_stride;
@@ -395,6 +432,13 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
       const int64_t nr = std::min(kBr, L_q - i0);
       const float* q_t = q + i0 * p.q_row_stride;            // (nr, D)
       const float* dout_t = dout + i0 * bp.dout_row_stride;  // (nr, D_v)
+      // flex_attention's block mask: an empty tile adds nothing, a full one skips mask_mod.
+      const flex::FlexCall* fx = p.flex;
+      flex::TileKind fx_kind = flex::TileKind::Full;
+      if (fx) {
+        fx_kind = fx->classify(b, h, h, i0, i0 + nr - 1, j0, j1 - 1);
+        if (fx_kind == flex::TileKind::Empty) continue;
+      }
 
       // Causal masking and the window: a tile entirely inside the band needs nothing, a partial
       // one gets each row's visible columns and each key's rows, and its products skip what lies
@@ -467,6 +511,31 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
         bias = sc.kpad.data();
       }
 
+      // flex_attention: S = score_mod(scale q . k) (the input kept for the backward of score_mod),
+      // mask_mod's -inf (and the keys past L_k) as the bias; the tile then runs with scale 1.
+      flex::Grid fx_grid;
+      if (fx) {
+        for (int64_t r = 0; r < nr; ++r)
+          sc.fx_h[size_t(r)] = int32_t(h), sc.fx_q[size_t(r)] = int32_t(i0 + r);
+        for (int64_t jj = 0; jj < kBc; ++jj)
+          sc.fx_kv[size_t(jj)] = int32_t(j0 + std::min(jj, nc - 1));
+        fx_grid.n_outer = int(nr), fx_grid.ld = int(kBc), fx_grid.b = int32_t(b);
+        fx_grid.h = sc.fx_h.data(), fx_grid.q = sc.fx_q.data(), fx_grid.kv = sc.fx_kv.data();
+        fx_grid.h_outer = fx_grid.q_outer = true;
+        const int64_t n = nr * kBc;
+        for (int64_t e = 0; e < n; ++e) sc.S[size_t(e)] *= scale;
+        if (sc.fx_score) {
+          std::copy(sc.S.begin(), sc.S.begin() + n, sc.fx_s.begin());
+          sc.fx_score->apply_score(fx_grid, sc.S.data());
+        }
+        float* brow = sc.bias.data();
+        std::fill(brow, brow + n, 0.0f);
+        if (sc.fx_mask && fx_kind == flex::TileKind::Partial) sc.fx_mask->apply_mask(fx_grid, brow);
+        for (int64_t r = 0; r < nr; ++r)
+          std::fill(brow + r * kBc + nc, brow + (r + 1) * kBc, -kInf);
+        bias = brow, ld_bias = kBc;
+      }
+
       // Dropout factors, regenerated from the seed (or read from the materialised factors).
       const float* z = nullptr;
       if (p.dropout_scale) {
@@ -485,9 +554,14 @@ void Driver::key_block(int64_t b, int64_t h_kv, int64_t chunk, int64_t kb, Scrat
       }
 
       float* ds_mod = mod_grads ? sc.ds.data() : nullptr;
-      isa.tile({nr, sc.S.data(), sc.dP.data(), lse.data() + row0 + i0, Di.data() + row0 + i0, scale,
-                bias, ld_bias, z, inside ? nullptr : sc.col_lo.data(),
+      isa.tile({nr, sc.S.data(), sc.dP.data(), lse.data() + row0 + i0, Di.data() + row0 + i0,
+                fx ? 1.0f : scale, bias, ld_bias, z, inside ? nullptr : sc.col_lo.data(),
                 inside ? nullptr : sc.col_hi.data(), float(p.softcap), ds_mod});
+      if (fx) {  // dP holds d loss / d score_mod's output: through score_mod, then the scale
+        const int64_t n = nr * kBc;
+        if (sc.fx_score) sc.fx_score->backward(fx_grid, sc.fx_s.data(), sc.dP.data(), flex_grads);
+        for (int64_t e = 0; e < n; ++e) sc.dP[size_t(e)] *= scale;
+      }
       if (ds_mod) add_bias_grads(i0, nr, j0, nc, g, ds_mod, *mod_grads);
 
       // B operands with padded rows when the head dims are not multiples of 8.

@@ -57,6 +57,10 @@
 
 namespace attn::kernels {
 
+namespace flex {
+struct FlexCall;
+}
+
 // The CPU kernels' parameters: the geometry (sdpa_params.h) and float32 tensors.
 struct SdpaParams : SdpaGeometry {
   const float* q = nullptr;  // (B, H,    L_q, D)
@@ -76,6 +80,11 @@ struct SdpaParams : SdpaGeometry {
   // this call covers, on top of every other rule; the results are then those of attention over
   // these keys alone.
   int64_t key_lo = 0, key_hi = INT64_MAX;
+
+  // flex_attention's traced score_mod, mask_mod and block mask (flex_eval.h): the fused kernels
+  // only (forward and backward). The built-in modifiers, masks, the band and dropout are then
+  // unused.
+  const ::attn::kernels::flex::FlexCall* flex = nullptr;
 };
 
 // The gradient pass. "In the forward pass this was out = softmax(scale * q k^T + mask) v with
