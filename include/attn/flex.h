@@ -122,7 +122,10 @@ class Captured {
   Expr operator()(const I&... index) const {
     return at(std::vector<Expr>{Expr(index)...});
   }
-  Expr at(const std::vector<Expr>& index) const;
+  Expr at(const std::vector<Expr>& index) const { return at(index, Expr(0)); }
+  // The same, in the trace of `context` when no index is traced (a 0-dim tensor read as a value:
+  // score * temperature).
+  Expr at(const std::vector<Expr>& index, const Expr& context) const;
   const Tensor& tensor() const { return tensor_; }
 
  private:

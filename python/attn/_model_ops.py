@@ -270,4 +270,6 @@ def where(condition, input=None, other=None):
         return nonzero(condition, as_tuple=True)
     if input is None or other is None:
         raise TypeError("where() takes a condition alone, or a condition, input and other")
+    if any(type(x) is _C.flex.Expr for x in (condition, input, other)):  # a traced modifier
+        return _C.flex.where(condition, input, other)
     return _C.where(condition, input, other)

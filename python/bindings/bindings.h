@@ -40,6 +40,7 @@ void register_random(py::module_& m);      // attn.Generator, seeds, rand / rand
 void register_ops(py::module_& m);         // attn.tensor, zeros, ..., softmax, matmul, where, cat
 void register_ops_select(py::module_& m);  // multinomial, topk, sort, clamp, gather, split, ...
 void register_functional(py::module_& m);  // attn.nn.functional (_C.functional)
+void register_flex(py::module_& m);        // attn._C.flex: flex_attention's tracer and kernels
 void register_nn(py::module_& m);          // attn.nn.init and the C++ modules (_C.init, _C.modules)
 void register_optim(py::module_& m);       // attn.optim (_C.optim)
 void register_distributed(py::module_& m);  // attn.distributed (_C.distributed)

@@ -28,6 +28,7 @@ PYBIND11_MODULE(_C, m) {
   attn::python::register_ops(m);
   attn::python::register_ops_select(m);
   attn::python::register_functional(m);
+  attn::python::register_flex(m);  // after ops: adds traced overloads to abs, exp, ...
   attn::python::register_nn(m);
   attn::python::register_distributed(m);
   attn::python::register_optim(m);

@@ -288,7 +288,7 @@ Captured::Captured(Tensor tensor) : tensor_(std::move(tensor)) {
          ": expected float32, int64 or bool");
 }
 
-Expr Captured::at(const std::vector<Expr>& index) const {
+Expr Captured::at(const std::vector<Expr>& index, const Expr& context) const {
   if (int64_t(index.size()) != tensor_.dim())
     fail(kTrace, "captured tensor ", detail::tensor_desc(tensor_), " indexed with ", index.size(),
          " indices: a modifier must read single elements (one index per dimension)");
@@ -302,6 +302,7 @@ Expr Captured::at(const std::vector<Expr>& index) const {
       tr = x.trace();
     }
   }
+  if (!tr) tr = context.trace();
   if (!tr)
     fail(kTrace, "captured tensor ", detail::tensor_desc(tensor_),
          " indexed with constants only: index it with b, h, q_idx or kv_idx (or read the "

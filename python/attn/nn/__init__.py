@@ -5,7 +5,7 @@ from .. import _unsupported
 from . import functional, init, parallel, utils
 from .activation import GELU, Identity, ReLU, SiLU, Sigmoid, Tanh
 from .container import ModuleDict, ModuleList, Sequential
-from .attention import MultiheadAttention
+from .multihead import MultiheadAttention
 from .modules import (GPT, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, Module,
                       NonDynamicallyQuantizableLinear, Parameter, RMSNorm)
 

@@ -160,8 +160,6 @@ ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n) {
 }
 ATTN_ISA_VARIANTS(void, exec, (Op op, Type t, Type ta, const Regs& r, int n), (op, t, ta, r, n))
 
-bool is_leaf(Op op) { return op <= Op::Load; }
-
 // Whether d(op)/d(operand) can be non-zero: the differentiable operations on Float values.
 bool differentiable(Op op) {
   switch (op) {
