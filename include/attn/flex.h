@@ -179,6 +179,12 @@ class BlockMask {
   const flex::Modifier& mask_mod() const { return mask_mod_; }
   // (B, H, nq, nkv) bytes: 0 empty, 1 partial, 2 full.
   const std::vector<uint8_t>& kinds() const { return kinds_; }
+  // The same at the kernels' granularity: blocks of fine_q x fine_kv (64 where the block sizes
+  // are multiples of 64, else the block sizes), so that the 64 x 64 tiles of a partial block are
+  // skipped or unmasked on their own. (B, H, ceil(Q_LEN / fine_q), ceil(KV_LEN / fine_kv)).
+  const std::vector<uint8_t>& fine_kinds() const { return fine_kinds_; }
+  int64_t fine_q() const { return fine_q_; }
+  int64_t fine_kv() const { return fine_kv_; }
   int64_t num_q_blocks() const { return (Q_LEN + Q_BLOCK_SIZE - 1) / Q_BLOCK_SIZE; }
   int64_t num_kv_blocks() const { return (KV_LEN + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE; }
   // torch's fields: kv_num_blocks (B, H, nq) and kv_indices (B, H, nq, nkv) of the partial blocks,
@@ -196,11 +202,13 @@ class BlockMask {
 
   // Internal: built by create_block_mask.
   BlockMask(flex::Modifier mask_mod, int64_t B, int64_t H, int64_t Q_LEN, int64_t KV_LEN,
-            int64_t q_block, int64_t kv_block, std::vector<uint8_t> kinds);
+            int64_t q_block, int64_t kv_block, std::vector<uint8_t> fine_kinds, int64_t fine_q,
+            int64_t fine_kv);
 
  private:
   flex::Modifier mask_mod_;
-  std::vector<uint8_t> kinds_;
+  std::vector<uint8_t> kinds_, fine_kinds_;
+  int64_t fine_q_ = 0, fine_kv_ = 0;
 };
 
 // torch's create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, BLOCK_SIZE): B or H of 1 (torch's None)

@@ -90,11 +90,11 @@ struct Node {
   int32_t first = 0;               // Load: its index nodes are load_index[first .. first + rank)
 };
 
-// A tensor a modifier captured: float32 (values), int32/int64 (Int) or bool, on the CPU, read
+// A tensor a modifier captured: float32 (values), int64 (read as Int) or bool (at most 8 dims), on the CPU, read
 // through its strides. grad (float32, contiguous in sizes) receives the gradient of a float
 // tensor that requires it: the backward adds to it.
 struct Captured {
-  enum class Kind : uint8_t { Float32, Int32, Int64, Bool } kind = Kind::Float32;
+  enum class Kind : uint8_t { Float32, Int64, Bool } kind = Kind::Float32;
   const void* data = nullptr;
   std::vector<int64_t> sizes, strides;
   bool requires_grad = false;

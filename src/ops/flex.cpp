@@ -76,7 +76,7 @@ int32_t place(const std::shared_ptr<Trace>& tr, const Expr& x, Expr::Type to) {
     if (to == Expr::Type::Float)
       n.fvalue = float(x.constant());
     else if (to == Expr::Type::Int)
-      n.ivalue = int32_t(x.constant());
+      n.ivalue = int32_t(std::clamp(x.constant(), -2147483648.0, 2147483647.0));
     else
       n.ivalue = x.constant() != 0.0;
     return append(*tr, n);
@@ -119,7 +119,10 @@ double fold(kf::Op op, double a, double b, Expr::Type t) {
 
 Expr constant(double value, Expr::Type t) {
   if (t == Expr::Type::Float) return Expr(value);
-  if (t == Expr::Type::Int) return Expr(int64_t(value));
+  if (t == Expr::Type::Int) {  // int32 arithmetic wraps, as the kernels' does
+    const double v = std::isfinite(value) && std::fabs(value) < 9e18 ? std::trunc(value) : 0.0;
+    return Expr(int64_t(int32_t(uint32_t(uint64_t(int64_t(v))))));
+  }
   return Expr(value != 0.0);
 }
 
@@ -161,7 +164,10 @@ Expr math(kf::Op op, const Expr& a, double (*f)(double)) {
 Expr::Expr(double value) : type_(Type::Float), value_(value) {}
 Expr::Expr(float value) : type_(Type::Float), value_(value) {}
 Expr::Expr(int value) : type_(Type::Int), value_(value) {}
-Expr::Expr(int64_t value) : type_(Type::Int), value_(double(value)) {}
+Expr::Expr(int64_t value) : type_(Type::Int), value_(double(value)) {
+  if (value < INT32_MIN || value > INT32_MAX)
+    fail(kTrace, "the integer constant ", value, " is outside int32: traced integers are 32-bit");
+}
 Expr::Expr(bool value) : type_(Type::Bool), value_(value ? 1.0 : 0.0) {}
 
 std::string Expr::str() const {
@@ -286,6 +292,17 @@ Captured::Captured(Tensor tensor) : tensor_(std::move(tensor)) {
   if (d != Dtype::Float32 && d != Dtype::Int64 && d != Dtype::Bool)
     fail(kTrace, "captured tensor ", detail::tensor_desc(tensor_),
          ": expected float32, int64 or bool");
+  if (tensor_.dim() > 8)
+    fail(kTrace, "captured tensor ", detail::tensor_desc(tensor_), " has more than 8 dims");
+  int64_t span = 0;  // the largest element offset: the kernels index with int32
+  for (int64_t d = 0; d < tensor_.dim(); ++d) {
+    if (tensor_.size(d) >= (int64_t(1) << 31) || tensor_.stride(d) < 0)
+      fail(kTrace, "captured tensor ", detail::tensor_desc(tensor_), " is too large");
+    span += (tensor_.size(d) - 1) * tensor_.stride(d);
+  }
+  if (span >= (int64_t(1) << 31))
+    fail(kTrace, "captured tensor ", detail::tensor_desc(tensor_),
+         " spans more than 2^31 elements: the kernels index captured tensors with int32");
 }
 
 Expr Captured::at(const std::vector<Expr>& index, const Expr& context) const {
@@ -466,7 +483,8 @@ kf::Program bind(const flex::Modifier& m) {
 }  // namespace
 
 BlockMask::BlockMask(flex::Modifier mask_mod, int64_t B_, int64_t H_, int64_t Q_LEN_,
-                     int64_t KV_LEN_, int64_t q_block, int64_t kv_block, std::vector<uint8_t> kinds)
+                     int64_t KV_LEN_, int64_t q_block, int64_t kv_block,
+                     std::vector<uint8_t> fine_kinds, int64_t fine_q, int64_t fine_kv)
     : B(B_),
       H(H_),
       Q_LEN(Q_LEN_),
@@ -474,7 +492,29 @@ BlockMask::BlockMask(flex::Modifier mask_mod, int64_t B_, int64_t H_, int64_t Q_
       Q_BLOCK_SIZE(q_block),
       KV_BLOCK_SIZE(kv_block),
       mask_mod_(std::move(mask_mod)),
-      kinds_(std::move(kinds)) {}
+      fine_kinds_(std::move(fine_kinds)),
+      fine_q_(fine_q),
+      fine_kv_(fine_kv) {
+  // The blocks from the fine ones: empty (full) when all of theirs are.
+  const int64_t nq = num_q_blocks(), nkv = num_kv_blocks();
+  const int64_t nfq = (Q_LEN + fine_q - 1) / fine_q, nfkv = (KV_LEN + fine_kv - 1) / fine_kv;
+  const int64_t rq = q_block / fine_q, rkv = kv_block / fine_kv;
+  kinds_.assign(size_t(B * H * nq * nkv), 0);
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    for (int64_t qb = 0; qb < nq; ++qb)
+      for (int64_t kb = 0; kb < nkv; ++kb) {
+        bool all_empty = true, all_full = true;
+        for (int64_t fq = qb * rq; fq < std::min(nfq, (qb + 1) * rq); ++fq)
+          for (int64_t fk = kb * rkv; fk < std::min(nfkv, (kb + 1) * rkv); ++fk) {
+            const auto k = kf::TileKind(fine_kinds_[size_t((bh * nfq + fq) * nfkv + fk)]);
+            all_empty &= k == kf::TileKind::Empty;
+            all_full &= k == kf::TileKind::Full;
+          }
+        kinds_[size_t((bh * nq + qb) * nkv + kb)] = uint8_t(all_empty  ? kf::TileKind::Empty
+                                                            : all_full ? kf::TileKind::Full
+                                                                       : kf::TileKind::Partial);
+      }
+}
 
 BlockMask create_block_mask(const flex::MaskMod& mask_mod, int64_t B, int64_t H, int64_t Q_LEN,
                             int64_t KV_LEN, int64_t BLOCK_SIZE) {
@@ -496,14 +536,16 @@ BlockMask create_block_mask(const flex::Modifier& mask_mod, int64_t B, int64_t H
   if (B >= big || H >= big || Q_LEN >= big || KV_LEN >= big)
     fail(fn, "sizes must be below 2^30 (indices are int32), got ", B, ", ", H, ", ", Q_LEN, ", ",
          KV_LEN);
-  const int64_t nq = (Q_LEN + Q_BLOCK_SIZE - 1) / Q_BLOCK_SIZE;
-  const int64_t nkv = (KV_LEN + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE;
-  std::vector<uint8_t> kinds(size_t(B * H * nq * nkv));
+  const int64_t fq = Q_BLOCK_SIZE % 64 == 0 ? 64 : Q_BLOCK_SIZE;
+  const int64_t fkv = KV_BLOCK_SIZE % 64 == 0 ? 64 : KV_BLOCK_SIZE;
+  const int64_t nfq = (Q_LEN + fq - 1) / fq, nfkv = (KV_LEN + fkv - 1) / fkv;
+  std::vector<uint8_t> kinds(size_t(B * H * nfq * nfkv));
   const kf::Program prog = bind(mask_mod);
   kf::ErrorSlot errors;
-  kf::classify_blocks(prog, B, H, Q_LEN, KV_LEN, Q_BLOCK_SIZE, KV_BLOCK_SIZE, kinds.data(), errors);
+  kf::classify_blocks(prog, B, H, Q_LEN, KV_LEN, fq, fkv, kinds.data(), errors);
   if (errors.error().set) index_error(errors.error(), prog, "mask_mod");
-  return BlockMask(mask_mod, B, H, Q_LEN, KV_LEN, Q_BLOCK_SIZE, KV_BLOCK_SIZE, std::move(kinds));
+  return BlockMask(mask_mod, B, H, Q_LEN, KV_LEN, Q_BLOCK_SIZE, KV_BLOCK_SIZE, std::move(kinds), fq,
+                   fkv);
 }
 
 namespace {
@@ -646,10 +688,11 @@ struct Flex {
     if (bm) {
       mask = bind(bm->mask_mod());
       call.mask = &mask;
-      call.blocks = bm->kinds().data();
+      call.blocks = bm->fine_kinds().data();
       call.blocks_B = bm->B, call.blocks_H = bm->H;
-      call.nq = bm->num_q_blocks(), call.nkv = bm->num_kv_blocks();
-      call.q_block = bm->Q_BLOCK_SIZE, call.kv_block = bm->KV_BLOCK_SIZE;
+      call.q_block = bm->fine_q(), call.kv_block = bm->fine_kv();
+      call.nq = (bm->Q_LEN + call.q_block - 1) / call.q_block;
+      call.nkv = (bm->KV_LEN + call.kv_block - 1) / call.kv_block;
     }
     call.errors = &errors;
   }

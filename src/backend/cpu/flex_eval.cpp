@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <memory>
 
 #include "isa.h"
 #include "threads.h"
@@ -13,6 +15,10 @@ namespace attn::kernels::flex {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// The shape of a node's value over a tile: bit 0 varies along the outer dimension, bit 1 along
+// the inner one.
+constexpr uint8_t kScalar = 0, kOuter = 1, kInner = 2, kFull = 3;
 
 // The registers of one operation: its output and up to three operands, as float or int views.
 struct Regs {
@@ -25,11 +31,12 @@ struct Regs {
 // Python's (and torch's) floor division and remainder of integers; 0 for a zero divisor.
 inline int32_t floor_div(int32_t a, int32_t b) {
   if (b == 0) return 0;
+  if (b == -1) return int32_t(0u - uint32_t(a));  // INT32_MIN / -1 wraps
   const int32_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 inline int32_t floor_mod(int32_t a, int32_t b) {
-  if (b == 0) return 0;
+  if (b == 0 || b == -1) return 0;
   const int32_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
@@ -46,13 +53,13 @@ ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n) {
       if (fl)
         for (int e = 0; e < n; ++e) fo[e] = -fa[e];
       else
-        for (int e = 0; e < n; ++e) io[e] = -ia[e];
+        for (int e = 0; e < n; ++e) io[e] = int32_t(0u - uint32_t(ia[e]));  // wraps, as int32
       break;
     case Op::Abs:
       if (fl)
         for (int e = 0; e < n; ++e) fo[e] = std::fabs(fa[e]);
       else
-        for (int e = 0; e < n; ++e) io[e] = ia[e] < 0 ? -ia[e] : ia[e];
+        for (int e = 0; e < n; ++e) io[e] = ia[e] < 0 ? int32_t(0u - uint32_t(ia[e])) : ia[e];
       break;
     case Op::Exp:
       for (int e = 0; e < n; ++e) fo[e] = std::exp(fa[e]);
@@ -87,9 +94,15 @@ ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n) {
     case Op::ToFloat:
       for (int e = 0; e < n; ++e) fo[e] = float(ia[e]);
       break;
-    case Op::ToInt:  // torch's .to(int32): toward zero (values outside int32 are the caller's)
+    case Op::ToInt:  // torch's .to(int32): toward zero; NaN gives 0, values beyond saturate
       if (fl)
-        for (int e = 0; e < n; ++e) io[e] = std::isfinite(fa[e]) ? int32_t(fa[e]) : 0;
+        for (int e = 0; e < n; ++e) {
+          const float x = fa[e];
+          io[e] = x != x                ? 0
+                  : x >= 2147483648.0f  ? INT32_MAX
+                  : x <= -2147483648.0f ? INT32_MIN
+                                        : int32_t(x);
+        }
       else
         for (int e = 0; e < n; ++e) io[e] = ia[e];
       break;
@@ -160,6 +173,29 @@ ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n) {
 }
 ATTN_ISA_VARIANTS(void, exec, (Op op, Type t, Type ta, const Regs& r, int n), (op, t, ta, r, n))
 
+// off[e] (= 0 first) += the element offset of index x[e] in a dimension of `size` (negative
+// indices count from the end; one outside reads offset 0). Returns whether one was outside.
+ATTN_ISA_INLINE bool load_offsets_body(const int32_t* x, int n, int32_t size, int32_t stride,
+                                       int32_t* off, bool first) {
+  int32_t bad = 0;
+  for (int e = 0; e < n; ++e) {
+    const int32_t v = x[e] < 0 ? x[e] + size : x[e];
+    const int32_t out = uint32_t(v) >= uint32_t(size);
+    bad |= out;
+    off[e] = (first ? 0 : off[e]) + (out ? 0 : v) * stride;
+  }
+  return bad != 0;
+}
+ATTN_ISA_VARIANTS(bool, load_offsets,
+                  (const int32_t* x, int n, int32_t size, int32_t stride, int32_t* off, bool first),
+                  (x, n, size, stride, off, first))
+
+ATTN_ISA_INLINE void gather_f32_body(const float* src, const int32_t* off, float* out, int n) {
+  for (int e = 0; e < n; ++e) out[e] = src[off[e]];
+}
+ATTN_ISA_VARIANTS(void, gather_f32, (const float* src, const int32_t* off, float* out, int n),
+                  (src, off, out, n))
+
 // Whether d(op)/d(operand) can be non-zero: the differentiable operations on Float values.
 bool differentiable(Op op) {
   switch (op) {
@@ -207,46 +243,66 @@ Evaluator::Evaluator(const Program& program, int capacity) : prog_(program), cap
     needs_grad_[k] = g && node.type == Type::Float;
     if (needs_grad_[k]) adj_slot_[k] = na++;
   }
-  fregs_.assign(size_t(nf) * size_t(cap_), 0.0f);
-  iregs_.assign(size_t(ni) * size_t(cap_), 0);
-  adjs_.assign(size_t(na) * size_t(cap_), 0.0f);
-  offsets_.assign(size_t(cap_), 0);
+  // Registers are written before they are read: no zero fill (a call's set-up stays cheap).
+  size_t max_rank = 1;
+  for (const Captured& t : program.tensors) max_rank = std::max(max_rank, t.sizes.size());
+  n_adj_ = na;
+  fregs_ = std::make_unique_for_overwrite<float[]>(size_t(nf) * size_t(cap_) + 1);
+  iregs_ = std::make_unique_for_overwrite<int32_t[]>(size_t(ni) * size_t(cap_) + 1);
+  offsets_ = std::make_unique_for_overwrite<int32_t[]>(size_t(cap_));
+  shape_.assign(N, kFull);
+  ftmp_ = std::make_unique_for_overwrite<float[]>(size_t(3) * size_t(cap_));
+  itmp_ = std::make_unique_for_overwrite<int32_t[]>(size_t(3) * size_t(cap_));
+  idx_tmp_ = std::make_unique_for_overwrite<int32_t[]>(max_rank * size_t(cap_));
 }
 
-// The element offsets of a Load into offsets_ (an index outside its dimension is recorded and
-// read as 0; negative indices count from the end, as Python's), then the values.
-void Evaluator::load(const Node& node, int n) {
+// Broadcast `v` of shape `from` to `to` (from is contained in to) over the grid: dst gets len(to)
+// values.
+template <typename T>
+void expand(const T* v, uint8_t from, uint8_t to, const Grid& g, T* dst) {
+  const int n = to == kFull ? g.n() : to == kOuter ? g.n_outer : to == kInner ? g.ld : 1;
+  if (from == kScalar) {
+    std::fill(dst, dst + n, v[0]);
+  } else if (from == kOuter) {  // to == kFull
+    for (int o = 0; o < g.n_outer; ++o) std::fill(dst + o * g.ld, dst + (o + 1) * g.ld, v[o]);
+  } else {  // kInner -> kFull
+    for (int o = 0; o < g.n_outer; ++o) std::copy(v, v + g.ld, dst + o * g.ld);
+  }
+}
+
+// The element offsets of a Load (its indices given at its own shape, `n` of them) into offsets_
+// (an index outside its dimension is recorded and read as 0; negative indices count from the
+// end, as Python's), then the values into the node's register.
+void Evaluator::load(const Node& node, int n, const int32_t* const* index) {
   const Captured& t = prog_.tensors[size_t(node.tensor)];
   const int rank = int(t.sizes.size());
-  std::fill(offsets_.begin(), offsets_.begin() + n, int64_t(0));
+  int32_t* off = offsets_.get();
+  if (rank == 0) std::fill(off, off + n, 0);  // a 0-dim tensor: its one element
   for (int d = 0; d < rank; ++d) {
-    const int32_t* idx = i(prog_.load_index[size_t(node.first + d)]);
-    const int64_t size = t.sizes[size_t(d)], stride = t.strides[size_t(d)];
-    for (int e = 0; e < n; ++e) {
-      int64_t x = idx[e];
-      if (x < 0) x += size;
-      if (x < 0 || x >= size) {
-        if (!error_.set) error_ = {true, &prog_, node.tensor, d, int64_t(idx[e]), size};
-        x = 0;
+    const int32_t size = int32_t(t.sizes[size_t(d)]), stride = int32_t(t.strides[size_t(d)]);
+    if (load_offsets(index[d], n, size, stride, off, d == 0) && !error_.set)
+      for (int e = 0; e < n; ++e) {  // the first bad index, for the message
+        const int64_t x = index[d][e];
+        if (x < -int64_t(size) || x >= size) {
+          error_ = {true, &prog_, node.tensor, d, x, int64_t(size)};
+          break;
+        }
       }
-      offsets_[size_t(e)] += x * stride;
-    }
   }
-  const int64_t* off = offsets_.data();
   const int32_t k = int32_t(&node - prog_.nodes.data());
+  if (!t.data) {  // an empty tensor: every index is outside it
+    if (!error_.set && n > 0 && rank > 0)
+      error_ = {true, &prog_, node.tensor, 0, int64_t(index[0][0]), 0};
+    if (t.kind == Captured::Kind::Float32)
+      std::fill(f(k), f(k) + n, 0.0f);
+    else
+      std::fill(i(k), i(k) + n, 0);
+    return;
+  }
   switch (t.kind) {
-    case Captured::Kind::Float32: {
-      const float* src = static_cast<const float*>(t.data);
-      float* out = f(k);
-      for (int e = 0; e < n; ++e) out[e] = src[off[e]];
+    case Captured::Kind::Float32:
+      gather_f32(static_cast<const float*>(t.data), off, f(k), n);
       break;
-    }
-    case Captured::Kind::Int32: {
-      const int32_t* src = static_cast<const int32_t*>(t.data);
-      int32_t* out = i(k);
-      for (int e = 0; e < n; ++e) out[e] = src[off[e]];
-      break;
-    }
     case Captured::Kind::Int64: {
       const int64_t* src = static_cast<const int64_t*>(t.data);
       int32_t* out = i(k);
@@ -262,64 +318,118 @@ void Evaluator::load(const Node& node, int n) {
   }
 }
 
-void Evaluator::run(const Grid& g, const float* s) {
+// Each node is computed at its shape: over the whole tile only when it depends on both the
+// tile's rows and its columns (or on the score); a value of the rows alone (doc_id[q_idx],
+// slopes[h]) is computed once per row and broadcast where a full-tile operation reads it. With
+// `compact` false (the backward, whose adjoints are per element) every node is full.
+void Evaluator::run(const Grid& g, const float* s, bool compact) {
   const int n = g.n();
   for (size_t k = 0; k < prog_.nodes.size(); ++k) {
     const Node& node = prog_.nodes[k];
     const int32_t kk = int32_t(k);
+    uint8_t sh = kScalar;
+    switch (node.op) {
+      case Op::Score: sh = kFull; break;
+      case Op::Batch:
+      case Op::Const: sh = kScalar; break;
+      case Op::Head: sh = g.h_outer ? kOuter : kInner; break;
+      case Op::QIdx: sh = g.q_outer ? kOuter : kInner; break;
+      case Op::KvIdx: sh = g.kv_outer ? kOuter : kInner; break;
+      case Op::Load:
+        for (int d = 0; d < int(prog_.tensors[size_t(node.tensor)].sizes.size()); ++d)
+          sh |= shape_[size_t(prog_.load_index[size_t(node.first + d)])];
+        break;
+      default:
+        for (int32_t x : {node.a, node.b, node.c})
+          if (x >= 0) sh |= shape_[size_t(x)];
+    }
+    if (!compact) sh = kFull;
+    shape_[k] = sh;
+    const int len = sh == kFull ? n : sh == kOuter ? g.n_outer : sh == kInner ? g.ld : 1;
+    // An operand at this node's shape: its register, or a broadcast copy in scratch `t`.
+    auto fop = [&](int32_t x, int t) -> const float* {
+      if (x < 0 || prog_.nodes[size_t(x)].type != Type::Float) return nullptr;
+      if (shape_[size_t(x)] == sh) return f(x);
+      float* dst = ftmp_.get() + size_t(t) * cap_;
+      expand(f(x), shape_[size_t(x)], sh, g, dst);
+      return dst;
+    };
+    auto iop = [&](int32_t x, int t) -> const int32_t* {
+      if (x < 0 || prog_.nodes[size_t(x)].type == Type::Float) return nullptr;
+      if (shape_[size_t(x)] == sh) return i(x);
+      int32_t* dst = itmp_.get() + size_t(t) * cap_;
+      expand(i(x), shape_[size_t(x)], sh, g, dst);
+      return dst;
+    };
     switch (node.op) {
       case Op::Score: std::copy(s, s + n, f(kk)); break;
-      case Op::Batch: std::fill(i(kk), i(kk) + n, g.b); break;
+      case Op::Batch: i(kk)[0] = g.b; break;
       case Op::Head:
       case Op::QIdx:
       case Op::KvIdx: {
         const int32_t* src = node.op == Op::Head ? g.h : node.op == Op::QIdx ? g.q : g.kv;
-        const bool outer = node.op == Op::Head   ? g.h_outer
-                           : node.op == Op::QIdx ? g.q_outer
-                                                 : g.kv_outer;
-        int32_t* out = i(kk);
-        for (int o = 0; o < g.n_outer; ++o)
-          for (int x = 0; x < g.ld; ++x) out[o * g.ld + x] = outer ? src[o] : src[x];
+        const uint8_t own = node.op == Op::Head   ? (g.h_outer ? kOuter : kInner)
+                            : node.op == Op::QIdx ? (g.q_outer ? kOuter : kInner)
+                                                  : (g.kv_outer ? kOuter : kInner);
+        if (own == sh)
+          std::copy(src, src + len, i(kk));
+        else
+          expand(src, own, sh, g, i(kk));
         break;
       }
       case Op::Const:
         if (node.type == Type::Float)
-          std::fill(f(kk), f(kk) + n, node.fvalue);
+          std::fill(f(kk), f(kk) + len, node.fvalue);
         else
-          std::fill(i(kk), i(kk) + n, node.ivalue);
+          std::fill(i(kk), i(kk) + len, node.ivalue);
         break;
-      case Op::Load: load(node, n); break;
+      case Op::Load: {
+        const int rank = int(prog_.tensors[size_t(node.tensor)].sizes.size());
+        const int32_t* index[8];
+        for (int d = 0; d < rank; ++d) {
+          const int32_t x = prog_.load_index[size_t(node.first + d)];
+          if (shape_[size_t(x)] == sh) {
+            index[d] = i(x);
+          } else {
+            int32_t* dst = idx_tmp_.get() + size_t(d) * cap_;
+            expand(i(x), shape_[size_t(x)], sh, g, dst);
+            index[d] = dst;
+          }
+        }
+        load(node, len, index);
+        break;
+      }
       default: {
-        auto fr = [&](int32_t x) -> const float* {
-          return x >= 0 && prog_.nodes[size_t(x)].type == Type::Float ? f(x) : nullptr;
-        };
-        auto ir = [&](int32_t x) -> const int32_t* {
-          return x >= 0 && prog_.nodes[size_t(x)].type != Type::Float ? i(x) : nullptr;
-        };
         const Regs r{node.type == Type::Float ? f(kk) : nullptr,
                      node.type == Type::Float ? nullptr : i(kk),
-                     fr(node.a),
-                     fr(node.b),
-                     fr(node.c),
-                     ir(node.a),
-                     ir(node.b),
-                     ir(node.c)};
+                     fop(node.a, 0),
+                     fop(node.b, 1),
+                     fop(node.c, 2),
+                     iop(node.a, 0),
+                     iop(node.b, 1),
+                     iop(node.c, 2)};
         const Type ta = prog_.nodes[size_t(node.op == Op::Where ? node.b : node.a)].type;
-        exec(node.op, node.type, node.op == Op::Where ? ta : ta, r, n);
+        exec(node.op, node.type, ta, r, len);
       }
     }
   }
 }
 
 void Evaluator::apply_score(const Grid& g, float* s) {
-  run(g, s);
-  const float* out = f(prog_.output);
-  std::copy(out, out + g.n(), s);
+  run(g, s, true);
+  const int32_t out = prog_.output;
+  if (shape_[size_t(out)] == kFull)
+    std::copy(f(out), f(out) + g.n(), s);
+  else
+    expand(f(out), shape_[size_t(out)], kFull, g, s);
 }
 
 const int32_t* Evaluator::eval_mask(const Grid& g) {
-  run(g, nullptr);
-  return i(prog_.output);
+  run(g, nullptr, true);
+  const int32_t out = prog_.output;
+  if (shape_[size_t(out)] == kFull) return i(out);
+  expand(i(out), shape_[size_t(out)], kFull, g, itmp_.get());
+  return itmp_.get();
 }
 
 void Evaluator::apply_mask(const Grid& g, float* s) {
@@ -330,12 +440,13 @@ void Evaluator::apply_mask(const Grid& g, float* s) {
 
 void Evaluator::backward(const Grid& g, const float* s, float* grad, TensorGradSums* sums) {
   const int n = g.n();
-  run(g, s);
+  run(g, s, false);
   const int32_t out = prog_.output;
   if (!needs_grad_[size_t(out)]) {  // the output ignores the score: no gradient reaches it
     std::fill(grad, grad + n, 0.0f);
     return;
   }
+  if (!adjs_) adjs_ = std::make_unique<float[]>(size_t(n_adj_) * size_t(cap_) + 1);
   for (size_t k = 0; k < prog_.nodes.size(); ++k)
     if (needs_grad_[k]) std::fill(adj(int32_t(k)), adj(int32_t(k)) + n, 0.0f);
   std::copy(grad, grad + n, adj(out));

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -95,19 +96,23 @@ class Evaluator {
   const IndexError& error() const { return error_; }
 
  private:
-  void run(const Grid& g, const float* s);
-  float* f(int32_t node) { return fregs_.data() + size_t(slot_[size_t(node)]) * cap_; }
-  int32_t* i(int32_t node) { return iregs_.data() + size_t(slot_[size_t(node)]) * cap_; }
-  float* adj(int32_t node) { return adjs_.data() + size_t(adj_slot_[size_t(node)]) * cap_; }
-  void load(const Node& node, int n);
+  void run(const Grid& g, const float* s, bool compact);
+  float* f(int32_t node) { return fregs_.get() + size_t(slot_[size_t(node)]) * cap_; }
+  int32_t* i(int32_t node) { return iregs_.get() + size_t(slot_[size_t(node)]) * cap_; }
+  float* adj(int32_t node) { return adjs_.get() + size_t(adj_slot_[size_t(node)]) * cap_; }
+  void load(const Node& node, int n, const int32_t* const* index);
 
   const Program& prog_;
   int cap_;
   std::vector<int32_t> slot_, adj_slot_;  // per node: its register (float or int) and adjoint
   std::vector<char> needs_grad_;          // per node: some gradient flows through it
-  std::vector<float> fregs_, adjs_;
-  std::vector<int32_t> iregs_;
-  std::vector<int64_t> offsets_;  // a Load's element offsets
+  int32_t n_adj_ = 0;
+  std::unique_ptr<float[]> fregs_, adjs_;  // adjs_: allocated by the first backward
+  std::unique_ptr<int32_t[]> iregs_;
+  std::unique_ptr<int32_t[]> offsets_;  // a Load's element offsets
+  std::vector<uint8_t> shape_;          // per node: the shape it was computed at (flex_eval.cpp)
+  std::unique_ptr<float[]> ftmp_;       // 3 operands broadcast to a node's shape
+  std::unique_ptr<int32_t[]> itmp_, idx_tmp_;
   IndexError error_;
 };
 
