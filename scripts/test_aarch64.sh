@@ -30,7 +30,7 @@ no_threads+=':Sdpa.NonContiguousMaskAndThreadCountIndependence'
 no_threads+=':AutogradGraphTest.SetGradEnabledAndThreadLocality:Concurrency.*'
 no_threads+=':TensorMatmul.OneRowLargeVsNaive:GemmFewRows.SameBitsAtEveryThreadCount'
 no_threads+=':Fused.*'  # nn/fused.h's ops against the separate ops, at 1 and 2 threads
-no_threads+=':Paged.SameBitsForAnyThreadCount'
+no_threads+=':Paged.SameBitsForAnyThreadCount:Flex.CapturedGradientsAreTheSameBitsForAnyThreadCount'
 target=attn_kernel_tests
 if [[ "${1:-}" == "--all" ]]; then
   filter='*'
@@ -83,7 +83,7 @@ if [[ "$target" == attn_kernel_tests && -x build/attn_tests ]]; then
     exit 1
   fi
 fi
-sve_filter="Sdpa*:Fused*:*SdpaTable*:*FusedVsReference*:*FusedScoreMods*:*SdpaFusedBackwardTable*:*PagedTable*:*CacheDtypes*-$no_threads"
+sve_filter="Sdpa*:Fused*:*SdpaTable*:*FusedVsReference*:*FusedScoreMods*:*SdpaFusedBackwardTable*:*PagedTable*:*CacheDtypes*:Flex.*-$no_threads"
 set +e
 run max,sve=off "$out" "$filter"
 rc=$?

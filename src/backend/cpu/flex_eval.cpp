@@ -41,8 +41,16 @@ inline int32_t floor_mod(int32_t a, int32_t b) {
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 
-// One operation over n elements. `t` is the result's type, `ta` the first operand's.
-ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n) {
+// One operation over n elements. `t` is the result's type, `ta` the first operand's; an operand
+// flagged scalar (SA, SB, SC) is its element 0 for every e (no broadcast copy).
+#define FA(e) (SA ? fa[0] : fa[e])
+#define FB(e) (SB ? fb[0] : fb[e])
+#define FC(e) (SC ? fc[0] : fc[e])
+#define IA(e) (SA ? ia[0] : ia[e])
+#define IB(e) (SB ? ib[0] : ib[e])
+#define IC(e) (SC ? ic[0] : ic[e])
+template <bool SA, bool SB, bool SC>
+ATTN_ISA_INLINE void exec_t(Op op, Type t, Type ta, const Regs& r, int n) {
   float* fo = r.fo;
   int32_t* io = r.io;
   const float *fa = r.fa, *fb = r.fb, *fc = r.fc;
@@ -51,77 +59,77 @@ ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n) {
   switch (op) {
     case Op::Neg:
       if (fl)
-        for (int e = 0; e < n; ++e) fo[e] = -fa[e];
+        for (int e = 0; e < n; ++e) fo[e] = -FA(e);
       else
-        for (int e = 0; e < n; ++e) io[e] = int32_t(0u - uint32_t(ia[e]));  // wraps, as int32
+        for (int e = 0; e < n; ++e) io[e] = int32_t(0u - uint32_t(IA(e)));  // wraps, as int32
       break;
     case Op::Abs:
       if (fl)
-        for (int e = 0; e < n; ++e) fo[e] = std::fabs(fa[e]);
+        for (int e = 0; e < n; ++e) fo[e] = std::fabs(FA(e));
       else
-        for (int e = 0; e < n; ++e) io[e] = ia[e] < 0 ? int32_t(0u - uint32_t(ia[e])) : ia[e];
+        for (int e = 0; e < n; ++e) io[e] = IA(e) < 0 ? int32_t(0u - uint32_t(IA(e))) : IA(e);
       break;
     case Op::Exp:
-      for (int e = 0; e < n; ++e) fo[e] = std::exp(fa[e]);
+      for (int e = 0; e < n; ++e) fo[e] = std::exp(FA(e));
       break;
     case Op::Log:
-      for (int e = 0; e < n; ++e) fo[e] = std::log(fa[e]);
+      for (int e = 0; e < n; ++e) fo[e] = std::log(FA(e));
       break;
     case Op::Sqrt:
-      for (int e = 0; e < n; ++e) fo[e] = std::sqrt(fa[e]);
+      for (int e = 0; e < n; ++e) fo[e] = std::sqrt(FA(e));
       break;
     case Op::Tanh:
-      for (int e = 0; e < n; ++e) fo[e] = vmath::tanh(fa[e]);
+      for (int e = 0; e < n; ++e) fo[e] = vmath::tanh(FA(e));
       break;
     case Op::Sigmoid:
-      for (int e = 0; e < n; ++e) fo[e] = 1.0f / (1.0f + std::exp(-fa[e]));
+      for (int e = 0; e < n; ++e) fo[e] = 1.0f / (1.0f + std::exp(-FA(e)));
       break;
     case Op::Sin:
-      for (int e = 0; e < n; ++e) fo[e] = std::sin(fa[e]);
+      for (int e = 0; e < n; ++e) fo[e] = std::sin(FA(e));
       break;
     case Op::Cos:
-      for (int e = 0; e < n; ++e) fo[e] = std::cos(fa[e]);
+      for (int e = 0; e < n; ++e) fo[e] = std::cos(FA(e));
       break;
     case Op::Floor:
-      for (int e = 0; e < n; ++e) fo[e] = std::floor(fa[e]);
+      for (int e = 0; e < n; ++e) fo[e] = std::floor(FA(e));
       break;
     case Op::Ceil:
-      for (int e = 0; e < n; ++e) fo[e] = std::ceil(fa[e]);
+      for (int e = 0; e < n; ++e) fo[e] = std::ceil(FA(e));
       break;
     case Op::Not:
-      for (int e = 0; e < n; ++e) io[e] = ia[e] == 0;
+      for (int e = 0; e < n; ++e) io[e] = IA(e) == 0;
       break;
     case Op::ToFloat:
-      for (int e = 0; e < n; ++e) fo[e] = float(ia[e]);
+      for (int e = 0; e < n; ++e) fo[e] = float(IA(e));
       break;
     case Op::ToInt:  // torch's .to(int32): toward zero; NaN gives 0, values beyond saturate
       if (fl)
         for (int e = 0; e < n; ++e) {
-          const float x = fa[e];
+          const float x = FA(e);
           io[e] = x != x                ? 0
                   : x >= 2147483648.0f  ? INT32_MAX
                   : x <= -2147483648.0f ? INT32_MIN
                                         : int32_t(x);
         }
       else
-        for (int e = 0; e < n; ++e) io[e] = ia[e];
+        for (int e = 0; e < n; ++e) io[e] = IA(e);
       break;
     case Op::ToBool:
       if (fl)
-        for (int e = 0; e < n; ++e) io[e] = fa[e] != 0.0f;
+        for (int e = 0; e < n; ++e) io[e] = FA(e) != 0.0f;
       else
-        for (int e = 0; e < n; ++e) io[e] = ia[e] != 0;
+        for (int e = 0; e < n; ++e) io[e] = IA(e) != 0;
       break;
 #define ATTN_FLEX_ARITH(OP, EXPR_F, EXPR_I) \
   case Op::OP:                              \
     if (fl)                                 \
       for (int e = 0; e < n; ++e) {         \
-        const float a = fa[e], b = fb[e];   \
+        const float a = FA(e), b = FB(e);   \
         fo[e] = EXPR_F;                     \
       }                                     \
     else                                    \
       for (int e = 0; e < n; ++e) {         \
-        const int32_t a = ia[e], b = ib[e]; \
+        const int32_t a = IA(e), b = IB(e); \
         io[e] = EXPR_I;                     \
       }                                     \
     break;
@@ -134,17 +142,17 @@ ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n) {
       ATTN_FLEX_ARITH(Max, (a > b || a != a) ? a : b, a > b ? a : b)
 #undef ATTN_FLEX_ARITH
     case Op::Div:
-      for (int e = 0; e < n; ++e) fo[e] = fa[e] / fb[e];
+      for (int e = 0; e < n; ++e) fo[e] = FA(e) / FB(e);
       break;
     case Op::Pow:
-      for (int e = 0; e < n; ++e) fo[e] = std::pow(fa[e], fb[e]);
+      for (int e = 0; e < n; ++e) fo[e] = std::pow(FA(e), FB(e));
       break;
 #define ATTN_FLEX_CMP(OP, CMP)                                      \
   case Op::OP:                                                      \
     if (fl)                                                         \
-      for (int e = 0; e < n; ++e) io[e] = int32_t(fa[e] CMP fb[e]); \
+      for (int e = 0; e < n; ++e) io[e] = int32_t(FA(e) CMP FB(e)); \
     else                                                            \
-      for (int e = 0; e < n; ++e) io[e] = int32_t(ia[e] CMP ib[e]); \
+      for (int e = 0; e < n; ++e) io[e] = int32_t(IA(e) CMP IB(e)); \
     break;
       ATTN_FLEX_CMP(Eq, ==)
       ATTN_FLEX_CMP(Ne, !=)
@@ -154,29 +162,56 @@ ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n) {
       ATTN_FLEX_CMP(Ge, >=)
 #undef ATTN_FLEX_CMP
     case Op::And:
-      for (int e = 0; e < n; ++e) io[e] = ia[e] & ib[e];
+      for (int e = 0; e < n; ++e) io[e] = IA(e) & IB(e);
       break;
     case Op::Or:
-      for (int e = 0; e < n; ++e) io[e] = ia[e] | ib[e];
+      for (int e = 0; e < n; ++e) io[e] = IA(e) | IB(e);
       break;
     case Op::Xor:
-      for (int e = 0; e < n; ++e) io[e] = ia[e] ^ ib[e];
+      for (int e = 0; e < n; ++e) io[e] = IA(e) ^ IB(e);
       break;
     case Op::Where:
       if (t == Type::Float)
-        for (int e = 0; e < n; ++e) fo[e] = ia[e] ? fb[e] : fc[e];
+        for (int e = 0; e < n; ++e) fo[e] = IA(e) ? FB(e) : FC(e);
       else
-        for (int e = 0; e < n; ++e) io[e] = ia[e] ? ib[e] : ic[e];
+        for (int e = 0; e < n; ++e) io[e] = IA(e) ? IB(e) : IC(e);
       break;
     default: break;  // leaves and loads: Evaluator::run
   }
 }
-ATTN_ISA_VARIANTS(void, exec, (Op op, Type t, Type ta, const Regs& r, int n), (op, t, ta, r, n))
+#undef FA
+#undef FB
+#undef FC
+#undef IA
+#undef IB
+#undef IC
+
+ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n, int scalars) {
+  switch (scalars) {
+    case 0: return exec_t<false, false, false>(op, t, ta, r, n);
+    case 1: return exec_t<true, false, false>(op, t, ta, r, n);
+    case 2: return exec_t<false, true, false>(op, t, ta, r, n);
+    case 3: return exec_t<true, true, false>(op, t, ta, r, n);
+    case 4: return exec_t<false, false, true>(op, t, ta, r, n);
+    case 5: return exec_t<true, false, true>(op, t, ta, r, n);
+    case 6: return exec_t<false, true, true>(op, t, ta, r, n);
+    default: return exec_t<true, true, true>(op, t, ta, r, n);
+  }
+}
+ATTN_ISA_VARIANTS(void, exec, (Op op, Type t, Type ta, const Regs& r, int n, int scalars),
+                  (op, t, ta, r, n, scalars))
 
 // off[e] (= 0 first) += the element offset of index x[e] in a dimension of `size` (negative
 // indices count from the end; one outside reads offset 0). Returns whether one was outside.
 ATTN_ISA_INLINE bool load_offsets_body(const int32_t* x, int n, int32_t size, int32_t stride,
-                                       int32_t* off, bool first) {
+                                       int32_t* off, bool first, bool scalar) {
+  if (scalar) {  // one index for every element
+    const int32_t v = x[0] < 0 ? x[0] + size : x[0];
+    const bool out = uint32_t(v) >= uint32_t(size);
+    const int32_t add = out ? 0 : v * stride;
+    for (int e = 0; e < n; ++e) off[e] = (first ? 0 : off[e]) + add;
+    return out;
+  }
   int32_t bad = 0;
   for (int e = 0; e < n; ++e) {
     const int32_t v = x[e] < 0 ? x[e] + size : x[e];
@@ -187,8 +222,9 @@ ATTN_ISA_INLINE bool load_offsets_body(const int32_t* x, int n, int32_t size, in
   return bad != 0;
 }
 ATTN_ISA_VARIANTS(bool, load_offsets,
-                  (const int32_t* x, int n, int32_t size, int32_t stride, int32_t* off, bool first),
-                  (x, n, size, stride, off, first))
+                  (const int32_t* x, int n, int32_t size, int32_t stride, int32_t* off, bool first,
+                   bool scalar),
+                  (x, n, size, stride, off, first, scalar))
 
 ATTN_ISA_INLINE void gather_f32_body(const float* src, const int32_t* off, float* out, int n) {
   for (int e = 0; e < n; ++e) out[e] = src[off[e]];
@@ -244,13 +280,14 @@ Evaluator::Evaluator(const Program& program, int capacity) : prog_(program), cap
     if (needs_grad_[k]) adj_slot_[k] = na++;
   }
   // Registers are written before they are read: no zero fill (a call's set-up stays cheap).
-  size_t max_rank = 1;
-  for (const Captured& t : program.tensors) max_rank = std::max(max_rank, t.sizes.size());
   n_adj_ = na;
   fregs_ = std::make_unique_for_overwrite<float[]>(size_t(nf) * size_t(cap_) + 1);
   iregs_ = std::make_unique_for_overwrite<int32_t[]>(size_t(ni) * size_t(cap_) + 1);
   offsets_ = std::make_unique_for_overwrite<int32_t[]>(size_t(cap_));
   shape_.assign(N, kFull);
+  mask_out_ = std::make_unique_for_overwrite<int32_t[]>(size_t(cap_));
+  size_t max_rank = 1;
+  for (const Captured& t : program.tensors) max_rank = std::max(max_rank, t.sizes.size());
   ftmp_ = std::make_unique_for_overwrite<float[]>(size_t(3) * size_t(cap_));
   itmp_ = std::make_unique_for_overwrite<int32_t[]>(size_t(3) * size_t(cap_));
   idx_tmp_ = std::make_unique_for_overwrite<int32_t[]>(max_rank * size_t(cap_));
@@ -261,27 +298,38 @@ Evaluator::Evaluator(const Program& program, int capacity) : prog_(program), cap
 template <typename T>
 void expand(const T* v, uint8_t from, uint8_t to, const Grid& g, T* dst) {
   const int n = to == kFull ? g.n() : to == kOuter ? g.n_outer : to == kInner ? g.ld : 1;
+  const int ld = g.ld;
   if (from == kScalar) {
-    std::fill(dst, dst + n, v[0]);
+    const T x = v[0];
+    for (int e = 0; e < n; ++e) dst[e] = x;
   } else if (from == kOuter) {  // to == kFull
-    for (int o = 0; o < g.n_outer; ++o) std::fill(dst + o * g.ld, dst + (o + 1) * g.ld, v[o]);
+    for (int o = 0; o < g.n_outer; ++o) {
+      const T x = v[o];
+      T* row = dst + o * ld;
+      for (int c = 0; c < ld; ++c) row[c] = x;
+    }
   } else {  // kInner -> kFull
-    for (int o = 0; o < g.n_outer; ++o) std::copy(v, v + g.ld, dst + o * g.ld);
+    for (int o = 0; o < g.n_outer; ++o) {
+      T* row = dst + o * ld;
+      for (int c = 0; c < ld; ++c) row[c] = v[c];
+    }
   }
 }
 
 // The element offsets of a Load (its indices given at its own shape, `n` of them) into offsets_
 // (an index outside its dimension is recorded and read as 0; negative indices count from the
 // end, as Python's), then the values into the node's register.
-void Evaluator::load(const Node& node, int n, const int32_t* const* index) {
+void Evaluator::load(const Node& node, int n, const int32_t* const* index, uint32_t scalars,
+                     size_t out_at) {
   const Captured& t = prog_.tensors[size_t(node.tensor)];
   const int rank = int(t.sizes.size());
   int32_t* off = offsets_.get();
   if (rank == 0) std::fill(off, off + n, 0);  // a 0-dim tensor: its one element
   for (int d = 0; d < rank; ++d) {
     const int32_t size = int32_t(t.sizes[size_t(d)]), stride = int32_t(t.strides[size_t(d)]);
-    if (load_offsets(index[d], n, size, stride, off, d == 0) && !error_.set)
-      for (int e = 0; e < n; ++e) {  // the first bad index, for the message
+    const bool scalar = scalars >> d & 1;
+    if (load_offsets(index[d], n, size, stride, off, d == 0, scalar) && !error_.set)
+      for (int e = 0; e < (scalar ? 1 : n); ++e) {  // the first bad index, for the message
         const int64_t x = index[d][e];
         if (x < -int64_t(size) || x >= size) {
           error_ = {true, &prog_, node.tensor, d, x, int64_t(size)};
@@ -294,24 +342,24 @@ void Evaluator::load(const Node& node, int n, const int32_t* const* index) {
     if (!error_.set && n > 0 && rank > 0)
       error_ = {true, &prog_, node.tensor, 0, int64_t(index[0][0]), 0};
     if (t.kind == Captured::Kind::Float32)
-      std::fill(f(k), f(k) + n, 0.0f);
+      std::fill(f(k) + out_at, f(k) + out_at + n, 0.0f);
     else
-      std::fill(i(k), i(k) + n, 0);
+      std::fill(i(k) + out_at, i(k) + out_at + n, 0);
     return;
   }
   switch (t.kind) {
     case Captured::Kind::Float32:
-      gather_f32(static_cast<const float*>(t.data), off, f(k), n);
+      gather_f32(static_cast<const float*>(t.data), off, f(k) + out_at, n);
       break;
     case Captured::Kind::Int64: {
       const int64_t* src = static_cast<const int64_t*>(t.data);
-      int32_t* out = i(k);
+      int32_t* out = i(k) + out_at;
       for (int e = 0; e < n; ++e) out[e] = int32_t(src[off[e]]);
       break;
     }
     case Captured::Kind::Bool: {
       const uint8_t* src = static_cast<const uint8_t*>(t.data);
-      int32_t* out = i(k);
+      int32_t* out = i(k) + out_at;
       for (int e = 0; e < n; ++e) out[e] = src[off[e]] != 0;
       break;
     }
@@ -346,23 +394,8 @@ void Evaluator::run(const Grid& g, const float* s, bool compact) {
     if (!compact) sh = kFull;
     shape_[k] = sh;
     const int len = sh == kFull ? n : sh == kOuter ? g.n_outer : sh == kInner ? g.ld : 1;
-    // An operand at this node's shape: its register, or a broadcast copy in scratch `t`.
-    auto fop = [&](int32_t x, int t) -> const float* {
-      if (x < 0 || prog_.nodes[size_t(x)].type != Type::Float) return nullptr;
-      if (shape_[size_t(x)] == sh) return f(x);
-      float* dst = ftmp_.get() + size_t(t) * cap_;
-      expand(f(x), shape_[size_t(x)], sh, g, dst);
-      return dst;
-    };
-    auto iop = [&](int32_t x, int t) -> const int32_t* {
-      if (x < 0 || prog_.nodes[size_t(x)].type == Type::Float) return nullptr;
-      if (shape_[size_t(x)] == sh) return i(x);
-      int32_t* dst = itmp_.get() + size_t(t) * cap_;
-      expand(i(x), shape_[size_t(x)], sh, g, dst);
-      return dst;
-    };
     switch (node.op) {
-      case Op::Score: std::copy(s, s + n, f(kk)); break;
+      case Op::Score: score_ = s; break;  // read where it lies
       case Op::Batch: i(kk)[0] = g.b; break;
       case Op::Head:
       case Op::QIdx:
@@ -383,62 +416,127 @@ void Evaluator::run(const Grid& g, const float* s, bool compact) {
         else
           std::fill(i(kk), i(kk) + len, node.ivalue);
         break;
-      case Op::Load: {
+      case Op::Load: {  // indices of a narrower shape broadcast, scalars read as one value
         const int rank = int(prog_.tensors[size_t(node.tensor)].sizes.size());
         const int32_t* index[8];
+        uint32_t scalars = 0;
         for (int d = 0; d < rank; ++d) {
           const int32_t x = prog_.load_index[size_t(node.first + d)];
-          if (shape_[size_t(x)] == sh) {
-            index[d] = i(x);
-          } else {
+          const uint8_t xs = shape_[size_t(x)];
+          index[d] = i(x);
+          if (xs == kScalar) {
+            scalars |= 1u << d;
+          } else if (xs != sh) {
             int32_t* dst = idx_tmp_.get() + size_t(d) * cap_;
-            expand(i(x), shape_[size_t(x)], sh, g, dst);
+            expand(i(x), xs, sh, g, dst);
             index[d] = dst;
           }
         }
-        load(node, len, index);
+        load(node, len, index, scalars, 0);
         break;
       }
       default: {
+        // Operands of this node's shape are read as they are, scalars as one value, row-only or
+        // column-only operands of a full node broadcast into scratch first.
+        const Type ta = prog_.nodes[size_t(node.op == Op::Where ? node.b : node.a)].type;
+        const int32_t ops[3] = {node.a, node.b, node.c};
+        const float* fp[3] = {nullptr, nullptr, nullptr};
+        const int32_t* ip[3] = {nullptr, nullptr, nullptr};
+        int scalars = 0;
+        for (int a = 0; a < 3; ++a) {
+          const int32_t x = ops[a];
+          if (x < 0) continue;
+          const uint8_t xs = shape_[size_t(x)];
+          if (xs == kScalar) scalars |= 1 << a;
+          const bool wide = xs != sh && xs != kScalar;  // broadcast into scratch
+          if (prog_.nodes[size_t(x)].type == Type::Float) {
+            fp[a] = f(x);
+            if (wide) {
+              float* dst = ftmp_.get() + size_t(a) * cap_;
+              expand(f(x), xs, sh, g, dst);
+              fp[a] = dst;
+            }
+          } else {
+            ip[a] = i(x);
+            if (wide) {
+              int32_t* dst = itmp_.get() + size_t(a) * cap_;
+              expand(i(x), xs, sh, g, dst);
+              ip[a] = dst;
+            }
+          }
+        }
         const Regs r{node.type == Type::Float ? f(kk) : nullptr,
                      node.type == Type::Float ? nullptr : i(kk),
-                     fop(node.a, 0),
-                     fop(node.b, 1),
-                     fop(node.c, 2),
-                     iop(node.a, 0),
-                     iop(node.b, 1),
-                     iop(node.c, 2)};
-        const Type ta = prog_.nodes[size_t(node.op == Op::Where ? node.b : node.a)].type;
-        exec(node.op, node.type, ta, r, len);
+                     fp[0],
+                     fp[1],
+                     fp[2],
+                     ip[0],
+                     ip[1],
+                     ip[2]};
+        exec(node.op, node.type, ta, r, len, scalars);
       }
     }
   }
 }
 
+// A tile is evaluated in strips of whole outer rows, about kStrip elements each, so that every
+// register of the program stays in the L1 cache.
+constexpr int kStrip = 512;
+
+Grid strip_of(const Grid& g, int o0, int rows) {
+  Grid s = g;
+  s.n_outer = rows;
+  if (g.h_outer) s.h = g.h + o0;
+  if (g.q_outer) s.q = g.q + o0;
+  if (g.kv_outer) s.kv = g.kv + o0;
+  return s;
+}
+
+int strip_rows(const Grid& g) { return std::max(1, kStrip / std::max(1, g.ld)); }
+
 void Evaluator::apply_score(const Grid& g, float* s) {
-  run(g, s, true);
   const int32_t out = prog_.output;
-  if (shape_[size_t(out)] == kFull)
-    std::copy(f(out), f(out) + g.n(), s);
-  else
-    expand(f(out), shape_[size_t(out)], kFull, g, s);
+  const int step = strip_rows(g);
+  for (int o0 = 0; o0 < g.n_outer; o0 += step) {
+    const Grid sg = strip_of(g, o0, std::min(step, g.n_outer - o0));
+    float* ss = s + size_t(o0) * size_t(g.ld);
+    run(sg, ss, true);
+    if (f(out) == ss) continue;  // score_mod returned the score itself
+    if (shape_[size_t(out)] == kFull)
+      std::copy(f(out), f(out) + sg.n(), ss);
+    else
+      expand(f(out), shape_[size_t(out)], kFull, sg, ss);
+  }
 }
 
 const int32_t* Evaluator::eval_mask(const Grid& g) {
   run(g, nullptr, true);
   const int32_t out = prog_.output;
   if (shape_[size_t(out)] == kFull) return i(out);
-  expand(i(out), shape_[size_t(out)], kFull, g, itmp_.get());
-  return itmp_.get();
+  expand(i(out), shape_[size_t(out)], kFull, g, mask_out_.get());
+  return mask_out_.get();
 }
 
 void Evaluator::apply_mask(const Grid& g, float* s) {
-  const int32_t* keep = eval_mask(g);
-  const int n = g.n();
-  for (int e = 0; e < n; ++e) s[e] = keep[e] ? s[e] : -kInf;
+  const int step = strip_rows(g);
+  for (int o0 = 0; o0 < g.n_outer; o0 += step) {
+    const Grid sg = strip_of(g, o0, std::min(step, g.n_outer - o0));
+    const int32_t* keep = eval_mask(sg);
+    float* ss = s + size_t(o0) * size_t(g.ld);
+    const int n = sg.n();
+    for (int e = 0; e < n; ++e) ss[e] = keep[e] ? ss[e] : -kInf;
+  }
 }
 
 void Evaluator::backward(const Grid& g, const float* s, float* grad, TensorGradSums* sums) {
+  const int step = strip_rows(g);
+  for (int o0 = 0; o0 < g.n_outer; o0 += step) {
+    const size_t at = size_t(o0) * size_t(g.ld);
+    backward_strip(strip_of(g, o0, std::min(step, g.n_outer - o0)), s + at, grad + at, sums);
+  }
+}
+
+void Evaluator::backward_strip(const Grid& g, const float* s, float* grad, TensorGradSums* sums) {
   const int n = g.n();
   run(g, s, false);
   const int32_t out = prog_.output;

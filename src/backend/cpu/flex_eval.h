@@ -97,21 +97,27 @@ class Evaluator {
 
  private:
   void run(const Grid& g, const float* s, bool compact);
-  float* f(int32_t node) { return fregs_.get() + size_t(slot_[size_t(node)]) * cap_; }
+  void backward_strip(const Grid& g, const float* s, float* grad, TensorGradSums* sums);
+  float* f(int32_t node) {
+    if (prog_.nodes[size_t(node)].op == Op::Score) return const_cast<float*>(score_);
+    return fregs_.get() + size_t(slot_[size_t(node)]) * cap_;
+  }
   int32_t* i(int32_t node) { return iregs_.get() + size_t(slot_[size_t(node)]) * cap_; }
   float* adj(int32_t node) { return adjs_.get() + size_t(adj_slot_[size_t(node)]) * cap_; }
-  void load(const Node& node, int n, const int32_t* const* index);
+  void load(const Node& node, int n, const int32_t* const* index, uint32_t scalars, size_t out_at);
 
   const Program& prog_;
   int cap_;
   std::vector<int32_t> slot_, adj_slot_;  // per node: its register (float or int) and adjoint
   std::vector<char> needs_grad_;          // per node: some gradient flows through it
   int32_t n_adj_ = 0;
+  const float* score_ = nullptr;  // the scores of the evaluation under way (the Score node)
   std::unique_ptr<float[]> fregs_, adjs_;  // adjs_: allocated by the first backward
   std::unique_ptr<int32_t[]> iregs_;
-  std::unique_ptr<int32_t[]> offsets_;  // a Load's element offsets
-  std::vector<uint8_t> shape_;          // per node: the shape it was computed at (flex_eval.cpp)
-  std::unique_ptr<float[]> ftmp_;       // 3 operands broadcast to a node's shape
+  std::unique_ptr<int32_t[]> offsets_;   // a Load's element offsets
+  std::vector<uint8_t> shape_;           // per node: the shape it was computed at (flex_eval.cpp)
+  std::unique_ptr<int32_t[]> mask_out_;  // a mask's output broadcast to the tile
+  std::unique_ptr<float[]> ftmp_;        // operands broadcast to a node's shape
   std::unique_ptr<int32_t[]> itmp_, idx_tmp_;
   IndexError error_;
 };
