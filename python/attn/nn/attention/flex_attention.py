@@ -109,30 +109,27 @@ def _noop_score(score, batch, head, token_q, token_kv):
     return score
 
 
-def and_masks(*mask_mods):
-    """The mask_mod that is the intersection of the given ones."""
+def _combine(mask_mods, start, op, name):
     if not all(callable(m) for m in mask_mods):
         raise RuntimeError(f"All inputs should be callable mask_mods: {mask_mods}")
 
-    def and_mask(b, h, q_idx, kv_idx):
-        result = Expr(True)
+    def combined(b, h, q_idx, kv_idx):
+        result = Expr(start)
         for m in mask_mods:
-            result = result & m(b, h, q_idx, kv_idx)
+            result = op(result, m(b, h, q_idx, kv_idx))
         return result
-    return and_mask
+    combined.__name__ = name
+    return combined
+
+
+def and_masks(*mask_mods):
+    """The mask_mod that is the intersection of the given ones."""
+    return _combine(mask_mods, True, lambda a, b: a & b, "and_mask")
 
 
 def or_masks(*mask_mods):
     """The mask_mod that is the union of the given ones."""
-    if not all(callable(m) for m in mask_mods):
-        raise RuntimeError(f"All inputs should be callable mask_mods: {mask_mods}")
-
-    def or_mask(b, h, q_idx, kv_idx):
-        result = Expr(False)
-        for m in mask_mods:
-            result = result | m(b, h, q_idx, kv_idx)
-        return result
-    return or_mask
+    return _combine(mask_mods, False, lambda a, b: a | b, "or_mask")
 
 
 class BlockMask:
