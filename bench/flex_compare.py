@@ -11,7 +11,8 @@ attn). Forward: attn's flex_attention against torch.compile(flex_attention) (PyT
 FlexAttention, inductor's C++ kernels; the compile is a warm-up, untimed). Forward + backward
 (d out = 1): attn against torch's eager math for the same modifier (torch 2.15's flex_attention
 refuses a backward on the CPU): q k^T * scale, the score_mod and mask_mod evaluated on broadcast
-index tensors (as create_mask does), masked_fill, softmax, @ v, autograd. The block masks are built once per library, untimed.
+index tensors (as create_mask does), masked_fill, softmax, @ v, autograd. The block masks are
+built once per library, untimed.
 Outputs are compared (max abs difference) before timing. The contenders alternate, --reps times
 each after a warm-up; medians and ratios are printed, and the last line is `result: {JSON}`.
 """
@@ -145,7 +146,8 @@ def main():
                     eager_math(tq2, tk2, tv2, tsm, tmm).sum().backward()
 
                 def run_attn():
-                    afa.flex_attention(aq2, ak2, av2, score_mod=asm, block_mask=abm).sum().backward()
+                    out = afa.flex_attention(aq2, ak2, av2, score_mod=asm, block_mask=abm)
+                    out.sum().backward()
                 run_torch(), run_attn()
                 gdiff = float(np.abs(aq2.grad.numpy() - tq2.grad.numpy()).max())
                 b_attn, b_torch = timed_pair(run_attn, run_torch, max(2, a.reps // 2))

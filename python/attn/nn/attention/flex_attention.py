@@ -172,16 +172,17 @@ class BlockMask:
         return repr(self._impl)
 
 
-def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=_DEFAULT_SPARSE_BLOCK_SIZE,  # noqa: N803
-                      _compile=False):
+def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu",  # noqa: N803
+                      BLOCK_SIZE=_DEFAULT_SPARSE_BLOCK_SIZE, _compile=False):
     """torch's create_block_mask: B or H of None share the mask across that dimension."""
     if isinstance(BLOCK_SIZE, int):
         q_block = kv_block = BLOCK_SIZE
     else:
         q_block, kv_block = BLOCK_SIZE
     program = _trace(mask_mod, True)
-    impl = _C.flex.create_block_mask(program, 1 if B is None else int(B), 1 if H is None else int(H),
-                                     int(Q_LEN), int(KV_LEN), int(q_block), int(kv_block))
+    impl = _C.flex.create_block_mask(program, 1 if B is None else int(B),
+                                     1 if H is None else int(H), int(Q_LEN), int(KV_LEN),
+                                     int(q_block), int(kv_block))
     return BlockMask(impl, mask_mod)
 
 
