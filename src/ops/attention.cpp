@@ -46,6 +46,12 @@ bool all_finite(const Tensor& t) { return t.isfinite().all(); }
 
 namespace sdpa_detail {
 
+void kernel_strides(const Tensor& t, int64_t r, int64_t& batch, int64_t& head, int64_t& row) {
+  batch = r >= 2 ? t.stride(r - 2) : 0;
+  head = r >= 1 ? t.stride(r - 1) : 0;
+  row = t.stride(r);
+}
+
 Shape leading(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
 
 Shape concat(Shape a, std::initializer_list<int64_t> tail) {
@@ -233,18 +239,11 @@ Prepared prepare(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, con
 namespace {
 
 using sdpa_detail::concat;
+using sdpa_detail::kernel_strides;
 using sdpa_detail::leading;
 using sdpa_detail::prepare;
 using sdpa_detail::Prepared;
 using sdpa_detail::unit_inner;
-
-// t's batch, head and row strides for the kernels: its dims r - 2 and r - 1 (the last two of the
-// batch shape, stride 0 where it has fewer) and r, r being the batch shape's rank.
-void kernel_strides(const Tensor& t, int64_t r, int64_t& batch, int64_t& head, int64_t& row) {
-  batch = r >= 2 ? t.stride(r - 2) : 0;
-  head = r >= 1 ? t.stride(r - 1) : 0;
-  row = t.stride(r);
-}
 
 // Address of t's element [idx..., 0, 0, 0] on its device, for an index over its outer dims.
 void* at(const Tensor& t, const Shape& idx) {

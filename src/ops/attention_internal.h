@@ -25,6 +25,10 @@ Shape concat(Shape a, std::initializer_list<int64_t> tail);
 // t itself when its head dim has unit stride (what the kernels need), else a contiguous copy.
 Tensor unit_inner(const Tensor& t);
 
+// t's batch, head and row strides for the kernels: its dims r - 2 and r - 1 (the last two of the
+// batch shape, stride 0 where it has fewer) and r, r being the batch shape's rank.
+void kernel_strides(const Tensor& t, int64_t r, int64_t& batch, int64_t& head, int64_t& row);
+
 // Validates q, k, v and the options for `fn` (attn::Error naming it and the shapes) and
 // broadcasts them: q, k and v of one dtype, masks bool or that dtype, every tensor on q's device
 // (attn::DeviceError otherwise). Whether the device has a kernel for the dtype is the caller's

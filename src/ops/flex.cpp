@@ -15,6 +15,7 @@
 #include "../backend/cpu/sdpa_fused_backward.h"
 #include "../backend/cpu/workspace.h"
 #include "../tensor/internal.h"
+#include "attention_internal.h"
 #include "flex_internal.h"
 
 namespace attn {
@@ -233,12 +234,12 @@ kernels::SdpaParams params(const Call& c, const Tensor& out, const Tensor& lse,
   p.q = c.q.data_ptr<float>();
   p.k = c.k.data_ptr<float>();
   p.v = c.v.data_ptr<float>();
-  p.q_batch_stride = c.q.stride(0), p.q_head_stride = c.q.stride(1), p.q_row_stride = c.q.stride(2);
-  p.k_batch_stride = c.k.stride(0), p.k_head_stride = c.k.stride(1), p.k_row_stride = c.k.stride(2);
-  p.v_batch_stride = c.v.stride(0), p.v_head_stride = c.v.stride(1), p.v_row_stride = c.v.stride(2);
+  using sdpa_detail::kernel_strides;  // (B, H, L, D): batch shape of rank 2
+  kernel_strides(c.q, 2, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
+  kernel_strides(c.k, 2, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
+  kernel_strides(c.v, 2, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
   p.out = const_cast<float*>(out.data_ptr<float>());
-  p.out_batch_stride = out.stride(0), p.out_head_stride = out.stride(1);
-  p.out_row_stride = out.stride(2);
+  kernel_strides(out, 2, p.out_batch_stride, p.out_head_stride, p.out_row_stride);
   p.lse = const_cast<float*>(lse.data_ptr<float>());
   p.flex = fx;
   return p;
@@ -332,18 +333,15 @@ std::tuple<Tensor, Tensor> flex_attention_with_lse(const Tensor& q, const Tensor
           }
         kernels::SdpaBackwardParams bp;
         bp.fwd = params(c, out, lse, &fx.call);
+        using sdpa_detail::kernel_strides;
         bp.dout = dout.data_ptr<float>();
-        bp.dout_batch_stride = dout.stride(0), bp.dout_head_stride = dout.stride(1);
-        bp.dout_row_stride = dout.stride(2);
+        kernel_strides(dout, 2, bp.dout_batch_stride, bp.dout_head_stride, bp.dout_row_stride);
         bp.dq = dq.data_ptr<float>();
-        bp.dq_batch_stride = dq.stride(0), bp.dq_head_stride = dq.stride(1);
-        bp.dq_row_stride = dq.stride(2);
+        kernel_strides(dq, 2, bp.dq_batch_stride, bp.dq_head_stride, bp.dq_row_stride);
         bp.dk = dk.data_ptr<float>();
-        bp.dk_batch_stride = dk.stride(0), bp.dk_head_stride = dk.stride(1);
-        bp.dk_row_stride = dk.stride(2);
+        kernel_strides(dk, 2, bp.dk_batch_stride, bp.dk_head_stride, bp.dk_row_stride);
         bp.dv = dv.data_ptr<float>();
-        bp.dv_batch_stride = dv.stride(0), bp.dv_head_stride = dv.stride(1);
-        bp.dv_row_stride = dv.stride(2);
+        kernel_strides(dv, 2, bp.dv_batch_stride, bp.dv_head_stride, bp.dv_row_stride);
         run_kernel([&] { kernels::sdpa_fused_backward(bp); });
         fx.check();
         if (expanded_kv) {  // k, v of batch 1 broadcast over B: their gradients summed back

@@ -77,7 +77,7 @@ Expr::Type promote(const Expr& a, const Expr& b) {
 }
 
 // Constant folding of two constants (so that constant sub-expressions need no trace).
-double fold(kf::Op op, double a, double b, Expr::Type t) {
+double fold(kf::Op op, double a, double b) {
   switch (op) {
     case kf::Op::Add: return a + b;
     case kf::Op::Sub: return a - b;
@@ -97,7 +97,7 @@ double fold(kf::Op op, double a, double b, Expr::Type t) {
     case kf::Op::And: return double(int64_t(a) & int64_t(b));
     case kf::Op::Or: return double(int64_t(a) | int64_t(b));
     case kf::Op::Xor: return double(int64_t(a) ^ int64_t(b));
-    default: (void)t; return 0.0;
+    default: return 0.0;
   }
 }
 
@@ -113,7 +113,7 @@ Expr constant(double value, Expr::Type t) {
 // A binary operation with operands converted to `in` and a result of type `out`.
 Expr binary(kf::Op op, const Expr& a, const Expr& b, Expr::Type in, Expr::Type out) {
   auto tr = trace_of({&a, &b});
-  if (!tr) return constant(fold(op, a.constant(), b.constant(), out), out);
+  if (!tr) return constant(fold(op, a.constant(), b.constant()), out);
   const int32_t na = place(tr, a, in), nb = place(tr, b, in);
   return make(tr, op, out, na, nb);
 }

@@ -267,7 +267,7 @@ Evaluator::Evaluator(const Program& program, int capacity) : prog_(program), cap
   int32_t nf = 0, ni = 0, na = 0;
   for (size_t k = 0; k < N; ++k) {
     const Node& node = program.nodes[k];
-    slot_[k] = node.type == Type::Float ? nf++ : ni++;
+    if (node.op != Op::Score) slot_[k] = node.type == Type::Float ? nf++ : ni++;  // read in place
     bool g = false;
     if (node.op == Op::Score) g = true;
     if (node.op == Op::Load) g = program.tensors[size_t(node.tensor)].requires_grad;
@@ -293,12 +293,16 @@ Evaluator::Evaluator(const Program& program, int capacity) : prog_(program), cap
   idx_tmp_ = std::make_unique_for_overwrite<int32_t[]>(max_rank * size_t(cap_));
 }
 
+// The number of values of a node of shape `sh` over the grid.
+int length(uint8_t sh, const Grid& g) {
+  return sh == kFull ? g.n() : sh == kOuter ? g.n_outer : sh == kInner ? g.ld : 1;
+}
+
 // Broadcast `v` of shape `from` to `to` (from is contained in to) over the grid: dst gets len(to)
 // values.
 template <typename T>
 void expand(const T* v, uint8_t from, uint8_t to, const Grid& g, T* dst) {
-  const int n = to == kFull ? g.n() : to == kOuter ? g.n_outer : to == kInner ? g.ld : 1;
-  const int ld = g.ld;
+  const int n = length(to, g), ld = g.ld;
   if (from == kScalar) {
     const T x = v[0];
     for (int e = 0; e < n; ++e) dst[e] = x;
@@ -371,7 +375,6 @@ void Evaluator::load(const Node& node, int n, const int32_t* const* index, uint3
 // slopes[h]) is computed once per row and broadcast where a full-tile operation reads it. With
 // `compact` false (the backward, whose adjoints are per element) every node is full.
 void Evaluator::run(const Grid& g, const float* s, bool compact) {
-  const int n = g.n();
   for (size_t k = 0; k < prog_.nodes.size(); ++k) {
     const Node& node = prog_.nodes[k];
     const int32_t kk = int32_t(k);
@@ -393,7 +396,7 @@ void Evaluator::run(const Grid& g, const float* s, bool compact) {
     }
     if (!compact) sh = kFull;
     shape_[k] = sh;
-    const int len = sh == kFull ? n : sh == kOuter ? g.n_outer : sh == kInner ? g.ld : 1;
+    const int len = length(sh, g);
     switch (node.op) {
       case Op::Score: score_ = s; break;  // read where it lies
       case Op::Batch: i(kk)[0] = g.b; break;

@@ -18,6 +18,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,13 @@ class Evaluator {
   std::unique_ptr<int32_t[]> itmp_, idx_tmp_;
   IndexError error_;
 };
+
+// Reports the evaluators' index errors (those that exist) to `slot` (null: nowhere).
+inline void report_errors(ErrorSlot* slot, const std::optional<Evaluator>& a,
+                          const std::optional<Evaluator>& b) {
+  for (const std::optional<Evaluator>* e : {&a, &b})
+    if (slot && *e && (*e)->error().set) slot->report((*e)->error());
+}
 
 // The block mask of a mask program (FlexAttention's create_block_mask): kinds (B, H, nq, nkv)
 // (TileKind: 0 empty, 1 partial, 2 full) of the blocks of q_block x kv_block entries of the

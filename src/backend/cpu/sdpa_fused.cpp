@@ -306,9 +306,7 @@ void sdpa_fused_forward(const SdpaParams& p) {
         ws.lane_h[lane] = ws.lane_h[0], ws.lane_i[lane] = ws.lane_i[0];
       impl.block(ps, b, h_kv, rows, ws);
     }
-    if (p.flex && p.flex->errors)
-      for (const auto* e : {&flex_score, &flex_mask})
-        if (*e && (*e)->error().set) p.flex->errors->report((*e)->error());
+    if (p.flex) flex::report_errors(p.flex->errors, flex_score, flex_mask);
   }
   scratch.check();
   if (S > 1) merge_splits(p, S, out_s, lse_s);

@@ -255,12 +255,12 @@ void Driver::run(bool parallel) {
     unit_mod_grads.assign(size_t(B * p.H_kv * C), sums);
   }
   const flex::FlexCall* fx = p.flex;
-  if (fx && fx->score && fx->score->wants_tensor_grads())
+  if (fx && fx->score && fx->score->wants_tensor_grads()) {
     unit_flex_grads.assign(size_t(B * p.H_kv * C), flex::TensorGradSums(*fx->score));
+  }
 
-    // ---- per-row statistics; zero dq when it is accumulated in place
-    // ----------------------------- (collapse: each thread's first row is divided out into (b, h,
-    // i) once, not every row)
+  // ---- per-row statistics; zero dq when it is accumulated in place -----------------------------
+  // (collapse: each thread's first row is divided out into (b, h, i) once, not every row)
 #pragma omp parallel for collapse(3) schedule(static) if (parallel) num_threads(num_threads())
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
@@ -325,9 +325,7 @@ void Driver::run(bool parallel) {
            unit_mod_grads.empty() ? nullptr : &unit_mod_grads[size_t(u)],
            unit_flex_grads.empty() ? nullptr : &unit_flex_grads[size_t(u)]);
     }
-    if (fx && fx->errors)
-      for (const auto* e : {&sc.fx_score, &sc.fx_mask})
-        if (*e && (*e)->error().set) fx->errors->report((*e)->error());
+    if (fx) flex::report_errors(fx->errors, sc.fx_score, sc.fx_mask);
   }
   scratch.check();
   add_mod_grads();
