@@ -139,4 +139,15 @@ inline std::optional<std::vector<uint32_t>> utf8_code_points(std::string_view s)
 // Runs the library single-threaded (the tests run several fuzzers side by side).
 inline void init_single_thread() { attn::set_num_threads(1); }
 
+// Whether f() throws an E.
+template <typename E, typename F>
+bool throws(F&& f) {
+  try {
+    f();
+  } catch (const E&) {
+    return true;
+  }
+  return false;
+}
+
 }  // namespace attn_fuzz

@@ -161,4 +161,24 @@ save("parameter", {"p": torch.nn.Parameter(torch.ones(2)), "frozen": torch.nn.Pa
 save("float16", {"h": torch.ones(2, dtype=torch.float16)})
 save("values", [None, True, 1, -2**40, 2.5, "s", (1, 2), {0: "int key", (1, "a"): 1}])
 PY
+# ---- hf_tokenizer: tokenizer.json of every kind tokenizers (PyPI, in .venv-test) trains on a few
+# lines, each followed by 0xFF and a text --------------------------------------------------------
+venv_py=../.venv-test/bin/python
+if [ -x "$venv_py" ]; then
+  rm -rf corpus/hf_tokenizer && mkdir -p corpus/hf_tokenizer
+  printf "First Citizen:\nBefore we proceed any further, hear me speak.\ncafé 1234 語 😀\n" >"$tmp/tok.txt"
+  for kind in llama3 qwen2 llama2 gemma metaspace splits; do
+    "$venv_py" ../tests/python/tokenizer_reference.py build "$kind" "$tmp/tok.txt" "$tmp/$kind.json"
+    /usr/bin/python3 - "$tmp/$kind.json" "corpus/hf_tokenizer/$kind" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1], encoding="utf-8"))
+text = "<|begin_of_text|>Hi  there, 語é 123!<mask> <start_of_turn>\n"
+with open(sys.argv[2], "wb") as f:
+    f.write(json.dumps(j, ensure_ascii=False, separators=(",", ":")).encode() + b"\xff" + text.encode())
+PY
+  done
+else
+  echo "make_corpus.sh: $venv_py is missing (scripts/setup.sh --test); corpus/hf_tokenizer kept" >&2
+fi
+
 du -sh corpus

@@ -14,13 +14,14 @@ cd "$(dirname "$0")/.."
 # libcairo2-dev, fonts-dejavu-core: attn::plot draws with cairo (PNG, SVG, PDF) in DejaVu Sans,
 # which cairo finds through fontconfig.
 # libpcre2-dev: GPT-2's byte-level BPE splits words with PCRE2's Unicode properties.
+# libicu-dev: tokenizer.json's Unicode normalizers (NFC, NFKC, ...).
 # libdnnl-dev: matrix products through oneDNN's sgemm (faster than OpenBLAS's here; see
 # src/backend/cpu/gemm.h); OpenBLAS stays for matrix-vector products and where oneDNN is absent.
 # ocl-icd-opencl-dev: Debian's oneDNN is built with its OpenCL runtime, and its CMake config
 # (find_package(dnnl)) fails without the OpenCL headers and library, which it only recommends.
 packages=(cmake g++ make pkg-config libopenblas-dev pybind11-dev python3-dev python3-numpy
           libgtest-dev libbenchmark-dev libcairo2-dev fonts-dejavu-core nlohmann-json3-dev
-          fortunes libopenmpi-dev openmpi-bin libpcre2-dev libdnnl-dev ocl-icd-opencl-dev)
+          fortunes libopenmpi-dev openmpi-bin libpcre2-dev libicu-dev libdnnl-dev ocl-icd-opencl-dev)
 if [[ "${1:-}" == "--test" ]]; then
   # clang with its sanitizer and libFuzzer runtimes (libclang-rt) and OpenMP (libomp):
   # scripts/sanitize.sh's ASan + UBSan build and the fuzz targets.

@@ -40,7 +40,7 @@ bin=$build/$target
 filter="$filter-$no_threads"
 
 packages=(g++-aarch64-linux-gnu qemu-user libopenblas-openmp-dev:arm64 libcairo2-dev:arm64
-          libgtest-dev:arm64 libpcre2-dev:arm64 nlohmann-json3-dev)
+          libgtest-dev:arm64 libpcre2-dev:arm64 libicu-dev:arm64 nlohmann-json3-dev)
 source scripts/lib/apt.sh
 apt_install_missing test_aarch64 "${packages[@]}"
 

@@ -1,7 +1,8 @@
-// attn.data.BpeTokenizer (_C.data) and the Hugging Face GPT-2 checkpoint functions behind
-// attn.nn.GPT.from_pretrained / save_pretrained (_C.hf).
+// attn.data.BpeTokenizer and attn.data.Tokenizer (_C.data) and the Hugging Face GPT-2 checkpoint
+// functions behind attn.nn.GPT.from_pretrained / save_pretrained (_C.hf).
 #include <attn/bpe.h>
 #include <attn/hf_gpt2.h>
+#include <attn/tokenizer.h>
 #include <pybind11/stl.h>
 
 #include "bindings.h"
@@ -43,6 +44,26 @@ void register_hf(py::module_& m) {
       .def("decode_bytes", [](const data::BpeTokenizer& t, const std::vector<int64_t>& ids) {
         return py::bytes(t.decode(ids));
       });
+
+  py::class_<data::Tokenizer>(data, "Tokenizer")
+      .def_static("from_file", &data::Tokenizer::from_file, py::arg("path"), release())
+      .def_static("from_str", &data::Tokenizer::from_string, py::arg("json"),
+                  py::arg("name") = "tokenizer.json", release())
+      .def_property_readonly("vocab_size", &data::Tokenizer::vocab_size)
+      .def("token_to_id", &data::Tokenizer::token_to_id, py::arg("token"))
+      .def("id_to_token", &data::Tokenizer::id_to_token, py::arg("id"))
+      .def("is_special", &data::Tokenizer::is_special, py::arg("id"))
+      .def("encode_ids", &data::Tokenizer::encode, py::arg("text"),
+           py::arg("add_special_tokens") = true, release())
+      .def(
+          "encode_with_tokens",
+          [](const data::Tokenizer& t, const std::string& text, bool add_special_tokens) {
+            auto e = t.encode_with_tokens(text, add_special_tokens);
+            return std::make_pair(std::move(e.ids), std::move(e.tokens));
+          },
+          py::arg("text"), py::arg("add_special_tokens") = true, release())
+      .def("decode", &data::Tokenizer::decode, py::arg("ids"),
+           py::arg("skip_special_tokens") = true, release());
 
   py::module_ hf = m.def_submodule("hf", "Hugging Face GPT-2 checkpoints (attn/hf_gpt2.h)");
   hf.def(

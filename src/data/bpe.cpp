@@ -1,9 +1,7 @@
 // GPT-2's byte-level BPE (include/attn/bpe.h).
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include <attn/bpe.h>
 #include <attn/io.h>
 #include <attn/tensor.h>
-#include <pcre2.h>
 
 #include <array>
 #include <limits>
@@ -12,8 +10,14 @@
 #include <unordered_map>
 
 #include "../common/error.h"
+#include "unicode.h"
+#include "word_cache.h"
 
 namespace attn::data {
+
+using unicode::byte_code_points;
+using unicode::next_code_point;
+using unicode::utf8;
 
 namespace {
 
@@ -26,96 +30,11 @@ constexpr const char* kEndOfText = "<|endoftext|>";
 constexpr const char* kPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\p{White_Space}\p{L}\p{N}]+)"
     R"(|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
-// Words cached at most (then the cache starts over), so that memory stays bounded on any input.
-constexpr std::size_t kCacheLimit = 1 << 18;
 
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
-
-// GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the rest take code
-// points from U+0100 in byte order.
-std::array<uint32_t, 256> byte_code_points() {
-  std::array<uint32_t, 256> cp{};
-  uint32_t next = 256;
-  for (uint32_t b = 0; b < 256; ++b) {
-    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    cp[b] = printable ? b : next++;
-  }
-  return cp;
-}
-
-// Decodes one code point of UTF-8 at s[i] (advancing i); nullopt when it is not one.
-std::optional<uint32_t> next_code_point(std::string_view s, std::size_t& i) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  std::size_t n;
-  uint32_t cp;
-  if (b0 < 0x80) {
-    n = 0, cp = b0;
-  } else if ((b0 & 0xE0) == 0xC0) {
-    n = 1, cp = b0 & 0x1F;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    n = 2, cp = b0 & 0x0F;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    n = 3, cp = b0 & 0x07;
-  } else {
-    return std::nullopt;
-  }
-  if (i + n >= s.size() && n > 0) return std::nullopt;
-  for (std::size_t k = 1; k <= n; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) return std::nullopt;
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  i += n + 1;
-  return cp;
-}
-
-struct Pcre2Code {
-  pcre2_code* code = nullptr;
-  Pcre2Code() {
-    int err = 0;
-    PCRE2_SIZE off = 0;
-    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
-                         PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
-    if (!code) {
-      PCRE2_UCHAR buf[256];
-      pcre2_get_error_message(err, buf, sizeof buf);
-      detail::fail(kFn,
-                   "PCRE2 cannot compile GPT-2's pattern: ", reinterpret_cast<const char*>(buf));
-    }
-    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // faster where available; optional
-  }
-  ~Pcre2Code() { pcre2_code_free(code); }
-  Pcre2Code(const Pcre2Code&) = delete;
-  Pcre2Code& operator=(const Pcre2Code&) = delete;
-};
-
-const Pcre2Code& pattern() {
-  static const Pcre2Code p;
+const unicode::Regex& pattern() {
+  static const unicode::Regex p(kPattern, kFn, "GPT-2's pattern");
   return p;
 }
-
-struct MatchData {
-  pcre2_match_data* md;
-  MatchData() : md(pcre2_match_data_create_from_pattern(pattern().code, nullptr)) {
-    if (!md) throw std::bad_alloc();
-  }
-  ~MatchData() { pcre2_match_data_free(md); }
-  MatchData(const MatchData&) = delete;
-  MatchData& operator=(const MatchData&) = delete;
-};
 
 struct PairHash {
   std::size_t operator()(const std::pair<int64_t, int64_t>& p) const {
@@ -134,8 +53,7 @@ struct BpeTokenizer::Impl {
   std::array<uint32_t, 256> byte_cp{};
   std::unordered_map<uint32_t, uint8_t> cp_byte;
   int64_t eot = -1;
-  mutable std::mutex cache_mutex;
-  mutable std::unordered_map<std::string, std::vector<int64_t>> cache;
+  WordCache cache;
 
   std::vector<int64_t> bpe(std::string_view word) const;
   void append_piece(std::string_view text, std::size_t base, std::vector<int64_t>& out,
@@ -183,43 +101,15 @@ void BpeTokenizer::Impl::append_piece(std::string_view text, std::size_t base,
                                       std::vector<int64_t>& out,
                                       std::vector<std::string>* words) const {
   if (text.empty()) return;
-  MatchData m;
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  PCRE2_SIZE start = 0;
-  uint32_t options = 0;  // the UTF check runs on the first match only
-  while (start < text.size()) {
-    const int rc = pcre2_match(pattern().code, subject, text.size(), start, options, m.md, nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) {  // cannot happen: every character matches an alternative
-      detail::fail(kFn, "GPT-2's pattern matches nothing at byte ", base + start);
-    }
-    if (rc < 0) {
-      PCRE2_UCHAR buf[256];
-      pcre2_get_error_message(rc, buf, sizeof buf);
-      detail::fail(kFn, "the text is not valid UTF-8 at byte ", base + pcre2_get_startchar(m.md),
-                   ": ", reinterpret_cast<const char*>(buf));
-    }
-    options = PCRE2_NO_UTF_CHECK;
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
-    if (ov[1] <= ov[0]) detail::fail(kFn, "GPT-2's pattern matched an empty word");
-    const std::string_view word = text.substr(ov[0], ov[1] - ov[0]);
-    start = ov[1];
+  if (auto bad = unicode::invalid_utf8_at(text))
+    detail::fail(kFn, "the text is not valid UTF-8 at byte ", base + *bad);
+  for (auto [begin, end] : pattern().matches(text)) {
+    const std::string_view word = text.substr(begin, end - begin);
     if (words) {
       words->emplace_back(word);
       continue;
     }
-    {
-      std::lock_guard<std::mutex> lock(cache_mutex);
-      auto it = cache.find(std::string(word));
-      if (it != cache.end()) {
-        out.insert(out.end(), it->second.begin(), it->second.end());
-        continue;
-      }
-    }
-    std::vector<int64_t> ids = bpe(word);
-    out.insert(out.end(), ids.begin(), ids.end());
-    std::lock_guard<std::mutex> lock(cache_mutex);
-    if (cache.size() >= kCacheLimit) cache.clear();
-    cache.emplace(std::string(word), std::move(ids));
+    cache.append(word, out, [this](std::string_view w) { return bpe(w); });
   }
 }
 
