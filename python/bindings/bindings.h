@@ -46,6 +46,7 @@ void register_optim(py::module_& m);       // attn.optim (_C.optim)
 void register_distributed(py::module_& m);  // attn.distributed (_C.distributed)
 void register_io(py::module_& m);           // attn.save / attn.load: PyTorch's format (_C.io)
 void register_hf(py::module_& m);  // attn.data.BpeTokenizer, GPT.from_pretrained (_C.data, _C.hf)
+void register_decoder(py::module_& m);  // attn.nn.Decoder, its from_pretrained (_C.decoder)
 void register_train(py::module_& m);  // attn.train.train: the loop of `attn train` (_C.train)
 
 }  // namespace attn::python

@@ -34,5 +34,6 @@ PYBIND11_MODULE(_C, m) {
   attn::python::register_optim(m);
   attn::python::register_io(m);
   attn::python::register_hf(m);
+  attn::python::register_decoder(m);
   attn::python::register_train(m);
 }

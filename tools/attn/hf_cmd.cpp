@@ -4,12 +4,17 @@
 #include <attn/attn.h>
 #include <attn/bpe.h>
 #include <attn/data.h>
+#include <attn/hf_decoder.h>
 #include <attn/hf_gpt2.h>
 #include <attn/io.h>
+#include <attn/tokenizer.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
 namespace attn::tools {
@@ -67,9 +72,106 @@ DirTokenizer load_dir_tokenizer(const fs::path& dir) {
               kHfCharTokenizerFile + " (written by `attn export`)");
 }
 
+// The model_type of DIR/config.json ("gpt2" when it has none), and its end-of-text ids
+// (config.json's and generation_config.json's eos_token_id, an id or a list).
+struct DirConfig {
+  std::string model_type = "gpt2";
+  std::set<int64_t> eos;
+};
+
+DirConfig read_dir_config(const fs::path& dir) {
+  DirConfig c;
+  std::error_code ec;
+  for (const char* name : {"config.json", "generation_config.json"}) {
+    const fs::path p = dir / name;
+    if (!fs::exists(p, ec)) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(io::read_file(p.string()));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("[generate] '" + p.string() + "': not valid JSON: " + e.what());
+    }
+    if (!j.is_object()) continue;
+    if (std::string(name) == "config.json" && j.contains("model_type") &&
+        j["model_type"].is_string())
+      c.model_type = j["model_type"].get<std::string>();
+    if (!j.contains("eos_token_id")) continue;
+    const nlohmann::json& e = j["eos_token_id"];
+    for (const nlohmann::json& id : e.is_array() ? e : nlohmann::json::array({e}))
+      if (id.is_number_integer()) c.eos.insert(id.get<int64_t>());
+  }
+  return c;
+}
+
+// `attn generate` on a Llama / Qwen / Gemma directory: tokenizer.json, the decoder, the text
+// streamed as the whole continuation decodes (a character split over tokens, or a decoder that
+// strips a leading space, prints once it is settled).
+int generate_hf_decoder(const GenerateArgs& a, const DirConfig& dc, std::ostream& out,
+                        std::ostream& err) {
+  const fs::path dir(a.ckpt);
+  std::error_code ec;
+  const fs::path tok_path = dir / "tokenizer.json";
+  if (!fs::exists(tok_path, ec))
+    throw Error("[generate] '" + dir.string() + "' is a " + dc.model_type +
+                " model without tokenizer.json (Hugging Face tokenizers' file)");
+  const data::Tokenizer tok = data::Tokenizer::from_file(tok_path.string());
+  std::shared_ptr<nn::Decoder> model = nn::load_hf_decoder(a.ckpt);
+  std::vector<int64_t> ids =
+      encode_prompt([&] { return tok.encode(a.has_prompt ? a.prompt : ""); });
+  if (ids.empty())
+    throw Error("[generate] an empty prompt and a tokenizer without a start token: give --prompt");
+  for (int64_t id : ids)
+    if (id >= model->config().vocab_size)
+      throw Error("[generate] the tokenizer's id " + std::to_string(id) +
+                  " is outside the model's vocab_size " +
+                  std::to_string(model->config().vocab_size));
+  nn::Decoder::GenerateOptions g;
+  g.max_new_tokens = a.options.max_new_tokens;
+  g.temperature = a.options.temperature;
+  g.top_k = std::min(a.options.top_k, model->config().vocab_size);
+  g.stop_tokens.assign(dc.eos.begin(), dc.eos.end());
+  ThreadsGuard threads_guard(a.threads);
+  Tensor idx = empty({1, int64_t(ids.size())}, Dtype::Int64);
+  std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());
+  const std::string base = tok.decode(ids, true);
+  std::string printed;
+  std::vector<int64_t> all = ids;
+  int64_t produced = 0;
+  out << (a.has_prompt ? a.prompt : "") << std::flush;
+  Generator gen(a.seed);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool done = false;
+  model->generate(idx, g, &gen, [&](const Tensor& column) {
+    const int64_t id = column.contiguous().data_ptr<int64_t>()[0];
+    if (done) return;
+    ++produced;
+    if (dc.eos.count(id)) {
+      done = true;
+      return;
+    }
+    all.push_back(id);
+    const std::string text = tok.decode(all, true);
+    if (text.size() < base.size() + printed.size() || text.compare(0, base.size(), base) != 0 ||
+        text.compare(base.size(), printed.size(), printed) != 0 || text.ends_with("\xEF\xBF\xBD"))
+      return;  // not settled yet
+    out << text.substr(base.size() + printed.size()) << std::flush;
+    printed = text.substr(base.size());
+  });
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  out << "\n" << std::flush;
+  char line[160];
+  std::snprintf(line, sizeof line, "generate: tokens=%lld ms=%.2f tokens_per_s=%.1f cache=on",
+                (long long)produced, ms, ms > 0 ? double(produced) * 1000.0 / ms : 0.0);
+  err << line << "\n" << std::flush;
+  return 0;
+}
+
 }  // namespace
 
 int generate_hf(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
+  const DirConfig dc = read_dir_config(a.ckpt);
+  if (dc.model_type != "gpt2") return generate_hf_decoder(a, dc, out, err);
   const fs::path dir(a.ckpt);
   const DirTokenizer tok = load_dir_tokenizer(dir);
   std::shared_ptr<nn::GPT> model = nn::load_hf_gpt2(a.ckpt);

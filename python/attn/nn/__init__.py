@@ -5,11 +5,12 @@ from .. import _unsupported
 from . import functional, init, parallel, utils
 from .activation import GELU, Identity, ReLU, SiLU, Sigmoid, Tanh
 from .container import ModuleDict, ModuleList, Sequential
+from .decoder import Decoder
 from .multihead import MultiheadAttention
 from .modules import (GPT, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, Module,
                       NonDynamicallyQuantizableLinear, Parameter, RMSNorm)
 
-__all__ = ["CrossEntropyLoss", "GELU", "GPT", "LayerNorm", "Dropout", "Embedding", "Identity", "Linear", "Module",
+__all__ = ["CrossEntropyLoss", "Decoder", "GELU", "GPT", "LayerNorm", "Dropout", "Embedding", "Identity", "Linear", "Module",
            "ModuleDict", "ModuleList", "MultiheadAttention", "NonDynamicallyQuantizableLinear",
            "Parameter", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Tanh", "functional", "init",
            "parallel", "utils"]

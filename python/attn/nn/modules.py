@@ -624,16 +624,7 @@ class GPT(Module):
         object.__setattr__(self, "config", dict(vocab_size=c.vocab_size, block_size=c.block_size,
                                                 n_layer=c.n_layer, n_head=c.n_head,
                                                 n_embd=c.n_embd, dropout=c.dropout, bias=c.bias))
-        for name, t in self._impl.named_parameters():
-            *path, leaf = name.split(".")
-            owner = self
-            for part in path:
-                child = owner._modules.get(part)
-                if child is None:
-                    child = _Container()
-                    owner.add_module(part, child)
-                owner = child
-            owner.register_parameter(leaf, Parameter(t, _alias=True))
+        _mirror_parameters(self, impl)
 
     def forward(self, idx, targets=None, position_ids=None):
         """position_ids (B, T): packed sequences, Hugging Face's convention (0 begins a sequence,
@@ -715,6 +706,21 @@ class GPT(Module):
         return AdamW([{"params": decay, "weight_decay": weight_decay},
                       {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate, betas=betas,
                      eps=eps)
+
+
+def _mirror_parameters(module, impl):
+    """Registers the C++ model impl's parameters on `module` under their dotted names (sharing
+    storage), creating the submodules on the way."""
+    for name, t in impl.named_parameters():
+        *path, leaf = name.split(".")
+        owner = module
+        for part in path:
+            child = owner._modules.get(part)
+            if child is None:
+                child = _Container()
+                owner.add_module(part, child)
+            owner = child
+        owner.register_parameter(leaf, Parameter(t, _alias=True))
 
 
 class _Container(Module):

@@ -1,0 +1,185 @@
+// One decoder-only transformer for today's open model families, configured to be each of them:
+//
+//   Llama 3.x  RoPE (with llama3 frequency scaling), grouped-query attention, SwiGLU MLP, RMSNorm,
+//              tied or untied output
+//   Qwen2      the same with q/k/v biases
+//   Qwen3      the same with QK-norm (RMSNorm over head_dim on q and k, before RoPE)
+//   Gemma 2    sliding-window and global layers alternating, attention and final logit softcaps,
+//              pre and post norms around attention and MLP, RMSNorm as x * (1 + w), embeddings
+//              scaled by sqrt(hidden_size), query_pre_attn_scalar, GELU-tanh MLP
+//   Gemma 3    Gemma 2's layout with QK-norm, no softcaps, a pattern of sliding layers and their
+//              own RoPE base
+//
+//   x = embed_tokens(ids) (* sqrt(hidden_size))
+//   each layer:  h = input_layernorm(x); a = attention(h) (post_attention_layernorm(a) when
+//                sandwich norms); x = x + a
+//                h = post_attention_layernorm(x) (pre_feedforward_layernorm with sandwich norms);
+//                m = down(act(gate(h)) * up(h)) (post_feedforward_layernorm(m)); x = x + m
+//   logits = lm_head(norm(x)) (lm_head tied to embed_tokens or not; final softcap)
+//   attention: q, k, v projections into heads, QK-norm, RoPE on q and k, causal scaled
+//              dot-product attention over the fused kernel (GQA, window, softcap), o projection
+//
+// Parameter names are Hugging Face transformers' (model.embed_tokens.weight,
+// model.layers.{i}.self_attn.q_proj.weight, ..., model.norm.weight, lm_head.weight), so that the
+// state_dict of a checkpoint loads as it is (include/attn/hf_decoder.h). float32.
+#pragma once
+
+#include <attn/nn.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attn::nn {
+
+struct DecoderConfig {
+  std::string model_type = "llama";  // what config.json called it: llama, qwen2, qwen3, gemma2, ...
+  int64_t vocab_size = 256;
+  int64_t hidden_size = 64;
+  int64_t intermediate_size = 128;
+  int64_t num_hidden_layers = 2;
+  int64_t num_attention_heads = 4;
+  int64_t num_key_value_heads = 4;  // < num_attention_heads: grouped-query attention
+  int64_t head_dim = 0;             // 0: hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  // RoPE frequency scaling: "default" (none), "llama3" (Llama 3.1's: wavelengths above
+  // original / low_freq_factor divided by factor, below original / high_freq_factor kept, a
+  // smooth blend between) or "linear" (every frequency divided by factor; Gemma 3's global
+  // layers).
+  std::string rope_type = "default";
+  double rope_factor = 1.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_position_embeddings = 8192;
+  bool qkv_bias = false;  // biases on q_proj, k_proj, v_proj (Qwen2; Llama's attention_bias)
+  bool o_bias = false;    // a bias on o_proj (Llama's attention_bias)
+  bool mlp_bias = false;
+  bool qk_norm = false;  // Qwen3, Gemma 3
+  bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";  // "silu" or "gelu_tanh" (GELU's tanh approximation)
+  // ---- Gemma
+  bool norm_plus_one = false;        // every RMSNorm scales by (1 + weight); weights start at zero
+  bool sandwich_norms = false;       // post_attention_layernorm on the attention output and
+                                     // pre/post_feedforward_layernorm around the MLP
+  bool scale_embeddings = false;     // x = embed_tokens(ids) * sqrt(hidden_size)
+  double query_pre_attn_scalar = 0;  // attention scale query_pre_attn_scalar^-1/2 (0: head_dim)
+  double attn_logit_softcapping = 0, final_logit_softcapping = 0;  // 0: none
+  int64_t sliding_window = 0;  // keys within the last sliding_window positions (sliding layers)
+  std::vector<bool> sliding_layers;  // per layer, whether it is a sliding-window layer
+  double rope_local_base_freq = 0;   // RoPE base of the sliding layers (0: rope_theta)
+
+  int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  bool is_sliding(int64_t layer) const {
+    return sliding_window > 0 && layer < int64_t(sliding_layers.size()) &&
+           sliding_layers[std::size_t(layer)];
+  }
+  // Throws attn::Error naming `fn` and the field: sizes < 1, heads that do not divide, a head
+  // size that does not fit hidden_size when head_dim is 0, an odd head size (RoPE), non-positive
+  // eps / theta, an unknown rope_type or hidden_act, sliding_layers of another length.
+  void validate(const char* fn) const;
+};
+
+// torch.nn.RMSNorm, or Gemma's x_normed * (1 + weight).
+class DecoderRMSNorm : public Module {
+ public:
+  DecoderRMSNorm(int64_t dim, double eps, bool plus_one);
+  Tensor forward(const Tensor& x) const;
+  Tensor operator()(const Tensor& x) const { return forward(x); }
+  std::string name() const override { return "RMSNorm"; }
+  double eps;
+  bool plus_one;
+  Tensor weight;
+};
+
+class DecoderAttention : public Module {
+ public:
+  DecoderAttention(const DecoderConfig& c, int64_t layer);
+  // x (B, T, hidden) at positions start .. start + T - 1, with cos / sin (T, head_size). Without
+  // caches: causal attention over x. With caches (B, H_kv, capacity, head_size): the new keys and
+  // values are written at [start, start + T) and the queries attend to everything up to them.
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor* k_cache,
+                 Tensor* v_cache, int64_t start) const;
+  std::string name() const override { return "Attention"; }
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+  std::shared_ptr<DecoderRMSNorm> q_norm, k_norm;  // QK-norm, or null
+  int64_t num_heads, num_kv_heads, head_size, window;
+  double scale, softcap;
+};
+
+class DecoderMLP : public Module {
+ public:
+  explicit DecoderMLP(const DecoderConfig& c);
+  Tensor forward(const Tensor& x) const;
+  std::string name() const override { return "MLP"; }
+  std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
+  std::string act;
+};
+
+class DecoderLayer : public Module {
+ public:
+  DecoderLayer(const DecoderConfig& c, int64_t layer);
+  Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor* k_cache,
+                 Tensor* v_cache, int64_t start) const;
+  std::string name() const override { return "DecoderLayer"; }
+  std::shared_ptr<DecoderAttention> self_attn;
+  std::shared_ptr<DecoderMLP> mlp;
+  std::shared_ptr<DecoderRMSNorm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<DecoderRMSNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // Gemma
+  bool sliding;
+};
+
+// transformers' *Model: the embeddings, the layers and the final norm ("model." in names).
+class DecoderModel : public Module {
+ public:
+  explicit DecoderModel(const DecoderConfig& c);
+  std::string name() const override { return "DecoderModel"; }
+  std::shared_ptr<Embedding> embed_tokens;
+  std::shared_ptr<ModuleList> layers_list;
+  std::vector<std::shared_ptr<DecoderLayer>> layers;
+  std::shared_ptr<DecoderRMSNorm> norm;
+};
+
+// Keys and values of every layer for the tokens seen so far.
+struct DecoderCache {
+  std::vector<Tensor> k, v;  // per layer: (B, H_kv, capacity, head_size); `length` rows valid
+  int64_t length = 0;
+};
+
+class Decoder : public Module {
+ public:
+  // Initialised as transformers does (Linear and Embedding weights N(0, 0.02), norms one, or
+  // zero under norm_plus_one), drawn from gen in parameter order.
+  explicit Decoder(const DecoderConfig& config, Generator* gen = nullptr);
+
+  // ids: int64 (B, T) in [0, vocab_size), T <= max_position_embeddings. Logits (B, T, V).
+  Tensor forward(const Tensor& ids) const;
+  // Logits (B, T, V) of ids (B, T) that follow the cache's tokens; appends their keys and values
+  // (the cache starts empty and grows as needed). No gradients.
+  Tensor forward_cached(const Tensor& ids, DecoderCache& cache) const;
+
+  struct GenerateOptions {
+    int64_t max_new_tokens = 32;
+    double temperature = 0.0;          // 0: greedy (argmax, the first of ties); > 0: sampled
+    int64_t top_k = 0;                 // 0: no top-k filtering
+    std::vector<int64_t> stop_tokens;  // a row that produces one stops (and keeps it)
+  };
+  // Continues each row of ids (B, T) by up to max_new_tokens tokens through the key/value cache;
+  // rows that stopped are padded with their stop token. on_token gets each step's (B) column.
+  Tensor generate(const Tensor& ids, const GenerateOptions& options, Generator* gen = nullptr,
+                  const std::function<void(const Tensor&)>& on_token = nullptr) const;
+
+  std::string name() const override { return "Decoder"; }
+  const DecoderConfig& config() const { return config_; }
+  int64_t num_parameters() const;
+
+  std::shared_ptr<DecoderModel> model;
+  std::shared_ptr<Linear> lm_head;  // null when tied to model->embed_tokens
+
+ private:
+  Tensor run(const Tensor& ids, DecoderCache* cache) const;
+  DecoderConfig config_;
+};
+
+}  // namespace attn::nn

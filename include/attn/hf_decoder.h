@@ -1,0 +1,39 @@
+// Hugging Face checkpoints of the decoder families (include/attn/decoder.h): the directory that
+// transformers' save_pretrained writes for LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM and
+// Gemma3ForCausalLM (text):
+//
+//   DIR/config.json                    model_type and the sizes, RoPE, norms and attention fields
+//   DIR/model.safetensors              the weights under transformers' names, or
+//   DIR/model.safetensors.index.json   a sharded checkpoint: {"weight_map": {name: shard}}
+//
+// Weights are read tensor by tensor straight into the model's parameters (no copy of a file is
+// held); F16 and BF16 weights are widened to float32 (attn's decoder computes in float32).
+// lm_head.weight is absent (or ignored) when tie_word_embeddings holds.
+//
+// Refused with attn::Error "[load_hf_decoder] 'DIR/config.json': ..." naming the field: a
+// model_type other than those above, a config field that none of them has (a feature attn would
+// silently ignore), values attn cannot represent (rope_scaling other than llama3 / linear on
+// Gemma 3, use_sliding_window on Qwen2, an activation other than SiLU / GELU-tanh). Weights:
+// missing and unexpected names listed, a wrong shape with both shapes, a shard that the index
+// names but the directory lacks, a tensor the index puts in a shard that lacks it. Nothing is
+// allocated before the config and every header passed their checks.
+#pragma once
+
+#include <attn/decoder.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace attn::nn {
+
+// config.json's text -> DecoderConfig (fields transformers leaves out take its defaults for the
+// model_type). `what` names the file in error messages.
+DecoderConfig decoder_config_from_hf_json(std::string_view json,
+                                          const std::string& what = "config.json");
+
+// Loads DIR (see above), in evaluation mode.
+std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir);
+
+}  // namespace attn::nn

@@ -1,0 +1,80 @@
+"""attn.nn.Decoder: the decoder of today's model families (Llama 3, Qwen2/3, Gemma 1/2/3) over
+the C++ model (include/attn/decoder.h), loaded from a Hugging Face directory with
+from_pretrained (include/attn/hf_decoder.h).
+
+    model = attn.nn.Decoder.from_pretrained("path/to/dir")   # config.json + safetensors
+    logits = model(input_ids)                                # (B, T, vocab), float32
+    out = model.generate(input_ids, max_new_tokens=20)       # greedy; temperature > 0 samples
+
+Parameters share the C++ storage under transformers' names (model.layers.0.self_attn.q_proj.weight,
+...). Nothing is downloaded: the path is a local directory."""
+import os as _os
+
+from .. import _C
+from .modules import Module, _mirror_parameters
+
+__all__ = ["Decoder"]
+
+_CONFIG_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size",
+                  "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                  "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_type",
+                  "rope_factor", "qkv_bias", "o_bias", "mlp_bias", "qk_norm",
+                  "tie_word_embeddings", "hidden_act", "norm_plus_one", "sandwich_norms",
+                  "scale_embeddings", "query_pre_attn_scalar", "attn_logit_softcapping",
+                  "final_logit_softcapping", "sliding_window", "sliding_layers",
+                  "rope_local_base_freq")
+
+
+class Decoder(Module):
+    """A decoder configured by keyword arguments of DecoderConfig's fields (see _CONFIG_FIELDS),
+    initialised as transformers does, or loaded with from_pretrained. forward(input_ids) gives the
+    logits; generate() continues input_ids through a key/value cache."""
+
+    def __init__(self, generator=None, **config):
+        super().__init__()
+        c = _C.decoder.DecoderConfig()
+        for k, v in config.items():
+            if k not in _CONFIG_FIELDS:
+                raise TypeError("Decoder: unknown config field '{}'".format(k))
+            setattr(c, k, v)
+        self._attach(_C.decoder.Decoder(c, generator))
+
+    def _attach(self, impl):
+        object.__setattr__(self, "_impl", impl)
+        c = impl.config
+        object.__setattr__(self, "config", {k: getattr(c, k) for k in _CONFIG_FIELDS})
+        _mirror_parameters(self, impl)
+
+    @classmethod
+    def from_pretrained(cls, path):
+        """A Hugging Face checkpoint directory of a llama, qwen2, qwen3, gemma, gemma2 or
+        gemma3_text model (config.json with model.safetensors or a sharded
+        model.safetensors.index.json), in evaluation mode."""
+        self = cls.__new__(cls)
+        Module.__init__(self)
+        self._attach(_C.decoder.load_hf(_os.fspath(path)))
+        self.eval()
+        return self
+
+    def train(self, mode=True):
+        super().train(mode)
+        self._impl.train(bool(mode))
+        return self
+
+    def forward(self, input_ids):
+        """Logits (B, T, vocab_size) of input_ids (B, T) int64."""
+        return self._impl.forward(input_ids)
+
+    def generate(self, input_ids, max_new_tokens=32, temperature=0.0, top_k=None,
+                 eos_token_id=None, generator=None, callback=None):
+        """input_ids (B, T) followed by up to max_new_tokens tokens: greedy (the first of equal
+        logits) when temperature is 0, else sampled from softmax(logits / temperature) over the
+        top_k. A row that produces eos_token_id (an id or a list) stops and is padded with it;
+        callback(tokens (B,)) gets each step's tokens."""
+        stop = [] if eos_token_id is None else (
+            [int(eos_token_id)] if isinstance(eos_token_id, int) else [int(t) for t in eos_token_id])
+        return self._impl.generate(input_ids, int(max_new_tokens), float(temperature),
+                                   int(top_k or 0), stop, generator, callback)
+
+    def get_num_params(self):
+        return sum(p.numel() for p in self.parameters())

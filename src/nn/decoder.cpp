@@ -1,0 +1,379 @@
+// The decoder of today's model families (include/attn/decoder.h).
+#include <attn/attention.h>
+#include <attn/autograd.h>
+#include <attn/decoder.h>
+#include <attn/ops.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "../ops/sampling_ops.h"
+#include "../tensor/internal.h"
+
+namespace attn::nn {
+
+using detail::fail;
+
+void DecoderConfig::validate(const char* fn) const {
+  for (auto [v, what] : {std::pair{vocab_size, "vocab_size"},
+                         {hidden_size, "hidden_size"},
+                         {intermediate_size, "intermediate_size"},
+                         {num_hidden_layers, "num_hidden_layers"},
+                         {num_attention_heads, "num_attention_heads"},
+                         {num_key_value_heads, "num_key_value_heads"},
+                         {max_position_embeddings, "max_position_embeddings"}})
+    if (v < 1) fail(fn, what, " must be at least 1, got ", v);
+  if (num_attention_heads % num_key_value_heads != 0)
+    fail(fn, "num_attention_heads ", num_attention_heads,
+         " must be a multiple of num_key_value_heads ", num_key_value_heads);
+  if (head_dim < 0) fail(fn, "head_dim must be >= 0 (0: hidden_size / heads), got ", head_dim);
+  if (head_dim == 0 && hidden_size % num_attention_heads != 0)
+    fail(fn, "hidden_size ", hidden_size, " must be divisible by num_attention_heads ",
+         num_attention_heads, " when head_dim is not given");
+  if (head_size() % 2 != 0) fail(fn, "the head size must be even (RoPE), got ", head_size());
+  if (!(rms_norm_eps > 0 && std::isfinite(rms_norm_eps)))
+    fail(fn, "rms_norm_eps must be positive and finite, got ", rms_norm_eps);
+  if (!(rope_theta > 0 && std::isfinite(rope_theta)))
+    fail(fn, "rope_theta must be positive and finite, got ", rope_theta);
+  if (!(rope_local_base_freq >= 0 && std::isfinite(rope_local_base_freq)))
+    fail(fn, "rope_local_base_freq must be >= 0 and finite, got ", rope_local_base_freq);
+  if (rope_type != "default" && rope_type != "llama3" && rope_type != "linear")
+    fail(fn, "rope_type must be 'default', 'llama3' or 'linear', got '", rope_type, "'");
+  if (!(rope_factor > 0 && std::isfinite(rope_factor)))
+    fail(fn, "the rope scaling factor must be positive and finite, got ", rope_factor);
+  if (rope_type == "llama3" &&
+      !(rope_factor > 0 && rope_low_freq_factor > 0 &&
+        rope_high_freq_factor > rope_low_freq_factor && rope_original_max_position_embeddings > 0))
+    fail(fn,
+         "llama3 rope scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+         "original_max_position_embeddings > 0, got factor ",
+         rope_factor, ", low_freq_factor ", rope_low_freq_factor, ", high_freq_factor ",
+         rope_high_freq_factor, ", original_max_position_embeddings ",
+         rope_original_max_position_embeddings);
+  if (hidden_act != "silu" && hidden_act != "gelu_tanh")
+    fail(fn, "hidden_act must be 'silu' or 'gelu_tanh', got '", hidden_act, "'");
+  for (auto [v, what] : {std::pair{query_pre_attn_scalar, "query_pre_attn_scalar"},
+                         {attn_logit_softcapping, "attn_logit_softcapping"},
+                         {final_logit_softcapping, "final_logit_softcapping"}})
+    if (!(v >= 0 && std::isfinite(v))) fail(fn, what, " must be >= 0 and finite, got ", v);
+  if (sliding_window < 0) fail(fn, "sliding_window must be >= 0 (0: none), got ", sliding_window);
+  if (!sliding_layers.empty() && int64_t(sliding_layers.size()) != num_hidden_layers)
+    fail(fn, "sliding_layers has ", sliding_layers.size(), " entries for ", num_hidden_layers,
+         " layers");
+}
+
+namespace {
+
+// inv_freq of RoPE over `dim` (dim / 2 frequencies) in float32, computed as transformers does
+// (base ** (2i / dim) in float32, then the scaling when `scaled`), so that the tables agree to
+// float rounding.
+std::vector<float> inverse_frequencies(const DecoderConfig& c, double base, int64_t dim,
+                                       bool scaled) {
+  std::vector<float> inv(std::size_t(dim / 2));
+  for (int64_t i = 0; i < dim / 2; ++i)
+    inv[std::size_t(i)] = 1.0f / std::pow(float(base), float(2 * i) / float(dim));
+  if (scaled && c.rope_type == "linear")
+    for (float& f : inv) f /= float(c.rope_factor);
+  if (scaled && c.rope_type == "llama3") {
+    const float factor = float(c.rope_factor), lo = float(c.rope_low_freq_factor),
+                hi = float(c.rope_high_freq_factor);
+    const float old_len = float(c.rope_original_max_position_embeddings);
+    const float low_wavelen = old_len / lo, high_wavelen = old_len / hi;
+    for (float& f : inv) {
+      const float wavelen = (1.0f / f) * float(2 * M_PI);
+      float scaled = wavelen > low_wavelen ? f / factor : f;
+      if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+        const float smooth = (old_len / wavelen - lo) / (hi - lo);
+        scaled = (1 - smooth) * scaled / factor + smooth * scaled;
+      }
+      f = scaled;
+    }
+  }
+  return inv;
+}
+
+// cos and sin (T, dim) of positions start .. start + T - 1: [freqs, freqs] with
+// freqs = position * inv_freq, as transformers' rotary embedding.
+std::pair<Tensor, Tensor> rope_tables(const std::vector<float>& inv, int64_t start, int64_t T) {
+  const int64_t half = int64_t(inv.size()), dim = 2 * half;
+  Tensor cos = detail::make_tensor({T, dim}, Dtype::Float32, false);
+  Tensor sin = detail::make_tensor({T, dim}, Dtype::Float32, false);
+  float* pc = cos.data_ptr<float>();
+  float* ps = sin.data_ptr<float>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = float(start + t) * inv[std::size_t(i)];
+      const float c = float(std::cos(double(angle))), s = float(std::sin(double(angle)));
+      pc[t * dim + i] = pc[t * dim + half + i] = c;
+      ps[t * dim + i] = ps[t * dim + half + i] = s;
+    }
+  return {cos, sin};
+}
+
+// x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] (the halves of the last dim).
+Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const Tensor rotated = cat({neg(x.narrow(-1, half, half)), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+void init_linear(Linear& l, Generator* gen) {
+  init::normal_(l.weight, 0.0, 0.02, gen);
+  if (l.bias.defined()) init::zeros_(l.bias);
+}
+
+}  // namespace
+
+DecoderRMSNorm::DecoderRMSNorm(int64_t dim, double eps_, bool plus_one_)
+    : eps(eps_), plus_one(plus_one_) {
+  weight = register_parameter("weight", plus_one ? zeros({dim}) : ones({dim}));
+}
+
+Tensor DecoderRMSNorm::forward(const Tensor& x) const {
+  const Shape shape{weight.size(0)};
+  if (!plus_one) return functional::rms_norm(x, shape, weight, eps);
+  return functional::rms_norm(x, shape, Tensor(), eps) * (weight + 1.0);
+}
+
+DecoderAttention::DecoderAttention(const DecoderConfig& c, int64_t layer)
+    : num_heads(c.num_attention_heads),
+      num_kv_heads(c.num_key_value_heads),
+      head_size(c.head_size()),
+      window(c.is_sliding(layer) ? c.sliding_window : 0),
+      scale(1.0 / std::sqrt(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar
+                                                        : double(c.head_size()))),
+      softcap(c.attn_logit_softcapping) {
+  q_proj = register_module(
+      "q_proj", std::make_shared<Linear>(c.hidden_size, num_heads * head_size, c.qkv_bias));
+  k_proj = register_module(
+      "k_proj", std::make_shared<Linear>(c.hidden_size, num_kv_heads * head_size, c.qkv_bias));
+  v_proj = register_module(
+      "v_proj", std::make_shared<Linear>(c.hidden_size, num_kv_heads * head_size, c.qkv_bias));
+  o_proj = register_module(
+      "o_proj", std::make_shared<Linear>(num_heads * head_size, c.hidden_size, c.o_bias));
+  if (c.qk_norm) {
+    q_norm = register_module(
+        "q_norm", std::make_shared<DecoderRMSNorm>(head_size, c.rms_norm_eps, c.norm_plus_one));
+    k_norm = register_module(
+        "k_norm", std::make_shared<DecoderRMSNorm>(head_size, c.rms_norm_eps, c.norm_plus_one));
+  }
+}
+
+Tensor DecoderAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                 Tensor* k_cache, Tensor* v_cache, int64_t start) const {
+  const int64_t B = x.size(0), T = x.size(1);
+  Tensor q = (*q_proj)(x).view({B, T, num_heads, head_size});
+  Tensor k = (*k_proj)(x).view({B, T, num_kv_heads, head_size});
+  Tensor v = (*v_proj)(x).view({B, T, num_kv_heads, head_size}).transpose(1, 2);
+  if (q_norm) {
+    q = (*q_norm)(q);
+    k = (*k_norm)(k);
+  }
+  q = apply_rope(q.transpose(1, 2), cos, sin);
+  k = apply_rope(k.transpose(1, 2), cos, sin);
+  if (k_cache) {
+    k_cache->narrow(2, start, T).copy_(k);
+    v_cache->narrow(2, start, T).copy_(v);
+    k = k_cache->narrow(2, 0, start + T);
+    v = v_cache->narrow(2, 0, start + T);
+  }
+  SdpaOptions o;
+  o.is_causal = true;
+  o.causal_align = CausalAlign::BottomRight;  // the queries are the last T of start + T
+  o.enable_gqa = num_heads != num_kv_heads;
+  o.scale = scale;
+  o.softcap = softcap;
+  if (window > 0) o.window_left = window - 1;
+  const Tensor ctx = scaled_dot_product_attention(q, k, v, o);
+  return (*o_proj)(ctx.transpose(1, 2).reshape({B, T, num_heads * head_size}));
+}
+
+DecoderMLP::DecoderMLP(const DecoderConfig& c) : act(c.hidden_act) {
+  gate_proj = register_module(
+      "gate_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  up_proj = register_module(
+      "up_proj", std::make_shared<Linear>(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  down_proj = register_module(
+      "down_proj", std::make_shared<Linear>(c.intermediate_size, c.hidden_size, c.mlp_bias));
+}
+
+Tensor DecoderMLP::forward(const Tensor& x) const {
+  const Tensor g = (*gate_proj)(x);
+  const Tensor a = act == "silu" ? functional::silu(g) : functional::gelu(g, "tanh");
+  return (*down_proj)(a * (*up_proj)(x));
+}
+
+DecoderLayer::DecoderLayer(const DecoderConfig& c, int64_t layer) : sliding(c.is_sliding(layer)) {
+  self_attn = register_module("self_attn", std::make_shared<DecoderAttention>(c, layer));
+  mlp = register_module("mlp", std::make_shared<DecoderMLP>(c));
+  auto norm = [&] {
+    return std::make_shared<DecoderRMSNorm>(c.hidden_size, c.rms_norm_eps, c.norm_plus_one);
+  };
+  input_layernorm = register_module("input_layernorm", norm());
+  post_attention_layernorm = register_module("post_attention_layernorm", norm());
+  if (c.sandwich_norms) {
+    pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", norm());
+    post_feedforward_layernorm = register_module("post_feedforward_layernorm", norm());
+  }
+}
+
+Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor* k_cache,
+                             Tensor* v_cache, int64_t start) const {
+  Tensor a = self_attn->forward((*input_layernorm)(x), cos, sin, k_cache, v_cache, start);
+  if (pre_feedforward_layernorm) {  // Gemma: norms on both sides of each branch
+    const Tensor h = x + (*post_attention_layernorm)(a);
+    return h + (*post_feedforward_layernorm)(mlp->forward((*pre_feedforward_layernorm)(h)));
+  }
+  const Tensor h = x + a;
+  return h + mlp->forward((*post_attention_layernorm)(h));
+}
+
+DecoderModel::DecoderModel(const DecoderConfig& c) {
+  embed_tokens =
+      register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.hidden_size));
+  layers_list = register_module("layers", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    layers.push_back(layers_list->append(std::make_shared<DecoderLayer>(c, i)));
+  norm = register_module(
+      "norm", std::make_shared<DecoderRMSNorm>(c.hidden_size, c.rms_norm_eps, c.norm_plus_one));
+}
+
+Decoder::Decoder(const DecoderConfig& config, Generator* gen) : config_(config) {
+  config_.validate("Decoder");
+  model = register_module("model", std::make_shared<DecoderModel>(config_));
+  if (!config_.tie_word_embeddings)
+    lm_head = register_module(
+        "lm_head", std::make_shared<Linear>(config_.hidden_size, config_.vocab_size, false));
+  // transformers' _init_weights: every Linear and Embedding N(0, 0.02), biases zero.
+  init::normal_(model->embed_tokens->weight, 0.0, 0.02, gen);
+  for (const auto& l : model->layers) {
+    for (auto* p :
+         {&l->self_attn->q_proj, &l->self_attn->k_proj, &l->self_attn->v_proj,
+          &l->self_attn->o_proj, &l->mlp->gate_proj, &l->mlp->up_proj, &l->mlp->down_proj})
+      init_linear(**p, gen);
+  }
+  if (lm_head) init_linear(*lm_head, gen);
+  eval();
+}
+
+int64_t Decoder::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return n;
+}
+
+Tensor Decoder::run(const Tensor& ids, DecoderCache* cache) const {
+  const char* fn = cache ? "Decoder.forward_cached" : "Decoder.forward";
+  const DecoderConfig& c = config_;
+  if (!ids.defined() || ids.dtype() != Dtype::Int64 || ids.dim() != 2 || ids.size(1) < 1)
+    fail(fn, "ids must be int64 (batch, time) with at least one token, got ",
+         ids.defined() ? detail::tensor_desc(ids) : std::string("undefined"));
+  const int64_t B = ids.size(0), T = ids.size(1);
+  const int64_t start = cache ? cache->length : 0;
+  if (start + T > c.max_position_embeddings)
+    fail(fn, start + T, " positions exceed max_position_embeddings ", c.max_position_embeddings);
+  if (cache && cache->length > 0 && cache->k[0].size(0) != B)
+    fail(fn, "the cache holds ", cache->k[0].size(0), " rows, ids has ", B);
+  {
+    const Tensor ic = ids.contiguous();
+    const int64_t* p = ic.data_ptr<int64_t>();
+    for (int64_t i = 0; i < ic.numel(); ++i)
+      if (p[i] < 0 || p[i] >= c.vocab_size)
+        throw IndexError(detail::msg(fn, "token id ", p[i], " at flat index ", i,
+                                     " is outside the vocabulary [0, ", c.vocab_size, ")"));
+  }
+  const int64_t D = c.head_size();
+  if (cache) {  // room for start + T rows in every layer (doubling)
+    const int64_t need = start + T;
+    if (cache->k.empty() || cache->k[0].size(2) < need) {
+      const int64_t cap = std::max<int64_t>(need, cache->k.empty() ? 0 : 2 * cache->k[0].size(2));
+      for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        Tensor k = zeros({B, c.num_key_value_heads, cap, D});
+        Tensor v = zeros({B, c.num_key_value_heads, cap, D});
+        if (!cache->k.empty() && start > 0) {
+          k.narrow(2, 0, start).copy_(cache->k[std::size_t(l)].narrow(2, 0, start));
+          v.narrow(2, 0, start).copy_(cache->v[std::size_t(l)].narrow(2, 0, start));
+        }
+        if (cache->k.size() <= std::size_t(l)) {
+          cache->k.push_back(k);
+          cache->v.push_back(v);
+        } else {
+          cache->k[std::size_t(l)] = k;
+          cache->v[std::size_t(l)] = v;
+        }
+      }
+    }
+  }
+  const auto global = rope_tables(inverse_frequencies(c, c.rope_theta, D, true), start, T);
+  std::pair<Tensor, Tensor> local = global;
+  if (c.rope_local_base_freq > 0)  // Gemma 3's sliding layers: their own base, no scaling
+    local = rope_tables(inverse_frequencies(c, c.rope_local_base_freq, D, false), start, T);
+
+  Tensor x = (*model->embed_tokens)(ids);
+  if (c.scale_embeddings) x = x * double(float(std::sqrt(double(c.hidden_size))));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const auto& layer = model->layers[std::size_t(l)];
+    const auto& [cos, sin] = layer->sliding ? local : global;
+    Tensor* kc = cache ? &cache->k[std::size_t(l)] : nullptr;
+    Tensor* vc = cache ? &cache->v[std::size_t(l)] : nullptr;
+    x = layer->forward(x, cos, sin, kc, vc, start);
+  }
+  x = (*model->norm)(x);
+  Tensor logits = lm_head ? (*lm_head)(x) : functional::linear(x, model->embed_tokens->weight);
+  if (c.final_logit_softcapping > 0)
+    logits = tanh(logits / c.final_logit_softcapping) * c.final_logit_softcapping;
+  if (cache) cache->length = start + T;
+  return logits;
+}
+
+Tensor Decoder::forward(const Tensor& ids) const { return run(ids, nullptr); }
+
+Tensor Decoder::forward_cached(const Tensor& ids, DecoderCache& cache) const {
+  NoGradGuard no_grad;
+  return run(ids, &cache);
+}
+
+Tensor Decoder::generate(const Tensor& ids, const GenerateOptions& opt, Generator* gen,
+                         const std::function<void(const Tensor&)>& on_token) const {
+  const char* fn = "Decoder.generate";
+  if (opt.max_new_tokens < 0) fail(fn, "max_new_tokens must be >= 0, got ", opt.max_new_tokens);
+  if (!(opt.temperature >= 0 && std::isfinite(opt.temperature)))
+    fail(fn, "temperature must be >= 0 and finite (0: greedy), got ", opt.temperature);
+  if (opt.top_k < 0) fail(fn, "top_k must be >= 0, got ", opt.top_k);
+  if (!ids.defined() || ids.dtype() != Dtype::Int64 || ids.dim() != 2 || ids.size(1) < 1)
+    fail(fn, "ids must be int64 (batch, time) with at least one token, got ",
+         ids.defined() ? detail::tensor_desc(ids) : std::string("undefined"));
+  NoGradGuard no_grad;
+  Generator& g = gen ? *gen : default_generator();
+  const int64_t B = ids.size(0);
+  std::vector<Tensor> columns{ids.contiguous()};
+  std::vector<int64_t> stopped(std::size_t(B), -1);  // the stop token a row produced, or -1
+  DecoderCache cache;
+  Tensor next_in = columns[0];
+  for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
+    Tensor logits = forward_cached(next_in, cache);
+    logits = logits.select(1, logits.size(1) - 1).contiguous();  // (B, V)
+    Tensor next = opt.temperature == 0
+                      ? argmax(logits, 1, true)
+                      : detail::sample_tokens(logits, opt.temperature, opt.top_k, g, fn, step);
+    next = next.contiguous();
+    int64_t* p = next.data_ptr<int64_t>();
+    bool all = true;
+    for (int64_t b = 0; b < B; ++b) {
+      if (stopped[std::size_t(b)] >= 0)
+        p[b] = stopped[std::size_t(b)];
+      else if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), p[b]) !=
+               opt.stop_tokens.end())
+        stopped[std::size_t(b)] = p[b];
+      all = all && stopped[std::size_t(b)] >= 0;
+    }
+    columns.push_back(next);
+    if (on_token) on_token(next.reshape({B}));
+    if (all) break;
+    next_in = next;
+  }
+  return cat(columns, 1);
+}
+
+}  // namespace attn::nn

@@ -1,0 +1,356 @@
+// Hugging Face checkpoints of the decoder families (include/attn/hf_decoder.h).
+#include <attn/hf_decoder.h>
+#include <attn/io.h>
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "../tensor/internal.h"
+
+namespace attn::nn {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+constexpr const char* kLoad = "load_hf_decoder";
+
+// What every transformers config may carry that does not change the function the model computes.
+const std::set<std::string> kGeneric = {
+    "architectures",        "torch_dtype",       "dtype",
+    "transformers_version", "bos_token_id",      "eos_token_id",
+    "pad_token_id",         "use_cache",         "initializer_range",
+    "_name_or_path",        "attention_dropout", "pretraining_tp",
+    "cache_implementation", "output_attentions", "output_hidden_states",
+    "return_dict",          "tokenizer_class",   "_attn_implementation_autoset",
+    "attn_implementation"};
+
+// The fields each model_type has (beyond kGeneric), transformers' defaults for it.
+struct Family {
+  std::set<std::string> fields;
+  DecoderConfig defaults;
+};
+
+const std::map<std::string, Family>& families() {
+  static const std::map<std::string, Family> f = [] {
+    const std::set<std::string> base = {
+        "model_type",          "vocab_size",        "hidden_size",
+        "intermediate_size",   "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "head_dim",          "max_position_embeddings",
+        "rms_norm_eps",        "rope_theta",        "rope_scaling",
+        "tie_word_embeddings", "hidden_act"};
+    auto with = [&](std::initializer_list<const char*> extra) {
+      std::set<std::string> s = base;
+      s.insert(extra.begin(), extra.end());
+      return s;
+    };
+    std::map<std::string, Family> m;
+    DecoderConfig llama;
+    llama.model_type = "llama";
+    llama.vocab_size = 32000, llama.hidden_size = 4096, llama.intermediate_size = 11008;
+    llama.num_hidden_layers = 32, llama.num_attention_heads = 32, llama.num_key_value_heads = 32;
+    llama.max_position_embeddings = 2048;
+    m["llama"] = {with({"attention_bias", "mlp_bias"}), llama};
+
+    DecoderConfig qwen2 = llama;
+    qwen2.model_type = "qwen2";
+    qwen2.vocab_size = 151936, qwen2.intermediate_size = 22016;
+    qwen2.max_position_embeddings = 32768, qwen2.qkv_bias = true;
+    m["qwen2"] = {with({"use_sliding_window", "sliding_window", "max_window_layers"}), qwen2};
+
+    DecoderConfig qwen3 = qwen2;
+    qwen3.model_type = "qwen3";
+    qwen3.qkv_bias = false, qwen3.qk_norm = true, qwen3.head_dim = 128;
+    m["qwen3"] = {with({"attention_bias", "use_sliding_window", "sliding_window",
+                        "max_window_layers", "layer_types"}),
+                  qwen3};
+
+    DecoderConfig gemma;
+    gemma.model_type = "gemma";
+    gemma.vocab_size = 256000, gemma.hidden_size = 3072, gemma.intermediate_size = 24576;
+    gemma.num_hidden_layers = 28, gemma.num_attention_heads = 16, gemma.num_key_value_heads = 16;
+    gemma.head_dim = 256, gemma.max_position_embeddings = 8192;
+    gemma.tie_word_embeddings = true, gemma.hidden_act = "gelu_tanh";
+    gemma.norm_plus_one = true, gemma.scale_embeddings = true;
+    m["gemma"] = {with({"hidden_activation", "attention_bias"}), gemma};
+
+    DecoderConfig gemma2 = gemma;
+    gemma2.model_type = "gemma2";
+    gemma2.sandwich_norms = true, gemma2.query_pre_attn_scalar = 224;
+    gemma2.sliding_window = 4096, gemma2.attn_logit_softcapping = 50;
+    gemma2.final_logit_softcapping = 30;
+    m["gemma2"] = {
+        with({"hidden_activation", "attention_bias", "query_pre_attn_scalar", "sliding_window",
+              "attn_logit_softcapping", "final_logit_softcapping", "layer_types"}),
+        gemma2};
+
+    DecoderConfig gemma3 = gemma2;
+    gemma3.model_type = "gemma3_text";
+    gemma3.vocab_size = 262208, gemma3.hidden_size = 2304, gemma3.intermediate_size = 9216;
+    gemma3.num_hidden_layers = 26, gemma3.num_attention_heads = 8, gemma3.num_key_value_heads = 4;
+    gemma3.max_position_embeddings = 131072, gemma3.rope_theta = 1e6;
+    gemma3.query_pre_attn_scalar = 256, gemma3.attn_logit_softcapping = 0;
+    gemma3.final_logit_softcapping = 0, gemma3.qk_norm = true;
+    gemma3.rope_local_base_freq = 10000;
+    m["gemma3_text"] = {with({"hidden_activation", "attention_bias", "query_pre_attn_scalar",
+                              "sliding_window", "attn_logit_softcapping", "final_logit_softcapping",
+                              "rope_local_base_freq", "sliding_window_pattern", "layer_types"}),
+                        gemma3};
+    return m;
+  }();
+  return f;
+}
+
+template <typename... Args>
+[[noreturn]] void bad(const std::string& what, const Args&... args) {
+  detail::fail(kLoad, "'", what, "': ", args...);
+}
+
+int64_t get_int(const json& j, const std::string& what, const char* key, int64_t fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer()) bad(what, key, " must be an integer, got ", it->dump());
+  return it->get<int64_t>();
+}
+
+double get_number(const json& j, const std::string& what, const char* key, double fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) bad(what, key, " must be a number, got ", it->dump());
+  return it->get<double>();
+}
+
+bool get_bool(const json& j, const std::string& what, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) bad(what, key, " must be true or false, got ", it->dump());
+  return it->get<bool>();
+}
+
+std::string activation(const json& j, const std::string& what, const char* key,
+                       const std::string& fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_string()) bad(what, key, " must be a string, got ", it->dump());
+  const std::string a = it->get<std::string>();
+  if (a == "silu" || a == "swish") return "silu";
+  if (a == "gelu_pytorch_tanh" || a == "gelu_new" || a == "gelu_fast") return "gelu_tanh";
+  bad(what, key, " '", a, "' is not supported (attn has silu and gelu_pytorch_tanh)");
+}
+
+}  // namespace
+
+DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    bad(what, "not valid JSON: ", e.what());
+  }
+  if (!j.is_object()) bad(what, "expected a JSON object");
+  auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string())
+    bad(what, "no model_type (expected one of llama, qwen2, qwen3, gemma, gemma2, gemma3_text)");
+  const std::string type = mt->get<std::string>();
+  auto fam = families().find(type);
+  if (fam == families().end())
+    bad(what, "model_type '", type,
+        "' is not supported (attn has llama, qwen2, qwen3, gemma, gemma2, gemma3_text)");
+  std::string unknown;
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!fam->second.fields.count(it.key()) && !kGeneric.count(it.key()))
+      unknown += (unknown.empty() ? "" : ", ") + it.key();
+  if (!unknown.empty())
+    bad(what, "fields that a ", type,
+        " model does not have in attn (they would be ignored): ", unknown);
+
+  DecoderConfig c = fam->second.defaults;
+  c.vocab_size = get_int(j, what, "vocab_size", c.vocab_size);
+  c.hidden_size = get_int(j, what, "hidden_size", c.hidden_size);
+  c.intermediate_size = get_int(j, what, "intermediate_size", c.intermediate_size);
+  c.num_hidden_layers = get_int(j, what, "num_hidden_layers", c.num_hidden_layers);
+  c.num_attention_heads = get_int(j, what, "num_attention_heads", c.num_attention_heads);
+  c.num_key_value_heads = get_int(j, what, "num_key_value_heads", c.num_attention_heads);
+  c.head_dim = get_int(j, what, "head_dim", c.head_dim);
+  c.max_position_embeddings =
+      get_int(j, what, "max_position_embeddings", c.max_position_embeddings);
+  c.rms_norm_eps = get_number(j, what, "rms_norm_eps", c.rms_norm_eps);
+  c.rope_theta = get_number(j, what, "rope_theta", c.rope_theta);
+  c.tie_word_embeddings = get_bool(j, what, "tie_word_embeddings", c.tie_word_embeddings);
+  const bool gemma_family = type.rfind("gemma", 0) == 0;
+  c.hidden_act = activation(j, what, "hidden_act", c.hidden_act);
+  if (gemma_family) c.hidden_act = activation(j, what, "hidden_activation", "gelu_tanh");
+  if (get_bool(j, what, "attention_bias", false)) c.qkv_bias = c.o_bias = true;  // q, k, v and o
+  c.mlp_bias = get_bool(j, what, "mlp_bias", c.mlp_bias);
+  if (type == "qwen2" || type == "qwen3") {
+    if (get_bool(j, what, "use_sliding_window", false))
+      bad(what, "use_sliding_window true is not supported (Qwen's per-layer windows)");
+  } else {
+    c.sliding_window = get_int(j, what, "sliding_window", c.sliding_window);
+  }
+  c.query_pre_attn_scalar = get_number(j, what, "query_pre_attn_scalar", c.query_pre_attn_scalar);
+  c.attn_logit_softcapping =
+      get_number(j, what, "attn_logit_softcapping",
+                 j.contains("attn_logit_softcapping") ? 0.0 : c.attn_logit_softcapping);
+  c.final_logit_softcapping =
+      get_number(j, what, "final_logit_softcapping",
+                 j.contains("final_logit_softcapping") ? 0.0 : c.final_logit_softcapping);
+  c.rope_local_base_freq = get_number(j, what, "rope_local_base_freq", c.rope_local_base_freq);
+
+  // Which layers slide: layer_types when given, else the family's pattern.
+  if (c.sliding_window > 0 && (type == "gemma2" || type == "gemma3_text")) {
+    c.sliding_layers.assign(std::size_t(std::max<int64_t>(c.num_hidden_layers, 0)), false);
+    if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+      const json& lt = j["layer_types"];
+      if (!lt.is_array() || int64_t(lt.size()) != c.num_hidden_layers)
+        bad(what, "layer_types must list ", c.num_hidden_layers, " layers, got ", lt.dump());
+      for (std::size_t i = 0; i < lt.size(); ++i) {
+        if (lt[i] == "sliding_attention") {
+          c.sliding_layers[i] = true;
+        } else if (lt[i] != "full_attention") {
+          bad(what, "layer_types[", i, "] must be sliding_attention or full_attention, got ",
+              lt[i].dump());
+        }
+      }
+    } else if (type == "gemma2") {
+      for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+        c.sliding_layers[std::size_t(i)] = i % 2 == 0;
+    } else {
+      const int64_t pattern = get_int(j, what, "sliding_window_pattern", 6);
+      if (pattern < 1) bad(what, "sliding_window_pattern must be >= 1, got ", pattern);
+      for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+        c.sliding_layers[std::size_t(i)] = (i + 1) % pattern != 0;
+    }
+  } else if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    for (const json& t : j["layer_types"])
+      if (t != "full_attention")
+        bad(what, "layer_types ", t.dump(),
+            " needs sliding_window (attn has full attention only "
+            "for ",
+            type, ")");
+  }
+  if (type == "gemma") c.sliding_window = 0;
+
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const json& rs = j["rope_scaling"];
+    if (!rs.is_object()) bad(what, "rope_scaling must be an object or null, got ", rs.dump());
+    std::string kind = rs.value("rope_type", rs.value("type", std::string()));
+    if (kind == "llama3") {
+      c.rope_type = "llama3";
+      c.rope_factor = get_number(rs, what, "factor", 8.0);
+      c.rope_low_freq_factor = get_number(rs, what, "low_freq_factor", 1.0);
+      c.rope_high_freq_factor = get_number(rs, what, "high_freq_factor", 4.0);
+      c.rope_original_max_position_embeddings =
+          get_int(rs, what, "original_max_position_embeddings", 8192);
+    } else if (kind == "linear") {
+      c.rope_type = "linear";
+      c.rope_factor = get_number(rs, what, "factor", 1.0);
+    } else if (kind != "default") {
+      bad(what, "rope_scaling type '", kind, "' is not supported (attn has llama3 and linear), in ",
+          rs.dump());
+    }
+  }
+  try {
+    c.validate(kLoad);
+  } catch (const Error& e) {
+    bad(what, e.what());
+  }
+  return c;
+}
+
+namespace {
+
+// The checkpoint's tensors: each name, its shape and the file that holds it.
+struct Weights {
+  std::map<std::string, io::SafeTensorsFile> files;  // by file name
+  std::map<std::string, std::string> where;          // tensor -> file name
+  std::map<std::string, Shape> shapes;
+};
+
+Weights open_weights(const std::string& dir) {
+  Weights w;
+  std::error_code ec;
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  auto add_file = [&](const std::string& name) -> const io::SafeTensorsFile& {
+    auto it = w.files.find(name);
+    if (it != w.files.end()) return it->second;
+    const fs::path p = fs::path(dir) / name;
+    if (!fs::exists(p, ec)) bad(index.string(), "names shard '", name, "', which is missing");
+    return w.files.emplace(name, io::SafeTensorsFile(p.string())).first->second;
+  };
+  if (fs::exists(single, ec)) {
+    const auto& f = add_file("model.safetensors");
+    for (const auto& e : f.entries()) {
+      w.where[e.name] = "model.safetensors";
+      w.shapes[e.name] = e.shape;
+    }
+    return w;
+  }
+  if (!fs::exists(index, ec)) {
+    if (fs::exists(fs::path(dir) / "pytorch_model.bin", ec))
+      detail::fail(kLoad, "'", dir,
+                   "' has only pytorch_model.bin: save it with save_pretrained(dir, "
+                   "safe_serialization=True) to get model.safetensors");
+    detail::fail(kLoad, "'", dir,
+                 "' has neither model.safetensors nor model.safetensors.index.json");
+  }
+  json j;
+  try {
+    j = json::parse(io::read_file(index.string()));
+  } catch (const json::exception& e) {
+    bad(index.string(), "not valid JSON: ", e.what());
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    bad(index.string(), "expected {\"weight_map\": {tensor: shard, ...}}");
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string())
+      bad(index.string(), "weight_map['", it.key(), "'] must be a file name, got ",
+          it.value().dump());
+    const std::string shard = it.value().get<std::string>();
+    if (shard.find('/') != std::string::npos || shard == ".." || shard.empty())
+      bad(index.string(), "weight_map['", it.key(), "'] must name a file in the directory, got '",
+          shard, "'");
+    const auto& f = add_file(shard);
+    const auto* e = f.find(it.key());
+    if (!e) bad(index.string(), "puts '", it.key(), "' in '", shard, "', which does not hold it");
+    w.where[it.key()] = shard;
+    w.shapes[it.key()] = e->shape;
+  }
+  return w;
+}
+
+}  // namespace
+
+std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    detail::fail(kLoad, "'", dir, "' is not a directory (expected config.json and the weights)");
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(config_path, ec))
+    detail::fail(kLoad, "'", dir, "' has no config.json (not a Hugging Face checkpoint)");
+  const DecoderConfig config = decoder_config_from_hf_json(io::read_file(config_path), config_path);
+  Weights w = open_weights(dir);
+  if (config.tie_word_embeddings) w.shapes.erase("lm_head.weight");  // tied: the embeddings'
+  std::shared_ptr<Decoder> model;
+  {
+    init::SkipInitGuard skip;  // every weight is read next
+    model = std::make_shared<Decoder>(config);
+  }
+  try {
+    model->load_state_dict_from(w.shapes, [&](const std::string& name, Tensor& dst) {
+      w.files.at(w.where.at(name)).read_into(name, dst);
+    });
+  } catch (const Error& e) {
+    std::string m = e.what();
+    if (m.rfind("[" + std::string(kLoad) + "]", 0) == 0) throw;
+    detail::fail(kLoad, "'", dir, "': ", m);
+  }
+  model->eval();
+  return model;
+}
+
+}  // namespace attn::nn

@@ -1,0 +1,344 @@
+// attn::nn::Decoder against a naive forward written here in double from the families' published
+// definitions (explicit scores, masks and softmax; RoPE angles in double), for configurations of
+// every family, Qwen3's QK-norm and Gemma 3's sliding pattern, local RoPE base and linear RoPE
+// scaling included (the comparison with transformers itself, for the families its test version
+// has, is tests/python/test_decoder_vs_transformers.py). Also: the key/value cache gives the full
+// forward's logits token by token, greedy generation with stop tokens, config.json parsing per
+// family, and refusals.
+#include <attn/autograd.h>
+#include <attn/decoder.h>
+#include <attn/hf_decoder.h>
+#include <attn/ops.h>
+#include <attn/tensor.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+using attn::Tensor;
+using attn::nn::Decoder;
+using attn::nn::DecoderConfig;
+using Vec = std::vector<double>;
+
+Vec values(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return Vec(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+// y (rows, out) = x (rows, in) W^T (+ b), W (out, in).
+Vec linear(const Vec& x, int64_t rows, const attn::nn::Linear& l) {
+  const Vec w = values(l.weight), b = l.bias.defined() ? values(l.bias) : Vec();
+  const int64_t in = l.in_features, out = l.out_features;
+  Vec y(std::size_t(rows * out));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = b.empty() ? 0.0 : b[std::size_t(o)];
+      for (int64_t i = 0; i < in; ++i) s += x[std::size_t(r * in + i)] * w[std::size_t(o * in + i)];
+      y[std::size_t(r * out + o)] = s;
+    }
+  return y;
+}
+
+// RMSNorm over consecutive groups of `dim`.
+Vec rms(const Vec& x, const attn::nn::DecoderRMSNorm& n) {
+  const Vec w = values(n.weight);
+  const std::size_t dim = w.size();
+  Vec y(x.size());
+  for (std::size_t g = 0; g < x.size(); g += dim) {
+    double ss = 0;
+    for (std::size_t i = 0; i < dim; ++i) ss += x[g + i] * x[g + i];
+    const double r = 1.0 / std::sqrt(ss / double(dim) + n.eps);
+    for (std::size_t i = 0; i < dim; ++i)
+      y[g + i] = x[g + i] * r * (n.plus_one ? 1.0 + w[i] : w[i]);
+  }
+  return y;
+}
+
+Vec add(Vec a, const Vec& b) {
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+  return a;
+}
+
+// The logits (T, V) of one sequence.
+Vec naive_forward(const Decoder& m, const std::vector<int64_t>& ids) {
+  const DecoderConfig& c = m.config();
+  const int64_t T = int64_t(ids.size()), C = c.hidden_size, D = c.head_size();
+  const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads;
+  const Vec emb = values(m.model->embed_tokens->weight);
+  Vec x(std::size_t(T * C));
+  const double escale = c.scale_embeddings ? double(float(std::sqrt(double(C)))) : 1.0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < C; ++i)
+      x[std::size_t(t * C + i)] = emb[std::size_t(ids[std::size_t(t)] * C + i)] * escale;
+  auto rope = [&](Vec& v, int64_t heads, bool local) {
+    const double base = local ? c.rope_local_base_freq : c.rope_theta;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < heads; ++h) {
+        double* p = &v[std::size_t((t * heads + h) * D)];
+        Vec out(static_cast<std::size_t>(D), 0.0);
+        for (int64_t i = 0; i < D / 2; ++i) {
+          double f = 1.0 / std::pow(base, double(2 * i) / double(D));
+          if (!local && c.rope_type == "linear") f /= c.rope_factor;
+          if (!local && c.rope_type == "llama3") {  // Llama 3.1's frequency scaling
+            const double old = double(c.rope_original_max_position_embeddings);
+            const double wavelen = 2 * M_PI / f;
+            if (wavelen > old / c.rope_low_freq_factor) {
+              f /= c.rope_factor;
+            } else if (wavelen >= old / c.rope_high_freq_factor) {
+              const double smooth = (old / wavelen - c.rope_low_freq_factor) /
+                                    (c.rope_high_freq_factor - c.rope_low_freq_factor);
+              f = (1 - smooth) * f / c.rope_factor + smooth * f;
+            }
+          }
+          const double a = double(t) * f, co = std::cos(a), si = std::sin(a);
+          out[std::size_t(i)] = p[i] * co - p[i + D / 2] * si;
+          out[std::size_t(i + D / 2)] = p[i + D / 2] * co + p[i] * si;
+        }
+        std::copy(out.begin(), out.end(), p);
+      }
+  };
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const auto& L = *m.model->layers[std::size_t(l)];
+    const auto& A = *L.self_attn;
+    const Vec h = rms(x, *L.input_layernorm);
+    Vec q = linear(h, T, *A.q_proj), k = linear(h, T, *A.k_proj), v = linear(h, T, *A.v_proj);
+    if (A.q_norm) q = rms(q, *A.q_norm), k = rms(k, *A.k_norm);
+    const bool local = c.is_sliding(l) && c.rope_local_base_freq > 0;
+    rope(q, H, local);
+    rope(k, Hkv, local);
+    const double scale =
+        1.0 / std::sqrt(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(D));
+    Vec o(std::size_t(T * H * D), 0.0);
+    for (int64_t hh = 0; hh < H; ++hh) {
+      const int64_t g = hh / (H / Hkv);
+      for (int64_t i = 0; i < T; ++i) {
+        Vec s(std::size_t(i + 1), -INFINITY);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) {
+          if (c.is_sliding(l) && i - j >= c.sliding_window) continue;
+          double d = 0;
+          for (int64_t e = 0; e < D; ++e)
+            d += q[std::size_t((i * H + hh) * D + e)] * k[std::size_t((j * Hkv + g) * D + e)];
+          d *= scale;
+          if (c.attn_logit_softcapping > 0)
+            d = c.attn_logit_softcapping * std::tanh(d / c.attn_logit_softcapping);
+          s[std::size_t(j)] = d;
+          mx = std::max(mx, d);
+        }
+        double z = 0;
+        for (double& e : s) z += (e = std::exp(e - mx));
+        for (int64_t j = 0; j <= i; ++j)
+          for (int64_t e = 0; e < D; ++e)
+            o[std::size_t((i * H + hh) * D + e)] +=
+                s[std::size_t(j)] / z * v[std::size_t((j * Hkv + g) * D + e)];
+      }
+    }
+    Vec a = linear(o, T, *A.o_proj);
+    if (L.pre_feedforward_layernorm) a = rms(a, *L.post_attention_layernorm);
+    x = add(x, a);
+    const Vec h2 = L.pre_feedforward_layernorm ? rms(x, *L.pre_feedforward_layernorm)
+                                               : rms(x, *L.post_attention_layernorm);
+    Vec gate = linear(h2, T, *L.mlp->gate_proj);
+    const Vec up = linear(h2, T, *L.mlp->up_proj);
+    for (std::size_t i = 0; i < gate.size(); ++i) {
+      const double z = gate[i];
+      const double act =
+          c.hidden_act == "silu"
+              ? z / (1.0 + std::exp(-z))
+              : 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z)));
+      gate[i] = act * up[i];
+    }
+    Vec mo = linear(gate, T, *L.mlp->down_proj);
+    if (L.post_feedforward_layernorm) mo = rms(mo, *L.post_feedforward_layernorm);
+    x = add(x, mo);
+  }
+  x = rms(x, *m.model->norm);
+  Vec logits;
+  if (m.lm_head) {
+    logits = linear(x, T, *m.lm_head);
+  } else {
+    attn::nn::Linear tied(C, c.vocab_size, false);
+    tied.weight = m.model->embed_tokens->weight;
+    logits = linear(x, T, tied);
+  }
+  if (c.final_logit_softcapping > 0)
+    for (double& z : logits)
+      z = c.final_logit_softcapping * std::tanh(z / c.final_logit_softcapping);
+  return logits;
+}
+
+DecoderConfig small(const std::string& family) {
+  DecoderConfig c;
+  c.model_type = family;
+  c.vocab_size = 53, c.hidden_size = 32, c.intermediate_size = 48, c.num_hidden_layers = 3;
+  c.num_attention_heads = 4, c.num_key_value_heads = 2;
+  if (family == "qwen3") {
+    c.qk_norm = true, c.head_dim = 12, c.rope_theta = 1e6;
+  } else if (family == "gemma3") {
+    c.qk_norm = true, c.head_dim = 16, c.norm_plus_one = true, c.sandwich_norms = true;
+    c.scale_embeddings = true, c.hidden_act = "gelu_tanh", c.tie_word_embeddings = true;
+    c.query_pre_attn_scalar = 20, c.sliding_window = 4, c.sliding_layers = {true, true, false};
+    c.rope_theta = 1e6, c.rope_local_base_freq = 1e4, c.rope_type = "linear", c.rope_factor = 8;
+  } else if (family == "gemma2") {
+    c.head_dim = 8, c.norm_plus_one = true, c.sandwich_norms = true, c.scale_embeddings = true;
+    c.hidden_act = "gelu_tanh", c.tie_word_embeddings = true, c.query_pre_attn_scalar = 10;
+    c.sliding_window = 3, c.sliding_layers = {true, false, true};
+    c.attn_logit_softcapping = 4, c.final_logit_softcapping = 2;
+  } else if (family == "llama3") {
+    c.rope_type = "llama3", c.rope_factor = 8, c.rope_original_max_position_embeddings = 8;
+    c.rope_theta = 5e5, c.qkv_bias = c.o_bias = c.mlp_bias = true;
+  }
+  return c;
+}
+
+// A model of `c` with every weight random (the norms too, so that they matter).
+std::shared_ptr<Decoder> random_model(const DecoderConfig& c, uint64_t seed) {
+  attn::Generator gen(seed);
+  auto m = std::make_shared<Decoder>(c, &gen);
+  attn::NoGradGuard no_grad;
+  for (auto& [name, p] : m->named_parameters()) {
+    Tensor r = attn::randn(p.shape(), &gen);
+    if (name.find("norm") != std::string::npos) {
+      p.add_(r * 0.3);
+    } else {
+      p.copy_(r * 0.3);
+    }
+  }
+  return m;
+}
+
+const std::vector<int64_t> kIds = {3, 17, 52, 0, 9, 9, 41, 23, 5, 30, 12, 7};
+
+// int64 (rows, ids.size() / rows).
+Tensor id_tensor(const std::vector<int64_t>& ids, int64_t rows = 1) {
+  Tensor t = attn::empty({rows, int64_t(ids.size()) / rows}, attn::Dtype::Int64);
+  std::copy(ids.begin(), ids.end(), t.data_ptr<int64_t>());
+  return t;
+}
+
+class Families : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Families, ForwardEqualsTheNaiveDefinition) {
+  const auto m = random_model(small(GetParam()), 11);
+  const Tensor logits = m->forward(id_tensor(kIds));
+  const Vec ours = values(logits), ref = naive_forward(*m, kIds);
+  ASSERT_EQ(ours.size(), ref.size());
+  double scale = 0, err = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    scale = std::max(scale, std::abs(ref[i]));
+    err = std::max(err, std::abs(ours[i] - ref[i]));
+  }
+  EXPECT_LT(err, 2e-5 * std::max(1.0, scale)) << GetParam() << " scale " << scale;
+}
+
+TEST_P(Families, CachedDecodingGivesTheFullForwardsLogits) {
+  const auto m = random_model(small(GetParam()), 12);
+  const Tensor ids = id_tensor(kIds);
+  const Vec full = values(m->forward(ids));
+  attn::nn::DecoderCache cache;
+  Vec stepped = values(m->forward_cached(ids.narrow(1, 0, 5), cache));  // a prompt, then 1 by 1
+  for (int64_t t = 5; t < int64_t(kIds.size()); ++t) {
+    const Vec one = values(m->forward_cached(ids.narrow(1, t, 1), cache));
+    stepped.insert(stepped.end(), one.begin(), one.end());
+  }
+  EXPECT_EQ(cache.length, int64_t(kIds.size()));
+  ASSERT_EQ(stepped.size(), full.size());
+  for (std::size_t i = 0; i < full.size(); ++i)
+    ASSERT_NEAR(stepped[i], full[i], 1e-5 * std::max(1.0, std::abs(full[i]))) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Decoder, Families,
+                         ::testing::Values("llama", "llama3", "qwen3", "gemma2", "gemma3"));
+
+TEST(Decoder, GreedyGenerationFollowsTheArgmaxAndStops) {
+  const auto m = random_model(small("qwen3"), 13);
+  const Tensor prompt = id_tensor({3, 17, 52, 0, 9, 1}, 2);
+  Decoder::GenerateOptions o;
+  o.max_new_tokens = 6;
+  const Tensor out = m->generate(prompt, o);
+  ASSERT_EQ(out.size(1), 9);
+  for (int64_t b = 0; b < 2; ++b) {  // each new token is the argmax of the full forward
+    for (int64_t t = 3; t < 9; ++t) {
+      const Tensor logits = m->forward(out.narrow(0, b, 1).narrow(1, 0, t));
+      const int64_t want = attn::argmax(logits.select(1, t - 1)).item<int64_t>();
+      EXPECT_EQ(out.data_ptr<int64_t>()[b * 9 + t], want) << b << " " << t;
+    }
+  }
+  o.stop_tokens = {out.data_ptr<int64_t>()[4]};  // row 0 stops at its second token
+  const Tensor stopped = m->generate(prompt, o);
+  const Tensor sc = stopped.contiguous();
+  for (int64_t t = 4; t < sc.size(1); ++t) EXPECT_EQ(sc.data_ptr<int64_t>()[t], o.stop_tokens[0]);
+}
+
+TEST(Decoder, BadConfigsAndInputsAreRefused) {
+  auto refused = [](auto edit) {
+    DecoderConfig c = small("llama");
+    edit(c);
+    return attn::testing::error_of([&] { Decoder d(c); });
+  };
+  EXPECT_NE(
+      refused([](DecoderConfig& c) { c.num_key_value_heads = 3; }).find("num_key_value_heads 3"),
+      std::string::npos);
+  EXPECT_NE(refused([](DecoderConfig& c) { c.head_dim = 7; }).find("even"), std::string::npos);
+  EXPECT_NE(refused([](DecoderConfig& c) { c.hidden_act = "relu"; }).find("'relu'"),
+            std::string::npos);
+  EXPECT_NE(refused([](DecoderConfig& c) { c.sliding_layers = {true}; }).find("sliding_layers"),
+            std::string::npos);
+  const auto m = random_model(small("llama"), 1);
+  EXPECT_THROW(m->forward(id_tensor({1, 53})), attn::IndexError);
+  EXPECT_ERROR_HAS(m->forward(attn::zeros({1, 2})), "ids must be int64");
+  Decoder::GenerateOptions o;
+  o.temperature = -1;
+  EXPECT_ERROR_HAS(m->generate(id_tensor({1}), o), "temperature");
+}
+
+TEST(HfDecoderConfig, EachFamilysFieldsAndDefaults) {
+  using attn::nn::decoder_config_from_hf_json;
+  const DecoderConfig q3 = decoder_config_from_hf_json(
+      R"({"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "head_dim": 32, "attention_bias": false,
+          "torch_dtype": "bfloat16", "architectures": ["Qwen3ForCausalLM"]})");
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_FALSE(q3.qkv_bias);
+  EXPECT_EQ(q3.head_size(), 32);
+  EXPECT_EQ(q3.vocab_size, 151936);
+  const DecoderConfig g3 = decoder_config_from_hf_json(
+      R"({"model_type": "gemma3_text", "num_hidden_layers": 7, "sliding_window": 512,
+          "rope_scaling": {"rope_type": "linear", "factor": 8.0}})");
+  EXPECT_EQ(g3.sliding_layers, (std::vector<bool>{true, true, true, true, true, false, true}));
+  EXPECT_EQ(g3.rope_local_base_freq, 10000);
+  EXPECT_EQ(g3.rope_theta, 1e6);
+  EXPECT_EQ(g3.rope_type, "linear");
+  EXPECT_TRUE(g3.qk_norm && g3.norm_plus_one && g3.sandwich_norms && g3.scale_embeddings);
+  EXPECT_EQ(g3.attn_logit_softcapping, 0);
+  const DecoderConfig g3t = decoder_config_from_hf_json(
+      R"({"model_type": "gemma3_text", "num_hidden_layers": 2,
+          "layer_types": ["full_attention", "sliding_attention"]})");
+  EXPECT_EQ(g3t.sliding_layers, (std::vector<bool>{false, true}));
+  const DecoderConfig g2 = decoder_config_from_hf_json(
+      R"({"model_type": "gemma2", "num_hidden_layers": 3, "final_logit_softcapping": null})");
+  EXPECT_EQ(g2.sliding_layers, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(g2.final_logit_softcapping, 0);
+  EXPECT_EQ(g2.attn_logit_softcapping, 50);
+
+  EXPECT_ERROR_HAS(decoder_config_from_hf_json(R"({"model_type": "qwen3", "num_experts": 8})"),
+                   "num_experts");
+  EXPECT_ERROR_HAS(decoder_config_from_hf_json(R"({"model_type": "llama", "sliding_window": 8})",
+                                               "x/config.json"),
+                   "'x/config.json'");
+  EXPECT_ERROR_HAS(decoder_config_from_hf_json(R"({"model_type": "qwen2",
+                                                   "use_sliding_window": true})"),
+                   "use_sliding_window");
+  EXPECT_ERROR_HAS(decoder_config_from_hf_json(R"({"hidden_size": 8})"), "no model_type");
+  EXPECT_ERROR_HAS(decoder_config_from_hf_json(R"({"model_type": "gemma3_text",
+                                                   "layer_types": ["full_attention"]})"),
+                   "layer_types");
+  EXPECT_ERROR_HAS(attn::nn::load_hf_decoder("/nonexistent/dir"), "is not a directory");
+}
+
+}  // namespace

@@ -1,0 +1,190 @@
+"""attn.nn.Decoder.from_pretrained against Hugging Face transformers (PyPI 4.44, in .venv-test
+over Debian's torch 1.13) on checkpoints that transformers writes in the test with random weights
+(tests/python/decoder_reference.py): Llama 3 (GQA, llama3 RoPE scaling, tied and untied), Qwen2
+(q/k/v biases), Gemma (x * (1 + w) norms, scaled embeddings, GELU-tanh) and Gemma 2 (sliding and
+global layers, attention and final softcaps, sandwich norms, query_pre_attn_scalar).
+
+Logits: attn's float32 error against transformers' model run in float64 is at most 4x
+transformers' own float32 error (plus a few ulps of the logits' scale). Greedy generations equal
+transformers' greedy choice (argmax of its full forward at every step, generate(do_sample=False)'s
+rule) token for token, attn decoding through its key/value cache. Also: sharded checkpoints, bf16 weights
+(widened), and every refusal of config.json and the weights naming the field or tensor.
+Qwen3 and Gemma 3 need a newer transformers than the test environment's (their fields are
+covered by the C++ tests against a dense reference)."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import attn
+from test_hf_gpt2 import HF_MISSING, VENV_PYTHON
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REFERENCE = os.path.join(HERE, "decoder_reference.py")
+pytestmark = pytest.mark.skipif(HF_MISSING is not None, reason=str(HF_MISSING))
+
+SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+             num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2,
+             max_position_embeddings=256)
+CONFIGS = {
+    "llama3": ("llama", dict(SMALL, rope_theta=500000.0, rope_scaling=dict(
+        rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=16))),
+    "llama_tied_mha": ("llama", dict(SMALL, num_key_value_heads=4, tie_word_embeddings=True,
+                                     attention_bias=True, mlp_bias=True)),
+    "qwen2": ("qwen2", dict(SMALL, rope_theta=1000000.0)),
+    "gemma": ("gemma", dict(SMALL, head_dim=24, num_key_value_heads=1)),
+    "gemma2": ("gemma2", dict(SMALL, head_dim=16, num_hidden_layers=4, sliding_window=8,
+                              query_pre_attn_scalar=20, attn_logit_softcapping=5.0,
+                              final_logit_softcapping=3.0)),
+}
+IDS = [[1, 5, 9, 33, 2, 7, 70, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20],
+       [96, 0, 44, 44, 44, 12, 3, 3, 81, 60, 59, 58, 2, 1, 0, 9, 9, 9, 9, 9, 30, 31, 32, 33, 34]]
+
+
+def run(*args):
+    r = subprocess.run([VENV_PYTHON, REFERENCE, *map(str, args)], capture_output=True, text=True,
+                       env=dict(os.environ, TRANSFORMERS_OFFLINE="1", HF_HUB_OFFLINE="1"))
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    d = tmp_path_factory.mktemp("decoders")
+    out = {}
+    for name, (kind, cfg) in CONFIGS.items():
+        out[name] = d / name
+        run("model", kind, json.dumps(cfg), out[name], 0)
+    return out
+
+
+def reference_logits(path, tmp_path, ids=IDS):
+    f = tmp_path / "logits.npz"
+    run("logits", path, json.dumps(ids), f)
+    r = np.load(f)
+    return r["f32"], r["f64"]
+
+
+def assert_logits_close(ours, ref32, ref64, what):
+    ours = ours.numpy().astype(np.float64)
+    assert ours.shape == ref64.shape
+    err, err_torch = np.abs(ours - ref64).max(), np.abs(ref32 - ref64).max()
+    floor = 8 * np.finfo(np.float32).eps * max(1.0, np.abs(ref64).max())
+    assert err <= 4 * err_torch + floor, "{}: attn error {:.3g}, transformers float32 {:.3g}".format(
+        what, err, err_torch)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_logits_match_transformers(checkpoints, name, tmp_path):
+    model = attn.nn.Decoder.from_pretrained(checkpoints[name])
+    ref32, ref64 = reference_logits(checkpoints[name], tmp_path)
+    assert_logits_close(model(attn.tensor(IDS)), ref32, ref64, name)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_greedy_generation_matches_transformers(checkpoints, name, tmp_path):
+    model = attn.nn.Decoder.from_pretrained(checkpoints[name])
+    prompt = [row[:7] for row in IDS]
+    out = tmp_path / "gen.json"
+    run("generate", checkpoints[name], json.dumps(prompt), 20, out)
+    ref = json.loads(out.read_text())
+    ours = model.generate(attn.tensor(prompt), max_new_tokens=20).tolist()
+    assert ours == ref
+
+
+def test_sharded_and_bf16_checkpoints(tmp_path):
+    kind, cfg = CONFIGS["llama3"]
+    for flags in (["--shard"], ["--bf16"]):
+        d = tmp_path / "_".join(f.strip("-") for f in flags)
+        run("model", kind, json.dumps(cfg), d, 1, *flags)
+        if flags == ["--shard"]:
+            assert (d / "model.safetensors.index.json").exists()
+        model = attn.nn.Decoder.from_pretrained(d)
+        ref32, ref64 = reference_logits(d, tmp_path)
+        assert_logits_close(model(attn.tensor(IDS)), ref32, ref64, str(flags))
+
+
+def write(d, config, weights_from=None):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config))
+    if weights_from is not None:
+        (d / "model.safetensors").write_bytes((weights_from / "model.safetensors").read_bytes())
+    return d
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c.update(model_type="mixtral"), ["model_type 'mixtral'"]),
+    (lambda c: c.update(sliding_window=4), ["sliding_window"]),  # a field llama does not have
+    (lambda c: c.update(hidden_act="relu"), ["hidden_act 'relu'"]),
+    (lambda c: c.update(rope_scaling=dict(rope_type="yarn", factor=4.0)), ["yarn"]),
+    (lambda c: c.update(num_key_value_heads=3), ["num_key_value_heads 3"]),
+    (lambda c: c.update(hidden_size=65), ["hidden_size 65"]),
+    (lambda c: c.update(num_hidden_layers=4), ["model.layers.3"]),  # weights missing
+    (lambda c: c.update(intermediate_size=95), ["gate_proj", "[95, 64]", "[96, 64]"]),
+])
+def test_bad_configs_and_weights_are_refused(checkpoints, tmp_path, edit, words):
+    config = json.loads((checkpoints["llama3"] / "config.json").read_text())
+    edit(config)
+    d = write(tmp_path / "bad", config, checkpoints["llama3"])
+    with pytest.raises(ValueError) as e:
+        attn.nn.Decoder.from_pretrained(d)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_missing_files_are_named(tmp_path, checkpoints):
+    with pytest.raises(ValueError, match="has no config.json"):
+        attn.nn.Decoder.from_pretrained(tmp_path)
+    config = json.loads((checkpoints["llama3"] / "config.json").read_text())
+    d = write(tmp_path / "noweights", config)
+    with pytest.raises(ValueError, match="neither model.safetensors nor"):
+        attn.nn.Decoder.from_pretrained(d)
+    (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"model.norm.weight": "model-00001.safetensors"}}))
+    with pytest.raises(ValueError, match="model-00001.safetensors', which is missing"):
+        attn.nn.Decoder.from_pretrained(d)
+    data = (checkpoints["llama3"] / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])  # truncated
+    with pytest.raises(ValueError):
+        attn.nn.Decoder.from_pretrained(d)
+
+
+def test_attn_generate_streams_a_llama_directory_with_its_tokenizer(tmp_path):
+    from test_hf_gpt2 import ATTN_CLI, CORPUS
+    if not os.path.exists(ATTN_CLI):
+        pytest.skip("%s is not built" % ATTN_CLI)
+    corpus = tmp_path / "corpus.txt"
+    with open(CORPUS, encoding="utf-8") as f:
+        corpus.write_text(f.read()[:100000], encoding="utf-8")
+    tok_json = tmp_path / "tokenizer.json"
+    r = subprocess.run([VENV_PYTHON, os.path.join(HERE, "tokenizer_reference.py"), "build",
+                        "llama3", str(corpus), str(tok_json)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    tok = attn.data.Tokenizer.from_file(tok_json)
+    d = tmp_path / "llama"
+    run("model", "llama", json.dumps(dict(SMALL, vocab_size=tok.get_vocab_size(),
+                                          eos_token_id=None, bos_token_id=None)), d, 2)
+    (d / "tokenizer.json").write_bytes(tok_json.read_bytes())
+    model = attn.nn.Decoder.from_pretrained(d)
+    prompt = tok.encode("ROMEO:").ids  # with <|begin_of_text|>
+    greedy = model.generate(attn.tensor([prompt]), max_new_tokens=12).tolist()[0]
+
+    def cli(*extra):
+        r = subprocess.run([ATTN_CLI, "generate", "--ckpt", str(d), "--prompt", "ROMEO:",
+                            "--max-new-tokens", "12", "--top-k", "1", *extra],
+                           capture_output=True)
+        assert r.returncode == 0, r.stderr.decode()
+        return r.stdout.decode("utf-8"), r.stderr.decode()
+
+    out, err = cli()
+    assert out == "ROMEO:" + tok.decode(greedy)[len(tok.decode(prompt)):] + "\n"
+    assert "generate: tokens=12 " in err
+    # An end-of-text id in config.json stops the stream there (and is not printed).
+    config = json.loads((d / "config.json").read_text())
+    config["eos_token_id"] = greedy[len(prompt) + 3]
+    (d / "config.json").write_text(json.dumps(config))
+    out, err = cli()
+    assert out == "ROMEO:" + tok.decode(greedy[:len(prompt) + 3])[len(tok.decode(prompt)):] + "\n"
+    assert "generate: tokens=4 " in err
