@@ -181,4 +181,18 @@ else
   echo "make_corpus.sh: $venv_py is missing (scripts/setup.sh --test); corpus/hf_tokenizer kept" >&2
 fi
 
+# ---- chat_template: the templates of tests/python/test_chat_template_vs_jinja2.py --------------
+rm -rf corpus/chat_template && mkdir -p corpus/chat_template
+/usr/bin/python3 - <<'PY'
+import importlib.util, sys
+sys.modules["pytest"] = type(sys)("pytest")  # the module only needs pytest to skip without jinja2
+sys.modules["pytest"].importorskip = lambda name: __import__(name)
+spec = importlib.util.spec_from_file_location("t", "../tests/python/test_chat_template_vs_jinja2.py")
+t = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(t)
+for name, src in t.TEMPLATES.items():
+    with open(f"corpus/chat_template/{name}", "w", encoding="utf-8") as f:
+        f.write(src)
+PY
+
 du -sh corpus

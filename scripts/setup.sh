@@ -25,8 +25,9 @@ packages=(cmake g++ make pkg-config libopenblas-dev pybind11-dev python3-dev pyt
 if [[ "${1:-}" == "--test" ]]; then
   # clang with its sanitizer and libFuzzer runtimes (libclang-rt) and OpenMP (libomp):
   # scripts/sanitize.sh's ASan + UBSan build and the fuzz targets.
-  # python3-venv: .venv-test below.
-  packages+=(python3-pytest python3-torch clang libclang-rt-14-dev libomp-dev python3-venv)
+  # python3-venv: .venv-test below. python3-jinja2: the oracle of the chat templates' tests.
+  packages+=(python3-pytest python3-torch python3-jinja2 clang libclang-rt-14-dev libomp-dev
+             python3-venv)
 fi
 
 source scripts/lib/apt.sh

@@ -159,11 +159,22 @@ class Decoder : public Module {
   // (the cache starts empty and grows as needed). No gradients.
   Tensor forward_cached(const Tensor& ids, DecoderCache& cache) const;
 
+  // Sampling as transformers' generate applies its processors, in this order: the repetition
+  // penalty (the logit of a token already in the row divided by it when positive, multiplied
+  // when negative), the temperature, top_k (the k largest logits and their ties), top_p (the most
+  // likely tokens whose probabilities sum to at least top_p), min_p (tokens at least min_p times
+  // as likely as the most likely); then one draw from what is left (one 53-bit uniform from the
+  // generator, by inverse CDF in token order).
   struct GenerateOptions {
     int64_t max_new_tokens = 32;
     double temperature = 0.0;          // 0: greedy (argmax, the first of ties); > 0: sampled
     int64_t top_k = 0;                 // 0: no top-k filtering
+    double top_p = 1.0;                // in (0, 1]; 1: none
+    double min_p = 0.0;                // in [0, 1]; 0: none
+    double repetition_penalty = 1.0;   // > 0; 1: none
     std::vector<int64_t> stop_tokens;  // a row that produces one stops (and keeps it)
+    // attn::Error naming fn and the option out of range.
+    void validate(const char* fn) const;
   };
   // Continues each row of ids (B, T) by up to max_new_tokens tokens through the key/value cache;
   // rows that stopped are padded with their stop token. on_token gets each step's (B) column.
@@ -181,5 +192,16 @@ class Decoder : public Module {
   Tensor run(const Tensor& ids, DecoderCache* cache) const;
   DecoderConfig config_;
 };
+
+// The distribution the next token is drawn from, after the processors of
+// Decoder::GenerateOptions on one row of logits (`vocab` floats) that follows `history`; all
+// its mass on the argmax when the temperature is 0. attn::Error when no logit is finite.
+std::vector<double> next_token_probabilities(const float* logits, int64_t vocab,
+                                             const Decoder::GenerateOptions& options,
+                                             const std::vector<int64_t>& history);
+// One draw from next_token_probabilities (the argmax when the temperature is 0).
+int64_t sample_next_token(const float* logits, int64_t vocab,
+                          const Decoder::GenerateOptions& options,
+                          const std::vector<int64_t>& history, Generator& gen);
 
 }  // namespace attn::nn

@@ -11,7 +11,8 @@
 namespace attn::python {
 
 void register_decoder(py::module_& m) {
-  py::module_ d = m.def_submodule("decoder", "the decoder of Llama, Qwen and Gemma (attn/decoder.h)");
+  py::module_ d =
+      m.def_submodule("decoder", "the decoder of Llama, Qwen and Gemma (attn/decoder.h)");
   py::class_<nn::DecoderConfig>(d, "DecoderConfig")
       .def(py::init<>())
       .def_readwrite("model_type", &nn::DecoderConfig::model_type)
@@ -62,12 +63,16 @@ void register_decoder(py::module_& m) {
       .def(
           "generate",
           [](const nn::Decoder& m, const Tensor& ids, int64_t max_new_tokens, double temperature,
-             int64_t top_k, const std::vector<int64_t>& stop_tokens, const py::object& g,
+             int64_t top_k, double top_p, double min_p, double repetition_penalty,
+             const std::vector<int64_t>& stop_tokens, const py::object& g,
              const std::function<void(const Tensor&)>& callback) {
             nn::Decoder::GenerateOptions o;
             o.max_new_tokens = max_new_tokens;
             o.temperature = temperature;
             o.top_k = top_k;
+            o.top_p = top_p;
+            o.min_p = min_p;
+            o.repetition_penalty = repetition_penalty;
             o.stop_tokens = stop_tokens;
             Generator* gen = gen_arg(g);
             if (!callback) return without_gil([&] { return m.generate(ids, o, gen); });
@@ -79,8 +84,24 @@ void register_decoder(py::module_& m) {
             return without_gil([&] { return m.generate(ids, o, gen, on_token); });
           },
           py::arg("ids"), py::arg("max_new_tokens"), py::arg("temperature") = 0.0,
-          py::arg("top_k") = 0, py::arg("stop_tokens") = std::vector<int64_t>(),
+          py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("min_p") = 0.0,
+          py::arg("repetition_penalty") = 1.0, py::arg("stop_tokens") = std::vector<int64_t>(),
           py::arg("generator") = py::none(), py::arg("callback") = nullptr);
+  d.def(
+      "next_token_probabilities",
+      [](const Tensor& logits, const std::vector<int64_t>& history, double temperature,
+         int64_t top_k, double top_p, double min_p, double repetition_penalty) {
+        nn::Decoder::GenerateOptions o;
+        o.temperature = temperature, o.top_k = top_k, o.top_p = top_p, o.min_p = min_p;
+        o.repetition_penalty = repetition_penalty;
+        o.validate("next_token_probabilities");
+        const Tensor l = logits.contiguous();
+        if (l.dtype() != Dtype::Float32 || l.dim() != 1)
+          throw Error("[next_token_probabilities] logits must be float32 (vocab)");
+        return nn::next_token_probabilities(l.data_ptr<float>(), l.size(0), o, history);
+      },
+      py::arg("logits"), py::arg("history"), py::arg("temperature") = 1.0, py::arg("top_k") = 0,
+      py::arg("top_p") = 1.0, py::arg("min_p") = 0.0, py::arg("repetition_penalty") = 1.0);
   d.def(
       "load_hf", [](const std::string& dir) { return nn::load_hf_decoder(dir); }, release(),
       py::arg("dir"));

@@ -1,6 +1,7 @@
 // attn.data.BpeTokenizer and attn.data.Tokenizer (_C.data) and the Hugging Face GPT-2 checkpoint
 // functions behind attn.nn.GPT.from_pretrained / save_pretrained (_C.hf).
 #include <attn/bpe.h>
+#include <attn/chat_template.h>
 #include <attn/hf_gpt2.h>
 #include <attn/tokenizer.h>
 #include <pybind11/stl.h>
@@ -64,6 +65,11 @@ void register_hf(py::module_& m) {
           py::arg("text"), py::arg("add_special_tokens") = true, release())
       .def("decode", &data::Tokenizer::decode, py::arg("ids"),
            py::arg("skip_special_tokens") = true, release());
+
+  py::class_<data::ChatTemplate>(data, "ChatTemplate")
+      .def(py::init<std::string_view, const std::string&>(), py::arg("source"),
+           py::arg("name") = "chat_template")
+      .def("render_json", &data::ChatTemplate::render_json, py::arg("context_json"), release());
 
   py::module_ hf = m.def_submodule("hf", "Hugging Face GPT-2 checkpoints (attn/hf_gpt2.h)");
   hf.def(

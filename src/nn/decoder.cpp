@@ -8,7 +8,6 @@
 #include <cmath>
 #include <utility>
 
-#include "../ops/sampling_ops.h"
 #include "../tensor/internal.h"
 
 namespace attn::nn {
@@ -334,31 +333,120 @@ Tensor Decoder::forward_cached(const Tensor& ids, DecoderCache& cache) const {
   return run(ids, &cache);
 }
 
+void Decoder::GenerateOptions::validate(const char* fn) const {
+  if (max_new_tokens < 0) fail(fn, "max_new_tokens must be >= 0, got ", max_new_tokens);
+  if (!(temperature >= 0 && std::isfinite(temperature)))
+    fail(fn, "temperature must be >= 0 and finite (0: greedy), got ", temperature);
+  if (top_k < 0) fail(fn, "top_k must be >= 0, got ", top_k);
+  if (!(top_p > 0 && top_p <= 1)) fail(fn, "top_p must be in (0, 1], got ", top_p);
+  if (!(min_p >= 0 && min_p <= 1)) fail(fn, "min_p must be in [0, 1], got ", min_p);
+  if (!(repetition_penalty > 0 && std::isfinite(repetition_penalty)))
+    fail(fn, "repetition_penalty must be positive and finite, got ", repetition_penalty);
+}
+
+std::vector<double> next_token_probabilities(const float* logits, int64_t V,
+                                             const Decoder::GenerateOptions& o,
+                                             const std::vector<int64_t>& history) {
+  std::vector<double> s(logits, logits + V);
+  if (o.repetition_penalty != 1.0) {
+    std::vector<bool> seen(static_cast<std::size_t>(V), false);
+    for (int64_t t : history) {  // each distinct token once
+      if (t < 0 || t >= V || seen[std::size_t(t)]) continue;
+      seen[std::size_t(t)] = true;
+      double& x = s[std::size_t(t)];
+      x = x < 0 ? x * o.repetition_penalty : x / o.repetition_penalty;
+    }
+  }
+  int64_t best = -1;
+  for (int64_t v = 0; v < V; ++v)
+    if (!std::isnan(s[std::size_t(v)]) && (best < 0 || s[std::size_t(v)] > s[std::size_t(best)]))
+      best = v;
+  if (best < 0 || !std::isfinite(s[std::size_t(best)]))
+    fail("sample_next_token", "no finite logit to choose from (the model produced NaN or inf)");
+  std::vector<double> p(s.size(), 0.0);
+  if (o.temperature == 0) {
+    p[std::size_t(best)] = 1.0;
+    return p;
+  }
+  for (double& x : s) x = std::isnan(x) ? -INFINITY : x / o.temperature;
+  if (o.top_k > 0 && o.top_k < V) {  // the k largest and their ties
+    std::vector<double> sorted = s;
+    std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(),
+                     std::greater<double>());
+    const double kth = sorted[std::size_t(o.top_k - 1)];
+    for (double& x : s)
+      if (x < kth) x = -INFINITY;
+  }
+  const double mx = s[std::size_t(best)];
+  double z = 0;
+  for (std::size_t v = 0; v < s.size(); ++v) z += (p[v] = std::exp(s[v] - mx));
+  for (double& x : p) x /= z;
+  if (o.top_p < 1.0) {  // the most likely tokens until their mass reaches top_p
+    std::vector<int64_t> order(static_cast<std::size_t>(V));
+    for (int64_t v = 0; v < V; ++v) order[std::size_t(v)] = v;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return p[std::size_t(a)] > p[std::size_t(b)]; });
+    double mass = 0;
+    std::size_t keep = 0;
+    while (keep < order.size() && (keep == 0 || mass < o.top_p))
+      mass += p[std::size_t(order[keep++])];
+    for (std::size_t k = keep; k < order.size(); ++k) p[std::size_t(order[k])] = 0;
+  }
+  if (o.min_p > 0) {
+    const double floor = o.min_p * p[std::size_t(best)];
+    for (double& x : p)
+      if (x < floor) x = 0;
+  }
+  double total = 0;
+  for (double x : p) total += x;
+  for (double& x : p) x /= total;
+  return p;
+}
+
+int64_t sample_next_token(const float* logits, int64_t V, const Decoder::GenerateOptions& o,
+                          const std::vector<int64_t>& history, Generator& gen) {
+  const std::vector<double> p = next_token_probabilities(logits, V, o, history);
+  if (o.temperature == 0) return int64_t(std::max_element(p.begin(), p.end()) - p.begin());
+  const double u = double(gen.random64() >> 11) * 0x1.0p-53;
+  double acc = 0;
+  int64_t last = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    if (p[std::size_t(v)] <= 0) continue;
+    acc += p[std::size_t(v)];
+    last = v;
+    if (u < acc) return v;
+  }
+  return last;
+}
+
 Tensor Decoder::generate(const Tensor& ids, const GenerateOptions& opt, Generator* gen,
                          const std::function<void(const Tensor&)>& on_token) const {
   const char* fn = "Decoder.generate";
-  if (opt.max_new_tokens < 0) fail(fn, "max_new_tokens must be >= 0, got ", opt.max_new_tokens);
-  if (!(opt.temperature >= 0 && std::isfinite(opt.temperature)))
-    fail(fn, "temperature must be >= 0 and finite (0: greedy), got ", opt.temperature);
-  if (opt.top_k < 0) fail(fn, "top_k must be >= 0, got ", opt.top_k);
+  opt.validate(fn);
   if (!ids.defined() || ids.dtype() != Dtype::Int64 || ids.dim() != 2 || ids.size(1) < 1)
     fail(fn, "ids must be int64 (batch, time) with at least one token, got ",
          ids.defined() ? detail::tensor_desc(ids) : std::string("undefined"));
   NoGradGuard no_grad;
   Generator& g = gen ? *gen : default_generator();
-  const int64_t B = ids.size(0);
+  const int64_t B = ids.size(0), V = config_.vocab_size;
   std::vector<Tensor> columns{ids.contiguous()};
+  std::vector<std::vector<int64_t>> rows(
+      static_cast<std::size_t>(B));  // each row so far (repetition penalty)
+  for (int64_t b = 0; b < B; ++b)
+    rows[std::size_t(b)].assign(columns[0].data_ptr<int64_t>() + b * ids.size(1),
+                                columns[0].data_ptr<int64_t>() + (b + 1) * ids.size(1));
   std::vector<int64_t> stopped(std::size_t(B), -1);  // the stop token a row produced, or -1
   DecoderCache cache;
   Tensor next_in = columns[0];
   for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
     Tensor logits = forward_cached(next_in, cache);
     logits = logits.select(1, logits.size(1) - 1).contiguous();  // (B, V)
-    Tensor next = opt.temperature == 0
-                      ? argmax(logits, 1, true)
-                      : detail::sample_tokens(logits, opt.temperature, opt.top_k, g, fn, step);
-    next = next.contiguous();
+    Tensor next = detail::make_tensor({B, 1}, Dtype::Int64, false);
     int64_t* p = next.data_ptr<int64_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      p[b] = sample_next_token(logits.data_ptr<float>() + b * V, V, opt, rows[std::size_t(b)], g);
+      rows[std::size_t(b)].push_back(p[b]);
+    }
     bool all = true;
     for (int64_t b = 0; b < B; ++b) {
       if (stopped[std::size_t(b)] >= 0)

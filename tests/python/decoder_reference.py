@@ -6,6 +6,8 @@
   logits DIR IDS_JSON OUT_NPZ     logits in float32 and float64 (the model in double)
   generate DIR IDS_JSON N OUT_JSON  greedy continuation of N tokens (argmax of the full forward
                                     at each step, as generate(do_sample=False); no stop token)
+  processors CASES_JSON OUT_JSON  the distributions transformers' logits processors leave:
+                                  repetition penalty, temperature, top_k, top_p, min_p
 """
 import json
 import sys
@@ -61,6 +63,30 @@ def generate(d, ids_json, n, out):
         json.dump(ids.tolist(), f)
 
 
+def processors(cases_json, out):
+    from transformers.generation import logits_process as lp
+    res = []
+    for case in json.loads(cases_json):
+        scores = torch.tensor([case["logits"]], dtype=torch.float64)
+        ids = torch.tensor([case["history"]])
+        o = case["options"]
+        chain = []
+        if o["repetition_penalty"] != 1.0:
+            chain.append(lp.RepetitionPenaltyLogitsProcessor(o["repetition_penalty"]))
+        chain.append(lp.TemperatureLogitsWarper(o["temperature"]))
+        if o["top_k"] > 0:
+            chain.append(lp.TopKLogitsWarper(o["top_k"]))
+        if o["top_p"] < 1.0:
+            chain.append(lp.TopPLogitsWarper(o["top_p"]))
+        if o["min_p"] > 0:
+            chain.append(lp.MinPLogitsWarper(o["min_p"]))
+        for p in chain:
+            scores = p(ids, scores)
+        res.append(torch.softmax(scores, -1)[0].tolist())
+    with open(out, "w") as f:
+        json.dump(res, f)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"model": model, "logits": logits, "generate": generate}[cmd](*args)
+    {"model": model, "logits": logits, "generate": generate, "processors": processors}[cmd](*args)

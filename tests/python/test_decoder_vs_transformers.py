@@ -188,3 +188,80 @@ def test_attn_generate_streams_a_llama_directory_with_its_tokenizer(tmp_path):
     out, err = cli()
     assert out == "ROMEO:" + tok.decode(greedy[:len(prompt) + 3])[len(tok.decode(prompt)):] + "\n"
     assert "generate: tokens=4 " in err
+
+
+def test_sampling_distributions_match_transformers_processors(tmp_path):
+    rng = np.random.default_rng(3)
+    options = [dict(temperature=0.7, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0),
+               dict(temperature=1.3, top_k=7, top_p=1.0, min_p=0.0, repetition_penalty=1.0),
+               dict(temperature=1.0, top_k=0, top_p=0.8, min_p=0.0, repetition_penalty=1.0),
+               dict(temperature=0.9, top_k=0, top_p=1.0, min_p=0.1, repetition_penalty=1.0),
+               dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.3),
+               dict(temperature=0.8, top_k=20, top_p=0.9, min_p=0.05, repetition_penalty=1.15)]
+    cases = []
+    for o in options:
+        for _ in range(4):
+            logits = (rng.standard_normal(60) * 3).astype(np.float32)
+            history = rng.integers(0, 60, size=15).tolist()
+            cases.append(dict(logits=logits.astype(np.float64).tolist(), history=history,
+                              options=o))
+    out = tmp_path / "probs.json"
+    run("processors", json.dumps(cases), out)
+    ref = json.loads(out.read_text())
+    for case, want in zip(cases, ref):
+        got = attn._C.decoder.next_token_probabilities(
+            attn.tensor(case["logits"], dtype=attn.float32), case["history"], **case["options"])
+        got, want = np.array(got), np.array(want)
+        assert ((got > 0) == (want > 0)).all(), case["options"]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12, err_msg=str(case["options"]))
+
+
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + "
+                 "'<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>"
+                 "\\n\\n' }}{% endif %}")
+
+
+def test_attn_chat_replies_as_greedy_decoding_of_the_rendered_conversation(tmp_path):
+    from test_hf_gpt2 import ATTN_CLI, CORPUS
+    if not os.path.exists(ATTN_CLI):
+        pytest.skip("%s is not built" % ATTN_CLI)
+    corpus = tmp_path / "corpus.txt"
+    with open(CORPUS, encoding="utf-8") as f:
+        corpus.write_text(f.read()[:100000], encoding="utf-8")
+    d = tmp_path / "llama"
+    r = subprocess.run([VENV_PYTHON, os.path.join(HERE, "tokenizer_reference.py"), "build",
+                        "llama3", str(corpus), str(tmp_path / "tokenizer.json")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    tok = attn.data.Tokenizer.from_file(tmp_path / "tokenizer.json")
+    eot = tok.token_to_id("<|eot_id|>")
+    run("model", "llama", json.dumps(dict(SMALL, vocab_size=tok.get_vocab_size(),
+                                          eos_token_id=None, bos_token_id=None)), d, 4)
+    (d / "tokenizer.json").write_bytes((tmp_path / "tokenizer.json").read_bytes())
+    (d / "tokenizer_config.json").write_text(json.dumps(dict(
+        chat_template=CHAT_TEMPLATE, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")))
+    model = attn.nn.Decoder.from_pretrained(d)
+    template = attn.data.ChatTemplate.from_tokenizer_config(d / "tokenizer_config.json")
+
+    def greedy_reply(messages, n=10):
+        ids = tok.encode(template.render(messages=messages, add_generation_prompt=True),
+                         add_special_tokens=False).ids
+        out = model.generate(attn.tensor([ids]), max_new_tokens=n, eos_token_id=eot).tolist()[0]
+        new = out[len(ids):]
+        if eot in new:
+            new = new[:new.index(eot)]
+        return tok.decode(new)
+
+    turns = ["Good morrow, cousin.", "What news from Rome?"]
+    r = subprocess.run([ATTN_CLI, "chat", "--ckpt", str(d), "--temperature", "0",
+                        "--max-new-tokens", "10"], input="\n".join(turns) + "\n",
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    replies = r.stdout.split("\n")[:2]
+    messages = [dict(role="user", content=turns[0])]
+    assert replies[0] == greedy_reply(messages)
+    messages += [dict(role="assistant", content=replies[0]), dict(role="user", content=turns[1])]
+    assert replies[1] == greedy_reply(messages)  # the cache kept from turn 1 changes nothing
+    stats = [l for l in r.stderr.splitlines() if l.startswith("chat: ")]
+    assert len(stats) == 2 and " cached=0" in stats[0] and " cached=0" not in stats[1]

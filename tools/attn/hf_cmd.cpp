@@ -72,8 +72,7 @@ DirTokenizer load_dir_tokenizer(const fs::path& dir) {
               kHfCharTokenizerFile + " (written by `attn export`)");
 }
 
-// The model_type of DIR/config.json ("gpt2" when it has none), and its end-of-text ids
-// (config.json's and generation_config.json's eos_token_id, an id or a list).
+// The model_type of DIR/config.json ("gpt2" when it has none), and its end-of-text ids.
 struct DirConfig {
   std::string model_type = "gpt2";
   std::set<int64_t> eos;
@@ -81,25 +80,18 @@ struct DirConfig {
 
 DirConfig read_dir_config(const fs::path& dir) {
   DirConfig c;
+  c.eos = hf_eos_token_ids(dir, "generate");
   std::error_code ec;
-  for (const char* name : {"config.json", "generation_config.json"}) {
-    const fs::path p = dir / name;
-    if (!fs::exists(p, ec)) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(io::read_file(p.string()));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error("[generate] '" + p.string() + "': not valid JSON: " + e.what());
-    }
-    if (!j.is_object()) continue;
-    if (std::string(name) == "config.json" && j.contains("model_type") &&
-        j["model_type"].is_string())
-      c.model_type = j["model_type"].get<std::string>();
-    if (!j.contains("eos_token_id")) continue;
-    const nlohmann::json& e = j["eos_token_id"];
-    for (const nlohmann::json& id : e.is_array() ? e : nlohmann::json::array({e}))
-      if (id.is_number_integer()) c.eos.insert(id.get<int64_t>());
+  if (!fs::exists(dir / "config.json", ec)) return c;
+  const std::string path = (dir / "config.json").string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(io::read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("[generate] '" + path + "': not valid JSON: " + e.what());
   }
+  if (j.is_object() && j.contains("model_type") && j["model_type"].is_string())
+    c.model_type = j["model_type"].get<std::string>();
   return c;
 }
 
@@ -168,6 +160,27 @@ int generate_hf_decoder(const GenerateArgs& a, const DirConfig& dc, std::ostream
 }
 
 }  // namespace
+
+std::set<int64_t> hf_eos_token_ids(const fs::path& dir, const char* command) {
+  std::set<int64_t> out;
+  std::error_code ec;
+  for (const char* name : {"config.json", "generation_config.json"}) {
+    const fs::path p = dir / name;
+    if (!fs::exists(p, ec)) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(io::read_file(p.string()));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(std::string("[") + command + "] '" + p.string() +
+                  "': not valid JSON: " + e.what());
+    }
+    if (!j.is_object() || !j.contains("eos_token_id")) continue;
+    const nlohmann::json& e = j["eos_token_id"];
+    for (const nlohmann::json& id : e.is_array() ? e : nlohmann::json::array({e}))
+      if (id.is_number_integer()) out.insert(id.get<int64_t>());
+  }
+  return out;
+}
 
 int generate_hf(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
   const DirConfig dc = read_dir_config(a.ckpt);

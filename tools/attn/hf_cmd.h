@@ -10,7 +10,10 @@
 //                                 config.json, model.safetensors and attn_tokenizer.json.
 #pragma once
 
+#include <cstdint>
+#include <filesystem>
 #include <ostream>
+#include <set>
 #include <span>
 #include <string>
 
@@ -20,6 +23,10 @@ namespace attn::tools {
 
 // The file `attn export` writes the character tokenizer to (CharTokenizer::to_json).
 inline constexpr const char* kHfCharTokenizerFile = "attn_tokenizer.json";
+
+// The end-of-text ids of DIR/config.json and DIR/generation_config.json (eos_token_id, an id or a
+// list); attn::Error "[command] 'file': not valid JSON".
+std::set<int64_t> hf_eos_token_ids(const std::filesystem::path& dir, const char* command);
 
 // `attn generate` on a Hugging Face directory (nn::is_hf_checkpoint_dir(a.ckpt)).
 int generate_hf(const GenerateArgs& a, std::ostream& out, std::ostream& err);

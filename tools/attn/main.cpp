@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat_cmd.h"
 #include "heatmap.h"
 #include "hf_cmd.h"
 #include "plot_cmd.h"
@@ -80,6 +81,7 @@ void parse_generate_only(Args args) { (void)parse_generate_args(args); }
 void parse_heatmap_only(Args args) { (void)parse_heatmap_args(args); }
 void parse_plot_only(Args args) { (void)parse_plot_args(args); }
 void parse_export_only(Args args) { (void)parse_export_args(args); }
+void parse_chat_only(Args args) { (void)parse_chat_args(args); }
 
 // ---- attn walkthrough [SEED] --------------------------------------------------------------------
 
@@ -140,6 +142,8 @@ const std::vector<Command>& commands() {
        run_command<UsageError, generate_command>, check_flags<parse_generate_only>},
       {"export", kExportUsage, kExportSummary, kExportHelp, run_command<UsageError, export_command>,
        check_flags<parse_export_only>},
+      {"chat", kChatUsage, kChatSummary, kChatHelp, run_command<UsageError, chat_command>,
+       check_flags<parse_chat_only>},
       {"heatmap", kHeatmapUsage, kHeatmapSummary, kHeatmapHelp,
        run_command<UsageError, heatmap_command>, check_flags<parse_heatmap_only>},
       {"plot", kPlotUsage, kPlotSummary, kPlotHelp, run_command<UsageError, plot_command>,

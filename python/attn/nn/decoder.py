@@ -65,16 +65,19 @@ class Decoder(Module):
         """Logits (B, T, vocab_size) of input_ids (B, T) int64."""
         return self._impl.forward(input_ids)
 
-    def generate(self, input_ids, max_new_tokens=32, temperature=0.0, top_k=None,
-                 eos_token_id=None, generator=None, callback=None):
+    def generate(self, input_ids, max_new_tokens=32, temperature=0.0, top_k=None, top_p=1.0,
+                 min_p=0.0, repetition_penalty=1.0, eos_token_id=None, generator=None,
+                 callback=None):
         """input_ids (B, T) followed by up to max_new_tokens tokens: greedy (the first of equal
-        logits) when temperature is 0, else sampled from softmax(logits / temperature) over the
-        top_k. A row that produces eos_token_id (an id or a list) stops and is padded with it;
-        callback(tokens (B,)) gets each step's tokens."""
+        logits) when temperature is 0, else sampled as transformers' processors filter
+        (repetition_penalty, temperature, top_k, top_p, min_p). A row that produces eos_token_id
+        (an id or a list) stops and is padded with it; callback(tokens (B,)) gets each step's
+        tokens."""
         stop = [] if eos_token_id is None else (
             [int(eos_token_id)] if isinstance(eos_token_id, int) else [int(t) for t in eos_token_id])
         return self._impl.generate(input_ids, int(max_new_tokens), float(temperature),
-                                   int(top_k or 0), stop, generator, callback)
+                                   int(top_k or 0), float(top_p), float(min_p),
+                                   float(repetition_penalty), stop, generator, callback)
 
     def get_num_params(self):
         return sum(p.numel() for p in self.parameters())

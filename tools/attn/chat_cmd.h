@@ -1,0 +1,51 @@
+// `attn chat --ckpt DIR`: a streaming terminal chat with a Hugging Face Llama / Qwen / Gemma
+// directory (config.json, the weights, tokenizer.json, and the chat template of
+// tokenizer_config.json or chat_template.jinja).
+#pragma once
+
+#include <attn/decoder.h>
+
+#include <istream>
+#include <ostream>
+#include <span>
+#include <string>
+
+namespace attn::tools {
+
+struct ChatArgs {
+  std::string ckpt;
+  std::string system;                    // a system message first, when not empty
+  nn::Decoder::GenerateOptions options;  // max_new_tokens, temperature, top_k, top_p, min_p, ...
+  std::string stop;                      // a text that ends a reply (not shown), when not empty
+  uint64_t seed = 1337;
+  int64_t threads = 0;
+};
+// The flags of `attn chat`. Throws FlagError.
+ChatArgs parse_chat_args(std::span<const std::string> args);
+// Reads the user's turns from `in` (a line each; "/reset" clears the conversation, "/exit" or the
+// end of input quits) and streams each reply to `out`; timing per reply goes to `err`.
+int chat_session(const ChatArgs& a, std::istream& in, std::ostream& out, std::ostream& err);
+int chat_command(std::span<const std::string> args, std::ostream& out, std::ostream& err);
+
+inline constexpr const char* kChatUsage = "--ckpt DIR";
+inline constexpr const char* kChatSummary =
+    "chat with a Hugging Face Llama, Qwen or Gemma directory (its tokenizer and chat template)";
+inline constexpr const char* kChatHelp =
+    "  Each line read from stdin is a user turn; the reply streams as it is sampled. The\n"
+    "  conversation is rendered with the chat template of DIR/tokenizer_config.json (or\n"
+    "  DIR/chat_template.jinja) and encoded with DIR/tokenizer.json; the key/value cache is kept\n"
+    "  between turns where the rendered conversation extends what it holds. /reset starts over,\n"
+    "  /exit (or the end of input) quits. A reply ends at an eos_token_id of config.json or\n"
+    "  generation_config.json, the template's eos_token, --stop, or --max-new-tokens.\n"
+    "    --system TEXT             a system message first\n"
+    "    --max-new-tokens N        512\n"
+    "    --temperature T           0.7 (0: greedy)\n"
+    "    --top-k K                 0 (none)\n"
+    "    --top-p P                 1.0 (none)\n"
+    "    --min-p P                 0.0 (none)\n"
+    "    --repetition-penalty R    1.0 (none)\n"
+    "    --stop TEXT               end a reply at this text\n"
+    "    --seed N                  1337\n"
+    "    --threads N               0 (all cores)\n";
+
+}  // namespace attn::tools
