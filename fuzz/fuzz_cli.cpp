@@ -3,7 +3,8 @@
 // unknown commands) but only parses and validates the command's flags: nothing is trained, drawn or
 // written. When the first argument names a command, its parser also runs on the rest directly and
 // must agree; what it accepts satisfies the documented constraints. Commands: walkthrough, train,
-// generate, heatmap, plot (tools/attn/plot_cmd.h's parse_plot_args), export (hf_cmd.h).
+// generate, heatmap, plot (tools/attn/plot_cmd.h's parse_plot_args), export (hf_cmd.h), chat
+// (chat_cmd.h).
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -117,6 +118,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     direct = accepted([&] {
       const attn::tools::ExportArgs e = attn::tools::parse_export_args(rest);
       FUZZ_CHECK(!e.ckpt.empty() && !e.out.empty());
+    });
+  } else if (cmd == "chat") {
+    direct = accepted([&] {
+      const attn::tools::ChatArgs c = attn::tools::parse_chat_args(rest);
+      const auto& o = c.options;
+      FUZZ_CHECK(!c.ckpt.empty() && o.max_new_tokens >= 1 && o.top_k >= 0);
+      FUZZ_CHECK(o.temperature >= 0 && std::isfinite(o.temperature));
+      FUZZ_CHECK(o.top_p > 0 && o.top_p <= 1 && o.min_p >= 0 && o.min_p <= 1);
+      FUZZ_CHECK(o.repetition_penalty > 0 && std::isfinite(o.repetition_penalty));
+      o.validate("fuzz_cli");  // what the sampler accepts
     });
   } else {
     FUZZ_CHECK(false && "a command without a parser here: add it");

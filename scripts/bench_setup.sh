@@ -4,6 +4,7 @@
 # that attn's module (built for /usr/bin/python3) imports in the same process.
 # Idempotent and quiet when everything is present; the benchmarks call it themselves.
 # The test suite does not need it: its correctness oracle stays Debian's torch 1.13.
+# transformers too, for bench/decoder_compare.py.
 # It also installs the GEMM libraries that build/bench/bench_gemm times beside OpenBLAS (BLIS,
 # oneDNN, libxsmm; re-run cmake afterwards so that the bench finds them).
 #   scripts/bench_setup.sh          prints nothing when ready, installs otherwise
@@ -42,6 +43,11 @@ if ! ready; then
     echo "bench_setup: $TORCH_SPEC does not import from $venv" >&2
     exit 1
   fi
+fi
+# transformers (and safetensors): the anchor of bench/decoder_compare.py (Llama on PyTorch).
+if ! $py -c "import transformers, safetensors" 2>/dev/null; then
+  echo "bench_setup: installing transformers into $venv" >&2
+  "$venv/bin/pip" install -q --disable-pip-version-check transformers safetensors >&2
 fi
 if [[ "${1:-}" == "--print" ]]; then
   echo "$PWD/$py"

@@ -36,12 +36,21 @@ struct Family {
 
 const std::map<std::string, Family>& families() {
   static const std::map<std::string, Family> f = [] {
-    const std::set<std::string> base = {
-        "model_type",          "vocab_size",        "hidden_size",
-        "intermediate_size",   "num_hidden_layers", "num_attention_heads",
-        "num_key_value_heads", "head_dim",          "max_position_embeddings",
-        "rms_norm_eps",        "rope_theta",        "rope_scaling",
-        "tie_word_embeddings", "hidden_act"};
+    const std::set<std::string> base = {"model_type",
+                                        "vocab_size",
+                                        "hidden_size",
+                                        "intermediate_size",
+                                        "num_hidden_layers",
+                                        "num_attention_heads",
+                                        "num_key_value_heads",
+                                        "head_dim",
+                                        "max_position_embeddings",
+                                        "rms_norm_eps",
+                                        "rope_theta",
+                                        "rope_scaling",
+                                        "rope_parameters",
+                                        "tie_word_embeddings",
+                                        "hidden_act"};
     auto with = [&](std::initializer_list<const char*> extra) {
       std::set<std::string> s = base;
       s.insert(extra.begin(), extra.end());
@@ -234,10 +243,11 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   }
   if (type == "gemma") c.sliding_window = 0;
 
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    const json& rs = j["rope_scaling"];
-    if (!rs.is_object()) bad(what, "rope_scaling must be an object or null, got ", rs.dump());
-    std::string kind = rs.value("rope_type", rs.value("type", std::string()));
+  // RoPE: rope_theta with rope_scaling (transformers 4), or rope_parameters holding both
+  // (transformers 5), per layer type for models with sliding layers.
+  auto rope_scaling = [&](const json& rs, const char* field) {
+    if (!rs.is_object()) bad(what, field, " must be an object or null, got ", rs.dump());
+    const std::string kind = rs.value("rope_type", rs.value("type", std::string("default")));
     if (kind == "llama3") {
       c.rope_type = "llama3";
       c.rope_factor = get_number(rs, what, "factor", 8.0);
@@ -249,8 +259,31 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
       c.rope_type = "linear";
       c.rope_factor = get_number(rs, what, "factor", 1.0);
     } else if (kind != "default") {
-      bad(what, "rope_scaling type '", kind, "' is not supported (attn has llama3 and linear), in ",
+      bad(what, field, " type '", kind, "' is not supported (attn has llama3 and linear), in ",
           rs.dump());
+    }
+  };
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    rope_scaling(j["rope_scaling"], "rope_scaling");
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const json& rp = j["rope_parameters"];
+    if (rp.is_object() && (rp.contains("full_attention") || rp.contains("sliding_attention"))) {
+      if (rp.contains("full_attention")) {
+        rope_scaling(rp["full_attention"], "rope_parameters.full_attention");
+        c.rope_theta = get_number(rp["full_attention"], what, "rope_theta", c.rope_theta);
+      }
+      if (rp.contains("sliding_attention")) {
+        const json& sl = rp["sliding_attention"];
+        if (!sl.is_object() || sl.value("rope_type", std::string("default")) != "default")
+          bad(what,
+              "rope_parameters.sliding_attention: attn's sliding layers take a plain RoPE, "
+              "got ",
+              sl.dump());
+        c.rope_local_base_freq = get_number(sl, what, "rope_theta", c.rope_local_base_freq);
+      }
+    } else {
+      rope_scaling(rp, "rope_parameters");
+      if (rp.is_object()) c.rope_theta = get_number(rp, what, "rope_theta", c.rope_theta);
     }
   }
   try {

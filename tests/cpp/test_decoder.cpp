@@ -326,6 +326,23 @@ TEST(HfDecoderConfig, EachFamilysFieldsAndDefaults) {
   EXPECT_EQ(g2.final_logit_softcapping, 0);
   EXPECT_EQ(g2.attn_logit_softcapping, 50);
 
+  // transformers 5 writes rope_parameters (rope_theta inside), per layer type where layers differ.
+  const DecoderConfig l5 = decoder_config_from_hf_json(
+      R"({"model_type": "llama", "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
+          "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}})");
+  EXPECT_EQ(l5.rope_theta, 500000.0);
+  EXPECT_EQ(l5.rope_type, "llama3");
+  EXPECT_EQ(l5.rope_factor, 32.0);
+  const DecoderConfig g5 = decoder_config_from_hf_json(
+      R"({"model_type": "gemma3_text", "num_hidden_layers": 2, "rope_parameters": {
+          "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}})");
+  EXPECT_EQ(g5.rope_type, "linear");
+  EXPECT_EQ(g5.rope_factor, 8.0);
+  EXPECT_EQ(g5.rope_theta, 1e6);
+  EXPECT_EQ(g5.rope_local_base_freq, 1e4);
+
   EXPECT_ERROR_HAS(decoder_config_from_hf_json(R"({"model_type": "qwen3", "num_experts": 8})"),
                    "num_experts");
   EXPECT_ERROR_HAS(decoder_config_from_hf_json(R"({"model_type": "llama", "sliding_window": 8})",

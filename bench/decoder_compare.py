@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""A Llama-3.2-1B-shaped decoder, attn against Hugging Face transformers on PyTorch 2.x, float32,
+in one process (issue 32, section 5).
+
+    scripts/bench_setup.sh        # .venv-bench: torch 2.15 and transformers from PyPI
+    PYTHONPATH=build-nocuda/python .venv-bench/bin/python bench/decoder_compare.py --threads 2
+
+transformers builds LlamaForCausalLM with random weights (16 layers, 2048 wide, 32 query and 8
+key/value heads, SwiGLU 8192, vocabulary 128256, llama3 RoPE scaling, tied embeddings: the shape
+of Llama 3.2 1B) and saves it; attn loads the same directory with Decoder.from_pretrained.
+Logits are compared first. Timed, alternating, --reps times each after a warm-up:
+  prefill  the logits of a --prompt-token prompt (one forward)
+  decode   --new greedy tokens after a --context-token prompt, through each library's key/value
+           cache (generate), each token timed as it comes (attn's callback, a transformers
+           streamer): tokens per second between the first new token and the last
+transformers runs with attn_implementation "eager" and "sdpa". The memory-bandwidth bound of
+decoding (every weight read once per token) uses the read bandwidth measured in the same run
+(torch's sum of 1 GiB on the same threads). Resident memory after loading is reported against the weights.
+Medians; the last line is `result: {JSON}`; --md writes the section of BENCHMARKS.md.
+"""
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+try:
+    import torch
+    import transformers
+except ImportError:
+    sys.exit("decoder_compare.py: error: no torch 2.x / transformers; run scripts/bench_setup.sh "
+             "and use its python")
+try:
+    import attn
+except ImportError as e:
+    sys.exit("decoder_compare.py: error: cannot import attn (%s); set PYTHONPATH" % e)
+
+
+def rss_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def bandwidth():
+    """Read bandwidth (bytes per second): torch's sum of 1 GiB of float32 on the bench's threads,
+    best of 5 (what decoding does: stream every weight once)."""
+    a = torch.ones(1 << 28, dtype=torch.float32)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a.sum()
+        best = min(best, time.perf_counter() - t0)
+    return a.numel() * 4 / best
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--layers", type=int, default=16)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--intermediate", type=int, default=8192)
+    p.add_argument("--vocab", type=int, default=128256)
+    p.add_argument("--prompt", type=int, default=512)
+    p.add_argument("--context", type=int, default=512)
+    p.add_argument("--new", type=int, default=16)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--md", default="")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    attn.set_num_threads(a.threads)
+    torch.manual_seed(0)
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.intermediate,
+        num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+        max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True,
+        rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
+                          high_freq_factor=4.0, original_max_position_embeddings=8192),
+        bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    d = tempfile.mkdtemp(prefix="decoder_compare_")
+    with torch.device("cpu"):
+        hf = transformers.LlamaForCausalLM(cfg).eval()
+    hf.save_pretrained(d)
+    unique = {t.data_ptr(): t.numel() for t in hf.state_dict().values()}  # tied: counted once
+    weights = 4 * sum(unique.values())
+    params = sum(unique.values())
+    del hf
+    gc.collect()
+
+    before = rss_bytes()
+    model = attn.nn.Decoder.from_pretrained(d)
+    attn_rss = rss_bytes() - before
+    hf = transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, a.vocab, size=(1, a.prompt)).tolist()
+    context = rng.integers(0, a.vocab, size=(1, a.context)).tolist()
+    check = prompt[0][:32]
+    with torch.no_grad():
+        ref = hf(torch.tensor([check])).logits.numpy()
+    ours = model(attn.tensor([check])).numpy()
+    diff = float(np.abs(ours - ref).max())
+    print("logits: max |attn - transformers| = %.3g (scale %.3g)" % (diff, np.abs(ref).max()))
+
+    def hf_set(impl):
+        if hasattr(hf, "set_attn_implementation"):
+            hf.set_attn_implementation(impl)
+        else:
+            hf.config._attn_implementation = impl
+
+    def hf_prefill(ids):
+        with torch.no_grad():
+            hf(torch.tensor(ids), use_cache=False)
+
+    class Stamps(transformers.generation.streamers.BaseStreamer):
+        """Times each new token (the first put is the prompt)."""
+        def __init__(self):
+            self.t = []
+
+        def put(self, value):
+            self.t.append(time.perf_counter())
+
+        def end(self):
+            pass
+
+    def hf_generate(ids):
+        st = Stamps()
+        with torch.no_grad():
+            hf.generate(torch.tensor(ids), max_new_tokens=a.new, min_new_tokens=a.new,
+                        do_sample=False, pad_token_id=0, streamer=st)
+        return st.t[-a.new:]
+
+    def attn_prefill(ids):
+        model(attn.tensor(ids))
+
+    def attn_generate(ids):
+        t = []
+        model.generate(attn.tensor(ids), max_new_tokens=a.new,
+                       callback=lambda _: t.append(time.perf_counter()))
+        return t
+
+    contenders = {"attn": (attn_prefill, attn_generate),
+                  "torch eager": (hf_prefill, hf_generate),
+                  "torch sdpa": (hf_prefill, hf_generate)}
+    impl = {"torch eager": "eager", "torch sdpa": "sdpa"}
+    times = {k: {"prefill": [], "decode": []} for k in contenders}
+    for rep in range(a.reps + 1):  # the first round warms up
+        for name, (prefill, generate) in contenders.items():
+            if name in impl:
+                hf_set(impl[name])
+            tp = timed(lambda: prefill(prompt))
+            stamps = generate(context)  # the time of each new token
+            td = (stamps[-1] - stamps[0]) / (len(stamps) - 1)  # per token, after the first
+            if rep == 0:
+                continue
+            times[name]["prefill"].append(tp)
+            times[name]["decode"].append(td)
+            print("rep %d %-12s prefill %.3f s, %.3f s per decoded token" % (rep, name, tp, td),
+                  flush=True)
+    bw = bandwidth()
+    res = {"threads": a.threads, "params": params, "weights_bytes": weights,
+           "attn_rss_bytes": attn_rss, "bandwidth_bytes_per_s": bw, "logits_max_diff": diff,
+           "cpu": cpu_model(),
+           "torch": torch.__version__, "transformers": transformers.__version__, "rows": {}}
+    for name, t in times.items():
+        pre = statistics.median(t["prefill"])
+        dec = statistics.median(t["decode"])
+        res["rows"][name] = {"prefill_tok_s": a.prompt / pre, "decode_tok_s": 1.0 / dec}
+    bound = bw / weights  # tokens/s if every weight byte is read once per token
+    print("read bandwidth %.1f GB/s, weights %.2f GB: decode bound %.2f tok/s" %
+          (bw / 1e9, weights / 1e9, bound))
+    for name, r in res["rows"].items():
+        print("%-12s prefill %7.1f tok/s   decode %6.2f tok/s (%.0f%% of the bound)" %
+              (name, r["prefill_tok_s"], r["decode_tok_s"], 100 * r["decode_tok_s"] / bound))
+    print("attn resident after loading: %.2f GB for %.2f GB of weights" %
+          (attn_rss / 1e9, weights / 1e9))
+    print("result: " + json.dumps(res))
+    if a.md:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import md_section
+        rows = res["rows"]
+        lines = [
+            "## A Llama-3.2-1B-shaped decoder against transformers (issue 32, section 5, float32)",
+            "",
+            "`PYTHONPATH=build-nocuda/python .venv-bench/bin/python bench/decoder_compare.py "
+            "--threads %d --reps %d --new %d --md BENCHMARKS.md` (%s; torch %s, transformers %s; "
+            "%d parameters, "
+            "random weights, %d-token prompt for prefill, %d new tokens after %d for decode; "
+            "medians of %d alternating runs)." % (a.threads, a.reps, a.new, res["cpu"], res["torch"],
+                                                  res["transformers"], params, a.prompt, a.new,
+                                                  a.context, a.reps),
+            "",
+            "| | prefill tok/s | decode tok/s | decode / bandwidth bound |",
+            "|---|---|---|---|"]
+        for name, r in rows.items():
+            lines.append("| %s | %.1f | %.2f | %.0f%% |" % (
+                name, r["prefill_tok_s"], r["decode_tok_s"], 100 * r["decode_tok_s"] / bound))
+        lines += ["", "attn / torch sdpa: prefill %.2fx, decode %.2fx; attn / torch eager: "
+                  "prefill %.2fx, decode %.2fx. Read bandwidth (same run) %.1f GB/s; the "
+                  "bound reads %.2f GB of weights per token. Logits agree to %.2g. attn's resident "
+                  "memory after loading: %.2f GB for %.2f GB of weights." % (
+                      rows["attn"]["prefill_tok_s"] / rows["torch sdpa"]["prefill_tok_s"],
+                      rows["attn"]["decode_tok_s"] / rows["torch sdpa"]["decode_tok_s"],
+                      rows["attn"]["prefill_tok_s"] / rows["torch eager"]["prefill_tok_s"],
+                      rows["attn"]["decode_tok_s"] / rows["torch eager"]["decode_tok_s"],
+                      bw / 1e9, weights / 1e9, diff, attn_rss / 1e9, weights / 1e9)]
+        md_section.replace_section(a.md, "decoder_compare.py", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
