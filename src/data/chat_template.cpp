@@ -25,10 +25,6 @@ struct Piece {
   int line;
 };
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
 std::vector<Piece> split_pieces(std::string_view src, const std::string& name) {
   std::vector<Piece> out;
   std::size_t pos = 0;

@@ -238,14 +238,16 @@ std::vector<std::size_t> char_starts(const std::string& s) {
   return out;
 }
 
-bool is_space_char(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+// str.upper() / str.lower() on ASCII letters (other bytes as they are).
+std::string change_case(std::string s, bool upper) {
+  for (char& c : s)
+    c = char(upper ? std::toupper(static_cast<unsigned char>(c))
+                   : std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
 std::string strip(const std::string& s, bool left, bool right, const std::string* chars = nullptr) {
-  auto drop = [&](char c) {
-    return chars ? chars->find(c) != std::string::npos : is_space_char(c);
-  };
+  auto drop = [&](char c) { return chars ? chars->find(c) != std::string::npos : is_space(c); };
   std::size_t b = 0, e = s.size();
   if (left)
     while (b < e && drop(s[b])) ++b;
@@ -621,13 +623,7 @@ class Renderer {
         if (!p) bad(e.line, m, "() needs an argument");
         return Value{m == "startswith" ? s.starts_with(*p) : s.ends_with(*p)};
       }
-      if (m == "upper" || m == "lower") {
-        std::string o = s;
-        for (char& c : o)
-          c = char(m == "upper" ? std::toupper(static_cast<unsigned char>(c))
-                                : std::tolower(static_cast<unsigned char>(c)));
-        return Value{o};
-      }
+      if (m == "upper" || m == "lower") return Value{change_case(s, m == "upper")};
       if (m == "title") return Value{title(s)};
       if (m == "replace") {
         const auto a = str_arg(0), b = str_arg(1);
@@ -640,9 +636,9 @@ class Renderer {
         if (!sep) {
           std::size_t i = 0;
           while (i < s.size()) {
-            while (i < s.size() && is_space_char(s[i])) ++i;
+            while (i < s.size() && is_space(s[i])) ++i;
             std::size_t j = i;
-            while (j < s.size() && !is_space_char(s[j])) ++j;
+            while (j < s.size() && !is_space(s[j])) ++j;
             if (j > i) out.push_back(s.substr(i, j - i));
             i = j;
           }
@@ -880,19 +876,11 @@ class Renderer {
       }
       return Value{strip(s, true, true)};
     }
-    if (f == "upper" || f == "lower") {
-      std::string o = s;
-      for (char& c : o)
-        c = char(f == "upper" ? std::toupper(static_cast<unsigned char>(c))
-                              : std::tolower(static_cast<unsigned char>(c)));
-      return Value{o};
-    }
+    if (f == "upper" || f == "lower") return Value{change_case(s, f == "upper")};
     if (f == "title") return Value{title(s)};
     if (f == "capitalize") {
-      std::string o = s;
-      for (std::size_t k = 0; k < o.size(); ++k)
-        o[k] = char(k == 0 ? std::toupper(static_cast<unsigned char>(o[k]))
-                           : std::tolower(static_cast<unsigned char>(o[k])));
+      std::string o = change_case(s, false);
+      if (!o.empty()) o[0] = char(std::toupper(static_cast<unsigned char>(o[0])));
       return Value{o};
     }
     if (f == "replace") {

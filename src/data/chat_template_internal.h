@@ -14,6 +14,11 @@ namespace attn::data::jinja {
 using json = nlohmann::ordered_json;  // dicts keep their insertion order, as Python's
 inline constexpr const char* kFn = "ChatTemplate";
 
+// Python's str.isspace for ASCII (what Jinja's whitespace control and str.split() strip).
+inline bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
 struct Expr;
 using ExprP = std::unique_ptr<Expr>;
 
