@@ -59,6 +59,7 @@ struct Edge {
   std::shared_ptr<Node> fn;          // the node that produced the input, or
   std::shared_ptr<TensorImpl> leaf;  // the leaf whose .grad accumulates it, or neither
   Shape shape;                       // the input's shape: the gradient must have it
+  Dtype dtype = Dtype::Float32;      // the input's dtype: the gradient is converted to it
   bool defined() const { return fn || leaf; }
 };
 

@@ -9,11 +9,11 @@
 namespace attn {
 
 // Element types. Float32 for values, Int64 for indices, Bool for masks (stored one byte each).
-// BFloat16 and Float16 (IEEE binary16) are 2-byte floats for storage and conversion (attn/half.h):
-// tensors of them are created, converted with to(), copied, viewed, indexed, compared, printed
-// and saved; elementwise arithmetic on them runs in float32 and rounds each result to their dtype
-// (as PyTorch's CPU kernels do), and every other op (matmul, reductions, nn, ...) refuses them
-// with an attn::Error that says to call .float() first.
+// BFloat16 and Float16 (IEEE binary16) are the 2-byte floats (attn/half.h). Ops compute on them
+// with PyTorch's CPU semantics: in float32, each result rounded once to the dtype (products,
+// reductions, softmax, norms, attention, embedding, ...; the linear layer reads its weight as
+// stored), and autograd carries gradients in the dtype of each tensor. Drawing random numbers
+// into them is refused with an attn::Error that says to call .float() first.
 enum class Dtype { Float32, Int64, Bool, BFloat16, Float16 };
 
 // Size in bytes of one element of `dtype`.
@@ -33,7 +33,7 @@ inline bool is_floating_point(Dtype dtype) {
   return dtype == Dtype::Float32 || dtype == Dtype::BFloat16 || dtype == Dtype::Float16;
 }
 
-// bfloat16 or float16: the dtypes attn stores and converts but computes in only through float32.
+// bfloat16 or float16: the dtypes attn computes on through float32, rounding each result once.
 inline bool is_reduced_float(Dtype dtype) {
   return dtype == Dtype::BFloat16 || dtype == Dtype::Float16;
 }

@@ -43,15 +43,15 @@ int64_t extent(const Geometry& g) {
   return e + 1;
 }
 
-// A zero float32 tensor laid out in a fresh storage of `storage_numel` elements with geometry g,
-// so that a view geometry of the same original storage lines up with it.
-Tensor strided_zeros(const Geometry& g, int64_t storage_numel) {
+// A zero tensor of `dtype` laid out in a fresh storage of `storage_numel` elements with geometry
+// g, so that a view geometry of the same original storage lines up with it.
+Tensor strided_zeros(const Geometry& g, int64_t storage_numel, Dtype dtype) {
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::allocate(std::size_t(storage_numel) * sizeof(float));
+  impl->storage = Storage::allocate(std::size_t(storage_numel) * itemsize(dtype));
   impl->sizes = g.sizes;
   impl->strides = g.strides;
   impl->offset = g.offset;
-  impl->dtype = Dtype::Float32;
+  impl->dtype = dtype;
   return Tensor(impl);
 }
 
@@ -104,6 +104,7 @@ std::shared_ptr<Node> make_node(const std::string& name, const std::vector<const
     Edge e;
     if (t && t->defined()) {
       e.shape = t->shape();
+      e.dtype = t->dtype();
       if (t->requires_grad()) {
         if (auto fn = grad_fn(*t))
           e.fn = fn;
@@ -128,7 +129,7 @@ std::shared_ptr<Node> as_strided_node(Edge base_edge, const Geometry& bg, const 
   link(*node);
   const int64_t n = std::max(extent(bg), extent(vg));
   node->backward = [bg, vg, n](const Node&, const Tensor& grad) {
-    Tensor result = strided_zeros(bg, n);
+    Tensor result = strided_zeros(bg, n, grad.dtype());
     view_on(result, vg).copy_(grad);
     return std::vector<Tensor>{result};
   };
@@ -147,7 +148,7 @@ AutogradMeta& meta_of(TensorImpl& t) {
 bool sole_owner(const Tensor& t) {
   const auto& impl = t.impl();
   return impl.use_count() == 1 && impl->storage.use_count() == 1 && !impl->autograd &&
-         impl->offset == 0 && impl->dtype == Dtype::Float32 && !impl->storage->device.is_cuda() &&
+         impl->offset == 0 && is_floating_point(impl->dtype) && !impl->storage->device.is_cuda() &&
          t.is_contiguous();
 }
 
@@ -248,7 +249,7 @@ void refresh_view(TensorImpl& impl) {
   if (m->version == v) return;
   const TensorImpl& b = *m->base;
   // A leaf keeps its own identity.
-  if (!(impl.requires_grad && !m->grad_fn) && impl.dtype == Dtype::Float32 && b.autograd &&
+  if (!(impl.requires_grad && !m->grad_fn) && is_floating_point(impl.dtype) && b.autograd &&
       b.autograd->grad_fn) {
     m->grad_fn = as_strided_node(edge_to(m->base), geometry_of(b), geometry_of(impl));
     impl.requires_grad = true;
@@ -318,7 +319,7 @@ void record_inplace(Tensor& self, const std::string& name, const std::vector<con
   cs->saved = node->saved;
   cs->backward = [fn = node->backward, name, bg, vg, n](const Node& self_node, const Tensor& grad) {
     if (!fn) fail("backward", name, " has no backward formula");
-    Tensor result = strided_zeros(bg, n);
+    Tensor result = strided_zeros(bg, n, grad.dtype());
     result.copy_(grad);
     Tensor viewed = view_on(result, vg);
     // The op's formula sees the gradient of the viewed elements; what it returns for the old
@@ -355,10 +356,11 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
     if (root.numel() != 1)
       fail("backward", "grad can be implicitly created only for scalar outputs; the output has ",
            "shape ", shape_str(root.shape()), ": pass a gradient of that shape");
-    grad = ones(root.shape());
+    grad = ones(root.shape(), root.dtype(), root.device());
   } else {
-    if (grad.dtype() != Dtype::Float32)
-      fail("backward", "gradient must be float32, got ", detail::tensor_desc(grad));
+    if (grad.dtype() != root.dtype())
+      fail("backward", "gradient must have the output's dtype ", dtype_name(root.dtype()), ", got ",
+           detail::tensor_desc(grad));
     if (grad.shape() != root.shape())
       fail("backward", "gradient has shape ", shape_str(grad.shape()),
            " but the output it belongs to has shape ", shape_str(root.shape()));
@@ -406,10 +408,13 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
       const Edge& e = node->inputs[i];
       if (!e.defined()) continue;
       if (i < grads.size() && grads[i].defined()) {
-        const Tensor& gi = grads[i];
-        if (gi.shape() != e.shape || gi.dtype() != Dtype::Float32)
+        Tensor& gi = grads[i];
+        if (gi.shape() != e.shape || !is_floating_point(gi.dtype()))
           fail("backward", node->name, " returned a gradient ", detail::tensor_desc(gi),
                " for its input ", i, " of shape ", shape_str(e.shape));
+        // A gradient reaches its input in the input's dtype (torch's engine casts it too): a
+        // bfloat16 input of an op computed in float32 gets its gradient rounded once.
+        if (gi.dtype() != e.dtype) gi = gi.to(e.dtype);
         if (e.leaf) {
           accumulate(*e.leaf, std::move(grads[i]));
         } else {
@@ -479,9 +484,9 @@ void Tensor::set_grad(const Tensor& g) {
   // for grad_mutex (Tensor::grad()), so taking it under the lock could deadlock.
   Tensor old;
   if (g.defined()) {
-    if (g.dtype() != Dtype::Float32 || g.shape() != shape())
-      fail("set_grad", "assigned grad ", detail::tensor_desc(g), " must be float32 of shape ",
-           shape_str(shape()));
+    if (g.dtype() != dtype() || g.shape() != shape())
+      fail("set_grad", "assigned grad ", detail::tensor_desc(g), " must be ",
+           dtype_name(dtype()).substr(6), " of shape ", shape_str(shape()));
     Tensor detached = g.detach();
     GradLock lock(grad_mutex);
     old = std::exchange(meta_of(*impl()).grad, std::move(detached));

@@ -174,7 +174,8 @@ namespace attn::nn::functional {
 
 Tensor silu(const Tensor& x) {
   if (!x.defined()) detail::fail("silu", "undefined tensor argument");
-  detail::check_not_reduced(x, "silu");
+  if (is_reduced_float(x.dtype()))  // computed in float32, rounded once (detail::widen)
+    return silu(detail::widen(x)).to(x.dtype());
   if (x.dtype() != Dtype::Float32)
     detail::fail("silu", "expects float32, got ", detail::tensor_desc(x));
   return x * x.sigmoid();

@@ -29,15 +29,16 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (!x.defined()) fail(fn, "undefined input");
   if (!(p >= 0.0 && p <= 1.0))
     fail(fn, "dropout probability has to be between 0 and 1, but got ", p);
-  detail::check_not_reduced(x, fn);
-  if (x.dtype() != Dtype::Float32) fail(fn, "input must be float32, got ", dtype_name(x.dtype()));
+  if (x.dtype() != Dtype::Float32 && !is_reduced_float(x.dtype()))
+    fail(fn, "input must be floating point, got ", dtype_name(x.dtype()));
   if (!training || p == 0.0) return x;  // torch returns the input itself, drawing nothing
   // torch: noise = empty_like(x).bernoulli_(1 - p).div_(1 - p); x * noise. The draws follow the
   // logical row-major order of x whatever its strides (checked against torch 1.13 for transposed,
   // permuted, sliced and expanded inputs).
   Tensor noise = detail::make_tensor(fn, x.shape(), Dtype::Float32);
   fill_dropout_mask(noise.data_ptr<float>(), noise.numel(), p, gen ? *gen : default_generator());
-  return x * noise;
+  // bfloat16 / float16: the mask is rounded to the dtype first, as torch draws it in the dtype.
+  return x * (is_reduced_float(x.dtype()) ? noise.to(x.dtype()) : noise);
 }
 
 Tensor softmax(const Tensor& x, int64_t dim) { return attn::softmax(x, dim); }

@@ -42,6 +42,11 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
   if (eps && !(*eps >= 0.0)) fail(fn, "eps must be non-negative, got ", *eps);
   // torch's None: the machine epsilon of float32 (the dtype rms_norm computes in).
   const double e = eps ? *eps : double(std::numeric_limits<float>::epsilon());
+  if (is_reduced_float(x.dtype())) {
+    // As torch: normalized in float32 and rounded to the dtype, then times the weight in it.
+    const Tensor y = rms_norm(detail::widen(x), normalized_shape, Tensor(), e).to(x.dtype());
+    return weight.defined() ? y * weight : y;
+  }
   Shape dims;
   for (int64_t i = k; i >= 1; --i) dims.push_back(-i);
   const Tensor r = (x.pow(Scalar(2)).mean(dims, true) + Scalar(e)).rsqrt();

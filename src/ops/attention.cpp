@@ -537,6 +537,15 @@ struct FusedNodeState {
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention";
+  if (detail::widened_on_cpu(q) && q.dtype() == k.dtype() && q.dtype() == v.dtype()) {
+    // bfloat16 / float16 on the CPU: the fused kernel on the widened operands (float
+    // accumulation), the output rounded once, as torch's CPU flash kernel does.
+    SdpaOptions o = options;
+    for (Tensor* t : {&o.attn_mask, &o.alibi_slopes, &o.relative_bias, &o.sinks})
+      *t = detail::widen(*t);
+    return scaled_dot_product_attention(detail::widen(q), detail::widen(k), detail::widen(v), o)
+        .to(q.dtype());
+  }
   const std::vector<const Tensor*> inputs{&q,
                                           &k,
                                           &v,

@@ -305,8 +305,6 @@ Tensor square(const Tensor& t) { return t.square(); }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) fail("bmm", "undefined tensor argument");
-  detail::check_not_reduced(a, "bmm");
-  detail::check_not_reduced(b, "bmm");
   if (a.dim() != 3 || b.dim() != 3)
     fail("bmm", "batch1 must be a 3D tensor and batch2 too, got ", shape_str(a.shape()), " and ",
          shape_str(b.shape()));

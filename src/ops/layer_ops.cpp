@@ -87,7 +87,7 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
   Shape out_shape = x.shape();
   out_shape.back() = N;
   Tensor y;
-  if (backend::textbook_product(M, N, K)) {
+  if (x.dtype() == Dtype::Float32 && backend::textbook_product(M, N, K)) {
     // Products this small go through matmul's plain left-to-right loop (textbook_product), whose
     // rounding reproduces the numbers the reference tutorials print (docs/tour-python.md); the
     // bias is added after, as before.
@@ -213,6 +213,8 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
   const char* fn = "gelu";
   if (!x_in.defined()) fail(fn, "input is an undefined tensor");
   const bool tanh_approx = gelu_tanh(approximate, fn);
+  if (widened_on_cpu(x_in))  // computed in float32, rounded once (widen)
+    return gelu(widen(x_in), approximate).to(x_in.dtype());
   const auto kernel = ATTN_PICK(gelu_forward, fn, x_in);
   Tensor x = x_in.contiguous();
   Tensor y = make_tensor(fn, x.shape(), x.dtype(), false);
@@ -250,6 +252,14 @@ Tensor layer_norm(const char* fn, const Tensor& x_in, const Tensor* res, Tensor*
       fail(fn, what, " ", shape_str(t->shape()), " must have shape (", normalized_shape, ")");
   }
   if (!(eps >= 0.0)) fail(fn, "eps must be non-negative, got ", eps);
+  if (widened_on_cpu(x_in)) {  // computed in float32, each output rounded once (widen)
+    const Tensor r = res ? widen(*res) : Tensor();
+    Tensor s;
+    Tensor y = layer_norm(fn, widen(x_in), res ? &r : nullptr, res ? &s : nullptr, normalized_shape,
+                          widen(weight), widen(bias), eps);
+    if (sum_out) *sum_out = s.to(x_in.dtype());
+    return y.to(x_in.dtype());
+  }
   const auto kernel = ATTN_PICK(layer_norm_forward, fn, x_in);
   const int64_t C = normalized_shape, rows = C ? x_in.numel() / C : 0;
   const Dtype dt = x_in.dtype();
@@ -307,6 +317,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::strin
   const int64_t N = batched ? input.size(0) : 1, C = input.size(-1);
   if (C == 0) fail(fn, "input ", shape_str(input.shape()), " has no classes");
   check_same_device(fn, {&input, &target});
+  if (widened_on_cpu(input))  // computed in float32, rounded once (widen)
+    return cross_entropy(widen(input), target, reduction, ignore_index).to(input.dtype());
   const auto kernel = ATTN_PICK(cross_entropy_forward, fn, input);
   Tensor x = input.contiguous(), t = target.contiguous();
   const int64_t* tp = t.data_ptr<int64_t>();

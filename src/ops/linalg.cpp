@@ -131,14 +131,14 @@ Tensor record_matmul(Tensor out, const char* node, const Tensor& a_in, const Ten
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (!a_in.defined() || !b_in.defined()) fail("matmul", "undefined tensor argument");
   detail::check_same_device("matmul", {&a_in, &b_in});
-  detail::check_not_reduced(a_in, "matmul");
-  detail::check_not_reduced(b_in, "matmul");
   if (a_in.dim() == 0 || b_in.dim() == 0)
     fail("matmul", "both arguments need at least 1 dimension, got ", shape_str(a_in.shape()),
          " and ", shape_str(b_in.shape()));
   if (a_in.dtype() != b_in.dtype())
     fail("matmul", "expected both arguments to have the same dtype, got ", dtype_name(a_in.dtype()),
          " and ", dtype_name(b_in.dtype()));
+  if (is_reduced_float(a_in.dtype()))  // float accumulation, one rounding (detail::widen)
+    return matmul(detail::widen(a_in), detail::widen(b_in)).to(a_in.dtype());
   if (a_in.dtype() == Dtype::Bool)
     fail("matmul", "not implemented for bool tensors ", shape_str(a_in.shape()), " and ",
          shape_str(b_in.shape()));
@@ -198,8 +198,6 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 Tensor Tensor::matmul(const Tensor& other) const { return attn::matmul(*this, other); }
 
 Tensor dot(const Tensor& a, const Tensor& b) {
-  detail::check_not_reduced(a, "dot");
-  detail::check_not_reduced(b, "dot");
   if (a.dim() != 1 || b.dim() != 1)
     fail("dot", "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors ",
          shape_str(a.shape()), " and ", shape_str(b.shape()));

@@ -175,7 +175,8 @@ BackwardFn select_backward(const Tensor& t, int64_t dim, bool keepdim) {
 }  // namespace
 
 Tensor Tensor::sum(Shape dims, bool keepdim) const {
-  detail::check_not_reduced(*this, "sum");
+  if (is_reduced_float(dtype()))  // float accumulation, one rounding (detail::widen)
+    return detail::widen(*this).sum(std::move(dims), keepdim).to(dtype());
   if (dtype() != Dtype::Float32) {
     Plan p = plan(*this, std::move(dims), keepdim, "sum");
     Tensor src = p.arranged.to(Dtype::Int64);
@@ -195,7 +196,8 @@ Tensor Tensor::sum(Shape dims, bool keepdim) const {
 Tensor Tensor::sum() const { return sum({}, false); }
 
 Tensor Tensor::mean(Shape dims, bool keepdim) const {
-  detail::check_not_reduced(*this, "mean");
+  if (is_reduced_float(dtype()))
+    return detail::widen(*this).mean(std::move(dims), keepdim).to(dtype());
   if (dtype() != Dtype::Float32)
     fail("mean", "could not infer output dtype: input dtype must be floating point, got ",
          dtype_name(dtype()));
@@ -208,7 +210,8 @@ Tensor Tensor::mean(Shape dims, bool keepdim) const {
 Tensor Tensor::mean() const { return mean({}, false); }
 
 Tensor Tensor::var(Shape dims, bool unbiased, bool keepdim) const {
-  detail::check_not_reduced(*this, "var");
+  if (is_reduced_float(dtype()))
+    return detail::widen(*this).var(std::move(dims), unbiased, keepdim).to(dtype());
   if (dtype() != Dtype::Float32)
     fail("var", "expects a floating point tensor, got ", dtype_name(dtype()));
   BackwardFn backward = var_backward(*this, dims, unbiased, keepdim);
@@ -314,6 +317,8 @@ Tensor var(const Tensor& t, Shape dims, bool unbiased, bool keepdim) {
 namespace {
 Tensor softmax_impl(const Tensor& t, int64_t dim, bool log, const char* fn) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
+  if (detail::widened_on_cpu(t))  // computed in float32, rounded once (detail::widen)
+    return softmax_impl(detail::widen(t), dim, log, fn).to(t.dtype());
   const auto kernel =
       backend::pick(fn, t.device(), t.dtype(), backend::cpu::softmax, backend::cuda::softmax);
   int64_t d = detail::wrap_dim(dim, t.dim(), fn);

@@ -34,7 +34,8 @@ void run_scan(backend::ScanOp op, const Tensor& x, const Tensor& g, const Tensor
 // torch accumulates float32 scans in double (its CPU acc_type) and integer ones in int64.
 Tensor scan(const Tensor& t, int64_t dim, bool prod, const char* fn) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
-  detail::check_not_reduced(t, fn);
+  if (is_reduced_float(t.dtype()))  // float accumulation, one rounding (detail::widen)
+    return scan(detail::widen(t), dim, prod, fn).to(t.dtype());
   const int64_t d = detail::wrap_dim(dim, t.dim(), fn);
   NoGradGuard no_grad;
   const Dtype out_dtype = t.dtype() == Dtype::Float32 ? Dtype::Float32 : Dtype::Int64;

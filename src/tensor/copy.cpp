@@ -51,10 +51,12 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     }
   }
   detail::bump_version(*this);
-  // Only float32 tensors take part in the graph: x.long() or a copy into an int64 tensor does not.
-  // The old value of self is overwritten (zero gradient); src, broadcast to self, gets the rest,
-  // summed over the broadcast dims on the CPU (a GPU has no reduction) and moved to src's device.
-  if (dtype() == Dtype::Float32 && (src_in.requires_grad() || requires_grad())) {
+  // Only floating point tensors take part in the graph: x.long() or a copy into an int64 tensor
+  // does not. The old value of self is overwritten (zero gradient); src, broadcast to self, gets
+  // the rest, summed over the broadcast dims on the CPU (a GPU has no reduction) and moved to src's
+  // device (the engine converts it to src's dtype: torch's ToCopyBackward0).
+  if (attn::is_floating_point(dtype()) && attn::is_floating_point(src_in.dtype()) &&
+      (src_in.requires_grad() || requires_grad())) {
     const Shape src_shape = src_in.shape();
     const Device src_device = src_in.device();
     detail::record_inplace(
@@ -66,8 +68,7 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
             src_grad = detail::sum_to(summed, src_shape).to(src_device);
           }
           return std::vector<Tensor>{
-              n.needs_input_grad(0) ? zeros(g.shape(), Dtype::Float32, g.device()) : Tensor(),
-              src_grad};
+              n.needs_input_grad(0) ? zeros(g.shape(), g.dtype(), g.device()) : Tensor(), src_grad};
         });
   }
   return *this;

@@ -54,6 +54,20 @@ decltype(auto) dispatch_dtype(Dtype dtype, F&& f) {
 // and every other dtype passes (the op's own checks follow).
 void check_not_reduced(const Tensor& t, const char* fn);
 
+// bfloat16 / float16 operands of an op without kernels of their own for them: the op runs on them
+// widened to float32 (exactly) and rounds its result once to their dtype, which is how PyTorch's
+// CPU kernels compute them (float accumulation, one rounding). widen(t) is t.to(float32) for such
+// a tensor and t itself otherwise. Tensors of these dtypes never require grad (requires_grad_
+// takes float32 only), so the widened copy loses nothing from the graph.
+inline Tensor widen(const Tensor& t) {
+  return t.defined() && is_reduced_float(t.dtype()) ? t.to(Dtype::Float32) : t;
+}
+// Whether an op whose GPU backend has bfloat16 / float16 kernels widens `t` (a 2-byte float tensor
+// on the CPU, whose backend computes them through float32).
+inline bool widened_on_cpu(const Tensor& t) {
+  return t.defined() && is_reduced_float(t.dtype()) && t.device().is_cpu();
+}
+
 // Wraps a negative dim and checks the range; `ndim` 0 accepts dims -1 and 0 like torch.
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* fn);
 Shape contiguous_strides(const Shape& shape);

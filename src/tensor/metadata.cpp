@@ -74,8 +74,9 @@ bool Tensor::requires_grad() const {
   return im.requires_grad;
 }
 Tensor& Tensor::requires_grad_(bool value) {
-  if (value && dtype() != Dtype::Float32)
-    fail("requires_grad_", "only float32 tensors can require gradients, got ", dtype_name(dtype()));
+  if (value && !attn::is_floating_point(dtype()))
+    fail("requires_grad_", "only floating point tensors can require gradients, got ",
+         dtype_name(dtype()));
   if (grad_fn(*this)) {
     if (!value)
       fail("requires_grad_",

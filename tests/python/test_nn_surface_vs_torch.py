@@ -214,11 +214,15 @@ def test_module_methods():
     assert p.requires_grad and p.tolist() == [0.0, 1.0, 2.0]
     with raises_no_gpu("Module.cuda"):
         a.cuda()
-    for name in ["half", "bfloat16", "double", "register_forward_hook"]:
+    for name in ["double", "register_forward_hook"]:
         with pytest.raises(NotImplementedError, match=r"torch.nn.Module.%s is not supported by "
                                                       r"attn" % name):
             getattr(a, name)(*([] if name != "register_forward_hook" else [print]))
     assert not hasattr(a.transformer.h[0], "no_such_attribute")
+    # half() / bfloat16() convert the parameters (test_half_dtypes.py checks the values).
+    for name, dt in [("half", attn.float16), ("bfloat16", attn.bfloat16)]:
+        assert getattr(a, name)() is a and all(p.dtype is dt for p in a.parameters())
+        assert a(attn.tensor([[1, 2]])).dtype is dt
 
 
 def test_register_buffer_errors_match_torch():

@@ -25,6 +25,19 @@ def _foreign_to_numpy(value):
     return value
 
 
+_FLOAT_DTYPES = ("torch.float32", "torch.bfloat16", "torch.float16")
+
+
+def _factory_dtype(module, dtype, fn):
+    """A layer's dtype= argument (torch's factory kwarg): its parameters made in that dtype."""
+    if dtype is None:
+        return
+    if str(dtype) not in _FLOAT_DTYPES:
+        raise ValueError("[{}] dtype must be a floating dtype attn holds (float32, bfloat16, "
+                         "float16), got {!r}".format(fn, dtype))
+    module._cast(dtype)
+
+
 def _no_cuda_error(fn):
     """Without CUDA: torch's AssertionError. With it: modules cannot move yet, since the ops of
     their forward passes (linear, layer norm, ...) run on the cpu only; tensors can."""
@@ -365,21 +378,62 @@ class Module:
         return self
 
     def to(self, *args, **kwargs):
-        """Module.to(device / dtype / tensor, non_blocking=...): attn modules live on the cpu in
-        float32, so those are accepted and self returned; anything else raises (never silently
-        ignored)."""
+        """Module.to(device / dtype / tensor, non_blocking=...): attn modules live on the cpu; a
+        floating dtype (float32, bfloat16, float16) converts every floating parameter and buffer
+        in place of the old ones, as torch does (tied parameters stay tied, gradients are
+        converted with them). Anything else raises (never silently ignored)."""
         kwargs.pop("non_blocking", None)
         kwargs.pop("memory_format", None)
+        dtype = None
         for a in list(args) + list(kwargs.values()):
             if isinstance(a, Tensor):
                 a = a.dtype
-            if a is None or isinstance(a, bool) or str(a) in ("cpu", "cpu:0", "torch.float32"):
+            if a is None or isinstance(a, bool) or str(a) in ("cpu", "cpu:0"):
                 continue
             if str(a).startswith("cuda"):
                 raise _no_cuda_error("Module.to")
-            raise ValueError("[Module.to] attn modules are float32 on the cpu; cannot move to "
-                             "{!r}".format(a))
+            if str(a) in _FLOAT_DTYPES:
+                dtype = a
+                continue
+            raise ValueError("[Module.to] attn modules hold float32, bfloat16 or float16 on the "
+                             "cpu; cannot move to {!r}".format(a))
+        if dtype is not None:
+            self._cast(dtype)
         return self
+
+    def _cast(self, dtype):
+        """Converts the floating parameters and buffers of self and its submodules to dtype."""
+        name = str(dtype)
+        if name != "torch.float32":
+            for m in self.modules():
+                if "_impl" in m.__dict__:  # its forward runs in C++ on the float32 tensors
+                    raise ValueError("[Module.to] {} computes in float32 (its forward runs in "
+                                     "C++ on its own tensors); cannot move to {}".format(
+                                         type(m).__name__, name))
+        done = {}
+
+        def cast(t, param):
+            if t is None or not t.is_floating_point() or str(t.dtype) == name:
+                return t
+            if id(t) not in done:
+                if param:
+                    new = Parameter(t.detach().to(dtype), t.requires_grad)
+                    if t.grad is not None:
+                        new.grad = t.grad.to(dtype)
+                else:
+                    new = t.to(dtype)
+                done[id(t)] = new
+            return done[id(t)]
+
+        for m in self.modules():
+            for k, p in list(m._parameters.items()):
+                m._parameters[k] = cast(p, True)
+            for k, b in list(m._buffers.items()):
+                m._buffers[k] = cast(b, False)
+        return self
+
+    def float(self):
+        return self._cast(_C.dtype.float32)
 
     def cuda(self, device=None):
         raise _no_cuda_error("Module.cuda")
@@ -412,10 +466,10 @@ class Module:
                                 .format(what, version()))
 
     def half(self):
-        raise self._unsupported("half")
+        return self._cast(_C.dtype.float16)
 
     def bfloat16(self):
-        raise self._unsupported("bfloat16")
+        return self._cast(_C.dtype.bfloat16)
 
     def double(self):
         raise self._unsupported("double")
@@ -428,9 +482,6 @@ class Module:
 
     def register_full_backward_hook(self, *args, **kwargs):
         raise self._unsupported("register_full_backward_hook")
-
-    def float(self):
-        return self
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(
@@ -478,6 +529,7 @@ class Linear(Module):
             self.bias = Parameter(impl.bias)
         else:
             self.register_parameter("bias", None)
+        _factory_dtype(self, dtype, "Linear")
 
     def forward(self, input):
         return F.linear(input, self.weight, self.bias)
@@ -506,6 +558,7 @@ class Embedding(Module):
             self.weight = Parameter(_weight)
         else:
             self.weight = Parameter(_C.modules.Embedding(num_embeddings, embedding_dim).weight)
+        _factory_dtype(self, dtype, "Embedding")
 
     def forward(self, input):
         return F.embedding(input, self.weight)
@@ -564,6 +617,7 @@ class RMSNorm(Module):
             self.weight = Parameter(_C.ones(*self.normalized_shape))
         else:
             self.register_parameter("weight", None)
+        _factory_dtype(self, dtype, "RMSNorm")
 
     def forward(self, input):
         return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
@@ -594,6 +648,7 @@ class LayerNorm(Module):
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
+        _factory_dtype(self, dtype, "LayerNorm")
 
     def forward(self, input):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)

@@ -47,8 +47,10 @@ using V = simd::Neon;
 }  // namespace rows_neon
 #endif  // ATTN_SIMD_NEON
 
-void gemm_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int64_t ldx,
-               const float* B, int64_t ldb, float beta, float* Y, int64_t ldy) {
+namespace {
+template <typename TB>
+void rows_dispatch(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int64_t ldx,
+                   const TB* B, int64_t ldb, float beta, float* Y, int64_t ldy) {
   switch (active_isa()) {
 #if ATTN_SIMD_X86
     case Isa::Avx512: return rows_avx512::rows_times(M, N, K, alpha, X, ldx, B, ldb, beta, Y, ldy);
@@ -60,6 +62,17 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int
 #endif
     default: return rows_scalar::rows_times(M, N, K, alpha, X, ldx, B, ldb, beta, Y, ldy);
   }
+}
+}  // namespace
+
+void gemm_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int64_t ldx,
+               const float* B, int64_t ldb, float beta, float* Y, int64_t ldy) {
+  rows_dispatch(M, N, K, alpha, X, ldx, B, ldb, beta, Y, ldy);
+}
+
+void gemm_rows_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int64_t ldx,
+                    const uint16_t* B, int64_t ldb, float beta, float* Y, int64_t ldy) {
+  rows_dispatch(M, N, K, alpha, X, ldx, B, ldb, beta, Y, ldy);
 }
 
 }  // namespace attn::kernels

@@ -2,10 +2,12 @@
 // parallel region (the bias as the product's prologue, GELU as its epilogue), the two products of
 // its backward, and the bias's gradient.
 #include <algorithm>
+#include <vector>
 
 #include "../layer_kernels.h"
 #include "gelu.h"
 #include "gemm.h"
+#include "gemm_half.h"
 #include "threads.h"
 
 namespace attn::kernels {
@@ -62,11 +64,77 @@ void bias_backward_f32(const backend::BiasBackward& a) {
                   [&](int64_t c0, int64_t c1) { column_sums(g, M, N, c0, c1, db); });
 }
 
+// bfloat16 / float16 (kind): the product in float with the weight read as stored (gemm_half.h),
+// the bias added in float, then GELU when asked, each output rounded once to the dtype (PyTorch's
+// CPU semantics: float accumulation, one rounding). pre and aux, when asked, are rounded too.
+template <HalfKind kind>
+void linear_forward_half(const backend::LinearForward& a) {
+  const int64_t M = a.M, N = a.N, K = a.K;
+  if (M == 0 || N == 0) return;
+  const auto *x = static_cast<const uint16_t*>(a.x), *w = static_cast<const uint16_t*>(a.w),
+             *b = static_cast<const uint16_t*>(a.b);
+  std::vector<float> xf(static_cast<size_t>(M * K)), yf(static_cast<size_t>(M * N));
+  widen_half(kind, x, xf.data(), M * K);
+  gemm_half_weights(kind, M, N, K, xf.data(), K, w, K, yf.data(), N);
+  if (b) {
+    std::vector<float> bf(static_cast<size_t>(N));
+    widen_half(kind, b, bf.data(), N);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) yf[size_t(m * N + n)] += bf[size_t(n)];
+  }
+  if (a.act != backend::Activation::None) {
+    if (a.pre) narrow_half(kind, yf.data(), static_cast<uint16_t*>(a.pre), M * N);
+    std::vector<float> aux(a.aux ? static_cast<size_t>(M * N) : 0);
+    gelu_fwd(yf.data(), yf.data(), a.aux ? aux.data() : nullptr, M * N,
+             a.act == backend::Activation::GeluTanh);
+    if (a.aux) narrow_half(kind, aux.data(), static_cast<uint16_t*>(a.aux), M * N);
+  }
+  narrow_half(kind, yf.data(), static_cast<uint16_t*>(a.y), M * N);
+}
+
+// The backward's products in float from the widened operands, each result rounded once.
+template <HalfKind kind>
+void linear_backward_half(const backend::LinearBackward& a) {
+  const int64_t M = a.M, N = a.N, K = a.K;
+  if (M == 0 || K == 0 || N == 0) return;
+  std::vector<float> g(static_cast<size_t>(M * N));
+  widen_half(kind, static_cast<const uint16_t*>(a.g), g.data(), M * N);
+  if (a.dx) {
+    std::vector<float> w(static_cast<size_t>(N * K)), dx(static_cast<size_t>(M * K));
+    widen_half(kind, static_cast<const uint16_t*>(a.w), w.data(), N * K);
+    sgemm(false, false, M, K, N, 1.0f, g.data(), N, w.data(), K, 0.0f, dx.data(), K);
+    narrow_half(kind, dx.data(), static_cast<uint16_t*>(a.dx), M * K);
+  }
+  if (a.dw) {
+    std::vector<float> x(static_cast<size_t>(M * K)), dw(static_cast<size_t>(N * K));
+    widen_half(kind, static_cast<const uint16_t*>(a.x), x.data(), M * K);
+    sgemm(true, false, N, K, M, 1.0f, g.data(), N, x.data(), K, 0.0f, dw.data(), K);
+    narrow_half(kind, dw.data(), static_cast<uint16_t*>(a.dw), N * K);
+  }
+}
+
+template <HalfKind kind>
+void bias_backward_half(const backend::BiasBackward& a) {
+  const int64_t M = a.rows, N = a.cols;
+  std::vector<float> g(static_cast<size_t>(M * N)), db(static_cast<size_t>(N));
+  widen_half(kind, static_cast<const uint16_t*>(a.g), g.data(), M * N);
+  bias_backward_f32({g.data(), db.data(), M, N});
+  narrow_half(kind, db.data(), static_cast<uint16_t*>(a.db), N);
+}
+
 }  // namespace
 }  // namespace attn::kernels
 
 namespace attn::backend::cpu {
-const Kernels<LinearForwardFn> linear_forward = {kernels::linear_forward_f32};
-const Kernels<LinearBackwardFn> linear_backward = {kernels::linear_backward_f32};
-const Kernels<BiasBackwardFn> bias_backward = {kernels::bias_backward_f32};
+using kernels::HalfKind;
+const Kernels<LinearForwardFn> linear_forward = {kernels::linear_forward_f32, nullptr, nullptr,
+                                                 kernels::linear_forward_half<HalfKind::BFloat16>,
+                                                 kernels::linear_forward_half<HalfKind::Float16>};
+const Kernels<LinearBackwardFn> linear_backward = {
+    kernels::linear_backward_f32, nullptr, nullptr,
+    kernels::linear_backward_half<HalfKind::BFloat16>,
+    kernels::linear_backward_half<HalfKind::Float16>};
+const Kernels<BiasBackwardFn> bias_backward = {kernels::bias_backward_f32, nullptr, nullptr,
+                                               kernels::bias_backward_half<HalfKind::BFloat16>,
+                                               kernels::bias_backward_half<HalfKind::Float16>};
 }  // namespace attn::backend::cpu

@@ -102,6 +102,14 @@ inline constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
 // ---- portable
 // -------------------------------------------------------------------------------------
 
+// A bfloat16's bits as the float it stands for (exact).
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
 struct Scalar {
   static constexpr int W = 8;
   static constexpr int kRegs = 16;  // vector registers
@@ -129,6 +137,13 @@ struct Scalar {
   }
   static ATTN_ALWAYS_INLINE void store_partial(float* p, const T& a, int n) {
     for (int l = 0; l < n; ++l) p[l] = a.v[l];
+  }
+  // W bfloat16 values (their bits) at p as floats (exact), and the first n of them, zeros after.
+  static ATTN_ALWAYS_INLINE T load_bf16(const uint16_t* p) { return load_bf16_partial(p, W); }
+  static ATTN_ALWAYS_INLINE T load_bf16_partial(const uint16_t* p, int n) {
+    T r;
+    for (int l = 0; l < W; ++l) r.v[l] = l < n ? bf16_to_float(p[l]) : 0.0f;
+    return r;
   }
   static ATTN_ALWAYS_INLINE float reduce_add(const T& a) {
     float s = 0.0f;
@@ -226,6 +241,16 @@ struct Avx2 {
     const __m256i live =
         _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     _mm256_maskstore_ps(p, live, a);
+  }
+  // W bfloat16 values (their bits) at p as floats: zero-extended and shifted up, exact.
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T load_bf16(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T load_bf16_partial(const uint16_t* p, int n) {
+    alignas(16) uint16_t buf[W] = {};
+    for (int l = 0; l < n; ++l) buf[l] = p[l];
+    return load_bf16(buf);
   }
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE float reduce_add(T a) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -340,6 +365,15 @@ struct Avx512 {
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE void store_partial(float* p, T a, int n) {
     _mm512_mask_storeu_ps(p, __mmask16((1u << n) - 1), a);
   }
+  // W bfloat16 values (their bits) at p as floats: zero-extended and shifted up, exact.
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T load_bf16(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T load_bf16_partial(const uint16_t* p, int n) {
+    const __m256i h = _mm256_maskz_loadu_epi16(__mmask16((1u << n) - 1), p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE float reduce_add(T a) {
     return _mm512_reduce_add_ps(a);
   }
@@ -450,6 +484,15 @@ struct Neon {
     float buf[W];
     vst1q_f32(buf, a);
     for (int l = 0; l < n; ++l) p[l] = buf[l];
+  }
+  // W bfloat16 values (their bits) at p as floats: widened and shifted up, exact.
+  static ATTN_ALWAYS_INLINE T load_bf16(const uint16_t* p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+  }
+  static ATTN_ALWAYS_INLINE T load_bf16_partial(const uint16_t* p, int n) {
+    uint16_t buf[W] = {0, 0, 0, 0};
+    for (int l = 0; l < n; ++l) buf[l] = p[l];
+    return load_bf16(buf);
   }
   static ATTN_ALWAYS_INLINE float reduce_add(T a) { return vaddvq_f32(a); }
   static ATTN_ALWAYS_INLINE float reduce_max(T a) { return vmaxvq_f32(a); }

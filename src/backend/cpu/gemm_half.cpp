@@ -1,0 +1,68 @@
+// gemm_half.h: products with bfloat16 / float16 weights, by streaming (few rows) or by widening
+// blocks of the weight for sgemm.
+#include "gemm_half.h"
+
+#include <attn/half.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gemm.h"
+#include "gemm_rows.h"
+#include "threads.h"
+
+namespace attn::kernels {
+
+namespace {
+
+// Rows of B widened at a time for sgemm: 128 rows of K floats (512 KB at K = 1024) stay in L2
+// while every row of A passes over them.
+constexpr int64_t kHalfBlock = 128;
+
+}  // namespace
+
+void widen_half(HalfKind kind, const uint16_t* src, float* dst, int64_t n) {
+  if (kind == HalfKind::BFloat16)
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_float(src[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_bits_to_float(src[i]);
+}
+
+void narrow_half(HalfKind kind, const float* src, uint16_t* dst, int64_t n) {
+  if (kind == HalfKind::BFloat16)
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16_bits(src[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_fp16_bits(src[i]);
+}
+
+void gemm_half_weights(HalfKind kind, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                       const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0.0f);
+    return;
+  }
+  BlasSingleThread single;
+  if (kind == HalfKind::BFloat16 && M <= kGemmRowsMax) {
+    // Columns in units of 16 rows of B; each element's sum depends on K only (gemm_rows.h).
+    parallel_ranges((N + 15) / 16, threads_for(N * K), [&](int64_t u0, int64_t u1) {
+      const int64_t n0 = u0 * 16, n1 = std::min(N, u1 * 16);
+      if (n1 > n0)
+        gemm_rows_bf16(M, n1 - n0, K, 1.0f, A, lda, B + n0 * ldb, ldb, 0.0f, C + n0, ldc);
+    });
+    return;
+  }
+  const int64_t blocks = (N + kHalfBlock - 1) / kHalfBlock;
+  parallel_ranges(blocks, threads_for(M * N * K / 64), [&](int64_t b0, int64_t b1) {
+    std::vector<float> w(static_cast<size_t>(std::min(N, kHalfBlock) * K));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * kHalfBlock, nb = std::min(kHalfBlock, N - n0);
+      for (int64_t r = 0; r < nb; ++r) widen_half(kind, B + (n0 + r) * ldb, w.data() + r * K, K);
+      // Inside the parallel region sgemm runs on this thread alone; the block's bits depend on
+      // (M, nb, K) only.
+      sgemm(false, true, M, nb, K, 1.0f, A, lda, w.data(), K, 0.0f, C + n0, ldc);
+    }
+  });
+}
+
+}  // namespace attn::kernels
