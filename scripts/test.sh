@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: install what is missing, build, check the layering of the library's
-# includes (scripts/check_layers.py), run the C++ tests (ctest), the Python
-# tests (pytest against python3-torch), both again with the instruction sets capped at AVX2 on a
-# CPU with AVX-512, scripts/faults.sh (faults produced on purpose against
+# includes (scripts/check_layers.py), run the C++ tests (ctest), the Python tests (pytest against
+# python3-torch; those that need torch 2.x against PyPI's too), both again with the instruction
+# sets capped at AVX2 on a CPU with AVX-512, scripts/faults.sh (faults produced on purpose against
 # `attn train`: kill -9, a second run on one --out, a full disk, NaN/inf, out of memory; see
 # docs/reliability.md), then scripts/sanitize.sh: the C++ tests and the walkthrough again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, and every libFuzzer target for a bounded time
@@ -17,6 +17,17 @@ bash scripts/setup.sh --test
 /usr/bin/python3 scripts/check_layers.py
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
 PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+# torch 2.x from PyPI (the benchmarks' environment .venv-bench, scripts/bench_setup.sh: torch, its
+# NVIDIA libraries and transformers, ~4 GB the first time) is the oracle where torch 1.13 lacks
+# what is tested: bfloat16 / float16 CPU kernels and flex_attention. Without a network those
+# comparisons skip, with a warning.
+if torch2=$(bash scripts/bench_setup.sh --print); then
+  PYTHONPATH="$PWD/build/python" "$torch2" -m pytest -q -p no:cacheprovider \
+    tests/python/test_half_dtypes.py tests/python/test_flex_vs_torch2.py
+else
+  echo "test: warning: no torch 2.x environment (scripts/bench_setup.sh failed); the comparisons" \
+       "with torch 2.x (tests/python/test_half_dtypes.py, test_flex_vs_torch2.py) did not run" >&2
+fi
 # The AVX2 path on a CPU that has AVX-512 too: the C++ and Python suites again with attn's kernels
 # (ATTN_CPU_ISA), oneDNN's (ONEDNN_MAX_CPU_ISA) and OpenBLAS's (OPENBLAS_CORETYPE, unless the
 # machine already sets it) capped at AVX2, as an AVX2-only CPU runs them. Elsewhere the runs above

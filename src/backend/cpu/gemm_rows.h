@@ -19,9 +19,18 @@ inline constexpr int64_t kGemmRowsMax = 8;
 void gemm_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int64_t ldx,
                const float* B, int64_t ldb, float beta, float* Y, int64_t ldy);
 
-// gemm_rows with B in bfloat16 (its bits), each element widened exactly to float as it is read: a
-// weight kept in bfloat16 streams half the bytes. The sums are float, in gemm_rows' order.
-void gemm_rows_bf16(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int64_t ldx,
-                    const uint16_t* B, int64_t ldb, float beta, float* Y, int64_t ldy);
+// gemm_rows with B in bfloat16 (bf16) or float16 (their bits), each element widened exactly to
+// float as it is read: a weight kept in a 2-byte float streams half the bytes. The sums are float,
+// in gemm_rows' order.
+void gemm_rows_half(bool bf16, int64_t M, int64_t N, int64_t K, float alpha, const float* X,
+                    int64_t ldx, const uint16_t* B, int64_t ldb, float beta, float* Y, int64_t ldy);
+
+// The element types gemm_rows_half reads B as (2 bytes each).
+struct RowsBf16 {
+  uint16_t bits;
+};
+struct RowsFp16 {
+  uint16_t bits;
+};
 
 }  // namespace attn::kernels

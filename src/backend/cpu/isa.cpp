@@ -48,11 +48,14 @@ bool isa_supported(Isa isa) {
     case Isa::Auto:
     case Isa::Scalar: return true;
 #if defined(__x86_64__) || defined(__i386__)
-    case Isa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    // F16C (float16 conversions) came with AVX on every CPU that has AVX2.
+    case Isa::Avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("fma");
+             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
     case Isa::Avx2:
     case Isa::Avx512: return false;

@@ -8,6 +8,8 @@
 #include "gelu.h"
 #include "gemm.h"
 #include "gemm_half.h"
+#include "gemm_rows.h"
+#include "onednn_matmul.h"
 #include "threads.h"
 
 namespace attn::kernels {
@@ -64,15 +66,21 @@ void bias_backward_f32(const backend::BiasBackward& a) {
                   [&](int64_t c0, int64_t c1) { column_sums(g, M, N, c0, c1, db); });
 }
 
-// bfloat16 / float16 (kind): the product in float with the weight read as stored (gemm_half.h),
-// the bias added in float, then GELU when asked, each output rounded once to the dtype (PyTorch's
-// CPU semantics: float accumulation, one rounding). pre and aux, when asked, are rounded too.
+// bfloat16 / float16 (kind): the product in float with the weight read as stored, the bias added
+// in float, then GELU when asked, each output rounded once to the dtype (PyTorch's CPU semantics:
+// float accumulation, one rounding). pre and aux, when asked, are rounded too. bfloat16 products
+// of two rows or more go to oneDNN's bfloat16 kernels where the CPU has them (onednn_matmul.h:
+// 2x the widening path on 8 rows and on 512, bench/half_linear_compare.py); one row, and the rest,
+// to gemm_half.h (streaming the weight for few rows, or widening it by blocks for sgemm).
 template <HalfKind kind>
 void linear_forward_half(const backend::LinearForward& a) {
   const int64_t M = a.M, N = a.N, K = a.K;
   if (M == 0 || N == 0) return;
   const auto *x = static_cast<const uint16_t*>(a.x), *w = static_cast<const uint16_t*>(a.w),
              *b = static_cast<const uint16_t*>(a.b);
+  if (kind == HalfKind::BFloat16 && a.act == backend::Activation::None && M > 1 &&
+      onednn_matmul_bf16(false, true, M, N, K, x, K, w, K, b, static_cast<uint16_t*>(a.y), N))
+    return;
   std::vector<float> xf(static_cast<size_t>(M * K)), yf(static_cast<size_t>(M * N));
   widen_half(kind, x, xf.data(), M * K);
   gemm_half_weights(kind, M, N, K, xf.data(), K, w, K, yf.data(), N);
@@ -97,6 +105,15 @@ template <HalfKind kind>
 void linear_backward_half(const backend::LinearBackward& a) {
   const int64_t M = a.M, N = a.N, K = a.K;
   if (M == 0 || K == 0 || N == 0) return;
+  if (kind == HalfKind::BFloat16) {  // oneDNN's bfloat16 kernels where the CPU has them
+    const auto *g = static_cast<const uint16_t*>(a.g), *x = static_cast<const uint16_t*>(a.x),
+               *w = static_cast<const uint16_t*>(a.w);
+    const bool dx = !a.dx || onednn_matmul_bf16(false, false, M, K, N, g, N, w, K, nullptr,
+                                                static_cast<uint16_t*>(a.dx), K);
+    const bool dw = !a.dw || onednn_matmul_bf16(true, false, N, K, M, g, N, x, K, nullptr,
+                                                static_cast<uint16_t*>(a.dw), K);
+    if (dx && dw) return;
+  }
   std::vector<float> g(static_cast<size_t>(M * N));
   widen_half(kind, static_cast<const uint16_t*>(a.g), g.data(), M * N);
   if (a.dx) {

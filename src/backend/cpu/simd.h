@@ -50,14 +50,17 @@
 #define ATTN_SIMD_NEON 0
 #endif
 
+#include <attn/half.h>
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
 #include "../sdpa_dropout.h"
 
-#define ATTN_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#define ATTN_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+#define ATTN_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define ATTN_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma,f16c")))
 #define ATTN_ALWAYS_INLINE inline __attribute__((always_inline))
 // SVE kernels need GCC's -msve-vector-bits=ATTN_SVE_BITS for the whole build (it changes nothing
 // outside SVE code) and are compiled for SVE function by function, as the x86 ones are.
@@ -102,14 +105,6 @@ inline constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
 // ---- portable
 // -------------------------------------------------------------------------------------
 
-// A bfloat16's bits as the float it stands for (exact).
-inline float bf16_to_float(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
-
 struct Scalar {
   static constexpr int W = 8;
   static constexpr int kRegs = 16;  // vector registers
@@ -142,7 +137,14 @@ struct Scalar {
   static ATTN_ALWAYS_INLINE T load_bf16(const uint16_t* p) { return load_bf16_partial(p, W); }
   static ATTN_ALWAYS_INLINE T load_bf16_partial(const uint16_t* p, int n) {
     T r;
-    for (int l = 0; l < W; ++l) r.v[l] = l < n ? bf16_to_float(p[l]) : 0.0f;
+    for (int l = 0; l < W; ++l) r.v[l] = l < n ? bf16_bits_to_float(p[l]) : 0.0f;
+    return r;
+  }
+  // The same for float16 (IEEE binary16) bits.
+  static ATTN_ALWAYS_INLINE T load_fp16(const uint16_t* p) { return load_fp16_partial(p, W); }
+  static ATTN_ALWAYS_INLINE T load_fp16_partial(const uint16_t* p, int n) {
+    T r;
+    for (int l = 0; l < W; ++l) r.v[l] = l < n ? fp16_bits_to_float(p[l]) : 0.0f;
     return r;
   }
   static ATTN_ALWAYS_INLINE float reduce_add(const T& a) {
@@ -251,6 +253,15 @@ struct Avx2 {
     alignas(16) uint16_t buf[W] = {};
     for (int l = 0; l < n; ++l) buf[l] = p[l];
     return load_bf16(buf);
+  }
+  // W float16 values (their bits) at p as floats: F16C's conversion, exact.
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T load_fp16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE T load_fp16_partial(const uint16_t* p, int n) {
+    alignas(16) uint16_t buf[W] = {};
+    for (int l = 0; l < n; ++l) buf[l] = p[l];
+    return load_fp16(buf);
   }
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE float reduce_add(T a) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -374,6 +385,13 @@ struct Avx512 {
     const __m256i h = _mm256_maskz_loadu_epi16(__mmask16((1u << n) - 1), p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
+  // W float16 values (their bits) at p as floats, exact.
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T load_fp16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE T load_fp16_partial(const uint16_t* p, int n) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(__mmask16((1u << n) - 1), p));
+  }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE float reduce_add(T a) {
     return _mm512_reduce_add_ps(a);
   }
@@ -493,6 +511,15 @@ struct Neon {
     uint16_t buf[W] = {0, 0, 0, 0};
     for (int l = 0; l < n; ++l) buf[l] = p[l];
     return load_bf16(buf);
+  }
+  // W float16 values (their bits) at p as floats, exact.
+  static ATTN_ALWAYS_INLINE T load_fp16(const uint16_t* p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+  }
+  static ATTN_ALWAYS_INLINE T load_fp16_partial(const uint16_t* p, int n) {
+    uint16_t buf[W] = {0, 0, 0, 0};
+    for (int l = 0; l < n; ++l) buf[l] = p[l];
+    return load_fp16(buf);
   }
   static ATTN_ALWAYS_INLINE float reduce_add(T a) { return vaddvq_f32(a); }
   static ATTN_ALWAYS_INLINE float reduce_max(T a) { return vmaxvq_f32(a); }

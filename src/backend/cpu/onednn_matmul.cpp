@@ -1,0 +1,127 @@
+// onednn_matmul.h: a cache of oneDNN matmul primitives by shape, and their execution.
+#include "onednn_matmul.h"
+
+#ifdef ATTN_HAVE_ONEDNN
+#include <dnnl.h>
+
+#include <array>
+#include <cstring>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#endif
+
+namespace attn::kernels {
+
+#ifndef ATTN_HAVE_ONEDNN
+
+bool onednn_matmul_bf16(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
+                        const uint16_t*, int64_t, const uint16_t*, uint16_t*, int64_t) {
+  return false;
+}
+
+#else
+
+namespace {
+
+using Key = std::array<int64_t, 9>;
+
+// A primitive is shared by the cache and the calls running it, so that dropping it from the cache
+// never destroys it under a running call.
+using Primitive = std::shared_ptr<std::remove_pointer_t<dnnl_primitive_t> >;
+
+struct Entry {
+  Key key;
+  Primitive prim;  // null: no fast kernel for this shape on this CPU
+  dnnl_memory_desc_t a, b, bias, c;
+};
+
+constexpr std::size_t kMaxEntries = 64;
+
+dnnl_engine_t engine() {
+  static dnnl_engine_t e = [] {
+    dnnl_engine_t x = nullptr;
+    if (dnnl_engine_create(&x, dnnl_cpu, 0) != dnnl_success) x = nullptr;
+    return x;
+  }();
+  return e;
+}
+
+void md2(dnnl_memory_desc_t* md, int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  const dnnl_dims_t dims = {rows, cols}, strides = {rs, cs};
+  dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_bf16, strides);
+}
+
+// The primitive for one shape, or null where oneDNN offers only its reference loops.
+void build(Entry& e, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+           bool has_bias, int64_t ldc) {
+  md2(&e.a, M, K, ta ? 1 : lda, ta ? lda : 1);
+  md2(&e.b, K, N, tb ? 1 : ldb, tb ? ldb : 1);
+  md2(&e.c, M, N, ldc, 1);
+  std::memset(&e.bias, 0, sizeof(e.bias));
+  if (has_bias) md2(&e.bias, 1, N, N, 1);
+  dnnl_matmul_desc_t desc;
+  if (dnnl_matmul_desc_init(&desc, &e.a, &e.b, has_bias ? &e.bias : nullptr, &e.c) != dnnl_success)
+    return;
+  dnnl_primitive_desc_t pd = nullptr;
+  if (dnnl_primitive_desc_create(&pd, &desc, nullptr, engine(), nullptr) != dnnl_success) return;
+  const char* impl = nullptr;
+  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  // "ref:any" and "gemm:ref" are scalar loops, far slower than widening to float32.
+  dnnl_primitive_t prim = nullptr;
+  if (impl && !std::strstr(impl, "ref") && dnnl_primitive_create(&prim, pd) == dnnl_success)
+    e.prim = Primitive(prim, dnnl_primitive_destroy);
+  dnnl_primitive_desc_destroy(pd);
+}
+
+std::mutex cache_mutex;
+std::list<Entry> cache;  // most recently used first
+
+}  // namespace
+
+bool onednn_matmul_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+                        int64_t lda, const uint16_t* B, int64_t ldb, const uint16_t* bias,
+                        uint16_t* C, int64_t ldc) {
+  if (!engine() || M <= 0 || N <= 0 || K <= 0) return false;
+  const Key key = {ta, tb, M, N, K, lda, ldb, ldc, bias != nullptr};
+  Entry e;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    auto it = cache.begin();
+    while (it != cache.end() && it->key != key) ++it;
+    if (it != cache.end()) {
+      cache.splice(cache.begin(), cache, it);
+    } else {
+      Entry fresh;
+      fresh.key = key;
+      build(fresh, ta, tb, M, N, K, lda, ldb, bias != nullptr, ldc);
+      cache.push_front(fresh);
+      if (cache.size() > kMaxEntries) cache.pop_back();
+    }
+    e = cache.front();
+  }
+  if (!e.prim) return false;
+  thread_local dnnl_stream_t stream = [] {
+    dnnl_stream_t s = nullptr;
+    if (dnnl_stream_create(&s, engine(), dnnl_stream_default_flags) != dnnl_success) s = nullptr;
+    return s;
+  }();
+  if (!stream) return false;
+  dnnl_memory_t ma, mb, mc, mbias = nullptr;
+  dnnl_memory_create(&ma, &e.a, engine(), const_cast<uint16_t*>(A));
+  dnnl_memory_create(&mb, &e.b, engine(), const_cast<uint16_t*>(B));
+  dnnl_memory_create(&mc, &e.c, engine(), C);
+  if (bias) dnnl_memory_create(&mbias, &e.bias, engine(), const_cast<uint16_t*>(bias));
+  dnnl_exec_arg_t args[4] = {
+      {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_BIAS, mbias}};
+  const dnnl_status_t st = dnnl_primitive_execute(e.prim.get(), stream, bias ? 4 : 3, args);
+  dnnl_stream_wait(stream);
+  for (dnnl_memory_t m : {ma, mb, mc, mbias})
+    if (m) dnnl_memory_destroy(m);
+  return st == dnnl_success;
+}
+
+#endif  // ATTN_HAVE_ONEDNN
+
+}  // namespace attn::kernels
