@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""A Llama-3.2-1B-shaped decoder, attn against Hugging Face transformers on PyTorch 2.x, float32,
-in one process (issue 32, section 5).
+"""A Llama-3.2-1B-shaped decoder, attn against Hugging Face transformers on PyTorch 2.x, float32
+or bfloat16 (--dtype), in one process (issue 32, section 5).
 
     scripts/bench_setup.sh        # .venv-bench: torch 2.15 and transformers from PyPI
     PYTHONPATH=build-nocuda/python .venv-bench/bin/python bench/decoder_compare.py --threads 2
 
 transformers builds LlamaForCausalLM with random weights (16 layers, 2048 wide, 32 query and 8
 key/value heads, SwiGLU 8192, vocabulary 128256, llama3 RoPE scaling, tied embeddings: the shape
-of Llama 3.2 1B) and saves it; attn loads the same directory with Decoder.from_pretrained.
+of Llama 3.2 1B) and saves it in --dtype; both load the same directory in that dtype (attn's
+bfloat16 weights memory-mapped from the file).
 Logits are compared first. Timed, alternating, --reps times each after a warm-up:
   prefill  the logits of a --prompt-token prompt (one forward)
   decode   --new greedy tokens after a --context-token prompt, through each library's key/value
@@ -88,6 +89,7 @@ def main():
     p.add_argument("--new", type=int, default=16)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--md", default="")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -104,23 +106,26 @@ def main():
     d = tempfile.mkdtemp(prefix="decoder_compare_")
     with torch.device("cpu"):
         hf = transformers.LlamaForCausalLM(cfg).eval()
-    hf.save_pretrained(d)
+    tdt = getattr(torch, a.dtype)
+    hf.to(tdt).save_pretrained(d)
     unique = {t.data_ptr(): t.numel() for t in hf.state_dict().values()}  # tied: counted once
-    weights = 4 * sum(unique.values())
+    weights = (2 if a.dtype == "bfloat16" else 4) * sum(unique.values())
     params = sum(unique.values())
     del hf
     gc.collect()
 
     before = rss_bytes()
-    model = attn.nn.Decoder.from_pretrained(d)
+    model = attn.nn.Decoder.from_pretrained(d, torch_dtype=getattr(attn, a.dtype))
+    for p_ in model.parameters():  # touch every page (mapped weights are read lazily)
+        p_.sum()
     attn_rss = rss_bytes() - before
-    hf = transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=tdt).eval()
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, a.vocab, size=(1, a.prompt)).tolist()
     context = rng.integers(0, a.vocab, size=(1, a.context)).tolist()
     check = prompt[0][:32]
     with torch.no_grad():
-        ref = hf(torch.tensor([check])).logits.numpy()
+        ref = hf(torch.tensor([check])).logits.float().numpy()
     ours = model(attn.tensor([check])).numpy()
     diff = float(np.abs(ours - ref).max())
     print("logits: max |attn - transformers| = %.3g (scale %.3g)" % (diff, np.abs(ref).max()))
@@ -181,7 +186,7 @@ def main():
             print("rep %d %-12s prefill %.3f s, %.3f s per decoded token" % (rep, name, tp, td),
                   flush=True)
     bw = bandwidth()
-    res = {"threads": a.threads, "params": params, "weights_bytes": weights,
+    res = {"threads": a.threads, "dtype": a.dtype, "params": params, "weights_bytes": weights,
            "attn_rss_bytes": attn_rss, "bandwidth_bytes_per_s": bw, "logits_max_diff": diff,
            "cpu": cpu_model(),
            "torch": torch.__version__, "transformers": transformers.__version__, "rows": {}}
@@ -203,13 +208,16 @@ def main():
         import md_section
         rows = res["rows"]
         lines = [
-            "## A Llama-3.2-1B-shaped decoder against transformers (issue 32, section 5, float32)",
+            "## A Llama-3.2-1B-shaped decoder against transformers (issue 32, section 5, %s)"
+            % a.dtype,
             "",
             "`PYTHONPATH=build-nocuda/python .venv-bench/bin/python bench/decoder_compare.py "
-            "--threads %d --reps %d --new %d --md BENCHMARKS.md` (%s; torch %s, transformers %s; "
+            "--threads %d --reps %d --new %d%s --md BENCHMARKS.md` (%s; torch %s, transformers %s; "
             "%d parameters, "
             "random weights, %d-token prompt for prefill, %d new tokens after %d for decode; "
-            "medians of %d alternating runs)." % (a.threads, a.reps, a.new, res["cpu"], res["torch"],
+            "medians of %d alternating runs)." % (a.threads, a.reps, a.new,
+                                                  "" if a.dtype == "float32" else
+                                                  " --dtype " + a.dtype, res["cpu"], res["torch"],
                                                   res["transformers"], params, a.prompt, a.new,
                                                   a.context, a.reps),
             "",
@@ -227,7 +235,8 @@ def main():
                       rows["attn"]["prefill_tok_s"] / rows["torch eager"]["prefill_tok_s"],
                       rows["attn"]["decode_tok_s"] / rows["torch eager"]["decode_tok_s"],
                       bw / 1e9, weights / 1e9, diff, attn_rss / 1e9, weights / 1e9)]
-        md_section.replace_section(a.md, "decoder_compare.py", "\n".join(lines))
+        key = "decoder_compare.py" if a.dtype == "float32" else "decoder_compare.py --dtype " + a.dtype
+        md_section.replace_section(a.md, key, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ void check_generate(const attn::tools::GenerateArgs& a) {
   FUZZ_CHECK(a.options.max_new_tokens >= 0 && a.options.top_k >= 0);
   FUZZ_CHECK(a.options.temperature > 0 && std::isfinite(a.options.temperature));
   FUZZ_CHECK(a.threads >= 0 && a.threads <= 4096);
+  FUZZ_CHECK(attn::is_floating_point(a.dtype));
 }
 
 void check_heatmap(const attn::tools::HeatmapOptions& o) {
@@ -124,6 +125,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       const attn::tools::ChatArgs c = attn::tools::parse_chat_args(rest);
       const auto& o = c.options;
       FUZZ_CHECK(!c.ckpt.empty() && o.max_new_tokens >= 1 && o.top_k >= 0);
+      FUZZ_CHECK(attn::is_floating_point(c.dtype));
       FUZZ_CHECK(o.temperature >= 0 && std::isfinite(o.temperature));
       FUZZ_CHECK(o.top_p > 0 && o.top_p <= 1 && o.min_p >= 0 && o.min_p <= 1);
       FUZZ_CHECK(o.repetition_penalty > 0 && std::isfinite(o.repetition_penalty));

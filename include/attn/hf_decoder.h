@@ -7,9 +7,11 @@
 //   DIR/model.safetensors              the weights under transformers' names, or
 //   DIR/model.safetensors.index.json   a sharded checkpoint: {"weight_map": {name: shard}}
 //
-// Weights are read tensor by tensor straight into the model's parameters (no copy of a file is
-// held); F16 and BF16 weights are widened to float32 (attn's decoder computes in float32).
-// lm_head.weight is absent (or ignored) when tie_word_embeddings holds.
+// In float32 (the default, as transformers' from_pretrained) weights are read tensor by tensor
+// straight into the model's parameters (no copy of a file is held), F16 and BF16 widened. With
+// dtype bfloat16 or float16 the model keeps and computes in that dtype (torch_dtype=...): weights
+// stored in it are the file's own pages, memory-mapped copy-on-write (SafeTensorsFile::map), and
+// others are rounded to it. lm_head.weight is absent (or ignored) when tie_word_embeddings holds.
 //
 // Refused with attn::Error "[load_hf_decoder] 'DIR/config.json': ..." naming the field: a
 // model_type other than those above, a config field that none of them has (a feature attn would
@@ -33,7 +35,8 @@ namespace attn::nn {
 DecoderConfig decoder_config_from_hf_json(std::string_view json,
                                           const std::string& what = "config.json");
 
-// Loads DIR (see above), in evaluation mode.
-std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir);
+// Loads DIR (see above), in evaluation mode, its parameters in `dtype` (float32, bfloat16 or
+// float16; attn::Error otherwise).
+std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype = Dtype::Float32);
 
 }  // namespace attn::nn

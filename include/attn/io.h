@@ -128,6 +128,11 @@ class SafeTensorsFile {
   // device. A CPU tensor that is contiguous and of the file's dtype receives the bytes directly;
   // if that read fails part-way, dst holds part of the new values.
   void read_into(const std::string& name, Tensor& dst) const;
+  // The tensor `name` viewing the file's pages, mapped copy-on-write (writes to it stay in this
+  // process): nothing is read until used, and pages the kernel can drop and read again. A file
+  // that cannot be mapped (bytes in memory, a pipe), a misaligned tensor and BOOL tensors are read
+  // as read() does. The file must not shrink while the tensor lives (its pages would be gone).
+  Tensor map(const std::string& name) const;
   SafeTensors read_all() const;
 
  private:

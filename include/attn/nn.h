@@ -56,6 +56,11 @@ class Module {
   // Resets the gradients of every parameter: undefined (set_to_none, PyTorch's default) or zero.
   void zero_grad(bool set_to_none = true);
 
+  // Converts every floating parameter and buffer of this module and its children to `dtype`
+  // (float32, bfloat16 or float16; each rounded once), in place (Tensor::set_data: the handles
+  // modules hold see the new values). attn::Error for another dtype.
+  void to(Dtype dtype);
+
   virtual void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }

@@ -149,6 +149,10 @@ class Tensor {
   // Sets the flag on a leaf; on a result (a tensor with a grad_fn) only true is accepted (a no-op).
   Tensor& requires_grad_(bool value = true);
   Tensor detach() const;  // shares storage, requires_grad false, outside the graph
+  // torch's `t.data = src` (set_data): t now holds src's elements (its storage, shape, strides and
+  // dtype, shared), keeping its own identity, so every handle on t (a module's parameter) sees
+  // them; its gradient is dropped. No gradients: t must not be part of a graph (a leaf is fine).
+  void set_data(const Tensor& src);
   // No recorded op produced it (tensors that do not require grad are leaves too).
   bool is_leaf() const;
   // The gradient that backward passes accumulated into this leaf; undefined before the first pass

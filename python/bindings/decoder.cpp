@@ -58,6 +58,8 @@ void register_decoder(py::module_& m) {
       .def_property_readonly("config", &nn::Decoder::config)
       .def("train", [](nn::Decoder& m, bool on) { m.train(on); })
       .def(
+          "to_dtype", [](nn::Decoder& m, Dtype dt) { m.to(dt); }, release(), py::arg("dtype"))
+      .def(
           "forward", [](const nn::Decoder& m, const Tensor& ids) { return m.forward(ids); },
           release())
       .def(
@@ -103,8 +105,9 @@ void register_decoder(py::module_& m) {
       py::arg("logits"), py::arg("history"), py::arg("temperature") = 1.0, py::arg("top_k") = 0,
       py::arg("top_p") = 1.0, py::arg("min_p") = 0.0, py::arg("repetition_penalty") = 1.0);
   d.def(
-      "load_hf", [](const std::string& dir) { return nn::load_hf_decoder(dir); }, release(),
-      py::arg("dir"));
+      "load_hf",
+      [](const std::string& dir, Dtype dtype) { return nn::load_hf_decoder(dir, dtype); },
+      release(), py::arg("dir"), py::arg("dtype") = Dtype::Float32);
   d.def("config_from_hf_json", &nn::decoder_config_from_hf_json, py::arg("json"),
         py::arg("what") = "config.json");
 }

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -152,6 +153,14 @@ ReadOnlyFile::ReadOnlyFile(const char* fn, const std::string& path) : fn_(fn), p
   });
   regular_ = S_ISREG(st.st_mode);
   size_ = regular_ ? uint64_t(st.st_size) : 0;
+}
+
+std::shared_ptr<void> ReadOnlyFile::map() const {
+  if (!regular_ || size_ == 0) return nullptr;
+  void* p = ::mmap(nullptr, std::size_t(size_), PROT_READ | PROT_WRITE, MAP_PRIVATE, *fd_, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const std::size_t n = std::size_t(size_);
+  return std::shared_ptr<void>(p, [n](void* q) { ::munmap(q, n); });
 }
 
 std::string ReadOnlyFile::read_rest() const { return read_to_end(fn_, path_, *fd_, size_); }

@@ -23,6 +23,10 @@ class ReadOnlyFile {
   // Whether it is a regular file, and its size then (0 otherwise).
   bool regular() const { return regular_; }
   uint64_t size() const { return size_; }
+  // The whole regular file mapped copy-on-write (private: writes through it stay in memory, the
+  // file never changes), unmapped when the last holder lets go; null when it cannot be mapped
+  // (not a regular file, empty, or mmap failed).
+  std::shared_ptr<void> map() const;
   // Reads exactly n bytes at `offset` into dst; false when the file ends first. Throws
   // "[fn] cannot read 'path': <strerror>" on a read error.
   bool read_at(uint64_t offset, void* dst, std::size_t n) const;

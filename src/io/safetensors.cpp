@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -361,6 +362,8 @@ struct SafeTensorsFile::Impl {
   std::optional<detail::ReadOnlyFile> file;     // the source: a file, or
   std::string_view bytes;                       // its bytes in memory,
   std::string owned;                            // held here when from_bytes was given them
+  mutable std::once_flag map_once;              // map(): the file mapped once, when first asked
+  mutable std::shared_ptr<void> mapping;
 
   // Over `bytes`: the header read from them.
   void init_in_memory() {
@@ -476,6 +479,25 @@ void SafeTensorsFile::read_into(const std::string& name, Tensor& dst) const {
   Tensor t = read(name);
   NoGradGuard no_grad;
   dst.copy_(t);
+}
+
+Tensor SafeTensorsFile::map(const std::string& name) const {
+  const Record& e = impl_->entry(name);
+  const uint64_t at = impl_->data_start + e.begin;
+  if (!impl_->file || e.dtype == Dtype::Bool || at % itemsize(e.dtype) != 0) return read(name);
+  std::call_once(impl_->map_once, [this] { impl_->mapping = impl_->file->map(); });
+  if (!impl_->mapping) return read(name);
+  auto storage = std::make_shared<Storage>();
+  storage->data = static_cast<char*>(impl_->mapping.get()) + at;
+  storage->nbytes = std::size_t(e.end - e.begin);
+  storage->owner = impl_->mapping;
+  auto t = std::make_shared<TensorImpl>();
+  t->storage = std::move(storage);
+  t->sizes = e.shape;
+  t->strides.assign(e.shape.size(), 1);
+  for (std::size_t i = e.shape.size(); i-- > 1;) t->strides[i - 1] = t->strides[i] * e.shape[i];
+  t->dtype = e.dtype;
+  return Tensor(t);
 }
 
 SafeTensors SafeTensorsFile::read_all() const {

@@ -131,8 +131,12 @@ DecoderRMSNorm::DecoderRMSNorm(int64_t dim, double eps_, bool plus_one_)
 
 Tensor DecoderRMSNorm::forward(const Tensor& x) const {
   const Shape shape{weight.size(0)};
+  // Llama's: normalized in float32, rounded to x's dtype, times the weight (rms_norm does that).
   if (!plus_one) return functional::rms_norm(x, shape, weight, eps);
-  return functional::rms_norm(x, shape, Tensor(), eps) * (weight + 1.0);
+  // Gemma's: everything in float32, one rounding to x's dtype at the end.
+  const Tensor y = functional::rms_norm(x.to(Dtype::Float32), shape, Tensor(), eps) *
+                   (weight.to(Dtype::Float32) + 1.0);
+  return y.to(x.dtype());
 }
 
 DecoderAttention::DecoderAttention(const DecoderConfig& c, int64_t layer)
@@ -283,13 +287,19 @@ Tensor Decoder::run(const Tensor& ids, DecoderCache* cache) const {
                                      " is outside the vocabulary [0, ", c.vocab_size, ")"));
   }
   const int64_t D = c.head_size();
+  // The dtype the model computes in: its parameters' (float32, or bfloat16 / float16 after
+  // Module::to), the keys and values kept in it too.
+  const Dtype dt = model->embed_tokens->weight.dtype();
+  if (cache && !cache->k.empty() && cache->k[0].dtype() != dt)
+    fail(fn, "the cache holds ", dtype_name(cache->k[0].dtype()), " keys, the model computes in ",
+         dtype_name(dt));
   if (cache) {  // room for start + T rows in every layer (doubling)
     const int64_t need = start + T;
     if (cache->k.empty() || cache->k[0].size(2) < need) {
       const int64_t cap = std::max<int64_t>(need, cache->k.empty() ? 0 : 2 * cache->k[0].size(2));
       for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        Tensor k = zeros({B, c.num_key_value_heads, cap, D});
-        Tensor v = zeros({B, c.num_key_value_heads, cap, D});
+        Tensor k = zeros({B, c.num_key_value_heads, cap, D}, dt);
+        Tensor v = zeros({B, c.num_key_value_heads, cap, D}, dt);
         if (!cache->k.empty() && start > 0) {
           k.narrow(2, 0, start).copy_(cache->k[std::size_t(l)].narrow(2, 0, start));
           v.narrow(2, 0, start).copy_(cache->v[std::size_t(l)].narrow(2, 0, start));
@@ -304,13 +314,19 @@ Tensor Decoder::run(const Tensor& ids, DecoderCache* cache) const {
       }
     }
   }
-  const auto global = rope_tables(inverse_frequencies(c, c.rope_theta, D, true), start, T);
+  // The tables in float32, then in the model's dtype (transformers' cos.to(x.dtype)).
+  auto tables = [dt, start, T](const std::vector<float>& inv) {
+    auto [cos, sin] = rope_tables(inv, start, T);
+    return std::pair<Tensor, Tensor>{cos.to(dt), sin.to(dt)};
+  };
+  const auto global = tables(inverse_frequencies(c, c.rope_theta, D, true));
   std::pair<Tensor, Tensor> local = global;
   if (c.rope_local_base_freq > 0)  // Gemma 3's sliding layers: their own base, no scaling
-    local = rope_tables(inverse_frequencies(c, c.rope_local_base_freq, D, false), start, T);
+    local = tables(inverse_frequencies(c, c.rope_local_base_freq, D, false));
 
   Tensor x = (*model->embed_tokens)(ids);
-  if (c.scale_embeddings) x = x * double(float(std::sqrt(double(c.hidden_size))));
+  if (c.scale_embeddings)  // sqrt(hidden) as a tensor of the model's dtype, as Gemma's code has it
+    x = x * tensor({std::sqrt(double(c.hidden_size))}, dt).item<double>();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const auto& layer = model->layers[std::size_t(l)];
     const auto& [cos, sin] = layer->sliding ? local : global;
@@ -323,7 +339,7 @@ Tensor Decoder::run(const Tensor& ids, DecoderCache* cache) const {
   if (c.final_logit_softcapping > 0)
     logits = tanh(logits / c.final_logit_softcapping) * c.final_logit_softcapping;
   if (cache) cache->length = start + T;
-  return logits;
+  return logits.to(Dtype::Float32);  // transformers' logits.float()
 }
 
 Tensor Decoder::forward(const Tensor& ids) const { return run(ids, nullptr); }

@@ -358,8 +358,10 @@ Weights open_weights(const std::string& dir) {
 
 }  // namespace
 
-std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir) {
+std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype) {
   std::error_code ec;
+  if (!is_floating_point(dtype))
+    detail::fail(kLoad, "dtype must be float32, bfloat16 or float16, got ", dtype_name(dtype));
   if (!fs::is_directory(dir, ec))
     detail::fail(kLoad, "'", dir, "' is not a directory (expected config.json and the weights)");
   const std::string config_path = (fs::path(dir) / "config.json").string();
@@ -372,10 +374,16 @@ std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir) {
   {
     init::SkipInitGuard skip;  // every weight is read next
     model = std::make_shared<Decoder>(config);
+    if (dtype != Dtype::Float32) model->to(dtype);  // placeholders until read
   }
   try {
     model->load_state_dict_from(w.shapes, [&](const std::string& name, Tensor& dst) {
-      w.files.at(w.where.at(name)).read_into(name, dst);
+      const io::SafeTensorsFile& f = w.files.at(w.where.at(name));
+      // The file's pages, not a copy, given to the parameter itself (dst is a detached handle).
+      if (dtype != Dtype::Float32 && f.find(name)->dtype == dtype)
+        model->parameter(name).set_data(f.map(name));
+      else
+        f.read_into(name, dst);
     });
   } catch (const Error& e) {
     std::string m = e.what();

@@ -220,6 +220,17 @@ void Module::zero_grad(bool set_to_none) {
   }
 }
 
+void Module::to(Dtype dtype) {
+  if (!is_floating_point(dtype))
+    detail::fail("Module.to", "modules hold floating point tensors, cannot convert to ",
+                 dtype_name(dtype));
+  NoGradGuard no_grad;
+  for (auto& [name, t] : named_parameters())
+    if (t.is_floating_point() && t.dtype() != dtype) t.set_data(t.detach().to(dtype));
+  for (auto& [name, t] : named_buffers())
+    if (t.is_floating_point() && t.dtype() != dtype) t.set_data(t.detach().to(dtype));
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [name, child] : children_) child->train(on);

@@ -92,6 +92,25 @@ Tensor& Tensor::requires_grad_(bool value) {
   if (value && !impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
   return *this;
 }
+void Tensor::set_data(const Tensor& src) {
+  checked();
+  TensorImpl& im = *impl_;
+  if (!src.defined()) fail("set_data", "source tensor is undefined");
+  if (grad_fn(*this)) fail("set_data", "cannot replace the data of a non-leaf tensor");
+  if (im.requires_grad && !attn::is_floating_point(src.dtype()))
+    fail("set_data", "a tensor that requires grad cannot hold ", dtype_name(src.dtype()));
+  const TensorImpl& s = *src.impl();
+  im.storage = s.storage;
+  im.sizes = s.sizes;
+  im.strides = s.strides;
+  im.offset = s.offset;
+  im.dtype = s.dtype;
+  if (im.autograd) {
+    im.autograd->grad = Tensor();
+    im.autograd->base = nullptr;
+  }
+}
+
 Tensor Tensor::detach() const {
   Tensor t = detail::make_view(*this, shape(), strides(), storage_offset());
   t.impl()->requires_grad = false;

@@ -3,7 +3,7 @@
   model KIND CONFIG_JSON OUT_DIR SEED [--shard] [--bf16]
         a random model of KIND (llama, qwen2, gemma, gemma2) saved with save_pretrained
         (safetensors; sharded into small files with --shard; weights stored bf16 with --bf16)
-  logits DIR IDS_JSON OUT_NPZ     logits in float32 and float64 (the model in double)
+  logits DIR IDS_JSON OUT_NPZ     logits in float32, float64 (the model in double) and bfloat16
   generate DIR IDS_JSON N OUT_JSON  greedy continuation of N tokens (argmax of the full forward
                                     at each step, as generate(do_sample=False); no stop token)
   processors CASES_JSON OUT_JSON  the distributions transformers' logits processors leave:
@@ -45,7 +45,7 @@ def load(d, dtype):
 def logits(d, ids_json, out):
     ids = torch.tensor(json.loads(ids_json))
     res = {}
-    for name, dtype in (("f32", torch.float32), ("f64", torch.float64)):
+    for name, dtype in (("f32", torch.float32), ("f64", torch.float64), ("bf16", torch.bfloat16)):
         with torch.no_grad():
             res[name] = load(d, dtype)(ids).logits.to(torch.float64).numpy()
     np.savez(out, **res)

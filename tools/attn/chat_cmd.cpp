@@ -51,7 +51,7 @@ data::ChatTemplate::Config load_template(const fs::path& dir) {
 ChatArgs parse_chat_args(std::span<const std::string> args) {
   Flags f("chat", args,
           {"ckpt", "system", "max-new-tokens", "temperature", "top-k", "top-p", "min-p",
-           "repetition-penalty", "stop", "seed", "threads"},
+           "repetition-penalty", "stop", "seed", "threads", "dtype"},
           {});
   if (!f.has("ckpt")) throw FlagError("chat: --ckpt DIR is required");
   ChatArgs a;
@@ -67,6 +67,7 @@ ChatArgs parse_chat_args(std::span<const std::string> args) {
   a.stop = f.str("stop", "");
   a.seed = f.seed("seed", 1337);
   a.threads = f.integer("threads", 0, 0, 4096);
+  a.dtype = parse_model_dtype(f);
   return a;
 }
 
@@ -77,7 +78,7 @@ int chat_session(const ChatArgs& a, std::istream& in, std::ostream& out, std::os
     throw Error("[chat] '" + dir.string() + "' has no tokenizer.json");
   const data::Tokenizer tok = data::Tokenizer::from_file((dir / "tokenizer.json").string());
   const data::ChatTemplate::Config tmpl = load_template(dir);
-  const std::shared_ptr<nn::Decoder> model = nn::load_hf_decoder(a.ckpt);
+  const std::shared_ptr<nn::Decoder> model = nn::load_hf_decoder(a.ckpt, a.dtype);
   const nn::DecoderConfig& config = model->config();
   std::set<int64_t> stops = hf_eos_token_ids(dir, "chat");
   if (!tmpl.eos_token.empty())

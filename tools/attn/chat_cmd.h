@@ -19,6 +19,7 @@ struct ChatArgs {
   std::string stop;                      // a text that ends a reply (not shown), when not empty
   uint64_t seed = 1337;
   int64_t threads = 0;
+  Dtype dtype = Dtype::Float32;  // the model's (load_hf_decoder)
 };
 // The flags of `attn chat`. Throws FlagError.
 ChatArgs parse_chat_args(std::span<const std::string> args);
@@ -46,6 +47,8 @@ inline constexpr const char* kChatHelp =
     "    --repetition-penalty R    1.0 (none)\n"
     "    --stop TEXT               end a reply at this text\n"
     "    --seed N                  1337\n"
-    "    --threads N               0 (all cores)\n";
+    "    --threads N               0 (all cores)\n"
+    "    --dtype T                 float32 (default), bfloat16 or float16: the dtype the model\n"
+    "                              keeps its weights and computes in\n";
 
 }  // namespace attn::tools

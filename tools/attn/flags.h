@@ -142,4 +142,13 @@ class Flags {
   std::vector<std::string> order_;  // switches in the order given
 };
 
+// `--dtype float32|bfloat16|float16` (default float32): the dtype a decoder computes in.
+inline Dtype parse_model_dtype(const Flags& f) {
+  const std::string d = f.str("dtype", "float32");
+  if (d == "float32") return Dtype::Float32;
+  if (d == "bfloat16") return Dtype::BFloat16;
+  if (d == "float16") return Dtype::Float16;
+  f.bad("dtype", d, "float32, bfloat16 or float16");
+}
+
 }  // namespace attn::tools

@@ -107,7 +107,7 @@ int generate_hf_decoder(const GenerateArgs& a, const DirConfig& dc, std::ostream
     throw Error("[generate] '" + dir.string() + "' is a " + dc.model_type +
                 " model without tokenizer.json (Hugging Face tokenizers' file)");
   const data::Tokenizer tok = data::Tokenizer::from_file(tok_path.string());
-  std::shared_ptr<nn::Decoder> model = nn::load_hf_decoder(a.ckpt);
+  std::shared_ptr<nn::Decoder> model = nn::load_hf_decoder(a.ckpt, a.dtype);
   std::vector<int64_t> ids =
       encode_prompt([&] { return tok.encode(a.has_prompt ? a.prompt : ""); });
   if (ids.empty())
@@ -185,6 +185,9 @@ std::set<int64_t> hf_eos_token_ids(const fs::path& dir, const char* command) {
 int generate_hf(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
   const DirConfig dc = read_dir_config(a.ckpt);
   if (dc.model_type != "gpt2") return generate_hf_decoder(a, dc, out, err);
+  if (a.dtype != Dtype::Float32)
+    throw Error("[generate] --dtype: GPT-2 checkpoints compute in float32 (got " +
+                dtype_name(a.dtype) + ")");
   const fs::path dir(a.ckpt);
   const DirTokenizer tok = load_dir_tokenizer(dir);
   std::shared_ptr<nn::GPT> model = nn::load_hf_gpt2(a.ckpt);

@@ -196,10 +196,10 @@ TrainArgs parse_train_args(Args args) {
 }
 
 GenerateArgs parse_generate_args(Args args) {
-  Flags f(
-      "generate", args,
-      {"ckpt", "prompt", "max-new-tokens", "temperature", "top-k", "seed", "threads", "kv-dtype"},
-      {"no-cache"});
+  Flags f("generate", args,
+          {"ckpt", "prompt", "max-new-tokens", "temperature", "top-k", "seed", "threads",
+           "kv-dtype", "dtype"},
+          {"no-cache"});
   if (!f.has("ckpt")) throw FlagError("generate: --ckpt DIR is required");
   GenerateArgs a;
   a.ckpt = f.str("ckpt", "");
@@ -212,6 +212,7 @@ GenerateArgs parse_generate_args(Args args) {
   a.options.use_cache = !f.has("no-cache");
   a.seed = f.seed("seed", 1337);
   a.threads = f.integer("threads", 0, 0, 4096);
+  a.dtype = parse_model_dtype(f);
   if (f.has("kv-dtype")) {
     a.kv_dtype = f.str("kv-dtype", "");
     if (a.kv_dtype != "float32" && a.kv_dtype != "bfloat16" && a.kv_dtype != "int8")

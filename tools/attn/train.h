@@ -84,6 +84,9 @@ struct GenerateArgs {
   // --kv-dtype: "" (the contiguous float32 cache) or a paged cache of "float32", "bfloat16",
   // "int8" (nn::GPT::generate_paged).
   std::string kv_dtype;
+  // --dtype: the dtype a Llama / Qwen / Gemma directory's model computes in (load_hf_decoder);
+  // GPT checkpoints compute in float32 only.
+  Dtype dtype = Dtype::Float32;
 };
 // The flags of `attn generate` (the arguments after "generate"). Throws FlagError.
 GenerateArgs parse_generate_args(std::span<const std::string> args);
@@ -215,6 +218,8 @@ inline constexpr const char* kGenerateHelp =
     "    --no-cache             recompute the whole context at every step (no key/value cache)\n"
     "    --kv-dtype T           a paged key/value cache holding float32, bfloat16 or int8\n"
     "                           (per-32 scales): what a narrower cache does to the text; the\n"
-    "                           prompt plus --max-new-tokens must fit in the model's block\n";
+    "                           prompt plus --max-new-tokens must fit in the model's block\n"
+    "    --dtype T              float32 (default), bfloat16 or float16: a Llama / Qwen / Gemma\n"
+    "                           directory's model keeps its weights and computes in T\n";
 
 }  // namespace attn::tools

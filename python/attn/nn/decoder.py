@@ -25,6 +25,17 @@ _CONFIG_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size"
                   "rope_local_base_freq")
 
 
+def _checkpoint_dtype(path):
+    """config.json's torch_dtype (or transformers 5's dtype) as an attn dtype; float32 when it
+    names none or another."""
+    import json
+    with open(_os.path.join(_os.fspath(path), "config.json")) as f:
+        c = json.load(f)
+    name = c.get("dtype") or c.get("torch_dtype") or "float32"
+    return {"bfloat16": _C.dtype.bfloat16, "float16": _C.dtype.float16}.get(
+        str(name).replace("torch.", ""), _C.dtype.float32)
+
+
 class Decoder(Module):
     """A decoder configured by keyword arguments of DecoderConfig's fields (see _CONFIG_FIELDS),
     initialised as transformers does, or loaded with from_pretrained. forward(input_ids) gives the
@@ -46,15 +57,31 @@ class Decoder(Module):
         _mirror_parameters(self, impl)
 
     @classmethod
-    def from_pretrained(cls, path):
+    def from_pretrained(cls, path, torch_dtype=None, dtype=None):
         """A Hugging Face checkpoint directory of a llama, qwen2, qwen3, gemma, gemma2 or
         gemma3_text model (config.json with model.safetensors or a sharded
-        model.safetensors.index.json), in evaluation mode."""
+        model.safetensors.index.json), in evaluation mode. torch_dtype (transformers 4's name)
+        or dtype (transformers 5's): float32 (the default), bfloat16 or float16 - the model
+        keeps its weights and computes in it, weights stored in it memory-mapped from the file -
+        or "auto", the checkpoint's own (config.json's torch_dtype / dtype)."""
+        want = dtype if dtype is not None else torch_dtype
+        if isinstance(want, str) and want == "auto":
+            want = _checkpoint_dtype(path)
+        if want is None:
+            want = _C.dtype.float32
+        if str(want) not in ("torch.float32", "torch.bfloat16", "torch.float16"):
+            raise ValueError("Decoder.from_pretrained: dtype must be float32, bfloat16, float16 "
+                             "or 'auto', got {!r}".format(want))
         self = cls.__new__(cls)
         Module.__init__(self)
-        self._attach(_C.decoder.load_hf(_os.fspath(path)))
+        self._attach(_C.decoder.load_hf(_os.fspath(path), want))
         self.eval()
         return self
+
+    def _impl_to(self, dtype):
+        """Module.to(dtype) / bfloat16() / half() / float(): the C++ model converts its own
+        tensors, which the parameters here share."""
+        self._impl.to_dtype(dtype)
 
     def train(self, mode=True):
         super().train(mode)

@@ -404,12 +404,15 @@ class Module:
     def _cast(self, dtype):
         """Converts the floating parameters and buffers of self and its submodules to dtype."""
         name = str(dtype)
-        if name != "torch.float32":
-            for m in self.modules():
-                if "_impl" in m.__dict__:  # its forward runs in C++ on the float32 tensors
-                    raise ValueError("[Module.to] {} computes in float32 (its forward runs in "
-                                     "C++ on its own tensors); cannot move to {}".format(
-                                         type(m).__name__, name))
+        for m in self.modules():
+            if "_impl" not in m.__dict__:
+                continue
+            if hasattr(m, "_impl_to"):  # the C++ model converts the tensors its parameters share
+                m._impl_to(dtype)
+            elif name != "torch.float32":  # its forward runs in C++ on the float32 tensors
+                raise ValueError("[Module.to] {} computes in float32 (its forward runs in C++ on "
+                                 "its own tensors); cannot move to {}".format(
+                                     type(m).__name__, name))
         done = {}
 
         def cast(t, param):

@@ -6,6 +6,10 @@
 #include <cstring>
 #include <iterator>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/prctl.h>
 #endif
@@ -43,6 +47,14 @@ Isa best_isa() {
 
 }  // namespace
 
+#if defined(__x86_64__) || defined(__i386__)
+// CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c").
+static bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
+#endif
+
 bool isa_supported(Isa isa) {
   switch (isa) {
     case Isa::Auto:
@@ -50,12 +62,11 @@ bool isa_supported(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     // F16C (float16 conversions) came with AVX on every CPU that has AVX2.
     case Isa::Avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case Isa::Avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+             __builtin_cpu_supports("fma") && has_f16c();
 #else
     case Isa::Avx2:
     case Isa::Avx512: return false;
