@@ -468,6 +468,33 @@ std::vector<std::pair<std::string, Tensor>> mixed_tensors() {
   return t;
 }
 
+TEST(SafeTensorsFile, MapViewsTheFileCopyOnWrite) {
+  TempDir dir;
+  const std::string bytes = io::to_safetensors(mixed_tensors(), {});
+  const std::string path = dir.write("m.safetensors", bytes);
+  const io::SafeTensors whole = io::from_safetensors(bytes, path);
+  for (const io::SafeTensorsFile& f :
+       {io::SafeTensorsFile(path), io::SafeTensorsFile::from_bytes(bytes, path)}) {
+    for (const auto& [name, t] : whole.tensors) expect_same({{{name, f.map(name)}}}, {{{name, t}}});
+    EXPECT_EQ(error_of([&] { f.map("zz"); }),
+              "[SafeTensorsFile::read] '" + path + "' has no tensor 'zz'");
+  }
+  // A mapped tensor outlives its reader, and writes to it stay in memory: the file is unchanged.
+  Tensor h;
+  {
+    const io::SafeTensorsFile f(path);
+    h = f.map("h");
+  }
+  h.fill_(7.0);
+  EXPECT_EQ(h.to_float_vector(), std::vector<float>(6, 7.0f));
+  expect_same(io::load_safetensors(path), whole);
+  // A parameter given the mapped data keeps its identity (Tensor::set_data).
+  Tensor p = attn::zeros({2, 3}, attn::Dtype::BFloat16);
+  const Tensor alias = p;
+  p.set_data(io::SafeTensorsFile(path).map("h"));
+  expect_same({{{"h", alias}}}, {{{"h", whole.tensors[whole.tensors.size() - 2].second}}});
+}
+
 TEST(SafeTensorsFile, ReadsWhatFromSafetensorsReads) {
   TempDir dir;
   const std::string bytes = io::to_safetensors(mixed_tensors(), {{"format", "pt"}, {"k", "v"}});
