@@ -119,6 +119,28 @@ class NoGradGuard {
   bool previous_;
 };
 
+// torch.autocast("cpu", dtype): the dtype the products of this thread run in, or none. While set,
+// matmul (and mm, bmm, @), linear and scaled_dot_product_attention convert their float32 CPU
+// operands to it (through the graph: gradients reach the float32 tensors in float32) and give
+// results in it; cross_entropy widens a 2-byte input to float32. Every other op runs in its
+// operands' dtype - the ops of torch's CPU autocast lists that attn has.
+std::optional<Dtype> autocast_dtype();
+void set_autocast_dtype(std::optional<Dtype> dtype);  // bfloat16 or float16; attn::Error else
+
+// Sets the autocast dtype for its scope (none: autocast off) and restores the previous one.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(std::optional<Dtype> dtype) : previous_(autocast_dtype()) {
+    set_autocast_dtype(dtype);
+  }
+  ~AutocastGuard() { set_autocast_dtype(previous_); }
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  std::optional<Dtype> previous_;
+};
+
 // Sets grad mode for its scope and restores the previous one (torch.set_grad_enabled(mode) as a
 // context manager; AutoGradMode in libtorch).
 class GradModeGuard {

@@ -143,7 +143,9 @@ class DecoderModel : public Module {
 
 // Keys and values of every layer for the tokens seen so far.
 struct DecoderCache {
-  std::vector<Tensor> k, v;  // per layer: (B, H_kv, capacity, head_size); `length` rows valid
+  // Per layer: (B, H_kv, capacity, head_size), float32 whatever the model computes in (a 2-byte
+  // key or value is exact in it); `length` rows valid.
+  std::vector<Tensor> k, v;
   int64_t length = 0;
 };
 

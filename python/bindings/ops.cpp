@@ -161,6 +161,9 @@ void register_ops(py::module_& m) {
         [](const Shape& a, const Shape& b) { return broadcast_shapes(a, b, "broadcast_shapes"); });
   m.def("is_grad_enabled", &is_grad_enabled);
   m.def("_set_grad_enabled", &set_grad_enabled, py::arg("mode"));
+  // torch.autocast("cpu", dtype)'s state on this thread (attn/autograd.h): a dtype or None.
+  m.def("_autocast_dtype", &autocast_dtype);
+  m.def("_set_autocast_dtype", &set_autocast_dtype, py::arg("dtype"));
   m.def("set_num_threads", &set_num_threads);
   m.def("get_num_threads", &get_num_threads);
   m.def(

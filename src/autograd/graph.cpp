@@ -184,6 +184,17 @@ void run_post_hooks(const std::shared_ptr<TensorImpl>& leaf) {
 bool is_grad_enabled() { return grad_enabled; }
 void set_grad_enabled(bool enabled) { grad_enabled = enabled; }
 
+namespace {
+thread_local std::optional<Dtype> autocast_to;
+}  // namespace
+
+std::optional<Dtype> autocast_dtype() { return autocast_to; }
+void set_autocast_dtype(std::optional<Dtype> dtype) {
+  if (dtype && !is_reduced_float(*dtype))
+    fail("autocast", "the dtype must be bfloat16 or float16, got ", dtype_name(*dtype));
+  autocast_to = dtype;
+}
+
 std::shared_ptr<Node> grad_fn(const Tensor& t) {
   if (!t.defined() || !t.impl()->autograd) return nullptr;
   detail::refresh_view(*t.impl());

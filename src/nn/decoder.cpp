@@ -175,11 +175,12 @@ Tensor DecoderAttention::forward(const Tensor& x, const Tensor& cos, const Tenso
   }
   q = apply_rope(q.transpose(1, 2), cos, sin);
   k = apply_rope(k.transpose(1, 2), cos, sin);
-  if (k_cache) {
+  if (k_cache) {  // float32 (Decoder::run): exact for 2-byte keys and values
     k_cache->narrow(2, start, T).copy_(k);
     v_cache->narrow(2, start, T).copy_(v);
     k = k_cache->narrow(2, 0, start + T);
     v = v_cache->narrow(2, 0, start + T);
+    q = q.to(k.dtype());
   }
   SdpaOptions o;
   o.is_causal = true;
@@ -188,7 +189,8 @@ Tensor DecoderAttention::forward(const Tensor& x, const Tensor& cos, const Tenso
   o.scale = scale;
   o.softcap = softcap;
   if (window > 0) o.window_left = window - 1;
-  const Tensor ctx = scaled_dot_product_attention(q, k, v, o);
+  // In x's dtype: attention over 2-byte operands rounds its float32 result once, as here.
+  const Tensor ctx = scaled_dot_product_attention(q, k, v, o).to(x.dtype());
   return (*o_proj)(ctx.transpose(1, 2).reshape({B, T, num_heads * head_size}));
 }
 
@@ -288,18 +290,17 @@ Tensor Decoder::run(const Tensor& ids, DecoderCache* cache) const {
   }
   const int64_t D = c.head_size();
   // The dtype the model computes in: its parameters' (float32, or bfloat16 / float16 after
-  // Module::to), the keys and values kept in it too.
+  // Module::to). The cache holds float32 whatever it is: a 2-byte key or value is exact in
+  // float32, and attention computes in float32 anyway, so a decoding step widens only its query
+  // instead of every cached key and value.
   const Dtype dt = model->embed_tokens->weight.dtype();
-  if (cache && !cache->k.empty() && cache->k[0].dtype() != dt)
-    fail(fn, "the cache holds ", dtype_name(cache->k[0].dtype()), " keys, the model computes in ",
-         dtype_name(dt));
   if (cache) {  // room for start + T rows in every layer (doubling)
     const int64_t need = start + T;
     if (cache->k.empty() || cache->k[0].size(2) < need) {
       const int64_t cap = std::max<int64_t>(need, cache->k.empty() ? 0 : 2 * cache->k[0].size(2));
       for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        Tensor k = zeros({B, c.num_key_value_heads, cap, D}, dt);
-        Tensor v = zeros({B, c.num_key_value_heads, cap, D}, dt);
+        Tensor k = zeros({B, c.num_key_value_heads, cap, D});
+        Tensor v = zeros({B, c.num_key_value_heads, cap, D});
         if (!cache->k.empty() && start > 0) {
           k.narrow(2, 0, start).copy_(cache->k[std::size_t(l)].narrow(2, 0, start));
           v.narrow(2, 0, start).copy_(cache->v[std::size_t(l)].narrow(2, 0, start));

@@ -18,6 +18,7 @@
 #include "../backend/sdpa_dropout.h"
 #include "../tensor/internal.h"
 #include "attention_internal.h"
+#include "autocast.h"
 
 namespace attn {
 
@@ -537,12 +538,19 @@ struct FusedNodeState {
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention";
+  if (detail::autocast_applies({&q, &k, &v})) {  // torch.autocast: attention in its dtype
+    SdpaOptions o = options;
+    o.attn_mask = detail::autocast_operand(o.attn_mask);
+    return scaled_dot_product_attention(detail::autocast_operand(q), detail::autocast_operand(k),
+                                        detail::autocast_operand(v), o);
+  }
   if (detail::widened_on_cpu(q) && q.dtype() == k.dtype() && q.dtype() == v.dtype()) {
     // bfloat16 / float16 on the CPU: the fused kernel on the widened operands (float
     // accumulation), the output rounded once, as torch's CPU flash kernel does.
     SdpaOptions o = options;
     for (Tensor* t : {&o.attn_mask, &o.alibi_slopes, &o.relative_bias, &o.sinks})
       *t = detail::widen(*t);
+    AutocastGuard off(std::nullopt);
     return scaled_dot_product_attention(detail::widen(q), detail::widen(k), detail::widen(v), o)
         .to(q.dtype());
   }

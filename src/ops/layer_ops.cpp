@@ -11,6 +11,7 @@
 #include "../backend/layer_kernels.h"
 #include "../backend/linalg_kernels.h"
 #include "../tensor/internal.h"
+#include "autocast.h"
 
 namespace attn::detail {
 
@@ -121,6 +122,8 @@ Tensor linear_rows(const Tensor& x_in, const Tensor& weight, const Tensor& bias)
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (autocast_applies({&x, &weight, &bias}))  // torch.autocast: the product in its dtype
+    return linear(autocast_operand(x), autocast_operand(weight), autocast_operand(bias));
   check_linear(x, weight, bias);
   if (x.dim() == 1) {  // a vector: matmul's (K) @ (K, N) path, then the bias
     Tensor y = matmul(x, weight.T());
@@ -317,6 +320,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::strin
   const int64_t N = batched ? input.size(0) : 1, C = input.size(-1);
   if (C == 0) fail(fn, "input ", shape_str(input.shape()), " has no classes");
   check_same_device(fn, {&input, &target});
+  if (autocast_dtype() && is_reduced_float(input.dtype()) && input.device().is_cpu())
+    return cross_entropy(input.to(Dtype::Float32), target, reduction, ignore_index);  // autocast
   if (widened_on_cpu(input))  // computed in float32, rounded once (widen)
     return cross_entropy(widen(input), target, reduction, ignore_index).to(input.dtype());
   const auto kernel = ATTN_PICK(cross_entropy_forward, fn, input);

@@ -9,6 +9,7 @@
 #include "../backend/cpu/threads.h"
 #include "../backend/linalg_kernels.h"
 #include "../tensor/internal.h"
+#include "autocast.h"
 
 namespace attn {
 
@@ -131,14 +132,18 @@ Tensor record_matmul(Tensor out, const char* node, const Tensor& a_in, const Ten
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   if (!a_in.defined() || !b_in.defined()) fail("matmul", "undefined tensor argument");
   detail::check_same_device("matmul", {&a_in, &b_in});
+  if (detail::autocast_applies({&a_in, &b_in}))  // torch.autocast: the product in its dtype
+    return matmul(detail::autocast_operand(a_in), detail::autocast_operand(b_in));
   if (a_in.dim() == 0 || b_in.dim() == 0)
     fail("matmul", "both arguments need at least 1 dimension, got ", shape_str(a_in.shape()),
          " and ", shape_str(b_in.shape()));
   if (a_in.dtype() != b_in.dtype())
     fail("matmul", "expected both arguments to have the same dtype, got ", dtype_name(a_in.dtype()),
          " and ", dtype_name(b_in.dtype()));
-  if (is_reduced_float(a_in.dtype()))  // float accumulation, one rounding (detail::widen)
+  if (is_reduced_float(a_in.dtype())) {  // float accumulation, one rounding (detail::widen)
+    AutocastGuard off(std::nullopt);
     return matmul(detail::widen(a_in), detail::widen(b_in)).to(a_in.dtype());
+  }
   if (a_in.dtype() == Dtype::Bool)
     fail("matmul", "not implemented for bool tensors ", shape_str(a_in.shape()), " and ",
          shape_str(b_in.shape()));

@@ -450,6 +450,29 @@ TEST(Dtypes, OpsComputeThemInFloatAndRoundOnce) {
   }
 }
 
+// torch.autocast("cpu"): the products convert float32 operands, the graph brings gradients back
+// in float32, guards nest and restore.
+TEST(Dtypes, AutocastGuardRunsProductsInItsDtype) {
+  Tensor w = attn::ones({3, 4}).requires_grad_();
+  const Tensor x = attn::ones({2, 4});
+  {
+    attn::AutocastGuard on(Dtype::BFloat16);
+    const Tensor y = attn::nn::functional::linear(x, w);
+    EXPECT_EQ(y.dtype(), Dtype::BFloat16);
+    EXPECT_EQ(attn::matmul(x, x.T()).dtype(), Dtype::BFloat16);
+    {
+      attn::AutocastGuard off(std::nullopt);
+      EXPECT_EQ(attn::matmul(x, x.T()).dtype(), Dtype::Float32);
+    }
+    EXPECT_EQ(attn::autocast_dtype(), Dtype::BFloat16);
+    y.sum().backward();
+  }
+  EXPECT_FALSE(attn::autocast_dtype().has_value());
+  EXPECT_EQ(w.grad().dtype(), Dtype::Float32);
+  EXPECT_EQ(w.grad().to_float_vector(), std::vector<float>(12, 2.0f));
+  EXPECT_TRUE(contains(error_of([] { attn::set_autocast_dtype(Dtype::Int64); }), "bfloat16"));
+}
+
 // What still refuses the 2-byte floats: drawing random numbers into them.
 TEST(Dtypes, RandomDrawsRefuseThemNamingFunctionAndDtype) {
   const Tensor x = attn::ones({2, 3}, Dtype::BFloat16), h = attn::ones({2, 3}, Dtype::Float16);

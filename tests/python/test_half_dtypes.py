@@ -139,6 +139,28 @@ def test_modules_convert_in_place_and_stay_tied():
         nn.MultiheadAttention(8, 2).to(attn.bfloat16)
 
 
+def test_autocast_runs_the_products_in_bfloat16():
+    rng = np.random.default_rng(9)
+    lin = nn.Linear(16, 8)
+    x = attn.tensor(rng.standard_normal((4, 16)).astype(np.float32))
+    with attn.autocast("cpu"):
+        y = lin(x)
+        z = F.softmax(y, -1)  # not on the lists: the input's dtype
+        loss = F.cross_entropy(y, attn.tensor([1, 2, 3, 4]))  # float32, as torch's
+        with attn.autocast("cpu", enabled=False):
+            assert (x @ x.t()).dtype is attn.float32
+        assert (x @ x.t()).dtype is attn.bfloat16  # restored
+    assert y.dtype is attn.bfloat16 and z.dtype is attn.bfloat16 and loss.dtype is attn.float32
+    assert (x @ x.t()).dtype is attn.float32  # off again outside
+    # y is the bfloat16 product of the rounded operands, rounded once.
+    xr, wr, br = (round_to(t.numpy(), "bf16").astype(np.float64)
+                  for t in (x, lin.weight.detach(), lin.bias.detach()))
+    assert_rounded_once(num(y), xr @ wr.T + br, "bf16", "autocast linear",
+                        np.abs(xr) @ np.abs(wr).T + np.abs(br))
+    loss.backward()  # gradients reach the float32 parameters in float32
+    assert lin.weight.grad.dtype is attn.float32 and lin.bias.grad.dtype is attn.float32
+
+
 # ---- against torch 2.x's CPU kernels ------------------------------------------------------------
 
 torch = pytest.importorskip("torch")
@@ -213,3 +235,40 @@ def test_forward_and_backward_equal_torch2(dt, name):
         tg, ag = tin[k].grad.float().numpy(), num(ain[k].grad)
         err = np.max(np.abs(tg - ag)) / max(np.max(np.abs(tg)), 1e-6)
         assert err <= 64 * EPS[dt], (name, k, err / EPS[dt])
+
+
+@needs_torch2
+def test_autocast_equals_torch2():
+    # A Llama-style block (RMSNorm, attention, SwiGLU) and its loss under autocast("cpu"), the
+    # same weights on both sides: outputs and the float32 parameters' gradients.
+    rng = np.random.default_rng(12)
+    D, T, H = 32, 12, 4
+    ws = {k: (rng.standard_normal(s) * 0.2).astype(np.float32) for k, s in
+          {"q": (D, D), "k": (D, D), "v": (D, D), "o": (D, D), "g": (64, D), "u": (64, D),
+           "d": (D, 64), "n": (D,)}.items()}
+    x = rng.standard_normal((2, T, D)).astype(np.float32)
+    target = rng.integers(0, D, 2 * T)
+
+    def block(lib, Fn, p, x, tgt):
+        h = Fn.rms_norm(x, (D,), p["n"])
+        q, k, v = (Fn.linear(h, p[n]).reshape(2, T, H, D // H).transpose(1, 2) for n in "qkv")
+        a = Fn.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h = x + Fn.linear(a.transpose(1, 2).reshape(2, T, D), p["o"])
+        h = h + Fn.linear(Fn.silu(Fn.linear(h, p["g"])) * Fn.linear(h, p["u"]), p["d"])
+        return h, Fn.cross_entropy(h.reshape(2 * T, D), tgt)
+
+    tp = {k: torch.tensor(v, requires_grad=True) for k, v in ws.items()}
+    ap = {k: attn.tensor(v).requires_grad_() for k, v in ws.items()}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        th, tl = block(torch, torch.nn.functional, tp, torch.tensor(x), torch.tensor(target))
+    with attn.autocast("cpu", dtype=attn.bfloat16):
+        ah, al = block(attn, F, ap, attn.tensor(x), attn.tensor(target))
+    assert str(ah.dtype) == str(th.dtype) and str(al.dtype) == str(tl.dtype)
+    assert scaled_error(num(ah), th.detach().float().numpy()) <= 16 * EPS["bf16"]
+    assert abs(al.item() - tl.item()) <= 8 * EPS["bf16"] * abs(tl.item())
+    tl.backward()
+    al.backward()
+    for k in ws:
+        assert ap[k].grad.dtype is attn.float32
+        tg, ag = tp[k].grad.numpy(), ap[k].grad.numpy()
+        assert np.max(np.abs(tg - ag)) <= 64 * EPS["bf16"] * np.max(np.abs(tg)), k

@@ -156,6 +156,18 @@ def test_llama_style_decoder_with_rope_gqa_swiglu_and_rmsnorm(tmp_path):
     compare(t, a, loss_tol(3))
 
 
+@pytest.mark.skipif(int(__import__("torch").__version__.split(".")[0]) < 2,
+                    reason="torch 1.13's bfloat16 CPU kernels round differently; run with torch 2.x")
+def test_llama_style_decoder_under_autocast_then_in_bfloat16(tmp_path):
+    """The same program with its forward under torch.autocast("cpu", bfloat16) and its last
+    prediction by the model converted to bfloat16, against torch 2.x (scripts/test.sh runs this
+    file's bfloat16 test with .venv-bench). Losses agree within 5e-3 (they differ by 1e-3)."""
+    args = ["llama_tiny.py", DATA, "20", "bf16"]
+    t = run(stage(tmp_path, "llama_tiny.py", False), args, False)
+    a = run(stage(tmp_path, "llama_tiny.py", True), args, True)
+    compare(t, a, lambda i, line: 5e-3)
+
+
 def test_gemma3_style_decoder_with_sliding_windows_and_qk_norm(tmp_path):
     """Sliding and global layers with their own RoPE bases and triu masks, QK-norm, Gemma's
     (1 + scale) RMSNorm in float32, pre and post norms, a GELU-tanh gated MLP, scaled

@@ -2,9 +2,13 @@
 torch.outer / torch.cos / torch.sin, rotate-half RoPE, grouped-query attention whose key/value heads
 are repeated with repeat_interleave, a causal mask from torch.triu, SwiGLU feed-forward blocks with
 F.silu, RMSNorm (nn.RMSNorm where torch has it, the tutorials' own module before torch 2.4), no
-biases, untied output head; trained a few AdamW steps on characters.
+biases, untied output head; trained a few AdamW steps on characters. With "bf16": the forward
+passes under torch.autocast("cpu", dtype=torch.bfloat16) (float32 weights and optimizer), then the
+trained model converted with .to(torch.bfloat16) for its last prediction, as the tutorials run
+their bfloat16 Llamas.
 
-Written for attn's test suite; runs unchanged on PyTorch. Usage: llama_tiny.py DATA [STEPS]."""
+Written for attn's test suite; runs unchanged on PyTorch. Usage: llama_tiny.py DATA [STEPS] [bf16]."""
+import contextlib
 import sys
 
 import torch
@@ -14,15 +18,16 @@ import torch.nn.functional as F
 CFG = {"vocab_size": None, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_kv_groups": 2,
        "n_layers": 2, "hidden_dim": 64, "rope_base": 500000.0, "dtype": torch.float32}
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+bf16 = "bf16" in sys.argv[3:]
 
 if hasattr(nn, "RMSNorm"):
     RMSNorm = nn.RMSNorm
 else:  # torch < 2.4: the tutorials' own RMSNorm
     class RMSNorm(nn.Module):
-        def __init__(self, emb_dim, eps=1e-5):
+        def __init__(self, emb_dim, eps=1e-5, dtype=None):
             super().__init__()
             self.eps = eps
-            self.weight = nn.Parameter(torch.ones(emb_dim))
+            self.weight = nn.Parameter(torch.ones(emb_dim, dtype=dtype))
 
         def forward(self, x):
             means = x.pow(2).mean(dim=-1, keepdim=True)
@@ -45,7 +50,7 @@ def apply_rope(x, cos, sin):
     cos = cos[:seq_len, :].unsqueeze(0).unsqueeze(0)
     sin = sin[:seq_len, :].unsqueeze(0).unsqueeze(0)
     rotated = torch.cat((-x2, x1), dim=-1)
-    return (x * cos) + (rotated * sin)
+    return ((x * cos) + (rotated * sin)).to(dtype=x.dtype)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -93,8 +98,8 @@ class TransformerBlock(nn.Module):
         self.att = GroupedQueryAttention(cfg["emb_dim"], cfg["emb_dim"], cfg["n_heads"],
                                          cfg["n_kv_groups"], dtype=cfg["dtype"])
         self.ff = FeedForward(cfg)
-        self.norm1 = RMSNorm(cfg["emb_dim"], eps=1e-5)
-        self.norm2 = RMSNorm(cfg["emb_dim"], eps=1e-5)
+        self.norm1 = RMSNorm(cfg["emb_dim"], eps=1e-5, dtype=cfg["dtype"])
+        self.norm2 = RMSNorm(cfg["emb_dim"], eps=1e-5, dtype=cfg["dtype"])
 
     def forward(self, x, mask, cos, sin):
         x = x + self.att(self.norm1(x), mask, cos, sin)
@@ -106,7 +111,7 @@ class Llama3Model(nn.Module):
         super().__init__()
         self.tok_emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"], dtype=cfg["dtype"])
         self.trf_blocks = nn.ModuleList([TransformerBlock(cfg) for _ in range(cfg["n_layers"])])
-        self.final_norm = RMSNorm(cfg["emb_dim"], eps=1e-5)
+        self.final_norm = RMSNorm(cfg["emb_dim"], eps=1e-5, dtype=cfg["dtype"])
         self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False,
                                   dtype=cfg["dtype"])
         cos, sin = compute_rope_params(cfg["emb_dim"] // cfg["n_heads"], cfg["rope_base"],
@@ -139,14 +144,19 @@ for step in range(steps + 1):
     ix = torch.randint(len(data) - CFG["context_length"] - 1, (8,))
     x = torch.stack([data[i:i + CFG["context_length"]] for i in ix])
     y = torch.stack([data[i + 1:i + CFG["context_length"] + 1] for i in ix])
-    logits = model(x)
-    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+        logits = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
     if step % 5 == 0:
         print(f"step {step}: loss {loss.item():.4f}")
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
+if bf16:
+    model.to(torch.bfloat16)
+    print(f"parameters in {next(model.parameters()).dtype}")
 with torch.no_grad():
-    probs = torch.softmax(model(data[:CFG["context_length"]].unsqueeze(0))[0, -1], dim=-1)
+    logits = model(data[:CFG["context_length"]].unsqueeze(0))[0, -1]
+    probs = torch.softmax(logits.float(), dim=-1)
 print(f"last-token top probability {probs.max().item():.4f}")
