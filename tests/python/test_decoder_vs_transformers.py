@@ -60,11 +60,13 @@ def checkpoints(tmp_path_factory):
     return out
 
 
-def reference_logits(path, tmp_path, ids=IDS):
+def reference_logits(path, tmp_path, ids=IDS, bf16=False):
+    """transformers' logits in float32 and float64, and with bf16 in bfloat16 (None where torch
+    1.13 cannot run bfloat16 products: without AVX-512)."""
     f = tmp_path / "logits.npz"
-    run("logits", path, json.dumps(ids), f)
+    run("logits", path, json.dumps(ids), f, *(["--bf16"] if bf16 else []))
     r = np.load(f)
-    return r["f32"], r["f64"], r["bf16"]
+    return r["f32"], r["f64"], r["bf16"] if "bf16" in r else None
 
 
 def assert_logits_close(ours, ref32, ref64, what):
@@ -117,13 +119,17 @@ def test_bf16_models_are_as_close_as_transformers_bf16(name, tmp_path):
     run("model", kind, json.dumps(cfg), d, 2, "--bf16")
     model = attn.nn.Decoder.from_pretrained(d, torch_dtype=attn.bfloat16)
     assert all(p.dtype is attn.bfloat16 for p in model.parameters())
-    _, ref64, ref16 = reference_logits(d, tmp_path)
+    _, ref64, ref16 = reference_logits(d, tmp_path, bf16=True)
     ours = model(attn.tensor(IDS))
     assert ours.dtype is attn.float32  # transformers' logits.float()
     err = np.abs(ours.numpy() - ref64).max()
-    err_torch = np.abs(ref16 - ref64).max()
-    assert err <= 2 * err_torch + 1e-3, "{}: attn bf16 error {:.3g}, transformers bf16 {:.3g}".format(
-        name, err, err_torch)
+    if ref16 is not None:
+        err_torch = np.abs(ref16 - ref64).max()
+        assert err <= 2 * err_torch + 1e-3, "{}: attn bf16 error {:.3g}, transformers bf16 " \
+            "{:.3g}".format(name, err, err_torch)
+    else:  # torch 1.13 multiplies bfloat16 only with AVX-512 (oneDNN): the float64 model alone.
+        # transformers' bfloat16 error on these models, where it runs: 3-6% of the largest logit.
+        assert err <= 0.1 * np.abs(ref64).max(), "{}: attn bf16 error {:.3g}".format(name, err)
     prompt = attn.tensor([row[:5] for row in IDS])
     out = model.generate(prompt, max_new_tokens=6)
     ids = prompt
