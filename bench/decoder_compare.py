@@ -16,7 +16,8 @@ Logits are compared first. Timed, alternating, --reps times each after a warm-up
            streamer): tokens per second between the first new token and the last
 transformers runs with attn_implementation "eager" and "sdpa". The memory-bandwidth bound of
 decoding (every weight read once per token) uses the read bandwidth measured in the same run
-(torch's sum of 1 GiB on the same threads). Resident memory after loading is reported against the weights.
+(torch's sum of 1 GiB on the same threads). attn's resident memory after loading and one decode
+(before transformers loads) is reported against the weights and the key/value cache.
 Medians; the last line is `result: {JSON}`; --md writes the section of BENCHMARKS.md.
 """
 import argparse
@@ -116,13 +117,15 @@ def main():
 
     before = rss_bytes()
     model = attn.nn.Decoder.from_pretrained(d, torch_dtype=getattr(attn, a.dtype))
-    for p_ in model.parameters():  # touch every page (mapped weights are read lazily)
-        p_.sum()
-    attn_rss = rss_bytes() - before
-    hf = transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=tdt).eval()
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, a.vocab, size=(1, a.prompt)).tolist()
     context = rng.integers(0, a.vocab, size=(1, a.context)).tolist()
+    # Resident memory once attn has run (mapped weights are read when first used): a decode of
+    # --new tokens after the context, before transformers loads anything.
+    model.generate(attn.tensor(context), max_new_tokens=a.new)
+    attn_rss = rss_bytes() - before
+    cache_bytes = 2 * a.layers * a.kv_heads * (a.hidden // a.heads) * (a.context + a.new) * 4
+    hf = transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=tdt).eval()
     check = prompt[0][:32]
     with torch.no_grad():
         ref = hf(torch.tensor([check])).logits.float().numpy()
@@ -200,24 +203,28 @@ def main():
     for name, r in res["rows"].items():
         print("%-12s prefill %7.1f tok/s   decode %6.2f tok/s (%.0f%% of the bound)" %
               (name, r["prefill_tok_s"], r["decode_tok_s"], 100 * r["decode_tok_s"] / bound))
-    print("attn resident after loading: %.2f GB for %.2f GB of weights" %
-          (attn_rss / 1e9, weights / 1e9))
+    print("attn resident after a decode: %.2f GB for %.2f GB of weights and a %.3f GB cache" %
+          (attn_rss / 1e9, weights / 1e9, cache_bytes / 1e9))
     print("result: " + json.dumps(res))
     if a.md:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import md_section
         rows = res["rows"]
         lines = [
-            "## A Llama-3.2-1B-shaped decoder against transformers (issue 32, section 5, %s)"
-            % a.dtype,
+            "## A Llama-3.2-1B-shaped decoder against transformers (issue 32, section 5, %s, %d "
+            "thread%s, %d-token context)" % (a.dtype, a.threads, "" if a.threads == 1 else "s",
+                                             a.context),
             "",
             "`PYTHONPATH=build-nocuda/python .venv-bench/bin/python bench/decoder_compare.py "
-            "--threads %d --reps %d --new %d%s --md BENCHMARKS.md` (%s; torch %s, transformers %s; "
+            "--threads %d --reps %d --new %d%s%s --md BENCHMARKS.md` (%s; torch %s, transformers %s; "
             "%d parameters, "
             "random weights, %d-token prompt for prefill, %d new tokens after %d for decode; "
             "medians of %d alternating runs)." % (a.threads, a.reps, a.new,
                                                   "" if a.dtype == "float32" else
-                                                  " --dtype " + a.dtype, res["cpu"], res["torch"],
+                                                  " --dtype " + a.dtype,
+                                                  "" if a.context == 512 else
+                                                  " --context %d" % a.context,
+                                                  res["cpu"], res["torch"],
                                                   res["transformers"], params, a.prompt, a.new,
                                                   a.context, a.reps),
             "",
@@ -229,13 +236,22 @@ def main():
         lines += ["", "attn / torch sdpa: prefill %.2fx, decode %.2fx; attn / torch eager: "
                   "prefill %.2fx, decode %.2fx. Read bandwidth (same run) %.1f GB/s; the "
                   "bound reads %.2f GB of weights per token. Logits agree to %.2g. attn's resident "
-                  "memory after loading: %.2f GB for %.2f GB of weights." % (
+                  "memory after a decode: %.2f GB for %.2f GB of weights and a %.3f GB key/value "
+                  "cache (float32)." % (
                       rows["attn"]["prefill_tok_s"] / rows["torch sdpa"]["prefill_tok_s"],
                       rows["attn"]["decode_tok_s"] / rows["torch sdpa"]["decode_tok_s"],
                       rows["attn"]["prefill_tok_s"] / rows["torch eager"]["prefill_tok_s"],
                       rows["attn"]["decode_tok_s"] / rows["torch eager"]["decode_tok_s"],
-                      bw / 1e9, weights / 1e9, diff, attn_rss / 1e9, weights / 1e9)]
-        key = "decoder_compare.py" if a.dtype == "float32" else "decoder_compare.py --dtype " + a.dtype
+                      bw / 1e9, weights / 1e9, diff, attn_rss / 1e9, weights / 1e9,
+                      cache_bytes / 1e9)]
+        # One section per dtype, thread count and context (the default ones keep the plain key).
+        key = "decoder_compare.py"
+        if a.dtype != "float32":
+            key += " --dtype " + a.dtype
+        if a.threads != 2:
+            key += " --threads %d" % a.threads
+        if a.context != 512:
+            key += " --context %d" % a.context
         md_section.replace_section(a.md, key, "\n".join(lines))
 
 

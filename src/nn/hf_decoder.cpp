@@ -1,6 +1,7 @@
 // Hugging Face checkpoints of the decoder families (include/attn/hf_decoder.h).
 #include <attn/hf_decoder.h>
 #include <attn/io.h>
+#include <attn/ops.h>
 
 #include <filesystem>
 #include <map>
@@ -374,7 +375,10 @@ std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype) {
   {
     init::SkipInitGuard skip;  // every weight is read next
     model = std::make_shared<Decoder>(config);
-    if (dtype != Dtype::Float32) model->to(dtype);  // placeholders until read
+    // Placeholders in the dtype until read, never written (untouched pages cost no memory):
+    // converting the float32 ones would write a copy of every weight first.
+    if (dtype != Dtype::Float32)
+      for (auto& [name, t] : model->named_parameters()) t.set_data(attn::empty(t.shape(), dtype));
   }
   try {
     model->load_state_dict_from(w.shapes, [&](const std::string& name, Tensor& dst) {

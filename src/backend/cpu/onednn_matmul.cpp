@@ -5,6 +5,7 @@
 #include <dnnl.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <memory>
@@ -34,7 +35,8 @@ using Primitive = std::shared_ptr<std::remove_pointer_t<dnnl_primitive_t> >;
 struct Entry {
   Key key;
   Primitive prim;  // null: no fast kernel for this shape on this CPU
-  dnnl_memory_desc_t a, b, bias, c;
+  dnnl_memory_desc_t a, b, bias, c, scratch;
+  std::size_t scratch_bytes = 0;
 };
 
 constexpr std::size_t kMaxEntries = 64;
@@ -64,8 +66,20 @@ void build(Entry& e, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t 
   dnnl_matmul_desc_t desc;
   if (dnnl_matmul_desc_init(&desc, &e.a, &e.b, has_bias ? &e.bias : nullptr, &e.c) != dnnl_success)
     return;
+  // The scratchpad (where oneDNN packs the operands: the whole weight, for a vocabulary-sized
+  // product) is ours, allocated for each call and freed after it, rather than the library's,
+  // which keeps the largest one ever asked for (0.5 GB after one prefill of Llama 3.2's head).
+  dnnl_primitive_attr_t attr = nullptr;
+  if (dnnl_primitive_attr_create(&attr) != dnnl_success) return;
+  dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
   dnnl_primitive_desc_t pd = nullptr;
-  if (dnnl_primitive_desc_create(&pd, &desc, nullptr, engine(), nullptr) != dnnl_success) return;
+  const dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, engine(), nullptr);
+  dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success) return;
+  if (const dnnl_memory_desc_t* s = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)) {
+    e.scratch = *s;
+    e.scratch_bytes = dnnl_memory_desc_get_size(s);
+  }
   const char* impl = nullptr;
   dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
   // "ref:any" and "gemm:ref" are scalar loops, far slower than widening to float32.
@@ -108,16 +122,27 @@ bool onednn_matmul_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const
     return s;
   }();
   if (!stream) return false;
-  dnnl_memory_t ma, mb, mc, mbias = nullptr;
+  // Page-aligned, as oneDNN's own scratchpad is.
+  const std::size_t sbytes = (e.scratch_bytes + 4095) / 4096 * 4096;
+  std::unique_ptr<void, decltype(&std::free)> scratch(
+      sbytes ? std::aligned_alloc(4096, sbytes) : nullptr, &std::free);
+  if (sbytes && !scratch) return false;  // the widening path needs less memory at once
+  dnnl_memory_t ma, mb, mc, mbias = nullptr, ms = nullptr;
   dnnl_memory_create(&ma, &e.a, engine(), const_cast<uint16_t*>(A));
   dnnl_memory_create(&mb, &e.b, engine(), const_cast<uint16_t*>(B));
   dnnl_memory_create(&mc, &e.c, engine(), C);
   if (bias) dnnl_memory_create(&mbias, &e.bias, engine(), const_cast<uint16_t*>(bias));
-  dnnl_exec_arg_t args[4] = {
-      {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_BIAS, mbias}};
-  const dnnl_status_t st = dnnl_primitive_execute(e.prim.get(), stream, bias ? 4 : 3, args);
+  if (scratch) dnnl_memory_create(&ms, &e.scratch, engine(), scratch.get());
+  dnnl_exec_arg_t args[5];
+  int n = 0;
+  args[n++] = {DNNL_ARG_SRC, ma};
+  args[n++] = {DNNL_ARG_WEIGHTS, mb};
+  args[n++] = {DNNL_ARG_DST, mc};
+  if (mbias) args[n++] = {DNNL_ARG_BIAS, mbias};
+  if (ms) args[n++] = {DNNL_ARG_SCRATCHPAD, ms};
+  const dnnl_status_t st = dnnl_primitive_execute(e.prim.get(), stream, n, args);
   dnnl_stream_wait(stream);
-  for (dnnl_memory_t m : {ma, mb, mc, mbias})
+  for (dnnl_memory_t m : {ma, mb, mc, mbias, ms})
     if (m) dnnl_memory_destroy(m);
   return st == dnnl_success;
 }
