@@ -7,18 +7,21 @@
 
 namespace attn::detail {
 
-// Under autocast: a float32 CPU tensor converted to the autocast dtype (recorded in the graph, so
-// its gradient comes back in float32); any other tensor as it is.
+// Whether autocast converts t: it is on, and t is a float32 CPU tensor.
+inline bool autocast_converts(const Tensor& t) {
+  return autocast_dtype() && t.defined() && t.dtype() == Dtype::Float32 && t.device().is_cpu();
+}
+
+// Under autocast: t converted to the autocast dtype when autocast_converts(t) (recorded in the
+// graph, so its gradient comes back in float32); t as it is otherwise.
 inline Tensor autocast_operand(const Tensor& t) {
-  const std::optional<Dtype> d = autocast_dtype();
-  return d && t.defined() && t.dtype() == Dtype::Float32 && t.device().is_cpu() ? t.to(*d) : t;
+  return autocast_converts(t) ? t.to(*autocast_dtype()) : t;
 }
 
 // Whether autocast converts any of these operands.
 inline bool autocast_applies(std::initializer_list<const Tensor*> ts) {
-  if (!autocast_dtype()) return false;
   for (const Tensor* t : ts)
-    if (t->defined() && t->dtype() == Dtype::Float32 && t->device().is_cpu()) return true;
+    if (autocast_converts(*t)) return true;
   return false;
 }
 
