@@ -24,11 +24,12 @@ PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -p no:cacheprovider
 if torch2=$(bash scripts/bench_setup.sh --print); then
   PYTHONPATH="$PWD/build/python" "$torch2" -m pytest -q -p no:cacheprovider \
     tests/python/test_half_dtypes.py tests/python/test_flex_vs_torch2.py \
+    tests/python/test_decoder_vs_transformers5.py \
     tests/python/test_programs.py::test_llama_style_decoder_under_autocast_then_in_bfloat16
 else
   echo "test: warning: no torch 2.x environment (scripts/bench_setup.sh failed); the comparisons" \
-       "with torch 2.x (test_half_dtypes.py, test_flex_vs_torch2.py, test_programs.py's bfloat16" \
-       "program) did not run" >&2
+       "with torch 2.x (test_half_dtypes.py, test_flex_vs_torch2.py, test_decoder_vs_transformers5.py," \
+       "test_programs.py's bfloat16 program) did not run" >&2
 fi
 # The AVX2 path on a CPU that has AVX-512 too: the C++ and Python suites again with attn's kernels
 # (ATTN_CPU_ISA), oneDNN's (ONEDNN_MAX_CPU_ISA) and OpenBLAS's (OPENBLAS_CORETYPE, unless the

@@ -69,7 +69,8 @@ const std::map<std::string, Family>& families() {
     qwen2.model_type = "qwen2";
     qwen2.vocab_size = 151936, qwen2.intermediate_size = 22016;
     qwen2.max_position_embeddings = 32768, qwen2.qkv_bias = true;
-    m["qwen2"] = {with({"use_sliding_window", "sliding_window", "max_window_layers"}), qwen2};
+    m["qwen2"] = {
+        with({"use_sliding_window", "sliding_window", "max_window_layers", "layer_types"}), qwen2};
 
     DecoderConfig qwen3 = qwen2;
     qwen3.model_type = "qwen3";
@@ -92,10 +93,10 @@ const std::map<std::string, Family>& families() {
     gemma2.sandwich_norms = true, gemma2.query_pre_attn_scalar = 224;
     gemma2.sliding_window = 4096, gemma2.attn_logit_softcapping = 50;
     gemma2.final_logit_softcapping = 30;
-    m["gemma2"] = {
-        with({"hidden_activation", "attention_bias", "query_pre_attn_scalar", "sliding_window",
-              "attn_logit_softcapping", "final_logit_softcapping", "layer_types"}),
-        gemma2};
+    m["gemma2"] = {with({"hidden_activation", "attention_bias", "query_pre_attn_scalar",
+                         "sliding_window", "attn_logit_softcapping", "final_logit_softcapping",
+                         "layer_types", "use_bidirectional_attention"}),
+                   gemma2};
 
     DecoderConfig gemma3 = gemma2;
     gemma3.model_type = "gemma3_text";
@@ -105,10 +106,12 @@ const std::map<std::string, Family>& families() {
     gemma3.query_pre_attn_scalar = 256, gemma3.attn_logit_softcapping = 0;
     gemma3.final_logit_softcapping = 0, gemma3.qk_norm = true;
     gemma3.rope_local_base_freq = 10000;
-    m["gemma3_text"] = {with({"hidden_activation", "attention_bias", "query_pre_attn_scalar",
-                              "sliding_window", "attn_logit_softcapping", "final_logit_softcapping",
-                              "rope_local_base_freq", "sliding_window_pattern", "layer_types"}),
-                        gemma3};
+    m["gemma3_text"] = {
+        with({"hidden_activation", "attention_bias", "query_pre_attn_scalar", "sliding_window",
+              "attn_logit_softcapping", "final_logit_softcapping", "rope_local_base_freq",
+              "sliding_window_pattern", "_sliding_window_pattern", "layer_types",
+              "use_bidirectional_attention"}),
+        gemma3};
     return m;
   }();
   return f;
@@ -208,6 +211,9 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   c.final_logit_softcapping =
       get_number(j, what, "final_logit_softcapping",
                  j.contains("final_logit_softcapping") ? 0.0 : c.final_logit_softcapping);
+  // transformers' Gemma 3 keeps attn_logit_softcapping in its config but never passes it to the
+  // attention (Gemma 3 checkpoints set it null): the function it computes has no cap, nor has ours.
+  if (type == "gemma3_text") c.attn_logit_softcapping = 0;
   c.rope_local_base_freq = get_number(j, what, "rope_local_base_freq", c.rope_local_base_freq);
 
   // Which layers slide: layer_types when given, else the family's pattern.
@@ -229,7 +235,9 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
       for (int64_t i = 0; i < c.num_hidden_layers; ++i)
         c.sliding_layers[std::size_t(i)] = i % 2 == 0;
     } else {
-      const int64_t pattern = get_int(j, what, "sliding_window_pattern", 6);
+      // transformers 5 writes the pattern as _sliding_window_pattern beside layer_types.
+      const int64_t pattern = get_int(j, what, "sliding_window_pattern",
+                                      get_int(j, what, "_sliding_window_pattern", 6));
       if (pattern < 1) bad(what, "sliding_window_pattern must be >= 1, got ", pattern);
       for (int64_t i = 0; i < c.num_hidden_layers; ++i)
         c.sliding_layers[std::size_t(i)] = (i + 1) % pattern != 0;
@@ -243,6 +251,8 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
             type, ")");
   }
   if (type == "gemma") c.sliding_window = 0;
+  if (get_bool(j, what, "use_bidirectional_attention", false))
+    bad(what, "use_bidirectional_attention true is not supported (attn's decoder is causal)");
 
   // RoPE: rope_theta with rope_scaling (transformers 4), or rope_parameters holding both
   // (transformers 5), per layer type for models with sliding layers.

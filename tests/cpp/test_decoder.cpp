@@ -320,6 +320,21 @@ TEST(HfDecoderConfig, EachFamilysFieldsAndDefaults) {
       R"({"model_type": "gemma3_text", "num_hidden_layers": 2,
           "layer_types": ["full_attention", "sliding_attention"]})");
   EXPECT_EQ(g3t.sliding_layers, (std::vector<bool>{false, true}));
+  // As transformers 5 writes Gemma 3: the pattern beside layer_types, rope_parameters per layer
+  // type; attn_logit_softcapping read and not applied, as transformers' Gemma 3 does.
+  const DecoderConfig g35 = decoder_config_from_hf_json(
+      R"({"model_type": "gemma3_text", "num_hidden_layers": 3, "sliding_window": 8,
+          "_sliding_window_pattern": 3, "use_bidirectional_attention": false,
+          "attn_logit_softcapping": 5.0,
+          "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e5},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}}})");
+  EXPECT_EQ(g35.sliding_layers, (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(g35.rope_theta, 1e5);
+  EXPECT_EQ(g35.rope_local_base_freq, 50);
+  EXPECT_EQ(g35.attn_logit_softcapping, 0);
+  EXPECT_THROW(decoder_config_from_hf_json(
+                   R"({"model_type": "gemma3_text", "use_bidirectional_attention": true})"),
+               attn::Error);
   const DecoderConfig g2 = decoder_config_from_hf_json(
       R"({"model_type": "gemma2", "num_hidden_layers": 3, "final_logit_softcapping": null})");
   EXPECT_EQ(g2.sliding_layers, (std::vector<bool>{true, false, true}));

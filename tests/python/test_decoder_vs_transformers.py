@@ -9,8 +9,8 @@ transformers' own float32 error (plus a few ulps of the logits' scale). Greedy g
 transformers' greedy choice (argmax of its full forward at every step, generate(do_sample=False)'s
 rule) token for token, attn decoding through its key/value cache. Also: sharded checkpoints, bf16 weights
 (widened), and every refusal of config.json and the weights naming the field or tensor.
-Qwen3 and Gemma 3 need a newer transformers than the test environment's (their fields are
-covered by the C++ tests against a dense reference)."""
+Qwen3 and Gemma 3 need a newer transformers than the test environment's: they are checked against
+transformers 5 in test_decoder_vs_transformers5.py (the torch 2.x pass)."""
 import json
 import os
 import subprocess

@@ -1,0 +1,159 @@
+"""attn.nn.Decoder.from_pretrained against transformers 5 (PyPI, over torch 2.x) in the same
+process: the families the suite's transformers 4.44 lacks, Qwen3 (QK-norm, a head_dim of its own)
+and Gemma 3 (sliding and global layers with their own RoPE bases, QK-norm, sandwich norms,
+query_pre_attn_scalar), and checkpoints as transformers 5 writes them (rope_parameters,
+layer_types, _sliding_window_pattern) for Llama 3, Qwen2 and Gemma 2.
+
+Run by scripts/test.sh with .venv-bench (scripts/bench_setup.sh); skipped under torch 1.13:
+
+    PYTHONPATH=build/python .venv-bench/bin/python -m pytest -q \\
+        tests/python/test_decoder_vs_transformers5.py
+
+Bounds as test_decoder_vs_transformers.py's: float32 logits within 4x transformers' own float32
+error against its float64 model; bfloat16 checkpoints loaded in bfloat16 within 2x transformers'
+bfloat16 error; greedy continuations through attn's cache equal transformers' greedy choice."""
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+if int(T.__version__.split(".")[0]) < 5:
+    pytest.skip("needs transformers 5 (Qwen3, Gemma 3), found {}".format(T.__version__),
+                allow_module_level=True)
+
+import attn  # noqa: E402
+
+SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+             num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2,
+             max_position_embeddings=256)
+CONFIGS = {
+    # Qwen3: head_dim 24 * 4 heads != hidden_size, QK-norm on each head.
+    "qwen3": (T.Qwen3Config, T.Qwen3ForCausalLM, dict(SMALL, head_dim=24, rope_theta=1e6)),
+    "qwen3_tied": (T.Qwen3Config, T.Qwen3ForCausalLM,
+                   dict(SMALL, head_dim=16, tie_word_embeddings=True, num_key_value_heads=1)),
+    # Gemma 3: 7 layers, the 6th global (pattern 6); a window of 8 that a 25-token input exceeds.
+    "gemma3": (T.Gemma3TextConfig, T.Gemma3ForCausalLM,
+               dict(SMALL, num_hidden_layers=7, head_dim=16, sliding_window=8,
+                    query_pre_attn_scalar=20, rope_theta=1e6, rope_local_base_freq=1e4)),
+    # Gemma 3 with explicit layer_types and softcaps as a Gemma 2-style config sets them:
+    # transformers' Gemma 3 applies the final one and ignores attn_logit_softcapping; so does attn.
+    "gemma3_types": (T.Gemma3TextConfig, T.Gemma3ForCausalLM,
+                     dict(SMALL, num_hidden_layers=4, head_dim=16, sliding_window=6,
+                          layer_types=["full_attention", "sliding_attention",
+                                       "sliding_attention", "full_attention"],
+                          attn_logit_softcapping=5.0, final_logit_softcapping=3.0)),
+    "llama3": (T.LlamaConfig, T.LlamaForCausalLM,
+               dict(SMALL, rope_theta=500000.0, rope_scaling=dict(
+                   rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=16))),
+    "qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM, dict(SMALL, rope_theta=1e6)),
+    "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM,
+               dict(SMALL, head_dim=16, num_hidden_layers=4, sliding_window=8,
+                    query_pre_attn_scalar=20, attn_logit_softcapping=5.0,
+                    final_logit_softcapping=3.0)),
+}
+IDS = [[1, 5, 9, 33, 2, 7, 70, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20],
+       [96, 0, 44, 44, 44, 12, 3, 3, 81, 60, 59, 58, 2, 1, 0, 9, 9, 9, 9, 9, 30, 31, 32, 33, 34]]
+
+
+def save(name, d, seed=0, dtype=torch.float32):
+    cfg_cls, model_cls, kw = CONFIGS[name]
+    torch.manual_seed(seed)
+    m = model_cls(cfg_cls(**kw)).eval()
+    with torch.no_grad():  # norms away from their initial ones / zeros, so that they matter
+        for pname, p in m.named_parameters():
+            if "norm" in pname:
+                p.add_(torch.randn_like(p) * 0.3)
+    m.to(dtype).save_pretrained(str(d))
+    return d
+
+
+def load(d, dtype):
+    return T.AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype,
+                                                  attn_implementation="eager").eval()
+
+
+@torch.no_grad()
+def reference(d, dtype, ids=IDS):
+    return load(d, dtype)(torch.tensor(ids)).logits.to(torch.float64).numpy()
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("decoders5")
+    return {name: save(name, root / name) for name in CONFIGS}
+
+
+def test_configs_are_written_as_transformers_5_writes_them(checkpoints):
+    # What the loader must read: if transformers stops writing these, the tests below stop
+    # covering them (and this says so).
+    cfg = json.loads((checkpoints["gemma3"] / "config.json").read_text())
+    assert set(cfg["rope_parameters"]) == {"full_attention", "sliding_attention"}
+    assert cfg["layer_types"][5] == "full_attention" and "_sliding_window_pattern" in cfg
+    cfg = json.loads((checkpoints["llama3"] / "config.json").read_text())
+    assert cfg["rope_parameters"]["rope_type"] == "llama3" and "rope_scaling" not in cfg
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_logits_match_transformers(checkpoints, name):
+    ours = attn.nn.Decoder.from_pretrained(checkpoints[name])(attn.tensor(IDS)).numpy()
+    ref32, ref64 = (reference(checkpoints[name], t) for t in (torch.float32, torch.float64))
+    err, err_torch = np.abs(ours - ref64).max(), np.abs(ref32 - ref64).max()
+    floor = 8 * np.finfo(np.float32).eps * max(1.0, np.abs(ref64).max())
+    assert err <= 4 * err_torch + floor, "{}: attn error {:.3g}, transformers float32 {:.3g}" \
+        .format(name, err, err_torch)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gemma3_types"])
+def test_greedy_generation_matches_transformers(checkpoints, name):
+    # generate(do_sample=False)'s rule by hand (argmax of the full forward at each step): attn
+    # decodes through its key/value cache, past Gemma 3's window of 8.
+    m = load(checkpoints[name], torch.float32)
+    ids = torch.tensor([row[:7] for row in IDS])
+    ours = attn.nn.Decoder.from_pretrained(checkpoints[name]).generate(
+        attn.tensor(ids.tolist()), max_new_tokens=20).tolist()
+    with torch.no_grad():
+        for _ in range(20):
+            ids = torch.cat([ids, m(ids).logits[:, -1].argmax(-1, keepdim=True)], 1)
+    assert ours == ids.tolist()
+
+
+@pytest.mark.parametrize("name", ["qwen3", "gemma3"])
+def test_bf16_checkpoints_are_as_close_as_transformers_bf16(name, tmp_path):
+    d = save(name, tmp_path / "bf16", seed=3, dtype=torch.bfloat16)
+    model = attn.nn.Decoder.from_pretrained(d, torch_dtype="auto")
+    assert all(p.dtype is attn.bfloat16 for p in model.parameters())
+    ours = model(attn.tensor(IDS))
+    assert ours.dtype is attn.float32
+    ref16, ref64 = reference(d, torch.bfloat16), reference(d, torch.float64)
+    err, err_torch = np.abs(ours.numpy() - ref64).max(), np.abs(ref16 - ref64).max()
+    assert err <= 2 * err_torch + 1e-3, "{}: attn bf16 error {:.3g}, transformers bf16 {:.3g}" \
+        .format(name, err, err_torch)
+    prompt = attn.tensor([row[:5] for row in IDS])
+    out, ids = model.generate(prompt, max_new_tokens=6), prompt
+    for _ in range(6):
+        ids = attn.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], 1)
+    assert out.tolist() == ids.tolist()
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c.update(use_bidirectional_attention=True), ["use_bidirectional_attention"]),
+    (lambda c: c["rope_parameters"]["sliding_attention"].update(rope_type="yarn"),
+     ["rope_parameters.sliding_attention"]),
+    (lambda c: c.update(layer_types=c["layer_types"][:3]), ["layer_types must list 7"]),
+    (lambda c: c.update(_sliding_window_pattern=0, layer_types=None),
+     ["sliding_window_pattern must be >= 1"]),
+])
+def test_bad_gemma3_configs_are_refused(checkpoints, tmp_path, edit, words):
+    cfg = json.loads((checkpoints["gemma3"] / "config.json").read_text())
+    edit(cfg)
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "model.safetensors").write_bytes((checkpoints["gemma3"] / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError) as e:
+        attn.nn.Decoder.from_pretrained(d)
+    for w in words:
+        assert w in str(e.value)
