@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""A Llama-3.2-1B-shaped decoder, attn against Hugging Face transformers on PyTorch 2.x, float32
-or bfloat16 (--dtype), in one process (issue 32, section 5).
+"""A Llama-3.2-1B-shaped decoder, attn against Hugging Face transformers on PyTorch 2.x and against
+llama.cpp, float32 or bfloat16 (--dtype), in one process (issue 32, section 5).
 
-    scripts/bench_setup.sh        # .venv-bench: torch 2.15 and transformers from PyPI
+    scripts/bench_setup.sh --llama-cpp   # .venv-bench: torch 2.15, transformers, llama-cpp-python
     PYTHONPATH=build-nocuda/python .venv-bench/bin/python bench/decoder_compare.py --threads 2
 
 transformers builds LlamaForCausalLM with random weights (16 layers, 2048 wide, 32 query and 8
@@ -14,7 +14,12 @@ Logits are compared first. Timed, alternating, --reps times each after a warm-up
   decode   --new greedy tokens after a --context-token prompt, through each library's key/value
            cache (generate), each token timed as it comes (attn's callback, a transformers
            streamer): tokens per second between the first new token and the last
-transformers runs with attn_implementation "eager" and "sdpa". The memory-bandwidth bound of
+transformers runs with attn_implementation "eager" and "sdpa". llama.cpp (PyPI's llama-cpp-python,
+built for this CPU by bench_setup.sh; left out with --no-llama-cpp or when it is not installed)
+runs the same weights written as GGUF (bench/gguf_llama.py; bfloat16 matrices as bfloat16, float32
+as float32) with its default float16 key/value cache and flash attention, --threads threads, one
+512-token batch for prefill; it is fed token ids and decodes greedily (argmax of its logits) one
+llama_decode per token. The memory-bandwidth bound of
 decoding (every weight read once per token) uses the read bandwidth measured in the same run
 (torch's sum of 1 GiB on the same threads). attn's resident memory after loading and one decode
 (before transformers loads) is reported against the weights and the key/value cache.
@@ -24,6 +29,7 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -92,6 +98,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--md", default="")
+    p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     attn.set_num_threads(a.threads)
@@ -105,10 +112,27 @@ def main():
                           high_freq_factor=4.0, original_max_position_embeddings=8192),
         bos_token_id=None, eos_token_id=None, pad_token_id=None)
     d = tempfile.mkdtemp(prefix="decoder_compare_")
+    try:
+        run(a, cfg, d)
+    finally:  # the checkpoint and the GGUF file: 5-10 GB
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def run(a, cfg, d):
     with torch.device("cpu"):
         hf = transformers.LlamaForCausalLM(cfg).eval()
     tdt = getattr(torch, a.dtype)
     hf.to(tdt).save_pretrained(d)
+    llama_cpp = None
+    if not a.no_llama_cpp:
+        try:
+            import llama_cpp
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from gguf_llama import write_llama_gguf
+            write_llama_gguf(hf, os.path.join(d, "model.gguf"), a.dtype)
+        except ImportError as e:
+            llama_cpp = None
+            print("llama.cpp left out (%s): scripts/bench_setup.sh --llama-cpp installs it" % e)
     unique = {t.data_ptr(): t.numel() for t in hf.state_dict().values()}  # tied: counted once
     weights = (2 if a.dtype == "bfloat16" else 4) * sum(unique.values())
     params = sum(unique.values())
@@ -161,6 +185,32 @@ def main():
                         do_sample=False, pad_token_id=0, streamer=st)
         return st.t[-a.new:]
 
+    if llama_cpp is not None:
+        llm = llama_cpp.Llama(os.path.join(d, "model.gguf"), n_ctx=max(a.prompt, a.context + a.new),
+                              n_batch=512, n_ubatch=512, n_threads=a.threads,
+                              n_threads_batch=a.threads, flash_attn=True, verbose=False)
+
+        def llm_logits():
+            return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(a.vocab,))
+
+        llm.reset()
+        llm.eval(check)
+        cpp_diff = float(np.abs(llm_logits() - ref[0, -1]).max())
+        print("logits: max |llama.cpp - transformers| = %.3g (last position)" % cpp_diff)
+
+        def cpp_prefill(ids):
+            llm.reset()
+            llm.eval(ids[0])
+
+        def cpp_generate(ids):
+            llm.reset()
+            llm.eval(ids[0])
+            t = [time.perf_counter()]
+            for _ in range(a.new - 1):
+                llm.eval([int(llm_logits().argmax())])
+                t.append(time.perf_counter())
+            return t
+
     def attn_prefill(ids):
         model(attn.tensor(ids))
 
@@ -173,6 +223,8 @@ def main():
     contenders = {"attn": (attn_prefill, attn_generate),
                   "torch eager": (hf_prefill, hf_generate),
                   "torch sdpa": (hf_prefill, hf_generate)}
+    if llama_cpp is not None:
+        contenders["llama.cpp"] = (cpp_prefill, cpp_generate)
     impl = {"torch eager": "eager", "torch sdpa": "sdpa"}
     times = {k: {"prefill": [], "decode": []} for k in contenders}
     for rep in range(a.reps + 1):  # the first round warms up
@@ -193,6 +245,9 @@ def main():
            "attn_rss_bytes": attn_rss, "bandwidth_bytes_per_s": bw, "logits_max_diff": diff,
            "cpu": cpu_model(),
            "torch": torch.__version__, "transformers": transformers.__version__, "rows": {}}
+    if llama_cpp is not None:
+        res["llama_cpp_python"] = llama_cpp.__version__
+        res["llama_cpp_logits_max_diff"] = cpp_diff
     for name, t in times.items():
         pre = statistics.median(t["prefill"])
         dec = statistics.median(t["decode"])
@@ -211,8 +266,9 @@ def main():
         import md_section
         rows = res["rows"]
         lines = [
-            "## A Llama-3.2-1B-shaped decoder against transformers (issue 32, section 5, %s, %d "
-            "thread%s, %d-token context)" % (a.dtype, a.threads, "" if a.threads == 1 else "s",
+            "## A Llama-3.2-1B-shaped decoder against transformers%s (issue 32, section 5, %s, %d "
+            "thread%s, %d-token context)" % (" and llama.cpp" if "llama.cpp" in rows else "",
+                                             a.dtype, a.threads, "" if a.threads == 1 else "s",
                                              a.context),
             "",
             "`PYTHONPATH=build-nocuda/python .venv-bench/bin/python bench/decoder_compare.py "
@@ -244,6 +300,13 @@ def main():
                       rows["attn"]["decode_tok_s"] / rows["torch eager"]["decode_tok_s"],
                       bw / 1e9, weights / 1e9, diff, attn_rss / 1e9, weights / 1e9,
                       cache_bytes / 1e9)]
+        if "llama.cpp" in rows:
+            lines[-1] += (" attn / llama.cpp (llama-cpp-python %s, same GGUF weights, float16 "
+                          "key/value cache, logits within %.2g of transformers' at the last "
+                          "position): prefill %.2fx, decode %.2fx." % (
+                              res["llama_cpp_python"], res["llama_cpp_logits_max_diff"],
+                              rows["attn"]["prefill_tok_s"] / rows["llama.cpp"]["prefill_tok_s"],
+                              rows["attn"]["decode_tok_s"] / rows["llama.cpp"]["decode_tok_s"]))
         # One section per dtype, thread count and context (the default ones keep the plain key).
         key = "decoder_compare.py"
         if a.dtype != "float32":

@@ -9,6 +9,9 @@
 # oneDNN, libxsmm; re-run cmake afterwards so that the bench finds them).
 #   scripts/bench_setup.sh          prints nothing when ready, installs otherwise
 #   scripts/bench_setup.sh --print  prints the venv's python path when ready (for other scripts)
+#   scripts/bench_setup.sh --llama-cpp   also llama.cpp (PyPI's llama-cpp-python, compiled here for
+#                                   this CPU: several minutes on 2 cores) and gguf, the anchor of
+#                                   bench/decoder_compare.py; not needed by the tests
 # PyPI's Linux wheel of torch is the CUDA build (it brings NVIDIA's libraries, ~3 GB); it runs on
 # the CPU as the CPU wheel would: the CPU kernels are the same code.
 set -euo pipefail
@@ -48,6 +51,14 @@ fi
 if ! $py -c "import transformers, safetensors" 2>/dev/null; then
   echo "bench_setup: installing transformers into $venv" >&2
   "$venv/bin/pip" install -q --disable-pip-version-check transformers safetensors >&2
+fi
+# llama.cpp, on request: built from source with -march=native (GGML_NATIVE) so that it uses the
+# instructions this CPU has (AVX512-BF16 for bfloat16 where present), as a llama.cpp user builds it.
+if [[ "${1:-}" == "--llama-cpp" ]] && ! $py -c "import llama_cpp, gguf" 2>/dev/null; then
+  apt_install_missing bench_setup cmake g++
+  echo "bench_setup: building llama-cpp-python into $venv (compiles llama.cpp: several minutes)" >&2
+  CMAKE_ARGS="-DGGML_NATIVE=ON" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    "$venv/bin/pip" install -q --disable-pip-version-check llama-cpp-python gguf >&2
 fi
 if [[ "${1:-}" == "--print" ]]; then
   echo "$PWD/$py"
