@@ -90,6 +90,23 @@ struct CrossEntropyBackward {
   float scale;
   bool per_row;
 };
+// y = RMSNorm(x) over rows of C in the dtype of the slot (x, w, y alike): each row's mean square
+// in double (the order of its additions depends on C only), r = 1 / sqrt(mean + eps) in float,
+// y = x * r rounded to the dtype, then (w not null) y * w rounded again, as torch's CPU composite
+// rounds them. Forward only: the op runs it where no gradient is wanted.
+struct RmsNormForward {
+  const void *x, *w;
+  void* y;
+  int64_t rows, C;
+  float eps;
+};
+// y = SiLU(x) = x / (1 + e^-x) over n elements in the dtype of the slot, computed in float and
+// rounded once. Forward only, as RmsNormForward.
+struct SiluForward {
+  const void* x;
+  void* y;
+  int64_t n;
+};
 // out[i] = weight[index[i]] (rows of dim) for i < n; returns the first i whose index is outside
 // [0, num) (out is then partly written), or -1.
 struct EmbeddingForward {
@@ -123,6 +140,8 @@ using CrossEntropyBackwardFn = void(const CrossEntropyBackward&);
 using EmbeddingForwardFn = int64_t(const EmbeddingForward&);
 using EmbeddingBackwardFn = void(const EmbeddingBackward&);
 using BiasBackwardFn = void(const BiasBackward&);
+using RmsNormForwardFn = void(const RmsNormForward&);
+using SiluForwardFn = void(const SiluForward&);
 
 // Every table of this header, as X(function type, name): for the declarations below and for a
 // backend that defines tables in bulk (kernel_tables.h).
@@ -131,6 +150,8 @@ using BiasBackwardFn = void(const BiasBackward&);
   X(LinearBackwardFn, linear_backward)              \
   X(LayerNormForwardFn, layer_norm_forward)         \
   X(LayerNormBackwardFn, layer_norm_backward)       \
+  X(RmsNormForwardFn, rms_norm_forward)             \
+  X(SiluForwardFn, silu_forward)                    \
   X(GeluForwardFn, gelu_forward)                    \
   X(GeluBackwardFn, gelu_backward)                  \
   X(CrossEntropyForwardFn, cross_entropy_forward)   \

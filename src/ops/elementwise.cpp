@@ -255,8 +255,9 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
          "logical_not() to invert a mask");
   // bfloat16 and float16 compute in float32, as torch's CPU kernels do: the operands are first
   // made the common dtype (a float32 0-dim tensor is rounded to bfloat16 like a scalar), then
-  // widened exactly, and each result is rounded back to the common dtype once.
-  const Dtype kt = is_reduced_float(ct) ? Dtype::Float32 : ct;
+  // widened exactly, and each result is rounded back to the common dtype once. The CPU kernels
+  // do that per element (their bfloat16 / float16 slots); elsewhere the operands are widened here.
+  const Dtype kt = is_reduced_float(ct) && !a.device().is_cpu() ? Dtype::Float32 : ct;
   Tensor ca = a.to(ct).to(kt), cb = b.to(ct).to(kt);
   Dtype out_dtype = is_comparison(op) ? Dtype::Bool : ct;
   Dtype tmp_dtype = is_comparison(op) ? Dtype::Bool : kt;

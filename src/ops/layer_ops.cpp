@@ -235,6 +235,32 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
   return record(y, "GeluBackward0", {&x_in}, backward, {x, aux});
 }
 
+Tensor rms_norm_no_grad(const Tensor& x_in, int64_t C, const Tensor& weight, double eps) {
+  if (should_record({&x_in, &weight})) return Tensor();
+  if (weight.defined() &&
+      (weight.dtype() != x_in.dtype() || weight.device() != x_in.device() || weight.numel() != C))
+    return Tensor();
+  const auto kernel =
+      be::find(x_in.device(), x_in.dtype(), be::cpu::rms_norm_forward, be::cuda::rms_norm_forward);
+  if (!kernel || C <= 0) return Tensor();
+  const Tensor x = x_in.contiguous();
+  const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  Tensor y = make_tensor("rms_norm", x.shape(), x.dtype(), false);
+  kernel({ptr(x), ptr(w), ptr(y), x.numel() / C, C, float(eps)});
+  return y;
+}
+
+Tensor silu_no_grad(const Tensor& x_in) {
+  if (should_record({&x_in})) return Tensor();
+  const auto kernel =
+      be::find(x_in.device(), x_in.dtype(), be::cpu::silu_forward, be::cuda::silu_forward);
+  if (!kernel) return Tensor();
+  const Tensor x = x_in.contiguous();
+  Tensor y = make_tensor("silu", x.shape(), x.dtype(), false);
+  kernel({ptr(x), ptr(y), x.numel()});
+  return y;
+}
+
 Tensor layer_norm(const char* fn, const Tensor& x_in, const Tensor* res, Tensor* sum_out,
                   int64_t normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
   if (!x_in.defined()) fail(fn, "input is an undefined tensor");

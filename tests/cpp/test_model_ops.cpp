@@ -55,7 +55,7 @@ TEST(ModelOps, RmsNormModuleOverTrailingDims) {
   attn::manual_seed(1);
   const Tensor x = attn::randn({5, 2, 8});
   // eps unset: float32's machine epsilon, as torch's None.
-  const Tensor want = attn::nn::functional::rms_norm(x, {2, 8}, Tensor(), 1.1920928955078125e-07);
+  const Tensor want = attn::nn::functional::rms_norm(x, {2, 8}, m.weight, 1.1920928955078125e-07);
   EXPECT_TRUE(attn::equal(m(x), want));
   attn::nn::RMSNorm plain({8}, 1e-5, false);
   EXPECT_FALSE(plain.weight.defined());

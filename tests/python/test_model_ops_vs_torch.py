@@ -94,8 +94,10 @@ def test_rms_norm_as_pytorchs_composite(shape, normalized, eps):
     yt.backward(gt)
     close_ulp(a.grad, t.grad)
     close_ulp(w.grad, tw.grad)
-    same(AF.rms_norm(a.detach(), list(normalized)), torch_rms_norm(t.detach(), normalized, None,
-                                                                    eps=None))
+    # Without a gradient: attn's one-pass kernel (the mean square summed in double), within a
+    # float32 rounding of the composite.
+    close_ulp(AF.rms_norm(a.detach(), list(normalized)),
+              torch_rms_norm(t.detach(), normalized, None, eps=None))
 
 
 def test_rms_norm_module():
@@ -110,7 +112,7 @@ def test_rms_norm_module():
     plain = attn.nn.RMSNorm((2, 64), elementwise_affine=False)
     assert plain.weight is None and plain.eps is None
     b, u = pair((3, 2, 64))
-    same(plain(b), torch_rms_norm(u, (2, 64), None, None))
+    close_ulp(plain(b), torch_rms_norm(u, (2, 64), None, None))  # one pass: no gradient
 
 
 def test_rms_norm_bad_input():

@@ -1,5 +1,7 @@
 // The element-wise binary ops on the CPU (src/backend/elementwise_kernels.h): float32, int64 and
 // bool, with PyTorch's per-element arithmetic.
+#include <attn/half.h>
+
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -170,7 +172,17 @@ bool repeats_into(const Shape& small, const Shape& shape) {
   return std::equal(s.begin(), s.end(), shape.end() - std::ptrdiff_t(s.size()));
 }
 
-bool binary_fast_float(const Binary& p) {
+// The fast case of a binary op (binary_fast_float, binary_fast_half): add/sub/mul/div of
+// contiguous operands, one of them as long as the output (`full`), the other as long or a
+// repeating block (`rep`, nb elements); the op with its arguments swapped back when `rep` is a.
+struct FastPlan {
+  FloatOp op;
+  int64_t n, nb;
+  bool repeats;
+  bool full_is_a;
+};
+
+bool fast_plan(const Binary& p, FastPlan& plan) {
   const Op op = p.op;
   if (op != Op::Add && op != Op::Sub && op != Op::Mul && op != Op::Div) return false;
   if (!p.out_contiguous || !p.a.contiguous || !p.b.contiguous) return false;
@@ -182,23 +194,87 @@ bool binary_fast_float(const Binary& p) {
   const bool rep = !(a_full && b_full);
   const int64_t nb = numel(other);
   if (rep && (nb == 0 || !repeats_into(other, shape))) return false;
-  if (n == 0) return true;
+  const bool swap = !a_full;
+  switch (op) {
+    case Op::Add: plan.op = FloatOp::kAdd; break;
+    case Op::Mul: plan.op = FloatOp::kMul; break;
+    case Op::Sub: plan.op = swap ? FloatOp::kRSub : FloatOp::kSub; break;
+    case Op::Div: plan.op = swap ? FloatOp::kRDiv : FloatOp::kDiv; break;
+    default: return false;
+  }
+  plan.n = n, plan.nb = nb, plan.repeats = rep, plan.full_is_a = a_full;
+  return true;
+}
+
+// bfloat16 / float16 operands of the fast case: blocks widened to float on the stack, the float
+// loop, each result rounded once (the arithmetic of the widening path, without its temporaries).
+template <bool kBf16>
+ATTN_ISA_INLINE void half_binary_body(FloatOp op, const uint16_t* a, const uint16_t* b, uint16_t* o,
+                                      int64_t n) {
+  constexpr int64_t kBlock = 512;
+  alignas(64) float fa[kBlock], fb[kBlock];
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t m = std::min(kBlock, n - i0);
+    for (int64_t i = 0; i < m; ++i) {
+      fa[i] = kBf16 ? bf16_bits_to_float(a[i0 + i]) : fp16_bits_to_float(a[i0 + i]);
+      fb[i] = kBf16 ? bf16_bits_to_float(b[i0 + i]) : fp16_bits_to_float(b[i0 + i]);
+    }
+    float_binary_body(op, fa, fb, fa, m);
+    for (int64_t i = 0; i < m; ++i)
+      o[i0 + i] = kBf16 ? float_to_bf16_bits(fa[i]) : float_to_fp16_bits(fa[i]);
+  }
+}
+ATTN_ISA_INLINE void bf16_binary_body(FloatOp op, const uint16_t* a, const uint16_t* b, uint16_t* o,
+                                      int64_t n) {
+  half_binary_body<true>(op, a, b, o, n);
+}
+ATTN_ISA_INLINE void fp16_binary_body(FloatOp op, const uint16_t* a, const uint16_t* b, uint16_t* o,
+                                      int64_t n) {
+  half_binary_body<false>(op, a, b, o, n);
+}
+ATTN_ISA_VARIANTS(void, bf16_binary,
+                  (FloatOp op, const uint16_t* a, const uint16_t* b, uint16_t* o, int64_t n),
+                  (op, a, b, o, n))
+ATTN_ISA_VARIANTS(void, fp16_binary,
+                  (FloatOp op, const uint16_t* a, const uint16_t* b, uint16_t* o, int64_t n),
+                  (op, a, b, o, n))
+
+template <typename H>
+bool binary_fast_half(const Binary& p) {
+  FastPlan plan;
+  if (!fast_plan(p, plan)) return false;
+  if (plan.n == 0) return true;
+  const auto* pa = static_cast<const uint16_t*>(p.a.storage) + p.a.offset;
+  const auto* pb = static_cast<const uint16_t*>(p.b.storage) + p.b.offset;
+  auto* po = static_cast<uint16_t*>(p.out_storage) + p.out_offset;
+  const uint16_t* pf = plan.full_is_a ? pa : pb;
+  const uint16_t* pr = plan.full_is_a ? pb : pa;
+  auto f = std::is_same_v<H, BFloat16> ? bf16_binary : fp16_binary;
+  const int nt = threads_for(plan.n);
+  if (!plan.repeats) {
+    parallel_ranges(plan.n, nt, [&](int64_t i0, int64_t i1) {
+      f(plan.op, pf + i0, pr + i0, po + i0, i1 - i0);
+    });
+    return true;
+  }
+  const int64_t nb = plan.nb;
+  parallel_ranges(plan.n / nb, nt, [&](int64_t r0, int64_t r1) {
+    for (int64_t base = r0 * nb; base < r1 * nb; base += nb)
+      f(plan.op, pf + base, pr, po + base, nb);
+  });
+  return true;
+}
+
+bool binary_fast_float(const Binary& p) {
+  FastPlan plan;
+  if (!fast_plan(p, plan)) return false;
+  if (plan.n == 0) return true;
   const float* pa = static_cast<const float*>(p.a.storage) + p.a.offset;
   const float* pb = static_cast<const float*>(p.b.storage) + p.b.offset;
   float* po = static_cast<float*>(p.out_storage) + p.out_offset;
-  // The repeated operand is passed second; swap the operation's arguments back when it is a.
-  const float* pf = a_full ? pa : pb;
-  const float* pr = a_full ? pb : pa;
-  const bool swap = !a_full;
-  FloatOp fop;
-  switch (op) {
-    case Op::Add: fop = FloatOp::kAdd; break;
-    case Op::Mul: fop = FloatOp::kMul; break;
-    case Op::Sub: fop = swap ? FloatOp::kRSub : FloatOp::kSub; break;
-    case Op::Div: fop = swap ? FloatOp::kRDiv : FloatOp::kDiv; break;
-    default: return false;
-  }
-  repeat_loop(fop, pf, pr, po, n, nb, rep);
+  // The repeated operand is passed second (plan.op has the arguments swapped back).
+  repeat_loop(plan.op, plan.full_is_a ? pa : pb, plan.full_is_a ? pb : pa, po, plan.n, plan.nb,
+              plan.repeats);
   return true;
 }
 
@@ -237,6 +313,29 @@ bool unit_inner_strides(const Binary& p) {
   return true;
 }
 
+// bfloat16 / float16: the fast case above, else each element widened, the float op (apply,
+// compare), the result rounded once.
+template <typename H>
+void run_binary_half(const Binary& p) {
+  if (binary_fast_half<H>(p)) return;
+  const H* pa = static_cast<const H*>(p.a.storage);
+  const H* pb = static_cast<const H*>(p.b.storage);
+  const Op op = p.op;
+  if (backend::is_comparison(op)) {
+    bool* po = static_cast<bool*>(p.out_storage);
+    strided_loop<3>(*p.shape, {p.out_strides, p.a.strides, p.b.strides},
+                    {p.out_offset, p.a.offset, p.b.offset}, [&](const std::array<int64_t, 3>& o) {
+                      po[o[0]] = compare(op, float(pa[o[1]]), float(pb[o[2]]));
+                    });
+    return;
+  }
+  H* po = static_cast<H*>(p.out_storage);
+  strided_loop<3>(*p.shape, {p.out_strides, p.a.strides, p.b.strides},
+                  {p.out_offset, p.a.offset, p.b.offset}, [&](const std::array<int64_t, 3>& o) {
+                    po[o[0]] = H(apply(op, float(pa[o[1]]), float(pb[o[2]])));
+                  });
+}
+
 template <typename T>
 void run_binary(const Binary& p) {
   if constexpr (std::is_same_v<T, float>) {
@@ -266,7 +365,8 @@ void run_binary(const Binary& p) {
 }  // namespace attn::kernels
 
 namespace attn::backend::cpu {
-// float32, int64, bool; bfloat16 and float16 compute in float32 (the op widens them).
+// float32, int64, bool; bfloat16 and float16 in float32 per element, rounded once.
 const Kernels<BinaryFn> binary = {kernels::run_binary<float>, kernels::run_binary<int64_t>,
-                                  kernels::run_binary<bool>};
+                                  kernels::run_binary<bool>, kernels::run_binary_half<BFloat16>,
+                                  kernels::run_binary_half<Half>};
 }  // namespace attn::backend::cpu

@@ -1,10 +1,12 @@
-// GELU forward and backward on float32 (src/backend/layer_kernels.h), and the element kernels
+// GELU forward and backward on float32 and SiLU's forward on float32, bfloat16 and float16
+// (src/backend/layer_kernels.h), and the element kernels
 // that the product with GELU in its epilogue (ops/layer_ops.cpp, linear_gelu) runs on its rows.
 //
 // exp, tanh and erfc are vmath.h's branch-free polynomials, so that the loops vectorise; the loops
 // are built for AVX-512, AVX2+FMA and baseline (ATTN_ISA_VARIANTS, isa.h).
 #include "gelu.h"
 
+#include <attn/half.h>
 #include <omp.h>
 
 #include <cmath>
@@ -129,10 +131,55 @@ void gelu_backward_f32(const backend::GeluBackward& a) {
   }
 }
 
+// SiLU, x / (1 + e^-x) as torch's CPU kernel writes it, over n elements; E and kKind as
+// layer_norm.cpp's rms_norm_rows (0 float32, 1 bfloat16, 2 float16).
+template <typename E, int kKind>
+ATTN_ISA_INLINE void silu_elems(const E* x, E* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    if constexpr (kKind == 0)
+      v = x[i];
+    else if constexpr (kKind == 1)
+      v = bf16_bits_to_float(x[i]);
+    else
+      v = fp16_bits_to_float(x[i]);
+    const float r = v / (1.0f + vm::exp(-v));
+    if constexpr (kKind == 0)
+      y[i] = r;
+    else if constexpr (kKind == 1)
+      y[i] = float_to_bf16_bits(r);
+    else
+      y[i] = float_to_fp16_bits(r);
+  }
+}
+ATTN_ISA_INLINE void silu_f32_body(const void* x, void* y, int64_t n) {
+  silu_elems<float, 0>(static_cast<const float*>(x), static_cast<float*>(y), n);
+}
+ATTN_ISA_INLINE void silu_bf16_body(const void* x, void* y, int64_t n) {
+  silu_elems<uint16_t, 1>(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), n);
+}
+ATTN_ISA_INLINE void silu_fp16_body(const void* x, void* y, int64_t n) {
+  silu_elems<uint16_t, 2>(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y), n);
+}
+ATTN_ISA_VARIANTS(void, silu_f32, (const void* x, void* y, int64_t n), (x, y, n))
+ATTN_ISA_VARIANTS(void, silu_bf16, (const void* x, void* y, int64_t n), (x, y, n))
+ATTN_ISA_VARIANTS(void, silu_fp16, (const void* x, void* y, int64_t n), (x, y, n))
+
+template <void (*Elems)(const void*, void*, int64_t), int64_t kSize>
+void silu_forward(const backend::SiluForward& a) {
+  const auto* x = static_cast<const char*>(a.x);
+  auto* y = static_cast<char*>(a.y);
+  parallel_ranges(a.n, threads_for(a.n, kMinParallelElems),
+                  [&](int64_t i0, int64_t i1) { Elems(x + i0 * kSize, y + i0 * kSize, i1 - i0); });
+}
+
 }  // namespace
 }  // namespace attn::kernels
 
 namespace attn::backend::cpu {
+const Kernels<SiluForwardFn> silu_forward = {kernels::silu_forward<kernels::silu_f32, 4>, nullptr,
+                                             nullptr, kernels::silu_forward<kernels::silu_bf16, 2>,
+                                             kernels::silu_forward<kernels::silu_fp16, 2>};
 const Kernels<GeluForwardFn> gelu_forward = {kernels::gelu_forward_f32};
 const Kernels<GeluBackwardFn> gelu_backward = {kernels::gelu_backward_f32};
 }  // namespace attn::backend::cpu

@@ -1,7 +1,10 @@
-// LayerNorm forward and backward on float32 rows (src/backend/layer_kernels.h).
+// LayerNorm forward and backward on float32 rows, and RMSNorm's forward on float32, bfloat16 and
+// float16 rows (src/backend/layer_kernels.h).
 //
 // The element loops are plain C++ compiled three times (AVX-512, AVX2+FMA, baseline) with
 // ATTN_ISA_VARIANTS (isa.h); the library itself is built for baseline x86-64.
+#include <attn/half.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -196,10 +199,82 @@ void layer_norm_backward_f32(const backend::LayerNormBackward& a) {
   }
 }
 
+// Rows [r0, r1) of RMSNorm. E: the element (float, or the 2-byte types' bits, uint16_t).
+template <typename E, int kKind>  // kKind: 0 float32, 1 bfloat16, 2 float16
+ATTN_ISA_INLINE void rms_norm_rows(const E* x, const E* w, E* y, int64_t r0, int64_t r1, int64_t C,
+                                   float eps) {
+  auto load = [](E v) -> float {
+    if constexpr (kKind == 0)
+      return v;
+    else if constexpr (kKind == 1)
+      return bf16_bits_to_float(v);
+    else
+      return fp16_bits_to_float(v);
+  };
+  auto store = [](float v) -> E {
+    if constexpr (kKind == 0)
+      return v;
+    else if constexpr (kKind == 1)
+      return float_to_bf16_bits(v);
+    else
+      return float_to_fp16_bits(v);
+  };
+  const int64_t full = C - C % kLanes;
+  for (int64_t r = r0; r < r1; ++r) {
+    const E* xr = x + r * C;
+    E* yr = y + r * C;
+    double s[kLanes] = {};
+    for (int64_t c = 0; c < full; c += kLanes)
+      for (int j = 0; j < kLanes; ++j) {
+        const double v = load(xr[c + j]);
+        s[j] += v * v;
+      }
+    for (int64_t c = full; c < C; ++c) {
+      const double v = load(xr[c]);
+      s[c - full] += v * v;
+    }
+    const float rstd = 1.0f / std::sqrt(float(lanes_total(s) / double(C)) + eps);
+    if (w) {
+      for (int64_t c = 0; c < C; ++c) yr[c] = store(load(store(load(xr[c]) * rstd)) * load(w[c]));
+    } else {
+      for (int64_t c = 0; c < C; ++c) yr[c] = store(load(xr[c]) * rstd);
+    }
+  }
+}
+ATTN_ISA_INLINE void rms_norm_f32_body(const backend::RmsNormForward& a, int64_t r0, int64_t r1) {
+  rms_norm_rows<float, 0>(static_cast<const float*>(a.x), static_cast<const float*>(a.w),
+                          static_cast<float*>(a.y), r0, r1, a.C, a.eps);
+}
+ATTN_ISA_INLINE void rms_norm_bf16_body(const backend::RmsNormForward& a, int64_t r0, int64_t r1) {
+  rms_norm_rows<uint16_t, 1>(static_cast<const uint16_t*>(a.x), static_cast<const uint16_t*>(a.w),
+                             static_cast<uint16_t*>(a.y), r0, r1, a.C, a.eps);
+}
+ATTN_ISA_INLINE void rms_norm_fp16_body(const backend::RmsNormForward& a, int64_t r0, int64_t r1) {
+  rms_norm_rows<uint16_t, 2>(static_cast<const uint16_t*>(a.x), static_cast<const uint16_t*>(a.w),
+                             static_cast<uint16_t*>(a.y), r0, r1, a.C, a.eps);
+}
+ATTN_ISA_VARIANTS(void, rms_norm_f32, (const backend::RmsNormForward& a, int64_t r0, int64_t r1),
+                  (a, r0, r1))
+ATTN_ISA_VARIANTS(void, rms_norm_bf16, (const backend::RmsNormForward& a, int64_t r0, int64_t r1),
+                  (a, r0, r1))
+ATTN_ISA_VARIANTS(void, rms_norm_fp16, (const backend::RmsNormForward& a, int64_t r0, int64_t r1),
+                  (a, r0, r1))
+
+// Rows split across threads; each row's result does not depend on the split.
+template <void (*Rows)(const backend::RmsNormForward&, int64_t, int64_t)>
+void rms_norm_forward(const backend::RmsNormForward& a) {
+  const int nt = a.rows * a.C < kMinParallelElems ? 1 : threads_for(a.rows * a.C);
+  parallel_ranges(a.rows, nt, [&](int64_t r0, int64_t r1) { Rows(a, r0, r1); });
+}
+
 }  // namespace
 }  // namespace attn::kernels
 
 namespace attn::backend::cpu {
 const Kernels<LayerNormForwardFn> layer_norm_forward = {kernels::layer_norm_forward_f32};
 const Kernels<LayerNormBackwardFn> layer_norm_backward = {kernels::layer_norm_backward_f32};
+const Kernels<RmsNormForwardFn> rms_norm_forward = {
+    kernels::rms_norm_forward<kernels::rms_norm_f32>, nullptr, nullptr,
+    kernels::rms_norm_forward<kernels::rms_norm_bf16>,
+    kernels::rms_norm_forward<kernels::rms_norm_fp16>};
 }  // namespace attn::backend::cpu
