@@ -211,8 +211,9 @@ def run(a, cfg, d):
                 t.append(time.perf_counter())
             return t
 
-    def attn_prefill(ids):
-        model(attn.tensor(ids))
+    def attn_prefill(ids):  # as transformers' side runs: no autograd graph
+        with attn.no_grad():
+            model(attn.tensor(ids))
 
     def attn_generate(ids):
         t = []
