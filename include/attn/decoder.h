@@ -9,6 +9,8 @@
 //              scaled by sqrt(hidden_size), query_pre_attn_scalar, GELU-tanh MLP
 //   Gemma 3    Gemma 2's layout with QK-norm, no softcaps, a pattern of sliding layers and their
 //              own RoPE base
+//   gpt-oss    attention sinks, sliding and global layers alternating, q/k/v/o biases, yarn
+//              RoPE, a mixture of experts (top-k routing, clamped SwiGLU) in place of the MLP
 //
 //   x = embed_tokens(ids) (* sqrt(hidden_size))
 //   each layer:  h = input_layernorm(x); a = attention(h) (post_attention_layernorm(a) when
@@ -50,9 +52,14 @@ struct DecoderConfig {
   // original / low_freq_factor divided by factor, below original / high_freq_factor kept, a
   // smooth blend between) or "linear" (every frequency divided by factor; Gemma 3's global
   // layers).
+  // "yarn" (gpt-oss): frequencies blended between divided by factor (below beta_slow rotations
+  // over the original context) and kept (above beta_fast), the correction range floored/ceiled
+  // when rope_truncate; cos and sin scaled by rope_attention_factor (0: 0.1 ln(factor) + 1).
   std::string rope_type = "default";
   double rope_factor = 1.0, rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
   int64_t rope_original_max_position_embeddings = 8192;
+  double rope_beta_fast = 32.0, rope_beta_slow = 1.0, rope_attention_factor = 0.0;
+  bool rope_truncate = true;
   bool qkv_bias = false;  // biases on q_proj, k_proj, v_proj (Qwen2; Llama's attention_bias)
   bool o_bias = false;    // a bias on o_proj (Llama's attention_bias)
   bool mlp_bias = false;
@@ -69,6 +76,13 @@ struct DecoderConfig {
   int64_t sliding_window = 0;  // keys within the last sliding_window positions (sliding layers)
   std::vector<bool> sliding_layers;  // per layer, whether it is a sliding-window layer
   double rope_local_base_freq = 0;   // RoPE base of the sliding layers (0: rope_theta)
+  // ---- gpt-oss
+  bool attention_sinks = false;     // self_attn.sinks: a learned logit per head in each softmax
+  bool norm_in_float32 = false;     // RMSNorm times its weight in float32, rounded once
+  int64_t num_local_experts = 0;    // > 0: the MLP is a mixture of experts (mlp.router, .experts)
+  int64_t num_experts_per_tok = 0;  // top-k experts per token, weighted by the softmax of their
+                                    // router logits
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // the experts' clamped SwiGLU
 
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   bool is_sliding(int64_t layer) const {
@@ -84,12 +98,15 @@ struct DecoderConfig {
 // torch.nn.RMSNorm, or Gemma's x_normed * (1 + weight).
 class DecoderRMSNorm : public Module {
  public:
-  DecoderRMSNorm(int64_t dim, double eps, bool plus_one);
+  // plus_one: scales by (1 + weight) (Gemma); in_float32: the product with the weight in float32
+  // and one rounding to x's dtype (gpt-oss; Gemma's always is), else normalized, rounded, times
+  // the weight in x's dtype (Llama).
+  DecoderRMSNorm(int64_t dim, double eps, bool plus_one, bool in_float32 = false);
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   std::string name() const override { return "RMSNorm"; }
   double eps;
-  bool plus_one;
+  bool plus_one, in_float32;
   Tensor weight;
 };
 
@@ -104,6 +121,7 @@ class DecoderAttention : public Module {
   std::string name() const override { return "Attention"; }
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<DecoderRMSNorm> q_norm, k_norm;  // QK-norm, or null
+  Tensor sinks;                                    // (num_heads) attention sinks, or undefined
   int64_t num_heads, num_kv_heads, head_size, window;
   double scale, softcap;
 };
@@ -117,14 +135,41 @@ class DecoderMLP : public Module {
   std::string act;
 };
 
+// The experts of a mixture (gpt-oss's layout, stored as transformers stores it): per expert e,
+// gate_up_proj[e] (hidden, 2 intermediate) whose even columns are the gate and odd ones the up
+// projection, down_proj[e] (intermediate, hidden), each with its bias.
+class DecoderExperts : public Module {
+ public:
+  explicit DecoderExperts(const DecoderConfig& c);
+  std::string name() const override { return "Experts"; }
+  Tensor gate_up_proj, gate_up_proj_bias, down_proj, down_proj_bias;
+};
+
+// A mixture of experts: the router's logits (Linear with bias), the top num_experts_per_tok of
+// each token, their softmax as weights; each chosen expert computes
+// (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha g), g = clamp(gate, max = limit), then its
+// down projection; the weighted outputs summed in expert order (in float32, rounded once).
+class DecoderMoE : public Module {
+ public:
+  explicit DecoderMoE(const DecoderConfig& c);
+  Tensor forward(const Tensor& x) const;
+  std::string name() const override { return "MoE"; }
+  std::shared_ptr<Linear> router;
+  std::shared_ptr<DecoderExperts> experts;
+  int64_t top_k;
+  double alpha, limit;
+};
+
 class DecoderLayer : public Module {
  public:
   DecoderLayer(const DecoderConfig& c, int64_t layer);
   Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor* k_cache,
                  Tensor* v_cache, int64_t start) const;
   std::string name() const override { return "DecoderLayer"; }
+  Tensor feed_forward(const Tensor& x) const { return mlp ? mlp->forward(x) : moe->forward(x); }
   std::shared_ptr<DecoderAttention> self_attn;
-  std::shared_ptr<DecoderMLP> mlp;
+  std::shared_ptr<DecoderMLP> mlp;  // or, with num_local_experts > 0, moe (both named "mlp")
+  std::shared_ptr<DecoderMoE> moe;
   std::shared_ptr<DecoderRMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<DecoderRMSNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // Gemma
   bool sliding;

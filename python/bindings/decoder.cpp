@@ -12,7 +12,7 @@ namespace attn::python {
 
 void register_decoder(py::module_& m) {
   py::module_ d =
-      m.def_submodule("decoder", "the decoder of Llama, Qwen and Gemma (attn/decoder.h)");
+      m.def_submodule("decoder", "the decoder of Llama, Qwen, Gemma and gpt-oss (attn/decoder.h)");
   py::class_<nn::DecoderConfig>(d, "DecoderConfig")
       .def(py::init<>())
       .def_readwrite("model_type", &nn::DecoderConfig::model_type)
@@ -42,7 +42,21 @@ void register_decoder(py::module_& m) {
       .def_readwrite("final_logit_softcapping", &nn::DecoderConfig::final_logit_softcapping)
       .def_readwrite("sliding_window", &nn::DecoderConfig::sliding_window)
       .def_readwrite("sliding_layers", &nn::DecoderConfig::sliding_layers)
-      .def_readwrite("rope_local_base_freq", &nn::DecoderConfig::rope_local_base_freq);
+      .def_readwrite("rope_local_base_freq", &nn::DecoderConfig::rope_local_base_freq)
+      .def_readwrite("rope_low_freq_factor", &nn::DecoderConfig::rope_low_freq_factor)
+      .def_readwrite("rope_high_freq_factor", &nn::DecoderConfig::rope_high_freq_factor)
+      .def_readwrite("rope_original_max_position_embeddings",
+                     &nn::DecoderConfig::rope_original_max_position_embeddings)
+      .def_readwrite("rope_beta_fast", &nn::DecoderConfig::rope_beta_fast)
+      .def_readwrite("rope_beta_slow", &nn::DecoderConfig::rope_beta_slow)
+      .def_readwrite("rope_attention_factor", &nn::DecoderConfig::rope_attention_factor)
+      .def_readwrite("rope_truncate", &nn::DecoderConfig::rope_truncate)
+      .def_readwrite("attention_sinks", &nn::DecoderConfig::attention_sinks)
+      .def_readwrite("norm_in_float32", &nn::DecoderConfig::norm_in_float32)
+      .def_readwrite("num_local_experts", &nn::DecoderConfig::num_local_experts)
+      .def_readwrite("num_experts_per_tok", &nn::DecoderConfig::num_experts_per_tok)
+      .def_readwrite("swiglu_alpha", &nn::DecoderConfig::swiglu_alpha)
+      .def_readwrite("swiglu_limit", &nn::DecoderConfig::swiglu_limit);
   py::class_<nn::Decoder, std::shared_ptr<nn::Decoder>>(d, "Decoder")
       .def(py::init([](const nn::DecoderConfig& c, const py::object& g) {
              Generator* gen = gen_arg(g);

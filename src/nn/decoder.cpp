@@ -37,8 +37,17 @@ void DecoderConfig::validate(const char* fn) const {
     fail(fn, "rope_theta must be positive and finite, got ", rope_theta);
   if (!(rope_local_base_freq >= 0 && std::isfinite(rope_local_base_freq)))
     fail(fn, "rope_local_base_freq must be >= 0 and finite, got ", rope_local_base_freq);
-  if (rope_type != "default" && rope_type != "llama3" && rope_type != "linear")
-    fail(fn, "rope_type must be 'default', 'llama3' or 'linear', got '", rope_type, "'");
+  if (rope_type != "default" && rope_type != "llama3" && rope_type != "linear" &&
+      rope_type != "yarn")
+    fail(fn, "rope_type must be 'default', 'llama3', 'linear' or 'yarn', got '", rope_type, "'");
+  if (rope_type == "yarn" &&
+      !(rope_original_max_position_embeddings > 0 && rope_beta_fast > 0 && rope_beta_slow > 0 &&
+        rope_attention_factor >= 0 && std::isfinite(rope_attention_factor)))
+    fail(fn,
+         "yarn rope scaling needs original_max_position_embeddings, beta_fast and beta_slow > 0 "
+         "and attention_factor >= 0, got ",
+         rope_original_max_position_embeddings, ", ", rope_beta_fast, ", ", rope_beta_slow, ", ",
+         rope_attention_factor);
   if (!(rope_factor > 0 && std::isfinite(rope_factor)))
     fail(fn, "the rope scaling factor must be positive and finite, got ", rope_factor);
   if (rope_type == "llama3" &&
@@ -57,6 +66,13 @@ void DecoderConfig::validate(const char* fn) const {
                          {final_logit_softcapping, "final_logit_softcapping"}})
     if (!(v >= 0 && std::isfinite(v))) fail(fn, what, " must be >= 0 and finite, got ", v);
   if (sliding_window < 0) fail(fn, "sliding_window must be >= 0 (0: none), got ", sliding_window);
+  if (num_local_experts < 0) fail(fn, "num_local_experts must be >= 0, got ", num_local_experts);
+  if (num_local_experts > 0 && (num_experts_per_tok < 1 || num_experts_per_tok > num_local_experts))
+    fail(fn, "num_experts_per_tok must be in [1, num_local_experts = ", num_local_experts,
+         "], got ", num_experts_per_tok);
+  if (!(swiglu_limit > 0 && std::isfinite(swiglu_limit) && std::isfinite(swiglu_alpha)))
+    fail(fn, "swiglu_limit must be positive and finite and swiglu_alpha finite, got ", swiglu_limit,
+         " and ", swiglu_alpha);
   if (!sliding_layers.empty() && int64_t(sliding_layers.size()) != num_hidden_layers)
     fail(fn, "sliding_layers has ", sliding_layers.size(), " entries for ", num_hidden_layers,
          " layers");
@@ -74,6 +90,28 @@ std::vector<float> inverse_frequencies(const DecoderConfig& c, double base, int6
     inv[std::size_t(i)] = 1.0f / std::pow(float(base), float(2 * i) / float(dim));
   if (scaled && c.rope_type == "linear")
     for (float& f : inv) f /= float(c.rope_factor);
+  if (scaled && c.rope_type == "yarn") {
+    // transformers' _compute_yarn_parameters: the dims whose wavelength completes more than
+    // beta_fast turns over the original context keep their frequency, those under beta_slow turns
+    // are divided by factor, a linear ramp (in float32) between.
+    const double d = double(dim), b = base, L = double(c.rope_original_max_position_embeddings);
+    auto correction_dim = [&](double turns) {
+      return d * std::log(L / (turns * 2 * M_PI)) / (2 * std::log(b));
+    };
+    double low = correction_dim(c.rope_beta_fast), high = correction_dim(c.rope_beta_slow);
+    if (c.rope_truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0), high = std::min(high, d - 1);
+    if (low == high) high += 0.001;
+    const float factor = float(c.rope_factor);
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      const float pos = std::pow(float(base), float(2 * i) / float(dim));
+      const float extrapolation = 1.0f / pos, interpolation = 1.0f / (factor * pos);
+      float ramp = (float(i) - float(low)) / (float(high) - float(low));
+      ramp = std::min(std::max(ramp, 0.0f), 1.0f);
+      const float keep = 1.0f - ramp;
+      inv[std::size_t(i)] = interpolation * (1.0f - keep) + extrapolation * keep;
+    }
+  }
   if (scaled && c.rope_type == "llama3") {
     const float factor = float(c.rope_factor), lo = float(c.rope_low_freq_factor),
                 hi = float(c.rope_high_freq_factor);
@@ -90,6 +128,13 @@ std::vector<float> inverse_frequencies(const DecoderConfig& c, double base, int6
     }
   }
   return inv;
+}
+
+// The factor yarn scales cos and sin by (1 elsewhere): attention_factor, or 0.1 ln(factor) + 1.
+double rope_attention_scaling(const DecoderConfig& c) {
+  if (c.rope_type != "yarn") return 1.0;
+  if (c.rope_attention_factor > 0) return c.rope_attention_factor;
+  return c.rope_factor <= 1 ? 1.0 : 0.1 * std::log(c.rope_factor) + 1.0;
 }
 
 // cos and sin (T, dim) of positions start .. start + T - 1: [freqs, freqs] with
@@ -117,6 +162,12 @@ Tensor apply_rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return x * cos + rotated * sin;
 }
 
+Tensor int64_tensor(const std::vector<int64_t>& v) {
+  Tensor t = empty({int64_t(v.size())}, Dtype::Int64);
+  std::copy(v.begin(), v.end(), t.data_ptr<int64_t>());
+  return t;
+}
+
 void init_linear(Linear& l, Generator* gen) {
   init::normal_(l.weight, 0.0, 0.02, gen);
   if (l.bias.defined()) init::zeros_(l.bias);
@@ -124,18 +175,20 @@ void init_linear(Linear& l, Generator* gen) {
 
 }  // namespace
 
-DecoderRMSNorm::DecoderRMSNorm(int64_t dim, double eps_, bool plus_one_)
-    : eps(eps_), plus_one(plus_one_) {
+DecoderRMSNorm::DecoderRMSNorm(int64_t dim, double eps_, bool plus_one_, bool in_float32_)
+    : eps(eps_), plus_one(plus_one_), in_float32(in_float32_) {
   weight = register_parameter("weight", plus_one ? zeros({dim}) : ones({dim}));
 }
 
 Tensor DecoderRMSNorm::forward(const Tensor& x) const {
   const Shape shape{weight.size(0)};
   // Llama's: normalized in float32, rounded to x's dtype, times the weight (rms_norm does that).
-  if (!plus_one) return functional::rms_norm(x, shape, weight, eps);
-  // Gemma's: everything in float32, one rounding to x's dtype at the end.
-  const Tensor y = functional::rms_norm(x.to(Dtype::Float32), shape, Tensor(), eps) *
-                   (weight.to(Dtype::Float32) + 1.0);
+  if (!plus_one && (!in_float32 || x.dtype() == Dtype::Float32))
+    return functional::rms_norm(x, shape, weight, eps);
+  // Gemma's and gpt-oss's: everything in float32, one rounding to x's dtype at the end.
+  const Tensor w = weight.to(Dtype::Float32);
+  const Tensor y =
+      functional::rms_norm(x.to(Dtype::Float32), shape, Tensor(), eps) * (plus_one ? w + 1.0 : w);
   return y.to(x.dtype());
 }
 
@@ -161,6 +214,7 @@ DecoderAttention::DecoderAttention(const DecoderConfig& c, int64_t layer)
     k_norm = register_module(
         "k_norm", std::make_shared<DecoderRMSNorm>(head_size, c.rms_norm_eps, c.norm_plus_one));
   }
+  if (c.attention_sinks) sinks = register_parameter("sinks", zeros({num_heads}));
 }
 
 Tensor DecoderAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
@@ -189,6 +243,7 @@ Tensor DecoderAttention::forward(const Tensor& x, const Tensor& cos, const Tenso
   o.scale = scale;
   o.softcap = softcap;
   if (window > 0) o.window_left = window - 1;
+  if (sinks.defined()) o.sinks = sinks.to(Dtype::Float32);
   // In x's dtype: attention over 2-byte operands rounds its float32 result once, as here.
   const Tensor ctx = scaled_dot_product_attention(q, k, v, o).to(x.dtype());
   return (*o_proj)(ctx.transpose(1, 2).reshape({B, T, num_heads * head_size}));
@@ -209,11 +264,70 @@ Tensor DecoderMLP::forward(const Tensor& x) const {
   return (*down_proj)(a * (*up_proj)(x));
 }
 
+DecoderExperts::DecoderExperts(const DecoderConfig& c) {
+  const int64_t E = c.num_local_experts, H = c.hidden_size, I = c.intermediate_size;
+  gate_up_proj = register_parameter("gate_up_proj", zeros({E, H, 2 * I}));
+  gate_up_proj_bias = register_parameter("gate_up_proj_bias", zeros({E, 2 * I}));
+  down_proj = register_parameter("down_proj", zeros({E, I, H}));
+  down_proj_bias = register_parameter("down_proj_bias", zeros({E, H}));
+}
+
+DecoderMoE::DecoderMoE(const DecoderConfig& c)
+    : top_k(c.num_experts_per_tok), alpha(c.swiglu_alpha), limit(c.swiglu_limit) {
+  router =
+      register_module("router", std::make_shared<Linear>(c.hidden_size, c.num_local_experts, true));
+  experts = register_module("experts", std::make_shared<DecoderExperts>(c));
+}
+
+Tensor DecoderMoE::forward(const Tensor& x) const {
+  const int64_t H = x.size(-1), E = router->weight.size(0);
+  const Tensor flat = x.reshape({-1, H});
+  const int64_t N = flat.size(0), I = experts->down_proj.size(1);
+  auto [top, chosen] = topk((*router)(flat), top_k, -1);  // (N, k) each
+  const Tensor weights = softmax(top, -1);                // in the model's dtype, as transformers
+  const Tensor ids = chosen.contiguous();
+  const int64_t* pi = ids.data_ptr<int64_t>();
+  // The tokens of each expert (each at most once: top-k picks distinct experts) and the slot of
+  // their weight, in token order.
+  std::vector<std::vector<int64_t>> rows(static_cast<std::size_t>(E)), slots(rows.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int64_t e = pi[n * top_k + j];
+      rows[std::size_t(e)].push_back(n);
+      slots[std::size_t(e)].push_back(n * top_k + j);
+    }
+  const Tensor flat_weights = weights.reshape({N * top_k, 1});
+  Tensor out = zeros({N, H});  // float32: the experts' outputs summed, then rounded once
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& r = rows[std::size_t(e)];
+    if (r.empty()) continue;
+    const int64_t n = int64_t(r.size());
+    const Tensor idx = int64_tensor(r);
+    const Tensor xe = index_select(flat, 0, idx);
+    const Tensor gu =
+        matmul(xe, experts->gate_up_proj.select(0, e)) + experts->gate_up_proj_bias.select(0, e);
+    const Tensor pairs = gu.view({n, I, 2});  // columns 2i (gate) and 2i + 1 (up)
+    const Tensor gate = clamp(pairs.select(-1, 0), std::nullopt, Scalar(limit));
+    const Tensor up = clamp(pairs.select(-1, 1), Scalar(-limit), Scalar(limit));
+    const Tensor act = (up + 1.0) * (gate * sigmoid(gate * alpha));
+    const Tensor y =
+        matmul(act, experts->down_proj.select(0, e)) + experts->down_proj_bias.select(0, e);
+    const Tensor w = index_select(flat_weights, 0, int64_tensor(slots[std::size_t(e)]));
+    const Tensor contribution = (y * w).to(Dtype::Float32);
+    out = scatter_add(out, 0, idx.view({n, 1}).expand({n, H}).contiguous(), contribution);
+  }
+  return out.to(x.dtype()).view(x.shape());
+}
+
 DecoderLayer::DecoderLayer(const DecoderConfig& c, int64_t layer) : sliding(c.is_sliding(layer)) {
   self_attn = register_module("self_attn", std::make_shared<DecoderAttention>(c, layer));
-  mlp = register_module("mlp", std::make_shared<DecoderMLP>(c));
+  if (c.num_local_experts > 0)
+    moe = register_module("mlp", std::make_shared<DecoderMoE>(c));
+  else
+    mlp = register_module("mlp", std::make_shared<DecoderMLP>(c));
   auto norm = [&] {
-    return std::make_shared<DecoderRMSNorm>(c.hidden_size, c.rms_norm_eps, c.norm_plus_one);
+    return std::make_shared<DecoderRMSNorm>(c.hidden_size, c.rms_norm_eps, c.norm_plus_one,
+                                            c.norm_in_float32);
   };
   input_layernorm = register_module("input_layernorm", norm());
   post_attention_layernorm = register_module("post_attention_layernorm", norm());
@@ -228,10 +342,10 @@ Tensor DecoderLayer::forward(const Tensor& x, const Tensor& cos, const Tensor& s
   Tensor a = self_attn->forward((*input_layernorm)(x), cos, sin, k_cache, v_cache, start);
   if (pre_feedforward_layernorm) {  // Gemma: norms on both sides of each branch
     const Tensor h = x + (*post_attention_layernorm)(a);
-    return h + (*post_feedforward_layernorm)(mlp->forward((*pre_feedforward_layernorm)(h)));
+    return h + (*post_feedforward_layernorm)(feed_forward((*pre_feedforward_layernorm)(h)));
   }
   const Tensor h = x + a;
-  return h + mlp->forward((*post_attention_layernorm)(h));
+  return h + feed_forward((*post_attention_layernorm)(h));
 }
 
 DecoderModel::DecoderModel(const DecoderConfig& c) {
@@ -240,8 +354,9 @@ DecoderModel::DecoderModel(const DecoderConfig& c) {
   layers_list = register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     layers.push_back(layers_list->append(std::make_shared<DecoderLayer>(c, i)));
-  norm = register_module(
-      "norm", std::make_shared<DecoderRMSNorm>(c.hidden_size, c.rms_norm_eps, c.norm_plus_one));
+  norm =
+      register_module("norm", std::make_shared<DecoderRMSNorm>(c.hidden_size, c.rms_norm_eps,
+                                                               c.norm_plus_one, c.norm_in_float32));
 }
 
 Decoder::Decoder(const DecoderConfig& config, Generator* gen) : config_(config) {
@@ -253,10 +368,19 @@ Decoder::Decoder(const DecoderConfig& config, Generator* gen) : config_(config) 
   // transformers' _init_weights: every Linear and Embedding N(0, 0.02), biases zero.
   init::normal_(model->embed_tokens->weight, 0.0, 0.02, gen);
   for (const auto& l : model->layers) {
-    for (auto* p :
-         {&l->self_attn->q_proj, &l->self_attn->k_proj, &l->self_attn->v_proj,
-          &l->self_attn->o_proj, &l->mlp->gate_proj, &l->mlp->up_proj, &l->mlp->down_proj})
+    for (auto* p : {&l->self_attn->q_proj, &l->self_attn->k_proj, &l->self_attn->v_proj,
+                    &l->self_attn->o_proj})
       init_linear(**p, gen);
+    if (l->mlp) {
+      for (auto* p : {&l->mlp->gate_proj, &l->mlp->up_proj, &l->mlp->down_proj})
+        init_linear(**p, gen);
+    } else {  // gpt-oss's _init_weights: router weight and bias, expert matrices N(0, 0.02)
+      init::normal_(l->moe->router->weight, 0.0, 0.02, gen);
+      init::normal_(l->moe->router->bias, 0.0, 0.02, gen);
+      init::normal_(l->moe->experts->gate_up_proj, 0.0, 0.02, gen);
+      init::normal_(l->moe->experts->down_proj, 0.0, 0.02, gen);
+    }
+    if (l->self_attn->sinks.defined()) init::normal_(l->self_attn->sinks, 0.0, 0.02, gen);
   }
   if (lm_head) init_linear(*lm_head, gen);
   eval();
@@ -316,8 +440,10 @@ Tensor Decoder::run(const Tensor& ids, DecoderCache* cache) const {
     }
   }
   // The tables in float32, then in the model's dtype (transformers' cos.to(x.dtype)).
-  auto tables = [dt, start, T](const std::vector<float>& inv) {
+  const double rope_scale = rope_attention_scaling(c);  // yarn's; 1 otherwise
+  auto tables = [dt, start, T, rope_scale](const std::vector<float>& inv) {
     auto [cos, sin] = rope_tables(inv, start, T);
+    if (rope_scale != 1.0) cos = cos * rope_scale, sin = sin * rope_scale;
     return std::pair<Tensor, Tensor>{cos.to(dt), sin.to(dt)};
   };
   const auto global = tables(inverse_frequencies(c, c.rope_theta, D, true));

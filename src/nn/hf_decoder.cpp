@@ -112,6 +112,23 @@ const std::map<std::string, Family>& families() {
               "sliding_window_pattern", "_sliding_window_pattern", "layer_types",
               "use_bidirectional_attention"}),
         gemma3};
+
+    DecoderConfig gpt_oss;  // transformers' GptOssConfig defaults (gpt-oss-20b's shape)
+    gpt_oss.model_type = "gpt_oss";
+    gpt_oss.vocab_size = 201088, gpt_oss.hidden_size = 2880, gpt_oss.intermediate_size = 2880;
+    gpt_oss.num_hidden_layers = 36, gpt_oss.num_attention_heads = 64;
+    gpt_oss.num_key_value_heads = 8, gpt_oss.head_dim = 64;
+    gpt_oss.max_position_embeddings = 131072, gpt_oss.rms_norm_eps = 1e-5;
+    gpt_oss.rope_theta = 150000, gpt_oss.sliding_window = 128;
+    gpt_oss.qkv_bias = gpt_oss.o_bias = true, gpt_oss.attention_sinks = true;
+    gpt_oss.norm_in_float32 = true;
+    gpt_oss.num_local_experts = 128, gpt_oss.num_experts_per_tok = 4;
+    gpt_oss.rope_type = "yarn", gpt_oss.rope_factor = 32, gpt_oss.rope_truncate = false;
+    gpt_oss.rope_original_max_position_embeddings = 4096;
+    m["gpt_oss"] = {with({"attention_bias", "sliding_window", "layer_types", "num_local_experts",
+                          "num_experts_per_tok", "swiglu_alpha", "swiglu_limit",
+                          "router_aux_loss_coef", "output_router_logits"}),
+                    gpt_oss};
     return m;
   }();
   return f;
@@ -143,12 +160,19 @@ bool get_bool(const json& j, const std::string& what, const char* key, bool fall
   return it->get<bool>();
 }
 
-std::string activation(const json& j, const std::string& what, const char* key,
+std::string get_string(const json& j, const std::string& what, const char* key,
                        const std::string& fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
   if (!it->is_string()) bad(what, key, " must be a string, got ", it->dump());
-  const std::string a = it->get<std::string>();
+  return it->get<std::string>();
+}
+
+std::string activation(const json& j, const std::string& what, const char* key,
+                       const std::string& fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  const std::string a = get_string(j, what, key, fallback);
   if (a == "silu" || a == "swish") return "silu";
   if (a == "gelu_pytorch_tanh" || a == "gelu_new" || a == "gelu_fast") return "gelu_tanh";
   bad(what, key, " '", a, "' is not supported (attn has silu and gelu_pytorch_tanh)");
@@ -166,12 +190,14 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   if (!j.is_object()) bad(what, "expected a JSON object");
   auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string())
-    bad(what, "no model_type (expected one of llama, qwen2, qwen3, gemma, gemma2, gemma3_text)");
+    bad(what,
+        "no model_type (expected one of llama, qwen2, qwen3, gemma, gemma2, gemma3_text, "
+        "gpt_oss)");
   const std::string type = mt->get<std::string>();
   auto fam = families().find(type);
   if (fam == families().end())
     bad(what, "model_type '", type,
-        "' is not supported (attn has llama, qwen2, qwen3, gemma, gemma2, gemma3_text)");
+        "' is not supported (attn has llama, qwen2, qwen3, gemma, gemma2, gemma3_text, gpt_oss)");
   std::string unknown;
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!fam->second.fields.count(it.key()) && !kGeneric.count(it.key()))
@@ -196,7 +222,8 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   const bool gemma_family = type.rfind("gemma", 0) == 0;
   c.hidden_act = activation(j, what, "hidden_act", c.hidden_act);
   if (gemma_family) c.hidden_act = activation(j, what, "hidden_activation", "gelu_tanh");
-  if (get_bool(j, what, "attention_bias", false)) c.qkv_bias = c.o_bias = true;  // q, k, v and o
+  if (j.contains("attention_bias") && !j["attention_bias"].is_null())  // q, k, v and o
+    c.qkv_bias = c.o_bias = get_bool(j, what, "attention_bias", false);
   c.mlp_bias = get_bool(j, what, "mlp_bias", c.mlp_bias);
   if (type == "qwen2" || type == "qwen3") {
     if (get_bool(j, what, "use_sliding_window", false))
@@ -215,9 +242,17 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   // attention (Gemma 3 checkpoints set it null): the function it computes has no cap, nor has ours.
   if (type == "gemma3_text") c.attn_logit_softcapping = 0;
   c.rope_local_base_freq = get_number(j, what, "rope_local_base_freq", c.rope_local_base_freq);
+  if (type == "gpt_oss") {
+    c.num_local_experts = get_int(j, what, "num_local_experts", c.num_local_experts);
+    c.num_experts_per_tok = get_int(j, what, "num_experts_per_tok", c.num_experts_per_tok);
+    c.swiglu_alpha = get_number(j, what, "swiglu_alpha", c.swiglu_alpha);
+    c.swiglu_limit = get_number(j, what, "swiglu_limit", c.swiglu_limit);
+    if (get_bool(j, what, "output_router_logits", false))
+      bad(what, "output_router_logits true is not supported (attn returns the logits only)");
+  }
 
   // Which layers slide: layer_types when given, else the family's pattern.
-  if (c.sliding_window > 0 && (type == "gemma2" || type == "gemma3_text")) {
+  if (c.sliding_window > 0 && (type == "gemma2" || type == "gemma3_text" || type == "gpt_oss")) {
     c.sliding_layers.assign(std::size_t(std::max<int64_t>(c.num_hidden_layers, 0)), false);
     if (j.contains("layer_types") && !j["layer_types"].is_null()) {
       const json& lt = j["layer_types"];
@@ -231,7 +266,7 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
               lt[i].dump());
         }
       }
-    } else if (type == "gemma2") {
+    } else if (type == "gemma2" || type == "gpt_oss") {  // even layers slide
       for (int64_t i = 0; i < c.num_hidden_layers; ++i)
         c.sliding_layers[std::size_t(i)] = i % 2 == 0;
     } else {
@@ -258,7 +293,8 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   // (transformers 5), per layer type for models with sliding layers.
   auto rope_scaling = [&](const json& rs, const char* field) {
     if (!rs.is_object()) bad(what, field, " must be an object or null, got ", rs.dump());
-    const std::string kind = rs.value("rope_type", rs.value("type", std::string("default")));
+    const std::string kind =
+        get_string(rs, what, "rope_type", get_string(rs, what, "type", "default"));
     if (kind == "llama3") {
       c.rope_type = "llama3";
       c.rope_factor = get_number(rs, what, "factor", 8.0);
@@ -269,9 +305,25 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
     } else if (kind == "linear") {
       c.rope_type = "linear";
       c.rope_factor = get_number(rs, what, "factor", 1.0);
+    } else if (kind == "yarn") {
+      for (const char* k : {"mscale", "mscale_all_dim", "partial_rotary_factor"})
+        if (rs.contains(k) && !rs[k].is_null())
+          bad(what, field, ": yarn's ", k, " is not supported, in ", rs.dump());
+      if (!rs.contains("original_max_position_embeddings"))
+        bad(what, field, ": yarn needs original_max_position_embeddings, in ", rs.dump());
+      c.rope_type = "yarn";
+      c.rope_original_max_position_embeddings =
+          get_int(rs, what, "original_max_position_embeddings", 0);
+      c.rope_factor = get_number(
+          rs, what, "factor",
+          double(c.max_position_embeddings) / double(c.rope_original_max_position_embeddings));
+      c.rope_beta_fast = get_number(rs, what, "beta_fast", 32.0);
+      c.rope_beta_slow = get_number(rs, what, "beta_slow", 1.0);
+      c.rope_attention_factor = get_number(rs, what, "attention_factor", 0.0);
+      c.rope_truncate = get_bool(rs, what, "truncate", true);
     } else if (kind != "default") {
-      bad(what, field, " type '", kind, "' is not supported (attn has llama3 and linear), in ",
-          rs.dump());
+      bad(what, field, " type '", kind,
+          "' is not supported (attn has llama3, linear and yarn), in ", rs.dump());
     }
   };
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
@@ -285,7 +337,7 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
       }
       if (rp.contains("sliding_attention")) {
         const json& sl = rp["sliding_attention"];
-        if (!sl.is_object() || sl.value("rope_type", std::string("default")) != "default")
+        if (!sl.is_object() || get_string(sl, what, "rope_type", "default") != "default")
           bad(what,
               "rope_parameters.sliding_attention: attn's sliding layers take a plain RoPE, "
               "got ",

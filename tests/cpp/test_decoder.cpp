@@ -1,10 +1,11 @@
 // attn::nn::Decoder against a naive forward written here in double from the families' published
 // definitions (explicit scores, masks and softmax; RoPE angles in double), for configurations of
-// every family, Qwen3's QK-norm and Gemma 3's sliding pattern, local RoPE base and linear RoPE
-// scaling included (the comparison with transformers itself, for the families its test version
-// has, is tests/python/test_decoder_vs_transformers.py). Also: the key/value cache gives the full
-// forward's logits token by token, greedy generation with stop tokens, config.json parsing per
-// family, and refusals.
+// every family, Qwen3's QK-norm, Gemma 3's sliding pattern, local RoPE base and linear RoPE
+// scaling, and gpt-oss's sinks, yarn RoPE and mixture of experts included (the comparison with
+// transformers itself, for the families its test version has, is
+// tests/python/test_decoder_vs_transformers.py). Also: the key/value cache gives the full forward's
+// logits token by token, greedy generation with stop tokens, config.json parsing per family, and
+// refusals.
 #include <attn/autograd.h>
 #include <attn/decoder.h>
 #include <attn/hf_decoder.h>
@@ -12,6 +13,7 @@
 #include <attn/tensor.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -75,6 +77,18 @@ Vec naive_forward(const Decoder& m, const std::vector<int64_t>& ids) {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < C; ++i)
       x[std::size_t(t * C + i)] = emb[std::size_t(ids[std::size_t(t)] * C + i)] * escale;
+  // yarn: the ramp between the dims that keep their frequency and those divided by factor, and
+  // the scale of cos and sin.
+  double yarn_low = 0, yarn_high = 1, yarn_scale = 1;
+  if (c.rope_type == "yarn") {
+    const double L = double(c.rope_original_max_position_embeddings), b = c.rope_theta;
+    auto dim_of = [&](double turns) {
+      return double(D) * std::log(L / (turns * 2 * M_PI)) / (2 * std::log(b));
+    };
+    yarn_low = std::max(0.0, dim_of(c.rope_beta_fast));
+    yarn_high = std::min(double(D - 1), dim_of(c.rope_beta_slow));
+    yarn_scale = 0.1 * std::log(c.rope_factor) + 1.0;
+  }
   auto rope = [&](Vec& v, int64_t heads, bool local) {
     const double base = local ? c.rope_local_base_freq : c.rope_theta;
     for (int64_t t = 0; t < T; ++t)
@@ -95,7 +109,13 @@ Vec naive_forward(const Decoder& m, const std::vector<int64_t>& ids) {
               f = (1 - smooth) * f / c.rope_factor + smooth * f;
             }
           }
-          const double a = double(t) * f, co = std::cos(a), si = std::sin(a);
+          if (!local && c.rope_type == "yarn") {
+            const double ramp =
+                std::clamp((double(i) - yarn_low) / (yarn_high - yarn_low), 0.0, 1.0);
+            f = f / c.rope_factor * ramp + f * (1 - ramp);
+          }
+          const double a = double(t) * f;
+          const double co = std::cos(a) * yarn_scale, si = std::sin(a) * yarn_scale;
           out[std::size_t(i)] = p[i] * co - p[i + D / 2] * si;
           out[std::size_t(i + D / 2)] = p[i + D / 2] * co + p[i] * si;
         }
@@ -118,7 +138,9 @@ Vec naive_forward(const Decoder& m, const std::vector<int64_t>& ids) {
       const int64_t g = hh / (H / Hkv);
       for (int64_t i = 0; i < T; ++i) {
         Vec s(std::size_t(i + 1), -INFINITY);
-        double mx = -INFINITY;
+        // A sink: one more logit in the softmax, with no value.
+        const double sink = A.sinks.defined() ? values(A.sinks)[std::size_t(hh)] : -INFINITY;
+        double mx = sink;
         for (int64_t j = 0; j <= i; ++j) {
           if (c.is_sliding(l) && i - j >= c.sliding_window) continue;
           double d = 0;
@@ -130,7 +152,7 @@ Vec naive_forward(const Decoder& m, const std::vector<int64_t>& ids) {
           s[std::size_t(j)] = d;
           mx = std::max(mx, d);
         }
-        double z = 0;
+        double z = std::exp(sink - mx);
         for (double& e : s) z += (e = std::exp(e - mx));
         for (int64_t j = 0; j <= i; ++j)
           for (int64_t e = 0; e < D; ++e)
@@ -143,6 +165,47 @@ Vec naive_forward(const Decoder& m, const std::vector<int64_t>& ids) {
     x = add(x, a);
     const Vec h2 = L.pre_feedforward_layernorm ? rms(x, *L.pre_feedforward_layernorm)
                                                : rms(x, *L.post_attention_layernorm);
+    if (L.moe) {  // top-k experts of the router's logits, weighted by their softmax
+      const auto& E = *L.moe->experts;
+      const Vec router = linear(h2, T, *L.moe->router), gu_w = values(E.gate_up_proj),
+                gu_b = values(E.gate_up_proj_bias), dn_w = values(E.down_proj),
+                dn_b = values(E.down_proj_bias);
+      const int64_t NE = c.num_local_experts, I = c.intermediate_size, K = c.num_experts_per_tok;
+      Vec mo(std::size_t(T * C), 0.0);
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<int64_t> order(static_cast<std::size_t>(NE));
+        for (int64_t e = 0; e < NE; ++e) order[std::size_t(e)] = e;
+        const double* lg = &router[std::size_t(t * NE)];
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return lg[a] > lg[b]; });
+        double z = 0;
+        for (int64_t j = 0; j < K; ++j) z += std::exp(lg[order[std::size_t(j)]] - lg[order[0]]);
+        for (int64_t j = 0; j < K; ++j) {
+          const int64_t e = order[std::size_t(j)];
+          const double w = std::exp(lg[e] - lg[order[0]]) / z;
+          Vec act(static_cast<std::size_t>(I));
+          for (int64_t u = 0; u < I; ++u) {
+            double g = gu_b[std::size_t(e * 2 * I + 2 * u)],
+                   up = gu_b[std::size_t(e * 2 * I + 2 * u + 1)];
+            for (int64_t i = 0; i < C; ++i) {
+              const double xi = h2[std::size_t(t * C + i)];
+              g += xi * gu_w[std::size_t((e * C + i) * 2 * I + 2 * u)];
+              up += xi * gu_w[std::size_t((e * C + i) * 2 * I + 2 * u + 1)];
+            }
+            g = std::min(g, c.swiglu_limit);
+            up = std::clamp(up, -c.swiglu_limit, c.swiglu_limit);
+            act[std::size_t(u)] = (up + 1) * g / (1 + std::exp(-c.swiglu_alpha * g));
+          }
+          for (int64_t o = 0; o < C; ++o) {
+            double y = dn_b[std::size_t(e * C + o)];
+            for (int64_t u = 0; u < I; ++u)
+              y += act[std::size_t(u)] * dn_w[std::size_t((e * I + u) * C + o)];
+            mo[std::size_t(t * C + o)] += w * y;
+          }
+        }
+      }
+      x = add(x, mo);
+      continue;
+    }
     Vec gate = linear(h2, T, *L.mlp->gate_proj);
     const Vec up = linear(h2, T, *L.mlp->up_proj);
     for (std::size_t i = 0; i < gate.size(); ++i) {
@@ -189,6 +252,12 @@ DecoderConfig small(const std::string& family) {
     c.hidden_act = "gelu_tanh", c.tie_word_embeddings = true, c.query_pre_attn_scalar = 10;
     c.sliding_window = 3, c.sliding_layers = {true, false, true};
     c.attn_logit_softcapping = 4, c.final_logit_softcapping = 2;
+  } else if (family == "gpt_oss") {
+    c.head_dim = 8, c.qkv_bias = c.o_bias = true, c.attention_sinks = true;
+    c.norm_in_float32 = true, c.sliding_window = 3, c.sliding_layers = {true, false, true};
+    c.num_local_experts = 5, c.num_experts_per_tok = 2, c.intermediate_size = 24;
+    c.rope_type = "yarn", c.rope_factor = 4, c.rope_original_max_position_embeddings = 8;
+    c.rope_truncate = false, c.rope_theta = 150000;
   } else if (family == "llama3") {
     c.rope_type = "llama3", c.rope_factor = 8, c.rope_original_max_position_embeddings = 8;
     c.rope_theta = 5e5, c.qkv_bias = c.o_bias = c.mlp_bias = true;
@@ -253,7 +322,8 @@ TEST_P(Families, CachedDecodingGivesTheFullForwardsLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoder, Families,
-                         ::testing::Values("llama", "llama3", "qwen3", "gemma2", "gemma3"));
+                         ::testing::Values("llama", "llama3", "qwen3", "gemma2", "gemma3",
+                                           "gpt_oss"));
 
 TEST(Decoder, GreedyGenerationFollowsTheArgmaxAndStops) {
   const auto m = random_model(small("qwen3"), 13);
@@ -335,6 +405,34 @@ TEST(HfDecoderConfig, EachFamilysFieldsAndDefaults) {
   EXPECT_THROW(decoder_config_from_hf_json(
                    R"({"model_type": "gemma3_text", "use_bidirectional_attention": true})"),
                attn::Error);
+  // gpt-oss: transformers' defaults (biases, sinks, yarn without truncation, even layers slide).
+  const DecoderConfig go = decoder_config_from_hf_json(
+      R"({"model_type": "gpt_oss", "num_hidden_layers": 4, "num_local_experts": 8,
+          "num_experts_per_tok": 2, "router_aux_loss_coef": 0.9, "swiglu_limit": 5.0})");
+  EXPECT_EQ(go.sliding_layers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(go.sliding_window, 128);
+  EXPECT_TRUE(go.qkv_bias && go.o_bias && go.attention_sinks && go.norm_in_float32);
+  EXPECT_EQ(go.rope_type, "yarn");
+  EXPECT_EQ(go.rope_factor, 32);
+  EXPECT_FALSE(go.rope_truncate);
+  EXPECT_EQ(go.rope_original_max_position_embeddings, 4096);
+  EXPECT_EQ(go.num_local_experts, 8);
+  EXPECT_EQ(go.num_experts_per_tok, 2);
+  EXPECT_EQ(go.swiglu_limit, 5.0);
+  EXPECT_EQ(go.swiglu_alpha, 1.702);
+  const DecoderConfig gob = decoder_config_from_hf_json(
+      R"({"model_type": "gpt_oss", "attention_bias": false,
+          "rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1000.0,
+                              "original_max_position_embeddings": 64, "beta_fast": 16.0}})");
+  EXPECT_FALSE(gob.qkv_bias || gob.o_bias);
+  EXPECT_EQ(gob.rope_factor, 2);
+  EXPECT_EQ(gob.rope_theta, 1000);
+  EXPECT_EQ(gob.rope_beta_fast, 16);
+  EXPECT_TRUE(gob.rope_truncate);  // transformers' default when the field is absent
+  EXPECT_THROW(
+      decoder_config_from_hf_json(
+          R"({"model_type": "gpt_oss", "num_local_experts": 2, "num_experts_per_tok": 3})"),
+      attn::Error);
   const DecoderConfig g2 = decoder_config_from_hf_json(
       R"({"model_type": "gemma2", "num_hidden_layers": 3, "final_logit_softcapping": null})");
   EXPECT_EQ(g2.sliding_layers, (std::vector<bool>{true, false, true}));

@@ -1,7 +1,9 @@
 """attn.nn.Decoder.from_pretrained against transformers 5 (PyPI, over torch 2.x) in the same
-process: the families the suite's transformers 4.44 lacks, Qwen3 (QK-norm, a head_dim of its own)
-and Gemma 3 (sliding and global layers with their own RoPE bases, QK-norm, sandwich norms,
-query_pre_attn_scalar), and checkpoints as transformers 5 writes them (rope_parameters,
+process: the families the suite's transformers 4.44 lacks, Qwen3 (QK-norm, a head_dim of its own),
+Gemma 3 (sliding and global layers with their own RoPE bases, QK-norm, sandwich norms,
+query_pre_attn_scalar) and gpt-oss (attention sinks, alternating windows, q/k/v/o biases, yarn
+RoPE, a mixture of experts with top-k routing and the clamped SwiGLU; transformers' eager experts
+as the reference), and checkpoints as transformers 5 writes them (rope_parameters,
 layer_types, _sliding_window_pattern) for Llama 3, Qwen2 and Gemma 2.
 
 Run by scripts/test.sh with .venv-bench (scripts/bench_setup.sh); skipped under torch 1.13:
@@ -49,6 +51,13 @@ CONFIGS = {
                    rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                    original_max_position_embeddings=16))),
     "qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM, dict(SMALL, rope_theta=1e6)),
+    # gpt-oss: 4 layers (sliding, full, ...), 6 experts, 2 per token, yarn over 32 positions.
+    "gpt_oss": (T.GptOssConfig, T.GptOssForCausalLM,
+                dict(SMALL, num_hidden_layers=4, head_dim=16, intermediate_size=40,
+                     num_local_experts=6, num_experts_per_tok=2, sliding_window=8,
+                     rope_parameters=dict(rope_type="yarn", factor=4.0, beta_fast=32.0,
+                                          beta_slow=1.0, truncate=False, rope_theta=150000.0,
+                                          original_max_position_embeddings=32))),
     "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM,
                dict(SMALL, head_dim=16, num_hidden_layers=4, sliding_window=8,
                     query_pre_attn_scalar=20, attn_logit_softcapping=5.0,
@@ -62,17 +71,19 @@ def save(name, d, seed=0, dtype=torch.float32):
     cfg_cls, model_cls, kw = CONFIGS[name]
     torch.manual_seed(seed)
     m = model_cls(cfg_cls(**kw)).eval()
-    with torch.no_grad():  # norms away from their initial ones / zeros, so that they matter
+    with torch.no_grad():  # norms, biases and sinks away from their initial ones / zeros
         for pname, p in m.named_parameters():
-            if "norm" in pname:
+            if "norm" in pname or "bias" in pname or "sinks" in pname:
                 p.add_(torch.randn_like(p) * 0.3)
     m.to(dtype).save_pretrained(str(d))
     return d
 
 
 def load(d, dtype):
-    return T.AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype,
-                                                  attn_implementation="eager").eval()
+    # Experts: transformers' per-expert loop (its grouped_mm default has no float64 kernel).
+    extra = dict(experts_implementation="eager") if "gpt_oss" in str(d) else {}
+    return T.AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype, attn_implementation="eager",
+                                                  **extra).eval()
 
 
 @torch.no_grad()
@@ -106,7 +117,7 @@ def test_logits_match_transformers(checkpoints, name):
         .format(name, err, err_torch)
 
 
-@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gemma3_types"])
+@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gemma3_types", "gpt_oss"])
 def test_greedy_generation_matches_transformers(checkpoints, name):
     # generate(do_sample=False)'s rule by hand (argmax of the full forward at each step): attn
     # decodes through its key/value cache, past Gemma 3's window of 8.
@@ -120,9 +131,9 @@ def test_greedy_generation_matches_transformers(checkpoints, name):
     assert ours == ids.tolist()
 
 
-@pytest.mark.parametrize("name", ["qwen3", "gemma3"])
+@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gpt_oss"])
 def test_bf16_checkpoints_are_as_close_as_transformers_bf16(name, tmp_path):
-    d = save(name, tmp_path / "bf16", seed=3, dtype=torch.bfloat16)
+    d = save(name, tmp_path / ("bf16_" + name), seed=3, dtype=torch.bfloat16)
     model = attn.nn.Decoder.from_pretrained(d, torch_dtype="auto")
     assert all(p.dtype is attn.bfloat16 for p in model.parameters())
     ours = model(attn.tensor(IDS))
@@ -157,3 +168,35 @@ def test_bad_gemma3_configs_are_refused(checkpoints, tmp_path, edit, words):
         attn.nn.Decoder.from_pretrained(d)
     for w in words:
         assert w in str(e.value)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c.update(output_router_logits=True), ["output_router_logits"]),
+    (lambda c: c.update(num_experts_per_tok=7), ["num_experts_per_tok must be in [1,"]),
+    (lambda c: c["rope_parameters"].update(mscale=1.0), ["mscale"]),
+    (lambda c: c["rope_parameters"].pop("original_max_position_embeddings"),
+     ["original_max_position_embeddings"]),
+    (lambda c: c.update(quantization_config=dict(quant_method="mxfp4")), ["quantization_config"]),
+])
+def test_bad_gpt_oss_configs_are_refused(checkpoints, tmp_path, edit, words):
+    src = checkpoints["gpt_oss"]
+    cfg = json.loads((src / "config.json").read_text())
+    edit(cfg)
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "model.safetensors").write_bytes((src / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError) as e:
+        attn.nn.Decoder.from_pretrained(d)
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_gpt_oss_parameters_carry_transformers_names(checkpoints):
+    model = attn.nn.Decoder.from_pretrained(checkpoints["gpt_oss"])
+    names = dict(model.named_parameters())
+    ref = load(checkpoints["gpt_oss"], torch.float32).state_dict()
+    assert set(names) == set(ref)
+    for k in ("model.layers.1.mlp.experts.gate_up_proj", "model.layers.0.self_attn.sinks",
+              "model.layers.3.mlp.router.bias"):
+        assert np.array_equal(names[k].numpy(), ref[k].numpy())

@@ -1,5 +1,5 @@
-"""attn.nn.Decoder: the decoder of today's model families (Llama 3, Qwen2/3, Gemma 1/2/3) over
-the C++ model (include/attn/decoder.h), loaded from a Hugging Face directory with
+"""attn.nn.Decoder: the decoder of today's model families (Llama 3, Qwen2/3, Gemma 1/2/3,
+gpt-oss) over the C++ model (include/attn/decoder.h), loaded from a Hugging Face directory with
 from_pretrained (include/attn/hf_decoder.h).
 
     model = attn.nn.Decoder.from_pretrained("path/to/dir")   # config.json + safetensors
@@ -22,7 +22,10 @@ _CONFIG_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size"
                   "tie_word_embeddings", "hidden_act", "norm_plus_one", "sandwich_norms",
                   "scale_embeddings", "query_pre_attn_scalar", "attn_logit_softcapping",
                   "final_logit_softcapping", "sliding_window", "sliding_layers",
-                  "rope_local_base_freq")
+                  "rope_local_base_freq", "rope_low_freq_factor", "rope_high_freq_factor",
+                  "rope_original_max_position_embeddings", "rope_beta_fast", "rope_beta_slow",
+                  "rope_attention_factor", "rope_truncate", "attention_sinks", "norm_in_float32",
+                  "num_local_experts", "num_experts_per_tok", "swiglu_alpha", "swiglu_limit")
 
 
 def _checkpoint_dtype(path):
