@@ -88,6 +88,9 @@ class Optimizer {
   void add_groups(std::vector<ParamGroup> groups);
   // Throws attn::Error when a hyper-parameter of g is out of range (torch's ValueError).
   virtual void check_group(const ParamGroup& g) const = 0;
+  // Whether parameters may be bfloat16 / float16 (their state then in their dtype, as torch's);
+  // otherwise they must be float32.
+  virtual bool takes_half_params() const { return false; }
   // Every parameter, in group order.
   std::vector<Tensor*> all_params();
   std::vector<const Tensor*> const_params() const;
@@ -142,6 +145,7 @@ class Adam : public Optimizer {
   Adam(std::string name, std::vector<ParamGroup> groups, const AdamOptions& options,
        bool decoupled);
   void check_group(const ParamGroup& g) const override;
+  bool takes_half_params() const override { return true; }
 
  private:
   struct State {

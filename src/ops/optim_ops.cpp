@@ -52,17 +52,25 @@ void* ptr(const Tensor& t) { return t.defined() ? t.device_data() : nullptr; }
 }  // namespace
 
 void fused_adam_(const char* fn, const std::vector<AdamUpdate>& updates, float grad_scale) {
-  std::vector<const Tensor*> all;
+  // One kernel call per dtype of the parameters (float32, bfloat16, float16 may be mixed).
+  std::vector<Dtype> dtypes;
   for (const AdamUpdate& u : updates)
-    for (const Tensor* t : {&u.p, &u.g, &u.m, &u.v, &u.vmax}) all.push_back(t);
-  const auto kernel = pick_for(fn, all, be::cpu::adam_step, be::cuda::adam_step);
-  std::vector<be::AdamParam> params;
-  params.reserve(updates.size());
-  for (const AdamUpdate& u : updates)
-    params.push_back({ptr(u.p), ptr(u.g), ptr(u.m), ptr(u.v), ptr(u.vmax), u.p.numel(), u.fused,
-                      u.gsign, u.l2, u.decay, u.beta1, u.one_minus_beta1, u.beta2,
-                      u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size});
-  kernel({params.data(), int64_t(params.size()), grad_scale});
+    if (std::find(dtypes.begin(), dtypes.end(), u.p.dtype()) == dtypes.end())
+      dtypes.push_back(u.p.dtype());
+  for (Dtype dt : dtypes) {
+    std::vector<const Tensor*> all;
+    for (const AdamUpdate& u : updates)
+      if (u.p.dtype() == dt)
+        for (const Tensor* t : {&u.p, &u.g, &u.m, &u.v, &u.vmax}) all.push_back(t);
+    const auto kernel = pick_for(fn, all, be::cpu::adam_step, be::cuda::adam_step);
+    std::vector<be::AdamParam> params;
+    for (const AdamUpdate& u : updates)
+      if (u.p.dtype() == dt)
+        params.push_back({ptr(u.p), ptr(u.g), ptr(u.m), ptr(u.v), ptr(u.vmax), u.p.numel(), u.fused,
+                          u.gsign, u.l2, u.decay, u.beta1, u.one_minus_beta1, u.beta2,
+                          u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size});
+    kernel({params.data(), int64_t(params.size()), grad_scale});
+  }
 }
 
 void adamw_update_host(float* p, const float* g, float* m, float* v, int64_t n, int64_t step,

@@ -99,15 +99,15 @@ void Adam::step_scaled(float grad_scale) {
       State& s = state_[k++];
       Tensor g = p.grad();
       if (!g.defined()) continue;
-      if (g.shape() != p.shape() || g.dtype() != Dtype::Float32)
+      if (g.shape() != p.shape() || g.dtype() != p.dtype())
         fail(name_.c_str(), "gradient ", detail::tensor_desc(g), " does not match parameter ",
              detail::tensor_desc(p));
       if (!g.is_contiguous()) keep.push_back(g = g.contiguous());
-      if (!s.exp_avg.defined()) {
-        s.exp_avg = zeros(p.shape());
-        s.exp_avg_sq = zeros(p.shape());
+      if (!s.exp_avg.defined()) {  // in the parameter's dtype, as torch's zeros_like
+        s.exp_avg = zeros(p.shape(), p.dtype());
+        s.exp_avg_sq = zeros(p.shape(), p.dtype());
       }
-      if (amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = zeros(p.shape());
+      if (amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = zeros(p.shape(), p.dtype());
       s.step += 1;
       const double bc1 = 1.0 - std::pow(beta1, double(s.step));
       const double bc2 = 1.0 - std::pow(beta2, double(s.step));
@@ -159,7 +159,7 @@ void Adam::load_state(const nn::NamedTensors& state, bool adopt) {
       seen[i] |= 1;
       continue;
     }
-    if (t.dtype() != Dtype::Float32 || t.shape() != params[i]->shape())
+    if (t.dtype() != params[i]->dtype() || t.shape() != params[i]->shape())
       fail(fn, "'", name, "' ", detail::tensor_desc(t), " does not match parameter ", i, " ",
            shape_str(params[i]->shape()));
     Tensor copy = state_tensor(t, adopt);

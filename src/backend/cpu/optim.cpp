@@ -1,6 +1,8 @@
 // The optimizers' element loops (optim.h).
 #include "optim.h"
 
+#include <attn/half.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -205,6 +207,60 @@ void adam_step_f32(const backend::AdamStep& s) {
   });
 }
 
+// bfloat16 / float16 parameters, their state in their dtype: torch's single-tensor step op by op,
+// each op computed in float and rounded to the dtype (R), as its CPU kernels do:
+//   g' = gsign R(g gscale) (+ l2 p, rounded), p = R(p decay), m = R(lerp(m, g', 1 - beta1)),
+//   v = R(R(v beta2) + (1 - beta2) g' g'), vmax = max(vmax, v),
+//   d = R(R(R(sqrt(v)) / bc2_sqrt) + eps), p = R(p + neg_step_size (m / d)).
+template <int kKind>  // 1 bfloat16, 2 float16
+void adam_half_range(const backend::AdamParam& u, int64_t i0, int64_t i1, float gscale) {
+  auto ld = [](uint16_t b) { return kKind == 1 ? bf16_bits_to_float(b) : fp16_bits_to_float(b); };
+  auto st = [](float x) { return kKind == 1 ? float_to_bf16_bits(x) : float_to_fp16_bits(x); };
+  auto R = [&](float x) { return ld(st(x)); };
+  auto* p = static_cast<uint16_t*>(u.p);
+  const auto* g = static_cast<const uint16_t*>(u.g);
+  auto* m = static_cast<uint16_t*>(u.m);
+  auto* v = static_cast<uint16_t*>(u.v);
+  auto* vmax = static_cast<uint16_t*>(u.vmax);
+  const float w = u.one_minus_beta1;
+  for (int64_t i = i0; i < i1; ++i) {
+    float gi = ld(g[i]);
+    if (gscale != 1.0f) gi = R(gi * gscale);
+    gi = u.gsign * gi;
+    float pi = ld(p[i]);
+    if (u.l2 != 0.0f) gi = R(gi + u.l2 * pi);
+    if (u.decay != 1.0f) pi = R(pi * u.decay);
+    const float mo = ld(m[i]);
+    const float mi = R(std::fabs(w) < 0.5f ? mo + w * (gi - mo) : gi - (gi - mo) * (1.0f - w));
+    const float vi = R(R(ld(v[i]) * u.beta2) + u.one_minus_beta2 * gi * gi);
+    float vu = vi;
+    if (vmax) {
+      vu = std::max(ld(vmax[i]), vi);
+      vmax[i] = st(vu);
+    }
+    const float d = R(R(R(std::sqrt(vu)) / u.bc2_sqrt) + u.eps);
+    p[i] = st(pi + u.neg_step_size * (mi / d));
+    m[i] = st(mi);
+    v[i] = st(vi);
+  }
+}
+
+template <int kKind>
+void adam_step_half(const backend::AdamStep& s) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < s.count; ++i) total += s.params[i].n;
+  parallel_ranges(total, threads_for(total), [&](int64_t lo, int64_t hi) {
+    int64_t start = 0;
+    for (int64_t i = 0; i < s.count; ++i) {
+      const backend::AdamParam& u = s.params[i];
+      const int64_t i0 = std::max(lo - start, int64_t(0)), i1 = std::min(hi - start, u.n);
+      if (i0 < i1) adam_half_range<kKind>(u, i0, i1, s.grad_scale);
+      start += u.n;
+      if (start >= hi) break;
+    }
+  });
+}
+
 void sgd_step_f32(const backend::SgdStep& s) {
   sgd_update(static_cast<float*>(s.p), static_cast<const float*>(s.g), static_cast<float*>(s.buf),
              s.n, s.gsign, s.wd, s.momentum, s.one_minus_dampening, s.nesterov, s.first, s.neg_lr);
@@ -247,7 +303,8 @@ void vector_f32(const backend::Vector& a) {
 }  // namespace attn::kernels
 
 namespace attn::backend::cpu {
-const Kernels<AdamStepFn> adam_step = {kernels::adam_step_f32};
+const Kernels<AdamStepFn> adam_step = {kernels::adam_step_f32, nullptr, nullptr,
+                                       kernels::adam_step_half<1>, kernels::adam_step_half<2>};
 const Kernels<SgdStepFn> sgd_step = {kernels::sgd_step_f32};
 const Kernels<VectorNormsFn> vector_norms = {kernels::vector_norms_f32};
 const Kernels<ForeachScaleFn> foreach_scale = {kernels::foreach_scale_f32};
