@@ -8,17 +8,52 @@
 #include <limits>
 #include <new>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#endif
+
 #include "../backend/gpu_runtime.h"
 #include "internal.h"
 
 namespace attn {
 
+namespace {
+
+// From this size on a zeroed storage is mapped (zero pages on first touch) rather than cleared.
+constexpr std::size_t kLazyZeroBytes = std::size_t(1) << 20;
+
+#if defined(__unix__) || defined(__APPLE__)
+void* map_zeroed(std::size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+void unmap_zeroed(void* p, std::size_t bytes) { munmap(p, bytes); }
+#else
+void* map_zeroed(std::size_t bytes) {
+  void* p = std::aligned_alloc(64, bytes);
+  if (p) std::memset(p, 0, bytes);
+  return p;
+}
+void unmap_zeroed(void* p, std::size_t) { std::free(p); }
+#endif
+
+}  // namespace
+
 std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
   std::size_t padded = ((nbytes + 63) / 64) * 64;
   if (padded < nbytes) padded = std::numeric_limits<std::size_t>::max();  // wrapped: cannot be had
   if (padded == 0) padded = 64;
-  void* p =
-      padded == std::numeric_limits<std::size_t>::max() ? nullptr : std::aligned_alloc(64, padded);
+  const bool wrapped = padded == std::numeric_limits<std::size_t>::max();
+  // Large zeroed storages are fresh anonymous pages, which the kernel zeroes when first touched
+  // (calloc's trick): zeros() / empty() of a big tensor costs nothing until written, so a model
+  // built only to be overwritten by a checkpoint (or mapped from one) never holds its zeros.
+  const bool lazy_zero = zero && !wrapped && padded >= kLazyZeroBytes;
+  void* p = nullptr;
+  if (lazy_zero) {
+    p = map_zeroed(padded);
+  } else if (!wrapped) {
+    p = std::aligned_alloc(64, padded);
+  }
   if (!p)
     throw AllocationError("[Storage] cannot allocate " + bytes_str(double(nbytes)) + " (" +
                           std::to_string(nbytes) + " bytes): out of memory");
@@ -29,7 +64,10 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
   };
   std::shared_ptr<void> owner;
   try {
-    owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    if (lazy_zero)
+      owner = std::shared_ptr<void>(p, [padded](void* q) { unmap_zeroed(q, padded); });
+    else
+      owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   } catch (const std::bad_alloc&) {
     throw bookkeeping();
   }
@@ -40,7 +78,7 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
     throw bookkeeping();
   }
   s->owner = std::move(owner);
-  if (zero) std::memset(p, 0, padded);
+  if (zero && !lazy_zero) std::memset(p, 0, padded);
   s->data = p;
   s->nbytes = nbytes;
   return s;
