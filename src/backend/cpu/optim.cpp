@@ -177,11 +177,25 @@ void clamp(float* x, int64_t n, float lo, float hi) {
 namespace attn::kernels {
 namespace {
 
-// The parameters' elements as one range split across the threads; each thread updates the
-// parts of the parameters that fall in its share.
-void adam_step_f32(const backend::AdamStep& s) {
+// The parameters' elements as one range split across the threads: run(u, i0, i1) on the part
+// [i0, i1) of each parameter u that falls in a thread's share.
+template <typename F>
+void for_each_share(const backend::AdamStep& s, F run) {
   int64_t total = 0;
   for (int64_t i = 0; i < s.count; ++i) total += s.params[i].n;
+  parallel_ranges(total, threads_for(total), [&](int64_t lo, int64_t hi) {
+    int64_t start = 0;
+    for (int64_t i = 0; i < s.count; ++i) {
+      const backend::AdamParam& u = s.params[i];
+      const int64_t i0 = std::max(lo - start, int64_t(0)), i1 = std::min(hi - start, u.n);
+      if (i0 < i1) run(u, i0, i1);
+      start += u.n;
+      if (start >= hi) break;
+    }
+  });
+}
+
+void adam_step_f32(const backend::AdamStep& s) {
   auto run = [&s](const backend::AdamParam& u, int64_t i0, int64_t i1) {
     float* p = static_cast<float*>(u.p) + i0;
     const float* g = static_cast<const float*>(u.g) + i0;
@@ -195,16 +209,7 @@ void adam_step_f32(const backend::AdamStep& s) {
                   u.l2, u.decay, u.beta1, u.one_minus_beta1, u.beta2, u.one_minus_beta2, u.bc2_sqrt,
                   u.eps, u.neg_step_size, s.grad_scale);
   };
-  parallel_ranges(total, threads_for(total), [&](int64_t lo, int64_t hi) {
-    int64_t start = 0;
-    for (int64_t i = 0; i < s.count; ++i) {
-      const backend::AdamParam& u = s.params[i];
-      const int64_t i0 = std::max(lo - start, int64_t(0)), i1 = std::min(hi - start, u.n);
-      if (i0 < i1) run(u, i0, i1);
-      start += u.n;
-      if (start >= hi) break;
-    }
-  });
+  for_each_share(s, run);
 }
 
 // bfloat16 / float16 parameters, their state in their dtype: torch's single-tensor step op by op,
@@ -247,17 +252,8 @@ void adam_half_range(const backend::AdamParam& u, int64_t i0, int64_t i1, float 
 
 template <int kKind>
 void adam_step_half(const backend::AdamStep& s) {
-  int64_t total = 0;
-  for (int64_t i = 0; i < s.count; ++i) total += s.params[i].n;
-  parallel_ranges(total, threads_for(total), [&](int64_t lo, int64_t hi) {
-    int64_t start = 0;
-    for (int64_t i = 0; i < s.count; ++i) {
-      const backend::AdamParam& u = s.params[i];
-      const int64_t i0 = std::max(lo - start, int64_t(0)), i1 = std::min(hi - start, u.n);
-      if (i0 < i1) adam_half_range<kKind>(u, i0, i1, s.grad_scale);
-      start += u.n;
-      if (start >= hi) break;
-    }
+  for_each_share(s, [&s](const backend::AdamParam& u, int64_t i0, int64_t i1) {
+    adam_half_range<kKind>(u, i0, i1, s.grad_scale);
   });
 }
 
