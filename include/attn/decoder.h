@@ -236,7 +236,9 @@ class Decoder : public Module {
   std::shared_ptr<Linear> lm_head;  // null when tied to model->embed_tokens
 
  private:
-  Tensor run(const Tensor& ids, DecoderCache* cache) const;
+  // last_only: the logits of the last position only, (B, 1, V) (generate's prompt: the output
+  // product of the other positions is not computed, as transformers' logits_to_keep=1).
+  Tensor run(const Tensor& ids, DecoderCache* cache, bool last_only = false) const;
   DecoderConfig config_;
 };
 

@@ -392,7 +392,7 @@ int64_t Decoder::num_parameters() const {
   return n;
 }
 
-Tensor Decoder::run(const Tensor& ids, DecoderCache* cache) const {
+Tensor Decoder::run(const Tensor& ids, DecoderCache* cache, bool last_only) const {
   const char* fn = cache ? "Decoder.forward_cached" : "Decoder.forward";
   const DecoderConfig& c = config_;
   if (!ids.defined() || ids.dtype() != Dtype::Int64 || ids.dim() != 2 || ids.size(1) < 1)
@@ -461,6 +461,7 @@ Tensor Decoder::run(const Tensor& ids, DecoderCache* cache) const {
     Tensor* vc = cache ? &cache->v[std::size_t(l)] : nullptr;
     x = layer->forward(x, cos, sin, kc, vc, start);
   }
+  if (last_only && T > 1) x = x.narrow(1, T - 1, 1);
   x = (*model->norm)(x);
   Tensor logits = lm_head ? (*lm_head)(x) : functional::linear(x, model->embed_tokens->weight);
   if (c.final_logit_softcapping > 0)
@@ -582,8 +583,8 @@ Tensor Decoder::generate(const Tensor& ids, const GenerateOptions& opt, Generato
   DecoderCache cache;
   Tensor next_in = columns[0];
   for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
-    Tensor logits = forward_cached(next_in, cache);
-    logits = logits.select(1, logits.size(1) - 1).contiguous();  // (B, V)
+    Tensor logits = run(next_in, &cache, /*last_only=*/true);  // (B, 1, V), no grad (above)
+    logits = logits.select(1, 0).contiguous();                 // (B, V)
     Tensor next = detail::make_tensor({B, 1}, Dtype::Int64, false);
     int64_t* p = next.data_ptr<int64_t>();
     for (int64_t b = 0; b < B; ++b) {
