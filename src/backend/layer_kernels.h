@@ -93,15 +93,16 @@ struct CrossEntropyBackward {
 // y = RMSNorm(x) over rows of C in the dtype of the slot (x, w, y alike): each row's mean square
 // in double (the order of its additions depends on C only), r = 1 / sqrt(mean + eps) in float,
 // y = x * r rounded to the dtype, then (w not null) y * w rounded again, as torch's CPU composite
-// rounds them. Forward only: the op runs it where no gradient is wanted.
+// rounds them. rstd (when not null) gets each row's r for the backward.
 struct RmsNormForward {
   const void *x, *w;
   void* y;
   int64_t rows, C;
   float eps;
+  float* rstd;
 };
 // y = SiLU(x) = x / (1 + e^-x) over n elements in the dtype of the slot, computed in float and
-// rounded once. Forward only, as RmsNormForward.
+// rounded once. Forward only: the op runs it where no gradient is wanted.
 struct SiluForward {
   const void* x;
   void* y;

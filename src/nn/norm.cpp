@@ -1,6 +1,7 @@
 // LayerNorm, GELU and cross-entropy: the modules and the functional forms, whose computing ops
 // (one fused kernel each way, recorded as one autograd node) are in src/ops/layer_ops.cpp; and
-// RMSNorm, composed of ops as PyTorch's CPU composite (one fused pass where no gradient is wanted).
+// RMSNorm (one pass over each row and one autograd node; composed of ops as PyTorch's CPU
+// composite where the kernel does not apply).
 #include <attn/nn.h>
 #include <attn/ops.h>
 
@@ -42,10 +43,10 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
   if (eps && !(*eps >= 0.0)) fail(fn, "eps must be non-negative, got ", *eps);
   // torch's None: the machine epsilon of float32 (the dtype rms_norm computes in).
   const double e = eps ? *eps : double(std::numeric_limits<float>::epsilon());
-  // Where no gradient is wanted: one pass over each row (inference), the same roundings.
+  // One pass over each row, the same roundings; one autograd node.
   int64_t C = 1;
   for (int64_t n : normalized_shape) C *= n;
-  if (Tensor y = detail::rms_norm_no_grad(x, C, weight, e); y.defined()) return y;
+  if (Tensor y = detail::rms_norm_fused(x, C, weight, e); y.defined()) return y;
   if (is_reduced_float(x.dtype())) {
     // As torch: normalized in float32 and rounded to the dtype, then times the weight in it.
     const Tensor y = rms_norm(detail::widen(x), normalized_shape, Tensor(), e).to(x.dtype());

@@ -235,19 +235,41 @@ Tensor gelu(const Tensor& x_in, const std::string& approximate) {
   return record(y, "GeluBackward0", {&x_in}, backward, {x, aux});
 }
 
-Tensor rms_norm_no_grad(const Tensor& x_in, int64_t C, const Tensor& weight, double eps) {
-  if (should_record({&x_in, &weight})) return Tensor();
+Tensor rms_norm_fused(const Tensor& x_in, int64_t C, const Tensor& weight, double eps) {
   if (weight.defined() &&
       (weight.dtype() != x_in.dtype() || weight.device() != x_in.device() || weight.numel() != C))
     return Tensor();
   const auto kernel =
       be::find(x_in.device(), x_in.dtype(), be::cpu::rms_norm_forward, be::cuda::rms_norm_forward);
   if (!kernel || C <= 0) return Tensor();
+  const bool grad = should_record({&x_in, &weight});
   const Tensor x = x_in.contiguous();
   const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  const int64_t rows = x.numel() / C;
   Tensor y = make_tensor("rms_norm", x.shape(), x.dtype(), false);
-  kernel({ptr(x), ptr(w), ptr(y), x.numel() / C, C, float(eps)});
-  return y;
+  Tensor rstd = grad ? make_tensor("rms_norm", {rows, 1}, Dtype::Float32, false) : Tensor();
+  kernel({ptr(x), ptr(w), ptr(y), rows, C, float(eps), grad ? fptr(rstd) : nullptr});
+  if (!grad) return y;
+  // y = R(x r) (* w, rounded again), r = 1 / sqrt(mean(x^2) + eps) per row:
+  //   dx = r (g w) - x r^3 mean(g w x),  dw = the column sums of g R(x r).
+  auto backward = [rows, C](const Node& n, const Tensor& grad_out) {
+    const Tensor x = n.saved_tensor(0), w = n.saved_tensor(1), r = n.saved_tensor(2);
+    const Dtype dt = x.dtype();
+    const Tensor xf = x.reshape({rows, C}).to(Dtype::Float32);
+    const Tensor gf = grad_out.reshape({rows, C}).to(Dtype::Float32);
+    const Tensor gw = w.defined() ? gf * w.reshape({C}).to(Dtype::Float32) : gf;
+    Tensor dx, dw;
+    if (n.needs_input_grad(0)) {
+      const Tensor dot = (gw * xf).mean({-1}, true);
+      dx = (r * gw - xf * (r * r * r) * dot).to(dt).view(x.shape());
+    }
+    if (w.defined() && n.needs_input_grad(1)) {
+      const Tensor normed = (xf * r).to(dt).to(Dtype::Float32);  // the forward's rounding
+      dw = (gf * normed).sum({0}).to(dt).view(w.shape());
+    }
+    return std::vector<Tensor>{dx, dw};
+  };
+  return record(y, "RmsNormBackward", {&x_in, &weight}, backward, {x, w, rstd});
 }
 
 Tensor silu_no_grad(const Tensor& x_in) {

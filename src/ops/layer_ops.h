@@ -35,11 +35,12 @@ Tensor gelu(const Tensor& x, const std::string& approximate);
 Tensor layer_norm(const char* fn, const Tensor& x, const Tensor* residual, Tensor* sum_out,
                   int64_t normalized_shape, const Tensor& weight, const Tensor& bias, double eps);
 
-// torch.nn.functional.rms_norm over the last C elements in one pass, where no gradient is wanted
-// (should_record false for x and weight) on a backend with the kernel for x's dtype (CPU:
-// float32, bfloat16, float16); weight undefined or of x's dtype with C elements. Returns an
-// undefined tensor where it does not apply: the caller composes RMSNorm of ops then, as torch's.
-Tensor rms_norm_no_grad(const Tensor& x, int64_t C, const Tensor& weight, double eps);
+// torch.nn.functional.rms_norm over the last C elements in one pass on a backend with the kernel
+// for x's dtype (CPU: float32, bfloat16, float16); weight undefined or of x's dtype with C
+// elements. Recorded as one node (RmsNormBackward) whose backward computes in float32 from the
+// rows' saved 1/rms and rounds once. Returns an undefined tensor where it does not apply: the
+// caller composes RMSNorm of ops then, as torch's.
+Tensor rms_norm_fused(const Tensor& x, int64_t C, const Tensor& weight, double eps);
 
 // torch.nn.functional.silu in one pass where no gradient is wanted (float32, bfloat16, float16 on
 // the CPU); an undefined tensor where that does not apply (the caller composes x * sigmoid(x)).

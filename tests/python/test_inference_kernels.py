@@ -1,13 +1,11 @@
-"""The one-pass kernels that run where no gradient is wanted, against the paths autograd takes
-(the ops composed as torch composes them) and NumPy in float64:
+"""The one-pass kernels of the CPU against NumPy in float64 and the paths they replace:
 
-  * RMSNorm (rms_norm_forward): float32, bfloat16, float16 rows, with and without a weight;
-  * SiLU (silu_forward): x / (1 + e^-x) in float, rounded once;
+  * RMSNorm (rms_norm_forward): float32, bfloat16, float16 rows, with and without a weight, with
+    and without autograd (one node, RmsNormBackward: its gradients against float64's);
+  * SiLU (silu_forward): x / (1 + e^-x) in float, rounded once, where no gradient is wanted (the
+    composed x * sigmoid(x) runs when one is);
   * the binary ops of bfloat16 / float16 tensors (binary's 2-byte slots): each element widened,
-    the float op, one rounding: bit for bit what widening the operands first gives.
-
-The composed paths run when an input requires grad; the one-pass ones under no_grad or on
-tensors that do not. Both must give the same values (to the last bits of a float32 sum)."""
+    the float op, one rounding: bit for bit what widening the operands first gives."""
 import numpy as np
 import pytest
 
@@ -45,7 +43,7 @@ def test_rms_norm_one_pass_equals_the_composed_one(dt, shape, norm, weighted):
     with attn.no_grad():
         fast = F.rms_norm(t(xn, dt), norm, w, 1e-5)
     xg = t(xn, dt).requires_grad_()
-    slow = F.rms_norm(xg, norm, w, 1e-5)  # composed: records a graph
+    slow = F.rms_norm(xg, norm, w, 1e-5)  # records RmsNormBackward
     assert slow.requires_grad and not fast.requires_grad
     assert fast.dtype is DTYPES[dt] and fast.shape == slow.shape
     # The reference: float64 normalisation of the dtype's values.
@@ -57,8 +55,24 @@ def test_rms_norm_one_pass_equals_the_composed_one(dt, shape, norm, weighted):
     # float32: a few ulps (the sums' orders differ); 2-byte dtypes: the two paths agree within
     # one rounding of the dtype, two with the weight's second rounding.
     ulps = 8 if dt == "f32" else (2 if weighted else 1)
-    close(num(fast), num(slow), dt, ulps, "fast vs composed")
+    close(num(fast), num(slow), dt, ulps, "no grad vs grad")
     close(num(fast), ref, dt, ulps + (4 if dt == "f32" else 1), "fast vs float64")
+    # The gradients of sum(y * c) against float64's, from the dtype's own x and w:
+    # dx = r (c w) - x r^3 mean(c w x), dw = sum over rows of c x r.
+    c = np.random.default_rng(5).standard_normal(shape)
+    wg = t(wn, dt).requires_grad_() if weighted else None
+    xg2 = t(xn, dt).requires_grad_()
+    (F.rms_norm(xg2, norm, wg, 1e-5) * t(c, dt)).sum().backward()
+    cv = num(t(c, dt))
+    r = 1 / np.sqrt((xv * xv).mean(axis=axes, keepdims=True) + 1e-5)
+    cw = cv * num(wg) if weighted else cv
+    dx = r * cw - xv * r**3 * (cw * xv).mean(axis=axes, keepdims=True)
+    gscale = np.abs(dx).max()
+    tol = {"f32": 1e-5, "bf16": 3e-2, "fp16": 4e-3}[dt]  # the dtype's roundings of y * c
+    assert np.abs(num(xg2.grad) - dx).max() <= tol * gscale, dt
+    if weighted:
+        dw = (cv * xv * r).reshape(-1, *norm).sum(0)
+        assert np.abs(num(wg.grad) - dw).max() <= tol * np.abs(dw).max(), dt
 
 
 def test_rms_norm_one_pass_reads_views_and_refuses_as_before():

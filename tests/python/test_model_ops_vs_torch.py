@@ -88,7 +88,7 @@ def test_rms_norm_as_pytorchs_composite(shape, normalized, eps):
     w, tw = pair(normalized, seed=2, requires_grad=True)
     ya = AF.rms_norm(a, normalized, w, eps)
     yt = torch_rms_norm(t, normalized, tw, eps)
-    same(ya, yt)
+    close_ulp(ya, yt)  # attn's one-pass kernel (its mean square summed in double)
     g, gt = pair(shape, seed=3)
     ya.backward(g)
     yt.backward(gt)
@@ -106,7 +106,7 @@ def test_rms_norm_module():
     assert [n for n, _ in m.named_parameters()] == ["weight"]
     assert attn.equal(m.weight, attn.ones(64))
     a, t = pair((2, 3, 64), requires_grad=True)
-    same(m(a), torch_rms_norm(t, (64,), torch.ones(64), 1e-6))
+    close_ulp(m(a), torch_rms_norm(t, (64,), torch.ones(64), 1e-6))
     m(a).sum().backward()
     assert m.weight.grad is not None and tuple(m.weight.grad.shape) == (64,)
     plain = attn.nn.RMSNorm((2, 64), elementwise_affine=False)

@@ -201,8 +201,8 @@ void layer_norm_backward_f32(const backend::LayerNormBackward& a) {
 
 // Rows [r0, r1) of RMSNorm. E: the element (float, or the 2-byte types' bits, uint16_t).
 template <typename E, int kKind>  // kKind: 0 float32, 1 bfloat16, 2 float16
-ATTN_ISA_INLINE void rms_norm_rows(const E* x, const E* w, E* y, int64_t r0, int64_t r1, int64_t C,
-                                   float eps) {
+ATTN_ISA_INLINE void rms_norm_rows(const E* x, const E* w, E* y, float* rstd_out, int64_t r0,
+                                   int64_t r1, int64_t C, float eps) {
   auto load = [](E v) -> float {
     if constexpr (kKind == 0)
       return v;
@@ -234,6 +234,7 @@ ATTN_ISA_INLINE void rms_norm_rows(const E* x, const E* w, E* y, int64_t r0, int
       s[c - full] += v * v;
     }
     const float rstd = 1.0f / std::sqrt(float(lanes_total(s) / double(C)) + eps);
+    if (rstd_out) rstd_out[r] = rstd;
     if (w) {
       for (int64_t c = 0; c < C; ++c) yr[c] = store(load(store(load(xr[c]) * rstd)) * load(w[c]));
     } else {
@@ -243,15 +244,15 @@ ATTN_ISA_INLINE void rms_norm_rows(const E* x, const E* w, E* y, int64_t r0, int
 }
 ATTN_ISA_INLINE void rms_norm_f32_body(const backend::RmsNormForward& a, int64_t r0, int64_t r1) {
   rms_norm_rows<float, 0>(static_cast<const float*>(a.x), static_cast<const float*>(a.w),
-                          static_cast<float*>(a.y), r0, r1, a.C, a.eps);
+                          static_cast<float*>(a.y), a.rstd, r0, r1, a.C, a.eps);
 }
 ATTN_ISA_INLINE void rms_norm_bf16_body(const backend::RmsNormForward& a, int64_t r0, int64_t r1) {
   rms_norm_rows<uint16_t, 1>(static_cast<const uint16_t*>(a.x), static_cast<const uint16_t*>(a.w),
-                             static_cast<uint16_t*>(a.y), r0, r1, a.C, a.eps);
+                             static_cast<uint16_t*>(a.y), a.rstd, r0, r1, a.C, a.eps);
 }
 ATTN_ISA_INLINE void rms_norm_fp16_body(const backend::RmsNormForward& a, int64_t r0, int64_t r1) {
   rms_norm_rows<uint16_t, 2>(static_cast<const uint16_t*>(a.x), static_cast<const uint16_t*>(a.w),
-                             static_cast<uint16_t*>(a.y), r0, r1, a.C, a.eps);
+                             static_cast<uint16_t*>(a.y), a.rstd, r0, r1, a.C, a.eps);
 }
 ATTN_ISA_VARIANTS(void, rms_norm_f32, (const backend::RmsNormForward& a, int64_t r0, int64_t r1),
                   (a, r0, r1))
