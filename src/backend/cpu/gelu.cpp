@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "../layer_kernels.h"
+#include "elem.h"
 #include "isa.h"
 #include "threads.h"
 #include "vmath.h"
@@ -136,20 +137,8 @@ void gelu_backward_f32(const backend::GeluBackward& a) {
 template <typename E, int kKind>
 ATTN_ISA_INLINE void silu_elems(const E* x, E* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    float v;
-    if constexpr (kKind == 0)
-      v = x[i];
-    else if constexpr (kKind == 1)
-      v = bf16_bits_to_float(x[i]);
-    else
-      v = fp16_bits_to_float(x[i]);
-    const float r = v / (1.0f + vm::exp(-v));
-    if constexpr (kKind == 0)
-      y[i] = r;
-    else if constexpr (kKind == 1)
-      y[i] = float_to_bf16_bits(r);
-    else
-      y[i] = float_to_fp16_bits(r);
+    const float v = load_elem<kKind>(x[i]);
+    y[i] = store_elem<kKind, E>(v / (1.0f + vm::exp(-v)));
   }
 }
 ATTN_ISA_INLINE void silu_f32_body(const void* x, void* y, int64_t n) {

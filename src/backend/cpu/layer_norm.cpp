@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../layer_kernels.h"
+#include "elem.h"
 #include "isa.h"
 #include "threads.h"
 #include "vmath.h"
@@ -203,22 +204,8 @@ void layer_norm_backward_f32(const backend::LayerNormBackward& a) {
 template <typename E, int kKind>  // kKind: 0 float32, 1 bfloat16, 2 float16
 ATTN_ISA_INLINE void rms_norm_rows(const E* x, const E* w, E* y, float* rstd_out, int64_t r0,
                                    int64_t r1, int64_t C, float eps) {
-  auto load = [](E v) -> float {
-    if constexpr (kKind == 0)
-      return v;
-    else if constexpr (kKind == 1)
-      return bf16_bits_to_float(v);
-    else
-      return fp16_bits_to_float(v);
-  };
-  auto store = [](float v) -> E {
-    if constexpr (kKind == 0)
-      return v;
-    else if constexpr (kKind == 1)
-      return float_to_bf16_bits(v);
-    else
-      return float_to_fp16_bits(v);
-  };
+  auto load = [](E v) { return load_elem<kKind>(v); };
+  auto store = [](float v) { return store_elem<kKind, E>(v); };
   const int64_t full = C - C % kLanes;
   for (int64_t r = r0; r < r1; ++r) {
     const E* xr = x + r * C;
