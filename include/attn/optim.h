@@ -88,9 +88,6 @@ class Optimizer {
   void add_groups(std::vector<ParamGroup> groups);
   // Throws attn::Error when a hyper-parameter of g is out of range (torch's ValueError).
   virtual void check_group(const ParamGroup& g) const = 0;
-  // Whether parameters may be bfloat16 / float16 (their state then in their dtype, as torch's);
-  // otherwise they must be float32.
-  virtual bool takes_half_params() const { return false; }
   // Every parameter, in group order.
   std::vector<Tensor*> all_params();
   std::vector<const Tensor*> const_params() const;
@@ -145,7 +142,6 @@ class Adam : public Optimizer {
   Adam(std::string name, std::vector<ParamGroup> groups, const AdamOptions& options,
        bool decoupled);
   void check_group(const ParamGroup& g) const override;
-  bool takes_half_params() const override { return true; }
 
  private:
   struct State {
@@ -204,14 +200,17 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
                        bool error_if_nonfinite = false);
 // clip_grad_norm_ in two steps, so that a caller can look at the total norm before the gradients
 // change (a finite total means that every gradient is finite): the total norm_type-norm of the
-// parameters' gradients (torch.nn.utils.get_total_norm of them), and every gradient multiplied by
+// parameters' gradients (torch.nn.utils.get_total_norm of them; for bfloat16 / float16 gradients
+// each tensor's norm and the total are rounded to the dtype, or to float32 where dtypes mix, as
+// torch's are), and every gradient multiplied by
 // min(1, max_norm / (total_norm + 1e-6)) (torch.nn.utils.clip_grads_with_norm_). The two give
 // clip_grad_norm_'s results.
 double total_grad_norm(const std::vector<Tensor>& params, double norm_type = 2.0);
 void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm);
 // The factor clip_grads_with_norm_ multiplies the gradients by: min(1, max_norm / (total_norm +
-// 1e-6)), in float32 as torch computes it.
-float clip_coefficient(double total_norm, double max_norm);
+// 1e-6)), computed as torch computes it on a total norm of dtype `dtype`: op by op, each rounded
+// to the dtype (R(R(1 / R(total + 1e-6)) * max_norm); in float32 that is float arithmetic).
+float clip_coefficient(double total_norm, double max_norm, Dtype dtype = Dtype::Float32);
 // torch.nn.utils.clip_grad_value_: every gradient clamped to [-clip_value, clip_value].
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 

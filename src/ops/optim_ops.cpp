@@ -120,19 +120,43 @@ void fused_sgd_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& 
           nesterov, first});
 }
 
-std::vector<float> foreach_norm(const char* fn, const std::vector<Tensor>& xs, double norm_type) {
-  std::vector<const Tensor*> all;
-  for (const Tensor& x : xs) all.push_back(&x);
-  const auto kernel = pick_for(fn, all, be::cpu::vector_norms, be::cuda::vector_norms);
-  std::vector<float> norms(xs.size());
-  std::vector<Tensor> cs(xs.size());
-  std::vector<const void*> ps(xs.size());
-  std::vector<int64_t> ns(xs.size());
+namespace {
+
+// The indices of xs grouped by dtype (in order of first appearance): one kernel call per dtype.
+std::vector<std::vector<std::size_t>> by_dtype(const std::vector<Tensor>& xs) {
+  std::vector<Dtype> dtypes;
+  std::vector<std::vector<std::size_t>> groups;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    cs[i] = xs[i].contiguous();
-    ps[i] = cs[i].device_data(), ns[i] = cs[i].numel();
+    const auto it = std::find(dtypes.begin(), dtypes.end(), xs[i].dtype());
+    if (it == dtypes.end()) {
+      dtypes.push_back(xs[i].dtype());
+      groups.push_back({i});
+    } else {
+      groups[std::size_t(it - dtypes.begin())].push_back(i);
+    }
   }
-  kernel({ps.data(), ns.data(), int64_t(xs.size()), norm_type, norms.data()});
+  return groups;
+}
+
+}  // namespace
+
+std::vector<float> foreach_norm(const char* fn, const std::vector<Tensor>& xs, double norm_type) {
+  std::vector<float> norms(xs.size());
+  for (const auto& group : by_dtype(xs)) {
+    std::vector<const Tensor*> all;
+    std::vector<Tensor> cs;
+    std::vector<const void*> ps;
+    std::vector<int64_t> ns;
+    for (std::size_t i : group) all.push_back(&xs[i]);
+    const auto kernel = pick_for(fn, all, be::cpu::vector_norms, be::cuda::vector_norms);
+    for (std::size_t i : group) {
+      cs.push_back(xs[i].contiguous());
+      ps.push_back(cs.back().device_data()), ns.push_back(cs.back().numel());
+    }
+    std::vector<float> out(group.size());
+    kernel({ps.data(), ns.data(), int64_t(ps.size()), norm_type, out.data()});
+    for (std::size_t j = 0; j < group.size(); ++j) norms[group[j]] = out[j];
+  }
   return norms;
 }
 
@@ -145,28 +169,29 @@ float norm_of(const std::vector<float>& values, double norm_type) {
 }
 
 void foreach_mul_(const char* fn, std::vector<Tensor>& xs, float coef) {
-  std::vector<const Tensor*> all;
-  for (const Tensor& x : xs) all.push_back(&x);
-  const auto kernel = pick_for(fn, all, be::cpu::foreach_scale, be::cuda::foreach_scale);
-  std::vector<void*> ps;
-  std::vector<int64_t> ns;
-  for (Tensor& x : xs) {
-    if (!x.is_contiguous()) {
-      x.mul_(double(coef));
-      continue;
+  for (const auto& group : by_dtype(xs)) {
+    std::vector<const Tensor*> all;
+    for (std::size_t i : group) all.push_back(&xs[i]);
+    const auto kernel = pick_for(fn, all, be::cpu::foreach_scale, be::cuda::foreach_scale);
+    std::vector<void*> ps;
+    std::vector<int64_t> ns;
+    for (std::size_t i : group) {
+      Tensor& x = xs[i];
+      if (!x.is_contiguous()) {
+        x.mul_(double(coef));
+        continue;
+      }
+      ps.push_back(x.device_data()), ns.push_back(x.numel());
     }
-    ps.push_back(x.device_data()), ns.push_back(x.numel());
+    kernel({ps.data(), ns.data(), int64_t(ps.size()), coef});
+    for (std::size_t i : group)
+      if (xs[i].is_contiguous()) bump_version(xs[i]);
   }
-  kernel({ps.data(), ns.data(), int64_t(ps.size()), coef});
-  for (Tensor& x : xs)
-    if (x.is_contiguous()) bump_version(x);
 }
 
 void foreach_clamp_(const char* fn, std::vector<Tensor>& xs, float lo, float hi) {
-  std::vector<const Tensor*> all;
-  for (const Tensor& x : xs) all.push_back(&x);
-  const auto kernel = pick_for(fn, all, be::cpu::vector, be::cuda::vector);
   for (Tensor& x : xs) {
+    const auto kernel = pick_for(fn, {&x}, be::cpu::vector, be::cuda::vector);
     // A strided tensor is clamped in a contiguous copy, copied back.
     Tensor c = x.is_contiguous() ? x : x.contiguous();
     kernel({be::VectorOp::Clamp, c.device_data(), c.numel(), lo, hi, 0, nullptr});

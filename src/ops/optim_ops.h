@@ -1,8 +1,8 @@
 // The ops the optimizers run (torch's _fused_adam_ / _foreach_norm family): each checks that its
 // tensors share one device and dtype and runs the kernel of src/backend/optim_kernels.h for them
 // (float32 on the CPU, split among the threads in a way that never changes a result; elsewhere
-// NotImplementedError naming the op, the device and the dtype). Not installed: optim and distributed call
-// these, never the backend.
+// NotImplementedError naming the op, the device and the dtype). Not installed: optim and
+// distributed call these, never the backend.
 #pragma once
 
 #include <attn/tensor.h>
@@ -41,12 +41,14 @@ void fused_sgd_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& 
                 float wd, float momentum, float one_minus_dampening, bool nesterov, bool first,
                 float neg_lr);
 
-// The norm of every tensor (float32, any strides), each one thread's, so that the result does not
-// depend on the thread count; and the norm of such norms (kernels::p_norm).
+// The norm of every tensor (float32, bfloat16 or float16, any strides), each one thread's, so that
+// the result does not depend on the thread count, rounded to the tensor's dtype (as
+// torch.linalg.vector_norm); and the norm of such norms (kernels::p_norm).
 std::vector<float> foreach_norm(const char* fn, const std::vector<Tensor>& xs, double norm_type);
 float norm_of(const std::vector<float>& values, double norm_type);
 
-// Every tensor times coef in place; torch's clamp of every tensor to [lo, hi] in place.
+// Every tensor times coef in place; torch's clamp of every tensor to [lo, hi] in place (each
+// element computed in float and rounded once to its tensor's dtype).
 void foreach_mul_(const char* fn, std::vector<Tensor>& xs, float coef);
 void foreach_clamp_(const char* fn, std::vector<Tensor>& xs, float lo, float hi);
 

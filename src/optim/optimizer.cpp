@@ -85,11 +85,12 @@ void Optimizer::add_param_group(ParamGroup group) {
   check_group(g);
   for (std::size_t i = 0; i < g.params.size(); ++i) {
     const Tensor& p = g.params[i];
-    const bool dtype_ok = p.defined() && (p.dtype() == Dtype::Float32 ||
-                                          (takes_half_params() && is_reduced_float(p.dtype())));
+    // float32, bfloat16 or float16; the optimizer's state is kept in the parameter's dtype.
+    const bool dtype_ok =
+        p.defined() && (p.dtype() == Dtype::Float32 || is_reduced_float(p.dtype()));
     if (!dtype_ok || !p.is_leaf())
       fail(fn, "parameter ", i, " of group ", gi, " must be a ",
-           takes_half_params() ? "float32, bfloat16 or float16" : "float32", " leaf tensor, got ",
+           "float32, bfloat16 or float16 leaf tensor, got ",
            p.defined() ? detail::tensor_desc(p) : std::string("an undefined tensor"));
     if (!p.is_contiguous()) fail(fn, "parameter ", i, " of group ", gi, " must be contiguous");
     // The same tensor twice would be updated twice per step.

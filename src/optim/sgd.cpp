@@ -1,4 +1,5 @@
-// SGD with momentum, dampening, Nesterov momentum and L2 weight decay, as torch.optim.SGD.
+// SGD with momentum, dampening, Nesterov momentum and L2 weight decay, as torch.optim.SGD; on
+// float32, bfloat16 or float16 parameters, the momentum buffer in the parameter's dtype.
 #include <attn/autograd.h>
 #include <attn/ops.h>
 #include <attn/optim.h>
@@ -61,12 +62,12 @@ void SGD::step() {
       Tensor& buf = momentum_buffer_[k++];
       Tensor g = p.grad();
       if (!g.defined()) continue;
-      if (g.shape() != p.shape() || g.dtype() != Dtype::Float32)
+      if (g.shape() != p.shape() || g.dtype() != p.dtype())
         fail("SGD", "gradient ", detail::tensor_desc(g), " does not match parameter ",
              detail::tensor_desc(p));
       g = g.contiguous();
       const bool first = momentum != 0.0 && !buf.defined();
-      if (first) buf = detail::make_tensor("SGD", p.shape(), Dtype::Float32, false);
+      if (first) buf = detail::make_tensor("SGD", p.shape(), p.dtype(), false);
       detail::fused_sgd_("SGD", p, g, momentum != 0.0 ? buf : Tensor(),
                          *group.maximize ? -1.0f : 1.0f, float(*group.weight_decay),
                          float(momentum), float(1.0 - *group.dampening), *group.nesterov, first,
@@ -93,9 +94,9 @@ void SGD::load_state(const nn::NamedTensors& state, bool adopt) {
     const names::StateKey key =
         names::parse_state_key(fn, name, {"momentum_buffer"}, params.size());
     if (!t.defined()) fail(fn, "'", name, "' is undefined");
-    if (t.dtype() != Dtype::Float32 || t.shape() != params[key.index]->shape())
+    if (t.dtype() != params[key.index]->dtype() || t.shape() != params[key.index]->shape())
       fail(fn, "'", name, "' ", detail::tensor_desc(t), " does not match parameter ", key.index,
-           " ", shape_str(params[key.index]->shape()));
+           " ", detail::tensor_desc(*params[key.index]));
     fresh[key.index] = state_tensor(t, adopt);
   }
   momentum_buffer_ = std::move(fresh);

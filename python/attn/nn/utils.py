@@ -12,15 +12,18 @@ def _params(parameters):
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False,
                     foreach=None):
     """Scales the gradients so that their total norm_type-norm (inf: the largest |g|) is at most
-    max_norm; returns the norm before clipping (a 0-d tensor, as torch)."""
+    max_norm; returns the norm before clipping (a 0-d tensor, as torch: of the gradients' dtype,
+    float32 where they mix dtypes)."""
+    params = _params(parameters)
     try:
-        norm = _C.optim.clip_grad_norm_(_params(parameters), float(max_norm), float(norm_type),
+        norm = _C.optim.clip_grad_norm_(params, float(max_norm), float(norm_type),
                                         bool(error_if_nonfinite))
     except ValueError as e:
         if "is non-finite, so it cannot be clipped" in str(e):
             raise RuntimeError(str(e)) from None  # torch raises RuntimeError here
         raise
-    return _C.tensor(norm)
+    dtypes = {p.grad.dtype for p in params if p.grad is not None}
+    return _C.tensor(norm).to(dtypes.pop() if len(dtypes) == 1 else _C.dtype.float32)
 
 
 def clip_grad_value_(parameters, clip_value, foreach=None):

@@ -9,6 +9,7 @@
 
 #include "../optim_kernels.h"
 #include "dot.h"
+#include "elem.h"
 #include "isa.h"
 #include "threads.h"
 #include "vmath.h"
@@ -214,13 +215,15 @@ void adam_step_f32(const backend::AdamStep& s) {
 
 // bfloat16 / float16 parameters, their state in their dtype: torch's single-tensor step op by op,
 // each op computed in float and rounded to the dtype (R), as its CPU kernels do:
-//   g' = gsign R(g gscale) (+ l2 p, rounded), p = R(p decay), m = R(lerp(m, g', 1 - beta1)),
+//   g' = gsign R(g gscale) (+ R(l2) p, rounded), p = R(p decay), m = R(lerp(m, g', 1 - beta1)),
 //   v = R(R(v beta2) + (1 - beta2) g' g'), vmax = max(vmax, v),
-//   d = R(R(R(sqrt(v)) / bc2_sqrt) + eps), p = R(p + neg_step_size (m / d)).
+//   d = R(R(R(sqrt(v)) / bc2_sqrt) + R(eps)), p = R(p + neg_step_size (m / d)).
+// (torch's add(other, alpha=a) and add(scalar) round the scalar to the dtype; mul, lerp, addcmul
+// and addcdiv do not.)
 template <int kKind>  // 1 bfloat16, 2 float16
 void adam_half_range(const backend::AdamParam& u, int64_t i0, int64_t i1, float gscale) {
-  auto ld = [](uint16_t b) { return kKind == 1 ? bf16_bits_to_float(b) : fp16_bits_to_float(b); };
-  auto st = [](float x) { return kKind == 1 ? float_to_bf16_bits(x) : float_to_fp16_bits(x); };
+  auto ld = [](uint16_t b) { return load_elem<kKind>(b); };
+  auto st = [](float x) { return store_elem<kKind, uint16_t>(x); };
   auto R = [&](float x) { return ld(st(x)); };
   auto* p = static_cast<uint16_t*>(u.p);
   const auto* g = static_cast<const uint16_t*>(u.g);
@@ -228,12 +231,13 @@ void adam_half_range(const backend::AdamParam& u, int64_t i0, int64_t i1, float 
   auto* v = static_cast<uint16_t*>(u.v);
   auto* vmax = static_cast<uint16_t*>(u.vmax);
   const float w = u.one_minus_beta1;
+  const float l2 = R(u.l2), eps = R(u.eps);  // torch's add rounds alpha / the scalar to the dtype
   for (int64_t i = i0; i < i1; ++i) {
     float gi = ld(g[i]);
     if (gscale != 1.0f) gi = R(gi * gscale);
     gi = u.gsign * gi;
     float pi = ld(p[i]);
-    if (u.l2 != 0.0f) gi = R(gi + u.l2 * pi);
+    if (u.l2 != 0.0f) gi = R(gi + l2 * pi);
     if (u.decay != 1.0f) pi = R(pi * u.decay);
     const float mo = ld(m[i]);
     const float mi = R(std::fabs(w) < 0.5f ? mo + w * (gi - mo) : gi - (gi - mo) * (1.0f - w));
@@ -243,7 +247,7 @@ void adam_half_range(const backend::AdamParam& u, int64_t i0, int64_t i1, float 
       vu = std::max(ld(vmax[i]), vi);
       vmax[i] = st(vu);
     }
-    const float d = R(R(R(std::sqrt(vu)) / u.bc2_sqrt) + u.eps);
+    const float d = R(R(R(std::sqrt(vu)) / u.bc2_sqrt) + eps);
     p[i] = st(pi + u.neg_step_size * (mi / d));
     m[i] = st(mi);
     v[i] = st(vi);
@@ -260,6 +264,37 @@ void adam_step_half(const backend::AdamStep& s) {
 void sgd_step_f32(const backend::SgdStep& s) {
   sgd_update(static_cast<float*>(s.p), static_cast<const float*>(s.g), static_cast<float*>(s.buf),
              s.n, s.gsign, s.wd, s.momentum, s.one_minus_dampening, s.nesterov, s.first, s.neg_lr);
+}
+
+// bfloat16 / float16 parameters, their momentum buffer in their dtype: torch's single-tensor step
+// op by op, each op computed in float and rounded to the dtype (R):
+//   d = gsign g (exact), then R(d + R(wd) p); buf = d (first step) or R(R(buf momentum) +
+//   R(1 - dampening) d); d = nesterov ? R(d + R(momentum) buf) : buf; p = R(p + R(neg_lr) d).
+// (torch's add(other, alpha=a) and add(scalar) round the scalar to the dtype; mul does not.)
+template <int kKind>  // 1 bfloat16, 2 float16
+void sgd_step_half(const backend::SgdStep& s) {
+  auto ld = [](uint16_t b) { return load_elem<kKind>(b); };
+  auto st = [](float x) { return store_elem<kKind, uint16_t>(x); };
+  auto R = [&](float x) { return ld(st(x)); };
+  auto* p = static_cast<uint16_t*>(s.p);
+  const auto* g = static_cast<const uint16_t*>(s.g);
+  auto* buf = static_cast<uint16_t*>(s.buf);
+  // torch's add(other, alpha) rounds alpha to the dtype first; mul by a scalar does not.
+  const float wd = R(s.wd), one_minus_dampening = R(s.one_minus_dampening),
+              nesterov_momentum = R(s.momentum), neg_lr = R(s.neg_lr);
+  parallel_ranges(s.n, threads_for(s.n), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float pi = ld(p[i]);
+      float d = s.gsign * ld(g[i]);
+      if (s.wd != 0.0f) d = R(d + wd * pi);
+      if (buf) {
+        const float b = s.first ? d : R(R(ld(buf[i]) * s.momentum) + one_minus_dampening * d);
+        buf[i] = st(b);
+        d = s.nesterov ? R(d + nesterov_momentum * b) : b;
+      }
+      p[i] = st(pi + neg_lr * d);
+    }
+  });
 }
 
 int threads_for_all(const int64_t* ns, int64_t count) {
@@ -295,14 +330,86 @@ void vector_f32(const backend::Vector& a) {
   }
 }
 
+// bfloat16 / float16 tensors: each element widened exactly; a norm in double, rounded to float and
+// then to the dtype (torch.linalg.vector_norm's result dtype); in-place ops computed in float and
+// rounded once.
+template <int kKind>
+float round_to_kind(float x) {
+  return load_elem<kKind>(store_elem<kKind, uint16_t>(x));
+}
+
+template <int kKind>
+float half_norm(const uint16_t* x, int64_t n, double p) {
+  return round_to_kind<kKind>(p_norm(n, p, [x](int64_t i) { return load_elem<kKind>(x[i]); }));
+}
+
+template <int kKind>
+void vector_norms_half(const backend::VectorNorms& a) {
+  const int64_t count = a.count;
+#pragma omp parallel for schedule(dynamic, 1) \
+    num_threads(threads_for_all(a.ns, count)) if (count > 1)
+  for (int64_t i = 0; i < count; ++i)
+    a.out[i] = half_norm<kKind>(static_cast<const uint16_t*>(a.xs[i]), a.ns[i], a.p);
+}
+
+// x = op(x) over n elements in float, each rounded once to the dtype.
+template <int kKind, typename F>
+void map_half(uint16_t* x, int64_t n, F op) {
+  parallel_ranges(n, threads_for(n), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      x[i] = store_elem<kKind, uint16_t>(op(load_elem<kKind>(x[i])));
+  });
+}
+
+template <int kKind>
+void foreach_scale_half(const backend::ForeachScale& a) {
+  const float c = a.coef;
+  for (int64_t i = 0; i < a.count; ++i)
+    map_half<kKind>(static_cast<uint16_t*>(a.xs[i]), a.ns[i], [c](float v) { return v * c; });
+}
+
+template <int kKind>
+void vector_half(const backend::Vector& a) {
+  auto* x = static_cast<uint16_t*>(a.x);
+  const float lo = a.a, hi = a.b;
+  switch (a.op) {
+    case backend::VectorOp::Scale: map_half<kKind>(x, a.n, [lo](float v) { return v * lo; }); break;
+    case backend::VectorOp::Divide:
+      map_half<kKind>(x, a.n, [lo](float v) { return v / lo; });
+      break;
+    case backend::VectorOp::Clamp:
+      map_half<kKind>(
+          x, a.n, [lo, hi](float v) { return std::isnan(v) ? v : std::min(std::max(v, lo), hi); });
+      break;
+    case backend::VectorOp::SumOfSquares: {
+      double sq = 0.0;
+      for (int64_t i = 0; i < a.n; ++i) {
+        const double v = load_elem<kKind>(x[i]);
+        sq += v * v;
+      }
+      *a.result = sq;
+      break;
+    }
+    case backend::VectorOp::PNorm:
+      *a.result = p_norm(a.n, a.p, [x](int64_t i) { return load_elem<kKind>(x[i]); });
+      break;
+  }
+}
+
 }  // namespace
 }  // namespace attn::kernels
 
 namespace attn::backend::cpu {
 const Kernels<AdamStepFn> adam_step = {kernels::adam_step_f32, nullptr, nullptr,
                                        kernels::adam_step_half<1>, kernels::adam_step_half<2>};
-const Kernels<SgdStepFn> sgd_step = {kernels::sgd_step_f32};
-const Kernels<VectorNormsFn> vector_norms = {kernels::vector_norms_f32};
-const Kernels<ForeachScaleFn> foreach_scale = {kernels::foreach_scale_f32};
-const Kernels<VectorFn> vector = {kernels::vector_f32};
+const Kernels<SgdStepFn> sgd_step = {kernels::sgd_step_f32, nullptr, nullptr,
+                                     kernels::sgd_step_half<1>, kernels::sgd_step_half<2>};
+const Kernels<VectorNormsFn> vector_norms = {kernels::vector_norms_f32, nullptr, nullptr,
+                                             kernels::vector_norms_half<1>,
+                                             kernels::vector_norms_half<2>};
+const Kernels<ForeachScaleFn> foreach_scale = {kernels::foreach_scale_f32, nullptr, nullptr,
+                                               kernels::foreach_scale_half<1>,
+                                               kernels::foreach_scale_half<2>};
+const Kernels<VectorFn> vector = {kernels::vector_f32, nullptr, nullptr, kernels::vector_half<1>,
+                                  kernels::vector_half<2>};
 }  // namespace attn::backend::cpu
