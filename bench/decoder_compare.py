@@ -10,7 +10,9 @@ key/value heads, SwiGLU 8192, vocabulary 128256, llama3 RoPE scaling, tied embed
 of Llama 3.2 1B) and saves it in --dtype; both load the same directory in that dtype (attn's
 bfloat16 weights memory-mapped from the file).
 Logits are compared first. Timed, alternating, --reps times each after a warm-up:
-  prefill  the logits of a --prompt-token prompt (one forward)
+  prefill  a --prompt-token prompt through one forward, to the logits of its last position (what
+           generation needs: attn and transformers with logits_to_keep=1, llama.cpp computes
+           only those)
   decode   --new greedy tokens after a --context-token prompt, through each library's key/value
            cache (generate), each token timed as it comes (attn's callback, a transformers
            streamer): tokens per second between the first new token and the last
@@ -165,7 +167,7 @@ def run(a, cfg, d):
 
     def hf_prefill(ids):
         with torch.no_grad():
-            hf(torch.tensor(ids), use_cache=False)
+            hf(torch.tensor(ids), use_cache=False, logits_to_keep=1)
 
     class Stamps(transformers.generation.streamers.BaseStreamer):
         """Times each new token (the first put is the prompt)."""
@@ -213,7 +215,7 @@ def run(a, cfg, d):
 
     def attn_prefill(ids):  # as transformers' side runs: no autograd graph
         with attn.no_grad():
-            model(attn.tensor(ids))
+            model(attn.tensor(ids), logits_to_keep=1)
 
     def attn_generate(ids):
         t = []

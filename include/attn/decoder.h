@@ -200,8 +200,10 @@ class Decoder : public Module {
   // zero under norm_plus_one), drawn from gen in parameter order.
   explicit Decoder(const DecoderConfig& config, Generator* gen = nullptr);
 
-  // ids: int64 (B, T) in [0, vocab_size), T <= max_position_embeddings. Logits (B, T, V).
-  Tensor forward(const Tensor& ids) const;
+  // ids: int64 (B, T) in [0, vocab_size), T <= max_position_embeddings. Logits (B, T, V); with
+  // logits_to_keep n > 0 those of the last min(n, T) positions only, (B, min(n, T), V), the
+  // output product of the others skipped (transformers' logits_to_keep; 0 keeps every position).
+  Tensor forward(const Tensor& ids, int64_t logits_to_keep = 0) const;
   // Logits (B, T, V) of ids (B, T) that follow the cache's tokens; appends their keys and values
   // (the cache starts empty and grows as needed). No gradients.
   Tensor forward_cached(const Tensor& ids, DecoderCache& cache) const;
@@ -236,9 +238,8 @@ class Decoder : public Module {
   std::shared_ptr<Linear> lm_head;  // null when tied to model->embed_tokens
 
  private:
-  // last_only: the logits of the last position only, (B, 1, V) (generate's prompt: the output
-  // product of the other positions is not computed, as transformers' logits_to_keep=1).
-  Tensor run(const Tensor& ids, DecoderCache* cache, bool last_only = false) const;
+  // keep > 0: the logits of the last min(keep, T) positions only (generate's prompt keeps 1).
+  Tensor run(const Tensor& ids, DecoderCache* cache, int64_t keep = 0) const;
   DecoderConfig config_;
 };
 

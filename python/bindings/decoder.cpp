@@ -74,8 +74,11 @@ void register_decoder(py::module_& m) {
       .def(
           "to_dtype", [](nn::Decoder& m, Dtype dt) { m.to(dt); }, release(), py::arg("dtype"))
       .def(
-          "forward", [](const nn::Decoder& m, const Tensor& ids) { return m.forward(ids); },
-          release())
+          "forward",
+          [](const nn::Decoder& m, const Tensor& ids, int64_t logits_to_keep) {
+            return m.forward(ids, logits_to_keep);
+          },
+          release(), py::arg("ids"), py::arg("logits_to_keep") = 0)
       .def(
           "generate",
           [](const nn::Decoder& m, const Tensor& ids, int64_t max_new_tokens, double temperature,

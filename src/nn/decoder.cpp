@@ -392,7 +392,7 @@ int64_t Decoder::num_parameters() const {
   return n;
 }
 
-Tensor Decoder::run(const Tensor& ids, DecoderCache* cache, bool last_only) const {
+Tensor Decoder::run(const Tensor& ids, DecoderCache* cache, int64_t keep) const {
   const char* fn = cache ? "Decoder.forward_cached" : "Decoder.forward";
   const DecoderConfig& c = config_;
   if (!ids.defined() || ids.dtype() != Dtype::Int64 || ids.dim() != 2 || ids.size(1) < 1)
@@ -461,7 +461,7 @@ Tensor Decoder::run(const Tensor& ids, DecoderCache* cache, bool last_only) cons
     Tensor* vc = cache ? &cache->v[std::size_t(l)] : nullptr;
     x = layer->forward(x, cos, sin, kc, vc, start);
   }
-  if (last_only && T > 1) x = x.narrow(1, T - 1, 1);
+  if (keep > 0 && keep < T) x = x.narrow(1, T - keep, keep);
   x = (*model->norm)(x);
   Tensor logits = lm_head ? (*lm_head)(x) : functional::linear(x, model->embed_tokens->weight);
   if (c.final_logit_softcapping > 0)
@@ -470,7 +470,11 @@ Tensor Decoder::run(const Tensor& ids, DecoderCache* cache, bool last_only) cons
   return logits.to(Dtype::Float32);  // transformers' logits.float()
 }
 
-Tensor Decoder::forward(const Tensor& ids) const { return run(ids, nullptr); }
+Tensor Decoder::forward(const Tensor& ids, int64_t logits_to_keep) const {
+  if (logits_to_keep < 0)
+    fail("Decoder.forward", "logits_to_keep must be >= 0, got ", logits_to_keep);
+  return run(ids, nullptr, logits_to_keep);
+}
 
 Tensor Decoder::forward_cached(const Tensor& ids, DecoderCache& cache) const {
   NoGradGuard no_grad;
@@ -583,8 +587,8 @@ Tensor Decoder::generate(const Tensor& ids, const GenerateOptions& opt, Generato
   DecoderCache cache;
   Tensor next_in = columns[0];
   for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
-    Tensor logits = run(next_in, &cache, /*last_only=*/true);  // (B, 1, V), no grad (above)
-    logits = logits.select(1, 0).contiguous();                 // (B, V)
+    Tensor logits = run(next_in, &cache, /*keep=*/1);  // (B, 1, V), no grad (above)
+    logits = logits.select(1, 0).contiguous();         // (B, V)
     Tensor next = detail::make_tensor({B, 1}, Dtype::Int64, false);
     int64_t* p = next.data_ptr<int64_t>();
     for (int64_t b = 0; b < B; ++b) {

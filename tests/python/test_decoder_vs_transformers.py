@@ -85,6 +85,24 @@ def test_logits_match_transformers(checkpoints, name, tmp_path):
     assert_logits_close(model(attn.tensor(IDS)), ref32, ref64, name)
 
 
+@pytest.mark.parametrize("name", ["llama3", "gemma2"])
+def test_logits_to_keep_gives_the_last_positions(checkpoints, name, tmp_path):
+    # transformers' logits_to_keep: the logits of the last n positions only (the output product
+    # of the others is skipped); 0 keeps all, n beyond T keeps T.
+    model = attn.nn.Decoder.from_pretrained(checkpoints[name])
+    ref32, ref64, _ = reference_logits(checkpoints[name], tmp_path)
+    T = len(IDS[0])
+    for n in (1, 3, T, T + 5):
+        ours = model(attn.tensor(IDS), logits_to_keep=n)
+        assert list(ours.shape) == [2, min(n, T), 97]
+        assert_logits_close(ours, ref32[:, -n:], ref64[:, -n:], "{} keep {}".format(name, n))
+    assert list(model(attn.tensor(IDS), logits_to_keep=0).shape) == [2, T, 97]
+    with pytest.raises(ValueError, match="logits_to_keep must be >= 0, got -1"):
+        model(attn.tensor(IDS), logits_to_keep=-1)
+    with pytest.raises(TypeError, match="logits_to_keep must be an int"):
+        model(attn.tensor(IDS), logits_to_keep=1.0)
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_greedy_generation_matches_transformers(checkpoints, name, tmp_path):
     model = attn.nn.Decoder.from_pretrained(checkpoints[name])

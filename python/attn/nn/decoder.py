@@ -91,9 +91,14 @@ class Decoder(Module):
         self._impl.train(bool(mode))
         return self
 
-    def forward(self, input_ids):
-        """Logits (B, T, vocab_size) of input_ids (B, T) int64."""
-        return self._impl.forward(input_ids)
+    def forward(self, input_ids, logits_to_keep=0):
+        """Logits (B, T, vocab_size) of input_ids (B, T) int64; with logits_to_keep n > 0 those
+        of the last n positions only (transformers' logits_to_keep: what a prompt needs before
+        generating is logits_to_keep=1)."""
+        if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int):
+            raise TypeError("forward(): logits_to_keep must be an int, got %s"
+                            % type(logits_to_keep).__name__)
+        return self._impl.forward(input_ids, logits_to_keep)
 
     def generate(self, input_ids, max_new_tokens=32, temperature=0.0, top_k=None, top_p=1.0,
                  min_p=0.0, repetition_penalty=1.0, eos_token_id=None, generator=None,
