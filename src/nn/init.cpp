@@ -175,7 +175,7 @@ namespace attn::nn::functional {
 
 Tensor silu(const Tensor& x) {
   if (!x.defined()) detail::fail("silu", "undefined tensor argument");
-  if (Tensor y = detail::silu_no_grad(x); y.defined()) return y;  // inference: one pass
+  if (Tensor y = detail::silu_fused(x); y.defined()) return y;  // one pass
   if (is_reduced_float(x.dtype()))  // computed in float32, rounded once (detail::widen)
     return silu(detail::widen(x)).to(x.dtype());
   if (x.dtype() != Dtype::Float32)

@@ -272,15 +272,23 @@ Tensor rms_norm_fused(const Tensor& x_in, int64_t C, const Tensor& weight, doubl
   return record(y, "RmsNormBackward", {&x_in, &weight}, backward, {x, w, rstd});
 }
 
-Tensor silu_no_grad(const Tensor& x_in) {
-  if (should_record({&x_in})) return Tensor();
+Tensor silu_fused(const Tensor& x_in) {
   const auto kernel =
       be::find(x_in.device(), x_in.dtype(), be::cpu::silu_forward, be::cuda::silu_forward);
   if (!kernel) return Tensor();
   const Tensor x = x_in.contiguous();
   Tensor y = make_tensor("silu", x.shape(), x.dtype(), false);
   kernel({ptr(x), ptr(y), x.numel()});
-  return y;
+  if (!should_record({&x_in})) return y;
+  // d silu / dx = s (1 + x (1 - s)), s = sigmoid(x): in float32, rounded once to x's dtype (as
+  // torch's silu_backward).
+  auto backward = [](const Node& n, const Tensor& grad_out) {
+    const Tensor x = n.saved_tensor(0);
+    const Tensor xf = x.to(Dtype::Float32), s = xf.sigmoid();
+    const Tensor dx = grad_out.to(Dtype::Float32) * (s * (1.0 + xf * (1.0 - s)));
+    return std::vector<Tensor>{dx.to(x.dtype())};
+  };
+  return record(y, "SiluBackward0", {&x_in}, backward, {x});
 }
 
 Tensor layer_norm(const char* fn, const Tensor& x_in, const Tensor* res, Tensor* sum_out,

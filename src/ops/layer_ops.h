@@ -42,9 +42,11 @@ Tensor layer_norm(const char* fn, const Tensor& x, const Tensor* residual, Tenso
 // caller composes RMSNorm of ops then, as torch's.
 Tensor rms_norm_fused(const Tensor& x, int64_t C, const Tensor& weight, double eps);
 
-// torch.nn.functional.silu in one pass where no gradient is wanted (float32, bfloat16, float16 on
-// the CPU); an undefined tensor where that does not apply (the caller composes x * sigmoid(x)).
-Tensor silu_no_grad(const Tensor& x);
+// torch.nn.functional.silu in one pass on a backend with the kernel for x's dtype (CPU: float32,
+// bfloat16, float16), recorded as one node (SiluBackward0) whose backward computes in float32
+// and rounds once; an undefined tensor where it does not apply (the caller composes x *
+// sigmoid(x)).
+Tensor silu_fused(const Tensor& x);
 
 // torch.nn.functional.cross_entropy of (N, C) or (C) logits against int64 class indices.
 Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::string& reduction,

@@ -2,8 +2,8 @@
 
   * RMSNorm (rms_norm_forward): float32, bfloat16, float16 rows, with and without a weight, with
     and without autograd (one node, RmsNormBackward: its gradients against float64's);
-  * SiLU (silu_forward): x / (1 + e^-x) in float, rounded once, where no gradient is wanted (the
-    composed x * sigmoid(x) runs when one is);
+  * SiLU (silu_forward): x / (1 + e^-x) in float, rounded once, with and without autograd (one
+    node, SiluBackward0: its gradient against float64's);
   * the binary ops of bfloat16 / float16 tensors (binary's 2-byte slots): each element widened,
     the float op, one rounding: bit for bit what widening the operands first gives."""
 import numpy as np
@@ -98,13 +98,29 @@ def test_silu_one_pass_equals_the_composed_one(dt):
     xn = np.concatenate([rng.standard_normal(70000) * 4, [0.0, -0.0, 30.0, -30.0, 80.0, -80.0]])
     with attn.no_grad():
         fast = F.silu(t(xn, dt))
-    slow = F.silu(t(xn, dt).requires_grad_())
+    x = t(xn, dt).requires_grad_()
+    graded = F.silu(x)  # the same pass, recorded
+    assert graded.grad_fn.name() == "SiluBackward0"
+    xw = t(xn, dt).float()
+    slow = (xw * xw.sigmoid()).to(DTYPES[dt])  # composed in float32, rounded once
     xv = num(t(xn, dt))
     ref = xv / (1 + np.exp(-xv))
     # Relative to each value, against float64 (exp's error is about 1 ulp of float32), and
-    # within one rounding of the dtype of the composed path's x * sigmoid(x).
+    # within one rounding of the dtype of the composed x * sigmoid(x).
     close(num(fast), ref, dt, 4 if dt == "f32" else 1, "silu vs float64")
+    assert np.array_equal(num(graded), num(fast))
     close(num(fast), num(slow), dt, 8 if dt == "f32" else 1, "silu vs x * sigmoid(x)")
+    # The gradient: g s (1 + x (1 - s)) in float32, rounded once.
+    g = rng.standard_normal(xn.size)
+    graded.backward(t(g, dt))
+    gv = num(t(g, dt))
+    s = 1 / (1 + np.exp(-xv))
+    # Where 1 + x (1 - s) cancels (x near -1.28) the float32 error is relative to its terms'
+    # size, not to the small result.
+    ref_grad, size = gv * s * (1 + xv * (1 - s)), np.abs(gv) * s * (1 + np.abs(xv) * (1 - s))
+    err = np.abs(num(x.grad) - ref_grad)
+    rounding = 0.5 * ULP[dt] * np.maximum(np.abs(ref_grad), TINY[dt]) if dt != "f32" else 0
+    assert np.all(err <= rounding + 16 * ULP["f32"] * size), "silu grad"
     with attn.no_grad():
         nan = F.silu(t([np.nan], dt))
     assert np.isnan(num(nan)).all()
