@@ -72,11 +72,20 @@ def bandwidth():
 
 
 def cpu_model():
+    """The model name with its family and model numbers and widest vector extension (a VM's name
+    is often just "AMD EPYC", which does not say which generation)."""
+    info = {}
     with open("/proc/cpuinfo") as f:
         for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    if "model name" not in info:
+        return "unknown CPU"
+    flags = info.get("flags", "").split()
+    isa = ("AVX-512 with BF16" if "avx512_bf16" in flags else "AVX-512" if "avx512f" in flags
+           else "AVX2" if "avx2" in flags else "no AVX2")
+    return "%s, family %s model %s, %s" % (info["model name"], info.get("cpu family", "?"),
+                                           info.get("model", "?"), isa)
 
 
 def timed(fn):
