@@ -49,26 +49,45 @@ Fn* host(const char* fn, const be::Kernels<Fn>& cpu, const be::Kernels<Fn>& cuda
 
 void* ptr(const Tensor& t) { return t.defined() ? t.device_data() : nullptr; }
 
+// The indices of items grouped by the dtype dtype_of gives each (in order of first appearance):
+// one kernel call per dtype.
+template <typename T, typename DtypeOf>
+std::vector<std::vector<std::size_t>> by_dtype(const std::vector<T>& items, DtypeOf dtype_of) {
+  std::vector<Dtype> dtypes;
+  std::vector<std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const Dtype dt = dtype_of(items[i]);
+    const auto it = std::find(dtypes.begin(), dtypes.end(), dt);
+    if (it == dtypes.end()) {
+      dtypes.push_back(dt);
+      groups.push_back({i});
+    } else {
+      groups[std::size_t(it - dtypes.begin())].push_back(i);
+    }
+  }
+  return groups;
+}
+
+Dtype tensor_dtype(const Tensor& t) { return t.dtype(); }
+
 }  // namespace
 
 void fused_adam_(const char* fn, const std::vector<AdamUpdate>& updates, float grad_scale) {
   // One kernel call per dtype of the parameters (float32, bfloat16, float16 may be mixed).
-  std::vector<Dtype> dtypes;
-  for (const AdamUpdate& u : updates)
-    if (std::find(dtypes.begin(), dtypes.end(), u.p.dtype()) == dtypes.end())
-      dtypes.push_back(u.p.dtype());
-  for (Dtype dt : dtypes) {
+  for (const auto& group : by_dtype(updates, [](const AdamUpdate& u) { return u.p.dtype(); })) {
     std::vector<const Tensor*> all;
-    for (const AdamUpdate& u : updates)
-      if (u.p.dtype() == dt)
-        for (const Tensor* t : {&u.p, &u.g, &u.m, &u.v, &u.vmax}) all.push_back(t);
+    for (std::size_t i : group) {
+      const AdamUpdate& u = updates[i];
+      for (const Tensor* t : {&u.p, &u.g, &u.m, &u.v, &u.vmax}) all.push_back(t);
+    }
     const auto kernel = pick_for(fn, all, be::cpu::adam_step, be::cuda::adam_step);
     std::vector<be::AdamParam> params;
-    for (const AdamUpdate& u : updates)
-      if (u.p.dtype() == dt)
-        params.push_back({ptr(u.p), ptr(u.g), ptr(u.m), ptr(u.v), ptr(u.vmax), u.p.numel(), u.fused,
-                          u.gsign, u.l2, u.decay, u.beta1, u.one_minus_beta1, u.beta2,
-                          u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size});
+    for (std::size_t i : group) {
+      const AdamUpdate& u = updates[i];
+      params.push_back({ptr(u.p), ptr(u.g), ptr(u.m), ptr(u.v), ptr(u.vmax), u.p.numel(), u.fused,
+                        u.gsign, u.l2, u.decay, u.beta1, u.one_minus_beta1, u.beta2,
+                        u.one_minus_beta2, u.bc2_sqrt, u.eps, u.neg_step_size});
+    }
     kernel({params.data(), int64_t(params.size()), grad_scale});
   }
 }
@@ -120,29 +139,9 @@ void fused_sgd_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& 
           nesterov, first});
 }
 
-namespace {
-
-// The indices of xs grouped by dtype (in order of first appearance): one kernel call per dtype.
-std::vector<std::vector<std::size_t>> by_dtype(const std::vector<Tensor>& xs) {
-  std::vector<Dtype> dtypes;
-  std::vector<std::vector<std::size_t>> groups;
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    const auto it = std::find(dtypes.begin(), dtypes.end(), xs[i].dtype());
-    if (it == dtypes.end()) {
-      dtypes.push_back(xs[i].dtype());
-      groups.push_back({i});
-    } else {
-      groups[std::size_t(it - dtypes.begin())].push_back(i);
-    }
-  }
-  return groups;
-}
-
-}  // namespace
-
 std::vector<float> foreach_norm(const char* fn, const std::vector<Tensor>& xs, double norm_type) {
   std::vector<float> norms(xs.size());
-  for (const auto& group : by_dtype(xs)) {
+  for (const auto& group : by_dtype(xs, tensor_dtype)) {
     std::vector<const Tensor*> all;
     std::vector<Tensor> cs;
     std::vector<const void*> ps;
@@ -169,7 +168,7 @@ float norm_of(const std::vector<float>& values, double norm_type) {
 }
 
 void foreach_mul_(const char* fn, std::vector<Tensor>& xs, float coef) {
-  for (const auto& group : by_dtype(xs)) {
+  for (const auto& group : by_dtype(xs, tensor_dtype)) {
     std::vector<const Tensor*> all;
     for (std::size_t i : group) all.push_back(&xs[i]);
     const auto kernel = pick_for(fn, all, be::cpu::foreach_scale, be::cuda::foreach_scale);

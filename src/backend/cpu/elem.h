@@ -34,4 +34,13 @@ inline E store_elem(float f) {
     return float_to_fp16_bits(f);
 }
 
+// f rounded to the element type and widened back (float32: f itself).
+template <int kKind>
+inline float round_elem(float f) {
+  if constexpr (kKind == 0)
+    return f;
+  else
+    return load_elem<kKind>(store_elem<kKind, uint16_t>(f));
+}
+
 }  // namespace attn::kernels

@@ -224,7 +224,7 @@ template <int kKind>  // 1 bfloat16, 2 float16
 void adam_half_range(const backend::AdamParam& u, int64_t i0, int64_t i1, float gscale) {
   auto ld = [](uint16_t b) { return load_elem<kKind>(b); };
   auto st = [](float x) { return store_elem<kKind, uint16_t>(x); };
-  auto R = [&](float x) { return ld(st(x)); };
+  auto R = [](float x) { return round_elem<kKind>(x); };
   auto* p = static_cast<uint16_t*>(u.p);
   const auto* g = static_cast<const uint16_t*>(u.g);
   auto* m = static_cast<uint16_t*>(u.m);
@@ -275,11 +275,10 @@ template <int kKind>  // 1 bfloat16, 2 float16
 void sgd_step_half(const backend::SgdStep& s) {
   auto ld = [](uint16_t b) { return load_elem<kKind>(b); };
   auto st = [](float x) { return store_elem<kKind, uint16_t>(x); };
-  auto R = [&](float x) { return ld(st(x)); };
+  auto R = [](float x) { return round_elem<kKind>(x); };
   auto* p = static_cast<uint16_t*>(s.p);
   const auto* g = static_cast<const uint16_t*>(s.g);
   auto* buf = static_cast<uint16_t*>(s.buf);
-  // torch's add(other, alpha) rounds alpha to the dtype first; mul by a scalar does not.
   const float wd = R(s.wd), one_minus_dampening = R(s.one_minus_dampening),
               nesterov_momentum = R(s.momentum), neg_lr = R(s.neg_lr);
   parallel_ranges(s.n, threads_for(s.n), [&](int64_t i0, int64_t i1) {
@@ -334,13 +333,8 @@ void vector_f32(const backend::Vector& a) {
 // then to the dtype (torch.linalg.vector_norm's result dtype); in-place ops computed in float and
 // rounded once.
 template <int kKind>
-float round_to_kind(float x) {
-  return load_elem<kKind>(store_elem<kKind, uint16_t>(x));
-}
-
-template <int kKind>
 float half_norm(const uint16_t* x, int64_t n, double p) {
-  return round_to_kind<kKind>(p_norm(n, p, [x](int64_t i) { return load_elem<kKind>(x[i]); }));
+  return round_elem<kKind>(p_norm(n, p, [x](int64_t i) { return load_elem<kKind>(x[i]); }));
 }
 
 template <int kKind>
