@@ -188,10 +188,15 @@ class DecoderModel : public Module {
 
 // Keys and values of every layer for the tokens seen so far.
 struct DecoderCache {
-  // Per layer: (B, H_kv, capacity, head_size), float32 whatever the model computes in (a 2-byte
-  // key or value is exact in it); `length` rows valid.
+  // Per layer: (B, H_kv, capacity, head_size), `length` rows valid: bfloat16 for a bfloat16
+  // model, float32 otherwise (a float16 key or value is exact in it). A step of a few tokens reads
+  // bfloat16 rows where they lie (paged_attention's kernel, one page per row of the batch):
+  // half the bytes of a float32 cache, which the fused kernel reads.
   std::vector<Tensor> k, v;
   int64_t length = 0;
+  // Rows to allocate when the cache is first filled, if more than that call needs (generate
+  // reserves its prompt plus max_new_tokens); growth beyond doubles the capacity.
+  int64_t reserve = 0;
 };
 
 class Decoder : public Module {

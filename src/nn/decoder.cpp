@@ -217,6 +217,32 @@ DecoderAttention::DecoderAttention(const DecoderConfig& c, int64_t layer)
   if (c.attention_sinks) sinks = register_parameter("sinks", zeros({num_heads}));
 }
 
+namespace {
+
+// Queries per row up to which a step reads a bfloat16 cache in place (paged_attention's kernel,
+// made for a few queries); a longer chunk goes to the fused kernel, whose tiles suit it better.
+constexpr int64_t kCachedQueries = 16;
+
+// Attention of q (B, T, H, D) float32, the last T of len positions, against the first len rows of
+// the caches (B, H_kv, capacity, D): each row of the batch one page of `capacity` rows, so that
+// paged_attention's kernel reads each head's keys as one contiguous run. (B, T, H, D) float32.
+Tensor cached_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, int64_t len,
+                        const SdpaOptions& o) {
+  const int64_t B = k_cache.size(0), H_kv = k_cache.size(1), cap = k_cache.size(2);
+  const int64_t D = k_cache.size(3);
+  PagedKVView kv;
+  kv.dtype = k_cache.dtype() == Dtype::BFloat16 ? KVCacheDtype::BFloat16 : KVCacheDtype::Float32;
+  kv.keys = k_cache.raw_data(), kv.values = v_cache.raw_data();
+  kv.num_pages = B, kv.page_size = cap, kv.num_kv_heads = H_kv, kv.head_dim = D;
+  kv.head_dim_v = v_cache.size(3);
+  kv.key_page_stride = H_kv * cap * D, kv.key_head_stride = cap * D, kv.key_row_stride = D;
+  kv.value_page_stride = H_kv * cap * kv.head_dim_v, kv.value_head_stride = cap * kv.head_dim_v;
+  kv.value_row_stride = kv.head_dim_v;
+  return paged_attention(q, kv, arange(0, B).view({B, 1}), full({B}, len, Dtype::Int64), o);
+}
+
+}  // namespace
+
 Tensor DecoderAttention::forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
                                  Tensor* k_cache, Tensor* v_cache, int64_t start) const {
   const int64_t B = x.size(0), T = x.size(1);
@@ -229,13 +255,6 @@ Tensor DecoderAttention::forward(const Tensor& x, const Tensor& cos, const Tenso
   }
   q = apply_rope(q.transpose(1, 2), cos, sin);
   k = apply_rope(k.transpose(1, 2), cos, sin);
-  if (k_cache) {  // float32 (Decoder::run): exact for 2-byte keys and values
-    k_cache->narrow(2, start, T).copy_(k);
-    v_cache->narrow(2, start, T).copy_(v);
-    k = k_cache->narrow(2, 0, start + T);
-    v = v_cache->narrow(2, 0, start + T);
-    q = q.to(k.dtype());
-  }
   SdpaOptions o;
   o.is_causal = true;
   o.causal_align = CausalAlign::BottomRight;  // the queries are the last T of start + T
@@ -244,6 +263,22 @@ Tensor DecoderAttention::forward(const Tensor& x, const Tensor& cos, const Tenso
   o.softcap = softcap;
   if (window > 0) o.window_left = window - 1;
   if (sinks.defined()) o.sinks = sinks.to(Dtype::Float32);
+  if (k_cache) {  // Decoder::run's cache: the model's dtype, or float32 for float16
+    k_cache->narrow(2, start, T).copy_(k);
+    v_cache->narrow(2, start, T).copy_(v);
+    if (start > 0 && T <= kCachedQueries && k_cache->dtype() == Dtype::BFloat16) {
+      // A decoding step over bfloat16 rows: read where they lie, q (B, T, H, D) in float32.
+      // (A float32 cache goes to the fused kernel below: faster on float32 rows.)
+      const Tensor ctx =
+          cached_attention(q.transpose(1, 2).to(Dtype::Float32), *k_cache, *v_cache, start + T, o);
+      return (*o_proj)(ctx.to(x.dtype()).reshape({B, T, num_heads * head_size}));
+    }
+    if (start > 0) {  // the fused kernel over the cached prefix
+      k = k_cache->narrow(2, 0, start + T);
+      v = v_cache->narrow(2, 0, start + T);
+      q = q.to(k.dtype());
+    }
+  }
   // In x's dtype: attention over 2-byte operands rounds its float32 result once, as here.
   const Tensor ctx = scaled_dot_product_attention(q, k, v, o).to(x.dtype());
   return (*o_proj)(ctx.transpose(1, 2).reshape({B, T, num_heads * head_size}));
@@ -414,17 +449,19 @@ Tensor Decoder::run(const Tensor& ids, DecoderCache* cache, int64_t keep) const 
   }
   const int64_t D = c.head_size();
   // The dtype the model computes in: its parameters' (float32, or bfloat16 / float16 after
-  // Module::to). The cache holds float32 whatever it is: a 2-byte key or value is exact in
-  // float32, and attention computes in float32 anyway, so a decoding step widens only its query
-  // instead of every cached key and value.
+  // Module::to). The cache holds the keys and values in it where the cached kernel reads that
+  // dtype (float32, bfloat16), else in float32, where a float16 value is exact.
   const Dtype dt = model->embed_tokens->weight.dtype();
   if (cache) {  // room for start + T rows in every layer (doubling)
     const int64_t need = start + T;
-    if (cache->k.empty() || cache->k[0].size(2) < need) {
-      const int64_t cap = std::max<int64_t>(need, cache->k.empty() ? 0 : 2 * cache->k[0].size(2));
+    const Dtype kv_dt = dt == Dtype::BFloat16 ? dt : Dtype::Float32;
+    if (cache->k.empty() || cache->k[0].size(2) < need || cache->k[0].dtype() != kv_dt) {
+      const int64_t cap = std::max({need, cache->k.empty() ? 0 : 2 * cache->k[0].size(2),
+                                    cache->k.empty() ? cache->reserve : 0});
       for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        Tensor k = zeros({B, c.num_key_value_heads, cap, D});
-        Tensor v = zeros({B, c.num_key_value_heads, cap, D});
+        // Only rows [0, length) are ever read: no clearing (its pages stay unmapped until used).
+        Tensor k = empty({B, c.num_key_value_heads, cap, D}, kv_dt);
+        Tensor v = empty({B, c.num_key_value_heads, cap, D}, kv_dt);
         if (!cache->k.empty() && start > 0) {
           k.narrow(2, 0, start).copy_(cache->k[std::size_t(l)].narrow(2, 0, start));
           v.narrow(2, 0, start).copy_(cache->v[std::size_t(l)].narrow(2, 0, start));
@@ -585,6 +622,7 @@ Tensor Decoder::generate(const Tensor& ids, const GenerateOptions& opt, Generato
                                 columns[0].data_ptr<int64_t>() + (b + 1) * ids.size(1));
   std::vector<int64_t> stopped(std::size_t(B), -1);  // the stop token a row produced, or -1
   DecoderCache cache;
+  cache.reserve = ids.size(1) + opt.max_new_tokens;
   Tensor next_in = columns[0];
   for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
     Tensor logits = run(next_in, &cache, /*keep=*/1);  // (B, 1, V), no grad (above)

@@ -305,20 +305,69 @@ TEST_P(Families, ForwardEqualsTheNaiveDefinition) {
   EXPECT_LT(err, 2e-5 * std::max(1.0, scale)) << GetParam() << " scale " << scale;
 }
 
+// 40 ids fed through a cache in pieces that take each of its paths: a prompt (the fused kernel on
+// the fresh keys), single tokens and a chunk of 3 (read in the cache, paged_attention's kernel),
+// and a chunk of 20 after others (the fused kernel over the cached prefix).
+const std::vector<int64_t> kLongIds = {3,  17, 52, 0,  9,  9,  41, 23, 5,  30, 12, 7,  44, 2,
+                                       19, 33, 8,  50, 27, 1,  36, 11, 48, 6,  14, 29, 40, 21,
+                                       4,  38, 25, 16, 47, 10, 31, 22, 13, 45, 35, 28};
+const std::vector<int64_t> kPieces = {5, 1, 1, 3, 1, 20, 1, 1, 1, 1, 5};
+
+// Two rows, kLongIds and its reverse: (2, 40).
+Tensor long_ids() {
+  std::vector<int64_t> ids = kLongIds;
+  ids.insert(ids.end(), kLongIds.rbegin(), kLongIds.rend());
+  return id_tensor(ids, 2);
+}
+
+// The logits of ids (B, 40) fed through the cache in kPieces, laid out as forward's (B, 40, V).
+Vec cached_logits(const Decoder& m, const Tensor& ids, attn::nn::DecoderCache& cache) {
+  std::vector<Tensor> parts;
+  int64_t t = 0;
+  for (int64_t n : kPieces) {
+    parts.push_back(m.forward_cached(ids.narrow(1, t, n), cache));
+    t += n;
+  }
+  return values(attn::cat(parts, 1));
+}
+
+// The largest |a - b| over the largest |b| (at least 1).
+double relative_error(const Vec& a, const Vec& b) {
+  double scale = 1, err = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    scale = std::max(scale, std::abs(b[i]));
+    err = std::max(err, std::abs(a[i] - b[i]));
+  }
+  return err / scale;
+}
+
 TEST_P(Families, CachedDecodingGivesTheFullForwardsLogits) {
   const auto m = random_model(small(GetParam()), 12);
-  const Tensor ids = id_tensor(kIds);
+  const Tensor ids = long_ids();
   const Vec full = values(m->forward(ids));
   attn::nn::DecoderCache cache;
-  Vec stepped = values(m->forward_cached(ids.narrow(1, 0, 5), cache));  // a prompt, then 1 by 1
-  for (int64_t t = 5; t < int64_t(kIds.size()); ++t) {
-    const Vec one = values(m->forward_cached(ids.narrow(1, t, 1), cache));
-    stepped.insert(stepped.end(), one.begin(), one.end());
-  }
-  EXPECT_EQ(cache.length, int64_t(kIds.size()));
+  const Vec stepped = cached_logits(*m, ids, cache);
+  EXPECT_EQ(cache.length, 40);
+  EXPECT_EQ(cache.k[0].dtype(), attn::Dtype::Float32);
   ASSERT_EQ(stepped.size(), full.size());
-  for (std::size_t i = 0; i < full.size(); ++i)
-    ASSERT_NEAR(stepped[i], full[i], 1e-5 * std::max(1.0, std::abs(full[i]))) << i;
+  EXPECT_LT(relative_error(stepped, full), 1e-5);
+}
+
+TEST_P(Families, CachedDecodingInBfloat16ReadsABfloat16Cache) {
+  // The full forward in bfloat16 is the reference, to bfloat16's rounding: the paths' float32
+  // sums differ in order, and a bfloat16 rounding of their results can land on either side.
+  auto m = random_model(small(GetParam()), 12);
+  const Tensor ids = long_ids();
+  const Vec full32 = values(m->forward(ids));
+  m->to(attn::Dtype::BFloat16);
+  const Vec full = values(m->forward(ids));
+  attn::nn::DecoderCache cache;
+  const Vec stepped = cached_logits(*m, ids, cache);
+  EXPECT_EQ(cache.length, 40);
+  EXPECT_EQ(cache.k[0].dtype(), attn::Dtype::BFloat16);
+  ASSERT_EQ(stepped.size(), full.size());
+  // As close to the bfloat16 forward as that is to the float32 one, at most.
+  EXPECT_LT(relative_error(stepped, full), std::max(0.02, relative_error(full, full32)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoder, Families,

@@ -27,6 +27,9 @@
 //   load_partial(p, n)      the first n floats at p, zeros after (reads nothing past p + n)
 //   store_partial(p, a, n)  the first n lanes of a to p (writes nothing past p + n)
 //   reduce_add, reduce_max  horizontal sum / max of the lanes
+//   reduce_add4(a, b, c, d, out)
+//                           the horizontal sums of four vectors to out[0 .. 3], sharing the work
+//                           (in another order than reduce_add's: may differ in the last bits)
 //   zero_if_neginf(x)       x with -inf lanes replaced by 0
 //   mask_rows(s, i, lo, hi) s with lanes whose row index i[lane] (int32) is outside [lo, hi] set to
 //                           -inf
@@ -152,6 +155,10 @@ struct Scalar {
     for (int l = 0; l < W; ++l) s += a.v[l];
     return s;
   }
+  static ATTN_ALWAYS_INLINE void reduce_add4(const T& a, const T& b, const T& c, const T& d,
+                                             float* out) {
+    out[0] = reduce_add(a), out[1] = reduce_add(b), out[2] = reduce_add(c), out[3] = reduce_add(d);
+  }
   static ATTN_ALWAYS_INLINE float reduce_max(const T& a) {
     float s = a.v[0];
     for (int l = 1; l < W; ++l) s = a.v[l] > s ? a.v[l] : s;
@@ -268,6 +275,11 @@ struct Avx2 {
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
     x = _mm_add_ss(x, _mm_movehdup_ps(x));
     return _mm_cvtss_f32(x);
+  }
+  static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE void reduce_add4(T a, T b, T c, T d, float* out) {
+    // Pairs of lanes, then quadruples, per 128-bit half; then the halves.
+    const __m256 q = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
   }
   static ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE float reduce_max(T a) {
     __m128 x = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -394,6 +406,16 @@ struct Avx512 {
   }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE float reduce_add(T a) {
     return _mm512_reduce_add_ps(a);
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE __m256 halves(T x) {
+    return _mm256_add_ps(_mm512_castps512_ps256(x),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+  }
+  static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE void reduce_add4(T a, T b, T c, T d, float* out) {
+    // The 256-bit halves added, then as Avx2's.
+    const __m256 q =
+        _mm256_hadd_ps(_mm256_hadd_ps(halves(a), halves(b)), _mm256_hadd_ps(halves(c), halves(d)));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
   }
   static ATTN_TARGET_AVX512 ATTN_ALWAYS_INLINE float reduce_max(T a) {
     return _mm512_reduce_max_ps(a);
@@ -522,6 +544,9 @@ struct Neon {
     return load_fp16(buf);
   }
   static ATTN_ALWAYS_INLINE float reduce_add(T a) { return vaddvq_f32(a); }
+  static ATTN_ALWAYS_INLINE void reduce_add4(T a, T b, T c, T d, float* out) {
+    vst1q_f32(out, vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d)));
+  }
   static ATTN_ALWAYS_INLINE float reduce_max(T a) { return vmaxvq_f32(a); }
   static ATTN_ALWAYS_INLINE T add(T a, T b) { return vaddq_f32(a, b); }
   static ATTN_ALWAYS_INLINE T sub(T a, T b) { return vsubq_f32(a, b); }
@@ -597,6 +622,9 @@ struct Sve {
     svst1_f32(svwhilelt_b32(0, n), p, a);
   }
   static ATTN_ALWAYS_INLINE float reduce_add(T a) { return svaddv_f32(all(), a); }
+  static ATTN_ALWAYS_INLINE void reduce_add4(T a, T b, T c, T d, float* out) {
+    out[0] = reduce_add(a), out[1] = reduce_add(b), out[2] = reduce_add(c), out[3] = reduce_add(d);
+  }
   static ATTN_ALWAYS_INLINE float reduce_max(T a) { return svmaxv_f32(all(), a); }
   static ATTN_ALWAYS_INLINE T add(T a, T b) { return svadd_f32_x(all(), a, b); }
   static ATTN_ALWAYS_INLINE T sub(T a, T b) { return svsub_f32_x(all(), a, b); }
