@@ -110,6 +110,9 @@ def main():
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--md", default="")
     p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out")
+    p.add_argument("--no-torch", action="store_true",
+                   help="time attn and llama.cpp only (transformers still checks the logits): "
+                        "its long prompts take many minutes where its bfloat16 products are slow")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     attn.set_num_threads(a.threads)
@@ -159,7 +162,9 @@ def run(a, cfg, d):
     # --new tokens after the context, before transformers loads anything.
     model.generate(attn.tensor(context), max_new_tokens=a.new)
     attn_rss = rss_bytes() - before
-    cache_bytes = 2 * a.layers * a.kv_heads * (a.hidden // a.heads) * (a.context + a.new) * 4
+    # attn's cache holds bfloat16 for a bfloat16 model, float32 otherwise.
+    cache_item = 2 if a.dtype == "bfloat16" else 4
+    cache_bytes = 2 * a.layers * a.kv_heads * (a.hidden // a.heads) * (a.context + a.new) * cache_item
     hf = transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=tdt).eval()
     check = prompt[0][:32]
     with torch.no_grad():
@@ -232,9 +237,10 @@ def run(a, cfg, d):
                        callback=lambda _: t.append(time.perf_counter()))
         return t
 
-    contenders = {"attn": (attn_prefill, attn_generate),
-                  "torch eager": (hf_prefill, hf_generate),
-                  "torch sdpa": (hf_prefill, hf_generate)}
+    contenders = {"attn": (attn_prefill, attn_generate)}
+    if not a.no_torch:
+        contenders["torch eager"] = (hf_prefill, hf_generate)
+        contenders["torch sdpa"] = (hf_prefill, hf_generate)
     if llama_cpp is not None:
         contenders["llama.cpp"] = (cpp_prefill, cpp_generate)
     impl = {"torch eager": "eager", "torch sdpa": "sdpa"}
@@ -301,17 +307,19 @@ def run(a, cfg, d):
         for name, r in rows.items():
             lines.append("| %s | %.1f | %.2f | %.0f%% |" % (
                 name, r["prefill_tok_s"], r["decode_tok_s"], 100 * r["decode_tok_s"] / bound))
-        lines += ["", "attn / torch sdpa: prefill %.2fx, decode %.2fx; attn / torch eager: "
-                  "prefill %.2fx, decode %.2fx. Read bandwidth (same run) %.1f GB/s; the "
+        ratios = ""
+        if "torch sdpa" in rows:
+            ratios = ("attn / torch sdpa: prefill %.2fx, decode %.2fx; attn / torch eager: "
+                      "prefill %.2fx, decode %.2fx. " % (
+                          rows["attn"]["prefill_tok_s"] / rows["torch sdpa"]["prefill_tok_s"],
+                          rows["attn"]["decode_tok_s"] / rows["torch sdpa"]["decode_tok_s"],
+                          rows["attn"]["prefill_tok_s"] / rows["torch eager"]["prefill_tok_s"],
+                          rows["attn"]["decode_tok_s"] / rows["torch eager"]["decode_tok_s"]))
+        lines += ["", ratios + "Read bandwidth (same run) %.1f GB/s; the "
                   "bound reads %.2f GB of weights per token. Logits agree to %.2g. attn's resident "
                   "memory after a decode: %.2f GB for %.2f GB of weights and a %.3f GB key/value "
-                  "cache (float32)." % (
-                      rows["attn"]["prefill_tok_s"] / rows["torch sdpa"]["prefill_tok_s"],
-                      rows["attn"]["decode_tok_s"] / rows["torch sdpa"]["decode_tok_s"],
-                      rows["attn"]["prefill_tok_s"] / rows["torch eager"]["prefill_tok_s"],
-                      rows["attn"]["decode_tok_s"] / rows["torch eager"]["decode_tok_s"],
-                      bw / 1e9, weights / 1e9, diff, attn_rss / 1e9, weights / 1e9,
-                      cache_bytes / 1e9)]
+                  "cache (%s)." % (bw / 1e9, weights / 1e9, diff, attn_rss / 1e9, weights / 1e9,
+                                   cache_bytes / 1e9, a.dtype)]
         if "llama.cpp" in rows:
             lines[-1] += (" attn / llama.cpp (llama-cpp-python %s, same GGUF weights, float16 "
                           "key/value cache, logits within %.2g of transformers' at the last "
