@@ -290,6 +290,16 @@ Tensor id_tensor(const std::vector<int64_t>& ids, int64_t rows = 1) {
   return t;
 }
 
+// The largest |a - b| over the largest |b| (at least 1).
+double relative_error(const Vec& a, const Vec& b) {
+  double scale = 1, err = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    scale = std::max(scale, std::abs(b[i]));
+    err = std::max(err, std::abs(a[i] - b[i]));
+  }
+  return err / scale;
+}
+
 class Families : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Families, ForwardEqualsTheNaiveDefinition) {
@@ -297,12 +307,7 @@ TEST_P(Families, ForwardEqualsTheNaiveDefinition) {
   const Tensor logits = m->forward(id_tensor(kIds));
   const Vec ours = values(logits), ref = naive_forward(*m, kIds);
   ASSERT_EQ(ours.size(), ref.size());
-  double scale = 0, err = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    scale = std::max(scale, std::abs(ref[i]));
-    err = std::max(err, std::abs(ours[i] - ref[i]));
-  }
-  EXPECT_LT(err, 2e-5 * std::max(1.0, scale)) << GetParam() << " scale " << scale;
+  EXPECT_LT(relative_error(ours, ref), 2e-5) << GetParam();
 }
 
 // 40 ids fed through a cache in pieces that take each of its paths: a prompt (the fused kernel on
@@ -329,16 +334,6 @@ Vec cached_logits(const Decoder& m, const Tensor& ids, attn::nn::DecoderCache& c
     t += n;
   }
   return values(attn::cat(parts, 1));
-}
-
-// The largest |a - b| over the largest |b| (at least 1).
-double relative_error(const Vec& a, const Vec& b) {
-  double scale = 1, err = 0;
-  for (std::size_t i = 0; i < b.size(); ++i) {
-    scale = std::max(scale, std::abs(b[i]));
-    err = std::max(err, std::abs(a[i] - b[i]));
-  }
-  return err / scale;
 }
 
 TEST_P(Families, CachedDecodingGivesTheFullForwardsLogits) {
