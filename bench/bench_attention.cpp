@@ -312,10 +312,11 @@ int main(int argc, char** argv) {
           ->UseRealTime();
     }
 
-  // The same from a paged cache of float32, bfloat16 and int8 (not the 4.3 GB case).
-  for (const auto& [dtype, name] : {std::pair{attn::KVCacheDtype::Float32, "f32"},
-                                    std::pair{attn::KVCacheDtype::BFloat16, "bf16"},
-                                    std::pair{attn::KVCacheDtype::Int8, "int8"}})
+  // The same from a paged cache of float32, bfloat16, float16 and int8 (not the 4.3 GB case).
+  for (const auto& [dtype, name] :
+       {std::pair{attn::KVCacheDtype::Float32, "f32"},
+        std::pair{attn::KVCacheDtype::BFloat16, "bf16"},
+        std::pair{attn::KVCacheDtype::Float16, "f16"}, std::pair{attn::KVCacheDtype::Int8, "int8"}})
     for (const auto& [B, L_k] : {std::pair<int64_t, int64_t>{1, 4096}, {1, 32768}, {8, 4096}}) {
       const Shape s{"decode_bw", B, 32, 8, 1, L_k, 128, false};
       benchmark::RegisterBenchmark(("fwd/paged_" + std::string(name) + "/" + shape_name(s)).c_str(),

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A Llama-3.2-1B-shaped decoder, attn against Hugging Face transformers on PyTorch 2.x and against
-llama.cpp, float32 or bfloat16 (--dtype), in one process (issue 32, section 5).
+llama.cpp, float32, bfloat16 or float16 (--dtype), in one process (issue 32, section 5).
 
     scripts/bench_setup.sh --llama-cpp   # .venv-bench: torch 2.15, transformers, llama-cpp-python
     PYTHONPATH=build-nocuda/python .venv-bench/bin/python bench/decoder_compare.py --threads 2
@@ -8,7 +8,7 @@ llama.cpp, float32 or bfloat16 (--dtype), in one process (issue 32, section 5).
 transformers builds LlamaForCausalLM with random weights (16 layers, 2048 wide, 32 query and 8
 key/value heads, SwiGLU 8192, vocabulary 128256, llama3 RoPE scaling, tied embeddings: the shape
 of Llama 3.2 1B) and saves it in --dtype; both load the same directory in that dtype (attn's
-bfloat16 weights memory-mapped from the file).
+2-byte weights memory-mapped from the file).
 Logits are compared first. Timed, alternating, --reps times each after a warm-up:
   prefill  a --prompt-token prompt through one forward, to the logits of its last position (what
            generation needs: attn and transformers with logits_to_keep=1, llama.cpp computes
@@ -18,9 +18,9 @@ Logits are compared first. Timed, alternating, --reps times each after a warm-up
            streamer): tokens per second between the first new token and the last
 transformers runs with attn_implementation "eager" and "sdpa". llama.cpp (PyPI's llama-cpp-python,
 built for this CPU by bench_setup.sh; left out with --no-llama-cpp or when it is not installed)
-runs the same weights written as GGUF (bench/gguf_llama.py; bfloat16 matrices as bfloat16, float32
-as float32) with its default float16 key/value cache and flash attention, --threads threads, one
-512-token batch for prefill; it is fed token ids and decodes greedily (argmax of its logits) one
+runs the same weights written as GGUF (bench/gguf_llama.py; matrices in --dtype, the same bits)
+with its default float16 key/value cache and flash attention, --threads threads, one 512-token
+batch for prefill; it is fed token ids and decodes greedily (argmax of its logits) one
 llama_decode per token. The memory-bandwidth bound of
 decoding (every weight read once per token) uses the read bandwidth measured in the same run
 (torch's sum of 1 GiB on the same threads). attn's resident memory after loading and one decode
@@ -107,7 +107,7 @@ def main():
     p.add_argument("--new", type=int, default=16)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--md", default="")
     p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out")
     p.add_argument("--no-torch", action="store_true",
@@ -148,7 +148,8 @@ def run(a, cfg, d):
             llama_cpp = None
             print("llama.cpp left out (%s): scripts/bench_setup.sh --llama-cpp installs it" % e)
     unique = {t.data_ptr(): t.numel() for t in hf.state_dict().values()}  # tied: counted once
-    weights = (2 if a.dtype == "bfloat16" else 4) * sum(unique.values())
+    item = 4 if a.dtype == "float32" else 2
+    weights = item * sum(unique.values())
     params = sum(unique.values())
     del hf
     gc.collect()
@@ -162,9 +163,8 @@ def run(a, cfg, d):
     # --new tokens after the context, before transformers loads anything.
     model.generate(attn.tensor(context), max_new_tokens=a.new)
     attn_rss = rss_bytes() - before
-    # attn's cache holds bfloat16 for a bfloat16 model, float32 otherwise.
-    cache_item = 2 if a.dtype == "bfloat16" else 4
-    cache_bytes = 2 * a.layers * a.kv_heads * (a.hidden // a.heads) * (a.context + a.new) * cache_item
+    # attn's cache holds the model's dtype.
+    cache_bytes = 2 * a.layers * a.kv_heads * (a.hidden // a.heads) * (a.context + a.new) * item
     hf = transformers.AutoModelForCausalLM.from_pretrained(d, torch_dtype=tdt).eval()
     check = prompt[0][:32]
     with torch.no_grad():

@@ -1,7 +1,8 @@
 """Writes a transformers Llama model as a GGUF file that llama.cpp loads, so that
 bench/decoder_compare.py runs the same weights on attn, PyTorch and llama.cpp.
 
-    write_llama_gguf(model, path, dtype)   # model: a LlamaForCausalLM; dtype "float32"/"bfloat16"
+    write_llama_gguf(model, path, dtype)   # model: a LlamaForCausalLM; "float32", "bfloat16",
+                                           # "float16"
 
 What llama.cpp's "llama" architecture expects and transformers' layout differs in:
 - tensor names (token_embd, blk.N.attn_q, ffn_gate, output_norm, ...), with the output matrix left
@@ -13,7 +14,7 @@ What llama.cpp's "llama" architecture expects and transformers' layout differs i
 - a vocabulary: llama.cpp needs one, so the file carries a placeholder SentencePiece-style list
   (<unk>, <s>, </s>, the 256 byte tokens, then t<i>) of the model's size; the benchmark feeds
   token ids, never text.
-Matrices are stored in dtype (bfloat16: the same bits as the model's), vectors in float32 as
+Matrices are stored in dtype (bfloat16, float16: the same bits as the model's), vectors in float32 as
 llama.cpp's own converter stores them. Requires PyPI's gguf (scripts/bench_setup.sh --llama-cpp).
 """
 import math
@@ -73,8 +74,8 @@ def write_llama_gguf(model, path, dtype):
     w.add_rope_freq_base(theta)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if dtype == "bfloat16"
-                    else gguf.LlamaFileType.ALL_F32)
+    w.add_file_type({"bfloat16": gguf.LlamaFileType.MOSTLY_BF16,
+                     "float16": gguf.LlamaFileType.MOSTLY_F16}.get(dtype, gguf.LlamaFileType.ALL_F32))
     n = cfg.vocab_size
     tokens = [b"<unk>", b"<s>", b"</s>"] + [("<0x%02X>" % i).encode() for i in range(256)]
     tokens += [("t%d" % i).encode() for i in range(len(tokens), n)]
@@ -93,6 +94,8 @@ def write_llama_gguf(model, path, dtype):
         a = t.detach().to(torch.float32).numpy()
         if a.ndim == 1 or dtype == "float32":
             w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
+        elif dtype == "float16":  # the model's float16 values: exact in float32 and back
+            w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float16))
         else:  # the model's bfloat16 values, rounded again: the same bits
             bits = gguf.quants.quantize(np.ascontiguousarray(a), gguf.GGMLQuantizationType.BF16)
             w.add_tensor(name, bits, raw_dtype=gguf.GGMLQuantizationType.BF16)

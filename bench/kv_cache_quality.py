@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a bfloat16 or int8 key/value cache does to a trained model: logits and greedy text.
+"""What a bfloat16, float16 or int8 key/value cache does to a trained model: logits and greedy text.
 
     build/attn train --data ../shared/data/tinyshakespeare.txt --out /tmp/kvq --max-iters 2000 \\
         --block-size 128
@@ -9,7 +9,7 @@
 The model reads windows of --windows x block_size characters from the last 10% of --data (the
 validation text) through a paged cache (GPT.forward_paged: the keys and values of the window are
 written to the cache, then every position attends to the cache's copies) holding float32,
-bfloat16 or int8 (one scale per 32 values, ggml's q8_0). Against the float32 cache it reports the
+bfloat16, float16 or int8 (one scale per 32 values, ggml's q8_0). Against the float32 cache it reports the
 largest and mean absolute difference of the logits, the mean KL divergence of the next-character
 distributions, how often the most likely character agrees, and each cache's loss on the text.
 Then --prompts prompts of 32 characters each are continued greedily (top_k=1) for the rest of the
@@ -56,7 +56,7 @@ def main():
     ids = [index[c] for c in val if c in index]
     step = max(1, (len(ids) - T - 1) // a.windows)
     starts = [i * step for i in range(a.windows)]
-    dtypes = ["float32", "bfloat16", "int8"]
+    dtypes = ["float32", "bfloat16", "float16", "int8"]
 
     logits = {}
     for d in dtypes:

@@ -59,9 +59,10 @@ void check_output(const Tensor& out) {
 void run(attn_fuzz::ByteReader& in) {
   attn::PagedKVCacheOptions co;
   const uint8_t d = in.byte();
-  co.dtype = d % 3 == 0   ? attn::KVCacheDtype::Float32
-             : d % 3 == 1 ? attn::KVCacheDtype::BFloat16
-                          : attn::KVCacheDtype::Int8;
+  co.dtype = d % 4 == 0   ? attn::KVCacheDtype::Float32
+             : d % 4 == 1 ? attn::KVCacheDtype::BFloat16
+             : d % 4 == 2 ? attn::KVCacheDtype::Int8
+                          : attn::KVCacheDtype::Float16;
   co.num_layers = 1 + in.byte() % 2;
   co.num_pages = 1 + in.byte() % 8;
   co.page_size = 1 + in.byte() % 6;

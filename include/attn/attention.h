@@ -176,7 +176,7 @@ Tensor varlen_attention(const Tensor& q, const Tensor& k, const Tensor& v,
 // The keys and values of many sequences live in pools of fixed-size pages; sequence b's page n is
 // page block_table[b, n]. attn::PagedKVCache (include/attn/kv_cache.h) owns such pools and keeps
 // the tables; these functions read them.
-enum class KVCacheDtype { Float32, BFloat16, Int8 };
+enum class KVCacheDtype { Float32, BFloat16, Int8, Float16 };
 
 // A view of pools that another object owns, on the CPU. The row of page p, key/value head h and
 // row r of the page starts at element p * page_stride + h * head_stride + r * row_stride of
@@ -213,8 +213,8 @@ Tensor paged_attention(const Tensor& q, const PagedKVView& kv, const Tensor& blo
                        Tensor* lse = nullptr, const Tensor& evicted = Tensor());
 
 // FlashAttention's flash_attn_with_kvcache on pools held as tensors: k_cache (num_pages,
-// page_size, H_kv, D) and v_cache (num_pages, page_size, H_kv, D_v), both float32 or both
-// bfloat16, on the CPU; otherwise paged_attention's arguments and rules.
+// page_size, H_kv, D) and v_cache (num_pages, page_size, H_kv, D_v), both float32, both bfloat16
+// or both float16, on the CPU; otherwise paged_attention's arguments and rules.
 Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                               const Tensor& cache_seqlens, const Tensor& block_table,
                               const SdpaOptions& options = {}, Tensor* lse = nullptr);

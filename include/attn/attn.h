@@ -2,10 +2,10 @@
 #pragma once
 
 #include <attn/attention.h>
-#include <attn/flex.h>
 #include <attn/autograd.h>
 #include <attn/common.h>
 #include <attn/device.h>
+#include <attn/flex.h>
 #include <attn/kv_cache.h>
 #include <attn/nn.h>
 #include <attn/ops.h>

@@ -188,10 +188,10 @@ class DecoderModel : public Module {
 
 // Keys and values of every layer for the tokens seen so far.
 struct DecoderCache {
-  // Per layer: (B, H_kv, capacity, head_size), `length` rows valid: bfloat16 for a bfloat16
-  // model, float32 otherwise (a float16 key or value is exact in it). A step of a few tokens reads
-  // bfloat16 rows where they lie (paged_attention's kernel, one page per row of the batch):
-  // half the bytes of a float32 cache, which the fused kernel reads.
+  // Per layer: (B, H_kv, capacity, head_size), `length` rows valid, in the model's dtype (float32,
+  // bfloat16 or float16: the same bits the model computed). A step of a few tokens reads bfloat16
+  // and float16 rows where they lie (paged_attention's kernel, one page per row of the batch),
+  // half the bytes of float32; a float32 cache goes to the fused kernel.
   std::vector<Tensor> k, v;
   int64_t length = 0;
   // Rows to allocate when the cache is first filled, if more than that call needs (generate

@@ -16,7 +16,8 @@
 // Attention reads the pools through attn::paged_attention (include/attn/attention.h); the cache
 // keeps each head's page as one block, (num_pages, H_kv, page_size, D), which a CPU streams best.
 //
-// The pool holds float32, bfloat16 (round to nearest even) or int8 with one float scale per 32
+// The pool holds float32, bfloat16 or float16 (rounded to nearest even; beyond float16's range,
+// +-65504, a value becomes +-inf, as torch's .half() makes it) or int8 with one float scale per 32
 // consecutive elements of a key or value row (max |x| / 127, ggml's q8_0 layout; keys and values
 // separately). Attention converts what it reads to float32 and computes in float32.
 #pragma once

@@ -16,12 +16,15 @@
 namespace attn::python {
 
 namespace {
-// A paged cache's dtype by torch's names ("float32", "bfloat16") or "int8"; ValueError otherwise.
+// A paged cache's dtype by torch's names ("float32", "bfloat16", "float16") or "int8"; ValueError
+// otherwise.
 KVCacheDtype kv_dtype_arg(const std::string& name) {
   if (name == "float32" || name == "float") return KVCacheDtype::Float32;
   if (name == "bfloat16") return KVCacheDtype::BFloat16;
+  if (name == "float16" || name == "half") return KVCacheDtype::Float16;
   if (name == "int8") return KVCacheDtype::Int8;
-  throw py::value_error("kv_dtype must be 'float32', 'bfloat16' or 'int8', got '" + name + "'");
+  throw py::value_error("kv_dtype must be 'float32', 'bfloat16', 'float16' or 'int8', got '" +
+                        name + "'");
 }
 }  // namespace
 

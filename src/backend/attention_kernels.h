@@ -63,15 +63,15 @@ struct SdpaMerge {
 // the pools k_pages and v_pages, where the row of key r of a page for key/value head h starts at
 // element page * page_stride + h * head_stride + r * row_stride (the strides of k and v alike):
 // FlashAttention's (num_pages, page_size, H_kv, D) or, better for a CPU (each head's page one
-// contiguous block), (num_pages, H_kv, page_size, D). The pools hold float32, bfloat16 or int8
-// (kv_storage); int8 rows carry one float scale per 32 consecutive elements at
+// contiguous block), (num_pages, H_kv, page_size, D). The pools hold float32, bfloat16, float16
+// or int8 (kv_storage); int8 rows carry one float scale per 32 consecutive elements at
 // k_scales[(that row's start) / D * ceil(D / 32) + c / 32] (v_scales likewise, with D_v):
 // value = int8 * scale. q (B, L_q, H, D) and out (B, L_q, H, D_v) are contiguous float32; lse
 // (B, H, L_q) may be null. Sequence b has seqlens[b] keys and its L_q queries are its last
 // positions: query i sits at i + seqlens[b] - L_q (bottom-right alignment), which causal masking
 // and the window refer to. Score modifiers as SdpaGeometry's (softcap, alibi_slopes (H), sinks
 // (H)). The caller has checked every page index against num_pages.
-enum class KvStorage : int { Float32 = 0, BFloat16 = 1, Int8 = 2 };
+enum class KvStorage : int { Float32 = 0, BFloat16 = 1, Int8 = 2, Float16 = 3 };
 struct SdpaPaged {
   const char* op = "";
   const float* q = nullptr;

@@ -219,8 +219,9 @@ DecoderAttention::DecoderAttention(const DecoderConfig& c, int64_t layer)
 
 namespace {
 
-// Queries per row up to which a step reads a bfloat16 cache in place (paged_attention's kernel,
-// made for a few queries); a longer chunk goes to the fused kernel, whose tiles suit it better.
+// Queries per row up to which a step reads a bfloat16 or float16 cache in place (paged_attention's
+// kernel, made for a few queries); a longer chunk goes to the fused kernel, whose tiles suit it
+// better.
 constexpr int64_t kCachedQueries = 16;
 
 // Attention of q (B, T, H, D) float32, the last T of len positions, against the first len rows of
@@ -231,7 +232,9 @@ Tensor cached_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   const int64_t B = k_cache.size(0), H_kv = k_cache.size(1), cap = k_cache.size(2);
   const int64_t D = k_cache.size(3);
   PagedKVView kv;
-  kv.dtype = k_cache.dtype() == Dtype::BFloat16 ? KVCacheDtype::BFloat16 : KVCacheDtype::Float32;
+  kv.dtype = k_cache.dtype() == Dtype::BFloat16  ? KVCacheDtype::BFloat16
+             : k_cache.dtype() == Dtype::Float16 ? KVCacheDtype::Float16
+                                                 : KVCacheDtype::Float32;
   kv.keys = k_cache.raw_data(), kv.values = v_cache.raw_data();
   kv.num_pages = B, kv.page_size = cap, kv.num_kv_heads = H_kv, kv.head_dim = D;
   kv.head_dim_v = v_cache.size(3);
@@ -263,11 +266,11 @@ Tensor DecoderAttention::forward(const Tensor& x, const Tensor& cos, const Tenso
   o.softcap = softcap;
   if (window > 0) o.window_left = window - 1;
   if (sinks.defined()) o.sinks = sinks.to(Dtype::Float32);
-  if (k_cache) {  // Decoder::run's cache: the model's dtype, or float32 for float16
+  if (k_cache) {  // Decoder::run's cache, in the model's dtype
     k_cache->narrow(2, start, T).copy_(k);
     v_cache->narrow(2, start, T).copy_(v);
-    if (start > 0 && T <= kCachedQueries && k_cache->dtype() == Dtype::BFloat16) {
-      // A decoding step over bfloat16 rows: read where they lie, q (B, T, H, D) in float32.
+    if (start > 0 && T <= kCachedQueries && k_cache->dtype() != Dtype::Float32) {
+      // A decoding step over 2-byte rows: read where they lie, q (B, T, H, D) in float32.
       // (A float32 cache goes to the fused kernel below: faster on float32 rows.)
       const Tensor ctx =
           cached_attention(q.transpose(1, 2).to(Dtype::Float32), *k_cache, *v_cache, start + T, o);
@@ -449,19 +452,17 @@ Tensor Decoder::run(const Tensor& ids, DecoderCache* cache, int64_t keep) const 
   }
   const int64_t D = c.head_size();
   // The dtype the model computes in: its parameters' (float32, or bfloat16 / float16 after
-  // Module::to). The cache holds the keys and values in it where the cached kernel reads that
-  // dtype (float32, bfloat16), else in float32, where a float16 value is exact.
+  // Module::to). The cache holds the keys and values in it, the same bits.
   const Dtype dt = model->embed_tokens->weight.dtype();
   if (cache) {  // room for start + T rows in every layer (doubling)
     const int64_t need = start + T;
-    const Dtype kv_dt = dt == Dtype::BFloat16 ? dt : Dtype::Float32;
-    if (cache->k.empty() || cache->k[0].size(2) < need || cache->k[0].dtype() != kv_dt) {
+    if (cache->k.empty() || cache->k[0].size(2) < need || cache->k[0].dtype() != dt) {
       const int64_t cap = std::max({need, cache->k.empty() ? 0 : 2 * cache->k[0].size(2),
                                     cache->k.empty() ? cache->reserve : 0});
       for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
         // Only rows [0, length) are ever read: no clearing (its pages stay unmapped until used).
-        Tensor k = empty({B, c.num_key_value_heads, cap, D}, kv_dt);
-        Tensor v = empty({B, c.num_key_value_heads, cap, D}, kv_dt);
+        Tensor k = empty({B, c.num_key_value_heads, cap, D}, dt);
+        Tensor v = empty({B, c.num_key_value_heads, cap, D}, dt);
         if (!cache->k.empty() && start > 0) {
           k.narrow(2, 0, start).copy_(cache->k[std::size_t(l)].narrow(2, 0, start));
           v.narrow(2, 0, start).copy_(cache->v[std::size_t(l)].narrow(2, 0, start));

@@ -25,7 +25,7 @@ namespace {
 constexpr int64_t kBlock = 32;  // int8 scale blocks (PagedKVView)
 
 int64_t element_bytes(KVCacheDtype d) {
-  return d == KVCacheDtype::Float32 ? 4 : d == KVCacheDtype::BFloat16 ? 2 : 1;
+  return d == KVCacheDtype::Float32 ? 4 : d == KVCacheDtype::Int8 ? 1 : 2;
 }
 
 // One float32 row of `cols` elements into the pool's format at element `at` (scales: the row's
@@ -37,6 +37,9 @@ void store_row(KVCacheDtype d, std::byte* pool, float* scales, int64_t at, const
   } else if (d == KVCacheDtype::BFloat16) {
     auto* dst = reinterpret_cast<uint16_t*>(pool) + at;
     for (int64_t c = 0; c < cols; ++c) dst[c] = float_to_bf16_bits(x[c]);
+  } else if (d == KVCacheDtype::Float16) {
+    auto* dst = reinterpret_cast<uint16_t*>(pool) + at;
+    for (int64_t c = 0; c < cols; ++c) dst[c] = float_to_fp16_bits(x[c]);
   } else {
     // ggml's q8_0: scale = max |x| / 127 per block, q = round(x / scale). A block of zeros has
     // scale 0; a non-finite value makes the scale (and the block, read back) non-finite.
@@ -65,6 +68,8 @@ float load_element(KVCacheDtype d, const std::byte* pool, const float* scales, i
   }
   if (d == KVCacheDtype::BFloat16)
     return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(pool)[at + c]);
+  if (d == KVCacheDtype::Float16)
+    return fp16_bits_to_float(reinterpret_cast<const uint16_t*>(pool)[at + c]);
   return float(reinterpret_cast<const int8_t*>(pool)[at + c]) * scales[c / kBlock];
 }
 

@@ -84,6 +84,13 @@ Tensor run(const char* fn, const Tensor& q, backend::SdpaPaged p, const SdpaOpti
 
 namespace {
 
+// The pool format of a cache tensor's dtype (float32, bfloat16 or float16, checked by the caller).
+KVCacheDtype kv_cache_dtype(Dtype dt) {
+  return dt == Dtype::BFloat16  ? KVCacheDtype::BFloat16
+         : dt == Dtype::Float16 ? KVCacheDtype::Float16
+                                : KVCacheDtype::Float32;
+}
+
 // paged_attention, reporting errors as `fn` with its name for the lengths (`lens_name`) and for
 // the pools (`pools`).
 Tensor paged(const char* fn, const char* lens_name, const char* pools, const Tensor& q,
@@ -128,6 +135,7 @@ Tensor paged(const char* fn, const char* lens_name, const char* pools, const Ten
   p.B = B, p.H_kv = kv.num_kv_heads, p.D = kv.head_dim, p.D_v = kv.head_dim_v;
   p.kv_storage = kv.dtype == KVCacheDtype::Float32    ? backend::KvStorage::Float32
                  : kv.dtype == KVCacheDtype::BFloat16 ? backend::KvStorage::BFloat16
+                 : kv.dtype == KVCacheDtype::Float16  ? backend::KvStorage::Float16
                                                       : backend::KvStorage::Int8;
   p.k_pages = kv.keys, p.v_pages = kv.values;
   p.k_scales = kv.key_scales, p.v_scales = kv.value_scales;
@@ -169,8 +177,9 @@ Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tens
   const char* fn = "attention_with_kvcache";
   for (const auto& [t, name] : {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}})
     if (!t->defined() || t->dim() != 4 ||
-        (t->dtype() != Dtype::Float32 && t->dtype() != Dtype::BFloat16))
-      fail(fn, name, " must be float32 or bfloat16 (num_pages, page_size, H_kv, D), got ",
+        (t->dtype() != Dtype::Float32 && t->dtype() != Dtype::BFloat16 &&
+         t->dtype() != Dtype::Float16))
+      fail(fn, name, " must be float32, bfloat16 or float16 (num_pages, page_size, H_kv, D), got ",
            desc(*t));
   if (k_cache.dtype() != v_cache.dtype())
     fail(fn, "k_cache and v_cache must have one dtype, got ", desc(k_cache), " and ",
@@ -187,7 +196,7 @@ Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tens
          " is empty");
   const Tensor kc = k_cache.contiguous(), vc = v_cache.contiguous();
   PagedKVView kv;
-  kv.dtype = kc.dtype() == Dtype::Float32 ? KVCacheDtype::Float32 : KVCacheDtype::BFloat16;
+  kv.dtype = kv_cache_dtype(kc.dtype());
   kv.keys = kc.raw_data(), kv.values = vc.raw_data();
   kv.num_pages = kc.size(0), kv.page_size = kc.size(1), kv.num_kv_heads = kc.size(2);
   kv.head_dim = kc.size(3), kv.head_dim_v = vc.size(3);

@@ -348,21 +348,24 @@ TEST_P(Families, CachedDecodingGivesTheFullForwardsLogits) {
   EXPECT_LT(relative_error(stepped, full), 1e-5);
 }
 
-TEST_P(Families, CachedDecodingInBfloat16ReadsABfloat16Cache) {
-  // The full forward in bfloat16 is the reference, to bfloat16's rounding: the paths' float32
-  // sums differ in order, and a bfloat16 rounding of their results can land on either side.
-  auto m = random_model(small(GetParam()), 12);
-  const Tensor ids = long_ids();
-  const Vec full32 = values(m->forward(ids));
-  m->to(attn::Dtype::BFloat16);
-  const Vec full = values(m->forward(ids));
-  attn::nn::DecoderCache cache;
-  const Vec stepped = cached_logits(*m, ids, cache);
-  EXPECT_EQ(cache.length, 40);
-  EXPECT_EQ(cache.k[0].dtype(), attn::Dtype::BFloat16);
-  ASSERT_EQ(stepped.size(), full.size());
-  // As close to the bfloat16 forward as that is to the float32 one, at most.
-  EXPECT_LT(relative_error(stepped, full), std::max(0.02, relative_error(full, full32)));
+TEST_P(Families, CachedDecodingInBfloat16AndFloat16ReadsACacheOfTheModelsDtype) {
+  // The full forward in the 2-byte dtype is the reference, to its rounding: the paths' float32
+  // sums differ in order, and a rounding of their results can land on either side.
+  for (const attn::Dtype dt : {attn::Dtype::BFloat16, attn::Dtype::Float16}) {
+    SCOPED_TRACE(attn::dtype_name(dt));
+    auto m = random_model(small(GetParam()), 12);
+    const Tensor ids = long_ids();
+    const Vec full32 = values(m->forward(ids));
+    m->to(dt);
+    const Vec full = values(m->forward(ids));
+    attn::nn::DecoderCache cache;
+    const Vec stepped = cached_logits(*m, ids, cache);
+    EXPECT_EQ(cache.length, 40);
+    EXPECT_EQ(cache.k[0].dtype(), dt);
+    ASSERT_EQ(stepped.size(), full.size());
+    // As close to the 2-byte forward as that is to the float32 one, at most.
+    EXPECT_LT(relative_error(stepped, full), std::max(0.02, relative_error(full, full32)));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoder, Families,

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,8 +53,9 @@ struct Pools {
   std::vector<Tensor> k_dense, v_dense;  // per sequence (1, H_kv, len, D)
 };
 
-// bf16: the pools are rounded to bfloat16 (and back), so the dense keys hold what is stored.
-Pools make_pools(const Case& c, uint64_t seed, bool bf16 = false) {
+// rounded: the pools are rounded to that dtype (bfloat16 or float16) and back, so the dense keys
+// hold what is stored.
+Pools make_pools(const Case& c, uint64_t seed, std::optional<attn::Dtype> rounded = std::nullopt) {
   attn::Generator gen(seed);
   const int64_t B = int64_t(c.lens.size());
   int64_t max_pages = 1, total = 0;
@@ -66,9 +68,9 @@ Pools make_pools(const Case& c, uint64_t seed, bool bf16 = false) {
   p.q = attn::randn({B, c.L_q, c.H, c.D}, &gen);
   p.k_cache = attn::randn({num_pages, c.page_size, c.H_kv, c.D}, &gen);
   p.v_cache = attn::randn({num_pages, c.page_size, c.H_kv, c.D_v}, &gen);
-  if (bf16) {
-    p.k_cache = p.k_cache.to(attn::Dtype::BFloat16).to(attn::Dtype::Float32);
-    p.v_cache = p.v_cache.to(attn::Dtype::BFloat16).to(attn::Dtype::Float32);
+  if (rounded) {
+    p.k_cache = p.k_cache.to(*rounded).to(attn::Dtype::Float32);
+    p.v_cache = p.v_cache.to(*rounded).to(attn::Dtype::Float32);
   }
   // Pages handed out in a shuffled order.
   std::vector<int64_t> order(static_cast<size_t>(num_pages), 0);
@@ -171,15 +173,20 @@ TEST_P(PagedTable, MatchesTheDenseReference) {
   }
 }
 
-TEST_P(PagedTable, Bfloat16PoolsMatchTheReferenceOnRoundedKeys) {
+// 2-byte pools (read in place, widened in the registers) against the reference on the keys they
+// hold.
+TEST_P(PagedTable, Bfloat16AndFloat16PoolsMatchTheReferenceOnRoundedKeys) {
   const Case& c = GetParam();
-  const Pools p = make_pools(c, 23, /*bf16=*/true);
-  const Tensor kb = p.k_cache.to(attn::Dtype::BFloat16), vb = p.v_cache.to(attn::Dtype::BFloat16);
-  attn::Generator gen(5);
-  const attn::SdpaOptions o = options_of(c, gen);
-  const Tensor out = attn::attention_with_kvcache(p.q, kb, vb, p.lens, p.table, o);
-  for (int64_t b = 0; b < int64_t(c.lens.size()); ++b)
-    expect_close(out.select(0, b), reference(c, p, b, o).first, 2e-5f, c.name + " bf16");
+  for (const attn::Dtype dt : {attn::Dtype::BFloat16, attn::Dtype::Float16}) {
+    const Pools p = make_pools(c, 23, dt);
+    const Tensor kb = p.k_cache.to(dt), vb = p.v_cache.to(dt);
+    attn::Generator gen(5);
+    const attn::SdpaOptions o = options_of(c, gen);
+    const Tensor out = attn::attention_with_kvcache(p.q, kb, vb, p.lens, p.table, o);
+    for (int64_t b = 0; b < int64_t(c.lens.size()); ++b)
+      expect_close(out.select(0, b), reference(c, p, b, o).first, 2e-5f,
+                   c.name + " " + attn::dtype_name(dt));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, PagedTable, ::testing::ValuesIn(cases()),
@@ -235,7 +242,10 @@ TEST(Paged, Errors) {
   EXPECT_ERROR_HAS(call(p.q, p.k_cache.narrow(0, 0, 2), p.v_cache, p.lens, p.table),
                    "must agree in pages");
   EXPECT_ERROR_HAS(call(p.q, p.k_cache.select(0, 0), p.v_cache, p.lens, p.table),
-                   "k_cache must be float32 or bfloat16 (num_pages, page_size, H_kv, D)");
+                   "k_cache must be float32, bfloat16 or float16 (num_pages, page_size, H_kv, D)");
+  EXPECT_ERROR_HAS(call(p.q, p.k_cache.to(attn::Dtype::Float16),
+                        p.v_cache.to(attn::Dtype::BFloat16), p.lens, p.table),
+                   "k_cache and v_cache must have one dtype");
   EXPECT_ERROR_HAS(call(p.q.narrow(3, 0, 4), p.k_cache, p.v_cache, p.lens, p.table),
                    "has head dim 4, the keys 8");
   EXPECT_ERROR_HAS(call(p.q.narrow(0, 0, 1), p.k_cache, p.v_cache, p.lens, p.table),
@@ -338,9 +348,12 @@ TEST_P(CacheDtypes, StoresWhatIsWrittenAndAttendsToIt) {
     const std::vector<float> got = floats(k), want = floats(want_k);
     for (size_t i = 0; i < got.size(); ++i) {
       const float w = want[i];
+      // float16: half a step of its 10-bit mantissa, or of its subnormals (2^-24) below 2^-14.
       const float tol = d == attn::KVCacheDtype::Float32    ? 0.0f
                         : d == attn::KVCacheDtype::BFloat16 ? std::fabs(w) * (1.0f / 256)
-                                                            : 12.0f / 127 / 2 * 1.01f;
+                        : d == attn::KVCacheDtype::Float16
+                            ? std::max(std::fabs(w) * (1.0f / 2048), std::ldexp(1.0f, -25))
+                            : 12.0f / 127 / 2 * 1.01f;
       // int8: at most half a step of its 32-element block (|x| < 12 here: 4 standard deviations
       // of 3 would be rare; the check uses the block's own scale below).
       if (d != attn::KVCacheDtype::Int8) ASSERT_LE(std::fabs(got[i] - w), tol) << i;
@@ -379,12 +392,13 @@ TEST_P(CacheDtypes, StoresWhatIsWrittenAndAttendsToIt) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CacheDtypes,
                          ::testing::Values(attn::KVCacheDtype::Float32,
-                                           attn::KVCacheDtype::BFloat16, attn::KVCacheDtype::Int8),
+                                           attn::KVCacheDtype::BFloat16,
+                                           attn::KVCacheDtype::Float16, attn::KVCacheDtype::Int8),
                          [](const auto& info) {
-                           return std::string(info.param == attn::KVCacheDtype::Float32 ? "f32"
-                                              : info.param == attn::KVCacheDtype::BFloat16
-                                                  ? "bf16"
-                                                  : "int8");
+                           return std::string(info.param == attn::KVCacheDtype::Float32    ? "f32"
+                                              : info.param == attn::KVCacheDtype::BFloat16 ? "bf16"
+                                              : info.param == attn::KVCacheDtype::Float16  ? "f16"
+                                                                                          : "int8");
                          });
 
 TEST(PagedKVCache, ForkSharesPagesAndCopiesOnWrite) {
@@ -614,7 +628,8 @@ TEST(GptPaged, GenerationEqualsGenerate) {
   // Prompts of different lengths, greedy: each is its own generate().
   o.top_k = 1;
   const std::vector<std::vector<int64_t>> ragged = {{5}, {3, 1, 4, 1, 5, 9, 2, 6}, {5}, {8, 8}};
-  for (const attn::KVCacheDtype d : {attn::KVCacheDtype::Float32, attn::KVCacheDtype::BFloat16}) {
+  for (const attn::KVCacheDtype d :
+       {attn::KVCacheDtype::Float32, attn::KVCacheDtype::BFloat16, attn::KVCacheDtype::Float16}) {
     attn::Generator g(1);
     std::vector<int64_t> streamed;
     const auto many = m.generate_paged(ragged, o, &g, d, 3, [&](const Tensor& t) {

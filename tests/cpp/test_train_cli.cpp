@@ -353,7 +353,7 @@ TEST_F(TrainCli, GenerateThroughAPagedCacheOfEachDtype) {
   ASSERT_EQ(paged.code, 0) << paged.err;
   EXPECT_EQ(paged.out, plain.out);
   EXPECT_NE(paged.err.find("cache=paged-float32"), std::string::npos) << paged.err;
-  for (const char* d : {"bfloat16", "int8"}) {
+  for (const char* d : {"bfloat16", "float16", "int8"}) {
     Result r = run_generate(with(args, {"--kv-dtype", d}));
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.out.rfind("the c", 0), 0u);

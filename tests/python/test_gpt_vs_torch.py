@@ -476,7 +476,7 @@ def test_generate_cache_equals_recompute_and_greedy_matches_torch():
     assert len(streamed) == 4 and all(len(s) == 2 for s in streamed)
 
 
-@pytest.mark.parametrize("kv_dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("kv_dtype", ["float32", "bfloat16", "float16", "int8"])
 def test_generate_paged_prompts_of_different_lengths_match_torch_greedy(kv_dtype):
     """Several prompts of different lengths decoded together through a paged cache: greedy
     decoding is torch's argmax, prompt by prompt (float32 cache); the narrower caches keep most of
@@ -507,7 +507,7 @@ def test_generate_paged_prompts_of_different_lengths_match_torch_greedy(kv_dtype
     b = model.generate_paged([[1, 2], [3, 4]], 8, temperature=0.8,
                              generator=attn.Generator().manual_seed(5))
     assert a.tolist() == b
-    with pytest.raises(ValueError, match="kv_dtype must be 'float32', 'bfloat16' or 'int8'"):
+    with pytest.raises(ValueError, match="kv_dtype must be 'float32', 'bfloat16', 'float16' or 'int8'"):
         model.generate_paged([[1]], 2, kv_dtype="fp8")
     with pytest.raises(ValueError, match=r"prompt 0 has 20 tokens: with max_new_tokens 5"):
         model.generate_paged([[1] * 20], 5)

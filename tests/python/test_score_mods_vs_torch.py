@@ -273,11 +273,11 @@ def test_varlen_attention_refuses_bad_offsets():
         AF.varlen_attention(q, q, q, good, attn.from_numpy(np.array([0, 10], np.int64)), 6, 10)
 
 
-@pytest.mark.parametrize("kv_dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kv_dtype", ["float32", "bfloat16", "float16"])
 def test_attention_with_kvcache_matches_each_sequence_alone(kv_dtype):
     """flash_attn_with_kvcache's arguments: sequences of different lengths in shuffled pages of
     a pool, attended with softcap, ALiBi and sinks, equal the torch composite on each sequence's
-    keys (bfloat16 pools: on the keys rounded to bfloat16)."""
+    keys (bfloat16 and float16 pools: on the keys rounded to that dtype)."""
     g = torch.Generator().manual_seed(3)
     B, H, H_kv, D, page, L_q = 3, 4, 2, 16, 5, 2
     lens = [12, 3, 21]
@@ -285,8 +285,9 @@ def test_attention_with_kvcache_matches_each_sequence_alone(kv_dtype):
     num_pages = sum(pages) + 2
     k_cache = torch.randn(num_pages, page, H_kv, D, generator=g)
     v_cache = torch.randn(num_pages, page, H_kv, D, generator=g)
-    if kv_dtype == "bfloat16":
-        k_cache, v_cache = k_cache.bfloat16().float(), v_cache.bfloat16().float()
+    if kv_dtype != "float32":
+        tdt = getattr(torch, kv_dtype)
+        k_cache, v_cache = k_cache.to(tdt).float(), v_cache.to(tdt).float()
     order = torch.randperm(num_pages, generator=g).tolist()
     table = torch.zeros(B, max(pages), dtype=torch.int64)
     at = 0
@@ -298,8 +299,8 @@ def test_attention_with_kvcache_matches_each_sequence_alone(kv_dtype):
     alibi = torch.rand(H, generator=g) * 0.3
     sinks = torch.randn(H, generator=g)
     kc, vc = to_attn(k_cache), to_attn(v_cache)
-    if kv_dtype == "bfloat16":
-        kc, vc = kc.to(attn.bfloat16), vc.to(attn.bfloat16)
+    if kv_dtype != "float32":
+        kc, vc = kc.to(getattr(attn, kv_dtype)), vc.to(getattr(attn, kv_dtype))
     out, lse = AF.attention_with_kvcache(
         to_attn(q), kc, vc, attn.tensor(lens), to_attn(table), causal=True, softcap=3.0,
         alibi_slopes=to_attn(alibi), sinks=to_attn(sinks), return_softmax_lse=True)

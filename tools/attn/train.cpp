@@ -215,8 +215,9 @@ GenerateArgs parse_generate_args(Args args) {
   a.dtype = parse_model_dtype(f);
   if (f.has("kv-dtype")) {
     a.kv_dtype = f.str("kv-dtype", "");
-    if (a.kv_dtype != "float32" && a.kv_dtype != "bfloat16" && a.kv_dtype != "int8")
-      f.bad("kv-dtype", a.kv_dtype, "float32, bfloat16 or int8");
+    if (a.kv_dtype != "float32" && a.kv_dtype != "bfloat16" && a.kv_dtype != "float16" &&
+        a.kv_dtype != "int8")
+      f.bad("kv-dtype", a.kv_dtype, "float32, bfloat16, float16 or int8");
     if (!a.options.use_cache)
       throw FlagError("generate: --kv-dtype is a cache: it cannot be combined with --no-cache");
   }
@@ -305,6 +306,7 @@ void stream_generation(const nn::GPT& model, std::vector<int64_t> ids, const std
   } else {
     const KVCacheDtype d = a.kv_dtype == "float32"    ? KVCacheDtype::Float32
                            : a.kv_dtype == "bfloat16" ? KVCacheDtype::BFloat16
+                           : a.kv_dtype == "float16"  ? KVCacheDtype::Float16
                                                       : KVCacheDtype::Int8;
     if (int64_t(ids.size()) + g.max_new_tokens > config.block_size)
       throw Error("[generate] --kv-dtype: the prompt's " + std::to_string(ids.size()) +

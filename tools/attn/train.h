@@ -82,7 +82,7 @@ struct GenerateArgs {
   uint64_t seed = 1337;
   int64_t threads = 0;
   // --kv-dtype: "" (the contiguous float32 cache) or a paged cache of "float32", "bfloat16",
-  // "int8" (nn::GPT::generate_paged).
+  // "float16", "int8" (nn::GPT::generate_paged).
   std::string kv_dtype;
   // --dtype: the dtype a Llama / Qwen / Gemma directory's model computes in (load_hf_decoder);
   // GPT checkpoints compute in float32 only.
@@ -216,8 +216,8 @@ inline constexpr const char* kGenerateHelp =
     "    --seed S               random seed (default 1337)\n"
     "    --threads N            worker threads, 0 = all cores (default 0)\n"
     "    --no-cache             recompute the whole context at every step (no key/value cache)\n"
-    "    --kv-dtype T           a paged key/value cache holding float32, bfloat16 or int8\n"
-    "                           (per-32 scales): what a narrower cache does to the text; the\n"
+    "    --kv-dtype T           a paged key/value cache holding float32, bfloat16, float16 or\n"
+    "                           int8 (per-32 scales): what a narrower cache does to the text; the\n"
     "                           prompt plus --max-new-tokens must fit in the model's block\n"
     "    --dtype T              float32 (default), bfloat16 or float16: a Llama / Qwen / Gemma\n"
     "                           directory's model keeps its weights and computes in T\n";

@@ -112,7 +112,8 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, soft
     """Attention against a paged key/value cache with FlashAttention's flash_attn_with_kvcache
     arguments (without appending new keys: write them into the cache first).
 
-    q (B, L_q, H, D); k_cache, v_cache (num_pages, page_size, H_kv, D), float32 or bfloat16;
+    q (B, L_q, H, D); k_cache, v_cache (num_pages, page_size, H_kv, D), float32, bfloat16 or
+    float16;
     block_table int64 (B, max_pages) (FlashAttention's is int32); cache_seqlens int64 (B): the
     keys of each sequence. The queries are each sequence's last L_q positions (causal and the
     window aligned bottom-right); window_size (left, right) takes right only as causal's 0.

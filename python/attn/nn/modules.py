@@ -699,7 +699,7 @@ class GPT(Module):
     def generate_paged(self, prompts, max_new_tokens, temperature=1.0, top_k=None,
                        kv_dtype="float32", page_size=16, generator=None):
         """generate() for prompts (lists of ids) of different lengths at once through a paged
-        key/value cache holding kv_dtype ("float32", "bfloat16" or "int8"); identical prompts
+        key/value cache holding kv_dtype ("float32", "bfloat16", "float16" or "int8"); identical prompts
         share their pages. Returns each prompt followed by its new ids (include/attn/gpt.h)."""
         return self._impl.generate_paged([list(map(int, p)) for p in prompts], int(max_new_tokens),
                                          float(temperature), top_k, kv_dtype, int(page_size),
