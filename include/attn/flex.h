@@ -228,8 +228,10 @@ struct FlexOptions {
 // torch.nn.attention.flex_attention.flex_attention: q (B, H, L_q, D), k (B, H_kv, L_k, D),
 // v (B, H_kv, L_k, D_v) float32 on the CPU (B of k and v may be 1 to broadcast). Returns out
 // (B, H, L_q, D_v) and, from the _with_lse form, lse (B, H, L_q) in natural log (-inf for a row
-// whose keys are all masked; its output row is zeros, as torch's). Differentiable in q, k, v and
-// the captured float tensors that require grad.
+// whose keys are all masked; its output row is zeros, as torch's) and, given max_scores, each
+// row's largest score after score_mod and the mask there (B, H, L_q) (-inf for a row whose keys
+// are all masked; torch's AuxRequest(max_scores=True)). Differentiable in q, k, v and the captured
+// float tensors that require grad (max_scores is not).
 // Throws attn::Error naming the argument for: wrong ranks, dtypes or devices; head dims or
 // lengths that differ; GQA head counts without enable_gqa or not a multiple; a block mask whose
 // lengths differ from L_q / L_k, or whose B / H is neither 1 nor the call's; a modifier of the
@@ -243,6 +245,7 @@ Tensor flex_attention(const Tensor& q, const Tensor& k, const Tensor& v,
 std::tuple<Tensor, Tensor> flex_attention_with_lse(const Tensor& q, const Tensor& k,
                                                    const Tensor& v, const flex::Modifier& score_mod,
                                                    const BlockMask* block_mask = nullptr,
-                                                   const FlexOptions& options = {});
+                                                   const FlexOptions& options = {},
+                                                   Tensor* max_scores = nullptr);
 
 }  // namespace attn

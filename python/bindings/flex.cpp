@@ -227,12 +227,17 @@ void register_flex(py::module_& root) {
       release());
   m.def(
       "flex_attention",
+      // (out, lse, max_scores); max_scores is None unless asked for.
       [](const Tensor& q, const Tensor& k, const Tensor& v, const flex::Modifier& score_mod,
-         const BlockMask* block_mask, std::optional<double> scale, bool enable_gqa) {
+         const BlockMask* block_mask, std::optional<double> scale, bool enable_gqa,
+         bool max_scores) {
         FlexOptions o;
         o.scale = scale;
         o.enable_gqa = enable_gqa;
-        return flex_attention_with_lse(q, k, v, score_mod, block_mask, o);
+        Tensor mx;
+        auto [out, lse] =
+            flex_attention_with_lse(q, k, v, score_mod, block_mask, o, max_scores ? &mx : nullptr);
+        return std::make_tuple(out, lse, max_scores ? std::optional<Tensor>(mx) : std::nullopt);
       },
       release());
 }

@@ -287,13 +287,16 @@ void run_kernel(F&& f) {
 std::tuple<Tensor, Tensor> flex_attention_with_lse(const Tensor& q, const Tensor& k,
                                                    const Tensor& v, const flex::Modifier& score_mod,
                                                    const BlockMask* block_mask,
-                                                   const FlexOptions& options) {
+                                                   const FlexOptions& options, Tensor* max_scores) {
   const Call c = validate(q, k, v, score_mod, block_mask, options);
   Tensor out = detail::make_tensor(kFn, {c.B, c.H, c.L_q, c.D_v}, Dtype::Float32, true);
   Tensor lse = detail::make_tensor(kFn, {c.B, c.H, c.L_q}, Dtype::Float32, true);
+  if (max_scores)  // not differentiable (torch marks it so too)
+    *max_scores = detail::make_tensor(kFn, {c.B, c.H, c.L_q}, Dtype::Float32, true);
   {
     Flex fx(score_mod, block_mask);
-    const kernels::SdpaParams p = params(c, out, lse, &fx.call);
+    kernels::SdpaParams p = params(c, out, lse, &fx.call);
+    if (max_scores) p.row_max = max_scores->data_ptr<float>();
     run_kernel([&] { kernels::sdpa_fused_forward(p); });
     fx.check();
   }

@@ -35,9 +35,10 @@ struct Dense {
 
 // The dense reference: softmax(mod(scale q k^T) masked) @ v, k and v repeated for GQA.
 // `mod` and `keep` take and return (B, H, L_q, L_k) tensors (keep: bool, or undefined = all).
+// lse and row_max, when given, receive each row's log-sum-exp and largest masked score.
 Tensor reference(const Tensor& q, Tensor k, Tensor v, double scale,
                  const std::function<Tensor(const Tensor&)>& mod, const Tensor& keep,
-                 Tensor* lse = nullptr) {
+                 Tensor* lse = nullptr, Tensor* row_max = nullptr) {
   const int64_t G = q.size(1) / k.size(1);
   if (G > 1) {
     auto rep = [&](const Tensor& t) {
@@ -54,6 +55,7 @@ Tensor reference(const Tensor& q, Tensor k, Tensor v, double scale,
     const Tensor m = s.amax({-1}, true);
     *lse = ((s - m).exp().sum(-1, true).log() + m).squeeze(-1);
   }
+  if (row_max) *row_max = s.detach().amax({-1});
   return attn::matmul(s.softmax(-1), v);
 }
 
@@ -61,6 +63,19 @@ void expect_close(const Tensor& a, const Tensor& b, double tol, const char* what
   ASSERT_EQ(a.shape(), b.shape()) << what;
   const Tensor d = (a - b).abs().max();
   EXPECT_LT(d.item<float>(), tol) << what;
+}
+
+// a and b equal to tol where finite, and infinite at the same places (fully masked rows).
+void expect_close_or_inf(const Tensor& a, const Tensor& b, double tol, const char* what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  const Tensor ac = a.detach().contiguous(), bc = b.detach().contiguous();
+  const float *x = ac.data_ptr<float>(), *y = bc.data_ptr<float>();
+  for (int64_t i = 0; i < ac.numel(); ++i) {
+    if (std::isinf(y[i]))
+      ASSERT_EQ(x[i], y[i]) << what << " at " << i;
+    else
+      ASSERT_NEAR(x[i], y[i], tol) << what << " at " << i;
+  }
 }
 
 struct Inputs {
@@ -83,12 +98,15 @@ void check(Inputs& in, const attn::flex::ScoreMod& sm,
   attn::FlexOptions o;
   o.enable_gqa = gqa;
   const double scale = 1.0 / std::sqrt(double(in.q.size(3)));
-  auto [out, lse] =
-      attn::flex_attention_with_lse(in.q, in.k, in.v, attn::flex::trace_score_mod(sm), bm, o);
-  Tensor ref_lse;
-  Tensor ref = reference(in.q, in.k, in.v, scale, ref_mod, ref_keep, &ref_lse);
+  Tensor max_scores;
+  auto [out, lse] = attn::flex_attention_with_lse(in.q, in.k, in.v, attn::flex::trace_score_mod(sm),
+                                                  bm, o, &max_scores);
+  Tensor ref_lse, ref_max;
+  Tensor ref = reference(in.q, in.k, in.v, scale, ref_mod, ref_keep, &ref_lse, &ref_max);
   expect_close(out, ref, tol, "out");
   expect_close(lse, ref_lse, tol, "lse");
+  expect_close_or_inf(max_scores, ref_max, tol, "max_scores");
+  EXPECT_FALSE(max_scores.requires_grad());
 
   attn::manual_seed(99);
   const Tensor g = attn::randn(out.shape());
@@ -110,6 +128,19 @@ void check(Inputs& in, const attn::flex::ScoreMod& sm,
 TEST(Flex, NoModifiersIsAttention) {
   Inputs in(2, 3, 3, 70, 90, 16, 24, 1);
   check(in, {}, {}, nullptr, Tensor());
+}
+
+// Few rows against many keys: the forward cuts the keys into ranges (split-K) and merges the
+// ranges' lse and row maxima.
+TEST(Flex, DecodingRowsOverSplitKeysGiveTheirLseAndMaxScores) {
+  Inputs in(1, 2, 1, 1, 4100, 16, 16, 12);
+  auto window = [](Expr, Expr, Expr q, Expr kv) { return kv >= q + 100; };
+  const BlockMask bm = attn::create_block_mask(window, 1, 1, 1, 4100, 64);
+  auto softcap = [](Expr s, Expr, Expr, Expr, Expr) { return 4.0 * attn::flex::tanh(s / 4.0); };
+  const Dense d(1, 4100);
+  check(
+      in, softcap, [](const Tensor& s) { return (s / 4.0).tanh() * 4.0; }, &bm, d.ki >= d.qi + 100,
+      {}, /*gqa=*/true);
 }
 
 TEST(Flex, CausalBlockMaskPartialTiles) {
@@ -230,8 +261,12 @@ TEST(Flex, FullyMaskedRowsGiveZerosAndMinusInfLse) {
   Inputs in(1, 1, 1, 40, 40, 8, 8, 10);
   auto mask = [](Expr, Expr, Expr q, Expr kv) { return (q >= 10) & (q >= kv); };
   const BlockMask bm = attn::create_block_mask(mask, 1, 1, 40, 40, 16);
-  auto [out, lse] = attn::flex_attention_with_lse(in.q, in.k, in.v, attn::flex::Modifier(), &bm);
+  Tensor max_scores;
+  auto [out, lse] =
+      attn::flex_attention_with_lse(in.q, in.k, in.v, attn::flex::Modifier(), &bm, {}, &max_scores);
   EXPECT_TRUE(std::isinf(lse.index({0, 0, 3}).item<float>()));
+  EXPECT_EQ(max_scores.index({0, 0, 3}).item<float>(), -kInf);
+  EXPECT_TRUE(std::isfinite(max_scores.index({0, 0, 10}).item<float>()));
   EXPECT_EQ(out.narrow(2, 0, 10).abs().sum().item<float>(), 0.0f);
   out.sum().backward();
   EXPECT_TRUE(std::isfinite(in.q.grad().sum().item<float>()));

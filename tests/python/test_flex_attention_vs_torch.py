@@ -18,8 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import attn  # noqa: E402
-from attn.nn.attention.flex_attention import (and_masks, create_block_mask,  # noqa: E402
-                                              flex_attention, noop_mask, or_masks)
+from attn.nn.attention.flex_attention import (AuxOutput, AuxRequest,  # noqa: E402
+                                              and_masks, create_block_mask, flex_attention,
+                                              noop_mask, or_masks)
 
 from test_attention_vs_torch import check_close, to_attn  # noqa: E402
 
@@ -226,6 +227,71 @@ def test_block_mask_fields_match_the_dense_mask():
     assert num.tolist() == full.sum(-1).numpy().tolist()
     assert (bm.kv_num_blocks.numpy() + num).tolist() == any_.sum(-1).numpy().tolist()
     assert 0 < bm.sparsity() < 100
+
+
+@pytest.mark.parametrize("name", ["causal", "document_causal", "tanh_softcap", "rel_table_window"])
+def test_return_aux_gives_the_lse_and_the_largest_score_of_each_row(name):
+    """torch 2.x's return_aux=AuxRequest(lse=True, max_scores=True): the log-sum-exp and the
+    largest score after score_mod and the mask per row (-inf for a fully masked row), against the
+    dense scores in float64. 2 query rows against 3000 keys also go through split-K's merge (for
+    the modifiers whose captured tensors are not sized by L)."""
+    values = captured_values(3)
+    shapes = [(L, L)] + ([(2, 3000)] if name in ("causal", "tanh_softcap") else [])
+    for Lq, Lk in shapes:
+        rng = np.random.default_rng(Lk)
+        qn = rng.standard_normal((B, H, Lq, D)) * (3.0 if name == "tanh_softcap" else 1.0)
+        kn, vn = (rng.standard_normal((B, H // 2, Lk, D)) for _ in range(2))
+        cap = torch_side(values, torch.float64)
+        sm, mm = gym_mods(torch, cap)[name]
+        q, k = torch.tensor(qn), torch.tensor(kn).repeat_interleave(2, 1)
+        s = q @ k.transpose(-1, -2) / math.sqrt(D)
+        bi, hi = torch.arange(B).view(-1, 1, 1, 1), torch.arange(H).view(1, -1, 1, 1)
+        qi, ki = torch.arange(Lq).view(1, 1, -1, 1), torch.arange(Lk).view(1, 1, 1, -1)
+        if sm is not None:
+            s = sm(s, bi, hi, qi, ki)
+        if mm is not None:
+            s = s.masked_fill(~mm(bi, hi, qi, ki).expand(s.shape), float("-inf"))
+        want_max, want_lse = s.amax(-1).detach().numpy(), torch.logsumexp(s, -1).detach().numpy()
+
+        asm, amm = gym_mods(attn, attn_side(values))[name]
+        bm = create_block_mask(amm, B, None, Lq, Lk, device="cpu") if amm else None
+        aq, ak, av = (attn.from_numpy(x.astype(np.float32)) for x in (qn, kn, vn))
+        out, aux = flex_attention(aq, ak, av, score_mod=asm, block_mask=bm, enable_gqa=True,
+                                  return_aux=AuxRequest(lse=True, max_scores=True))
+        assert isinstance(aux, AuxOutput)
+        for got, want, what in ((aux.max_scores.numpy(), want_max, "max_scores"),
+                                (aux.lse.numpy(), want_lse, "lse")):
+            assert got.shape == (B, H, Lq), what
+            finite = np.isfinite(want)
+            assert (got[~finite] == want[~finite]).all(), (name, what, "masked rows")
+            err = np.abs(np.where(finite, got - want, 0.0)).max()
+            assert err < 2e-5 * max(1.0, np.abs(want[finite]).max()), (name, what, Lk, err)
+        # Only what is asked for; return_lse gives the same lse.
+        out2, only_lse = flex_attention(aq, ak, av, score_mod=asm, block_mask=bm, enable_gqa=True,
+                                        return_aux=AuxRequest(lse=True))
+        assert only_lse.max_scores is None
+        _, lse = flex_attention(aq, ak, av, score_mod=asm, block_mask=bm, enable_gqa=True,
+                                return_lse=True)
+        assert np.array_equal(only_lse.lse.numpy(), lse.numpy(), equal_nan=True)
+        assert np.array_equal(out2.numpy(), out.numpy())
+        _, none = flex_attention(aq, ak, av, score_mod=asm, block_mask=bm, enable_gqa=True,
+                                 return_aux=AuxRequest())
+        assert none == AuxOutput(None, None)
+
+
+def test_return_aux_and_kernel_options_are_checked_as_torch_checks_them():
+    q = attn.randn(1, 2, 8, 4)
+    with pytest.raises(ValueError, match="Cannot specify both return_lse and return_aux"):
+        flex_attention(q, q, q, return_lse=True, return_aux=AuxRequest(lse=True))
+    with pytest.raises(TypeError, match="return_aux must be an AuxRequest"):
+        flex_attention(q, q, q, return_aux=True)
+    with pytest.raises(ValueError, match="Invalid BACKEND value 'CUTLASS'"):
+        flex_attention(q, q, q, kernel_options={"BACKEND": "CUTLASS"})
+    with pytest.raises(TypeError, match="kernel_options must be a dict"):
+        flex_attention(q, q, q, kernel_options=[("BACKEND", "AUTO")])
+    # Known options tune torch's Triton kernels; here they change nothing.
+    tuned = flex_attention(q, q, q, kernel_options={"BACKEND": "AUTO", "BLOCK_M": 32})
+    assert np.array_equal(tuned.numpy(), flex_attention(q, q, q).numpy())
 
 
 def test_noop_mask_and_no_score_mod_are_plain_attention():

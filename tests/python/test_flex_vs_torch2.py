@@ -52,3 +52,31 @@ def test_forward_equals_torch2_flex_attention(name):
     finite = np.isfinite(w)
     assert (np.isfinite(g) == finite).all(), name
     assert np.abs(np.where(finite, g - w, 0.0)).max() < 2e-5, name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_return_aux_equals_torch2(name):
+    """return_aux=AuxRequest(lse=True): torch 2.x's AuxOutput. torch refuses max_scores on the
+    CPU ("Returning max scores is not supported on CPU"), so attn's is checked against the dense
+    scores in test_flex_attention_vs_torch.py; here it only must not change the rest."""
+    rng = np.random.default_rng(6)
+    qn, kn, vn = (rng.standard_normal((B, H, L, D)).astype(np.float32) for _ in range(3))
+    values = captured_values(12)
+    tsm, tmm = torch_mods(values)[name]
+    asm, amm = gym_mods(attn, attn_side(values))[name]
+    tbm = tfa.create_block_mask(tmm, B, None, L, L, device="cpu") if tmm else None
+    abm = afa.create_block_mask(amm, B, None, L, L, device="cpu") if amm else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want_out, want = tfa.flex_attention(
+            *(torch.from_numpy(x) for x in (qn, kn, vn)), score_mod=tsm, block_mask=tbm,
+            return_aux=tfa.AuxRequest(lse=True))
+    got_out, got = afa.flex_attention(*(attn.from_numpy(x) for x in (qn, kn, vn)),
+                                      score_mod=asm, block_mask=abm,
+                                      return_aux=afa.AuxRequest(lse=True, max_scores=True))
+    assert np.abs(got_out.numpy() - want_out.numpy()).max() < 2e-5, name
+    assert want.max_scores is None and got.max_scores is not None
+    w, g = want.lse.numpy(), got.lse.numpy()
+    finite = np.isfinite(w)
+    assert (g[~finite] == w[~finite]).all(), name
+    assert np.abs(np.where(finite, g - w, 0.0)).max() < 2e-5, name

@@ -191,12 +191,13 @@ const Impl& impl_of(Isa isa) {
 
 void fused_exp2(const float* x, float* y, int64_t n) { impl_of(active_isa()).exp2(x, y, n); }
 
-// Split-K's merge of the S partial results (out_s (S, B H, L_q, D_v), lse_s (S, B H, L_q),
-// contiguous): ranges 1 .. S - 1 are folded into range 0's, in order, by ring attention's merge
-// of partial rows, then range 0's buffers are written to p.out and p.lse.
+// Split-K's merge of the S partial results (out_s (S, B H, L_q, D_v), lse_s and max_s (S, B H,
+// L_q), contiguous): ranges 1 .. S - 1 are folded into range 0's, in order, by ring attention's
+// merge of partial rows, then range 0's buffers are written to p.out and p.lse; p.row_max gets the
+// largest of the ranges' maxima (NaN if any is).
 namespace {
 void merge_splits(const SdpaParams& p, int64_t S, std::vector<float>& out_s,
-                  std::vector<float>& lse_s) {
+                  std::vector<float>& lse_s, const std::vector<float>& max_s) {
   const int64_t BH = p.B * p.H, rows = BH * p.L_q;
   for (int64_t s = 1; s < S; ++s)
     merge_attention_rows(out_s.data(), lse_s.data(), out_s.data() + s * rows * p.D_v,
@@ -207,6 +208,14 @@ void merge_splits(const SdpaParams& p, int64_t S, std::vector<float>& out_s,
     std::copy(src, src + p.D_v,
               p.out + b * p.out_batch_stride + h * p.out_head_stride + i * p.out_row_stride);
     if (p.lse) p.lse[r] = lse_s[size_t(r)];
+    if (p.row_max) {
+      float m = max_s[size_t(r)];
+      for (int64_t s = 1; s < S; ++s) {
+        const float x = max_s[size_t(s * rows + r)];
+        m = std::isnan(x) || x > m ? x : m;
+      }
+      p.row_max[r] = m;
+    }
   }
 }
 }  // namespace
@@ -244,11 +253,12 @@ void sdpa_fused_forward(const SdpaParams& p) {
   // Range s covers keys [s L_k / S, (s + 1) L_k / S) into scratch, and carries the sinks only
   // when s == 0 (a sink joins the softmax once).
   std::vector<SdpaParams> parts(size_t(S), p);
-  std::vector<float> out_s, lse_s;
+  std::vector<float> out_s, lse_s, max_s;
   if (S > 1) {
     const int64_t rows = p.B * p.H * p.L_q;
     out_s.resize(size_t(S * rows * p.D_v));
     lse_s.resize(size_t(S * rows));
+    if (p.row_max) max_s.resize(size_t(S * rows));
     for (int64_t s = 0; s < S; ++s) {
       SdpaParams& q = parts[size_t(s)];
       q.key_lo = s * p.L_k / S;
@@ -258,6 +268,7 @@ void sdpa_fused_forward(const SdpaParams& p) {
       q.out_batch_stride = p.H * p.L_q * p.D_v, q.out_head_stride = p.L_q * p.D_v;
       q.out_row_stride = p.D_v;
       q.lse = lse_s.data() + s * rows;
+      if (p.row_max) q.row_max = max_s.data() + s * rows;
     }
   }
   const int64_t items = blocks * S;
@@ -309,7 +320,7 @@ void sdpa_fused_forward(const SdpaParams& p) {
     if (p.flex) flex::report_errors(p.flex->errors, flex_score, flex_mask);
   }
   scratch.check();
-  if (S > 1) merge_splits(p, S, out_s, lse_s);
+  if (S > 1) merge_splits(p, S, out_s, lse_s, max_s);
 }
 
 }  // namespace attn::kernels

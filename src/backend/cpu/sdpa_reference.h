@@ -75,6 +75,9 @@ struct SdpaParams : SdpaGeometry {
   // ---- optional extra outputs -------------------------------------------------------------------
   float* weights = nullptr;  // contiguous (B, H, L_q, L_k): the weights after dropout
   float* lse = nullptr;      // contiguous (B, H, L_q): log-sum-exp of each score row
+  // The fused forward only: contiguous (B, H, L_q), each row's largest score after the modifiers
+  // and masks (-inf when every key is masked; a sink's logit counts as a score), or null.
+  float* row_max = nullptr;
 
   // The fused forward only (split-K decoding, sdpa_fused.cpp): the keys [key_lo, key_hi) that
   // this call covers, on top of every other rule; the results are then those of attention over

@@ -9,12 +9,21 @@ CPU kernels evaluate tile by tile, forward and backward; captured float tensors 
 get their gradients. Python control flow on traced values (if, and, or, not, bool(), float(),
 math.*) cannot be traced and is refused with a TypeError naming it.
 
-Differences from PyTorch: CPU and float32 only; no torch.compile is needed (or used: the
-`kernel_options` are accepted and ignored); integer values are 32-bit (int64 captured tensors are
+`return_aux=AuxRequest(lse=True, max_scores=True)` returns (out, AuxOutput(lse, max_scores)) as
+torch 2.x does: the log-sum-exp and the largest score after score_mod and the mask of each row
+(-inf where every key is masked), in natural log; max_scores is not differentiable. (torch 2.15
+refuses max_scores on the CPU; attn computes it in the same pass.) return_lse, deprecated in
+torch, still returns (out, lse).
+
+Differences from PyTorch: CPU and float32 only; no torch.compile is needed (or used:
+`kernel_options` are checked as torch checks them, a mapping with a known BACKEND, and otherwise
+ignored, since they tune Triton kernels); integer values are 32-bit (int64 captured tensors are
 read as int32); BlockMask's index tensors are int64.
 """
 import functools as _functools
 import math as _math
+from collections.abc import Mapping as _Mapping
+from typing import NamedTuple as _NamedTuple
 
 from ... import _C
 from ..._C import Tensor as _Tensor
@@ -22,7 +31,22 @@ from ..._C import Tensor as _Tensor
 Expr = _C.flex.Expr
 
 __all__ = ["BlockMask", "flex_attention", "create_block_mask", "create_mask", "and_masks",
-           "or_masks", "noop_mask"]
+           "or_masks", "noop_mask", "AuxRequest", "AuxOutput"]
+
+
+class AuxRequest(_NamedTuple):
+    """torch's AuxRequest: which auxiliary outputs flex_attention returns (return_aux=)."""
+    lse: bool = False
+    max_scores: bool = False
+
+
+class AuxOutput(_NamedTuple):
+    """torch's AuxOutput: the auxiliary outputs asked for, None for the others."""
+    lse: object = None
+    max_scores: object = None
+
+
+_BACKENDS = ("AUTO", "TRITON", "FLASH", "TRITON_DECODE")  # torch 2.x's kernel_options BACKEND
 
 _DEFAULT_SPARSE_BLOCK_SIZE = 128
 
@@ -200,15 +224,31 @@ def create_mask(mod_fn, B, H, Q_LEN, KV_LEN, device="cpu"):
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
                    enable_gqa=False, return_lse=False, kernel_options=None, *, return_aux=None):
     """torch.nn.attention.flex_attention.flex_attention: query (B, H, L_q, D), key and value
-    (B, H_kv, L_k, D[_v]) float32 on the CPU; returns out (B, H, L_q, D_v) and, with
-    return_lse, also the log-sum-exp (B, H, L_q)."""
+    (B, H_kv, L_k, D[_v]) float32 on the CPU; returns out (B, H, L_q, D_v); with return_lse,
+    (out, lse (B, H, L_q)); with return_aux=AuxRequest(...), (out, AuxOutput(lse, max_scores))."""
     program = _trace(score_mod, False) if score_mod is not None else _C.flex.Modifier()
     if block_mask is not None and not isinstance(block_mask, BlockMask):
         raise TypeError(f"flex_attention: block_mask must be a BlockMask, got "
                         f"{type(block_mask).__name__}")
     if scale is not None and not (isinstance(scale, (int, float)) and _math.isfinite(scale)):
         raise ValueError(f"flex_attention: scale must be a finite number, got {scale!r}")
-    out, lse = _C.flex.flex_attention(query, key, value, program,
-                                      None if block_mask is None else block_mask._impl,
-                                      None if scale is None else float(scale), bool(enable_gqa))
+    if return_aux is not None and not isinstance(return_aux, AuxRequest):
+        raise TypeError(f"flex_attention: return_aux must be an AuxRequest or None, got "
+                        f"{type(return_aux).__name__}")
+    if return_lse and return_aux is not None:
+        raise ValueError("Cannot specify both return_lse and return_aux. return_lse is deprecated, "
+                         "please use return_aux=AuxRequest(lse=True) instead.")
+    if kernel_options is not None:
+        if not isinstance(kernel_options, _Mapping):
+            raise TypeError(f"flex_attention: kernel_options must be a dict or None, got "
+                            f"{type(kernel_options).__name__}")
+        if "BACKEND" in kernel_options and kernel_options["BACKEND"] not in _BACKENDS:
+            raise ValueError(f"Invalid BACKEND value '{kernel_options['BACKEND']}'. "
+                             f"Must be one of {_BACKENDS}")
+    want_max = return_aux is not None and bool(return_aux.max_scores)
+    out, lse, max_scores = _C.flex.flex_attention(
+        query, key, value, program, None if block_mask is None else block_mask._impl,
+        None if scale is None else float(scale), bool(enable_gqa), want_max)
+    if return_aux is not None:
+        return out, AuxOutput(lse=lse if return_aux.lse else None, max_scores=max_scores)
     return (out, lse) if return_lse else out
