@@ -3,6 +3,7 @@
 // instruction set this CPU has; B stored (K, N) and a transposed op(A) too; alpha, beta, a NaN C
 // with beta 0, row strides wider than K, every K modulo the vector widths, every M up to
 // kGemmRowsMax; results that depend neither on the thread count nor on the other rows.
+#include <attn/half.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "../../src/backend/cpu/gemm.h"
+#include "../../src/backend/cpu/gemm_half.h"
 #include "../../src/backend/cpu/gemm_rows.h"
 #include "../../src/backend/cpu/sdpa_fused.h"
 #include "../../src/backend/cpu/threads.h"
@@ -209,6 +211,44 @@ TEST(Gemm, SameBitsAtEveryThreadCount) {
           }
         }
   K::set_num_threads(before);
+}
+
+// narrow_half / widen_half (float16) on every instruction set (F16C on x86) equal the scalar
+// conversions of attn/half.h bit for bit: every float16 value and the midpoints between
+// neighbours (ties to even), values beyond float16's range and below its subnormals, infinities
+// and NaNs with payloads (a quiet NaN of the sign, as the scalar code makes it), at every offset
+// of an 8-wide vector.
+TEST(HalfConversions, Float16EqualsTheScalarConversionOnEveryInstructionSet) {
+  std::vector<float> in;
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float f = attn::fp16_bits_to_float(uint16_t(h));
+    in.push_back(f);
+    const float next = attn::fp16_bits_to_float(uint16_t(h + 1));
+    if (std::isfinite(f) && std::isfinite(next) && (h & 0x7FFFu) != 0x7FFFu)
+      in.push_back(f + (next - f) / 2);  // the midpoint (exact in float)
+  }
+  for (float f : {65504.0f, 65519.0f, 65520.0f, 1e6f, 3e-8f, 2.9802322e-8f, 1e-30f, 1e-45f})
+    in.push_back(f), in.push_back(-f);
+  for (uint32_t bits : {0x7F800001u, 0x7FC00000u, 0xFFBFFFFFu, 0x7FFFFFFFu})
+    in.push_back(std::bit_cast<float>(bits));
+  std::vector<uint16_t> want(in.size());
+  for (size_t i = 0; i < in.size(); ++i) want[i] = attn::float_to_fp16_bits(in[i]);
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Sve}) {
+    IsaScope scope(isa);
+    if (!scope.ok()) continue;
+    for (size_t offset = 0; offset < 8; ++offset) {
+      std::vector<uint16_t> got(in.size() - offset);
+      K::narrow_half(K::HalfKind::Float16, in.data() + offset, got.data(), int64_t(got.size()));
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], want[i + offset]) << "isa " << int(isa) << " value " << in[i + offset];
+      std::vector<float> back(got.size());
+      K::widen_half(K::HalfKind::Float16, got.data(), back.data(), int64_t(got.size()));
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(back[i]),
+                  std::bit_cast<uint32_t>(attn::fp16_bits_to_float(got[i])))
+            << "isa " << int(isa) << " bits " << got[i];
+    }
+  }
 }
 
 }  // namespace

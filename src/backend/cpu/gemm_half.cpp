@@ -36,6 +36,21 @@ static __attribute__((target("avx,f16c"))) void widen_fp16_f16c(const uint16_t* 
                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   for (; i < n; ++i) dst[i] = fp16_bits_to_float(src[i]);
 }
+
+// float to float16 with F16C, 8 at a time, rounding to nearest even as float_to_fp16_bits does;
+// a NaN becomes float_to_fp16_bits' quiet NaN of its sign (F16C would keep part of the payload).
+static __attribute__((target("avx,f16c"))) void narrow_fp16_f16c(const float* src, uint16_t* dst,
+                                                                 int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(src + i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
+      for (int64_t j = i; j < i + 8; ++j) dst[j] = float_to_fp16_bits(src[j]);
+  }
+  for (; i < n; ++i) dst[i] = float_to_fp16_bits(src[i]);
+}
 #endif
 
 void widen_half(HalfKind kind, const uint16_t* src, float* dst, int64_t n) {
@@ -50,10 +65,15 @@ void widen_half(HalfKind kind, const uint16_t* src, float* dst, int64_t n) {
 }
 
 void narrow_half(HalfKind kind, const float* src, uint16_t* dst, int64_t n) {
-  if (kind == HalfKind::BFloat16)
+  if (kind == HalfKind::BFloat16) {
     for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16_bits(src[i]);
-  else
-    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_fp16_bits(src[i]);
+    return;
+  }
+#if defined(__x86_64__)
+  if (active_isa() == Isa::Avx2 || active_isa() == Isa::Avx512)
+    return narrow_fp16_f16c(src, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_fp16_bits(src[i]);
 }
 
 void gemm_half_weights(HalfKind kind, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,

@@ -2,6 +2,7 @@
 // parallel region (the bias as the product's prologue, GELU as its epilogue), the two products of
 // its backward, and the bias's gradient.
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "../layer_kernels.h"
@@ -81,9 +82,11 @@ void linear_forward_half(const backend::LinearForward& a) {
   if (kind == HalfKind::BFloat16 && a.act == backend::Activation::None && M > 1 &&
       onednn_matmul_bf16(false, true, M, N, K, x, K, w, K, b, static_cast<uint16_t*>(a.y), N))
     return;
-  std::vector<float> xf(static_cast<size_t>(M * K)), yf(static_cast<size_t>(M * N));
-  widen_half(kind, x, xf.data(), M * K);
-  gemm_half_weights(kind, M, N, K, xf.data(), K, w, K, yf.data(), N);
+  // Written before read: not cleared (which cost as much as the rounding of the result).
+  const auto xf = std::make_unique_for_overwrite<float[]>(size_t(M * K));
+  const auto yf = std::make_unique_for_overwrite<float[]>(size_t(M * N));
+  widen_half(kind, x, xf.get(), M * K);
+  gemm_half_weights(kind, M, N, K, xf.get(), K, w, K, yf.get(), N);
   if (b) {
     std::vector<float> bf(static_cast<size_t>(N));
     widen_half(kind, b, bf.data(), N);
@@ -91,13 +94,13 @@ void linear_forward_half(const backend::LinearForward& a) {
       for (int64_t n = 0; n < N; ++n) yf[size_t(m * N + n)] += bf[size_t(n)];
   }
   if (a.act != backend::Activation::None) {
-    if (a.pre) narrow_half(kind, yf.data(), static_cast<uint16_t*>(a.pre), M * N);
+    if (a.pre) narrow_half(kind, yf.get(), static_cast<uint16_t*>(a.pre), M * N);
     std::vector<float> aux(a.aux ? static_cast<size_t>(M * N) : 0);
-    gelu_fwd(yf.data(), yf.data(), a.aux ? aux.data() : nullptr, M * N,
+    gelu_fwd(yf.get(), yf.get(), a.aux ? aux.data() : nullptr, M * N,
              a.act == backend::Activation::GeluTanh);
     if (a.aux) narrow_half(kind, aux.data(), static_cast<uint16_t*>(a.aux), M * N);
   }
-  narrow_half(kind, yf.data(), static_cast<uint16_t*>(a.y), M * N);
+  narrow_half(kind, yf.get(), static_cast<uint16_t*>(a.y), M * N);
 }
 
 // The backward's products in float from the widened operands, each result rounded once.
