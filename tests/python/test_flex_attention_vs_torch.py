@@ -126,7 +126,8 @@ def attn_side(values):
 
 
 def dense_flex(q, k, v, score_mod, mask_mod):
-    """FlexAttention's definition in torch ops: (out, lse), fully masked rows -> zeros."""
+    """FlexAttention's definition in torch ops: (out, lse, each row's largest score after the
+    mods and the mask), fully masked rows -> zeros (and -inf)."""
     Hq, Hkv = q.shape[1], k.shape[1]
     if Hkv != Hq:
         k = k.repeat_interleave(Hq // Hkv, dim=1)
@@ -142,7 +143,7 @@ def dense_flex(q, k, v, score_mod, mask_mod):
         s = s.masked_fill(~mask_mod(b, h, qi, ki).expand(s.shape), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     w = torch.softmax(s, dim=-1).nan_to_num(0.0)
-    return w @ v, lse
+    return w @ v, lse, s.detach().amax(-1)
 
 
 @pytest.mark.parametrize("name", ["causal", "sliding_window", "prefix_lm", "document_causal",
@@ -163,7 +164,7 @@ def test_gym_modifiers_forward_and_backward(name, gqa):
         cap = torch_side(values, dtype)
         sm, mm = gym_mods(torch, cap)[name]
         q, k, v = (torch.tensor(x, dtype=dtype, requires_grad=True) for x in (qn, kn, vn))
-        out, lse = dense_flex(q, k, v, sm, mm)
+        out, lse, _ = dense_flex(q, k, v, sm, mm)
         (out * torch.tensor(gn, dtype=dtype)).sum().backward()
         grads = [q.grad, k.grad, v.grad] + [t.grad for t in cap.values() if t.requires_grad]
         used = [g if g is not None else torch.zeros(1, dtype=dtype) for g in grads]
@@ -241,17 +242,9 @@ def test_return_aux_gives_the_lse_and_the_largest_score_of_each_row(name):
         rng = np.random.default_rng(Lk)
         qn = rng.standard_normal((B, H, Lq, D)) * (3.0 if name == "tanh_softcap" else 1.0)
         kn, vn = (rng.standard_normal((B, H // 2, Lk, D)) for _ in range(2))
-        cap = torch_side(values, torch.float64)
-        sm, mm = gym_mods(torch, cap)[name]
-        q, k = torch.tensor(qn), torch.tensor(kn).repeat_interleave(2, 1)
-        s = q @ k.transpose(-1, -2) / math.sqrt(D)
-        bi, hi = torch.arange(B).view(-1, 1, 1, 1), torch.arange(H).view(1, -1, 1, 1)
-        qi, ki = torch.arange(Lq).view(1, 1, -1, 1), torch.arange(Lk).view(1, 1, 1, -1)
-        if sm is not None:
-            s = sm(s, bi, hi, qi, ki)
-        if mm is not None:
-            s = s.masked_fill(~mm(bi, hi, qi, ki).expand(s.shape), float("-inf"))
-        want_max, want_lse = s.amax(-1).detach().numpy(), torch.logsumexp(s, -1).detach().numpy()
+        sm, mm = gym_mods(torch, torch_side(values, torch.float64))[name]
+        _, want_lse, want_max = dense_flex(*(torch.tensor(x) for x in (qn, kn, vn)), sm, mm)
+        want_lse, want_max = want_lse.detach().numpy(), want_max.numpy()
 
         asm, amm = gym_mods(attn, attn_side(values))[name]
         bm = create_block_mask(amm, B, None, Lq, Lk, device="cpu") if amm else None
@@ -341,7 +334,7 @@ def test_scalar_parameter_and_tensor_on_the_left():
     out.sum().backward()
     tq = torch.tensor(qn)
     tt = torch.tensor(1.5, dtype=torch.float64, requires_grad=True)
-    ref, _ = dense_flex(tq, tq, tq, lambda s, b, h, qi, ki: tt * s, None)
+    ref, _, _ = dense_flex(tq, tq, tq, lambda s, b, h, qi, ki: tt * s, None)
     ref.sum().backward()
     assert np.abs(out.numpy() - ref.detach().numpy()).max() < 1e-5
     assert abs(float(temp.grad) - float(tt.grad)) < 1e-4 * max(1.0, abs(float(tt.grad)))
