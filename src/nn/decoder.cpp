@@ -8,6 +8,7 @@
 #include <cmath>
 #include <utility>
 
+#include "../ops/attention_internal.h"
 #include "../tensor/internal.h"
 
 namespace attn::nn {
@@ -232,9 +233,7 @@ Tensor cached_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   const int64_t B = k_cache.size(0), H_kv = k_cache.size(1), cap = k_cache.size(2);
   const int64_t D = k_cache.size(3);
   PagedKVView kv;
-  kv.dtype = k_cache.dtype() == Dtype::BFloat16  ? KVCacheDtype::BFloat16
-             : k_cache.dtype() == Dtype::Float16 ? KVCacheDtype::Float16
-                                                 : KVCacheDtype::Float32;
+  kv.dtype = sdpa_detail::kv_cache_dtype(k_cache.dtype());
   kv.keys = k_cache.raw_data(), kv.values = v_cache.raw_data();
   kv.num_pages = B, kv.page_size = cap, kv.num_kv_heads = H_kv, kv.head_dim = D;
   kv.head_dim_v = v_cache.size(3);

@@ -1,10 +1,19 @@
-// What the attention entry points (attention.cpp) share with the multi-head module's packed
-// projection (nn/multihead.cpp) and ring attention (distributed/ring_attention.cpp).
+// What the attention entry points (attention.cpp, attention_paged.cpp) share with the multi-head
+// module's packed projection (nn/multihead.cpp), ring attention (distributed/ring_attention.cpp)
+// and the decoder's cached attention (nn/decoder.cpp).
 #pragma once
 
 #include <attn/attention.h>
 
 namespace attn::sdpa_detail {
+
+// The paged-pool format of a cache tensor's dtype: float32, bfloat16 or float16 (the caller has
+// checked that it is one of these).
+inline KVCacheDtype kv_cache_dtype(Dtype dt) {
+  return dt == Dtype::BFloat16  ? KVCacheDtype::BFloat16
+         : dt == Dtype::Float16 ? KVCacheDtype::Float16
+                                : KVCacheDtype::Float32;
+}
 
 struct Prepared {
   Tensor q, k, v;      // expanded to the output batch shape (k, v with H_kv heads under GQA)

@@ -11,6 +11,7 @@
 
 #include "../backend/attention_kernels.h"
 #include "../tensor/internal.h"
+#include "attention_internal.h"
 
 namespace attn {
 
@@ -83,13 +84,6 @@ Tensor run(const char* fn, const Tensor& q, backend::SdpaPaged p, const SdpaOpti
 }  // namespace
 
 namespace {
-
-// The pool format of a cache tensor's dtype (float32, bfloat16 or float16, checked by the caller).
-KVCacheDtype kv_cache_dtype(Dtype dt) {
-  return dt == Dtype::BFloat16  ? KVCacheDtype::BFloat16
-         : dt == Dtype::Float16 ? KVCacheDtype::Float16
-                                : KVCacheDtype::Float32;
-}
 
 // paged_attention, reporting errors as `fn` with its name for the lengths (`lens_name`) and for
 // the pools (`pools`).
@@ -196,7 +190,7 @@ Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tens
          " is empty");
   const Tensor kc = k_cache.contiguous(), vc = v_cache.contiguous();
   PagedKVView kv;
-  kv.dtype = kv_cache_dtype(kc.dtype());
+  kv.dtype = sdpa_detail::kv_cache_dtype(kc.dtype());
   kv.keys = kc.raw_data(), kv.values = vc.raw_data();
   kv.num_pages = kc.size(0), kv.page_size = kc.size(1), kv.num_kv_heads = kc.size(2);
   kv.head_dim = kc.size(3), kv.head_dim_v = vc.size(3);

@@ -74,9 +74,11 @@ void gemm_rows_half(bool bf16, int64_t M, int64_t N, int64_t K, float alpha, con
                     int64_t ldx, const uint16_t* B, int64_t ldb, float beta, float* Y,
                     int64_t ldy) {
   if (bf16)
-    rows_dispatch(M, N, K, alpha, X, ldx, reinterpret_cast<const RowsBf16*>(B), ldb, beta, Y, ldy);
+    rows_dispatch(M, N, K, alpha, X, ldx, reinterpret_cast<const simd::Bf16Bits*>(B), ldb, beta, Y,
+                  ldy);
   else
-    rows_dispatch(M, N, K, alpha, X, ldx, reinterpret_cast<const RowsFp16*>(B), ldb, beta, Y, ldy);
+    rows_dispatch(M, N, K, alpha, X, ldx, reinterpret_cast<const simd::Fp16Bits*>(B), ldb, beta, Y,
+                  ldy);
 }
 
 }  // namespace attn::kernels

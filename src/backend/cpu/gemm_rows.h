@@ -25,12 +25,4 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int
 void gemm_rows_half(bool bf16, int64_t M, int64_t N, int64_t K, float alpha, const float* X,
                     int64_t ldx, const uint16_t* B, int64_t ldb, float beta, float* Y, int64_t ldy);
 
-// The element types gemm_rows_half reads B as (2 bytes each).
-struct RowsBf16 {
-  uint16_t bits;
-};
-struct RowsFp16 {
-  uint16_t bits;
-};
-
 }  // namespace attn::kernels

@@ -32,14 +32,6 @@ using backend::kKvScaleBlock;
 using backend::KvStorage;
 using backend::SdpaPaged;
 
-// The elements of 2-byte pools (their bits) as the kernel reads them, one type per format.
-struct PoolBf16 {
-  uint16_t bits;
-};
-struct PoolFp16 {
-  uint16_t bits;
-};
-
 namespace paged_scalar {
 using V = simd::Scalar;
 #define KTARGET

@@ -105,6 +105,15 @@ inline float exp2_scalar(float x) {
 
 inline constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
 
+// The bits of a bfloat16 or float16 value as a type of their own, so that a kernel templated on
+// the element it reads (float, Bf16Bits or Fp16Bits) overloads its loads on it (simd_elems.inc).
+struct Bf16Bits {
+  uint16_t bits;
+};
+struct Fp16Bits {
+  uint16_t bits;
+};
+
 // ---- portable
 // -------------------------------------------------------------------------------------
 
