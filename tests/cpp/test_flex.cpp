@@ -199,6 +199,54 @@ TEST(Flex, AlibiWithLearnableSlopesAndCausalMask) {
   check(in, sm, ref, &bm, d.qi >= d.ki, {slopes});
 }
 
+// Values of q_idx - kv_idx alone are computed once per diagonal of a tile when q_idx and kv_idx
+// count up along its two dimensions (the forward's tiles have keys outer, the backward's rows
+// outer), and element by element otherwise (heads packed into one tile for GQA decoding, a
+// single query row, padding rows). Every comparison, both orders of the difference, a constant
+// on either side and a table indexed by it, in each of those layouts, against the dense reference.
+TEST(Flex, ValuesOfTheDiagonalMatchTheReferenceInEveryTileLayout) {
+  const int64_t R = 12;
+  attn::manual_seed(13);
+  Tensor table = attn::randn({2 * R + 1}).requires_grad_(true);
+  Captured tab(table);
+  namespace fx = attn::flex;
+  auto sm = [&](Expr s, Expr, Expr, Expr q, Expr kv) {
+    const Expr far = fx::where((q - kv) > 3, Expr(0.5), Expr(-0.25)) * (kv - q);
+    const Expr near = fx::where((kv - q) >= -1, Expr(0.125), Expr(0.0)) +
+                      fx::where(q == kv, Expr(0.25), Expr(0.0)) +
+                      fx::where(q != kv + 2, Expr(0.0), Expr(-0.5));
+    return s + far / 8.0 + near + tab(fx::clamp(R - (q - kv), Expr(0), Expr(2 * R)));
+  };
+  auto mask = [](Expr, Expr, Expr q, Expr kv) {
+    return ((kv <= q) & (kv > q - 40)) | (kv - q == 5) | ((q < kv) & (kv < q + 2));
+  };
+  struct Case {
+    int64_t B, H, H_kv, Lq, Lk;
+    bool gqa;
+  };
+  for (const Case& c : {Case{1, 2, 2, 150, 150, false}, Case{2, 4, 1, 3, 200, true},
+                        Case{1, 2, 2, 1, 130, false}, Case{1, 3, 3, 70, 90, false}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " H_kv " +
+                 std::to_string(c.H_kv) + " L_q " + std::to_string(c.Lq) + " L_k " +
+                 std::to_string(c.Lk));
+    Inputs in(c.B, c.H, c.H_kv, c.Lq, c.Lk, 16, 16, 14);
+    const BlockMask bm = attn::create_block_mask(mask, 1, 1, c.Lq, c.Lk, 32);
+    const Dense d(c.Lq, c.Lk);
+    const Tensor diff = d.qi - d.ki;  // (1, 1, L_q, L_k) int64
+    const Tensor keep = ((d.ki <= d.qi) & (d.ki > d.qi - 40)) | (d.ki - d.qi == 5) |
+                        ((d.qi < d.ki) & (d.ki < d.qi + 2));
+    auto ref = [&](const Tensor& s) {
+      auto f32 = [](const Tensor& t) { return t.to(attn::Dtype::Float32); };
+      const Tensor far = (f32(diff > 3) * 0.75 - 0.25) * f32(-diff);
+      const Tensor near = f32(-diff >= -1) * 0.125 + f32(diff == 0) * 0.25 + f32(diff == 2) * -0.5;
+      const Tensor col = (-diff + R).clamp(0, 2 * R).reshape({c.Lq * c.Lk});
+      const Tensor bias = attn::index_select(table, 0, col).reshape({1, 1, c.Lq, c.Lk});
+      return s + far / 8.0 + near + bias;
+    };
+    check(in, sm, ref, &bm, keep.expand({c.B, c.H, c.Lq, c.Lk}), {table}, c.gqa);
+  }
+}
+
 TEST(Flex, DocumentMaskFromACapturedIdTensorSkipsEmptyBlocks) {
   const int64_t L = 256;
   Inputs in(2, 2, 1, L, L, 16, 16, 7);  // GQA: 2 query heads per key/value head

@@ -16,9 +16,19 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The shape of a node's value over a tile: bit 0 varies along the outer dimension, bit 1 along
-// the inner one.
-constexpr uint8_t kScalar = 0, kOuter = 1, kInner = 2, kFull = 3;
+// The shape of a node's value over a tile: one value (scalar), one per outer row, one per inner
+// column, one per element (full), or one per diagonal: a function of q_idx - kv_idx alone where
+// the two count up by one along different dimensions (Grid::q_step1, kv_step1). A diagonal value
+// is stored for u = c - o + (n_outer - 1) in [0, n_outer + ld - 1), element (o, c) reading u, so
+// that row o's values are the contiguous run from n_outer - 1 - o.
+constexpr uint8_t kScalar = 0, kOuter = 1, kInner = 2, kFull = 3, kDiag = 4;
+
+// The shape of an operation's result from its operands'.
+uint8_t join(uint8_t a, uint8_t b) {
+  if (a == b || b == kScalar) return a;
+  if (a == kScalar) return b;
+  return kFull;
+}
 
 // The registers of one operation: its output and up to three operands, as float or int views.
 struct Regs {
@@ -41,96 +51,92 @@ inline int32_t floor_mod(int32_t a, int32_t b) {
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 
-// One operation over n elements. `t` is the result's type, `ta` the first operand's; an operand
-// flagged scalar (SA, SB, SC) is its element 0 for every e (no broadcast copy).
-#define FA(e) (SA ? fa[0] : fa[e])
-#define FB(e) (SB ? fb[0] : fb[e])
-#define FC(e) (SC ? fc[0] : fc[e])
-#define IA(e) (SA ? ia[0] : ia[e])
-#define IB(e) (SB ? ib[0] : ib[e])
-#define IC(e) (SC ? ic[0] : ic[e])
+// How far each register moves from one row to the next when an operation runs row by row (a
+// full result whose operands have other shapes, read in place instead of broadcast first).
+struct Rows {
+  int count = 1;                     // rows of n elements
+  int out = 0, a = 0, b = 0, c = 0;  // steps of the output and the operands, in elements
+};
+
+// The registers of row o.
+struct RowRegs : Regs {
+  bool once = true;
+  RowRegs(const Regs& r, const Rows& rows, int o) : Regs(r) {
+    auto at = [o](auto* p, int step) { return p ? p + ptrdiff_t(o) * step : p; };
+    fo = at(r.fo, rows.out), io = at(r.io, rows.out);
+    fa = at(r.fa, rows.a), fb = at(r.fb, rows.b), fc = at(r.fc, rows.c);
+    ia = at(r.ia, rows.a), ib = at(r.ib, rows.b), ic = at(r.ic, rows.c);
+  }
+};
+
+// Each element e of each row (the registers of the row in P).
+#define FOR_E                                           \
+  for (int o = 0; o < rows.count; ++o)                  \
+    for (RowRegs P(r, rows, o); P.once; P.once = false) \
+      for (int e = 0; e < n; ++e)
+#define FA(e) (SA ? P.fa[0] : P.fa[e])
+#define FB(e) (SB ? P.fb[0] : P.fb[e])
+#define FC(e) (SC ? P.fc[0] : P.fc[e])
+#define IA(e) (SA ? P.ia[0] : P.ia[e])
+#define IB(e) (SB ? P.ib[0] : P.ib[e])
+#define IC(e) (SC ? P.ic[0] : P.ic[e])
+// One operation over rows.count rows of n elements. `t` is the result's type, `ta` the first
+// operand's; an operand flagged scalar (SA, SB, SC) is its element 0 for every e of a row (no
+// broadcast copy).
 template <bool SA, bool SB, bool SC>
-ATTN_ISA_INLINE void exec_t(Op op, Type t, Type ta, const Regs& r, int n) {
-  float* fo = r.fo;
-  int32_t* io = r.io;
-  const float *fa = r.fa, *fb = r.fb, *fc = r.fc;
-  const int32_t *ia = r.ia, *ib = r.ib, *ic = r.ic;
+ATTN_ISA_INLINE void exec_t(Op op, Type t, Type ta, const Regs& r, int n, const Rows& rows) {
   const bool fl = ta == Type::Float;
   switch (op) {
     case Op::Neg:
       if (fl)
-        for (int e = 0; e < n; ++e) fo[e] = -FA(e);
+        FOR_E P.fo[e] = -FA(e);
       else
-        for (int e = 0; e < n; ++e) io[e] = int32_t(0u - uint32_t(IA(e)));  // wraps, as int32
+        FOR_E P.io[e] = int32_t(0u - uint32_t(IA(e)));  // wraps, as int32
       break;
     case Op::Abs:
       if (fl)
-        for (int e = 0; e < n; ++e) fo[e] = std::fabs(FA(e));
+        FOR_E P.fo[e] = std::fabs(FA(e));
       else
-        for (int e = 0; e < n; ++e) io[e] = IA(e) < 0 ? int32_t(0u - uint32_t(IA(e))) : IA(e);
+        FOR_E P.io[e] = IA(e) < 0 ? int32_t(0u - uint32_t(IA(e))) : IA(e);
       break;
-    case Op::Exp:
-      for (int e = 0; e < n; ++e) fo[e] = std::exp(FA(e));
-      break;
-    case Op::Log:
-      for (int e = 0; e < n; ++e) fo[e] = std::log(FA(e));
-      break;
-    case Op::Sqrt:
-      for (int e = 0; e < n; ++e) fo[e] = std::sqrt(FA(e));
-      break;
-    case Op::Tanh:
-      for (int e = 0; e < n; ++e) fo[e] = vmath::tanh(FA(e));
-      break;
-    case Op::Sigmoid:
-      for (int e = 0; e < n; ++e) fo[e] = 1.0f / (1.0f + std::exp(-FA(e)));
-      break;
-    case Op::Sin:
-      for (int e = 0; e < n; ++e) fo[e] = std::sin(FA(e));
-      break;
-    case Op::Cos:
-      for (int e = 0; e < n; ++e) fo[e] = std::cos(FA(e));
-      break;
-    case Op::Floor:
-      for (int e = 0; e < n; ++e) fo[e] = std::floor(FA(e));
-      break;
-    case Op::Ceil:
-      for (int e = 0; e < n; ++e) fo[e] = std::ceil(FA(e));
-      break;
-    case Op::Not:
-      for (int e = 0; e < n; ++e) io[e] = IA(e) == 0;
-      break;
-    case Op::ToFloat:
-      for (int e = 0; e < n; ++e) fo[e] = float(IA(e));
-      break;
+    case Op::Exp: FOR_E P.fo[e] = std::exp(FA(e)); break;
+    case Op::Log: FOR_E P.fo[e] = std::log(FA(e)); break;
+    case Op::Sqrt: FOR_E P.fo[e] = std::sqrt(FA(e)); break;
+    case Op::Tanh: FOR_E P.fo[e] = vmath::tanh(FA(e)); break;
+    case Op::Sigmoid: FOR_E P.fo[e] = 1.0f / (1.0f + std::exp(-FA(e))); break;
+    case Op::Sin: FOR_E P.fo[e] = std::sin(FA(e)); break;
+    case Op::Cos: FOR_E P.fo[e] = std::cos(FA(e)); break;
+    case Op::Floor: FOR_E P.fo[e] = std::floor(FA(e)); break;
+    case Op::Ceil: FOR_E P.fo[e] = std::ceil(FA(e)); break;
+    case Op::Not: FOR_E P.io[e] = IA(e) == 0; break;
+    case Op::ToFloat: FOR_E P.fo[e] = float(IA(e)); break;
     case Op::ToInt:  // torch's .to(int32): toward zero; NaN gives 0, values beyond saturate
-      if (fl)
-        for (int e = 0; e < n; ++e) {
+      if (fl) FOR_E {
           const float x = FA(e);
-          io[e] = x != x                ? 0
-                  : x >= 2147483648.0f  ? INT32_MAX
-                  : x <= -2147483648.0f ? INT32_MIN
-                                        : int32_t(x);
+          P.io[e] = x != x                ? 0
+                    : x >= 2147483648.0f  ? INT32_MAX
+                    : x <= -2147483648.0f ? INT32_MIN
+                                          : int32_t(x);
         }
       else
-        for (int e = 0; e < n; ++e) io[e] = IA(e);
+        FOR_E P.io[e] = IA(e);
       break;
     case Op::ToBool:
       if (fl)
-        for (int e = 0; e < n; ++e) io[e] = FA(e) != 0.0f;
+        FOR_E P.io[e] = FA(e) != 0.0f;
       else
-        for (int e = 0; e < n; ++e) io[e] = IA(e) != 0;
+        FOR_E P.io[e] = IA(e) != 0;
       break;
 #define ATTN_FLEX_ARITH(OP, EXPR_F, EXPR_I) \
   case Op::OP:                              \
-    if (fl)                                 \
-      for (int e = 0; e < n; ++e) {         \
+    if (fl) FOR_E {                         \
         const float a = FA(e), b = FB(e);   \
-        fo[e] = EXPR_F;                     \
+        P.fo[e] = EXPR_F;                   \
       }                                     \
     else                                    \
-      for (int e = 0; e < n; ++e) {         \
+      FOR_E {                               \
         const int32_t a = IA(e), b = IB(e); \
-        io[e] = EXPR_I;                     \
+        P.io[e] = EXPR_I;                   \
       }                                     \
     break;
       ATTN_FLEX_ARITH(Add, a + b, int32_t(uint32_t(a) + uint32_t(b)))
@@ -141,18 +147,14 @@ ATTN_ISA_INLINE void exec_t(Op op, Type t, Type ta, const Regs& r, int n) {
       ATTN_FLEX_ARITH(Min, (a < b || a != a) ? a : b, a < b ? a : b)
       ATTN_FLEX_ARITH(Max, (a > b || a != a) ? a : b, a > b ? a : b)
 #undef ATTN_FLEX_ARITH
-    case Op::Div:
-      for (int e = 0; e < n; ++e) fo[e] = FA(e) / FB(e);
-      break;
-    case Op::Pow:
-      for (int e = 0; e < n; ++e) fo[e] = std::pow(FA(e), FB(e));
-      break;
-#define ATTN_FLEX_CMP(OP, CMP)                                      \
-  case Op::OP:                                                      \
-    if (fl)                                                         \
-      for (int e = 0; e < n; ++e) io[e] = int32_t(FA(e) CMP FB(e)); \
-    else                                                            \
-      for (int e = 0; e < n; ++e) io[e] = int32_t(IA(e) CMP IB(e)); \
+    case Op::Div: FOR_E P.fo[e] = FA(e) / FB(e); break;
+    case Op::Pow: FOR_E P.fo[e] = std::pow(FA(e), FB(e)); break;
+#define ATTN_FLEX_CMP(OP, CMP)                  \
+  case Op::OP:                                  \
+    if (fl)                                     \
+      FOR_E P.io[e] = int32_t(FA(e) CMP FB(e)); \
+    else                                        \
+      FOR_E P.io[e] = int32_t(IA(e) CMP IB(e)); \
     break;
       ATTN_FLEX_CMP(Eq, ==)
       ATTN_FLEX_CMP(Ne, !=)
@@ -161,20 +163,14 @@ ATTN_ISA_INLINE void exec_t(Op op, Type t, Type ta, const Regs& r, int n) {
       ATTN_FLEX_CMP(Gt, >)
       ATTN_FLEX_CMP(Ge, >=)
 #undef ATTN_FLEX_CMP
-    case Op::And:
-      for (int e = 0; e < n; ++e) io[e] = IA(e) & IB(e);
-      break;
-    case Op::Or:
-      for (int e = 0; e < n; ++e) io[e] = IA(e) | IB(e);
-      break;
-    case Op::Xor:
-      for (int e = 0; e < n; ++e) io[e] = IA(e) ^ IB(e);
-      break;
+    case Op::And: FOR_E P.io[e] = IA(e) & IB(e); break;
+    case Op::Or: FOR_E P.io[e] = IA(e) | IB(e); break;
+    case Op::Xor: FOR_E P.io[e] = IA(e) ^ IB(e); break;
     case Op::Where:
       if (t == Type::Float)
-        for (int e = 0; e < n; ++e) fo[e] = IA(e) ? FB(e) : FC(e);
+        FOR_E P.fo[e] = IA(e) ? FB(e) : FC(e);
       else
-        for (int e = 0; e < n; ++e) io[e] = IA(e) ? IB(e) : IC(e);
+        FOR_E P.io[e] = IA(e) ? IB(e) : IC(e);
       break;
     default: break;  // leaves and loads: Evaluator::run
   }
@@ -185,21 +181,24 @@ ATTN_ISA_INLINE void exec_t(Op op, Type t, Type ta, const Regs& r, int n) {
 #undef IA
 #undef IB
 #undef IC
+#undef FOR_E
 
-ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n, int scalars) {
+ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n, int scalars,
+                               const Rows& rows) {
   switch (scalars) {
-    case 0: return exec_t<false, false, false>(op, t, ta, r, n);
-    case 1: return exec_t<true, false, false>(op, t, ta, r, n);
-    case 2: return exec_t<false, true, false>(op, t, ta, r, n);
-    case 3: return exec_t<true, true, false>(op, t, ta, r, n);
-    case 4: return exec_t<false, false, true>(op, t, ta, r, n);
-    case 5: return exec_t<true, false, true>(op, t, ta, r, n);
-    case 6: return exec_t<false, true, true>(op, t, ta, r, n);
-    default: return exec_t<true, true, true>(op, t, ta, r, n);
+    case 0: return exec_t<false, false, false>(op, t, ta, r, n, rows);
+    case 1: return exec_t<true, false, false>(op, t, ta, r, n, rows);
+    case 2: return exec_t<false, true, false>(op, t, ta, r, n, rows);
+    case 3: return exec_t<true, true, false>(op, t, ta, r, n, rows);
+    case 4: return exec_t<false, false, true>(op, t, ta, r, n, rows);
+    case 5: return exec_t<true, false, true>(op, t, ta, r, n, rows);
+    case 6: return exec_t<false, true, true>(op, t, ta, r, n, rows);
+    default: return exec_t<true, true, true>(op, t, ta, r, n, rows);
   }
 }
-ATTN_ISA_VARIANTS(void, exec, (Op op, Type t, Type ta, const Regs& r, int n, int scalars),
-                  (op, t, ta, r, n, scalars))
+ATTN_ISA_VARIANTS(void, exec,
+                  (Op op, Type t, Type ta, const Regs& r, int n, int scalars, const Rows& rows),
+                  (op, t, ta, r, n, scalars, rows))
 
 // off[e] (= 0 first) += the element offset of index x[e] in a dimension of `size` (negative
 // indices count from the end; one outside reads offset 0). Returns whether one was outside.
@@ -285,21 +284,26 @@ Evaluator::Evaluator(const Program& program, int capacity) : prog_(program), cap
   iregs_ = std::make_unique_for_overwrite<int32_t[]>(size_t(ni) * size_t(cap_) + 1);
   offsets_ = std::make_unique_for_overwrite<int32_t[]>(size_t(cap_));
   shape_.assign(N, kFull);
+  diagonal_seed_.assign(N, 0);
   mask_out_ = std::make_unique_for_overwrite<int32_t[]>(size_t(cap_));
   size_t max_rank = 1;
   for (const Captured& t : program.tensors) max_rank = std::max(max_rank, t.sizes.size());
-  ftmp_ = std::make_unique_for_overwrite<float[]>(size_t(3) * size_t(cap_));
-  itmp_ = std::make_unique_for_overwrite<int32_t[]>(size_t(3) * size_t(cap_));
   idx_tmp_ = std::make_unique_for_overwrite<int32_t[]>(max_rank * size_t(cap_));
 }
 
 // The number of values of a node of shape `sh` over the grid.
 int length(uint8_t sh, const Grid& g) {
-  return sh == kFull ? g.n() : sh == kOuter ? g.n_outer : sh == kInner ? g.ld : 1;
+  switch (sh) {
+    case kFull: return g.n();
+    case kOuter: return g.n_outer;
+    case kInner: return g.ld;
+    case kDiag: return g.n_outer + g.ld - 1;
+    default: return 1;
+  }
 }
 
-// Broadcast `v` of shape `from` to `to` (from is contained in to) over the grid: dst gets len(to)
-// values.
+// Broadcast `v` of shape `from` to `to` (a scalar to anything, anything to full) over the grid:
+// dst gets length(to) values.
 template <typename T>
 void expand(const T* v, uint8_t from, uint8_t to, const Grid& g, T* dst) {
   const int n = length(to, g), ld = g.ld;
@@ -312,11 +316,89 @@ void expand(const T* v, uint8_t from, uint8_t to, const Grid& g, T* dst) {
       T* row = dst + o * ld;
       for (int c = 0; c < ld; ++c) row[c] = x;
     }
-  } else {  // kInner -> kFull
+  } else if (from == kInner) {  // -> kFull
+    for (int o = 0; o < g.n_outer; ++o) std::copy(v, v + ld, dst + o * ld);
+  } else {  // kDiag -> kFull: row o is the run of diagonals from n_outer - 1 - o
     for (int o = 0; o < g.n_outer; ++o) {
-      T* row = dst + o * ld;
-      for (int c = 0; c < ld; ++c) row[c] = v[c];
+      const T* src = v + (g.n_outer - 1 - o);
+      std::copy(src, src + ld, dst + o * ld);
     }
+  }
+}
+
+// Whether the n values count up by one from x[0] (step) or are all x[0] (uniform).
+bool counts_up(const int32_t* x, int n) {
+  for (int e = 1; e < n; ++e)
+    if (x[e] != int32_t(uint32_t(x[0]) + uint32_t(e))) return false;
+  return n > 0;
+}
+bool uniform(const int32_t* x, int n) {
+  for (int e = 1; e < n; ++e)
+    if (x[e] != x[0]) return false;
+  return n > 0;
+}
+
+// Grid's derived flags (a copy with them filled in).
+Grid described(const Grid& g) {
+  if (g.described) return g;
+  Grid d = g;
+  d.described = true;
+  const int nh = g.h_outer ? g.n_outer : g.ld, nq = g.q_outer ? g.n_outer : g.ld,
+            nkv = g.kv_outer ? g.n_outer : g.ld;
+  d.h_uniform = uniform(g.h, nh);
+  d.q_uniform = uniform(g.q, nq);
+  d.kv_uniform = uniform(g.kv, nkv);
+  d.q_step1 = counts_up(g.q, nq);
+  d.kv_step1 = counts_up(g.kv, nkv);
+  return d;
+}
+
+// Whether node k is q_idx - kv_idx, kv_idx - q_idx or a comparison of the two, with a value per
+// diagonal on this grid.
+bool diagonal_of_indices(const Program& prog, const Node& node, const std::vector<uint8_t>& shape,
+                         const Grid& g) {
+  switch (node.op) {
+    case Op::Sub:
+    case Op::Eq:
+    case Op::Ne:
+    case Op::Lt:
+    case Op::Le:
+    case Op::Gt:
+    case Op::Ge: break;
+    default: return false;
+  }
+  if (!g.q_step1 || !g.kv_step1 || g.q_outer == g.kv_outer) return false;
+  const Op x = prog.nodes[size_t(node.a)].op, y = prog.nodes[size_t(node.b)].op;
+  const bool pair = (x == Op::QIdx && y == Op::KvIdx) || (x == Op::KvIdx && y == Op::QIdx);
+  return pair && shape[size_t(node.a)] != kScalar && shape[size_t(node.b)] != kScalar;
+}
+
+// The values per diagonal of such a node: a - b is q_idx - kv_idx (or its negation), which at
+// diagonal u is q[0] - kv[0] + (u - (n_outer - 1)) when q runs along the inner dimension and
+// q[0] - kv[0] - (u - (n_outer - 1)) when it runs along the outer one.
+void diagonal_values(Op op, bool a_is_q, const Grid& g, int32_t* out) {
+  const int len = length(kDiag, g);
+  // a - b at u = first + step * u (indices are below 2^31, so their differences fit in int32)
+  const int32_t q_minus_kv0 =
+      int32_t(int64_t(g.q[0]) - int64_t(g.kv[0]) + (g.q_outer ? 1 : -1) * int64_t(g.n_outer - 1));
+  const int32_t first = a_is_q ? q_minus_kv0 : -q_minus_kv0;
+  const int32_t step = (g.q_outer ? -1 : 1) * (a_is_q ? 1 : -1);
+  switch (op) {
+#define ATTN_FLEX_DIAG(OP, EXPR)          \
+  case Op::OP:                            \
+    for (int u = 0; u < len; ++u) {       \
+      const int32_t d = first + step * u; \
+      out[u] = EXPR;                      \
+    }                                     \
+    break;
+    ATTN_FLEX_DIAG(Sub, d)
+    ATTN_FLEX_DIAG(Eq, d == 0)
+    ATTN_FLEX_DIAG(Ne, d != 0)
+    ATTN_FLEX_DIAG(Lt, d < 0)
+    ATTN_FLEX_DIAG(Le, d <= 0)
+    ATTN_FLEX_DIAG(Gt, d > 0)
+    default: ATTN_FLEX_DIAG(Ge, d >= 0)
+#undef ATTN_FLEX_DIAG
   }
 }
 
@@ -372,30 +454,50 @@ void Evaluator::load(const Node& node, int n, const int32_t* const* index, uint3
 
 // Each node is computed at its shape: over the whole tile only when it depends on both the
 // tile's rows and its columns (or on the score); a value of the rows alone (doc_id[q_idx],
-// slopes[h]) is computed once per row and broadcast where a full-tile operation reads it. With
-// `compact` false (the backward, whose adjoints are per element) every node is full.
-void Evaluator::run(const Grid& g, const float* s, bool compact) {
+// slopes[h]) is computed once per row, one of q_idx - kv_idx alone once per diagonal, and a
+// full-tile operation reads such operands in place, row by row. With `compact` false (the
+// backward, whose adjoints are per element) every node is full. `out` (or null): where a full
+// output computed by the last node is written directly (out_aliased_ says it was).
+void Evaluator::shapes(const Grid& g, bool compact) {
+  auto own_shape = [](bool is_uniform, bool outer) {
+    return is_uniform ? kScalar : outer ? kOuter : kInner;
+  };
   for (size_t k = 0; k < prog_.nodes.size(); ++k) {
     const Node& node = prog_.nodes[k];
-    const int32_t kk = int32_t(k);
+    // q_idx - kv_idx (or a comparison of the two) computed once per diagonal
+    const bool diagonal_seed = compact && diagonal_of_indices(prog_, node, shape_, g);
+    diagonal_seed_[k] = diagonal_seed;
     uint8_t sh = kScalar;
     switch (node.op) {
       case Op::Score: sh = kFull; break;
       case Op::Batch:
       case Op::Const: sh = kScalar; break;
-      case Op::Head: sh = g.h_outer ? kOuter : kInner; break;
-      case Op::QIdx: sh = g.q_outer ? kOuter : kInner; break;
-      case Op::KvIdx: sh = g.kv_outer ? kOuter : kInner; break;
+      case Op::Head: sh = own_shape(g.h_uniform, g.h_outer); break;
+      case Op::QIdx: sh = own_shape(g.q_uniform, g.q_outer); break;
+      case Op::KvIdx: sh = own_shape(g.kv_uniform, g.kv_outer); break;
       case Op::Load:
         for (int d = 0; d < int(prog_.tensors[size_t(node.tensor)].sizes.size()); ++d)
-          sh |= shape_[size_t(prog_.load_index[size_t(node.first + d)])];
+          sh = join(sh, shape_[size_t(prog_.load_index[size_t(node.first + d)])]);
         break;
       default:
+        if (diagonal_seed) {
+          sh = kDiag;
+          break;
+        }
         for (int32_t x : {node.a, node.b, node.c})
-          if (x >= 0) sh |= shape_[size_t(x)];
+          if (x >= 0) sh = join(sh, shape_[size_t(x)]);
     }
-    if (!compact) sh = kFull;
-    shape_[k] = sh;
+    shape_[k] = compact ? sh : kFull;
+  }
+}
+
+void Evaluator::run(const Grid& g, const float* s, float* out) {
+  out_aliased_ = false;
+  for (size_t k = 0; k < prog_.nodes.size(); ++k) {
+    const Node& node = prog_.nodes[k];
+    const int32_t kk = int32_t(k);
+    const uint8_t sh = shape_[k];
+    const bool diagonal_seed = diagonal_seed_[k];
     const int len = length(sh, g);
     switch (node.op) {
       case Op::Score: score_ = s; break;  // read where it lies
@@ -404,10 +506,11 @@ void Evaluator::run(const Grid& g, const float* s, bool compact) {
       case Op::QIdx:
       case Op::KvIdx: {
         const int32_t* src = node.op == Op::Head ? g.h : node.op == Op::QIdx ? g.q : g.kv;
-        const uint8_t own = node.op == Op::Head   ? (g.h_outer ? kOuter : kInner)
-                            : node.op == Op::QIdx ? (g.q_outer ? kOuter : kInner)
-                                                  : (g.kv_outer ? kOuter : kInner);
-        if (own == sh)
+        const bool outer = node.op == Op::Head   ? g.h_outer
+                           : node.op == Op::QIdx ? g.q_outer
+                                                 : g.kv_outer;
+        const uint8_t own = outer ? kOuter : kInner;
+        if (sh == kScalar || own == sh)
           std::copy(src, src + len, i(kk));
         else
           expand(src, own, sh, g, i(kk));
@@ -439,52 +542,65 @@ void Evaluator::run(const Grid& g, const float* s, bool compact) {
         break;
       }
       default: {
-        // Operands of this node's shape are read as they are, scalars as one value, row-only or
-        // column-only operands of a full node broadcast into scratch first.
+        if (diagonal_seed) {
+          diagonal_values(node.op, prog_.nodes[size_t(node.a)].op == Op::QIdx, g, i(kk));
+          break;
+        }
+        // Operands of this node's shape are read as they are, scalars as one value. A full node
+        // with operands of other shapes runs row by row, each such operand read in place: one
+        // value per row (outer), the same run of columns (inner), or the row's run of diagonals.
         const Type ta = prog_.nodes[size_t(node.op == Op::Where ? node.b : node.a)].type;
         const int32_t ops[3] = {node.a, node.b, node.c};
         const float* fp[3] = {nullptr, nullptr, nullptr};
         const int32_t* ip[3] = {nullptr, nullptr, nullptr};
+        int steps[3] = {0, 0, 0};
         int scalars = 0;
+        bool by_rows = false;
+        for (int a = 0; a < 3; ++a)
+          if (ops[a] >= 0) {
+            const uint8_t xs = shape_[size_t(ops[a])];
+            by_rows |= sh == kFull && xs != kFull && xs != kScalar;
+          }
         for (int a = 0; a < 3; ++a) {
           const int32_t x = ops[a];
           if (x < 0) continue;
           const uint8_t xs = shape_[size_t(x)];
-          if (xs == kScalar) scalars |= 1 << a;
-          const bool wide = xs != sh && xs != kScalar;  // broadcast into scratch
-          if (prog_.nodes[size_t(x)].type == Type::Float) {
-            fp[a] = f(x);
-            if (wide) {
-              float* dst = ftmp_.get() + size_t(a) * cap_;
-              expand(f(x), xs, sh, g, dst);
-              fp[a] = dst;
-            }
-          } else {
-            ip[a] = i(x);
-            if (wide) {
-              int32_t* dst = itmp_.get() + size_t(a) * cap_;
-              expand(i(x), xs, sh, g, dst);
-              ip[a] = dst;
+          ptrdiff_t start = 0;
+          if (xs == kScalar) {
+            scalars |= 1 << a;
+          } else if (by_rows) {
+            switch (xs) {
+              case kFull: steps[a] = g.ld; break;
+              case kOuter: steps[a] = 1, scalars |= 1 << a; break;
+              case kInner: steps[a] = 0; break;
+              default: start = g.n_outer - 1, steps[a] = -1; break;  // kDiag
             }
           }
+          if (prog_.nodes[size_t(x)].type == Type::Float)
+            fp[a] = f(x) + start;
+          else
+            ip[a] = i(x) + start;
         }
-        const Regs r{node.type == Type::Float ? f(kk) : nullptr,
-                     node.type == Type::Float ? nullptr : i(kk),
-                     fp[0],
-                     fp[1],
-                     fp[2],
-                     ip[0],
-                     ip[1],
-                     ip[2]};
-        exec(node.op, node.type, ta, r, len, scalars);
+        const bool float_out = node.type == Type::Float;
+        float* fo = float_out ? f(kk) : nullptr;
+        if (out && kk + 1 == int32_t(prog_.nodes.size()) && kk == prog_.output && float_out &&
+            sh == kFull) {
+          fo = out;
+          out_aliased_ = true;
+        }
+        const Regs r{fo, float_out ? nullptr : i(kk), fp[0], fp[1], fp[2], ip[0], ip[1], ip[2]};
+        Rows rows;
+        if (by_rows) rows = {g.n_outer, g.ld, steps[0], steps[1], steps[2]};
+        exec(node.op, node.type, ta, r, by_rows ? g.ld : len, scalars, rows);
       }
     }
   }
 }
 
-// A tile is evaluated in strips of whole outer rows, about kStrip elements each, so that every
-// register of the program stays in the L1 cache.
-constexpr int kStrip = 512;
+// A tile is evaluated in strips of whole outer rows, so that the registers of the program's
+// full-tile values (the output written in place aside) fit in kStripBytes, within the L1 cache:
+// fewer and longer strips when most values are scalars, rows or diagonals.
+constexpr int kStripBytes = 24 * 1024, kMinStrip = 512;
 
 Grid strip_of(const Grid& g, int o0, int rows) {
   Grid s = g;
@@ -495,16 +611,24 @@ Grid strip_of(const Grid& g, int o0, int rows) {
   return s;
 }
 
-int strip_rows(const Grid& g) { return std::max(1, kStrip / std::max(1, g.ld)); }
+int Evaluator::strip_rows(const Grid& g) const {
+  int full = 0;
+  for (size_t k = 0; k + 1 < prog_.nodes.size(); ++k)
+    full += shape_[k] == kFull && prog_.nodes[k].op != Op::Score;
+  const int elems = std::max(kMinStrip, kStripBytes / int(sizeof(float)) / std::max(1, full));
+  return std::clamp(std::min(elems, cap_) / std::max(1, g.ld), 1, std::max(1, g.n_outer));
+}
 
-void Evaluator::apply_score(const Grid& g, float* s) {
+void Evaluator::apply_score(const Grid& grid, float* s) {
+  const Grid g = described(grid);
+  shapes(g, true);
   const int32_t out = prog_.output;
   const int step = strip_rows(g);
   for (int o0 = 0; o0 < g.n_outer; o0 += step) {
     const Grid sg = strip_of(g, o0, std::min(step, g.n_outer - o0));
     float* ss = s + size_t(o0) * size_t(g.ld);
-    run(sg, ss, true);
-    if (f(out) == ss) continue;  // score_mod returned the score itself
+    run(sg, ss, ss);
+    if (out_aliased_ || f(out) == ss) continue;  // written in place, or the score itself
     if (shape_[size_t(out)] == kFull)
       std::copy(f(out), f(out) + sg.n(), ss);
     else
@@ -512,19 +636,27 @@ void Evaluator::apply_score(const Grid& g, float* s) {
   }
 }
 
-const int32_t* Evaluator::eval_mask(const Grid& g) {
-  run(g, nullptr, true);
+const int32_t* Evaluator::mask_values(const Grid& g) {
+  run(g, nullptr);
   const int32_t out = prog_.output;
   if (shape_[size_t(out)] == kFull) return i(out);
   expand(i(out), shape_[size_t(out)], kFull, g, mask_out_.get());
   return mask_out_.get();
 }
 
-void Evaluator::apply_mask(const Grid& g, float* s) {
+const int32_t* Evaluator::eval_mask(const Grid& grid) {
+  const Grid g = described(grid);
+  shapes(g, true);
+  return mask_values(g);
+}
+
+void Evaluator::apply_mask(const Grid& grid, float* s) {
+  const Grid g = described(grid);
+  shapes(g, true);
   const int step = strip_rows(g);
   for (int o0 = 0; o0 < g.n_outer; o0 += step) {
     const Grid sg = strip_of(g, o0, std::min(step, g.n_outer - o0));
-    const int32_t* keep = eval_mask(sg);
+    const int32_t* keep = mask_values(sg);
     float* ss = s + size_t(o0) * size_t(g.ld);
     const int n = sg.n();
     for (int e = 0; e < n; ++e) ss[e] = keep[e] ? ss[e] : -kInf;
@@ -532,7 +664,8 @@ void Evaluator::apply_mask(const Grid& g, float* s) {
 }
 
 void Evaluator::backward(const Grid& g, const float* s, float* grad, TensorGradSums* sums) {
-  const int step = strip_rows(g);
+  shapes(g, false);  // every value per element: the adjoints are
+  const int step = std::clamp(kMinStrip / std::max(1, g.ld), 1, std::max(1, g.n_outer));
   for (int o0 = 0; o0 < g.n_outer; o0 += step) {
     const size_t at = size_t(o0) * size_t(g.ld);
     backward_strip(strip_of(g, o0, std::min(step, g.n_outer - o0)), s + at, grad + at, sums);
@@ -541,7 +674,7 @@ void Evaluator::backward(const Grid& g, const float* s, float* grad, TensorGradS
 
 void Evaluator::backward_strip(const Grid& g, const float* s, float* grad, TensorGradSums* sums) {
   const int n = g.n();
-  run(g, s, false);
+  run(g, s);
   const int32_t out = prog_.output;
   if (!needs_grad_[size_t(out)]) {  // the output ignores the score: no gradient reaches it
     std::fill(grad, grad + n, 0.0f);

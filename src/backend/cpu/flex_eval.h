@@ -36,6 +36,15 @@ struct Grid {
   const int32_t* kv = nullptr;
   bool h_outer = false, q_outer = false, kv_outer = false;
   int n() const { return n_outer * ld; }
+
+  // Filled by the evaluator from the coordinates (describe()): a coordinate with one value over
+  // the whole tile is evaluated as a scalar; q_idx and kv_idx that count up by one along different
+  // dimensions make q_idx - kv_idx constant along the tile's diagonals, so values of that
+  // difference alone (ALiBi's distance, a bias table's column, a sliding window's test) are
+  // computed once per diagonal.
+  bool described = false;
+  bool h_uniform = false, q_uniform = false, kv_uniform = false;
+  bool q_step1 = false, kv_step1 = false;
 };
 
 // The first out-of-range index a program met (reported by the caller as an attn::Error).
@@ -97,7 +106,13 @@ class Evaluator {
   const IndexError& error() const { return error_; }
 
  private:
-  void run(const Grid& g, const float* s, bool compact);
+  // The shapes of the nodes' values over tiles like g (compact false: every value per element).
+  void shapes(const Grid& g, bool compact);
+  // The program over g at those shapes; a full output computed by the last node is written to
+  // `out` when given (out_aliased_).
+  void run(const Grid& g, const float* s, float* out = nullptr);
+  const int32_t* mask_values(const Grid& g);
+  int strip_rows(const Grid& g) const;
   void backward_strip(const Grid& g, const float* s, float* grad, TensorGradSums* sums);
   float* f(int32_t node) {
     if (prog_.nodes[size_t(node)].op == Op::Score) return const_cast<float*>(score_);
@@ -117,9 +132,10 @@ class Evaluator {
   std::unique_ptr<int32_t[]> iregs_;
   std::unique_ptr<int32_t[]> offsets_;   // a Load's element offsets
   std::vector<uint8_t> shape_;           // per node: the shape it was computed at (flex_eval.cpp)
+  std::vector<char> diagonal_seed_;      // per node: q_idx - kv_idx (or a comparison) per diagonal
   std::unique_ptr<int32_t[]> mask_out_;  // a mask's output broadcast to the tile
-  std::unique_ptr<float[]> ftmp_;        // operands broadcast to a node's shape
-  std::unique_ptr<int32_t[]> itmp_, idx_tmp_;
+  std::unique_ptr<int32_t[]> idx_tmp_;   // a Load's indices broadcast to its shape
+  bool out_aliased_ = false;             // run() wrote the output where it was asked to
   IndexError error_;
 };
 
