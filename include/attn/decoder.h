@@ -212,6 +212,14 @@ class Decoder : public Module {
   // Logits (B, T, V) of ids (B, T) that follow the cache's tokens; appends their keys and values
   // (the cache starts empty and grows as needed). No gradients.
   Tensor forward_cached(const Tensor& ids, DecoderCache& cache) const;
+  // Drops `count` tokens of the cache after its first keep_first (the attention sinks) in every
+  // layer: the later tokens move down and their keys are rotated back by `count` positions, so
+  // that the cache's tokens sit at positions 0 .. length - 1 again, as StreamingLLM and
+  // llama.cpp's context shift place them (the model sees positions within the cache). A key
+  // rotated back equals the key computed at its new position to float rounding (in a 2-byte
+  // cache, one more rounding to its dtype). Throws attn::Error unless 0 <= keep_first, 0 <=
+  // count and keep_first + count <= cache.length.
+  void evict(DecoderCache& cache, int64_t keep_first, int64_t count) const;
 
   // Sampling as transformers' generate applies its processors, in this order: the repetition
   // penalty (the logit of a token already in the row divided by it when positive, multiplied
@@ -227,6 +235,13 @@ class Decoder : public Module {
     double min_p = 0.0;                // in [0, 1]; 0: none
     double repetition_penalty = 1.0;   // > 0; 1: none
     std::vector<int64_t> stop_tokens;  // a row that produces one stops (and keeps it)
+    // StreamingLLM (Xiao et al., 2023) with llama.cpp's context shift: with window_length > 0
+    // the cache never holds more than window_length tokens. When the next token would not fit,
+    // the first sink_tokens stay (the attention sinks) and the oldest half of the others go
+    // (evict() below), so generation goes on past max_position_embeddings with bounded memory.
+    // Requires sink_tokens + 2 <= window_length <= max_position_embeddings.
+    int64_t window_length = 0;  // 0: the cache keeps every token
+    int64_t sink_tokens = 4;
     // attn::Error naming fn and the option out of range.
     void validate(const char* fn) const;
   };

@@ -84,9 +84,12 @@ void register_decoder(py::module_& m) {
           [](const nn::Decoder& m, const Tensor& ids, int64_t max_new_tokens, double temperature,
              int64_t top_k, double top_p, double min_p, double repetition_penalty,
              const std::vector<int64_t>& stop_tokens, const py::object& g,
-             const std::function<void(const Tensor&)>& callback) {
+             const std::function<void(const Tensor&)>& callback, int64_t window_length,
+             int64_t sink_tokens) {
             nn::Decoder::GenerateOptions o;
             o.max_new_tokens = max_new_tokens;
+            o.window_length = window_length;
+            o.sink_tokens = sink_tokens;
             o.temperature = temperature;
             o.top_k = top_k;
             o.top_p = top_p;
@@ -105,7 +108,8 @@ void register_decoder(py::module_& m) {
           py::arg("ids"), py::arg("max_new_tokens"), py::arg("temperature") = 0.0,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("min_p") = 0.0,
           py::arg("repetition_penalty") = 1.0, py::arg("stop_tokens") = std::vector<int64_t>(),
-          py::arg("generator") = py::none(), py::arg("callback") = nullptr);
+          py::arg("generator") = py::none(), py::arg("callback") = nullptr,
+          py::arg("window_length") = 0, py::arg("sink_tokens") = 4);
   d.def(
       "next_token_probabilities",
       [](const Tensor& logits, const std::vector<int64_t>& history, double temperature,

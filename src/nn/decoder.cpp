@@ -131,6 +131,16 @@ std::vector<float> inverse_frequencies(const DecoderConfig& c, double base, int6
   return inv;
 }
 
+// The frequencies of the global layers, and of Gemma 3's sliding layers (their own base, no
+// scaling; the global ones where the model has no local base).
+std::vector<float> global_frequencies(const DecoderConfig& c) {
+  return inverse_frequencies(c, c.rope_theta, c.head_size(), true);
+}
+std::vector<float> local_frequencies(const DecoderConfig& c) {
+  if (c.rope_local_base_freq <= 0) return global_frequencies(c);
+  return inverse_frequencies(c, c.rope_local_base_freq, c.head_size(), false);
+}
+
 // The factor yarn scales cos and sin by (1 elsewhere): attention_factor, or 0.1 ln(factor) + 1.
 double rope_attention_scaling(const DecoderConfig& c) {
   if (c.rope_type != "yarn") return 1.0;
@@ -483,10 +493,9 @@ Tensor Decoder::run(const Tensor& ids, DecoderCache* cache, int64_t keep) const 
     if (rope_scale != 1.0) cos = cos * rope_scale, sin = sin * rope_scale;
     return std::pair<Tensor, Tensor>{cos.to(dt), sin.to(dt)};
   };
-  const auto global = tables(inverse_frequencies(c, c.rope_theta, D, true));
+  const auto global = tables(global_frequencies(c));
   std::pair<Tensor, Tensor> local = global;
-  if (c.rope_local_base_freq > 0)  // Gemma 3's sliding layers: their own base, no scaling
-    local = tables(inverse_frequencies(c, c.rope_local_base_freq, D, false));
+  if (c.rope_local_base_freq > 0) local = tables(local_frequencies(c));
 
   Tensor x = (*model->embed_tokens)(ids);
   if (c.scale_embeddings)  // sqrt(hidden) as a tensor of the model's dtype, as Gemma's code has it
@@ -518,8 +527,42 @@ Tensor Decoder::forward_cached(const Tensor& ids, DecoderCache& cache) const {
   return run(ids, &cache);
 }
 
+void Decoder::evict(DecoderCache& cache, int64_t keep_first, int64_t count) const {
+  const char* fn = "Decoder.evict";
+  if (keep_first < 0 || count < 0 || keep_first + count > cache.length)
+    fail(fn, "keep_first ", keep_first, " and count ", count,
+         " must be >= 0 and together at most the cache's length ", cache.length);
+  if (count == 0) return;
+  NoGradGuard no_grad;
+  const int64_t moved = cache.length - keep_first - count;
+  if (moved > 0) {
+    // A rotation by -count positions: rotate_half's form with cos and sin of -count * inv_freq
+    // (yarn's attention factor is already in the keys and stays).
+    const auto back = [count](const std::vector<float>& inv) {
+      return rope_tables(inv, -count, 1);
+    };
+    const auto global = back(global_frequencies(config_));
+    const auto local = config_.rope_local_base_freq > 0 ? back(local_frequencies(config_)) : global;
+    for (std::size_t l = 0; l < cache.k.size(); ++l) {
+      const auto& [cos, sin] = model->layers[l]->sliding ? local : global;
+      Tensor& k = cache.k[l];
+      Tensor& v = cache.v[l];
+      const Tensor rotated =
+          apply_rope(k.narrow(2, keep_first + count, moved).to(Dtype::Float32), cos, sin);
+      k.narrow(2, keep_first, moved).copy_(rotated.to(k.dtype()));
+      v.narrow(2, keep_first, moved).copy_(v.narrow(2, keep_first + count, moved).clone());
+    }
+  }
+  cache.length -= count;
+}
+
 void Decoder::GenerateOptions::validate(const char* fn) const {
   if (max_new_tokens < 0) fail(fn, "max_new_tokens must be >= 0, got ", max_new_tokens);
+  if (window_length < 0)
+    fail(fn, "window_length must be >= 0 (0: no eviction), got ", window_length);
+  if (window_length > 0 && (sink_tokens < 0 || sink_tokens + 2 > window_length))
+    fail(fn, "sink_tokens ", sink_tokens,
+         " must be >= 0 and leave room for 2 tokens in window_length ", window_length);
   if (!(temperature >= 0 && std::isfinite(temperature)))
     fail(fn, "temperature must be >= 0 and finite (0: greedy), got ", temperature);
   if (top_k < 0) fail(fn, "top_k must be >= 0, got ", top_k);
@@ -621,10 +664,16 @@ Tensor Decoder::generate(const Tensor& ids, const GenerateOptions& opt, Generato
     rows[std::size_t(b)].assign(columns[0].data_ptr<int64_t>() + b * ids.size(1),
                                 columns[0].data_ptr<int64_t>() + (b + 1) * ids.size(1));
   std::vector<int64_t> stopped(std::size_t(B), -1);  // the stop token a row produced, or -1
+  const int64_t W = opt.window_length, S = opt.sink_tokens;
+  if (W > config_.max_position_embeddings)
+    fail(fn, "window_length ", W, " exceeds max_position_embeddings ",
+         config_.max_position_embeddings);
   DecoderCache cache;
-  cache.reserve = ids.size(1) + opt.max_new_tokens;
+  cache.reserve = W > 0 ? std::max(ids.size(1), W) : ids.size(1) + opt.max_new_tokens;
   Tensor next_in = columns[0];
   for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
+    if (W > 0 && cache.length + next_in.size(1) > W)  // evict half the tokens after the sinks
+      evict(cache, S, std::max(cache.length + next_in.size(1) - W, (cache.length - S) / 2));
     Tensor logits = run(next_in, &cache, /*keep=*/1);  // (B, 1, V), no grad (above)
     logits = logits.select(1, 0).contiguous();         // (B, V)
     Tensor next = detail::make_tensor({B, 1}, Dtype::Int64, false);

@@ -368,6 +368,41 @@ TEST_P(Families, CachedDecodingInBfloat16AndFloat16ReadsACacheOfTheModelsDtype) 
   }
 }
 
+// The family's config with one layer (the first): its keys and values depend on the tokens and
+// their positions alone, so a cache after eviction must equal a fresh forward of the kept tokens.
+DecoderConfig one_layer(const std::string& family) {
+  DecoderConfig c = small(family);
+  c.num_hidden_layers = 1;
+  if (!c.sliding_layers.empty()) c.sliding_layers.resize(1);
+  return c;
+}
+
+// Evicting tokens 3 .. 12 of 30 leaves the first 3 and the last 17, rotated to positions 3 ..
+// 19: the next 5 tokens' logits are those of a forward over the 25 kept tokens (in float32, and
+// in the 2-byte dtypes to their rounding).
+TEST_P(Families, EvictionRotatesTheKeptKeysToTheirNewPositions) {
+  for (const attn::Dtype dt : {attn::Dtype::Float32, attn::Dtype::BFloat16, attn::Dtype::Float16}) {
+    SCOPED_TRACE(attn::dtype_name(dt));
+    auto m = random_model(one_layer(GetParam()), 21);
+    const Tensor ids = id_tensor(kLongIds);
+    std::vector<int64_t> kept(kLongIds.begin(), kLongIds.begin() + 3);
+    kept.insert(kept.end(), kLongIds.begin() + 13, kLongIds.begin() + 35);
+    const Vec full32 = values(m->forward(id_tensor(kept)).narrow(1, 20, 5));
+    if (dt != attn::Dtype::Float32) m->to(dt);
+    const Vec full = values(m->forward(id_tensor(kept)).narrow(1, 20, 5));
+    attn::nn::DecoderCache cache;
+    m->forward_cached(ids.narrow(1, 0, 30), cache);
+    m->evict(cache, 3, 10);
+    EXPECT_EQ(cache.length, 20);
+    const Vec stepped = values(m->forward_cached(ids.narrow(1, 30, 5), cache));
+    EXPECT_EQ(cache.length, 25);
+    ASSERT_EQ(stepped.size(), full.size());
+    const double tol =
+        dt == attn::Dtype::Float32 ? 2e-5 : std::max(0.02, relative_error(full, full32));
+    EXPECT_LT(relative_error(stepped, full), tol);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Decoder, Families,
                          ::testing::Values("llama", "llama3", "qwen3", "gemma2", "gemma3",
                                            "gpt_oss"));
@@ -390,6 +425,50 @@ TEST(Decoder, GreedyGenerationFollowsTheArgmaxAndStops) {
   const Tensor stopped = m->generate(prompt, o);
   const Tensor sc = stopped.contiguous();
   for (int64_t t = 4; t < sc.size(1); ++t) EXPECT_EQ(sc.data_ptr<int64_t>()[t], o.stop_tokens[0]);
+}
+
+// With window_length 12 and 2 sink tokens, a model of 16 positions generates 40 tokens: each is
+// the argmax of a forward over the tokens the cache holds at that step (one layer: see
+// one_layer), which a simulation of the eviction rule here gives.
+TEST(Decoder, StreamingGenerationRunsPastTheContextInABoundedCache) {
+  DecoderConfig c = one_layer("llama3");
+  c.max_position_embeddings = 16;
+  const auto m = random_model(c, 22);
+  const std::vector<int64_t> prompt = {3, 17, 52, 0, 9};
+  Decoder::GenerateOptions o;
+  o.max_new_tokens = 40, o.window_length = 12, o.sink_tokens = 2;
+  const Tensor out = m->generate(id_tensor(prompt), o).contiguous();
+  ASSERT_EQ(out.size(1), 45);
+  const int64_t* got = out.data_ptr<int64_t>();
+  std::vector<int64_t> cached, pending = prompt;
+  int evictions = 0;
+  for (int64_t t = 5; t < 45; ++t) {
+    const int64_t n = int64_t(cached.size()), T = int64_t(pending.size());
+    if (n + T > o.window_length) {
+      const int64_t drop = std::max(n + T - o.window_length, (n - o.sink_tokens) / 2);
+      cached.erase(cached.begin() + o.sink_tokens, cached.begin() + o.sink_tokens + drop);
+      ++evictions;
+    }
+    cached.insert(cached.end(), pending.begin(), pending.end());
+    ASSERT_LE(int64_t(cached.size()), o.window_length);
+    const Tensor logits = m->forward(id_tensor(cached));
+    const int64_t want = attn::argmax(logits.select(1, int64_t(cached.size()) - 1)).item<int64_t>();
+    ASSERT_EQ(got[t], want) << "token " << t;
+    pending = {got[t]};
+  }
+  EXPECT_GE(evictions, 5);
+  // Without a window the same model stops at its 16 positions.
+  o.window_length = 0;
+  EXPECT_ERROR_HAS(m->generate(id_tensor(prompt), o), "max_position_embeddings");
+  o.window_length = 17;
+  EXPECT_ERROR_HAS(m->generate(id_tensor(prompt), o), "window_length 17 exceeds");
+  o.window_length = 3;
+  EXPECT_ERROR_HAS(m->generate(id_tensor(prompt), o), "sink_tokens 2");
+  attn::nn::DecoderCache cache;
+  m->forward_cached(id_tensor(prompt), cache);
+  EXPECT_ERROR_HAS(m->evict(cache, 2, 4), "Decoder.evict");
+  EXPECT_ERROR_HAS(m->evict(cache, -1, 1), "keep_first -1");
+  EXPECT_EQ(cache.length, 5);  // nothing changed by the refusals
 }
 
 TEST(Decoder, BadConfigsAndInputsAreRefused) {

@@ -236,6 +236,11 @@ def test_attn_generate_streams_a_llama_directory_with_its_tokenizer(tmp_path):
     out, err = cli()
     assert out == "ROMEO:" + tok.decode(greedy)[len(tok.decode(prompt)):] + "\n"
     assert "generate: tokens=12 " in err
+    # StreamingLLM: a cache of 10 tokens (2 sinks) evicts during the 12 tokens, as generate does.
+    streamed = model.generate(attn.tensor([prompt]), max_new_tokens=12, window_length=10,
+                              sink_tokens=2).tolist()[0]
+    out, err = cli("--window-length", "10", "--sink-tokens", "2")
+    assert out == "ROMEO:" + tok.decode(streamed)[len(tok.decode(prompt)):] + "\n"
     # An end-of-text id in config.json stops the stream there (and is not printed).
     config = json.loads((d / "config.json").read_text())
     config["eos_token_id"] = greedy[len(prompt) + 3]

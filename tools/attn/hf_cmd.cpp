@@ -122,6 +122,8 @@ int generate_hf_decoder(const GenerateArgs& a, const DirConfig& dc, std::ostream
   g.temperature = a.options.temperature;
   g.top_k = std::min(a.options.top_k, model->config().vocab_size);
   g.stop_tokens.assign(dc.eos.begin(), dc.eos.end());
+  g.window_length = a.window_length;
+  g.sink_tokens = a.sink_tokens;
   ThreadsGuard threads_guard(a.threads);
   Tensor idx = empty({1, int64_t(ids.size())}, Dtype::Int64);
   std::copy(ids.begin(), ids.end(), idx.data_ptr<int64_t>());
@@ -188,6 +190,10 @@ int generate_hf(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
   if (a.dtype != Dtype::Float32)
     throw Error("[generate] --dtype: GPT-2 checkpoints compute in float32 (got " +
                 dtype_name(a.dtype) + ")");
+  if (a.window_length > 0)
+    throw Error(
+        "[generate] --window-length needs a Llama / Qwen / Gemma directory (rotary "
+        "positions); GPT-2's learned positions end at its n_positions");
   const fs::path dir(a.ckpt);
   const DirTokenizer tok = load_dir_tokenizer(dir);
   std::shared_ptr<nn::GPT> model = nn::load_hf_gpt2(a.ckpt);

@@ -198,7 +198,7 @@ TrainArgs parse_train_args(Args args) {
 GenerateArgs parse_generate_args(Args args) {
   Flags f("generate", args,
           {"ckpt", "prompt", "max-new-tokens", "temperature", "top-k", "seed", "threads",
-           "kv-dtype", "dtype"},
+           "kv-dtype", "dtype", "window-length", "sink-tokens"},
           {"no-cache"});
   if (!f.has("ckpt")) throw FlagError("generate: --ckpt DIR is required");
   GenerateArgs a;
@@ -221,6 +221,18 @@ GenerateArgs parse_generate_args(Args args) {
     if (!a.options.use_cache)
       throw FlagError("generate: --kv-dtype is a cache: it cannot be combined with --no-cache");
   }
+  a.window_length = f.integer("window-length", 0, 0);
+  a.sink_tokens = f.integer("sink-tokens", 4, 0);
+  if (f.has("sink-tokens") && !f.has("window-length"))
+    throw FlagError("generate: --sink-tokens needs --window-length (the cache to evict from)");
+  if (a.window_length > 0 && a.sink_tokens + 2 > a.window_length)
+    throw FlagError("generate: --window-length " + std::to_string(a.window_length) +
+                    " must leave room for 2 tokens after --sink-tokens " +
+                    std::to_string(a.sink_tokens));
+  if (a.window_length > 0 && !a.options.use_cache)
+    throw FlagError(
+        "generate: --window-length evicts from the cache: it cannot be combined with "
+        "--no-cache");
   return a;
 }
 
@@ -263,6 +275,11 @@ int generate_command(Args args, std::ostream& out, std::ostream& err) {
     }
   }
   const std::string path = checkpoint_file(a.ckpt, "generate");
+  if (a.window_length > 0)
+    throw Error(
+        "[generate] --window-length needs a Llama / Qwen / Gemma directory (rotary "
+        "positions); '" +
+        path + "' is a GPT checkpoint, whose learned positions end at its block");
   const Checkpoint ck = read_checkpoint(path, CheckpointUse::Generate);
   generate_from_checkpoint(ck, path, a, out, err);
   return 0;

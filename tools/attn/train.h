@@ -87,6 +87,9 @@ struct GenerateArgs {
   // --dtype: the dtype a Llama / Qwen / Gemma directory's model computes in (load_hf_decoder);
   // GPT checkpoints compute in float32 only.
   Dtype dtype = Dtype::Float32;
+  // --window-length, --sink-tokens: StreamingLLM for a Llama / Qwen / Gemma directory
+  // (nn::Decoder::GenerateOptions); 0: the cache keeps every token.
+  int64_t window_length = 0, sink_tokens = 4;
 };
 // The flags of `attn generate` (the arguments after "generate"). Throws FlagError.
 GenerateArgs parse_generate_args(std::span<const std::string> args);
@@ -220,6 +223,11 @@ inline constexpr const char* kGenerateHelp =
     "                           int8 (per-32 scales): what a narrower cache does to the text; the\n"
     "                           prompt plus --max-new-tokens must fit in the model's block\n"
     "    --dtype T              float32 (default), bfloat16 or float16: a Llama / Qwen / Gemma\n"
-    "                           directory's model keeps its weights and computes in T\n";
+    "                           directory's model keeps its weights and computes in T\n"
+    "    --window-length N      a Llama / Qwen / Gemma directory: the key/value cache holds at\n"
+    "                           most N tokens (StreamingLLM): when full, the first --sink-tokens\n"
+    "                           stay and the oldest half of the others go, so the text can run\n"
+    "                           past the model's context (default: keep every token)\n"
+    "    --sink-tokens N        tokens kept at the start of the cache (default 4)\n";
 
 }  // namespace attn::tools

@@ -102,17 +102,21 @@ class Decoder(Module):
 
     def generate(self, input_ids, max_new_tokens=32, temperature=0.0, top_k=None, top_p=1.0,
                  min_p=0.0, repetition_penalty=1.0, eos_token_id=None, generator=None,
-                 callback=None):
+                 callback=None, window_length=None, sink_tokens=4):
         """input_ids (B, T) followed by up to max_new_tokens tokens: greedy (the first of equal
         logits) when temperature is 0, else sampled as transformers' processors filter
         (repetition_penalty, temperature, top_k, top_p, min_p). A row that produces eos_token_id
         (an id or a list) stops and is padded with it; callback(tokens (B,)) gets each step's
-        tokens."""
+        tokens. window_length (StreamingLLM, with llama.cpp's context shift): the key/value cache
+        holds at most that many tokens; when full, the first sink_tokens stay and the oldest half
+        of the others go, their keys rotated to their new positions, so generation can run past
+        max_position_embeddings in bounded memory (None: the cache keeps every token)."""
         stop = [] if eos_token_id is None else (
             [int(eos_token_id)] if isinstance(eos_token_id, int) else [int(t) for t in eos_token_id])
         return self._impl.generate(input_ids, int(max_new_tokens), float(temperature),
                                    int(top_k or 0), float(top_p), float(min_p),
-                                   float(repetition_penalty), stop, generator, callback)
+                                   float(repetition_penalty), stop, generator, callback,
+                                   int(window_length or 0), int(sink_tokens))
 
     def get_num_params(self):
         return sum(p.numel() for p in self.parameters())
