@@ -131,13 +131,12 @@ std::vector<float> inverse_frequencies(const DecoderConfig& c, double base, int6
   return inv;
 }
 
-// The frequencies of the global layers, and of Gemma 3's sliding layers (their own base, no
-// scaling; the global ones where the model has no local base).
+// The frequencies of the global layers, and of Gemma 3's sliding layers when the model has
+// rope_local_base_freq > 0 (their own base, no scaling; the others use the global ones).
 std::vector<float> global_frequencies(const DecoderConfig& c) {
   return inverse_frequencies(c, c.rope_theta, c.head_size(), true);
 }
 std::vector<float> local_frequencies(const DecoderConfig& c) {
-  if (c.rope_local_base_freq <= 0) return global_frequencies(c);
   return inverse_frequencies(c, c.rope_local_base_freq, c.head_size(), false);
 }
 

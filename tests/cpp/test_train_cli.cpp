@@ -373,6 +373,13 @@ TEST_F(TrainCli, GenerateThroughAPagedCacheOfEachDtype) {
   Result both = run_cli(with(cli, {"--kv-dtype", "int8", "--no-cache"}));
   EXPECT_EQ(both.code, 2);
   EXPECT_NE(both.err.find("cannot be combined with --no-cache"), std::string::npos) << both.err;
+  // A GPT's learned positions end at its block: no StreamingLLM window.
+  Result window = run_cli(with(cli, {"--window-length", "6"}));
+  EXPECT_EQ(window.code, 1);
+  EXPECT_NE(window.err.find("--window-length needs a Llama / Qwen / Gemma directory"),
+            std::string::npos)
+      << window.err;
+  EXPECT_NE(window.err.find("is a GPT checkpoint"), std::string::npos) << window.err;
 }
 
 // ---- bad input

@@ -190,10 +190,7 @@ int generate_hf(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
   if (a.dtype != Dtype::Float32)
     throw Error("[generate] --dtype: GPT-2 checkpoints compute in float32 (got " +
                 dtype_name(a.dtype) + ")");
-  if (a.window_length > 0)
-    throw Error(
-        "[generate] --window-length needs a Llama / Qwen / Gemma directory (rotary "
-        "positions); GPT-2's learned positions end at its n_positions");
+  refuse_window_length_for_gpt(a, "'" + a.ckpt + "' is a GPT-2 directory");
   const fs::path dir(a.ckpt);
   const DirTokenizer tok = load_dir_tokenizer(dir);
   std::shared_ptr<nn::GPT> model = nn::load_hf_gpt2(a.ckpt);

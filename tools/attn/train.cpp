@@ -275,14 +275,18 @@ int generate_command(Args args, std::ostream& out, std::ostream& err) {
     }
   }
   const std::string path = checkpoint_file(a.ckpt, "generate");
-  if (a.window_length > 0)
-    throw Error(
-        "[generate] --window-length needs a Llama / Qwen / Gemma directory (rotary "
-        "positions); '" +
-        path + "' is a GPT checkpoint, whose learned positions end at its block");
+  refuse_window_length_for_gpt(a, "'" + path + "' is a GPT checkpoint");
   const Checkpoint ck = read_checkpoint(path, CheckpointUse::Generate);
   generate_from_checkpoint(ck, path, a, out, err);
   return 0;
+}
+
+void refuse_window_length_for_gpt(const GenerateArgs& a, const std::string& model) {
+  if (a.window_length > 0)
+    throw Error(
+        "[generate] --window-length needs a Llama / Qwen / Gemma directory (rotary "
+        "positions); " +
+        model + ", whose learned positions end at its block");
 }
 
 std::vector<int64_t> encode_prompt(const std::function<std::vector<int64_t>()>& encode) {

@@ -340,9 +340,7 @@ bool uniform(const int32_t* x, int n) {
 
 // Grid's derived flags (a copy with them filled in).
 Grid described(const Grid& g) {
-  if (g.described) return g;
   Grid d = g;
-  d.described = true;
   const int nh = g.h_outer ? g.n_outer : g.ld, nq = g.q_outer ? g.n_outer : g.ld,
             nkv = g.kv_outer ? g.n_outer : g.ld;
   d.h_uniform = uniform(g.h, nh);
@@ -456,8 +454,7 @@ void Evaluator::load(const Node& node, int n, const int32_t* const* index, uint3
 // tile's rows and its columns (or on the score); a value of the rows alone (doc_id[q_idx],
 // slopes[h]) is computed once per row, one of q_idx - kv_idx alone once per diagonal, and a
 // full-tile operation reads such operands in place, row by row. With `compact` false (the
-// backward, whose adjoints are per element) every node is full. `out` (or null): where a full
-// output computed by the last node is written directly (out_aliased_ says it was).
+// backward, whose adjoints are per element) every node is full.
 void Evaluator::shapes(const Grid& g, bool compact) {
   auto own_shape = [](bool is_uniform, bool outer) {
     return is_uniform ? kScalar : outer ? kOuter : kInner;

@@ -37,12 +37,11 @@ struct Grid {
   bool h_outer = false, q_outer = false, kv_outer = false;
   int n() const { return n_outer * ld; }
 
-  // Filled by the evaluator from the coordinates (describe()): a coordinate with one value over
-  // the whole tile is evaluated as a scalar; q_idx and kv_idx that count up by one along different
-  // dimensions make q_idx - kv_idx constant along the tile's diagonals, so values of that
-  // difference alone (ALiBi's distance, a bias table's column, a sliding window's test) are
-  // computed once per diagonal.
-  bool described = false;
+  // Filled by the evaluator from the coordinates (flex_eval.cpp: described()): a coordinate with
+  // one value over the whole tile is evaluated as a scalar; q_idx and kv_idx that count up by one
+  // along different dimensions make q_idx - kv_idx constant along the tile's diagonals, so values
+  // of that difference alone (ALiBi's distance, a bias table's column, a sliding window's test)
+  // are computed once per diagonal.
   bool h_uniform = false, q_uniform = false, kv_uniform = false;
   bool q_step1 = false, kv_step1 = false;
 };
