@@ -380,6 +380,12 @@ TEST_F(TrainCli, GenerateThroughAPagedCacheOfEachDtype) {
             std::string::npos)
       << window.err;
   EXPECT_NE(window.err.find("is a GPT checkpoint"), std::string::npos) << window.err;
+  // ... and compute in float32: --dtype bfloat16 is refused, not ignored.
+  Result half = run_cli(with(cli, {"--dtype", "bfloat16"}));
+  EXPECT_EQ(half.code, 1);
+  EXPECT_NE(half.err.find("--dtype bfloat16: GPT checkpoints compute in float32"),
+            std::string::npos)
+      << half.err;
 }
 
 // ---- bad input

@@ -282,10 +282,14 @@ CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>'
                  "\\n\\n' }}{% endif %}")
 
 
-def test_attn_chat_replies_as_greedy_decoding_of_the_rendered_conversation(tmp_path):
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    """A small Llama directory with a byte-level BPE trained on tinyshakespeare and a Llama 3
+    style chat template: (directory, tokenizer, model, template, <|eot_id|>'s id)."""
     from test_hf_gpt2 import ATTN_CLI, CORPUS
     if not os.path.exists(ATTN_CLI):
         pytest.skip("%s is not built" % ATTN_CLI)
+    tmp_path = tmp_path_factory.mktemp("chat")
     corpus = tmp_path / "corpus.txt"
     with open(CORPUS, encoding="utf-8") as f:
         corpus.write_text(f.read()[:100000], encoding="utf-8")
@@ -303,15 +307,34 @@ def test_attn_chat_replies_as_greedy_decoding_of_the_rendered_conversation(tmp_p
         chat_template=CHAT_TEMPLATE, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>")))
     model = attn.nn.Decoder.from_pretrained(d)
     template = attn.data.ChatTemplate.from_tokenizer_config(d / "tokenizer_config.json")
+    return d, tok, model, template, eot
 
-    def greedy_reply(messages, n=10):
-        ids = tok.encode(template.render(messages=messages, add_generation_prompt=True),
-                         add_special_tokens=False).ids
-        out = model.generate(attn.tensor([ids]), max_new_tokens=n, eos_token_id=eot).tolist()[0]
-        new = out[len(ids):]
-        if eot in new:
-            new = new[:new.index(eot)]
-        return tok.decode(new)
+
+def chat_prompt(chat_model, messages):
+    d, tok, model, template, eot = chat_model
+    return tok.encode(template.render(messages=messages, add_generation_prompt=True),
+                      add_special_tokens=False).ids
+
+
+def greedy_chat_reply(chat_model, messages, n=10, **window):
+    """The reply `attn chat --temperature 0` should give: greedy decoding of the rendered
+    conversation through Decoder.generate (window: its StreamingLLM options), up to <|eot_id|>."""
+    d, tok, model, template, eot = chat_model
+    ids = chat_prompt(chat_model, messages)
+    out = model.generate(attn.tensor([ids]), max_new_tokens=n, eos_token_id=eot,
+                         **window).tolist()[0]
+    new = out[len(ids):]
+    if eot in new:
+        new = new[:new.index(eot)]
+    return tok.decode(new)
+
+
+def test_attn_chat_replies_as_greedy_decoding_of_the_rendered_conversation(chat_model):
+    from test_hf_gpt2 import ATTN_CLI
+    d = chat_model[0]
+
+    def greedy_reply(messages):
+        return greedy_chat_reply(chat_model, messages)
 
     turns = ["Good morrow, cousin.", "What news from Rome?"]
     r = subprocess.run([ATTN_CLI, "chat", "--ckpt", str(d), "--temperature", "0",
@@ -325,3 +348,66 @@ def test_attn_chat_replies_as_greedy_decoding_of_the_rendered_conversation(tmp_p
     assert replies[1] == greedy_reply(messages)  # the cache kept from turn 1 changes nothing
     stats = [l for l in r.stderr.splitlines() if l.startswith("chat: ")]
     assert len(stats) == 2 and " cached=0" in stats[0] and " cached=0" not in stats[1]
+
+
+def test_attn_chat_keeps_the_conversation_within_its_context(chat_model):
+    """--context 64: a reply that fills it shifts the cache (Decoder.generate's window_length);
+    a turn that would not fit drops the oldest exchange; a message too long alone is refused and
+    the conversation goes on without it."""
+    from test_hf_gpt2 import ATTN_CLI
+    d = chat_model[0]
+    C, n, S = 64, 12, 4
+    room = min(n, C // 4)
+    words = "now is the winter of our discontent made glorious summer by this sun of york".split()
+    long_turn = ""
+    for w in words * 4:  # a first message whose rendering leaves less room than the reply needs
+        if len(chat_prompt(chat_model, [dict(role="user", content=long_turn + w)])) > C - 4:
+            break
+        long_turn += w + " "
+    long_turn = long_turn.strip()
+    first = len(chat_prompt(chat_model, [dict(role="user", content=long_turn)]))
+    assert C - n < first < C
+    turns = [long_turn, "What news?", " ".join(words * 6), "Speak again."]
+    r = subprocess.run([ATTN_CLI, "chat", "--ckpt", str(d), "--temperature", "0",
+                        "--max-new-tokens", str(n), "--context", str(C), "--sink-tokens", str(S)],
+                       input="\n".join(turns) + "\n", capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    replies = r.stdout.split("\n")[:3]  # the third turn is refused: it prints no reply
+    stats = [l for l in r.stderr.splitlines() if l.startswith("chat: tokens=")]
+    assert len(stats) == 3, r.stderr
+
+    def fit(messages):  # the policy of `attn chat --help`, written again
+        while len(chat_prompt(chat_model, messages)) + room > C and len(messages) > 1:
+            messages = messages[2:]
+        return messages
+
+    # Turn 1 shifts the cache: Decoder.generate with the same window gives the same reply.
+    messages = [dict(role="user", content=turns[0])]
+    assert replies[0] == greedy_chat_reply(chat_model, messages, n, window_length=C,
+                                           sink_tokens=S)
+    assert " shifts=0" not in stats[0], stats[0]
+    # Turn 2: the first exchange no longer fits with room for a reply, and is dropped.
+    messages += [dict(role="assistant", content=replies[0]), dict(role="user", content=turns[1])]
+    kept = fit(messages)
+    assert len(kept) == 1
+    assert "chat: dropped the oldest 1 exchange to fit the context of 64 tokens" in r.stderr
+    assert replies[1] == greedy_chat_reply(chat_model, kept, n, window_length=C, sink_tokens=S)
+    # Turn 3 alone exceeds the context: refused, named, and the conversation goes on without it.
+    assert "more than the context of 64 holds with a reply: not sent" in r.stderr
+    messages = fit(kept + [dict(role="assistant", content=replies[1]),
+                           dict(role="user", content=turns[3])])
+    assert len(messages) == 3
+    assert replies[2] == greedy_chat_reply(chat_model, messages, n, window_length=C,
+                                           sink_tokens=S)
+    assert " cached=0" not in stats[2]  # the cache of turn 2 was kept
+
+    def fails(*flags):
+        r = subprocess.run([ATTN_CLI, "chat", "--ckpt", str(d), *flags], input="hi\n",
+                           capture_output=True, text=True)
+        assert r.returncode != 0
+        return r.stderr
+
+    assert "--context 257 exceeds the model's max_position_embeddings 256" in fails(
+        "--context", "257")
+    assert "--sink-tokens 63 must leave room for 2 tokens in the context of 64" in fails(
+        "--context", "64", "--sink-tokens", "63")

@@ -8,6 +8,7 @@
 #include <attn/tokenizer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -51,7 +52,7 @@ data::ChatTemplate::Config load_template(const fs::path& dir) {
 ChatArgs parse_chat_args(std::span<const std::string> args) {
   Flags f("chat", args,
           {"ckpt", "system", "max-new-tokens", "temperature", "top-k", "top-p", "min-p",
-           "repetition-penalty", "stop", "seed", "threads", "dtype"},
+           "repetition-penalty", "stop", "seed", "threads", "dtype", "context", "sink-tokens"},
           {});
   if (!f.has("ckpt")) throw FlagError("chat: --ckpt DIR is required");
   ChatArgs a;
@@ -68,6 +69,8 @@ ChatArgs parse_chat_args(std::span<const std::string> args) {
   a.seed = f.seed("seed", 1337);
   a.threads = f.integer("threads", 0, 0, 4096);
   a.dtype = parse_model_dtype(f);
+  a.context = f.integer("context", 0, 1);
+  a.sink_tokens = f.integer("sink-tokens", 4, 0);
   return a;
 }
 
@@ -87,10 +90,22 @@ int chat_session(const ChatArgs& a, std::istream& in, std::ostream& out, std::os
   Generator gen(a.seed);
   const bool interactive = &in == &std::cin && ::isatty(0);
 
+  const int64_t context = a.context > 0 ? a.context : config.max_position_embeddings;
+  if (context > config.max_position_embeddings)
+    throw Error("[chat] --context " + std::to_string(context) +
+                " exceeds the model's max_position_embeddings " +
+                std::to_string(config.max_position_embeddings));
+  if (a.sink_tokens + 2 > context)
+    throw Error("[chat] --sink-tokens " + std::to_string(a.sink_tokens) +
+                " must leave room for 2 tokens in the context of " + std::to_string(context));
+  // Room a turn's rendering leaves for the reply before older exchanges are dropped.
+  const int64_t reply_room = std::max<int64_t>(1, std::min(a.options.max_new_tokens, context / 4));
+
   std::vector<data::ChatMessage> messages;
+  const std::size_t kept_first = a.system.empty() ? 0 : 1;  // the system message is never dropped
   if (!a.system.empty()) messages.push_back({"system", a.system});
   nn::DecoderCache cache;
-  std::vector<int64_t> cached;  // the tokens whose keys and values the cache holds
+  std::vector<int64_t> cached;  // the tokens whose keys and values the cache holds, in order
   std::string line;
   while (true) {
     if (interactive) out << "> " << std::flush;
@@ -98,34 +113,65 @@ int chat_session(const ChatArgs& a, std::istream& in, std::ostream& out, std::os
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {
-      messages.resize(a.system.empty() ? 0 : 1);
+      messages.resize(kept_first);
       cache = nn::DecoderCache{};
       cached.clear();
       out << "(the conversation starts over)\n" << std::flush;
       continue;
     }
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    messages.push_back({"user", line});
-    const std::string prompt =
-        tmpl.chat_template.apply(messages, true, tmpl.bos_token, tmpl.eos_token);
-    std::vector<int64_t> ids = tok.encode(prompt, false);  // the template holds the specials
-    if (int64_t(ids.size()) + 1 > config.max_position_embeddings)
-      throw Error("[chat] the conversation is " + std::to_string(ids.size()) +
-                  " tokens, the model's max_position_embeddings " +
-                  std::to_string(config.max_position_embeddings) + ": /reset to start over");
+    // The conversation with this turn; too long, the oldest exchange (a user message and the
+    // reply after it) goes, until the rendering leaves room for a reply or only this turn is left.
+    // Nothing is dropped for a message that does not fit alone.
+    std::vector<data::ChatMessage> next = messages;
+    next.push_back({"user", line});
+    const auto render = [&] {
+      return tok.encode(tmpl.chat_template.apply(next, true, tmpl.bos_token, tmpl.eos_token),
+                        false);  // the template holds the specials
+    };
+    std::vector<int64_t> ids = render();
+    int64_t dropped = 0;
+    while (int64_t(ids.size()) + reply_room > context && next.size() > kept_first + 1) {
+      std::size_t end = kept_first + 1;  // past the oldest user message and what answered it
+      while (end < next.size() - 1 && next[end].role != "user") ++end;
+      next.erase(next.begin() + std::ptrdiff_t(kept_first), next.begin() + std::ptrdiff_t(end));
+      ++dropped;
+      ids = render();
+    }
+    if (int64_t(ids.size()) + 1 > context) {
+      err << "chat: this message renders to " << ids.size()
+          << " tokens even without the earlier exchanges, more than the context of " << context
+          << " holds with a reply: not sent (shorten it, or raise --context)\n"
+          << std::flush;
+      continue;
+    }
+    messages = std::move(next);
+    if (dropped > 0)
+      err << "chat: dropped the oldest " << dropped << (dropped == 1 ? " exchange" : " exchanges")
+          << " to fit the context of " << context << " tokens\n"
+          << std::flush;
     // Keep the cache where the new rendering extends what it holds; feed the rest.
     std::size_t common = 0;
     while (common < cached.size() && common < ids.size() && cached[common] == ids[common]) ++common;
     if (common == ids.size()) --common;  // at least one token to feed
     cache.length = int64_t(common);
-    cached.assign(ids.begin(), ids.begin() + std::ptrdiff_t(common));
+    cached.resize(common);
     std::vector<int64_t> feed(ids.begin() + std::ptrdiff_t(common), ids.end());
     std::vector<int64_t> history = ids, reply;
     std::string printed;
     const auto t0 = std::chrono::steady_clock::now();
     bool stopped_by_text = false;
+    int64_t shifts = 0;
     for (int64_t step = 0; step < a.options.max_new_tokens; ++step) {
-      if (int64_t(cached.size() + feed.size()) > config.max_position_embeddings) break;
+      const int64_t over = int64_t(cached.size() + feed.size()) - context;
+      if (over > 0) {  // context shift, as generate's window_length: keep the sinks, drop half
+        const int64_t S = a.sink_tokens;
+        const int64_t count = std::max(over, (int64_t(cached.size()) - S) / 2);
+        model->evict(cache, S, count);
+        cached.erase(cached.begin() + std::ptrdiff_t(S),
+                     cached.begin() + std::ptrdiff_t(S + count));
+        ++shifts;
+      }
       Tensor x = empty({1, int64_t(feed.size())}, Dtype::Int64);
       std::copy(feed.begin(), feed.end(), x.data_ptr<int64_t>());
       Tensor logits = model->forward_cached(x, cache);
@@ -155,10 +201,11 @@ int chat_session(const ChatArgs& a, std::istream& in, std::ostream& out, std::os
     out << "\n" << std::flush;
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    char stat[160];
+    char stat[192];
     std::snprintf(stat, sizeof stat,
-                  "chat: tokens=%zu ms=%.2f tokens_per_s=%.1f prompt=%zu cached=%zu", reply.size(),
-                  ms, ms > 0 ? double(reply.size()) * 1000.0 / ms : 0.0, ids.size(), common);
+                  "chat: tokens=%zu ms=%.2f tokens_per_s=%.1f prompt=%zu cached=%zu shifts=%lld",
+                  reply.size(), ms, ms > 0 ? double(reply.size()) * 1000.0 / ms : 0.0, ids.size(),
+                  common, static_cast<long long>(shifts));
     err << stat << "\n" << std::flush;
     messages.push_back({"assistant", printed});
   }

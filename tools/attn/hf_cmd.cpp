@@ -187,10 +187,7 @@ std::set<int64_t> hf_eos_token_ids(const fs::path& dir, const char* command) {
 int generate_hf(const GenerateArgs& a, std::ostream& out, std::ostream& err) {
   const DirConfig dc = read_dir_config(a.ckpt);
   if (dc.model_type != "gpt2") return generate_hf_decoder(a, dc, out, err);
-  if (a.dtype != Dtype::Float32)
-    throw Error("[generate] --dtype: GPT-2 checkpoints compute in float32 (got " +
-                dtype_name(a.dtype) + ")");
-  refuse_window_length_for_gpt(a, "'" + a.ckpt + "' is a GPT-2 directory");
+  refuse_decoder_options_for_gpt(a, "'" + a.ckpt + "' is a GPT-2 directory");
   const fs::path dir(a.ckpt);
   const DirTokenizer tok = load_dir_tokenizer(dir);
   std::shared_ptr<nn::GPT> model = nn::load_hf_gpt2(a.ckpt);

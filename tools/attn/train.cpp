@@ -275,13 +275,20 @@ int generate_command(Args args, std::ostream& out, std::ostream& err) {
     }
   }
   const std::string path = checkpoint_file(a.ckpt, "generate");
-  refuse_window_length_for_gpt(a, "'" + path + "' is a GPT checkpoint");
+  refuse_decoder_options_for_gpt(a, "'" + path + "' is a GPT checkpoint");
   const Checkpoint ck = read_checkpoint(path, CheckpointUse::Generate);
   generate_from_checkpoint(ck, path, a, out, err);
   return 0;
 }
 
-void refuse_window_length_for_gpt(const GenerateArgs& a, const std::string& model) {
+void refuse_decoder_options_for_gpt(const GenerateArgs& a, const std::string& model) {
+  if (a.dtype != Dtype::Float32) {
+    const std::string name = dtype_name(a.dtype);  // "torch.bfloat16": the flag's value is the tail
+    throw Error("[generate] --dtype " + name.substr(name.rfind('.') + 1) +
+                ": GPT checkpoints compute in float32 (bfloat16 and float16 need a Llama / Qwen / "
+                "Gemma directory); " +
+                model);
+  }
   if (a.window_length > 0)
     throw Error(
         "[generate] --window-length needs a Llama / Qwen / Gemma directory (rotary "

@@ -106,9 +106,10 @@ void generate_from_checkpoint(const Checkpoint& ck, const std::string& path, con
 // The prompt's ids from `encode`, its attn::Error reported as "[generate] the prompt cannot be
 // encoded with the checkpoint's vocabulary: ...".
 std::vector<int64_t> encode_prompt(const std::function<std::vector<int64_t>()>& encode);
-// attn::Error when `a` asks for --window-length: `model` (for the message) is a GPT, whose learned
-// positions end at its block, so its cache cannot be shifted.
-void refuse_window_length_for_gpt(const GenerateArgs& a, const std::string& model);
+// attn::Error when `a` asks what a GPT (`model`, for the message) cannot do: --window-length (its
+// learned positions end at its block, so its cache cannot be shifted) or a --dtype other than
+// float32 (GPT checkpoints compute in float32).
+void refuse_decoder_options_for_gpt(const GenerateArgs& a, const std::string& model);
 // The part of `attn generate` every model shares: crops ids to the model's last block, writes
 // `shown`, streams the continuation (each new id through `decode`) to `out`, ends the output with
 // a newline unless its last byte (`last` before anything is sampled) is one, and writes the timing
