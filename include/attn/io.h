@@ -111,6 +111,9 @@ class SafeTensorsFile {
     std::string name;
     Dtype dtype;
     Shape shape;
+    // A "U8" tensor: bytes with no attn dtype (MXFP4 blocks and scales). Its dtype says Bool (one
+    // byte each); read(), read_into() and map() refuse it, read_u8() gives its bytes.
+    bool u8 = false;
   };
   explicit SafeTensorsFile(const std::string& path);
   // The same over bytes in memory (`what` names them in errors).
@@ -133,6 +136,9 @@ class SafeTensorsFile {
   // that cannot be mapped (bytes in memory, a pipe), a misaligned tensor and BOOL tensors are read
   // as read() does. The file must not shrink while the tensor lives (its pages would be gone).
   Tensor map(const std::string& name) const;
+  // The bytes of the U8 tensor `name`, row-major (attn::Error for a tensor of another dtype).
+  std::vector<uint8_t> read_u8(const std::string& name) const;
+  // Every tensor (attn::Error if one is U8).
   SafeTensors read_all() const;
 
  private:

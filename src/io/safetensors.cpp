@@ -46,6 +46,7 @@ struct Record {
   Dtype dtype = Dtype::Float32;
   Shape shape;
   uint64_t begin = 0, end = 0;  // in the data section
+  bool u8 = false;              // "U8": bytes only (SafeTensorsFile::Entry::u8)
 };
 
 struct Layout {
@@ -209,9 +210,12 @@ class Reader {
       e.dtype = Dtype::BFloat16;
     } else if (ds == "F16") {
       e.dtype = Dtype::Float16;
+    } else if (ds == "U8") {  // bytes, as MXFP4 blocks and scales (itemsize 1, as BOOL's)
+      e.dtype = Dtype::Bool;
+      e.u8 = true;
     } else {
       fail("tensor '", name, "' has unsupported dtype ", ds,
-           " (supported: F32, I64, BOOL, BF16, F16)");
+           " (supported: F32, I64, BOOL, BF16, F16, and U8 as bytes)");
     }
 
     const json& sh = v["shape"];
@@ -375,7 +379,7 @@ struct SafeTensorsFile::Impl {
     layout = Reader(what).layout(header, data_size);
     for (const Record& e : layout.entries) {
       index.emplace(e.name, entries.size());
-      entries.push_back({e.name, e.dtype, e.shape});
+      entries.push_back({e.name, e.dtype, e.shape, e.u8});
     }
   }
   const Record& entry(const std::string& name) const {
@@ -384,18 +388,31 @@ struct SafeTensorsFile::Impl {
       attn::detail::fail("SafeTensorsFile::read", "'", what, "' has no tensor '", name, "'");
     return layout.entries[it->second];
   }
-  // e's bytes into dst (e's byte size), then the BOOL check.
-  void read_bytes(const Record& e, const Tensor& t) const {
+  // The entry `name` as a tensor: attn::Error for a U8 one, which has no tensor dtype.
+  const Record& tensor_entry(const std::string& name) const {
+    const Record& e = entry(name);
+    if (e.u8)
+      Reader(what).fail("tensor '", name,
+                        "' is U8 (bytes, such as MXFP4 blocks and scales): attn has no uint8 "
+                        "tensors; read its bytes with read_u8");
+    return e;
+  }
+  // e's bytes (e.end - e.begin of them) into dst.
+  void read_raw(const Record& e, void* dst) const {
     const std::size_t n = std::size_t(e.end - e.begin);
     if (n == 0) return;
     if (file) {
-      if (!file->read_at(data_start + e.begin, t.raw_data(), n))
+      if (!file->read_at(data_start + e.begin, dst, n))
         Reader(what).fail("the file ended before tensor '", e.name, "' (bytes ",
                           data_start + e.begin, " to ", data_start + e.end,
                           ") was read: it changed after it was opened");
     } else {
-      std::memcpy(t.raw_data(), bytes.data() + data_start + e.begin, n);
+      std::memcpy(dst, bytes.data() + data_start + e.begin, n);
     }
+  }
+  // e's bytes into t (e's byte size), then the BOOL check.
+  void read_bytes(const Record& e, const Tensor& t) const {
+    read_raw(e, t.raw_data());
     Reader(what).check_bools(e, t);
   }
 };
@@ -457,7 +474,7 @@ const SafeTensorsFile::Entry* SafeTensorsFile::find(const std::string& name) con
 }
 
 Tensor SafeTensorsFile::read(const std::string& name) const {
-  const Record& e = impl_->entry(name);
+  const Record& e = impl_->tensor_entry(name);
   Tensor t = attn::empty(e.shape, e.dtype);
   impl_->read_bytes(e, t);
   return t;
@@ -465,7 +482,7 @@ Tensor SafeTensorsFile::read(const std::string& name) const {
 
 void SafeTensorsFile::read_into(const std::string& name, Tensor& dst) const {
   constexpr const char* fn = "SafeTensorsFile::read_into";
-  const Record& e = impl_->entry(name);
+  const Record& e = impl_->tensor_entry(name);
   if (!dst.defined()) attn::detail::fail(fn, "the destination of '", name, "' is undefined");
   if (dst.shape() != e.shape)
     attn::detail::fail(fn, "tensor '", name, "' of '", impl_->what, "' has shape ",
@@ -482,7 +499,7 @@ void SafeTensorsFile::read_into(const std::string& name, Tensor& dst) const {
 }
 
 Tensor SafeTensorsFile::map(const std::string& name) const {
-  const Record& e = impl_->entry(name);
+  const Record& e = impl_->tensor_entry(name);
   const uint64_t at = impl_->data_start + e.begin;
   if (!impl_->file || e.dtype == Dtype::Bool || at % itemsize(e.dtype) != 0) return read(name);
   std::call_once(impl_->map_once, [this] { impl_->mapping = impl_->file->map(); });
@@ -505,10 +522,20 @@ SafeTensors SafeTensorsFile::read_all() const {
   out.what = impl_->what;
   out.metadata = impl_->layout.metadata;
   for (const Record& e : impl_->layout.entries) {
-    Tensor t = attn::empty(e.shape, e.dtype);
+    Tensor t = attn::empty(e.shape, impl_->tensor_entry(e.name).dtype);
     impl_->read_bytes(e, t);
     out.tensors.emplace_back(e.name, std::move(t));
   }
+  return out;
+}
+
+std::vector<uint8_t> SafeTensorsFile::read_u8(const std::string& name) const {
+  const Record& e = impl_->entry(name);
+  if (!e.u8)
+    Reader(impl_->what)
+        .fail("tensor '", name, "' is ", st_dtype(e.dtype), ", not U8: read it with read()");
+  std::vector<uint8_t> out(std::size_t(e.end - e.begin));
+  impl_->read_raw(e, out.data());
   return out;
 }
 

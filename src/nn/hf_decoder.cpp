@@ -1,9 +1,12 @@
 // Hugging Face checkpoints of the decoder families (include/attn/hf_decoder.h).
+#include <attn/autograd.h>
 #include <attn/hf_decoder.h>
 #include <attn/io.h>
 #include <attn/ops.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -127,7 +130,7 @@ const std::map<std::string, Family>& families() {
     gpt_oss.rope_original_max_position_embeddings = 4096;
     m["gpt_oss"] = {with({"attention_bias", "sliding_window", "layer_types", "num_local_experts",
                           "num_experts_per_tok", "swiglu_alpha", "swiglu_limit",
-                          "router_aux_loss_coef", "output_router_logits"}),
+                          "router_aux_loss_coef", "output_router_logits", "quantization_config"}),
                     gpt_oss};
     return m;
   }();
@@ -249,6 +252,22 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
     c.swiglu_limit = get_number(j, what, "swiglu_limit", c.swiglu_limit);
     if (get_bool(j, what, "output_router_logits", false))
       bad(what, "output_router_logits true is not supported (attn returns the logits only)");
+    // gpt-oss's released checkpoints: the experts' weights in MXFP4 (dequantized on load), all
+    // else in bfloat16.
+    if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+      const json& q = j["quantization_config"];
+      if (!q.is_object()) bad(what, "quantization_config must be an object, got ", q.dump());
+      for (auto it = q.begin(); it != q.end(); ++it)
+        if (it.key() != "quant_method" && it.key() != "modules_to_not_convert" &&
+            it.key() != "dequantize")
+          bad(what, "quantization_config has '", it.key(),
+              "', which attn does not know (it has quant_method mxfp4, modules_to_not_convert, "
+              "dequantize)");
+      const std::string method = get_string(q, what, "quant_method", "");
+      if (method != "mxfp4")
+        bad(what, "quantization_config quant_method '", method,
+            "' is not supported (attn reads mxfp4: gpt-oss's experts)");
+    }
   }
 
   // Which layers slide: layer_types when given, else the family's pattern.
@@ -419,6 +438,80 @@ Weights open_weights(const std::string& dir) {
   return w;
 }
 
+// OCP Microscaling FP4 (E2M1): the value of each 4-bit code (sign in the top bit).
+constexpr float kFp4[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                            -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// An experts' weight stored as transformers' MXFP4 pair: NAME_blocks, uint8 (E, R, C / 32, 16),
+// two codes a byte (the low nibble first) for each group of 32 inputs, and NAME_scales, uint8
+// (E, R, C / 32), each group's power of two with a bias of 127 (E8M0). The parameter is the
+// product's (E, C, R): the dequantized (E, R, C), transposed, as transformers' dequantization.
+struct Mxfp4 {
+  std::string blocks, scales;
+};
+
+// The experts' weights that come as MXFP4 pairs, each checked against its parameter's shape; the
+// pairs leave w.shapes and their parameters enter it.
+std::map<std::string, Mxfp4> find_mxfp4(Decoder& model, Weights& w) {
+  std::map<std::string, Mxfp4> out;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (!name.ends_with(".mlp.experts.gate_up_proj") && !name.ends_with(".mlp.experts.down_proj"))
+      continue;
+    const Mxfp4 mx{name + "_blocks", name + "_scales"};
+    if (w.shapes.count(name) || (!w.shapes.count(mx.blocks) && !w.shapes.count(mx.scales)))
+      continue;
+    for (const std::string* t : {&mx.blocks, &mx.scales}) {
+      const std::string& other = t == &mx.blocks ? mx.scales : mx.blocks;
+      if (!w.shapes.count(*t))
+        bad(w.where.at(other), "has '", other, "' but not '", *t, "' (MXFP4 comes as a pair)");
+      if (!w.files.at(w.where.at(*t)).find(*t)->u8)
+        bad(w.where.at(*t), "'", *t, "' must be U8 (MXFP4), got ",
+            io::SafeTensorsFile::dtype_name(w.files.at(w.where.at(*t)).find(*t)->dtype));
+    }
+    const Shape& ps = p.shape();  // (E, C, R)
+    const int64_t E = ps[0], C = ps[1], R = ps[2];
+    if (C % 32 != 0)
+      bad(w.where.at(mx.blocks), "'", name, "' has ", C,
+          " inputs, which MXFP4's groups of 32 cannot hold");
+    const Shape want_blocks{E, R, C / 32, 16}, want_scales{E, R, C / 32};
+    if (w.shapes.at(mx.blocks) != want_blocks || w.shapes.at(mx.scales) != want_scales)
+      bad(w.where.at(mx.blocks), "'", mx.blocks, "' ", shape_str(w.shapes.at(mx.blocks)), " and '",
+          mx.scales, "' ", shape_str(w.shapes.at(mx.scales)), " do not fit '", name, "' ",
+          shape_str(ps), ": expected ", shape_str(want_blocks), " and ", shape_str(want_scales));
+    w.shapes.erase(mx.blocks), w.shapes.erase(mx.scales);
+    w.shapes[name] = ps;
+    out[name] = mx;
+  }
+  return out;
+}
+
+// dst (E, C, R) = the MXFP4 pair's values (exact in float32: a code times a power of two; a scale
+// of 255 is NaN, as the MX specification has it), one expert at a time into dst's dtype.
+void read_mxfp4(const Weights& w, const Mxfp4& mx, Tensor& dst) {
+  const std::vector<uint8_t> blocks = w.files.at(w.where.at(mx.blocks)).read_u8(mx.blocks);
+  const std::vector<uint8_t> scales = w.files.at(w.where.at(mx.scales)).read_u8(mx.scales);
+  const int64_t E = dst.size(0), C = dst.size(1), R = dst.size(2), G = C / 32;
+  Tensor expert = attn::empty({C, R});
+  float* out = expert.data_ptr<float>();
+  NoGradGuard no_grad;
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t row = (e * R + r) * G + g;
+        const int s = scales[std::size_t(row)];
+        const float scale =
+            s == 255 ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, s - 127);
+        const uint8_t* b = blocks.data() + row * 16;
+        for (int64_t i = 0; i < 16; ++i) {
+          const int64_t c = g * 32 + 2 * i;
+          out[c * R + r] = kFp4[b[i] & 0xF] * scale;
+          out[(c + 1) * R + r] = kFp4[b[i] >> 4] * scale;
+        }
+      }
+    dst.select(0, e).copy_(expert);
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype) {
@@ -442,8 +535,10 @@ std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype) {
     if (dtype != Dtype::Float32)
       for (auto& [name, t] : model->named_parameters()) t.set_data(attn::empty(t.shape(), dtype));
   }
+  const std::map<std::string, Mxfp4> mxfp4 = find_mxfp4(*model, w);
   try {
     model->load_state_dict_from(w.shapes, [&](const std::string& name, Tensor& dst) {
+      if (auto mx = mxfp4.find(name); mx != mxfp4.end()) return read_mxfp4(w, mx->second, dst);
       const io::SafeTensorsFile& f = w.files.at(w.where.at(name));
       // The file's pages, not a copy, given to the parameter itself (dst is a detached handle).
       if (dtype != Dtype::Float32 && f.find(name)->dtype == dtype)

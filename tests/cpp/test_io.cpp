@@ -619,6 +619,42 @@ TEST(SafeTensorsFile, BoolBytesAreCheckedWhenRead) {
                                                 "expected 0 or 1");
 }
 
+// A U8 tensor (MXFP4 blocks and scales) has no attn dtype: its bytes come from read_u8, and the
+// calls that make tensors refuse it, naming it.
+TEST(SafeTensorsFile, U8TensorsAreReadAsBytes) {
+  TempDir dir;
+  const std::string header = R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                             R"( "q": {"dtype": "U8", "shape": [2, 3], "data_offsets": [4, 10]}})";
+  const std::string data = std::string("\x00\x00\x80\x3f\x01\x02\xff\x00\x10\x7f", 10);
+  std::string bytes = le64(header.size() + 6) + header + std::string(6, ' ') + data;
+  const std::string path = dir.write("u8.safetensors", bytes);
+  for (const io::SafeTensorsFile& f :
+       {io::SafeTensorsFile(path), io::SafeTensorsFile::from_bytes(bytes, path)}) {
+    ASSERT_NE(f.find("q"), nullptr);
+    EXPECT_TRUE(f.find("q")->u8);
+    EXPECT_FALSE(f.find("a")->u8);
+    EXPECT_EQ(f.find("q")->shape, (attn::Shape{2, 3}));
+    EXPECT_EQ(f.read_u8("q"), (std::vector<uint8_t>{1, 2, 255, 0, 16, 127}));
+    EXPECT_TRUE(attn::equal(f.read("a"), attn::tensor({1.0})));
+    const std::string refusal = "[load_safetensors] '" + path +
+                                "': tensor 'q' is U8 (bytes, such as MXFP4 blocks and scales): "
+                                "attn has no uint8 tensors; read its bytes with read_u8";
+    EXPECT_EQ(error_of([&] { f.read("q"); }), refusal);
+    EXPECT_EQ(error_of([&] { f.map("q"); }), refusal);
+    EXPECT_EQ(error_of([&] { f.read_all(); }), refusal);
+    Tensor dst = attn::zeros({2, 3});
+    EXPECT_EQ(error_of([&] { f.read_into("q", dst); }), refusal);
+    EXPECT_EQ(error_of([&] { f.read_u8("a"); }),
+              "[load_safetensors] '" + path + "': tensor 'a' is F32, not U8: read it with read()");
+  }
+  // Its byte count is checked as every tensor's.
+  const std::string short_header =
+      R"({"q": {"dtype": "U8", "shape": [2, 3], "data_offsets": [0, 4]}})";
+  const std::string bad = le64(short_header.size()) + short_header + "abcd";
+  EXPECT_NE(error_of([&] { io::SafeTensorsFile::from_bytes(bad, "bad"); }).find("needs 6"),
+            std::string::npos);
+}
+
 TEST(SafeTensorsFile, AFileThatShrinksAfterOpeningIsAnError) {
   TempDir dir;
   const std::string bytes = io::to_safetensors(known_tensors());

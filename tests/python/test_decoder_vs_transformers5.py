@@ -176,7 +176,7 @@ def test_bad_gemma3_configs_are_refused(checkpoints, tmp_path, edit, words):
     (lambda c: c["rope_parameters"].update(mscale=1.0), ["mscale"]),
     (lambda c: c["rope_parameters"].pop("original_max_position_embeddings"),
      ["original_max_position_embeddings"]),
-    (lambda c: c.update(quantization_config=dict(quant_method="mxfp4")), ["quantization_config"]),
+    (lambda c: c.update(quantization_config=dict(quant_method="awq")), ["quant_method 'awq'"]),
 ])
 def test_bad_gpt_oss_configs_are_refused(checkpoints, tmp_path, edit, words):
     src = checkpoints["gpt_oss"]
@@ -200,3 +200,125 @@ def test_gpt_oss_parameters_carry_transformers_names(checkpoints):
     for k in ("model.layers.1.mlp.experts.gate_up_proj", "model.layers.0.self_attn.sinks",
               "model.layers.3.mlp.router.bias"):
         assert np.array_equal(names[k].numpy(), ref[k].numpy())
+
+
+# ---- gpt-oss's released format: the experts in MXFP4 ---------------------------------------------
+FP4 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
+
+
+def mxfp4(w):
+    """w (E, R, C) float32 -> transformers' MXFP4 pair: blocks uint8 (E, R, C / 32, 16), two codes
+    a byte, the low nibble first; scales uint8 (E, R, C / 32), E8M0 with a bias of 127."""
+    E, R, C = w.shape
+    g = w.reshape(E, R, C // 32, 32)
+    amax = np.abs(g).max(-1)
+    e = np.ceil(np.log2(np.maximum(amax, 1e-30) / 6.0)).astype(np.int32)
+    x = g / np.exp2(e)[..., None]
+    code = np.abs(np.abs(x)[..., None] - FP4).argmin(-1) + np.where(x < 0, 8, 0)
+    code = code.astype(np.uint8)
+    return (code[..., 0::2] | (code[..., 1::2] << 4)).astype(np.uint8), (e + 127).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def mxfp4_checkpoint(tmp_path_factory):
+    """gpt-oss as released: experts as MXFP4 pairs, all else bfloat16, a quantization_config.
+    Intermediate 64: both products' inputs come in whole groups of 32."""
+    from safetensors.torch import load_file, save_file
+    root = tmp_path_factory.mktemp("mxfp4")
+    cfg_cls, model_cls, kw = CONFIGS["gpt_oss"]
+    CONFIGS["gpt_oss_mx"] = (cfg_cls, model_cls, dict(kw, intermediate_size=64))
+    try:
+        src = save("gpt_oss_mx", root / "gpt_oss_f32", seed=5)
+    finally:
+        del CONFIGS["gpt_oss_mx"]
+    out = {}
+    for k, v in load_file(str(src / "model.safetensors")).items():
+        if k.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            out[k + "_blocks"], out[k + "_scales"] = (
+                torch.from_numpy(a) for a in mxfp4(np.ascontiguousarray(
+                    v.numpy().transpose(0, 2, 1))))
+        else:
+            out[k] = v.to(torch.bfloat16)
+    d = root / "gpt_oss_mxfp4"
+    d.mkdir()
+    save_file(out, str(d / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["quantization_config"] = dict(quant_method="mxfp4", modules_to_not_convert=[
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"])
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def load_mxfp4(d, dtype):
+    # transformers dequantizes MXFP4 on the CPU (Mxfp4Config(dequantize=True)), the reference.
+    return T.AutoModelForCausalLM.from_pretrained(
+        str(d), dtype=dtype, attn_implementation="eager", experts_implementation="eager",
+        quantization_config=T.Mxfp4Config(dequantize=True)).eval()
+
+
+def test_gpt_oss_mxfp4_experts_are_dequantized_as_transformers_does(mxfp4_checkpoint):
+    d = mxfp4_checkpoint
+    ref = load_mxfp4(d, torch.float32)
+    refs = ref.state_dict()
+    for dtype in (attn.float32, attn.bfloat16):
+        model = attn.nn.Decoder.from_pretrained(d, torch_dtype=dtype)
+        ours = dict(model.named_parameters())
+        assert set(ours) == set(refs)
+        for k in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"):
+            # a code times a power of two: exact in float32 and in bfloat16
+            assert ours[k].dtype is dtype
+            assert np.array_equal(ours[k].float().numpy(), refs[k].numpy()), (k, dtype)
+    # The logits of the float32 model, against transformers' on the same dequantized weights.
+    model = attn.nn.Decoder.from_pretrained(d)
+    ours = model(attn.tensor(IDS)).numpy()
+    ref32 = ref(torch.tensor(IDS)).logits.detach().to(torch.float64).numpy()
+    ref64 = reference_f64_of(ref)
+    err, err_torch = np.abs(ours - ref64).max(), np.abs(ref32 - ref64).max()
+    floor = 8 * np.finfo(np.float32).eps * max(1.0, np.abs(ref64).max())
+    assert err <= 4 * err_torch + floor, (err, err_torch)
+    # Greedy decoding through attn's cache picks what transformers' full forward picks.
+    ids = torch.tensor([row[:7] for row in IDS])
+    got = model.generate(attn.tensor(ids.tolist()), max_new_tokens=12).tolist()
+    with torch.no_grad():
+        for _ in range(12):
+            ids = torch.cat([ids, ref(ids).logits[:, -1].argmax(-1, keepdim=True)], 1)
+    assert got == ids.tolist()
+
+
+def reference_f64_of(m):
+    """The logits of transformers' model m with its (dequantized) weights in float64."""
+    import copy
+    m64 = copy.deepcopy(m).to(torch.float64)
+    with torch.no_grad():
+        return m64(torch.tensor(IDS)).logits.numpy()
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda sd, cfg: cfg["quantization_config"].update(quant_method="gptq"),
+     ["quant_method 'gptq' is not supported"]),
+    (lambda sd, cfg: cfg["quantization_config"].update(bits=4),
+     ["quantization_config has 'bits'"]),
+    (lambda sd, cfg: sd.pop("model.layers.1.mlp.experts.down_proj_scales"),
+     ["has 'model.layers.1.mlp.experts.down_proj_blocks' but not "
+      "'model.layers.1.mlp.experts.down_proj_scales'"]),
+    (lambda sd, cfg: sd.update({"model.layers.0.mlp.experts.gate_up_proj_blocks":
+                                sd["model.layers.0.mlp.experts.gate_up_proj_blocks"][:, :, :1].contiguous()}),
+     ["'model.layers.0.mlp.experts.gate_up_proj_blocks' (6, 128, 1, 16)",
+      "expected (6, 128, 2, 16) and (6, 128, 2)"]),
+    (lambda sd, cfg: sd.update({"model.layers.0.mlp.experts.gate_up_proj_scales":
+                                sd["model.layers.0.mlp.experts.gate_up_proj_scales"].float()}),
+     ["'model.layers.0.mlp.experts.gate_up_proj_scales' must be U8 (MXFP4), got F32"]),
+])
+def test_bad_mxfp4_checkpoints_are_refused(mxfp4_checkpoint, tmp_path, edit, words):
+    from safetensors.torch import load_file, save_file
+    sd = load_file(str(mxfp4_checkpoint / "model.safetensors"))
+    cfg = json.loads((mxfp4_checkpoint / "config.json").read_text())
+    edit(sd, cfg)
+    d = tmp_path / "bad"
+    d.mkdir()
+    save_file(sd, str(d / "model.safetensors"))
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError) as e:
+        attn.nn.Decoder.from_pretrained(d)
+    for w in words:
+        assert w in str(e.value)
