@@ -39,4 +39,18 @@ DecoderConfig decoder_config_from_hf_json(std::string_view json,
 // float16; attn::Error otherwise).
 std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype = Dtype::Float32);
 
+// The config.json that the family's transformers class reads as `c` (architectures, model_type,
+// the sizes, rope_scaling, the family's fields, layer_types; torch_dtype `dtype`). attn::Error
+// "[save_hf_decoder] ..." when the family's fields cannot say what c does (a Llama with QK-norm,
+// a Gemma with a sliding window, a Qwen2 without q/k/v biases, ...), naming the fields: the file
+// is read back and compared before it is returned.
+std::string decoder_config_to_hf_json(const DecoderConfig& c, Dtype dtype = Dtype::Float32);
+
+// Writes DIR/model.safetensors (the parameters under transformers' names, in their dtype; no
+// lm_head.weight when tied) and DIR/config.json, creating DIR: what transformers'
+// save_pretrained writes, so that its from_pretrained (and load_hf_decoder) read this model.
+// Each file is replaced whole or not at all, the weights first. A model loaded from MXFP4 is
+// written dequantized, without a quantization_config.
+void save_hf_decoder(const Decoder& model, const std::string& dir);
+
 }  // namespace attn::nn

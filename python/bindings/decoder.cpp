@@ -131,6 +131,12 @@ void register_decoder(py::module_& m) {
       release(), py::arg("dir"), py::arg("dtype") = Dtype::Float32);
   d.def("config_from_hf_json", &nn::decoder_config_from_hf_json, py::arg("json"),
         py::arg("what") = "config.json");
+  d.def("config_to_hf_json", &nn::decoder_config_to_hf_json, py::arg("config"),
+        py::arg("dtype") = Dtype::Float32);
+  d.def(
+      "save_hf",
+      [](const nn::Decoder& model, const std::string& dir) { nn::save_hf_decoder(model, dir); },
+      release(), py::arg("model"), py::arg("dir"));
 }
 
 }  // namespace attn::python

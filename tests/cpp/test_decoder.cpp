@@ -9,12 +9,14 @@
 #include <attn/autograd.h>
 #include <attn/decoder.h>
 #include <attn/hf_decoder.h>
+#include <attn/io.h>
 #include <attn/ops.h>
 #include <attn/tensor.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -401,6 +403,50 @@ TEST_P(Families, EvictionRotatesTheKeptKeysToTheirNewPositions) {
         dt == attn::Dtype::Float32 ? 2e-5 : std::max(0.02, relative_error(full, full32));
     EXPECT_LT(relative_error(stepped, full), tol);
   }
+}
+
+// save_hf_decoder writes what load_hf_decoder reads back as the same model: the same logits,
+// bit for bit, in float32 and in bfloat16 (the file's dtype and torch_dtype follow the model's).
+TEST_P(Families, SavedAsAHuggingFaceDirectoryItLoadsAsTheSameModel) {
+  DecoderConfig c = small(GetParam());
+  if (c.model_type == "llama3") c.model_type = "llama";  // the test's names for HF's types
+  if (c.model_type == "gemma3") c.model_type = "gemma3_text";
+  auto m = random_model(c, 8);
+  m->eval();
+  const Tensor ids = id_tensor(kIds, 2);
+  for (const attn::Dtype dt : {attn::Dtype::Float32, attn::Dtype::BFloat16}) {
+    SCOPED_TRACE(attn::dtype_name(dt));
+    if (dt != attn::Dtype::Float32) m->to(dt);
+    attn::testing::TempDir dir;
+    attn::nn::save_hf_decoder(*m, dir.file("saved"));
+    const std::string config = attn::io::read_file(dir.file("saved/config.json"));
+    EXPECT_NE(config.find("\"torch_dtype\": \"" + attn::dtype_name(dt).substr(6) + "\""),
+              std::string::npos)
+        << config;
+    auto back = attn::nn::load_hf_decoder(dir.file("saved"), dt);
+    EXPECT_EQ(back->config().head_size(), c.head_size());
+    EXPECT_EQ(back->config().sliding_layers.empty() ? std::vector<bool>(3, false)
+                                                    : back->config().sliding_layers,
+              c.sliding_layers.empty() ? std::vector<bool>(3, false) : c.sliding_layers);
+    EXPECT_EQ(values(back->forward(ids)), values(m->forward(ids)));
+  }
+}
+
+TEST(HfDecoderConfig, WhatAFamilyCannotSayIsRefusedBeforeAnythingIsWritten) {
+  DecoderConfig c = small("llama");
+  c.qk_norm = true;
+  auto m = random_model(c, 1);
+  attn::testing::TempDir dir;
+  EXPECT_EQ(attn::testing::error_of([&] { attn::nn::save_hf_decoder(*m, dir.file("out")); }),
+            "[save_hf_decoder] a llama config.json cannot hold this model's qk_norm true "
+            "(written as false)");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
+  c = small("gemma2");
+  c.model_type = "gemma";  // Gemma 1 has no sliding window
+  EXPECT_NE(attn::testing::error_of([&] {
+              attn::nn::decoder_config_to_hf_json(c);
+            }).find("sliding_layers [true,false,true] (written as [false,false,false])"),
+            std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Decoder, Families,

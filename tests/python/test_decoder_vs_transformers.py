@@ -114,6 +114,17 @@ def test_greedy_generation_matches_transformers(checkpoints, name, tmp_path):
     assert ours == ref
 
 
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_save_pretrained_is_read_by_transformers_4_as_the_same_model(checkpoints, name, tmp_path):
+    # The suite's transformers 4.44 reads attn's directory (rope_scaling, not rope_parameters;
+    # Gemma 2 without layer_types) as the model it read from its own: the same logits, bit for bit.
+    model = attn.nn.Decoder.from_pretrained(checkpoints[name])
+    model.save_pretrained(tmp_path / "saved")
+    ref32, ref64, _ = reference_logits(checkpoints[name], tmp_path)
+    got32, got64, _ = reference_logits(tmp_path / "saved", tmp_path)
+    assert np.array_equal(got32, ref32) and np.array_equal(got64, ref64)
+
+
 def test_sharded_and_bf16_checkpoints(tmp_path):
     kind, cfg = CONFIGS["llama3"]
     for flags in (["--shard"], ["--bf16"]):

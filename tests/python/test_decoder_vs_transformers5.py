@@ -322,3 +322,65 @@ def test_bad_mxfp4_checkpoints_are_refused(mxfp4_checkpoint, tmp_path, edit, wor
         attn.nn.Decoder.from_pretrained(d)
     for w in words:
         assert w in str(e.value)
+
+
+# ---- save_pretrained: attn's models back to transformers -----------------------------------------
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_save_pretrained_writes_what_transformers_reads_as_the_same_model(checkpoints, name,
+                                                                          tmp_path):
+    # transformers' model from attn's directory is the model it read from its own, bit for bit.
+    model = attn.nn.Decoder.from_pretrained(checkpoints[name])
+    out = tmp_path / name  # load() picks transformers' eager experts by the path's name
+    model.save_pretrained(out)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == json.loads((checkpoints[name] / "config.json").read_text())[
+        "model_type"]
+    ref = load(checkpoints[name], torch.float32)
+    got = load(out, torch.float32)
+    assert set(got.state_dict()) == set(ref.state_dict())
+    for k, v in ref.state_dict().items():
+        assert torch.equal(got.state_dict()[k], v), k
+    ids = torch.tensor(IDS)
+    with torch.no_grad():
+        assert torch.equal(got(ids).logits, ref(ids).logits)
+    # and attn reads its own directory as the model it wrote
+    again = attn.nn.Decoder.from_pretrained(out)
+    assert np.array_equal(again(attn.tensor(IDS)).numpy(), model(attn.tensor(IDS)).numpy())
+
+
+def test_save_pretrained_of_models_built_and_converted_in_attn(tmp_path):
+    # A Qwen3-style model built in attn (its own initialisation) and its bfloat16 conversion:
+    # transformers reads both, with attn's logits.
+    model = attn.nn.Decoder(model_type="qwen3", vocab_size=97, hidden_size=64, intermediate_size=96,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            head_dim=24, qk_norm=True, rope_theta=1e6,
+                            generator=attn.Generator().manual_seed(3))
+    model.eval()
+    model.save_pretrained(tmp_path / "f32")
+    ref = load(tmp_path / "f32", torch.float32)
+    with torch.no_grad():
+        want = ref(torch.tensor(IDS)).logits.numpy()
+    got = model(attn.tensor(IDS)).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, np.abs(want).max()))
+    model.bfloat16().save_pretrained(tmp_path / "bf16")
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    ref16 = load(tmp_path / "bf16", torch.bfloat16)
+    for k, v in ref16.state_dict().items():
+        assert v.dtype == torch.bfloat16
+        assert torch.equal(v.float(), torch.from_numpy(
+            dict(model.named_parameters())[k].float().numpy())), k
+
+
+def test_save_pretrained_refuses_what_the_family_cannot_say(tmp_path):
+    cases = [(dict(model_type="llama", qk_norm=True), "qk_norm true (written as false)"),
+             (dict(model_type="qwen2", qkv_bias=False), "qkv_bias false (written as true)"),
+             (dict(model_type="llama", qkv_bias=True), "o_bias false (written as true)"),
+             (dict(model_type="mistral"), "model_type 'mistral' has no Hugging Face class")]
+    for config, words in cases:
+        model = attn.nn.Decoder(vocab_size=16, hidden_size=16, intermediate_size=16,
+                                num_hidden_layers=1, num_attention_heads=2,
+                                num_key_value_heads=2, **config)
+        with pytest.raises(ValueError) as e:
+            model.save_pretrained(tmp_path / "x")
+        assert "[save_hf_decoder]" in str(e.value) and words in str(e.value), str(e.value)
+        assert not (tmp_path / "x").exists()  # nothing written

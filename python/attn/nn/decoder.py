@@ -5,6 +5,7 @@ from_pretrained (include/attn/hf_decoder.h).
     model = attn.nn.Decoder.from_pretrained("path/to/dir")   # config.json + safetensors
     logits = model(input_ids)                                # (B, T, vocab), float32
     out = model.generate(input_ids, max_new_tokens=20)       # greedy; temperature > 0 samples
+    model.save_pretrained("path/to/other")                   # what transformers reads back
 
 Parameters share the C++ storage under transformers' names (model.layers.0.self_attn.q_proj.weight,
 ...). Nothing is downloaded: the path is a local directory."""
@@ -80,6 +81,13 @@ class Decoder(Module):
         self._attach(_C.decoder.load_hf(_os.fspath(path), want))
         self.eval()
         return self
+
+    def save_pretrained(self, save_directory):
+        """Writes config.json and model.safetensors (transformers' names, the parameters' dtype)
+        to the directory save_directory (created if missing), as transformers' save_pretrained
+        does: transformers' from_pretrained and Decoder.from_pretrained read it back. ValueError
+        when the model's family (config model_type) cannot describe it in config.json."""
+        _C.decoder.save_hf(self._impl, _os.fspath(save_directory))
 
     def _impl_to(self, dtype):
         """Module.to(dtype) / bfloat16() / half() / float(): the C++ model converts its own
