@@ -5,6 +5,7 @@
 #include <attn/ops.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -191,6 +192,30 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
     bad(what, "not valid JSON: ", e.what());
   }
   if (!j.is_object()) bad(what, "expected a JSON object");
+  // Gemma 3 with images (Gemma3ForConditionalGeneration, model_type gemma3): its language model
+  // is a gemma3_text model under text_config; the vision tower is not read (text only).
+  if (j.contains("model_type") && j["model_type"] == "gemma3") {
+    static const std::set<std::string> kGemma3Top = {
+        "text_config",     "vision_config",    "mm_tokens_per_image", "image_token_index",
+        "boi_token_index", "eoi_token_index",  "image_token_id",      "boi_token_id",
+        "eoi_token_id",    "initializer_range"};
+    std::string unknown;
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (it.key() != "model_type" && !kGemma3Top.count(it.key()) && !kGeneric.count(it.key()) &&
+          it.key() != "tie_word_embeddings")
+        unknown += (unknown.empty() ? "" : ", ") + it.key();
+    if (!unknown.empty())
+      bad(what,
+          "fields that a gemma3 model does not have in attn (they would be ignored): ", unknown);
+    auto tc = j.find("text_config");
+    if (tc == j.end() || !tc->is_object())
+      bad(what, "a gemma3 (image and text) config needs a text_config object");
+    json text = *tc;
+    if (!text.contains("model_type")) text["model_type"] = "gemma3_text";
+    if (text["model_type"] != "gemma3_text")
+      bad(what, "text_config.model_type must be gemma3_text, got ", text["model_type"].dump());
+    return decoder_config_from_hf_json(text.dump(), what + " (text_config)");
+  }
   auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string())
     bad(what,
@@ -383,7 +408,50 @@ struct Weights {
   std::map<std::string, io::SafeTensorsFile> files;  // by file name
   std::map<std::string, std::string> where;          // tensor -> file name
   std::map<std::string, Shape> shapes;
+  std::map<std::string, std::string> stored;  // the name in the file, where it is another
+
+  const io::SafeTensorsFile& file(const std::string& name) const {
+    return files.at(where.at(name));
+  }
+  const std::string& in_file(const std::string& name) const {
+    auto it = stored.find(name);
+    return it == stored.end() ? name : it->second;
+  }
 };
+
+// Gemma 3 with images: its language model's tensors under the decoder's names
+// (language_model.model.X as the released files have it, or model.language_model.X, become
+// model.X; language_model.lm_head.X, lm_head.X), the vision tower's and the projector's left out.
+// Other checkpoints are left as they are.
+void rename_multimodal(Weights& w) {
+  const auto starts = [](const std::string& s, const char* p) { return s.rfind(p, 0) == 0; };
+  bool multimodal = false;
+  for (const auto& [name, shape] : w.shapes)
+    multimodal =
+        multimodal || starts(name, "language_model.") || starts(name, "model.language_model.");
+  if (!multimodal) return;
+  Weights out;
+  out.files = std::move(w.files);
+  for (const auto& [name, shape] : w.shapes) {
+    std::string to;
+    for (const char* from : {"language_model.model.", "model.language_model."})
+      if (starts(name, from)) to = "model." + name.substr(std::strlen(from));
+    if (starts(name, "language_model.lm_head.")) to = name.substr(std::strlen("language_model."));
+    if (starts(name, "lm_head.")) to = name;
+    if (to.empty()) {
+      bool vision = false;
+      for (const char* p : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                            "model.multi_modal_projector."})
+        vision = vision || starts(name, p);
+      if (vision) continue;
+      to = name;  // reported as unexpected by the load
+    }
+    out.where[to] = w.where.at(name);
+    out.shapes[to] = shape;
+    if (to != name) out.stored[to] = name;
+  }
+  w = std::move(out);
+}
 
 Weights open_weights(const std::string& dir) {
   Weights w;
@@ -525,6 +593,7 @@ std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype) {
     detail::fail(kLoad, "'", dir, "' has no config.json (not a Hugging Face checkpoint)");
   const DecoderConfig config = decoder_config_from_hf_json(io::read_file(config_path), config_path);
   Weights w = open_weights(dir);
+  rename_multimodal(w);
   if (config.tie_word_embeddings) w.shapes.erase("lm_head.weight");  // tied: the embeddings'
   std::shared_ptr<Decoder> model;
   {
@@ -539,12 +608,13 @@ std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype) {
   try {
     model->load_state_dict_from(w.shapes, [&](const std::string& name, Tensor& dst) {
       if (auto mx = mxfp4.find(name); mx != mxfp4.end()) return read_mxfp4(w, mx->second, dst);
-      const io::SafeTensorsFile& f = w.files.at(w.where.at(name));
+      const io::SafeTensorsFile& f = w.file(name);
+      const std::string& stored = w.in_file(name);
       // The file's pages, not a copy, given to the parameter itself (dst is a detached handle).
-      if (dtype != Dtype::Float32 && f.find(name)->dtype == dtype)
-        model->parameter(name).set_data(f.map(name));
+      if (dtype != Dtype::Float32 && f.find(stored)->dtype == dtype)
+        model->parameter(name).set_data(f.map(stored));
       else
-        f.read_into(name, dst);
+        f.read_into(stored, dst);
     });
   } catch (const Error& e) {
     std::string m = e.what();

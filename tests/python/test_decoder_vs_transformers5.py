@@ -384,3 +384,74 @@ def test_save_pretrained_refuses_what_the_family_cannot_say(tmp_path):
             model.save_pretrained(tmp_path / "x")
         assert "[save_hf_decoder]" in str(e.value) and words in str(e.value), str(e.value)
         assert not (tmp_path / "x").exists()  # nothing written
+
+
+# ---- Gemma 3 with images (Gemma3ForConditionalGeneration): its language model, text only ----------
+@pytest.fixture(scope="module")
+def gemma3_multimodal(tmp_path_factory):
+    """A tiny image-and-text Gemma 3 as transformers 5 saves it: model_type gemma3, the language
+    model under text_config and language_model.model.*, a vision tower and a projector beside."""
+    torch.manual_seed(7)
+    text = dict(SMALL, num_hidden_layers=7, head_dim=16, sliding_window=8,
+                query_pre_attn_scalar=20, rope_theta=1e6)
+    vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=28, patch_size=14)
+    m = T.Gemma3ForConditionalGeneration(T.Gemma3Config(
+        text_config=text, vision_config=vision, mm_tokens_per_image=4, image_token_index=90,
+        boi_token_index=91, eoi_token_index=92)).eval()
+    with torch.no_grad():
+        for pname, p in m.named_parameters():
+            if "norm" in pname:
+                p.add_(torch.randn_like(p) * 0.3)
+    d = tmp_path_factory.mktemp("gemma3mm") / "gemma3_mm"
+    m.save_pretrained(str(d))
+    return d, m
+
+
+def test_gemma3_with_images_loads_its_language_model(gemma3_multimodal, tmp_path):
+    d, ref = gemma3_multimodal
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["model_type"] == "gemma3" and "vision_config" in cfg  # what the loader must read
+    model = attn.nn.Decoder.from_pretrained(d)
+    assert model.config["model_type"] == "gemma3_text"
+    assert not any("vision" in k for k, _ in model.named_parameters())
+    ids = torch.tensor(IDS)
+    with torch.no_grad():
+        ref32 = ref(ids).logits.to(torch.float64).numpy()
+        import copy
+        ref64 = copy.deepcopy(ref).to(torch.float64)(ids).logits.numpy()
+    ours = model(attn.tensor(IDS)).numpy()
+    err, err_torch = np.abs(ours - ref64).max(), np.abs(ref32 - ref64).max()
+    floor = 8 * np.finfo(np.float32).eps * max(1.0, np.abs(ref64).max())
+    assert err <= 4 * err_torch + floor, (err, err_torch)
+    # Greedy decoding through the cache, past the window of 8, as transformers' full forward.
+    ids = torch.tensor([row[:7] for row in IDS])
+    got = model.generate(attn.tensor(ids.tolist()), max_new_tokens=12).tolist()
+    with torch.no_grad():
+        for _ in range(12):
+            ids = torch.cat([ids, ref(ids).logits[:, -1].argmax(-1, keepdim=True)], 1)
+    assert got == ids.tolist()
+    # bfloat16: the language model's weights, read into bfloat16
+    m16 = attn.nn.Decoder.from_pretrained(d, torch_dtype=attn.bfloat16)
+    assert all(p.dtype is attn.bfloat16 for p in m16.parameters())
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c.pop("text_config"), ["needs a text_config object"]),
+    (lambda c: c.update(audio_config={}), ["gemma3 model does not have", "audio_config"]),
+    (lambda c: c["text_config"].update(model_type="llama"),
+     ["text_config.model_type must be gemma3_text"]),
+    (lambda c: c["text_config"].update(num_hidden_layers=3), ["(text_config)"]),
+])
+def test_bad_gemma3_multimodal_configs_are_refused(gemma3_multimodal, tmp_path, edit, words):
+    src = gemma3_multimodal[0]
+    cfg = json.loads((src / "config.json").read_text())
+    edit(cfg)
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "model.safetensors").write_bytes((src / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError) as e:
+        attn.nn.Decoder.from_pretrained(d)
+    for w in words:
+        assert w in str(e.value), str(e.value)

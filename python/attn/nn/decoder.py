@@ -62,8 +62,8 @@ class Decoder(Module):
 
     @classmethod
     def from_pretrained(cls, path, torch_dtype=None, dtype=None):
-        """A Hugging Face checkpoint directory of a llama, qwen2, qwen3, gemma, gemma2 or
-        gemma3_text model (config.json with model.safetensors or a sharded
+        """A Hugging Face checkpoint directory of a llama, qwen2, qwen3, gemma, gemma2,
+        gemma3_text or gpt_oss model (config.json with model.safetensors or a sharded
         model.safetensors.index.json), in evaluation mode. torch_dtype (transformers 4's name)
         or dtype (transformers 5's): float32 (the default), bfloat16 or float16 - the model
         keeps its weights and computes in it, weights stored in it memory-mapped from the file -
