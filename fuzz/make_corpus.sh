@@ -57,6 +57,7 @@ put("safetensors", "f16", st({"h": {"dtype": "F16", "shape": [2], "data_offsets"
 put("safetensors", "short", struct.pack("<Q", 1000) + b'{"a":')
 with open(sys.argv[1], "rb") as f:
     put("safetensors", "model", f.read())
+put("safetensors", "u8", st({"b": {"dtype": "U8", "shape": [2, 3], "data_offsets": [0, 6]}}, bytes(range(6))))
 
 shutil.rmtree("corpus/tokenizer", ignore_errors=True)
 put("tokenizer", "json", b"\x00" + b'{"type":"char","chars":["\\n"," ","a","\xc3\xa9","\xe2\x82\xac"]}')
