@@ -83,6 +83,13 @@ struct DecoderConfig {
   int64_t num_experts_per_tok = 0;  // top-k experts per token, weighted by the softmax of their
                                     // router logits
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // the experts' clamped SwiGLU
+  // ---- the mixture's kind: "gpt_oss" (above: DecoderMoE) or "qwen3_moe" (DecoderSparseMoE: the
+  // router mlp.gate without bias, the softmax over every expert in float32, the top
+  // num_experts_per_tok, renormalised to sum to 1 when norm_topk_prob; each expert a SwiGLU MLP
+  // of moe_intermediate_size, experts.{e}.gate_proj / up_proj / down_proj, without biases)
+  std::string moe_type = "gpt_oss";
+  int64_t moe_intermediate_size = 0;  // qwen3_moe's experts' width (0: intermediate_size)
+  bool norm_topk_prob = false;
 
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   bool is_sliding(int64_t layer) const {
@@ -160,16 +167,37 @@ class DecoderMoE : public Module {
   double alpha, limit;
 };
 
+// Qwen3-MoE's mixture (DecoderConfig::moe_type "qwen3_moe"): softmax(gate(x)) over the experts in
+// float32, the top num_experts_per_tok (renormalised when norm_topk_prob) rounded to the model's
+// dtype as weights; each chosen expert's SwiGLU MLP output times its weight, summed in float32 in
+// expert order and rounded once.
+class DecoderSparseMoE : public Module {
+ public:
+  explicit DecoderSparseMoE(const DecoderConfig& c);
+  Tensor forward(const Tensor& x) const;
+  std::string name() const override { return "SparseMoE"; }
+  std::shared_ptr<Linear> gate;
+  std::shared_ptr<ModuleList> experts_list;
+  std::vector<std::shared_ptr<DecoderMLP>> experts;
+  int64_t top_k;
+  bool norm_topk_prob;
+};
+
 class DecoderLayer : public Module {
  public:
   DecoderLayer(const DecoderConfig& c, int64_t layer);
   Tensor forward(const Tensor& x, const Tensor& cos, const Tensor& sin, Tensor* k_cache,
                  Tensor* v_cache, int64_t start) const;
   std::string name() const override { return "DecoderLayer"; }
-  Tensor feed_forward(const Tensor& x) const { return mlp ? mlp->forward(x) : moe->forward(x); }
+  Tensor feed_forward(const Tensor& x) const {
+    return mlp ? mlp->forward(x) : moe ? moe->forward(x) : sparse_moe->forward(x);
+  }
   std::shared_ptr<DecoderAttention> self_attn;
-  std::shared_ptr<DecoderMLP> mlp;  // or, with num_local_experts > 0, moe (both named "mlp")
+  // One of the three, named "mlp": with num_local_experts > 0, moe (moe_type gpt_oss) or
+  // sparse_moe (qwen3_moe).
+  std::shared_ptr<DecoderMLP> mlp;
   std::shared_ptr<DecoderMoE> moe;
+  std::shared_ptr<DecoderSparseMoE> sparse_moe;
   std::shared_ptr<DecoderRMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<DecoderRMSNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // Gemma
   bool sliding;

@@ -56,7 +56,10 @@ void register_decoder(py::module_& m) {
       .def_readwrite("num_local_experts", &nn::DecoderConfig::num_local_experts)
       .def_readwrite("num_experts_per_tok", &nn::DecoderConfig::num_experts_per_tok)
       .def_readwrite("swiglu_alpha", &nn::DecoderConfig::swiglu_alpha)
-      .def_readwrite("swiglu_limit", &nn::DecoderConfig::swiglu_limit);
+      .def_readwrite("swiglu_limit", &nn::DecoderConfig::swiglu_limit)
+      .def_readwrite("moe_type", &nn::DecoderConfig::moe_type)
+      .def_readwrite("moe_intermediate_size", &nn::DecoderConfig::moe_intermediate_size)
+      .def_readwrite("norm_topk_prob", &nn::DecoderConfig::norm_topk_prob);
   py::class_<nn::Decoder, std::shared_ptr<nn::Decoder>>(d, "Decoder")
       .def(py::init([](const nn::DecoderConfig& c, const py::object& g) {
              Generator* gen = gen_arg(g);

@@ -71,6 +71,11 @@ void DecoderConfig::validate(const char* fn) const {
   if (num_local_experts > 0 && (num_experts_per_tok < 1 || num_experts_per_tok > num_local_experts))
     fail(fn, "num_experts_per_tok must be in [1, num_local_experts = ", num_local_experts,
          "], got ", num_experts_per_tok);
+  if (moe_type != "gpt_oss" && moe_type != "qwen3_moe")
+    fail(fn, "moe_type must be 'gpt_oss' or 'qwen3_moe', got '", moe_type, "'");
+  if (moe_intermediate_size < 0)
+    fail(fn, "moe_intermediate_size must be >= 0 (0: intermediate_size), got ",
+         moe_intermediate_size);
   if (!(swiglu_limit > 0 && std::isfinite(swiglu_limit) && std::isfinite(swiglu_alpha)))
     fail(fn, "swiglu_limit must be positive and finite and swiglu_alpha finite, got ", swiglu_limit,
          " and ", swiglu_alpha);
@@ -365,9 +370,54 @@ Tensor DecoderMoE::forward(const Tensor& x) const {
   return out.to(x.dtype()).view(x.shape());
 }
 
+DecoderSparseMoE::DecoderSparseMoE(const DecoderConfig& c)
+    : top_k(c.num_experts_per_tok), norm_topk_prob(c.norm_topk_prob) {
+  gate =
+      register_module("gate", std::make_shared<Linear>(c.hidden_size, c.num_local_experts, false));
+  DecoderConfig expert = c;
+  if (c.moe_intermediate_size > 0) expert.intermediate_size = c.moe_intermediate_size;
+  expert.mlp_bias = false;
+  experts_list = register_module("experts", std::make_shared<ModuleList>());
+  for (int64_t e = 0; e < c.num_local_experts; ++e)
+    experts.push_back(experts_list->append(std::make_shared<DecoderMLP>(expert)));
+}
+
+Tensor DecoderSparseMoE::forward(const Tensor& x) const {
+  const int64_t H = x.size(-1), E = int64_t(experts.size());
+  const Tensor flat = x.reshape({-1, H});
+  const int64_t N = flat.size(0);
+  const Tensor probs = softmax((*gate)(flat).to(Dtype::Float32), -1);
+  auto [top, chosen] = topk(probs, top_k, -1);  // (N, k) each
+  if (norm_topk_prob) top = top / sum(top, -1, true);
+  const Tensor weights = top.to(x.dtype()).reshape({N * top_k, 1});
+  const Tensor ids = chosen.contiguous();
+  const int64_t* pi = ids.data_ptr<int64_t>();
+  std::vector<std::vector<int64_t>> rows(static_cast<std::size_t>(E)), slots(rows.size());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int64_t e = pi[n * top_k + j];
+      rows[std::size_t(e)].push_back(n);
+      slots[std::size_t(e)].push_back(n * top_k + j);
+    }
+  Tensor out = zeros({N, H});  // float32: the experts' outputs summed, then rounded once
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& r = rows[std::size_t(e)];
+    if (r.empty()) continue;
+    const int64_t n = int64_t(r.size());
+    const Tensor idx = int64_tensor(r);
+    const Tensor y = experts[std::size_t(e)]->forward(index_select(flat, 0, idx));
+    const Tensor w = index_select(weights, 0, int64_tensor(slots[std::size_t(e)]));
+    out = scatter_add(out, 0, idx.view({n, 1}).expand({n, H}).contiguous(),
+                      (y * w).to(Dtype::Float32));
+  }
+  return out.to(x.dtype()).view(x.shape());
+}
+
 DecoderLayer::DecoderLayer(const DecoderConfig& c, int64_t layer) : sliding(c.is_sliding(layer)) {
   self_attn = register_module("self_attn", std::make_shared<DecoderAttention>(c, layer));
-  if (c.num_local_experts > 0)
+  if (c.num_local_experts > 0 && c.moe_type == "qwen3_moe")
+    sparse_moe = register_module("mlp", std::make_shared<DecoderSparseMoE>(c));
+  else if (c.num_local_experts > 0)
     moe = register_module("mlp", std::make_shared<DecoderMoE>(c));
   else
     mlp = register_module("mlp", std::make_shared<DecoderMLP>(c));
@@ -420,6 +470,10 @@ Decoder::Decoder(const DecoderConfig& config, Generator* gen) : config_(config) 
     if (l->mlp) {
       for (auto* p : {&l->mlp->gate_proj, &l->mlp->up_proj, &l->mlp->down_proj})
         init_linear(**p, gen);
+    } else if (l->sparse_moe) {  // Qwen3-MoE's: the router and every expert N(0, 0.02)
+      init_linear(*l->sparse_moe->gate, gen);
+      for (const auto& m : l->sparse_moe->experts)
+        for (auto* p : {&m->gate_proj, &m->up_proj, &m->down_proj}) init_linear(**p, gen);
     } else {  // gpt-oss's _init_weights: router weight and bias, expert matrices N(0, 0.02)
       init::normal_(l->moe->router->weight, 0.0, 0.02, gen);
       init::normal_(l->moe->router->bias, 0.0, 0.02, gen);

@@ -83,6 +83,20 @@ const std::map<std::string, Family>& families() {
                         "max_window_layers", "layer_types"}),
                   qwen3};
 
+    DecoderConfig qwen3_moe = qwen3;  // transformers' Qwen3MoeConfig defaults
+    qwen3_moe.model_type = "qwen3_moe";
+    qwen3_moe.hidden_size = 2048, qwen3_moe.intermediate_size = 6144;
+    qwen3_moe.num_hidden_layers = 24, qwen3_moe.num_attention_heads = 32;
+    qwen3_moe.num_key_value_heads = 4, qwen3_moe.head_dim = 0;
+    qwen3_moe.num_local_experts = 128, qwen3_moe.num_experts_per_tok = 8;
+    qwen3_moe.moe_type = "qwen3_moe", qwen3_moe.moe_intermediate_size = 768;
+    m["qwen3_moe"] = {
+        with({"attention_bias", "use_sliding_window", "sliding_window", "max_window_layers",
+              "layer_types", "num_experts", "num_local_experts", "num_experts_per_tok",
+              "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers",
+              "router_aux_loss_coef", "output_router_logits"}),
+        qwen3_moe};
+
     DecoderConfig gemma;
     gemma.model_type = "gemma";
     gemma.vocab_size = 256000, gemma.hidden_size = 3072, gemma.intermediate_size = 24576;
@@ -94,6 +108,8 @@ const std::map<std::string, Family>& families() {
 
     DecoderConfig gemma2 = gemma;
     gemma2.model_type = "gemma2";
+    // transformers 4.44's Gemma2Config defaults (its sizes are Gemma's); transformers 5 changed
+    // them to gemma-2-2b's. Released Gemma 2 configs give every size.
     gemma2.sandwich_norms = true, gemma2.query_pre_attn_scalar = 224;
     gemma2.sliding_window = 4096, gemma2.attn_logit_softcapping = 50;
     gemma2.final_logit_softcapping = 30;
@@ -219,13 +235,14 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string())
     bad(what,
-        "no model_type (expected one of llama, qwen2, qwen3, gemma, gemma2, gemma3_text, "
-        "gpt_oss)");
+        "no model_type (expected one of llama, qwen2, qwen3, qwen3_moe, gemma, gemma2, "
+        "gemma3_text, gpt_oss)");
   const std::string type = mt->get<std::string>();
   auto fam = families().find(type);
   if (fam == families().end())
     bad(what, "model_type '", type,
-        "' is not supported (attn has llama, qwen2, qwen3, gemma, gemma2, gemma3_text, gpt_oss)");
+        "' is not supported (attn has llama, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, "
+        "gpt_oss)");
   std::string unknown;
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!fam->second.fields.count(it.key()) && !kGeneric.count(it.key()))
@@ -240,7 +257,9 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   c.intermediate_size = get_int(j, what, "intermediate_size", c.intermediate_size);
   c.num_hidden_layers = get_int(j, what, "num_hidden_layers", c.num_hidden_layers);
   c.num_attention_heads = get_int(j, what, "num_attention_heads", c.num_attention_heads);
-  c.num_key_value_heads = get_int(j, what, "num_key_value_heads", c.num_attention_heads);
+  // Left out: Llama's is its num_attention_heads; the other families' their own default.
+  c.num_key_value_heads = get_int(j, what, "num_key_value_heads",
+                                  type == "llama" ? c.num_attention_heads : c.num_key_value_heads);
   c.head_dim = get_int(j, what, "head_dim", c.head_dim);
   c.max_position_embeddings =
       get_int(j, what, "max_position_embeddings", c.max_position_embeddings);
@@ -253,7 +272,24 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   if (j.contains("attention_bias") && !j["attention_bias"].is_null())  // q, k, v and o
     c.qkv_bias = c.o_bias = get_bool(j, what, "attention_bias", false);
   c.mlp_bias = get_bool(j, what, "mlp_bias", c.mlp_bias);
-  if (type == "qwen2" || type == "qwen3") {
+  if (type == "qwen3_moe") {
+    c.num_local_experts =
+        get_int(j, what, "num_experts", get_int(j, what, "num_local_experts", c.num_local_experts));
+    c.num_experts_per_tok = get_int(j, what, "num_experts_per_tok", c.num_experts_per_tok);
+    c.moe_intermediate_size = get_int(j, what, "moe_intermediate_size", c.moe_intermediate_size);
+    c.norm_topk_prob = get_bool(j, what, "norm_topk_prob", c.norm_topk_prob);
+    if (get_int(j, what, "decoder_sparse_step", 1) != 1)
+      bad(what,
+          "decoder_sparse_step other than 1 is not supported (attn's Qwen3-MoE layers are "
+          "all sparse)");
+    if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null() &&
+        !(j["mlp_only_layers"].is_array() && j["mlp_only_layers"].empty()))
+      bad(what, "mlp_only_layers ", j["mlp_only_layers"].dump(),
+          " is not supported (attn's Qwen3-MoE layers are all sparse)");
+    if (get_bool(j, what, "output_router_logits", false))
+      bad(what, "output_router_logits true is not supported (attn returns the logits only)");
+  }
+  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
     if (get_bool(j, what, "use_sliding_window", false))
       bad(what, "use_sliding_window true is not supported (Qwen's per-layer windows)");
   } else {

@@ -24,13 +24,14 @@ const char* architecture(const std::string& type) {
   if (type == "llama") return "LlamaForCausalLM";
   if (type == "qwen2") return "Qwen2ForCausalLM";
   if (type == "qwen3") return "Qwen3ForCausalLM";
+  if (type == "qwen3_moe") return "Qwen3MoeForCausalLM";
   if (type == "gemma") return "GemmaForCausalLM";
   if (type == "gemma2") return "Gemma2ForCausalLM";
   if (type == "gemma3_text") return "Gemma3ForCausalLM";
   if (type == "gpt_oss") return "GptOssForCausalLM";
   detail::fail(kSave, "model_type '", type,
-               "' has no Hugging Face class in attn (llama, qwen2, qwen3, gemma, gemma2, "
-               "gemma3_text, gpt_oss)");
+               "' has no Hugging Face class in attn (llama, qwen2, qwen3, qwen3_moe, gemma, "
+               "gemma2, gemma3_text, gpt_oss)");
 }
 
 json null_if_zero(double v) { return v == 0 ? json(nullptr) : json(v); }
@@ -84,8 +85,14 @@ std::map<std::string, std::string> effective(const DecoderConfig& c) {
   put("attention_sinks", c.attention_sinks), put("norm_in_float32", c.norm_in_float32);
   put("num_local_experts", c.num_local_experts);
   if (c.num_local_experts > 0) {
-    put("num_experts_per_tok", c.num_experts_per_tok);
-    put("swiglu_alpha", c.swiglu_alpha), put("swiglu_limit", c.swiglu_limit);
+    put("num_experts_per_tok", c.num_experts_per_tok), put("moe_type", c.moe_type);
+    if (c.moe_type == "gpt_oss") {
+      put("swiglu_alpha", c.swiglu_alpha), put("swiglu_limit", c.swiglu_limit);
+    } else {
+      put("moe_intermediate_size",
+          c.moe_intermediate_size > 0 ? c.moe_intermediate_size : c.intermediate_size);
+      put("norm_topk_prob", c.norm_topk_prob);
+    }
   }
   return f;
 }
@@ -130,7 +137,16 @@ std::string decoder_config_to_hf_json(const DecoderConfig& c, Dtype dtype) {
     j["hidden_act"] = act;
   if (type != "qwen2") j["attention_bias"] = c.qkv_bias;  // q, k, v and o (qwen2: q, k, v)
   if (type == "llama") j["mlp_bias"] = c.mlp_bias;
-  if (type == "qwen2" || type == "qwen3") j["use_sliding_window"] = false;
+  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") j["use_sliding_window"] = false;
+  if (type == "qwen3_moe") {
+    j["num_experts"] = c.num_local_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["moe_intermediate_size"] =
+        c.moe_intermediate_size > 0 ? c.moe_intermediate_size : c.intermediate_size;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = json::array();
+  }
   if (type == "gemma2" || type == "gemma3_text") {
     j["query_pre_attn_scalar"] =
         number(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(c.head_size()));

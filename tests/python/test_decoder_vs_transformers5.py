@@ -58,6 +58,10 @@ CONFIGS = {
                      rope_parameters=dict(rope_type="yarn", factor=4.0, beta_fast=32.0,
                                           beta_slow=1.0, truncate=False, rope_theta=150000.0,
                                           original_max_position_embeddings=32))),
+    # Qwen3-MoE: 6 experts of width 24, 2 per token, renormalised; QK-norm.
+    "qwen3_moe": (T.Qwen3MoeConfig, T.Qwen3MoeForCausalLM,
+                  dict(SMALL, head_dim=16, moe_intermediate_size=24, num_experts=6,
+                       num_experts_per_tok=2, norm_topk_prob=True, rope_theta=1e6)),
     "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM,
                dict(SMALL, head_dim=16, num_hidden_layers=4, sliding_window=8,
                     query_pre_attn_scalar=20, attn_logit_softcapping=5.0,
@@ -81,7 +85,7 @@ def save(name, d, seed=0, dtype=torch.float32):
 
 def load(d, dtype):
     # Experts: transformers' per-expert loop (its grouped_mm default has no float64 kernel).
-    extra = dict(experts_implementation="eager") if "gpt_oss" in str(d) else {}
+    extra = dict(experts_implementation="eager") if "gpt_oss" in str(d) or "moe" in str(d) else {}
     return T.AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype, attn_implementation="eager",
                                                   **extra).eval()
 
@@ -117,7 +121,7 @@ def test_logits_match_transformers(checkpoints, name):
         .format(name, err, err_torch)
 
 
-@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gemma3_types", "gpt_oss"])
+@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gemma3_types", "gpt_oss", "qwen3_moe"])
 def test_greedy_generation_matches_transformers(checkpoints, name):
     # generate(do_sample=False)'s rule by hand (argmax of the full forward at each step): attn
     # decodes through its key/value cache, past Gemma 3's window of 8.
@@ -131,7 +135,7 @@ def test_greedy_generation_matches_transformers(checkpoints, name):
     assert ours == ids.tolist()
 
 
-@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gpt_oss"])
+@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gpt_oss", "qwen3_moe"])
 def test_bf16_checkpoints_are_as_close_as_transformers_bf16(name, tmp_path):
     d = save(name, tmp_path / ("bf16_" + name), seed=3, dtype=torch.bfloat16)
     model = attn.nn.Decoder.from_pretrained(d, torch_dtype="auto")
@@ -455,3 +459,60 @@ def test_bad_gemma3_multimodal_configs_are_refused(gemma3_multimodal, tmp_path, 
         attn.nn.Decoder.from_pretrained(d)
     for w in words:
         assert w in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c.update(decoder_sparse_step=2), ["decoder_sparse_step other than 1"]),
+    (lambda c: c.update(mlp_only_layers=[1]), ["mlp_only_layers [1] is not supported"]),
+    (lambda c: c.update(output_router_logits=True), ["output_router_logits"]),
+    (lambda c: c.update(num_experts_per_tok=9), ["num_experts_per_tok must be in [1,"]),
+    (lambda c: c.update(shared_expert_intermediate_size=8), ["shared_expert_intermediate_size"]),
+])
+def test_bad_qwen3_moe_configs_are_refused(checkpoints, tmp_path, edit, words):
+    src = checkpoints["qwen3_moe"]
+    cfg = json.loads((src / "config.json").read_text())
+    edit(cfg)
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "model.safetensors").write_bytes((src / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError) as e:
+        attn.nn.Decoder.from_pretrained(d)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_qwen3_moe_reads_the_released_field_names(checkpoints):
+    # transformers 5 writes num_local_experts; the released Qwen3-MoE configs say num_experts.
+    cfg = json.loads((checkpoints["qwen3_moe"] / "config.json").read_text())
+    cfg["num_experts"] = cfg.pop("num_local_experts", 6)
+    c = attn._C.decoder.config_from_hf_json(json.dumps(cfg))
+    assert (c.num_local_experts, c.moe_type, c.moe_intermediate_size, c.norm_topk_prob) == \
+        (6, "qwen3_moe", 24, True)
+    defaults = attn._C.decoder.config_from_hf_json('{"model_type": "qwen3_moe"}')
+    ref = T.Qwen3MoeConfig()
+    assert (defaults.num_local_experts, defaults.num_experts_per_tok,
+            defaults.moe_intermediate_size, defaults.hidden_size, defaults.head_dim,
+            defaults.num_key_value_heads, defaults.norm_topk_prob) == \
+        (ref.num_experts, ref.num_experts_per_tok, ref.moe_intermediate_size, ref.hidden_size,
+         getattr(ref, "head_dim", None) or 0, ref.num_key_value_heads, ref.norm_topk_prob)
+
+
+@pytest.mark.parametrize("model_type, cls", [
+    ("llama", "LlamaConfig"), ("qwen2", "Qwen2Config"), ("qwen3", "Qwen3Config"),
+    ("qwen3_moe", "Qwen3MoeConfig"), ("gemma", "GemmaConfig"), ("gemma3_text", "Gemma3TextConfig"),
+    ("gpt_oss", "GptOssConfig")])
+def test_fields_a_config_leaves_out_take_transformers_defaults(model_type, cls):
+    # Released configs leave fields out (Gemma 3's text_config gives 6); each takes transformers'
+    # default for the family. (Gemma 2's follow transformers 4.44, whose defaults 5 changed.)
+    ours = attn._C.decoder.config_from_hf_json(json.dumps({"model_type": model_type}))
+    ref = getattr(T, cls)()
+    for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
+              "rms_norm_eps", "tie_word_embeddings"):
+        assert getattr(ours, k) == getattr(ref, k), (model_type, k)
+    head_dim = getattr(ref, "head_dim", None) or ref.hidden_size // ref.num_attention_heads
+    assert (ours.head_dim or ours.hidden_size // ours.num_attention_heads) == head_dim
+    rp = ref.rope_parameters
+    theta = rp["full_attention"]["rope_theta"] if "full_attention" in rp else rp["rope_theta"]
+    assert ours.rope_theta == theta

@@ -26,7 +26,8 @@ _CONFIG_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size"
                   "rope_local_base_freq", "rope_low_freq_factor", "rope_high_freq_factor",
                   "rope_original_max_position_embeddings", "rope_beta_fast", "rope_beta_slow",
                   "rope_attention_factor", "rope_truncate", "attention_sinks", "norm_in_float32",
-                  "num_local_experts", "num_experts_per_tok", "swiglu_alpha", "swiglu_limit")
+                  "num_local_experts", "num_experts_per_tok", "swiglu_alpha", "swiglu_limit",
+                  "moe_type", "moe_intermediate_size", "norm_topk_prob")
 
 
 def _checkpoint_dtype(path):
@@ -62,8 +63,8 @@ class Decoder(Module):
 
     @classmethod
     def from_pretrained(cls, path, torch_dtype=None, dtype=None):
-        """A Hugging Face checkpoint directory of a llama, qwen2, qwen3, gemma, gemma2,
-        gemma3_text or gpt_oss model (config.json with model.safetensors or a sharded
+        """A Hugging Face checkpoint directory of a llama, qwen2, qwen3, qwen3_moe, gemma, gemma2,
+        gemma3_text (or gemma3: its language model) or gpt_oss model (config.json with model.safetensors or a sharded
         model.safetensors.index.json), in evaluation mode. torch_dtype (transformers 4's name)
         or dtype (transformers 5's): float32 (the default), bfloat16 or float16 - the model
         keeps its weights and computes in it, weights stored in it memory-mapped from the file -
