@@ -1,9 +1,9 @@
 // Hugging Face checkpoints of the decoder families (include/attn/decoder.h): the directory that
-// transformers' save_pretrained writes for LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
-// Qwen3MoeForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (text) and
-// GptOssForCausalLM (its experts in float, or as MXFP4 blocks and scales, dequantized), and the
-// language model of Gemma3ForConditionalGeneration (model_type gemma3: text_config, the tensors
-// language_model.model.*; the vision tower is not read):
+// transformers' save_pretrained writes for LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM,
+// Gemma3ForCausalLM (text) and GptOssForCausalLM (its experts in float, or as MXFP4 blocks and
+// scales, dequantized), and the language model of Gemma3ForConditionalGeneration (model_type
+// gemma3: text_config, the tensors language_model.model.*; the vision tower is not read):
 //
 //   DIR/config.json                    model_type and the sizes, RoPE, norms and attention fields
 //   DIR/model.safetensors              the weights under transformers' names, or

@@ -69,6 +69,13 @@ const std::map<std::string, Family>& families() {
     llama.max_position_embeddings = 2048;
     m["llama"] = {with({"attention_bias", "mlp_bias"}), llama};
 
+    DecoderConfig mistral = llama;  // transformers 5's MistralConfig defaults (Mistral 7B's)
+    mistral.model_type = "mistral";
+    mistral.intermediate_size = 14336, mistral.num_key_value_heads = 8;
+    mistral.max_position_embeddings = 131072, mistral.rms_norm_eps = 1e-6;
+    mistral.sliding_window = 4096;
+    m["mistral"] = {with({"sliding_window", "attention_bias", "layer_types"}), mistral};
+
     DecoderConfig qwen2 = llama;
     qwen2.model_type = "qwen2";
     qwen2.vocab_size = 151936, qwen2.intermediate_size = 22016;
@@ -235,14 +242,14 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string())
     bad(what,
-        "no model_type (expected one of llama, qwen2, qwen3, qwen3_moe, gemma, gemma2, "
-        "gemma3_text, gpt_oss)");
+        "no model_type (expected one of llama, mistral, qwen2, qwen3, qwen3_moe, gemma, "
+        "gemma2, gemma3_text, gpt_oss)");
   const std::string type = mt->get<std::string>();
   auto fam = families().find(type);
   if (fam == families().end())
     bad(what, "model_type '", type,
-        "' is not supported (attn has llama, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, "
-        "gpt_oss)");
+        "' is not supported (attn has llama, mistral, qwen2, qwen3, qwen3_moe, gemma, gemma2, "
+        "gemma3_text, gpt_oss)");
   std::string unknown;
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!fam->second.fields.count(it.key()) && !kGeneric.count(it.key()))
@@ -269,7 +276,8 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   const bool gemma_family = type.rfind("gemma", 0) == 0;
   c.hidden_act = activation(j, what, "hidden_act", c.hidden_act);
   if (gemma_family) c.hidden_act = activation(j, what, "hidden_activation", "gelu_tanh");
-  if (j.contains("attention_bias") && !j["attention_bias"].is_null())  // q, k, v and o
+  // q, k, v and o (transformers' Mistral has no biases, whatever its config says)
+  if (type != "mistral" && j.contains("attention_bias") && !j["attention_bias"].is_null())
     c.qkv_bias = c.o_bias = get_bool(j, what, "attention_bias", false);
   c.mlp_bias = get_bool(j, what, "mlp_bias", c.mlp_bias);
   if (type == "qwen3_moe") {
@@ -292,6 +300,8 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
     if (get_bool(j, what, "use_sliding_window", false))
       bad(what, "use_sliding_window true is not supported (Qwen's per-layer windows)");
+  } else if (type == "mistral" && j.contains("sliding_window") && j["sliding_window"].is_null()) {
+    c.sliding_window = 0;  // Mistral 7B v0.2 on: no window (left out: the default's 4096)
   } else {
     c.sliding_window = get_int(j, what, "sliding_window", c.sliding_window);
   }
@@ -332,7 +342,8 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   }
 
   // Which layers slide: layer_types when given, else the family's pattern.
-  if (c.sliding_window > 0 && (type == "gemma2" || type == "gemma3_text" || type == "gpt_oss")) {
+  if (c.sliding_window > 0 &&
+      (type == "gemma2" || type == "gemma3_text" || type == "gpt_oss" || type == "mistral")) {
     c.sliding_layers.assign(std::size_t(std::max<int64_t>(c.num_hidden_layers, 0)), false);
     if (j.contains("layer_types") && !j["layer_types"].is_null()) {
       const json& lt = j["layer_types"];
@@ -346,6 +357,8 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
               lt[i].dump());
         }
       }
+    } else if (type == "mistral") {  // every layer slides
+      c.sliding_layers.assign(c.sliding_layers.size(), true);
     } else if (type == "gemma2" || type == "gpt_oss") {  // even layers slide
       for (int64_t i = 0; i < c.num_hidden_layers; ++i)
         c.sliding_layers[std::size_t(i)] = i % 2 == 0;

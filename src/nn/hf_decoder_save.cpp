@@ -22,6 +22,7 @@ constexpr const char* kSave = "save_hf_decoder";
 
 const char* architecture(const std::string& type) {
   if (type == "llama") return "LlamaForCausalLM";
+  if (type == "mistral") return "MistralForCausalLM";
   if (type == "qwen2") return "Qwen2ForCausalLM";
   if (type == "qwen3") return "Qwen3ForCausalLM";
   if (type == "qwen3_moe") return "Qwen3MoeForCausalLM";
@@ -30,8 +31,8 @@ const char* architecture(const std::string& type) {
   if (type == "gemma3_text") return "Gemma3ForCausalLM";
   if (type == "gpt_oss") return "GptOssForCausalLM";
   detail::fail(kSave, "model_type '", type,
-               "' has no Hugging Face class in attn (llama, qwen2, qwen3, qwen3_moe, gemma, "
-               "gemma2, gemma3_text, gpt_oss)");
+               "' has no Hugging Face class in attn (llama, mistral, qwen2, qwen3, qwen3_moe, "
+               "gemma, gemma2, gemma3_text, gpt_oss)");
 }
 
 json null_if_zero(double v) { return v == 0 ? json(nullptr) : json(v); }
@@ -135,7 +136,8 @@ std::string decoder_config_to_hf_json(const DecoderConfig& c, Dtype dtype) {
     j["hidden_activation"] = act;
   else
     j["hidden_act"] = act;
-  if (type != "qwen2") j["attention_bias"] = c.qkv_bias;  // q, k, v and o (qwen2: q, k, v)
+  if (type != "qwen2" && type != "mistral")  // q, k, v and o (qwen2: q, k, v; mistral: none)
+    j["attention_bias"] = c.qkv_bias;
   if (type == "llama") j["mlp_bias"] = c.mlp_bias;
   if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") j["use_sliding_window"] = false;
   if (type == "qwen3_moe") {
@@ -155,6 +157,8 @@ std::string decoder_config_to_hf_json(const DecoderConfig& c, Dtype dtype) {
   }
   if (type == "gemma3_text")
     j["rope_local_base_freq"] = c.rope_local_base_freq > 0 ? c.rope_local_base_freq : c.rope_theta;
+  if (type == "mistral")  // every layer or none slides (a mixture is lost, and refused below)
+    j["sliding_window"] = c.is_sliding(0) ? json(c.sliding_window) : json(nullptr);
   if (type == "gemma2" || type == "gemma3_text" || type == "gpt_oss") {
     j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
     json types = json::array();

@@ -51,6 +51,10 @@ CONFIGS = {
                    rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                    original_max_position_embeddings=16))),
     "qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM, dict(SMALL, rope_theta=1e6)),
+    # Mistral: every layer slides, a window of 8 that the 25-token input exceeds; and without one.
+    "mistral": (T.MistralConfig, T.MistralForCausalLM, dict(SMALL, head_dim=16, sliding_window=8)),
+    "mistral_nowindow": (T.MistralConfig, T.MistralForCausalLM,
+                         dict(SMALL, sliding_window=None, rope_theta=1e6)),
     # gpt-oss: 4 layers (sliding, full, ...), 6 experts, 2 per token, yarn over 32 positions.
     "gpt_oss": (T.GptOssConfig, T.GptOssForCausalLM,
                 dict(SMALL, num_hidden_layers=4, head_dim=16, intermediate_size=40,
@@ -121,7 +125,8 @@ def test_logits_match_transformers(checkpoints, name):
         .format(name, err, err_torch)
 
 
-@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gemma3_types", "gpt_oss", "qwen3_moe"])
+@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gemma3_types", "gpt_oss", "qwen3_moe",
+                                  "mistral"])
 def test_greedy_generation_matches_transformers(checkpoints, name):
     # generate(do_sample=False)'s rule by hand (argmax of the full forward at each step): attn
     # decodes through its key/value cache, past Gemma 3's window of 8.
@@ -379,7 +384,7 @@ def test_save_pretrained_refuses_what_the_family_cannot_say(tmp_path):
     cases = [(dict(model_type="llama", qk_norm=True), "qk_norm true (written as false)"),
              (dict(model_type="qwen2", qkv_bias=False), "qkv_bias false (written as true)"),
              (dict(model_type="llama", qkv_bias=True), "o_bias false (written as true)"),
-             (dict(model_type="mistral"), "model_type 'mistral' has no Hugging Face class")]
+             (dict(model_type="mixtral"), "model_type 'mixtral' has no Hugging Face class")]
     for config, words in cases:
         model = attn.nn.Decoder(vocab_size=16, hidden_size=16, intermediate_size=16,
                                 num_hidden_layers=1, num_attention_heads=2,
@@ -499,7 +504,8 @@ def test_qwen3_moe_reads_the_released_field_names(checkpoints):
 
 
 @pytest.mark.parametrize("model_type, cls", [
-    ("llama", "LlamaConfig"), ("qwen2", "Qwen2Config"), ("qwen3", "Qwen3Config"),
+    ("llama", "LlamaConfig"), ("mistral", "MistralConfig"), ("qwen2", "Qwen2Config"),
+    ("qwen3", "Qwen3Config"),
     ("qwen3_moe", "Qwen3MoeConfig"), ("gemma", "GemmaConfig"), ("gemma3_text", "Gemma3TextConfig"),
     ("gpt_oss", "GptOssConfig")])
 def test_fields_a_config_leaves_out_take_transformers_defaults(model_type, cls):

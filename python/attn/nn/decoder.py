@@ -63,9 +63,10 @@ class Decoder(Module):
 
     @classmethod
     def from_pretrained(cls, path, torch_dtype=None, dtype=None):
-        """A Hugging Face checkpoint directory of a llama, qwen2, qwen3, qwen3_moe, gemma, gemma2,
-        gemma3_text (or gemma3: its language model) or gpt_oss model (config.json with model.safetensors or a sharded
-        model.safetensors.index.json), in evaluation mode. torch_dtype (transformers 4's name)
+        """A Hugging Face checkpoint directory of a llama, mistral, qwen2, qwen3, qwen3_moe,
+        gemma, gemma2, gemma3_text (or gemma3: its language model) or gpt_oss model
+        (config.json with model.safetensors or a sharded model.safetensors.index.json), in
+        evaluation mode. torch_dtype (transformers 4's name)
         or dtype (transformers 5's): float32 (the default), bfloat16 or float16 - the model
         keeps its weights and computes in it, weights stored in it memory-mapped from the file -
         or "auto", the checkpoint's own (config.json's torch_dtype / dtype)."""
