@@ -248,6 +248,12 @@ class Decoder : public Module {
   // cache, one more rounding to its dtype). Throws attn::Error unless 0 <= keep_first, 0 <=
   // count and keep_first + count <= cache.length.
   void evict(DecoderCache& cache, int64_t keep_first, int64_t count) const;
+  // llama.cpp's context shift, StreamingLLM's window: when `incoming` more tokens would take the
+  // cache past `window` tokens, evicts after the first sink_tokens the larger of what they need
+  // and half of the others. Returns how many tokens went (0 when they fit); the cache's tokens
+  // after the sinks move down by that many.
+  int64_t make_room(DecoderCache& cache, int64_t incoming, int64_t window,
+                    int64_t sink_tokens) const;
 
   // Sampling as transformers' generate applies its processors, in this order: the repetition
   // penalty (the logit of a token already in the row divided by it when positive, multiplied
@@ -266,7 +272,7 @@ class Decoder : public Module {
     // StreamingLLM (Xiao et al., 2023) with llama.cpp's context shift: with window_length > 0
     // the cache never holds more than window_length tokens. When the next token would not fit,
     // the first sink_tokens stay (the attention sinks) and the oldest half of the others go
-    // (evict() below), so generation goes on past max_position_embeddings with bounded memory.
+    // (make_room() above), so generation goes on past max_position_embeddings with bounded memory.
     // Requires sink_tokens + 2 <= window_length <= max_position_embeddings.
     int64_t window_length = 0;  // 0: the cache keeps every token
     int64_t sink_tokens = 4;

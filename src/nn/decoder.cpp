@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <utility>
 
 #include "../ops/attention_internal.h"
@@ -330,16 +331,17 @@ DecoderMoE::DecoderMoE(const DecoderConfig& c)
   experts = register_module("experts", std::make_shared<DecoderExperts>(c));
 }
 
-Tensor DecoderMoE::forward(const Tensor& x) const {
-  const int64_t H = x.size(-1), E = router->weight.size(0);
-  const Tensor flat = x.reshape({-1, H});
-  const int64_t N = flat.size(0), I = experts->down_proj.size(1);
-  auto [top, chosen] = topk((*router)(flat), top_k, -1);  // (N, k) each
-  const Tensor weights = softmax(top, -1);                // in the model's dtype, as transformers
+namespace {
+
+// The mixture's sum: each token's chosen experts (chosen (N, k) int64, distinct per token), their
+// outputs expert(e, the rows of flat (N, H) that chose e) times weights (N, k), summed in float32
+// in expert order and rounded once to flat's dtype. (N, H).
+Tensor mix_experts(const Tensor& flat, const Tensor& chosen, const Tensor& weights, int64_t E,
+                   const std::function<Tensor(int64_t, const Tensor&)>& expert) {
+  const int64_t N = flat.size(0), H = flat.size(1), top_k = chosen.size(1);
   const Tensor ids = chosen.contiguous();
   const int64_t* pi = ids.data_ptr<int64_t>();
-  // The tokens of each expert (each at most once: top-k picks distinct experts) and the slot of
-  // their weight, in token order.
+  // The tokens of each expert and the slot of their weight, in token order.
   std::vector<std::vector<int64_t>> rows(static_cast<std::size_t>(E)), slots(rows.size());
   for (int64_t n = 0; n < N; ++n)
     for (int64_t j = 0; j < top_k; ++j) {
@@ -348,26 +350,40 @@ Tensor DecoderMoE::forward(const Tensor& x) const {
       slots[std::size_t(e)].push_back(n * top_k + j);
     }
   const Tensor flat_weights = weights.reshape({N * top_k, 1});
-  Tensor out = zeros({N, H});  // float32: the experts' outputs summed, then rounded once
+  Tensor out = zeros({N, H});  // float32
   for (int64_t e = 0; e < E; ++e) {
     const auto& r = rows[std::size_t(e)];
     if (r.empty()) continue;
     const int64_t n = int64_t(r.size());
     const Tensor idx = int64_tensor(r);
-    const Tensor xe = index_select(flat, 0, idx);
-    const Tensor gu =
-        matmul(xe, experts->gate_up_proj.select(0, e)) + experts->gate_up_proj_bias.select(0, e);
-    const Tensor pairs = gu.view({n, I, 2});  // columns 2i (gate) and 2i + 1 (up)
-    const Tensor gate = clamp(pairs.select(-1, 0), std::nullopt, Scalar(limit));
-    const Tensor up = clamp(pairs.select(-1, 1), Scalar(-limit), Scalar(limit));
-    const Tensor act = (up + 1.0) * (gate * sigmoid(gate * alpha));
-    const Tensor y =
-        matmul(act, experts->down_proj.select(0, e)) + experts->down_proj_bias.select(0, e);
+    const Tensor y = expert(e, index_select(flat, 0, idx));
     const Tensor w = index_select(flat_weights, 0, int64_tensor(slots[std::size_t(e)]));
-    const Tensor contribution = (y * w).to(Dtype::Float32);
-    out = scatter_add(out, 0, idx.view({n, 1}).expand({n, H}).contiguous(), contribution);
+    out = scatter_add(out, 0, idx.view({n, 1}).expand({n, H}).contiguous(),
+                      (y * w).to(Dtype::Float32));
   }
-  return out.to(x.dtype()).view(x.shape());
+  return out.to(flat.dtype());
+}
+
+}  // namespace
+
+Tensor DecoderMoE::forward(const Tensor& x) const {
+  const int64_t H = x.size(-1), E = router->weight.size(0), I = experts->down_proj.size(1);
+  const Tensor flat = x.reshape({-1, H});
+  auto [top, chosen] = topk((*router)(flat), top_k, -1);  // (N, k) each
+  const Tensor weights = softmax(top, -1);                // in the model's dtype, as transformers
+  return mix_experts(flat, chosen, weights, E,
+                     [&](int64_t e, const Tensor& xe) {
+                       const Tensor gu = matmul(xe, experts->gate_up_proj.select(0, e)) +
+                                         experts->gate_up_proj_bias.select(0, e);
+                       // columns 2i (gate) and 2i + 1 (up)
+                       const Tensor pairs = gu.view({xe.size(0), I, 2});
+                       const Tensor gate = clamp(pairs.select(-1, 0), std::nullopt, Scalar(limit));
+                       const Tensor up = clamp(pairs.select(-1, 1), Scalar(-limit), Scalar(limit));
+                       const Tensor act = (up + 1.0) * (gate * sigmoid(gate * alpha));
+                       return matmul(act, experts->down_proj.select(0, e)) +
+                              experts->down_proj_bias.select(0, e);
+                     })
+      .view(x.shape());
 }
 
 DecoderSparseMoE::DecoderSparseMoE(const DecoderConfig& c)
@@ -383,34 +399,15 @@ DecoderSparseMoE::DecoderSparseMoE(const DecoderConfig& c)
 }
 
 Tensor DecoderSparseMoE::forward(const Tensor& x) const {
-  const int64_t H = x.size(-1), E = int64_t(experts.size());
+  const int64_t H = x.size(-1);
   const Tensor flat = x.reshape({-1, H});
-  const int64_t N = flat.size(0);
   const Tensor probs = softmax((*gate)(flat).to(Dtype::Float32), -1);
   auto [top, chosen] = topk(probs, top_k, -1);  // (N, k) each
   if (norm_topk_prob) top = top / sum(top, -1, true);
-  const Tensor weights = top.to(x.dtype()).reshape({N * top_k, 1});
-  const Tensor ids = chosen.contiguous();
-  const int64_t* pi = ids.data_ptr<int64_t>();
-  std::vector<std::vector<int64_t>> rows(static_cast<std::size_t>(E)), slots(rows.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t j = 0; j < top_k; ++j) {
-      const int64_t e = pi[n * top_k + j];
-      rows[std::size_t(e)].push_back(n);
-      slots[std::size_t(e)].push_back(n * top_k + j);
-    }
-  Tensor out = zeros({N, H});  // float32: the experts' outputs summed, then rounded once
-  for (int64_t e = 0; e < E; ++e) {
-    const auto& r = rows[std::size_t(e)];
-    if (r.empty()) continue;
-    const int64_t n = int64_t(r.size());
-    const Tensor idx = int64_tensor(r);
-    const Tensor y = experts[std::size_t(e)]->forward(index_select(flat, 0, idx));
-    const Tensor w = index_select(weights, 0, int64_tensor(slots[std::size_t(e)]));
-    out = scatter_add(out, 0, idx.view({n, 1}).expand({n, H}).contiguous(),
-                      (y * w).to(Dtype::Float32));
-  }
-  return out.to(x.dtype()).view(x.shape());
+  return mix_experts(
+             flat, chosen, top.to(x.dtype()), int64_t(experts.size()),
+             [&](int64_t e, const Tensor& xe) { return experts[std::size_t(e)]->forward(xe); })
+      .view(x.shape());
 }
 
 DecoderLayer::DecoderLayer(const DecoderConfig& c, int64_t layer) : sliding(c.is_sliding(layer)) {
@@ -609,6 +606,15 @@ void Decoder::evict(DecoderCache& cache, int64_t keep_first, int64_t count) cons
   cache.length -= count;
 }
 
+int64_t Decoder::make_room(DecoderCache& cache, int64_t incoming, int64_t window,
+                           int64_t sink_tokens) const {
+  const int64_t over = cache.length + incoming - window;
+  if (over <= 0) return 0;
+  const int64_t count = std::max(over, (cache.length - sink_tokens) / 2);
+  evict(cache, sink_tokens, count);
+  return count;
+}
+
 void Decoder::GenerateOptions::validate(const char* fn) const {
   if (max_new_tokens < 0) fail(fn, "max_new_tokens must be >= 0, got ", max_new_tokens);
   if (window_length < 0)
@@ -725,8 +731,7 @@ Tensor Decoder::generate(const Tensor& ids, const GenerateOptions& opt, Generato
   cache.reserve = W > 0 ? std::max(ids.size(1), W) : ids.size(1) + opt.max_new_tokens;
   Tensor next_in = columns[0];
   for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
-    if (W > 0 && cache.length + next_in.size(1) > W)  // evict half the tokens after the sinks
-      evict(cache, S, std::max(cache.length + next_in.size(1) - W, (cache.length - S) / 2));
+    if (W > 0) make_room(cache, next_in.size(1), W, S);
     Tensor logits = run(next_in, &cache, /*keep=*/1);  // (B, 1, V), no grad (above)
     logits = logits.select(1, 0).contiguous();         // (B, V)
     Tensor next = detail::make_tensor({B, 1}, Dtype::Int64, false);

@@ -205,31 +205,29 @@ std::string activation(const json& j, const std::string& what, const char* key,
   bad(what, key, " '", a, "' is not supported (attn has silu and gelu_pytorch_tanh)");
 }
 
-}  // namespace
+// attn::Error naming the fields of j that are neither kGeneric nor `allowed` (a `type` model does
+// not have them: they would be ignored).
+void refuse_unknown_fields(const json& j, const std::string& what, const std::string& type,
+                           const std::set<std::string>& allowed) {
+  std::string unknown;
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!allowed.count(it.key()) && !kGeneric.count(it.key()))
+      unknown += (unknown.empty() ? "" : ", ") + it.key();
+  if (!unknown.empty())
+    bad(what, "fields that a ", type,
+        " model does not have in attn (they would be ignored): ", unknown);
+}
 
-DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::string& what) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    bad(what, "not valid JSON: ", e.what());
-  }
+DecoderConfig config_from_json(const json& j, const std::string& what) {
   if (!j.is_object()) bad(what, "expected a JSON object");
   // Gemma 3 with images (Gemma3ForConditionalGeneration, model_type gemma3): its language model
   // is a gemma3_text model under text_config; the vision tower is not read (text only).
   if (j.contains("model_type") && j["model_type"] == "gemma3") {
     static const std::set<std::string> kGemma3Top = {
-        "text_config",     "vision_config",    "mm_tokens_per_image", "image_token_index",
-        "boi_token_index", "eoi_token_index",  "image_token_id",      "boi_token_id",
-        "eoi_token_id",    "initializer_range"};
-    std::string unknown;
-    for (auto it = j.begin(); it != j.end(); ++it)
-      if (it.key() != "model_type" && !kGemma3Top.count(it.key()) && !kGeneric.count(it.key()) &&
-          it.key() != "tie_word_embeddings")
-        unknown += (unknown.empty() ? "" : ", ") + it.key();
-    if (!unknown.empty())
-      bad(what,
-          "fields that a gemma3 model does not have in attn (they would be ignored): ", unknown);
+        "model_type",          "tie_word_embeddings", "text_config",     "vision_config",
+        "mm_tokens_per_image", "image_token_index",   "boi_token_index", "eoi_token_index",
+        "image_token_id",      "boi_token_id",        "eoi_token_id",    "initializer_range"};
+    refuse_unknown_fields(j, what, "gemma3", kGemma3Top);
     auto tc = j.find("text_config");
     if (tc == j.end() || !tc->is_object())
       bad(what, "a gemma3 (image and text) config needs a text_config object");
@@ -237,7 +235,7 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
     if (!text.contains("model_type")) text["model_type"] = "gemma3_text";
     if (text["model_type"] != "gemma3_text")
       bad(what, "text_config.model_type must be gemma3_text, got ", text["model_type"].dump());
-    return decoder_config_from_hf_json(text.dump(), what + " (text_config)");
+    return config_from_json(text, what + " (text_config)");
   }
   auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string())
@@ -250,13 +248,7 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
     bad(what, "model_type '", type,
         "' is not supported (attn has llama, mistral, qwen2, qwen3, qwen3_moe, gemma, gemma2, "
         "gemma3_text, gpt_oss)");
-  std::string unknown;
-  for (auto it = j.begin(); it != j.end(); ++it)
-    if (!fam->second.fields.count(it.key()) && !kGeneric.count(it.key()))
-      unknown += (unknown.empty() ? "" : ", ") + it.key();
-  if (!unknown.empty())
-    bad(what, "fields that a ", type,
-        " model does not have in attn (they would be ignored): ", unknown);
+  refuse_unknown_fields(j, what, type, fam->second.fields);
 
   DecoderConfig c = fam->second.defaults;
   c.vocab_size = get_int(j, what, "vocab_size", c.vocab_size);
@@ -448,6 +440,18 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
     bad(what, e.what());
   }
   return c;
+}
+
+}  // namespace
+
+DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    bad(what, "not valid JSON: ", e.what());
+  }
+  return config_from_json(j, what);
 }
 
 namespace {

@@ -163,13 +163,11 @@ int chat_session(const ChatArgs& a, std::istream& in, std::ostream& out, std::os
     bool stopped_by_text = false;
     int64_t shifts = 0;
     for (int64_t step = 0; step < a.options.max_new_tokens; ++step) {
-      const int64_t over = int64_t(cached.size() + feed.size()) - context;
-      if (over > 0) {  // context shift, as generate's window_length: keep the sinks, drop half
-        const int64_t S = a.sink_tokens;
-        const int64_t count = std::max(over, (int64_t(cached.size()) - S) / 2);
-        model->evict(cache, S, count);
-        cached.erase(cached.begin() + std::ptrdiff_t(S),
-                     cached.begin() + std::ptrdiff_t(S + count));
+      // context shift, as generate's window_length: keep the sinks, drop half of the rest
+      if (const int64_t count =
+              model->make_room(cache, int64_t(feed.size()), context, a.sink_tokens)) {
+        const auto first = cached.begin() + std::ptrdiff_t(a.sink_tokens);
+        cached.erase(first, first + std::ptrdiff_t(count));
         ++shifts;
       }
       Tensor x = empty({1, int64_t(feed.size())}, Dtype::Int64);

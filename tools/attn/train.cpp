@@ -283,8 +283,7 @@ int generate_command(Args args, std::ostream& out, std::ostream& err) {
 
 void refuse_decoder_options_for_gpt(const GenerateArgs& a, const std::string& model) {
   if (a.dtype != Dtype::Float32) {
-    const std::string name = dtype_name(a.dtype);  // "torch.bfloat16": the flag's value is the tail
-    throw Error("[generate] --dtype " + name.substr(name.rfind('.') + 1) +
+    throw Error("[generate] --dtype " + dtype_name(a.dtype).substr(6) +  // "torch.bfloat16"
                 ": GPT checkpoints compute in float32 (bfloat16 and float16 need a Llama / Qwen / "
                 "Gemma directory); " +
                 model);
