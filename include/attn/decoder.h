@@ -86,12 +86,22 @@ struct DecoderConfig {
   // ---- the mixture's kind: "gpt_oss" (above: DecoderMoE) or "qwen3_moe" (DecoderSparseMoE: the
   // router mlp.gate without bias, the softmax over every expert in float32, the top
   // num_experts_per_tok, renormalised to sum to 1 when norm_topk_prob; each expert a SwiGLU MLP
-  // of moe_intermediate_size, experts.{e}.gate_proj / up_proj / down_proj, without biases)
+  // of moe_intermediate_size, experts.{e}.gate_proj / up_proj / down_proj, without biases).
+  // Qwen3-MoE's, and Mixtral's (norm_topk_prob true) and Qwen2-MoE's (with a shared expert).
   std::string moe_type = "gpt_oss";
   int64_t moe_intermediate_size = 0;  // qwen3_moe's experts' width (0: intermediate_size)
   bool norm_topk_prob = false;
+  // Qwen2-MoE's shared expert (qwen3_moe kind only): mlp.shared_expert, a SwiGLU MLP of this
+  // width, times sigmoid(mlp.shared_expert_gate(x)) (a Linear to 1, no bias), added to the
+  // mixture's output. 0: none.
+  int64_t shared_expert_intermediate_size = 0;
+  // Which layers are mixtures (qwen3_moe kind; the others a DecoderMLP of intermediate_size):
+  // layer l when (l + 1) % decoder_sparse_step == 0 and l is not in mlp_only_layers.
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
 
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  bool is_sparse(int64_t layer) const;  // whether the layer's MLP is a mixture of experts
   bool is_sliding(int64_t layer) const {
     return sliding_window > 0 && layer < int64_t(sliding_layers.size()) &&
            sliding_layers[std::size_t(layer)];
@@ -167,10 +177,12 @@ class DecoderMoE : public Module {
   double alpha, limit;
 };
 
-// Qwen3-MoE's mixture (DecoderConfig::moe_type "qwen3_moe"): softmax(gate(x)) over the experts in
-// float32, the top num_experts_per_tok (renormalised when norm_topk_prob) rounded to the model's
-// dtype as weights; each chosen expert's SwiGLU MLP output times its weight, summed in float32 in
-// expert order and rounded once.
+// Qwen3-MoE's, Mixtral's and Qwen2-MoE's mixture (DecoderConfig::moe_type "qwen3_moe"):
+// softmax(gate(x)) over the experts in float32, the top num_experts_per_tok (renormalised when
+// norm_topk_prob) rounded to the model's dtype as weights; each chosen expert's SwiGLU MLP output
+// times its weight, summed in float32 in expert order and rounded once (transformers sums in the
+// model's dtype: in bfloat16 the two differ by its rounding). With a shared expert (Qwen2-MoE),
+// sigmoid(shared_expert_gate(x)) * shared_expert(x) is added to that sum.
 class DecoderSparseMoE : public Module {
  public:
   explicit DecoderSparseMoE(const DecoderConfig& c);
@@ -179,6 +191,8 @@ class DecoderSparseMoE : public Module {
   std::shared_ptr<Linear> gate;
   std::shared_ptr<ModuleList> experts_list;
   std::vector<std::shared_ptr<DecoderMLP>> experts;
+  std::shared_ptr<DecoderMLP> shared_expert;   // or null
+  std::shared_ptr<Linear> shared_expert_gate;  // or null
   int64_t top_k;
   bool norm_topk_prob;
 };
@@ -193,8 +207,8 @@ class DecoderLayer : public Module {
     return mlp ? mlp->forward(x) : moe ? moe->forward(x) : sparse_moe->forward(x);
   }
   std::shared_ptr<DecoderAttention> self_attn;
-  // One of the three, named "mlp": with num_local_experts > 0, moe (moe_type gpt_oss) or
-  // sparse_moe (qwen3_moe).
+  // One of the three, named "mlp": in the layers that are mixtures (DecoderConfig::is_sparse),
+  // moe (moe_type gpt_oss) or sparse_moe (qwen3_moe); in the others mlp.
   std::shared_ptr<DecoderMLP> mlp;
   std::shared_ptr<DecoderMoE> moe;
   std::shared_ptr<DecoderSparseMoE> sparse_moe;

@@ -1,9 +1,10 @@
 // Hugging Face checkpoints of the decoder families (include/attn/decoder.h): the directory that
 // transformers' save_pretrained writes for LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM,
-// Gemma3ForCausalLM (text) and GptOssForCausalLM (its experts in float, or as MXFP4 blocks and
-// scales, dequantized), and the language model of Gemma3ForConditionalGeneration (model_type
-// gemma3: text_config, the tensors language_model.model.*; the vision tower is not read):
+// MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM,
+// Qwen3MoeForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (text) and
+// GptOssForCausalLM (its experts in float, or as MXFP4 blocks and scales, dequantized), and the
+// language model of Gemma3ForConditionalGeneration (model_type gemma3: text_config, the tensors
+// language_model.model.*; the vision tower is not read):
 //
 //   DIR/config.json                    model_type and the sizes, RoPE, norms and attention fields
 //   DIR/model.safetensors              the weights under transformers' names, or
@@ -36,6 +37,11 @@ namespace attn::nn {
 // model_type). `what` names the file in error messages.
 DecoderConfig decoder_config_from_hf_json(std::string_view json,
                                           const std::string& what = "config.json");
+
+// The name that parameter `name` of a `model_type` Decoder has in the family's checkpoints:
+// attn's own but for Mixtral's mixtures (mlp.gate -> block_sparse_moe.gate,
+// mlp.experts.E.gate_proj / up_proj / down_proj -> block_sparse_moe.experts.E.w1 / w3 / w2).
+std::string hf_parameter_name(const std::string& model_type, const std::string& name);
 
 // Loads DIR (see above), in evaluation mode, its parameters in `dtype` (float32, bfloat16 or
 // float16; attn::Error otherwise).

@@ -59,7 +59,11 @@ void register_decoder(py::module_& m) {
       .def_readwrite("swiglu_limit", &nn::DecoderConfig::swiglu_limit)
       .def_readwrite("moe_type", &nn::DecoderConfig::moe_type)
       .def_readwrite("moe_intermediate_size", &nn::DecoderConfig::moe_intermediate_size)
-      .def_readwrite("norm_topk_prob", &nn::DecoderConfig::norm_topk_prob);
+      .def_readwrite("norm_topk_prob", &nn::DecoderConfig::norm_topk_prob)
+      .def_readwrite("shared_expert_intermediate_size",
+                     &nn::DecoderConfig::shared_expert_intermediate_size)
+      .def_readwrite("decoder_sparse_step", &nn::DecoderConfig::decoder_sparse_step)
+      .def_readwrite("mlp_only_layers", &nn::DecoderConfig::mlp_only_layers);
   py::class_<nn::Decoder, std::shared_ptr<nn::Decoder>>(d, "Decoder")
       .def(py::init([](const nn::DecoderConfig& c, const py::object& g) {
              Generator* gen = gen_arg(g);

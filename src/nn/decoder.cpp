@@ -74,6 +74,17 @@ void DecoderConfig::validate(const char* fn) const {
          "], got ", num_experts_per_tok);
   if (moe_type != "gpt_oss" && moe_type != "qwen3_moe")
     fail(fn, "moe_type must be 'gpt_oss' or 'qwen3_moe', got '", moe_type, "'");
+  if (decoder_sparse_step < 1)
+    fail(fn, "decoder_sparse_step must be >= 1, got ", decoder_sparse_step);
+  for (int64_t l : mlp_only_layers)
+    if (l < 0 || l >= num_hidden_layers)
+      fail(fn, "mlp_only_layers must name layers in [0, ", num_hidden_layers, "), got ", l);
+  if (shared_expert_intermediate_size < 0)
+    fail(fn, "shared_expert_intermediate_size must be >= 0 (0: none), got ",
+         shared_expert_intermediate_size);
+  if (shared_expert_intermediate_size > 0 && num_local_experts > 0 && moe_type != "qwen3_moe")
+    fail(fn, "a shared expert (shared_expert_intermediate_size ", shared_expert_intermediate_size,
+         ") needs moe_type 'qwen3_moe', got '", moe_type, "'");
   if (moe_intermediate_size < 0)
     fail(fn, "moe_intermediate_size must be >= 0 (0: intermediate_size), got ",
          moe_intermediate_size);
@@ -83,6 +94,11 @@ void DecoderConfig::validate(const char* fn) const {
   if (!sliding_layers.empty() && int64_t(sliding_layers.size()) != num_hidden_layers)
     fail(fn, "sliding_layers has ", sliding_layers.size(), " entries for ", num_hidden_layers,
          " layers");
+}
+
+bool DecoderConfig::is_sparse(int64_t layer) const {
+  return num_local_experts > 0 && (layer + 1) % std::max<int64_t>(decoder_sparse_step, 1) == 0 &&
+         std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
 }
 
 namespace {
@@ -396,6 +412,12 @@ DecoderSparseMoE::DecoderSparseMoE(const DecoderConfig& c)
   experts_list = register_module("experts", std::make_shared<ModuleList>());
   for (int64_t e = 0; e < c.num_local_experts; ++e)
     experts.push_back(experts_list->append(std::make_shared<DecoderMLP>(expert)));
+  if (c.shared_expert_intermediate_size > 0) {
+    expert.intermediate_size = c.shared_expert_intermediate_size;
+    shared_expert = register_module("shared_expert", std::make_shared<DecoderMLP>(expert));
+    shared_expert_gate =
+        register_module("shared_expert_gate", std::make_shared<Linear>(c.hidden_size, 1, false));
+  }
 }
 
 Tensor DecoderSparseMoE::forward(const Tensor& x) const {
@@ -404,17 +426,19 @@ Tensor DecoderSparseMoE::forward(const Tensor& x) const {
   const Tensor probs = softmax((*gate)(flat).to(Dtype::Float32), -1);
   auto [top, chosen] = topk(probs, top_k, -1);  // (N, k) each
   if (norm_topk_prob) top = top / sum(top, -1, true);
-  return mix_experts(
-             flat, chosen, top.to(x.dtype()), int64_t(experts.size()),
-             [&](int64_t e, const Tensor& xe) { return experts[std::size_t(e)]->forward(xe); })
-      .view(x.shape());
+  Tensor out = mix_experts(
+      flat, chosen, top.to(x.dtype()), int64_t(experts.size()),
+      [&](int64_t e, const Tensor& xe) { return experts[std::size_t(e)]->forward(xe); });
+  if (shared_expert)
+    out = out + sigmoid((*shared_expert_gate)(flat)) * shared_expert->forward(flat);
+  return out.view(x.shape());
 }
 
 DecoderLayer::DecoderLayer(const DecoderConfig& c, int64_t layer) : sliding(c.is_sliding(layer)) {
   self_attn = register_module("self_attn", std::make_shared<DecoderAttention>(c, layer));
-  if (c.num_local_experts > 0 && c.moe_type == "qwen3_moe")
+  if (c.is_sparse(layer) && c.moe_type == "qwen3_moe")
     sparse_moe = register_module("mlp", std::make_shared<DecoderSparseMoE>(c));
-  else if (c.num_local_experts > 0)
+  else if (c.is_sparse(layer))
     moe = register_module("mlp", std::make_shared<DecoderMoE>(c));
   else
     mlp = register_module("mlp", std::make_shared<DecoderMLP>(c));
@@ -469,7 +493,12 @@ Decoder::Decoder(const DecoderConfig& config, Generator* gen) : config_(config) 
         init_linear(**p, gen);
     } else if (l->sparse_moe) {  // Qwen3-MoE's: the router and every expert N(0, 0.02)
       init_linear(*l->sparse_moe->gate, gen);
-      for (const auto& m : l->sparse_moe->experts)
+      auto experts = l->sparse_moe->experts;
+      if (l->sparse_moe->shared_expert) {
+        experts.push_back(l->sparse_moe->shared_expert);
+        init_linear(*l->sparse_moe->shared_expert_gate, gen);
+      }
+      for (const auto& m : experts)
         for (auto* p : {&m->gate_proj, &m->up_proj, &m->down_proj}) init_linear(**p, gen);
     } else {  // gpt-oss's _init_weights: router weight and bias, expert matrices N(0, 0.02)
       init::normal_(l->moe->router->weight, 0.0, 0.02, gen);

@@ -104,6 +104,30 @@ const std::map<std::string, Family>& families() {
               "router_aux_loss_coef", "output_router_logits"}),
         qwen3_moe};
 
+    DecoderConfig mixtral = mistral;  // transformers' MixtralConfig defaults (Mixtral 8x7B's)
+    mixtral.model_type = "mixtral";
+    mixtral.rms_norm_eps = 1e-5, mixtral.rope_theta = 1e6, mixtral.sliding_window = 0;
+    mixtral.num_local_experts = 8, mixtral.num_experts_per_tok = 2;
+    mixtral.moe_type = "qwen3_moe", mixtral.norm_topk_prob = true;
+    m["mixtral"] = {with({"sliding_window", "num_local_experts", "num_experts_per_tok",
+                          "router_aux_loss_coef", "router_jitter_noise", "output_router_logits"}),
+                    mixtral};
+
+    DecoderConfig qwen2_moe = qwen2;  // transformers' Qwen2MoeConfig defaults
+    qwen2_moe.model_type = "qwen2_moe";
+    qwen2_moe.hidden_size = 2048, qwen2_moe.intermediate_size = 5632;
+    qwen2_moe.num_hidden_layers = 24, qwen2_moe.num_attention_heads = 16;
+    qwen2_moe.num_key_value_heads = 16;
+    qwen2_moe.num_local_experts = 60, qwen2_moe.num_experts_per_tok = 4;
+    qwen2_moe.moe_type = "qwen3_moe", qwen2_moe.moe_intermediate_size = 1408;
+    qwen2_moe.shared_expert_intermediate_size = 5632;
+    m["qwen2_moe"] = {
+        with({"qkv_bias", "use_sliding_window", "sliding_window", "max_window_layers",
+              "layer_types", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+              "shared_expert_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
+              "mlp_only_layers", "router_aux_loss_coef", "output_router_logits"}),
+        qwen2_moe};
+
     DecoderConfig gemma;
     gemma.model_type = "gemma";
     gemma.vocab_size = 256000, gemma.hidden_size = 3072, gemma.intermediate_size = 24576;
@@ -240,14 +264,14 @@ DecoderConfig config_from_json(const json& j, const std::string& what) {
   auto mt = j.find("model_type");
   if (mt == j.end() || !mt->is_string())
     bad(what,
-        "no model_type (expected one of llama, mistral, qwen2, qwen3, qwen3_moe, gemma, "
-        "gemma2, gemma3_text, gpt_oss)");
+        "no model_type (expected one of llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
+        "qwen3_moe, gemma, gemma2, gemma3_text, gpt_oss)");
   const std::string type = mt->get<std::string>();
   auto fam = families().find(type);
   if (fam == families().end())
     bad(what, "model_type '", type,
-        "' is not supported (attn has llama, mistral, qwen2, qwen3, qwen3_moe, gemma, gemma2, "
-        "gemma3_text, gpt_oss)");
+        "' is not supported (attn has llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, "
+        "qwen3_moe, gemma, gemma2, gemma3_text, gpt_oss)");
   refuse_unknown_fields(j, what, type, fam->second.fields);
 
   DecoderConfig c = fam->second.defaults;
@@ -272,27 +296,44 @@ DecoderConfig config_from_json(const json& j, const std::string& what) {
   if (type != "mistral" && j.contains("attention_bias") && !j["attention_bias"].is_null())
     c.qkv_bias = c.o_bias = get_bool(j, what, "attention_bias", false);
   c.mlp_bias = get_bool(j, what, "mlp_bias", c.mlp_bias);
-  if (type == "qwen3_moe") {
+  if (type == "qwen2_moe")  // transformers 5's field; transformers 4's Qwen2-MoE always has them
+    c.qkv_bias = get_bool(j, what, "qkv_bias", c.qkv_bias);
+  if (type == "qwen3_moe" || type == "qwen2_moe") {
     c.num_local_experts =
         get_int(j, what, "num_experts", get_int(j, what, "num_local_experts", c.num_local_experts));
-    c.num_experts_per_tok = get_int(j, what, "num_experts_per_tok", c.num_experts_per_tok);
     c.moe_intermediate_size = get_int(j, what, "moe_intermediate_size", c.moe_intermediate_size);
     c.norm_topk_prob = get_bool(j, what, "norm_topk_prob", c.norm_topk_prob);
-    if (get_int(j, what, "decoder_sparse_step", 1) != 1)
-      bad(what,
-          "decoder_sparse_step other than 1 is not supported (attn's Qwen3-MoE layers are "
-          "all sparse)");
-    if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null() &&
-        !(j["mlp_only_layers"].is_array() && j["mlp_only_layers"].empty()))
-      bad(what, "mlp_only_layers ", j["mlp_only_layers"].dump(),
-          " is not supported (attn's Qwen3-MoE layers are all sparse)");
+    c.decoder_sparse_step = get_int(j, what, "decoder_sparse_step", c.decoder_sparse_step);
+    if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+      const json& ml = j["mlp_only_layers"];
+      if (!ml.is_array()) bad(what, "mlp_only_layers must be a list of layers, got ", ml.dump());
+      for (const json& l : ml) {
+        if (!l.is_number_integer())
+          bad(what, "mlp_only_layers must be a list of layers, got ", ml.dump());
+        c.mlp_only_layers.push_back(l.get<int64_t>());
+      }
+    }
+  }
+  if (type == "qwen2_moe")
+    c.shared_expert_intermediate_size =
+        get_int(j, what, "shared_expert_intermediate_size", c.shared_expert_intermediate_size);
+  if (type == "mixtral" || type == "gpt_oss")
+    c.num_local_experts = get_int(j, what, "num_local_experts", c.num_local_experts);
+  if (type == "mixtral") {
+    if (get_number(j, what, "router_jitter_noise", 0.0) != 0)
+      bad(what, "router_jitter_noise ", j["router_jitter_noise"].dump(),
+          " is not supported (attn's router has no noise)");
+  }
+  if (c.num_local_experts > 0) {
+    c.num_experts_per_tok = get_int(j, what, "num_experts_per_tok", c.num_experts_per_tok);
     if (get_bool(j, what, "output_router_logits", false))
       bad(what, "output_router_logits true is not supported (attn returns the logits only)");
   }
-  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
+  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe") {
     if (get_bool(j, what, "use_sliding_window", false))
       bad(what, "use_sliding_window true is not supported (Qwen's per-layer windows)");
-  } else if (type == "mistral" && j.contains("sliding_window") && j["sliding_window"].is_null()) {
+  } else if ((type == "mistral" || type == "mixtral") && j.contains("sliding_window") &&
+             j["sliding_window"].is_null()) {
     c.sliding_window = 0;  // Mistral 7B v0.2 on: no window (left out: the default's 4096)
   } else {
     c.sliding_window = get_int(j, what, "sliding_window", c.sliding_window);
@@ -309,12 +350,8 @@ DecoderConfig config_from_json(const json& j, const std::string& what) {
   if (type == "gemma3_text") c.attn_logit_softcapping = 0;
   c.rope_local_base_freq = get_number(j, what, "rope_local_base_freq", c.rope_local_base_freq);
   if (type == "gpt_oss") {
-    c.num_local_experts = get_int(j, what, "num_local_experts", c.num_local_experts);
-    c.num_experts_per_tok = get_int(j, what, "num_experts_per_tok", c.num_experts_per_tok);
     c.swiglu_alpha = get_number(j, what, "swiglu_alpha", c.swiglu_alpha);
     c.swiglu_limit = get_number(j, what, "swiglu_limit", c.swiglu_limit);
-    if (get_bool(j, what, "output_router_logits", false))
-      bad(what, "output_router_logits true is not supported (attn returns the logits only)");
     // gpt-oss's released checkpoints: the experts' weights in MXFP4 (dequantized on load), all
     // else in bfloat16.
     if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
@@ -334,8 +371,8 @@ DecoderConfig config_from_json(const json& j, const std::string& what) {
   }
 
   // Which layers slide: layer_types when given, else the family's pattern.
-  if (c.sliding_window > 0 &&
-      (type == "gemma2" || type == "gemma3_text" || type == "gpt_oss" || type == "mistral")) {
+  if (c.sliding_window > 0 && (type == "gemma2" || type == "gemma3_text" || type == "gpt_oss" ||
+                               type == "mistral" || type == "mixtral")) {
     c.sliding_layers.assign(std::size_t(std::max<int64_t>(c.num_hidden_layers, 0)), false);
     if (j.contains("layer_types") && !j["layer_types"].is_null()) {
       const json& lt = j["layer_types"];
@@ -349,7 +386,7 @@ DecoderConfig config_from_json(const json& j, const std::string& what) {
               lt[i].dump());
         }
       }
-    } else if (type == "mistral") {  // every layer slides
+    } else if (type == "mistral" || type == "mixtral") {  // every layer slides
       c.sliding_layers.assign(c.sliding_layers.size(), true);
     } else if (type == "gemma2" || type == "gpt_oss") {  // even layers slide
       for (int64_t i = 0; i < c.num_hidden_layers; ++i)
@@ -444,6 +481,22 @@ DecoderConfig config_from_json(const json& j, const std::string& what) {
 
 }  // namespace
 
+std::string hf_parameter_name(const std::string& model_type, const std::string& name) {
+  if (model_type != "mixtral") return name;
+  const std::size_t mlp = name.find(".mlp.");
+  if (mlp == std::string::npos) return name;
+  std::string rest = name.substr(mlp + 5);  // gate.weight or experts.E.gate_proj.weight
+  if (rest.rfind("experts.", 0) == 0) {
+    const std::size_t dot = rest.find('.', 8);
+    if (dot != std::string::npos)
+      for (auto [from, to] :
+           {std::pair{"gate_proj.", "w1."}, {"up_proj.", "w3."}, {"down_proj.", "w2."}})
+        if (rest.compare(dot + 1, std::strlen(from), from) == 0)
+          rest = rest.substr(0, dot + 1) + to + rest.substr(dot + 1 + std::strlen(from));
+  }
+  return name.substr(0, mlp) + ".block_sparse_moe." + rest;
+}
+
 DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::string& what) {
   json j;
   try {
@@ -504,6 +557,19 @@ void rename_multimodal(Weights& w) {
     if (to != name) out.stored[to] = name;
   }
   w = std::move(out);
+}
+
+// The family's checkpoint names of the model's parameters (hf_parameter_name) taken as the
+// parameters' own: the tensor keeps its file and its stored name.
+void rename_family(Weights& w, const Decoder& model) {
+  for (const auto& [name, p] : model.named_parameters()) {
+    const std::string hf = hf_parameter_name(model.config().model_type, name);
+    if (hf == name || !w.shapes.count(hf) || w.shapes.count(name)) continue;
+    w.shapes[name] = w.shapes.at(hf);
+    w.where[name] = w.where.at(hf);
+    w.stored[name] = w.in_file(hf);
+    w.shapes.erase(hf), w.where.erase(hf), w.stored.erase(hf);
+  }
 }
 
 Weights open_weights(const std::string& dir) {
@@ -657,6 +723,7 @@ std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype) {
     if (dtype != Dtype::Float32)
       for (auto& [name, t] : model->named_parameters()) t.set_data(attn::empty(t.shape(), dtype));
   }
+  rename_family(w, *model);
   const std::map<std::string, Mxfp4> mxfp4 = find_mxfp4(*model, w);
   try {
     model->load_state_dict_from(w.shapes, [&](const std::string& name, Tensor& dst) {

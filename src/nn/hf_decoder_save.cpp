@@ -26,13 +26,15 @@ const char* architecture(const std::string& type) {
   if (type == "qwen2") return "Qwen2ForCausalLM";
   if (type == "qwen3") return "Qwen3ForCausalLM";
   if (type == "qwen3_moe") return "Qwen3MoeForCausalLM";
+  if (type == "qwen2_moe") return "Qwen2MoeForCausalLM";
+  if (type == "mixtral") return "MixtralForCausalLM";
   if (type == "gemma") return "GemmaForCausalLM";
   if (type == "gemma2") return "Gemma2ForCausalLM";
   if (type == "gemma3_text") return "Gemma3ForCausalLM";
   if (type == "gpt_oss") return "GptOssForCausalLM";
   detail::fail(kSave, "model_type '", type,
-               "' has no Hugging Face class in attn (llama, mistral, qwen2, qwen3, qwen3_moe, "
-               "gemma, gemma2, gemma3_text, gpt_oss)");
+               "' has no Hugging Face class in attn (llama, mistral, mixtral, qwen2, qwen2_moe, "
+               "qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gpt_oss)");
 }
 
 json null_if_zero(double v) { return v == 0 ? json(nullptr) : json(v); }
@@ -93,7 +95,11 @@ std::map<std::string, std::string> effective(const DecoderConfig& c) {
       put("moe_intermediate_size",
           c.moe_intermediate_size > 0 ? c.moe_intermediate_size : c.intermediate_size);
       put("norm_topk_prob", c.norm_topk_prob);
+      put("shared_expert_intermediate_size", c.shared_expert_intermediate_size);
     }
+    std::vector<bool> sparse;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) sparse.push_back(c.is_sparse(l));
+    put("sparse_layers", sparse);
   }
   return f;
 }
@@ -136,18 +142,27 @@ std::string decoder_config_to_hf_json(const DecoderConfig& c, Dtype dtype) {
     j["hidden_activation"] = act;
   else
     j["hidden_act"] = act;
-  if (type != "qwen2" && type != "mistral")  // q, k, v and o (qwen2: q, k, v; mistral: none)
+  // q, k, v and o (qwen2, qwen2_moe: q, k, v; mistral, mixtral: none)
+  if (type == "qwen2_moe")
+    j["qkv_bias"] = c.qkv_bias;
+  else if (type != "qwen2" && type != "mistral" && type != "mixtral")
     j["attention_bias"] = c.qkv_bias;
   if (type == "llama") j["mlp_bias"] = c.mlp_bias;
-  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") j["use_sliding_window"] = false;
-  if (type == "qwen3_moe") {
+  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe")
+    j["use_sliding_window"] = false;
+  if (type == "qwen3_moe" || type == "qwen2_moe") {
     j["num_experts"] = c.num_local_experts;
     j["num_experts_per_tok"] = c.num_experts_per_tok;
     j["moe_intermediate_size"] =
         c.moe_intermediate_size > 0 ? c.moe_intermediate_size : c.intermediate_size;
     j["norm_topk_prob"] = c.norm_topk_prob;
-    j["decoder_sparse_step"] = 1;
-    j["mlp_only_layers"] = json::array();
+    j["decoder_sparse_step"] = c.decoder_sparse_step;
+    j["mlp_only_layers"] = c.mlp_only_layers;
+  }
+  if (type == "qwen2_moe") j["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+  if (type == "mixtral") {
+    j["num_local_experts"] = c.num_local_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
   }
   if (type == "gemma2" || type == "gemma3_text") {
     j["query_pre_attn_scalar"] =
@@ -157,7 +172,8 @@ std::string decoder_config_to_hf_json(const DecoderConfig& c, Dtype dtype) {
   }
   if (type == "gemma3_text")
     j["rope_local_base_freq"] = c.rope_local_base_freq > 0 ? c.rope_local_base_freq : c.rope_theta;
-  if (type == "mistral")  // every layer or none slides (a mixture is lost, and refused below)
+  // every layer or none slides (a mixture is lost, and refused below)
+  if (type == "mistral" || type == "mixtral")
     j["sliding_window"] = c.is_sliding(0) ? json(c.sliding_window) : json(nullptr);
   if (type == "gemma2" || type == "gemma3_text" || type == "gpt_oss") {
     j["sliding_window"] = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
@@ -201,7 +217,10 @@ void save_hf_decoder(const Decoder& model, const std::string& dir) {
                  ec ? ": " + ec.message() : std::string());
   // Each file written whole or not at all; the weights first, so that a directory with the new
   // config.json has the new weights.
-  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), params, {{"format", "pt"}});
+  NamedTensors named;
+  for (const auto& [name, t] : params)
+    named.emplace_back(hf_parameter_name(model.config().model_type, name), t);
+  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), named, {{"format", "pt"}});
   io::write_file_atomic((fs::path(dir) / "config.json").string(), config);
 }
 

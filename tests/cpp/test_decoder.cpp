@@ -1,7 +1,8 @@
 // attn::nn::Decoder against a naive forward written here in double from the families' published
 // definitions (explicit scores, masks and softmax; RoPE angles in double), for configurations of
 // every family, Qwen3's QK-norm, Gemma 3's sliding pattern, local RoPE base and linear RoPE
-// scaling, and gpt-oss's sinks, yarn RoPE and mixture of experts included (the comparison with
+// scaling, gpt-oss's sinks, yarn RoPE and mixture of experts, and Mixtral's and Qwen2-MoE's
+// mixtures (a shared expert, dense layers among sparse ones) included (the comparison with
 // transformers itself, for the families its test version has, is
 // tests/python/test_decoder_vs_transformers.py). Also: the key/value cache gives the full forward's
 // logits token by token, greedy generation with stop tokens, config.json parsing per family, and
@@ -208,17 +209,52 @@ Vec naive_forward(const Decoder& m, const std::vector<int64_t>& ids) {
       x = add(x, mo);
       continue;
     }
-    Vec gate = linear(h2, T, *L.mlp->gate_proj);
-    const Vec up = linear(h2, T, *L.mlp->up_proj);
-    for (std::size_t i = 0; i < gate.size(); ++i) {
-      const double z = gate[i];
-      const double act =
-          c.hidden_act == "silu"
-              ? z / (1.0 + std::exp(-z))
-              : 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z)));
-      gate[i] = act * up[i];
+    // A SwiGLU (or GELU-tanh gated) MLP of rows (n, C).
+    auto mlp = [&](const attn::nn::DecoderMLP& M, const Vec& rows, int64_t n) {
+      Vec gate = linear(rows, n, *M.gate_proj);
+      const Vec up = linear(rows, n, *M.up_proj);
+      for (std::size_t i = 0; i < gate.size(); ++i) {
+        const double z = gate[i];
+        const double act =
+            c.hidden_act == "silu"
+                ? z / (1.0 + std::exp(-z))
+                : 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z)));
+        gate[i] = act * up[i];
+      }
+      return linear(gate, n, *M.down_proj);
+    };
+    if (L.sparse_moe) {  // the top-k of the softmax over every expert (renormalised or not),
+                         // each chosen expert's MLP times its weight; a gated shared expert
+      const auto& S = *L.sparse_moe;
+      const Vec router = linear(h2, T, *S.gate);
+      const int64_t NE = c.num_local_experts, K = c.num_experts_per_tok;
+      Vec mo(std::size_t(T * C), 0.0);
+      for (int64_t t = 0; t < T; ++t) {
+        const Vec row(h2.begin() + t * C, h2.begin() + (t + 1) * C);
+        const double* lg = &router[std::size_t(t * NE)];
+        std::vector<int64_t> order(static_cast<std::size_t>(NE));
+        for (int64_t e = 0; e < NE; ++e) order[std::size_t(e)] = e;
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return lg[a] > lg[b]; });
+        double z = 0, z_top = 0;
+        for (int64_t e = 0; e < NE; ++e) z += std::exp(lg[e] - lg[order[0]]);
+        for (int64_t j = 0; j < K; ++j) z_top += std::exp(lg[order[std::size_t(j)]] - lg[order[0]]);
+        for (int64_t j = 0; j < K; ++j) {
+          const int64_t e = order[std::size_t(j)];
+          const double w = std::exp(lg[e] - lg[order[0]]) / (c.norm_topk_prob ? z_top : z);
+          const Vec y = mlp(*S.experts[std::size_t(e)], row, 1);
+          for (int64_t o = 0; o < C; ++o) mo[std::size_t(t * C + o)] += w * y[std::size_t(o)];
+        }
+        if (S.shared_expert) {
+          const double g = linear(row, 1, *S.shared_expert_gate)[0];
+          const Vec y = mlp(*S.shared_expert, row, 1);
+          for (int64_t o = 0; o < C; ++o)
+            mo[std::size_t(t * C + o)] += y[std::size_t(o)] / (1.0 + std::exp(-g));
+        }
+      }
+      x = add(x, mo);
+      continue;
     }
-    Vec mo = linear(gate, T, *L.mlp->down_proj);
+    Vec mo = mlp(*L.mlp, h2, T);
     if (L.post_feedforward_layernorm) mo = rms(mo, *L.post_feedforward_layernorm);
     x = add(x, mo);
   }
@@ -260,6 +296,14 @@ DecoderConfig small(const std::string& family) {
     c.num_local_experts = 5, c.num_experts_per_tok = 2, c.intermediate_size = 24;
     c.rope_type = "yarn", c.rope_factor = 4, c.rope_original_max_position_embeddings = 8;
     c.rope_truncate = false, c.rope_theta = 150000;
+  } else if (family == "mixtral") {  // every layer slides; 4 experts, 2 per token, renormalised
+    c.sliding_window = 4, c.sliding_layers = {true, true, true}, c.rope_theta = 1e6;
+    c.num_local_experts = 4, c.num_experts_per_tok = 2, c.moe_type = "qwen3_moe";
+    c.norm_topk_prob = true;
+  } else if (family == "qwen2_moe") {  // layer 1 dense; 5 experts of 16, top 3; a shared expert
+    c.qkv_bias = true, c.num_local_experts = 5, c.num_experts_per_tok = 3;
+    c.moe_type = "qwen3_moe", c.moe_intermediate_size = 16;
+    c.shared_expert_intermediate_size = 24, c.mlp_only_layers = {1};
   } else if (family == "llama3") {
     c.rope_type = "llama3", c.rope_factor = 8, c.rope_original_max_position_embeddings = 8;
     c.rope_theta = 5e5, c.qkv_bias = c.o_bias = c.mlp_bias = true;
@@ -376,6 +420,7 @@ DecoderConfig one_layer(const std::string& family) {
   DecoderConfig c = small(family);
   c.num_hidden_layers = 1;
   if (!c.sliding_layers.empty()) c.sliding_layers.resize(1);
+  c.mlp_only_layers.clear();
   return c;
 }
 
@@ -451,7 +496,7 @@ TEST(HfDecoderConfig, WhatAFamilyCannotSayIsRefusedBeforeAnythingIsWritten) {
 
 INSTANTIATE_TEST_SUITE_P(Decoder, Families,
                          ::testing::Values("llama", "llama3", "qwen3", "gemma2", "gemma3",
-                                           "gpt_oss"));
+                                           "gpt_oss", "mixtral", "qwen2_moe"));
 
 TEST(Decoder, GreedyGenerationFollowsTheArgmaxAndStops) {
   const auto m = random_model(small("qwen3"), 13);
@@ -537,6 +582,59 @@ TEST(Decoder, BadConfigsAndInputsAreRefused) {
   Decoder::GenerateOptions o;
   o.temperature = -1;
   EXPECT_ERROR_HAS(m->generate(id_tensor({1}), o), "temperature");
+}
+
+TEST(HfDecoderConfig, MixtralAndQwen2MoeMixturesAndTheirCheckpointNames) {
+  using attn::nn::decoder_config_from_hf_json;
+  using attn::nn::hf_parameter_name;
+  const DecoderConfig mx = decoder_config_from_hf_json(
+      R"({"model_type": "mixtral", "num_hidden_layers": 2, "sliding_window": 64,
+          "router_jitter_noise": 0.0, "router_aux_loss_coef": 0.02})");
+  EXPECT_EQ(mx.num_local_experts, 8);
+  EXPECT_EQ(mx.num_experts_per_tok, 2);
+  EXPECT_EQ(mx.moe_type, "qwen3_moe");
+  EXPECT_TRUE(mx.norm_topk_prob);
+  EXPECT_EQ(mx.sliding_layers, (std::vector<bool>{true, true}));
+  EXPECT_TRUE(mx.is_sparse(0) && mx.is_sparse(1));
+  EXPECT_EQ(hf_parameter_name("mixtral", "model.layers.3.mlp.experts.7.gate_proj.weight"),
+            "model.layers.3.block_sparse_moe.experts.7.w1.weight");
+  EXPECT_EQ(hf_parameter_name("mixtral", "model.layers.3.mlp.experts.17.up_proj.weight"),
+            "model.layers.3.block_sparse_moe.experts.17.w3.weight");
+  EXPECT_EQ(hf_parameter_name("mixtral", "model.layers.0.mlp.experts.0.down_proj.weight"),
+            "model.layers.0.block_sparse_moe.experts.0.w2.weight");
+  EXPECT_EQ(hf_parameter_name("mixtral", "model.layers.0.mlp.gate.weight"),
+            "model.layers.0.block_sparse_moe.gate.weight");
+  EXPECT_EQ(hf_parameter_name("mixtral", "model.norm.weight"), "model.norm.weight");
+  EXPECT_EQ(hf_parameter_name("qwen2_moe", "model.layers.0.mlp.gate.weight"),
+            "model.layers.0.mlp.gate.weight");
+  EXPECT_ERROR_HAS(decoder_config_from_hf_json(R"({"model_type": "mixtral",
+                                                   "router_jitter_noise": 0.1})"),
+                   "router_jitter_noise 0.1 is not supported");
+  const DecoderConfig q2 = decoder_config_from_hf_json(
+      R"({"model_type": "qwen2_moe", "num_hidden_layers": 6, "decoder_sparse_step": 2,
+          "mlp_only_layers": [3], "num_experts": 4, "qkv_bias": true})");
+  EXPECT_EQ(q2.num_local_experts, 4);
+  EXPECT_EQ(q2.shared_expert_intermediate_size, 5632);
+  EXPECT_EQ(q2.moe_intermediate_size, 1408);
+  EXPECT_TRUE(q2.qkv_bias);
+  std::vector<bool> sparse;
+  for (int64_t l = 0; l < 6; ++l) sparse.push_back(q2.is_sparse(l));
+  EXPECT_EQ(sparse, (std::vector<bool>{false, true, false, false, false, true}));
+  EXPECT_ERROR_HAS(decoder_config_from_hf_json(R"({"model_type": "qwen2_moe",
+                                                   "num_hidden_layers": 2,
+                                                   "mlp_only_layers": [2]})"),
+                   "mlp_only_layers must name layers in [0, 2), got 2");
+  EXPECT_ERROR_HAS(decoder_config_from_hf_json(R"({"model_type": "qwen2_moe",
+                                                   "decoder_sparse_step": 0})"),
+                   "decoder_sparse_step must be >= 1, got 0");
+  EXPECT_ERROR_HAS(decoder_config_from_hf_json(R"({"model_type": "qwen2_moe",
+                                                   "mlp_only_layers": ["1"]})"),
+                   "mlp_only_layers must be a list of layers");
+  DecoderConfig c = small("gpt_oss");
+  c.shared_expert_intermediate_size = 8;
+  EXPECT_ERROR_HAS(Decoder d(c),
+                   "a shared expert (shared_expert_intermediate_size 8) needs "
+                   "moe_type 'qwen3_moe', got 'gpt_oss'");
 }
 
 TEST(HfDecoderConfig, EachFamilysFieldsAndDefaults) {

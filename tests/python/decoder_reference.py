@@ -21,7 +21,9 @@ import transformers as T
 
 CLASSES = {"llama": (T.LlamaConfig, T.LlamaForCausalLM), "qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM),
            "gemma": (T.GemmaConfig, T.GemmaForCausalLM),
-           "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM)}
+           "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM),
+           "mixtral": (T.MixtralConfig, T.MixtralForCausalLM),
+           "qwen2_moe": (T.Qwen2MoeConfig, T.Qwen2MoeForCausalLM)}
 
 
 def model(kind, config_json, out_dir, seed, *flags):

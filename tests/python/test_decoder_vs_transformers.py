@@ -1,8 +1,9 @@
 """attn.nn.Decoder.from_pretrained against Hugging Face transformers (PyPI 4.44, in .venv-test
 over Debian's torch 1.13) on checkpoints that transformers writes in the test with random weights
 (tests/python/decoder_reference.py): Llama 3 (GQA, llama3 RoPE scaling, tied and untied), Qwen2
-(q/k/v biases), Gemma (x * (1 + w) norms, scaled embeddings, GELU-tanh) and Gemma 2 (sliding and
-global layers, attention and final softcaps, sandwich norms, query_pre_attn_scalar).
+(q/k/v biases), Gemma (x * (1 + w) norms, scaled embeddings, GELU-tanh), Gemma 2 (sliding and
+global layers, attention and final softcaps, sandwich norms, query_pre_attn_scalar), Mixtral and
+Qwen2-MoE (mixtures of experts; Qwen2-MoE's shared expert and dense layers).
 
 Logits: attn's float32 error against transformers' model run in float64 is at most 4x
 transformers' own float32 error (plus a few ulps of the logits' scale). Greedy generations equal
@@ -39,6 +40,13 @@ CONFIGS = {
     "gemma2": ("gemma2", dict(SMALL, head_dim=16, num_hidden_layers=4, sliding_window=8,
                               query_pre_attn_scalar=20, attn_logit_softcapping=5.0,
                               final_logit_softcapping=3.0)),
+    # Mixtral (block_sparse_moe.experts.E.w1/w2/w3 in the file): 5 experts, 2 per token.
+    "mixtral": ("mixtral", dict(SMALL, intermediate_size=40, num_local_experts=5,
+                                num_experts_per_tok=2, sliding_window=None)),
+    # Qwen2-MoE: 6 routed experts (top 3), a gated shared expert, layer 1 dense.
+    "qwen2_moe": ("qwen2_moe", dict(SMALL, moe_intermediate_size=24,
+                                    shared_expert_intermediate_size=40, num_experts=6,
+                                    num_experts_per_tok=3, mlp_only_layers=[1])),
 }
 IDS = [[1, 5, 9, 33, 2, 7, 70, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20],
        [96, 0, 44, 44, 44, 12, 3, 3, 81, 60, 59, 58, 2, 1, 0, 9, 9, 9, 9, 9, 30, 31, 32, 33, 34]]

@@ -1,5 +1,6 @@
 """attn.nn.Decoder.from_pretrained against transformers 5 (PyPI, over torch 2.x) in the same
 process: the families the suite's transformers 4.44 lacks, Qwen3 (QK-norm, a head_dim of its own),
+Qwen3-MoE, Mixtral and Qwen2-MoE (mixtures of SwiGLU experts, Qwen2-MoE's shared expert),
 Gemma 3 (sliding and global layers with their own RoPE bases, QK-norm, sandwich norms,
 query_pre_attn_scalar) and gpt-oss (attention sinks, alternating windows, q/k/v/o biases, yarn
 RoPE, a mixture of experts with top-k routing and the clamped SwiGLU; transformers' eager experts
@@ -66,6 +67,21 @@ CONFIGS = {
     "qwen3_moe": (T.Qwen3MoeConfig, T.Qwen3MoeForCausalLM,
                   dict(SMALL, head_dim=16, moe_intermediate_size=24, num_experts=6,
                        num_experts_per_tok=2, norm_topk_prob=True, rope_theta=1e6)),
+    # Qwen3-MoE with dense layers: decoder_sparse_step 2 and mlp_only_layers leave layer 1 sparse.
+    "qwen3_moe_dense": (T.Qwen3MoeConfig, T.Qwen3MoeForCausalLM,
+                        dict(SMALL, num_hidden_layers=4, head_dim=16, moe_intermediate_size=24,
+                             num_experts=4, num_experts_per_tok=2, decoder_sparse_step=2,
+                             mlp_only_layers=[3])),
+    # Mixtral: 5 experts of intermediate_size, 2 per token (always renormalised); every layer
+    # slides with a window of 8; checkpoints name them block_sparse_moe.experts.E.w1/w2/w3.
+    "mixtral": (T.MixtralConfig, T.MixtralForCausalLM,
+                dict(SMALL, head_dim=16, intermediate_size=40, num_local_experts=5,
+                     num_experts_per_tok=2, sliding_window=8)),
+    # Qwen2-MoE: q/k/v biases, 6 routed experts of width 24 (top 3, not renormalised) and a
+    # shared expert of width 40 behind its sigmoid gate; layer 1 dense (mlp_only_layers).
+    "qwen2_moe": (T.Qwen2MoeConfig, T.Qwen2MoeForCausalLM,
+                  dict(SMALL, moe_intermediate_size=24, shared_expert_intermediate_size=40,
+                       num_experts=6, num_experts_per_tok=3, mlp_only_layers=[1])),
     "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM,
                dict(SMALL, head_dim=16, num_hidden_layers=4, sliding_window=8,
                     query_pre_attn_scalar=20, attn_logit_softcapping=5.0,
@@ -89,7 +105,8 @@ def save(name, d, seed=0, dtype=torch.float32):
 
 def load(d, dtype):
     # Experts: transformers' per-expert loop (its grouped_mm default has no float64 kernel).
-    extra = dict(experts_implementation="eager") if "gpt_oss" in str(d) or "moe" in str(d) else {}
+    extra = dict(experts_implementation="eager") if any(
+        k in str(d) for k in ("gpt_oss", "moe", "mixtral")) else {}
     return T.AutoModelForCausalLM.from_pretrained(str(d), dtype=dtype, attn_implementation="eager",
                                                   **extra).eval()
 
@@ -148,7 +165,7 @@ def test_logits_match_transformers(checkpoints, name):
 
 
 @pytest.mark.parametrize("name", ["qwen3", "gemma3", "gemma3_types", "gpt_oss", "qwen3_moe",
-                                  "mistral"])
+                                  "mistral", "mixtral", "qwen2_moe"])
 def test_greedy_generation_matches_transformers(checkpoints, name):
     # generate(do_sample=False)'s rule by hand (argmax of the full forward at each step): attn
     # decodes through its key/value cache, past Gemma 3's window of 8.
@@ -159,7 +176,8 @@ def test_greedy_generation_matches_transformers(checkpoints, name):
     assert ours == greedy_continuation(m, ids, 20)
 
 
-@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gpt_oss", "qwen3_moe"])
+@pytest.mark.parametrize("name", ["qwen3", "gemma3", "gpt_oss", "qwen3_moe", "mixtral",
+                                  "qwen2_moe"])
 def test_bf16_checkpoints_are_as_close_as_transformers_bf16(name, tmp_path):
     d = save(name, tmp_path / ("bf16_" + name), seed=3, dtype=torch.bfloat16)
     model = attn.nn.Decoder.from_pretrained(d, torch_dtype="auto")
@@ -388,7 +406,12 @@ def test_save_pretrained_refuses_what_the_family_cannot_say(tmp_path):
     cases = [(dict(model_type="llama", qk_norm=True), "qk_norm true (written as false)"),
              (dict(model_type="qwen2", qkv_bias=False), "qkv_bias false (written as true)"),
              (dict(model_type="llama", qkv_bias=True), "o_bias false (written as true)"),
-             (dict(model_type="mixtral"), "model_type 'mixtral' has no Hugging Face class")]
+             (dict(model_type="phi3"), "model_type 'phi3' has no Hugging Face class"),
+             (dict(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2,
+                   moe_type="qwen3_moe"), "norm_topk_prob false (written as true)"),
+             (dict(model_type="qwen3_moe", num_local_experts=4, num_experts_per_tok=2,
+                   moe_type="qwen3_moe", shared_expert_intermediate_size=8),
+              "shared_expert_intermediate_size 8 (written as 0)")]
     for config, words in cases:
         model = attn.nn.Decoder(vocab_size=16, hidden_size=16, intermediate_size=16,
                                 num_hidden_layers=1, num_attention_heads=2,
@@ -455,8 +478,9 @@ def test_bad_gemma3_multimodal_configs_are_refused(gemma3_multimodal, tmp_path, 
 
 
 @pytest.mark.parametrize("edit, words", [
-    (lambda c: c.update(decoder_sparse_step=2), ["decoder_sparse_step other than 1"]),
-    (lambda c: c.update(mlp_only_layers=[1]), ["mlp_only_layers [1] is not supported"]),
+    (lambda c: c.update(decoder_sparse_step=0), ["decoder_sparse_step must be >= 1, got 0"]),
+    (lambda c: c.update(mlp_only_layers=[5]), ["mlp_only_layers must name layers in [0, 3)"]),
+    (lambda c: c.update(mlp_only_layers=1), ["mlp_only_layers must be a list of layers"]),
     (lambda c: c.update(output_router_logits=True), ["output_router_logits"]),
     (lambda c: c.update(num_experts_per_tok=9), ["num_experts_per_tok must be in [1,"]),
     (lambda c: c.update(shared_expert_intermediate_size=8), ["shared_expert_intermediate_size"]),
@@ -483,9 +507,53 @@ def test_qwen3_moe_reads_the_released_field_names(checkpoints):
          getattr(ref, "head_dim", None) or 0, ref.num_key_value_heads, ref.norm_topk_prob)
 
 
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c.update(router_jitter_noise=0.1), ["router_jitter_noise 0.1 is not supported"]),
+    (lambda c: c.update(num_experts=4), ["would be ignored): num_experts"]),
+    (lambda c: c.update(attention_bias=True), ["would be ignored): attention_bias"]),
+])
+def test_bad_mixtral_configs_are_refused(checkpoints, tmp_path, edit, words):
+    message = refusal(checkpoints["mixtral"], tmp_path, edit)
+    for w in words:
+        assert w in message, message
+
+
+def test_mixtral_and_qwen2_moe_checkpoints_keep_their_names_and_layers(checkpoints, tmp_path):
+    # attn's parameters are mlp.gate / mlp.experts.E.gate_proj ...; Mixtral's files say
+    # block_sparse_moe.gate / .experts.E.w1 (gate), w3 (up), w2 (down): each read from its name.
+    from safetensors.numpy import load_file
+    model = attn.nn.Decoder.from_pretrained(checkpoints["mixtral"])
+    params = dict(model.named_parameters())
+    stored = load_file(str(checkpoints["mixtral"] / "model.safetensors"))
+    for ours, theirs in [("mlp.gate.weight", "block_sparse_moe.gate.weight"),
+                         ("mlp.experts.3.gate_proj.weight", "block_sparse_moe.experts.3.w1.weight"),
+                         ("mlp.experts.3.up_proj.weight", "block_sparse_moe.experts.3.w3.weight"),
+                         ("mlp.experts.3.down_proj.weight", "block_sparse_moe.experts.3.w2.weight")]:
+        assert np.array_equal(params["model.layers.2." + ours].numpy(),
+                              stored["model.layers.2." + theirs]), ours
+    assert model.config["norm_topk_prob"] and all(model.config["sliding_layers"])
+    # a Mixtral file missing an expert's tensor: refused, naming it
+    bad = tmp_path / "mixtral_missing"
+    bad.mkdir()
+    (bad / "config.json").write_text((checkpoints["mixtral"] / "config.json").read_text())
+    from safetensors.numpy import save_file
+    save_file({k: v for k, v in stored.items() if "layers.1.block_sparse_moe.experts.4.w3" not in k},
+              str(bad / "model.safetensors"))
+    with pytest.raises(ValueError) as e:
+        attn.nn.Decoder.from_pretrained(bad)
+    assert "model.layers.1.mlp.experts.4.up_proj.weight" in str(e.value), str(e.value)
+    # Qwen2-MoE: layer 1 is a dense MLP of intermediate_size, the others mixtures with a shared
+    # expert and its gate.
+    q = dict(attn.nn.Decoder.from_pretrained(checkpoints["qwen2_moe"]).named_parameters())
+    assert tuple(q["model.layers.1.mlp.gate_proj.weight"].shape) == (96, 64)
+    assert tuple(q["model.layers.0.mlp.shared_expert.up_proj.weight"].shape) == (40, 64)
+    assert tuple(q["model.layers.2.mlp.shared_expert_gate.weight"].shape) == (1, 64)
+    assert "model.layers.1.mlp.gate.weight" not in q
+
+
 @pytest.mark.parametrize("model_type, cls", [
     ("llama", "LlamaConfig"), ("mistral", "MistralConfig"), ("qwen2", "Qwen2Config"),
-    ("qwen3", "Qwen3Config"),
+    ("qwen3", "Qwen3Config"), ("mixtral", "MixtralConfig"), ("qwen2_moe", "Qwen2MoeConfig"),
     ("qwen3_moe", "Qwen3MoeConfig"), ("gemma", "GemmaConfig"), ("gemma3_text", "Gemma3TextConfig"),
     ("gpt_oss", "GptOssConfig")])
 def test_fields_a_config_leaves_out_take_transformers_defaults(model_type, cls):

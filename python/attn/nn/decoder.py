@@ -1,6 +1,6 @@
-"""attn.nn.Decoder: the decoder of today's model families (Llama 3, Qwen2/3, Gemma 1/2/3,
-gpt-oss) over the C++ model (include/attn/decoder.h), loaded from a Hugging Face directory with
-from_pretrained (include/attn/hf_decoder.h).
+"""attn.nn.Decoder: the decoder of today's model families (Llama 3, Mistral, Mixtral, Qwen2/3,
+Qwen2/3-MoE, Gemma 1/2/3, gpt-oss) over the C++ model (include/attn/decoder.h), loaded from a
+Hugging Face directory with from_pretrained (include/attn/hf_decoder.h).
 
     model = attn.nn.Decoder.from_pretrained("path/to/dir")   # config.json + safetensors
     logits = model(input_ids)                                # (B, T, vocab), float32
@@ -27,7 +27,8 @@ _CONFIG_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size"
                   "rope_original_max_position_embeddings", "rope_beta_fast", "rope_beta_slow",
                   "rope_attention_factor", "rope_truncate", "attention_sinks", "norm_in_float32",
                   "num_local_experts", "num_experts_per_tok", "swiglu_alpha", "swiglu_limit",
-                  "moe_type", "moe_intermediate_size", "norm_topk_prob")
+                  "moe_type", "moe_intermediate_size", "norm_topk_prob",
+                  "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers")
 
 
 def _checkpoint_dtype(path):
@@ -63,9 +64,9 @@ class Decoder(Module):
 
     @classmethod
     def from_pretrained(cls, path, torch_dtype=None, dtype=None):
-        """A Hugging Face checkpoint directory of a llama, mistral, qwen2, qwen3, qwen3_moe,
-        gemma, gemma2, gemma3_text (or gemma3: its language model) or gpt_oss model
-        (config.json with model.safetensors or a sharded model.safetensors.index.json), in
+        """A Hugging Face checkpoint directory of a llama, mistral, mixtral, qwen2, qwen2_moe,
+        qwen3, qwen3_moe, gemma, gemma2, gemma3_text (or gemma3: its language model) or gpt_oss
+        model (config.json with model.safetensors or a sharded model.safetensors.index.json), in
         evaluation mode. torch_dtype (transformers 4's name)
         or dtype (transformers 5's): float32 (the default), bfloat16 or float16 - the model
         keeps its weights and computes in it, weights stored in it memory-mapped from the file -
