@@ -183,3 +183,15 @@ def test_gptoss_style_decoder_with_sinks_and_experts(tmp_path):
     t = run(stage(tmp_path, "gptoss_tiny.py", False), ["gptoss_tiny.py", DATA], False)
     a = run(stage(tmp_path, "gptoss_tiny.py", True), ["gptoss_tiny.py", DATA], True)
     compare(t, a, loss_tol(3))
+
+
+def test_mixtral_and_qwen3_moe_style_decoder_with_complex_rope_and_routed_experts(tmp_path):
+    """Complex RoPE (polar, view_as_complex / view_as_real), QK-norm, repeat_interleave GQA, and
+    experts routed as Mistral's reference does (where(selected == e), results[rows] += ...) and as
+    transformers' Qwen3-MoE does (one_hot masks, where, index_add_), with a bincount
+    load-balancing loss in the trained loss and a bincount of the routes printed."""
+    t = run(stage(tmp_path, "moe_tiny.py", False), ["moe_tiny.py", DATA], False)
+    a = run(stage(tmp_path, "moe_tiny.py", True), ["moe_tiny.py", DATA], True)
+    assert t[-1].startswith("tokens per expert:") and len(t) == 6
+    # The counts may differ by a route that a last-bit difference flips (a near tie of logits).
+    compare(t, a, lambda i, line: 1 if line.startswith("tokens") else loss_tol(3)(i, line))
