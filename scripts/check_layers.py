@@ -56,7 +56,7 @@ PUBLIC = {
     "attention.h": "ops", "flex.h": "ops", "io.h": "io", "torch_format.h": "io", "nn.h": "nn", "gpt.h": "nn",
     "hf_gpt2.h": "nn", "decoder.h": "nn", "hf_decoder.h": "nn", "optim.h": "optim", "lr_scheduler.h": "optim", "data.h": "data",
     "bpe.h": "data", "tokenizer.h": "data", "chat_template.h": "data", "plot.h": "plot", "distributed.h": "distributed", "train.h": "train",
-    "kv_cache.h": "nn",
+    "kv_cache.h": "nn", "mxfp4.h": "ops",
     "attn.h": None,  # the umbrella header: for programs, never included by the library
 }
 

@@ -7,6 +7,7 @@
 #include <attn/device.h>
 #include <attn/flex.h>
 #include <attn/kv_cache.h>
+#include <attn/mxfp4.h>
 #include <attn/nn.h>
 #include <attn/ops.h>
 #include <attn/print.h>

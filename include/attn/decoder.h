@@ -26,6 +26,7 @@
 // state_dict of a checkpoint loads as it is (include/attn/hf_decoder.h). float32.
 #pragma once
 
+#include <attn/mxfp4.h>
 #include <attn/nn.h>
 
 #include <cstdint>
@@ -83,6 +84,10 @@ struct DecoderConfig {
   int64_t num_experts_per_tok = 0;  // top-k experts per token, weighted by the softmax of their
                                     // router logits
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // the experts' clamped SwiGLU
+  // gpt_oss: the experts' matrices kept in MXFP4 (DecoderExperts::gate_up_mxfp4, down_mxfp4; as
+  // released, 4.25 bits a weight), not as the parameters gate_up_proj and down_proj. They are
+  // constants: no gradient reaches them, and Module::to leaves them as they are.
+  bool mxfp4_experts = false;
   // ---- the mixture's kind: "gpt_oss" (above: DecoderMoE) or "qwen3_moe" (DecoderSparseMoE: the
   // router mlp.gate without bias, the softmax over every expert in float32, the top
   // num_experts_per_tok, renormalised to sum to 1 when norm_topk_prob; each expert a SwiGLU MLP
@@ -154,12 +159,20 @@ class DecoderMLP : public Module {
 
 // The experts of a mixture (gpt-oss's layout, stored as transformers stores it): per expert e,
 // gate_up_proj[e] (hidden, 2 intermediate) whose even columns are the gate and odd ones the up
-// projection, down_proj[e] (intermediate, hidden), each with its bias.
+// projection, down_proj[e] (intermediate, hidden), each with its bias. With
+// DecoderConfig::mxfp4_experts the two matrices are gate_up_mxfp4 (E matrices (2 intermediate,
+// hidden): gate_up_proj[e] transposed) and down_mxfp4 (E of (hidden, intermediate)) instead,
+// all zero until loaded; the biases stay parameters.
 class DecoderExperts : public Module {
  public:
   explicit DecoderExperts(const DecoderConfig& c);
   std::string name() const override { return "Experts"; }
+  // x (n, hidden) through expert e's first matrix: (n, 2 intermediate), with its bias.
+  Tensor gate_up(const Tensor& x, int64_t e) const;
+  // a (n, intermediate) through expert e's second matrix: (n, hidden), with its bias.
+  Tensor down(const Tensor& a, int64_t e) const;
   Tensor gate_up_proj, gate_up_proj_bias, down_proj, down_proj_bias;
+  Mxfp4Matrices gate_up_mxfp4, down_mxfp4;
 };
 
 // A mixture of experts: the router's logits (Linear with bias), the top num_experts_per_tok of

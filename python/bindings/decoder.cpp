@@ -63,7 +63,8 @@ void register_decoder(py::module_& m) {
       .def_readwrite("shared_expert_intermediate_size",
                      &nn::DecoderConfig::shared_expert_intermediate_size)
       .def_readwrite("decoder_sparse_step", &nn::DecoderConfig::decoder_sparse_step)
-      .def_readwrite("mlp_only_layers", &nn::DecoderConfig::mlp_only_layers);
+      .def_readwrite("mlp_only_layers", &nn::DecoderConfig::mlp_only_layers)
+      .def_readwrite("mxfp4_experts", &nn::DecoderConfig::mxfp4_experts);
   py::class_<nn::Decoder, std::shared_ptr<nn::Decoder>>(d, "Decoder")
       .def(py::init([](const nn::DecoderConfig& c, const py::object& g) {
              Generator* gen = gen_arg(g);
@@ -134,8 +135,11 @@ void register_decoder(py::module_& m) {
       py::arg("top_p") = 1.0, py::arg("min_p") = 0.0, py::arg("repetition_penalty") = 1.0);
   d.def(
       "load_hf",
-      [](const std::string& dir, Dtype dtype) { return nn::load_hf_decoder(dir, dtype); },
-      release(), py::arg("dir"), py::arg("dtype") = Dtype::Float32);
+      [](const std::string& dir, Dtype dtype, bool dequantize_mxfp4) {
+        return nn::load_hf_decoder(dir, dtype, dequantize_mxfp4);
+      },
+      release(), py::arg("dir"), py::arg("dtype") = Dtype::Float32,
+      py::arg("dequantize_mxfp4") = false);
   d.def("config_from_hf_json", &nn::decoder_config_from_hf_json, py::arg("json"),
         py::arg("what") = "config.json");
   d.def("config_to_hf_json", &nn::decoder_config_to_hf_json, py::arg("config"),

@@ -85,6 +85,13 @@ void DecoderConfig::validate(const char* fn) const {
   if (shared_expert_intermediate_size > 0 && num_local_experts > 0 && moe_type != "qwen3_moe")
     fail(fn, "a shared expert (shared_expert_intermediate_size ", shared_expert_intermediate_size,
          ") needs moe_type 'qwen3_moe', got '", moe_type, "'");
+  if (mxfp4_experts && (num_local_experts < 1 || moe_type != "gpt_oss" || hidden_size % 32 != 0 ||
+                        intermediate_size % 32 != 0))
+    fail(fn,
+         "mxfp4_experts needs gpt_oss experts (num_local_experts >= 1, moe_type 'gpt_oss') whose "
+         "hidden_size and intermediate_size are multiples of 32, got ",
+         num_local_experts, " experts of moe_type '", moe_type, "', hidden_size ", hidden_size,
+         ", intermediate_size ", intermediate_size);
   if (moe_intermediate_size < 0)
     fail(fn, "moe_intermediate_size must be >= 0 (0: intermediate_size), got ",
          moe_intermediate_size);
@@ -334,10 +341,27 @@ Tensor DecoderMLP::forward(const Tensor& x) const {
 
 DecoderExperts::DecoderExperts(const DecoderConfig& c) {
   const int64_t E = c.num_local_experts, H = c.hidden_size, I = c.intermediate_size;
-  gate_up_proj = register_parameter("gate_up_proj", zeros({E, H, 2 * I}));
+  if (c.mxfp4_experts) {
+    gate_up_mxfp4 = Mxfp4Matrices::zeros(E, 2 * I, H);
+    down_mxfp4 = Mxfp4Matrices::zeros(E, H, I);
+  } else {
+    gate_up_proj = register_parameter("gate_up_proj", zeros({E, H, 2 * I}));
+  }
   gate_up_proj_bias = register_parameter("gate_up_proj_bias", zeros({E, 2 * I}));
-  down_proj = register_parameter("down_proj", zeros({E, I, H}));
+  if (!c.mxfp4_experts) down_proj = register_parameter("down_proj", zeros({E, I, H}));
   down_proj_bias = register_parameter("down_proj_bias", zeros({E, H}));
+}
+
+Tensor DecoderExperts::gate_up(const Tensor& x, int64_t e) const {
+  return (gate_up_mxfp4.defined() ? mxfp4_linear(x, gate_up_mxfp4, e)
+                                  : matmul(x, gate_up_proj.select(0, e))) +
+         gate_up_proj_bias.select(0, e);
+}
+
+Tensor DecoderExperts::down(const Tensor& a, int64_t e) const {
+  return (down_mxfp4.defined() ? mxfp4_linear(a, down_mxfp4, e)
+                               : matmul(a, down_proj.select(0, e))) +
+         down_proj_bias.select(0, e);
 }
 
 DecoderMoE::DecoderMoE(const DecoderConfig& c)
@@ -383,21 +407,20 @@ Tensor mix_experts(const Tensor& flat, const Tensor& chosen, const Tensor& weigh
 }  // namespace
 
 Tensor DecoderMoE::forward(const Tensor& x) const {
-  const int64_t H = x.size(-1), E = router->weight.size(0), I = experts->down_proj.size(1);
+  const int64_t H = x.size(-1), E = router->weight.size(0),
+                I = experts->gate_up_proj_bias.size(1) / 2;
   const Tensor flat = x.reshape({-1, H});
   auto [top, chosen] = topk((*router)(flat), top_k, -1);  // (N, k) each
   const Tensor weights = softmax(top, -1);                // in the model's dtype, as transformers
   return mix_experts(flat, chosen, weights, E,
                      [&](int64_t e, const Tensor& xe) {
-                       const Tensor gu = matmul(xe, experts->gate_up_proj.select(0, e)) +
-                                         experts->gate_up_proj_bias.select(0, e);
+                       const Tensor gu = experts->gate_up(xe, e);
                        // columns 2i (gate) and 2i + 1 (up)
                        const Tensor pairs = gu.view({xe.size(0), I, 2});
                        const Tensor gate = clamp(pairs.select(-1, 0), std::nullopt, Scalar(limit));
                        const Tensor up = clamp(pairs.select(-1, 1), Scalar(-limit), Scalar(limit));
                        const Tensor act = (up + 1.0) * (gate * sigmoid(gate * alpha));
-                       return matmul(act, experts->down_proj.select(0, e)) +
-                              experts->down_proj_bias.select(0, e);
+                       return experts->down(act, e);
                      })
       .view(x.shape());
 }
@@ -503,8 +526,10 @@ Decoder::Decoder(const DecoderConfig& config, Generator* gen) : config_(config) 
     } else {  // gpt-oss's _init_weights: router weight and bias, expert matrices N(0, 0.02)
       init::normal_(l->moe->router->weight, 0.0, 0.02, gen);
       init::normal_(l->moe->router->bias, 0.0, 0.02, gen);
-      init::normal_(l->moe->experts->gate_up_proj, 0.0, 0.02, gen);
-      init::normal_(l->moe->experts->down_proj, 0.0, 0.02, gen);
+      if (!config_.mxfp4_experts) {  // MXFP4 experts stay zero until loaded
+        init::normal_(l->moe->experts->gate_up_proj, 0.0, 0.02, gen);
+        init::normal_(l->moe->experts->down_proj, 0.0, 0.02, gen);
+      }
     }
     if (l->self_attn->sinks.defined()) init::normal_(l->self_attn->sinks, 0.0, 0.02, gen);
   }

@@ -2,6 +2,7 @@
 #include <attn/autograd.h>
 #include <attn/hf_decoder.h>
 #include <attn/io.h>
+#include <attn/mxfp4.h>
 #include <attn/ops.h>
 
 #include <cmath>
@@ -625,83 +626,76 @@ Weights open_weights(const std::string& dir) {
   return w;
 }
 
-// OCP Microscaling FP4 (E2M1): the value of each 4-bit code (sign in the top bit).
-constexpr float kFp4[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                            -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-
-// An experts' weight stored as transformers' MXFP4 pair: NAME_blocks, uint8 (E, R, C / 32, 16),
-// two codes a byte (the low nibble first) for each group of 32 inputs, and NAME_scales, uint8
-// (E, R, C / 32), each group's power of two with a bias of 127 (E8M0). The parameter is the
-// product's (E, C, R): the dequantized (E, R, C), transposed, as transformers' dequantization.
+// An experts' matrix stored as transformers' MXFP4 pair (include/attn/mxfp4.h): NAME_blocks,
+// uint8 (E, R, C / 32, 16), and NAME_scales, uint8 (E, R, C / 32), for the parameter NAME of
+// shape (E, C, R) (the product's layout: the dequantized (E, R, C) transposed, as transformers'
+// dequantization) or, kept in MXFP4, DecoderExperts' E matrices (R, C).
 struct Mxfp4 {
-  std::string blocks, scales;
+  int64_t layer;
+  bool gate_up;  // gate_up_proj, else down_proj
+  std::string name, blocks, scales;
+  int64_t E, R, C;
 };
 
-// The experts' weights that come as MXFP4 pairs, each checked against its parameter's shape; the
-// pairs leave w.shapes and their parameters enter it.
-std::map<std::string, Mxfp4> find_mxfp4(Decoder& model, Weights& w) {
-  std::map<std::string, Mxfp4> out;
-  for (const auto& [name, p] : model.named_parameters()) {
-    if (!name.ends_with(".mlp.experts.gate_up_proj") && !name.ends_with(".mlp.experts.down_proj"))
-      continue;
-    const Mxfp4 mx{name + "_blocks", name + "_scales"};
-    if (w.shapes.count(name) || (!w.shapes.count(mx.blocks) && !w.shapes.count(mx.scales)))
-      continue;
-    for (const std::string* t : {&mx.blocks, &mx.scales}) {
-      const std::string& other = t == &mx.blocks ? mx.scales : mx.blocks;
-      if (!w.shapes.count(*t))
-        bad(w.where.at(other), "has '", other, "' but not '", *t, "' (MXFP4 comes as a pair)");
-      if (!w.files.at(w.where.at(*t)).find(*t)->u8)
-        bad(w.where.at(*t), "'", *t, "' must be U8 (MXFP4), got ",
-            io::SafeTensorsFile::dtype_name(w.files.at(w.where.at(*t)).find(*t)->dtype));
+// The experts' matrices of a gpt_oss config that the checkpoint has as MXFP4 pairs (a matrix
+// stored as a float tensor too is read from that), each pair checked against the config's shape.
+std::vector<Mxfp4> find_mxfp4(const DecoderConfig& c, const Weights& w) {
+  std::vector<Mxfp4> out;
+  if (c.num_local_experts < 1 || c.moe_type != "gpt_oss") return out;
+  const int64_t E = c.num_local_experts, H = c.hidden_size, I = c.intermediate_size;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (const bool gate_up : {true, false}) {
+      const std::string name = "model.layers." + std::to_string(l) + ".mlp.experts." +
+                               (gate_up ? "gate_up_proj" : "down_proj");
+      Mxfp4 mx{l,
+               gate_up,
+               name,
+               name + "_blocks",
+               name + "_scales",
+               E,
+               gate_up ? 2 * I : H,
+               gate_up ? H : I};
+      if (w.shapes.count(name) || (!w.shapes.count(mx.blocks) && !w.shapes.count(mx.scales)))
+        continue;
+      for (const std::string* t : {&mx.blocks, &mx.scales}) {
+        const std::string& other = t == &mx.blocks ? mx.scales : mx.blocks;
+        if (!w.shapes.count(*t))
+          bad(w.where.at(other), "has '", other, "' but not '", *t, "' (MXFP4 comes as a pair)");
+        if (!w.files.at(w.where.at(*t)).find(*t)->u8)
+          bad(w.where.at(*t), "'", *t, "' must be U8 (MXFP4), got ",
+              io::SafeTensorsFile::dtype_name(w.files.at(w.where.at(*t)).find(*t)->dtype));
+      }
+      if (mx.C % 32 != 0)
+        bad(w.where.at(mx.blocks), "'", name, "' has ", mx.C,
+            " inputs, which MXFP4's groups of 32 cannot hold");
+      const Shape want_blocks{E, mx.R, mx.C / 32, 16}, want_scales{E, mx.R, mx.C / 32};
+      if (w.shapes.at(mx.blocks) != want_blocks || w.shapes.at(mx.scales) != want_scales)
+        bad(w.where.at(mx.blocks), "'", mx.blocks, "' ", shape_str(w.shapes.at(mx.blocks)),
+            " and '", mx.scales, "' ", shape_str(w.shapes.at(mx.scales)), " do not fit '", name,
+            "' ", shape_str(Shape{E, mx.C, mx.R}), ": expected ", shape_str(want_blocks), " and ",
+            shape_str(want_scales));
+      out.push_back(mx);
     }
-    const Shape& ps = p.shape();  // (E, C, R)
-    const int64_t E = ps[0], C = ps[1], R = ps[2];
-    if (C % 32 != 0)
-      bad(w.where.at(mx.blocks), "'", name, "' has ", C,
-          " inputs, which MXFP4's groups of 32 cannot hold");
-    const Shape want_blocks{E, R, C / 32, 16}, want_scales{E, R, C / 32};
-    if (w.shapes.at(mx.blocks) != want_blocks || w.shapes.at(mx.scales) != want_scales)
-      bad(w.where.at(mx.blocks), "'", mx.blocks, "' ", shape_str(w.shapes.at(mx.blocks)), " and '",
-          mx.scales, "' ", shape_str(w.shapes.at(mx.scales)), " do not fit '", name, "' ",
-          shape_str(ps), ": expected ", shape_str(want_blocks), " and ", shape_str(want_scales));
-    w.shapes.erase(mx.blocks), w.shapes.erase(mx.scales);
-    w.shapes[name] = ps;
-    out[name] = mx;
-  }
   return out;
 }
 
-// dst (E, C, R) = the MXFP4 pair's values (exact in float32: a code times a power of two; a scale
-// of 255 is NaN, as the MX specification has it), one expert at a time into dst's dtype.
-void read_mxfp4(const Weights& w, const Mxfp4& mx, Tensor& dst) {
-  const std::vector<uint8_t> blocks = w.files.at(w.where.at(mx.blocks)).read_u8(mx.blocks);
-  const std::vector<uint8_t> scales = w.files.at(w.where.at(mx.scales)).read_u8(mx.scales);
-  const int64_t E = dst.size(0), C = dst.size(1), R = dst.size(2), G = C / 32;
-  Tensor expert = attn::empty({C, R});
-  float* out = expert.data_ptr<float>();
+Mxfp4Matrices read_mxfp4(const Weights& w, const Mxfp4& mx) {
+  return Mxfp4Matrices(mx.E, mx.R, mx.C, w.files.at(w.where.at(mx.blocks)).read_u8(mx.blocks),
+                       w.files.at(w.where.at(mx.scales)).read_u8(mx.scales));
+}
+
+// dst (E, C, R) = the pair's values, one expert at a time into dst's dtype (exact in float32 and
+// bfloat16: a code times a power of two; a scale of 255 is NaN, as the MX specification has it).
+void read_mxfp4_into(const Weights& w, const Mxfp4& mx, Tensor& dst) {
+  const Mxfp4Matrices m = read_mxfp4(w, mx);
   NoGradGuard no_grad;
-  for (int64_t e = 0; e < E; ++e) {
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t g = 0; g < G; ++g) {
-        const int64_t row = (e * R + r) * G + g;
-        const int s = scales[std::size_t(row)];
-        const float scale =
-            s == 255 ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, s - 127);
-        const uint8_t* b = blocks.data() + row * 16;
-        for (int64_t i = 0; i < 16; ++i) {
-          const int64_t c = g * 32 + 2 * i;
-          out[c * R + r] = kFp4[b[i] & 0xF] * scale;
-          out[(c + 1) * R + r] = kFp4[b[i] >> 4] * scale;
-        }
-      }
-    dst.select(0, e).copy_(expert);
-  }
+  for (int64_t e = 0; e < mx.E; ++e) dst.select(0, e).copy_(mxfp4_dequantize(m, e).transpose(0, 1));
 }
 
 }  // namespace
 
-std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype) {
+std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype,
+                                         bool dequantize_mxfp4) {
   std::error_code ec;
   if (!is_floating_point(dtype))
     detail::fail(kLoad, "dtype must be float32, bfloat16 or float16, got ", dtype_name(dtype));
@@ -710,9 +704,21 @@ std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
   if (!fs::exists(config_path, ec))
     detail::fail(kLoad, "'", dir, "' has no config.json (not a Hugging Face checkpoint)");
-  const DecoderConfig config = decoder_config_from_hf_json(io::read_file(config_path), config_path);
+  DecoderConfig config = decoder_config_from_hf_json(io::read_file(config_path), config_path);
   Weights w = open_weights(dir);
   rename_multimodal(w);
+  const std::vector<Mxfp4> mxfp4 = find_mxfp4(config, w);
+  for (const Mxfp4& mx : mxfp4) {  // the pairs leave the tensors the load reads
+    w.shapes.erase(mx.blocks), w.shapes.erase(mx.scales);
+    if (dequantize_mxfp4) w.shapes[mx.name] = Shape{mx.E, mx.C, mx.R};
+  }
+  if (!mxfp4.empty() && !dequantize_mxfp4) {
+    if (int64_t(mxfp4.size()) != 2 * config.num_hidden_layers)
+      bad(dir, "has ", mxfp4.size(), " of the ", 2 * config.num_hidden_layers,
+          " experts' matrices in MXFP4 (e.g. '", mxfp4.front().blocks,
+          "'): attn keeps all of them in MXFP4 or none (load with dequantize_mxfp4)");
+    config.mxfp4_experts = true;
+  }
   if (config.tie_word_embeddings) w.shapes.erase("lm_head.weight");  // tied: the embeddings'
   std::shared_ptr<Decoder> model;
   {
@@ -724,10 +730,12 @@ std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype) {
       for (auto& [name, t] : model->named_parameters()) t.set_data(attn::empty(t.shape(), dtype));
   }
   rename_family(w, *model);
-  const std::map<std::string, Mxfp4> mxfp4 = find_mxfp4(*model, w);
+  std::map<std::string, const Mxfp4*> dequantized;
+  for (const Mxfp4& mx : mxfp4) dequantized[mx.name] = &mx;
   try {
     model->load_state_dict_from(w.shapes, [&](const std::string& name, Tensor& dst) {
-      if (auto mx = mxfp4.find(name); mx != mxfp4.end()) return read_mxfp4(w, mx->second, dst);
+      if (auto mx = dequantized.find(name); mx != dequantized.end())
+        return read_mxfp4_into(w, *mx->second, dst);
       const io::SafeTensorsFile& f = w.file(name);
       const std::string& stored = w.in_file(name);
       // The file's pages, not a copy, given to the parameter itself (dst is a detached handle).
@@ -736,6 +744,11 @@ std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype) {
       else
         f.read_into(stored, dst);
     });
+    if (config.mxfp4_experts)  // after the checks of every other tensor
+      for (const Mxfp4& mx : mxfp4) {
+        DecoderExperts& ex = *model->model->layers[std::size_t(mx.layer)]->moe->experts;
+        (mx.gate_up ? ex.gate_up_mxfp4 : ex.down_mxfp4) = read_mxfp4(w, mx);
+      }
   } catch (const Error& e) {
     std::string m = e.what();
     if (m.rfind("[" + std::string(kLoad) + "]", 0) == 0) throw;

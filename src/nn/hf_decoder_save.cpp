@@ -3,6 +3,8 @@
 // transformers' parameter names.
 #include <attn/hf_decoder.h>
 #include <attn/io.h>
+#include <attn/mxfp4.h>
+#include <attn/ops.h>
 
 #include <algorithm>
 #include <cmath>
@@ -220,6 +222,20 @@ void save_hf_decoder(const Decoder& model, const std::string& dir) {
   NamedTensors named;
   for (const auto& [name, t] : params)
     named.emplace_back(hf_parameter_name(model.config().model_type, name), t);
+  // Experts kept in MXFP4: written decoded, in the parameters' dtype, as transformers'
+  // dequantized model has them (E, C, R).
+  if (model.config().mxfp4_experts)
+    for (std::size_t l = 0; l < model.model->layers.size(); ++l) {
+      const DecoderExperts& ex = *model.model->layers[l]->moe->experts;
+      for (const auto* m : {&ex.gate_up_mxfp4, &ex.down_mxfp4}) {
+        std::vector<Tensor> experts;
+        for (int64_t e = 0; e < m->count; ++e)
+          experts.push_back(mxfp4_dequantize(*m, e, dtype).transpose(0, 1));
+        named.emplace_back("model.layers." + std::to_string(l) + ".mlp.experts." +
+                               (m == &ex.gate_up_mxfp4 ? "gate_up_proj" : "down_proj"),
+                           stack(experts).contiguous());
+      }
+    }
   io::save_safetensors((fs::path(dir) / "model.safetensors").string(), named, {{"format", "pt"}});
   io::write_file_atomic((fs::path(dir) / "config.json").string(), config);
 }

@@ -189,7 +189,7 @@ def write(d, config, weights_from=None):
 
 
 @pytest.mark.parametrize("edit, words", [
-    (lambda c: c.update(model_type="mixtral"), ["model_type 'mixtral'"]),
+    (lambda c: c.update(model_type="deepseek_v3"), ["model_type 'deepseek_v3'"]),
     (lambda c: c.update(sliding_window=4), ["sliding_window"]),  # a field llama does not have
     (lambda c: c.update(hidden_act="relu"), ["hidden_act 'relu'"]),
     (lambda c: c.update(rope_scaling=dict(rope_type="yarn", factor=4.0)), ["yarn"]),

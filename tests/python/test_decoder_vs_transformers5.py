@@ -306,22 +306,77 @@ def test_gpt_oss_mxfp4_experts_are_dequantized_as_transformers_does(mxfp4_checkp
     ref = load_mxfp4(d, torch.float32)
     refs = ref.state_dict()
     for dtype in (attn.float32, attn.bfloat16):
-        model = attn.nn.Decoder.from_pretrained(d, torch_dtype=dtype)
+        model = attn.nn.Decoder.from_pretrained(d, torch_dtype=dtype, dequantize_mxfp4=True)
+        assert not model.config["mxfp4_experts"]
         ours = dict(model.named_parameters())
         assert set(ours) == set(refs)
         for k in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"):
             # a code times a power of two: exact in float32 and in bfloat16
             assert ours[k].dtype is dtype
             assert np.array_equal(ours[k].float().numpy(), refs[k].numpy()), (k, dtype)
-    # The logits of the float32 model, against transformers' on the same dequantized weights.
-    model = attn.nn.Decoder.from_pretrained(d)
-    ours = model(attn.tensor(IDS)).numpy()
+    # The logits of the float32 model, against transformers' on the same dequantized weights:
+    # dequantized, and kept in MXFP4 (the default: prompts multiply decoded experts, decoding
+    # steps stream the codes).
     ref32 = ref(torch.tensor(IDS)).logits.detach().to(torch.float64).numpy()
-    assert_as_close_as_transformers(ours, ref32, float64_logits(ref), "gpt_oss mxfp4")
-    # Greedy decoding through attn's cache picks what transformers' full forward picks.
+    ref64 = float64_logits(ref)
     ids = torch.tensor([row[:7] for row in IDS])
-    got = model.generate(attn.tensor(ids.tolist()), max_new_tokens=12).tolist()
-    assert got == greedy_continuation(ref, ids, 12)
+    want = greedy_continuation(ref, ids, 12)
+    for dequantize in (True, False):
+        model = attn.nn.Decoder.from_pretrained(d, dequantize_mxfp4=dequantize)
+        ours = model(attn.tensor(IDS)).numpy()
+        assert_as_close_as_transformers(ours, ref32, ref64, "gpt_oss mxfp4 {}".format(dequantize))
+        # Greedy decoding through attn's cache picks what transformers' full forward picks.
+        got = model.generate(attn.tensor(ids.tolist()), max_new_tokens=12).tolist()
+        assert got == want, dequantize
+
+
+def test_gpt_oss_experts_kept_in_mxfp4(mxfp4_checkpoint, tmp_path):
+    """The default load keeps the experts' codes: not parameters, a quarter of bfloat16's bytes;
+    bfloat16 logits as close to transformers' float64 ones as transformers' bfloat16 model's;
+    save_pretrained writes them decoded, which transformers reads as its dequantized model."""
+    d = mxfp4_checkpoint
+    model = attn.nn.Decoder.from_pretrained(d, dtype="auto")
+    assert model.config["mxfp4_experts"]
+    names = {k for k, _ in model.named_parameters()}
+    assert "model.layers.0.mlp.experts.gate_up_proj" not in names
+    assert "model.layers.0.mlp.experts.gate_up_proj_bias" in names
+    ref16 = load_mxfp4(d, torch.bfloat16)
+    with torch.no_grad():
+        want16 = ref16(torch.tensor(IDS)).logits.to(torch.float64).numpy()
+    ref64 = float64_logits(load_mxfp4(d, torch.float32))
+    ours = model(attn.tensor(IDS)).numpy()
+    err, err_torch = np.abs(ours - ref64).max(), np.abs(want16 - ref64).max()
+    assert err <= 2 * err_torch + 1e-3, (err, err_torch)
+    # One row at a time through the cache (the streaming product) against the full forward.
+    prompt = attn.tensor([row[:5] for row in IDS])
+    out, seq = model.generate(prompt, max_new_tokens=6), prompt
+    for _ in range(6):
+        seq = attn.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], 1)
+    assert out.tolist() == seq.tolist()
+    # Written decoded: transformers' model from it is its dequantized model, bit for bit.
+    model32 = attn.nn.Decoder.from_pretrained(d)
+    model32.save_pretrained(tmp_path / "gpt_oss_saved")
+    got = load(tmp_path / "gpt_oss_saved", torch.float32).state_dict()
+    for k, v in load_mxfp4(d, torch.float32).state_dict().items():
+        assert torch.equal(got[k], v), k
+    # A checkpoint with some experts in MXFP4 and others not: kept all or none.
+    from safetensors.torch import load_file, save_file
+    sd = load_file(str(d / "model.safetensors"))
+    ref32 = load_mxfp4(d, torch.float32).state_dict()
+    for k in ("model.layers.1.mlp.experts.down_proj_blocks",
+              "model.layers.1.mlp.experts.down_proj_scales"):
+        del sd[k]
+    sd["model.layers.1.mlp.experts.down_proj"] = ref32["model.layers.1.mlp.experts.down_proj"]
+    mixed = tmp_path / "gpt_oss_mixed"
+    mixed.mkdir()
+    save_file(sd, str(mixed / "model.safetensors"), metadata={"format": "pt"})
+    (mixed / "config.json").write_text((d / "config.json").read_text())
+    with pytest.raises(ValueError, match="has 7 of the 8 experts' matrices in MXFP4"):
+        attn.nn.Decoder.from_pretrained(mixed)
+    again = attn.nn.Decoder.from_pretrained(mixed, dequantize_mxfp4=True)
+    assert np.array_equal(again(attn.tensor(IDS)).numpy(),
+                          attn.nn.Decoder.from_pretrained(d, dequantize_mxfp4=True)(
+                              attn.tensor(IDS)).numpy())
 
 
 @pytest.mark.parametrize("edit, words", [

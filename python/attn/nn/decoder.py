@@ -28,7 +28,8 @@ _CONFIG_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size"
                   "rope_attention_factor", "rope_truncate", "attention_sinks", "norm_in_float32",
                   "num_local_experts", "num_experts_per_tok", "swiglu_alpha", "swiglu_limit",
                   "moe_type", "moe_intermediate_size", "norm_topk_prob",
-                  "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers")
+                  "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers",
+                  "mxfp4_experts")
 
 
 def _checkpoint_dtype(path):
@@ -63,14 +64,16 @@ class Decoder(Module):
         _mirror_parameters(self, impl)
 
     @classmethod
-    def from_pretrained(cls, path, torch_dtype=None, dtype=None):
+    def from_pretrained(cls, path, torch_dtype=None, dtype=None, dequantize_mxfp4=False):
         """A Hugging Face checkpoint directory of a llama, mistral, mixtral, qwen2, qwen2_moe,
         qwen3, qwen3_moe, gemma, gemma2, gemma3_text (or gemma3: its language model) or gpt_oss
         model (config.json with model.safetensors or a sharded model.safetensors.index.json), in
-        evaluation mode. torch_dtype (transformers 4's name)
-        or dtype (transformers 5's): float32 (the default), bfloat16 or float16 - the model
-        keeps its weights and computes in it, weights stored in it memory-mapped from the file -
-        or "auto", the checkpoint's own (config.json's torch_dtype / dtype)."""
+        evaluation mode. torch_dtype (transformers 4's name) or dtype (transformers 5's):
+        float32 (the default), bfloat16 or float16 - the model keeps its weights and computes in
+        it, weights stored in it memory-mapped from the file - or "auto", the checkpoint's own
+        (config.json's torch_dtype / dtype). gpt-oss's experts stored in MXFP4 stay in MXFP4
+        (config["mxfp4_experts"]; not parameters) unless dequantize_mxfp4, which decodes them
+        into the parameters as transformers' Mxfp4Config(dequantize=True)."""
         want = dtype if dtype is not None else torch_dtype
         if isinstance(want, str) and want == "auto":
             want = _checkpoint_dtype(path)
@@ -81,7 +84,7 @@ class Decoder(Module):
                              "or 'auto', got {!r}".format(want))
         self = cls.__new__(cls)
         Module.__init__(self)
-        self._attach(_C.decoder.load_hf(_os.fspath(path), want))
+        self._attach(_C.decoder.load_hf(_os.fspath(path), want, bool(dequantize_mxfp4)))
         self.eval()
         return self
 

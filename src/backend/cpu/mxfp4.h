@@ -1,0 +1,23 @@
+// Products with weights in OCP Microscaling FP4 (MXFP4), as gpt-oss's experts are released: each
+// row of a matrix W (R, C) is C / 32 groups of 32 E2M1 codes (4 bits: sign, 2 exponent bits, 1
+// mantissa bit; the values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives), two codes a byte with
+// the lower-indexed code in the low nibble, and one E8M0 scale a group (the power of two
+// 2^(s - 127); s = 255 is NaN). blocks: (R, C / 32, 16) bytes; scales: (R, C / 32) bytes.
+#pragma once
+
+#include <cstdint>
+
+namespace attn::kernels {
+
+// Y[m * ldy + r] = sum_c X[m * ldx + c] * W[r, c] for m < M, r < R, each weight decoded exactly
+// to float as it is read (a code times a power of two) and the sums in float: 4.25 bits a weight
+// streamed instead of 16 or 32. Split over rows r across num_threads() threads; AVX2 decodes 32
+// codes with two byte shuffles (on AVX-512 CPUs too), elsewhere a table lookup each. The order of
+// each sum depends only on C and the instruction set, not on M, R or the threads.
+void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
+                const uint8_t* scales, float* Y, int64_t ldy);
+
+// W (R, C) row-major, decoded exactly (signed zeros kept). C % 32 == 0.
+void mxfp4_dequantize(int64_t R, int64_t C, const uint8_t* blocks, const uint8_t* scales, float* W);
+
+}  // namespace attn::kernels

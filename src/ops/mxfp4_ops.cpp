@@ -1,0 +1,82 @@
+// include/attn/mxfp4.h: the checks, and the choice between the streaming kernel and matmul.
+#include <attn/autograd.h>
+#include <attn/mxfp4.h>
+#include <attn/ops.h>
+
+#include "../backend/cpu/gemm_rows.h"
+#include "../backend/cpu/mxfp4.h"
+#include "../tensor/internal.h"
+
+namespace attn {
+
+Mxfp4Matrices::Mxfp4Matrices(int64_t count_, int64_t rows_, int64_t cols_,
+                             std::vector<uint8_t> blocks_, std::vector<uint8_t> scales_)
+    : count(count_), rows(rows_), cols(cols_) {
+  const char* fn = "Mxfp4Matrices";
+  if (count < 1 || rows < 1 || cols < 1 || cols % 32 != 0)
+    detail::fail(fn, "count, rows and cols must be >= 1 and cols a multiple of 32, got ", count,
+                 ", ", rows, ", ", cols);
+  const auto want_blocks = uint64_t(count) * uint64_t(rows) * uint64_t(cols) / 2;
+  if (blocks_.size() != want_blocks || scales_.size() != want_blocks / 16)
+    detail::fail(fn, "(", count, ", ", rows, ", ", cols, ") needs ", want_blocks,
+                 " bytes of blocks and ", want_blocks / 16, " of scales, got ", blocks_.size(),
+                 " and ", scales_.size());
+  blocks = std::make_shared<const std::vector<uint8_t>>(std::move(blocks_));
+  scales = std::make_shared<const std::vector<uint8_t>>(std::move(scales_));
+}
+
+Mxfp4Matrices Mxfp4Matrices::zeros(int64_t count, int64_t rows, int64_t cols) {
+  const auto n = std::size_t(count * rows * cols / 2);
+  return Mxfp4Matrices(count, rows, cols, std::vector<uint8_t>(n, 0),
+                       std::vector<uint8_t>(n / 16, 127));
+}
+
+int64_t Mxfp4Matrices::nbytes() const {
+  return defined() ? int64_t(blocks->size() + scales->size()) : 0;
+}
+
+namespace {
+
+void check(const Mxfp4Matrices& w, int64_t e, const char* fn) {
+  if (!w.defined()) detail::fail(fn, "the matrices are empty");
+  if (e < 0 || e >= w.count)
+    detail::fail(fn, "matrix ", e, " out of range for ", w.count, " matrices");
+}
+
+}  // namespace
+
+Tensor mxfp4_dequantize(const Mxfp4Matrices& w, int64_t e, Dtype dtype) {
+  const char* fn = "mxfp4_dequantize";
+  check(w, e, fn);
+  if (!is_floating_point(dtype))
+    detail::fail(fn, "dtype must be float32, bfloat16 or float16, got ", dtype_name(dtype));
+  Tensor out = empty({w.rows, w.cols});
+  const int64_t offset = e * w.rows * w.cols;
+  kernels::mxfp4_dequantize(w.rows, w.cols, w.blocks->data() + offset / 2,
+                            w.scales->data() + offset / 32, out.data_ptr<float>());
+  return dtype == Dtype::Float32 ? out : out.to(dtype);
+}
+
+Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e) {
+  const char* fn = "mxfp4_linear";
+  check(w, e, fn);
+  if (!x.defined() || !x.is_cpu() || !is_floating_point(x.dtype()) || x.dim() != 2 ||
+      x.size(1) != w.cols)
+    detail::fail(
+        fn, "x must be a CPU float tensor (N, ", w.cols, ") for matrices of (", w.rows, ", ",
+        w.cols, "), got ",
+        x.defined() ? shape_str(x.shape()) + " " + dtype_name(x.dtype()) + " on " + x.device().str()
+                    : std::string("an undefined tensor"));
+  const int64_t N = x.size(0);
+  if (N > kernels::kGemmRowsMax || (is_grad_enabled() && x.requires_grad()))
+    return matmul(x, mxfp4_dequantize(w, e, x.dtype()).transpose(0, 1));
+  const Tensor xf = x.to(Dtype::Float32).contiguous();
+  Tensor y = empty({N, w.rows});
+  const int64_t offset = e * w.rows * w.cols;
+  kernels::mxfp4_rows(N, w.rows, w.cols, xf.data_ptr<float>(), w.cols,
+                      w.blocks->data() + offset / 2, w.scales->data() + offset / 32,
+                      y.data_ptr<float>(), w.rows);
+  return x.dtype() == Dtype::Float32 ? y : y.to(x.dtype());
+}
+
+}  // namespace attn

@@ -1,0 +1,170 @@
+// MXFP4 matrices (include/attn/mxfp4.h, src/backend/cpu/mxfp4.h): decoding against the format's
+// definition written here (E2M1 codes, E8M0 scales), the streaming product against a double sum
+// over the decoded weights on every instruction set the CPU has, the choice of path by row count
+// and gradient, and the refusals. The model-level check (gpt-oss's experts kept in MXFP4 against
+// transformers' dequantized model) is tests/python/test_decoder_vs_transformers5.py.
+#include <attn/autograd.h>
+#include <attn/mxfp4.h>
+#include <attn/ops.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "../../src/backend/cpu/isa.h"
+#include "../../src/backend/cpu/mxfp4.h"
+#include "test_util.h"
+
+namespace {
+
+namespace K = attn::kernels;
+using attn::Mxfp4Matrices;
+using attn::Tensor;
+
+// The value of an E2M1 code from its bits: sign, two exponent bits (bias 1), one mantissa bit;
+// exponent 0 is subnormal (0 or 0.5).
+double e2m1(int code) {
+  const int sign = code >> 3, exp = (code >> 1) & 3, man = code & 1;
+  const double v = exp == 0 ? 0.5 * man : std::ldexp(1.0 + 0.5 * man, exp - 1);
+  return sign ? -v : v;
+}
+
+// Random codes, and scales around 2^0 (the ends of E8M0's range are tested apart).
+Mxfp4Matrices random_matrices(int64_t count, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<uint8_t> blocks(std::size_t(count * rows * cols / 2)), scales(blocks.size() / 16);
+  for (auto& b : blocks) b = uint8_t(gen() & 0xFF);
+  for (auto& s : scales) s = uint8_t(120 + gen() % 12);
+  return Mxfp4Matrices(count, rows, cols, std::move(blocks), std::move(scales));
+}
+
+// Matrix e decoded from the definition, in double: (rows, cols).
+std::vector<double> decoded(const Mxfp4Matrices& m, int64_t e) {
+  std::vector<double> w(std::size_t(m.rows * m.cols));
+  const int64_t G = m.cols / 32;
+  for (int64_t r = 0; r < m.rows; ++r)
+    for (int64_t c = 0; c < m.cols; ++c) {
+      const int64_t row = e * m.rows + r;
+      const uint8_t byte = (*m.blocks)[std::size_t((row * G + c / 32) * 16 + (c % 32) / 2)];
+      const int code = c % 2 == 0 ? byte & 0xF : byte >> 4;
+      const int s = (*m.scales)[std::size_t(row * G + c / 32)];
+      w[std::size_t(r * m.cols + c)] = s == 255 ? NAN : std::ldexp(e2m1(code), s - 127);
+    }
+  return w;
+}
+
+TEST(Mxfp4, DequantizeDecodesEveryCodeAndScaleExactly) {
+  // Every code in both nibbles, and the scales 2^-127 .. 2^127 and NaN.
+  const int64_t rows = 256, cols = 32;
+  std::vector<uint8_t> blocks(static_cast<std::size_t>(rows * cols / 2)),
+      scales(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t((i * 7 + i / 16) & 0xFF);
+  for (int64_t r = 0; r < rows; ++r) scales[std::size_t(r)] = uint8_t(r);
+  const Mxfp4Matrices m(1, rows, cols, std::move(blocks), std::move(scales));
+  const std::vector<double> want = decoded(m, 0);
+  for (const attn::Dtype dt : {attn::Dtype::Float32, attn::Dtype::BFloat16}) {
+    const Tensor w = attn::mxfp4_dequantize(m, 0, dt).to(attn::Dtype::Float32).contiguous();
+    ASSERT_EQ(w.shape(), (attn::Shape{rows, cols}));
+    const float* p = w.data_ptr<float>();
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      if (std::isnan(want[i])) {
+        EXPECT_TRUE(std::isnan(p[i])) << i;
+      } else {
+        // a code times a power of two: exact (beyond float's range, the infinity of its sign)
+        EXPECT_EQ(p[i], float(want[i])) << i;
+        EXPECT_EQ(std::signbit(p[i]), std::signbit(want[i])) << i;
+      }
+    }
+  }
+}
+
+// The streaming product on every instruction set against double sums of the decoded weights.
+TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
+  const Mxfp4Matrices m = random_matrices(3, 37, 96, 5);
+  std::mt19937 gen(9);
+  std::normal_distribution<float> normal;
+  for (const int64_t M : {1, 2, 3, 5, 8}) {
+    std::vector<float> x(std::size_t(M * m.cols));
+    for (auto& v : x) v = normal(gen);
+    const std::vector<double> w = decoded(m, 2);
+    std::vector<double> want(std::size_t(M * m.rows));
+    double scale = 1;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t r = 0; r < m.rows; ++r) {
+        double s = 0, a = 0;
+        for (int64_t c = 0; c < m.cols; ++c) {
+          s += double(x[std::size_t(i * m.cols + c)]) * w[std::size_t(r * m.cols + c)];
+          a += std::abs(double(x[std::size_t(i * m.cols + c)]) * w[std::size_t(r * m.cols + c)]);
+        }
+        want[std::size_t(i * m.rows + r)] = s;
+        scale = std::max(scale, a);
+      }
+    const int64_t off = 2 * m.rows * m.cols;
+    for (const K::Isa isa : {K::Isa::Scalar, K::Isa::Avx2, K::Isa::Avx512, K::Isa::Neon}) {
+      if (!K::isa_supported(isa)) continue;
+      SCOPED_TRACE(std::string(K::isa_name(isa)) + " M " + std::to_string(M));
+      const K::Isa before = K::active_isa();
+      ASSERT_TRUE(K::set_isa(isa));
+      std::vector<float> y(std::size_t(M * (m.rows + 3)), -7.0f);  // ldy > rows: padding kept
+      K::mxfp4_rows(M, m.rows, m.cols, x.data(), m.cols, m.blocks->data() + off / 2,
+                    m.scales->data() + off / 32, y.data(), m.rows + 3);
+      K::set_isa(before);
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t r = 0; r < m.rows; ++r)
+          EXPECT_NEAR(y[std::size_t(i * (m.rows + 3) + r)], want[std::size_t(i * m.rows + r)],
+                      4e-7 * scale);
+        for (int64_t r = m.rows; r < m.rows + 3; ++r)
+          EXPECT_EQ(y[std::size_t(i * (m.rows + 3) + r)], -7.0f);
+      }
+    }
+  }
+}
+
+TEST(Mxfp4, LinearStreamsFewRowsAndMultipliesManyWithGradientsToX) {
+  const Mxfp4Matrices m = random_matrices(2, 40, 64, 11);
+  attn::Generator gen(3);
+  for (const int64_t N : {1, 4, 8, 9, 33}) {
+    SCOPED_TRACE(N);
+    const Tensor x = attn::randn({N, 64}, &gen);
+    const Tensor want = attn::matmul(x, attn::mxfp4_dequantize(m, 1).transpose(0, 1));
+    const Tensor got = attn::mxfp4_linear(x, m, 1);
+    ASSERT_EQ(got.shape(), (attn::Shape{N, 40}));
+    EXPECT_TRUE(attn::allclose(got, want, 1e-5, 1e-5));
+    // bfloat16 in, bfloat16 out: the float32 product rounded once, to its rounding.
+    const Tensor got16 = attn::mxfp4_linear(x.to(attn::Dtype::BFloat16), m, 1);
+    EXPECT_EQ(got16.dtype(), attn::Dtype::BFloat16);
+    const Tensor want16 = attn::matmul(x.to(attn::Dtype::BFloat16).to(attn::Dtype::Float32),
+                                       attn::mxfp4_dequantize(m, 1).transpose(0, 1));
+    EXPECT_TRUE(attn::allclose(got16.to(attn::Dtype::Float32), want16, 1e-2, 1e-2));
+  }
+  // With a gradient to record: x's gradient is the upstream one times the decoded matrix.
+  const Tensor x = attn::randn({3, 64}, &gen).requires_grad_(true);
+  attn::sum(attn::mxfp4_linear(x, m, 0) * attn::mxfp4_linear(x, m, 0)).backward();
+  const Tensor w = attn::mxfp4_dequantize(m, 0);
+  const Tensor y = attn::matmul(x.detach(), w.transpose(0, 1));
+  EXPECT_TRUE(attn::allclose(x.grad(), attn::matmul(y * 2.0, w), 1e-4, 1e-4));
+}
+
+TEST(Mxfp4, BadSizesAndInputsAreRefused) {
+  EXPECT_ERROR_HAS(Mxfp4Matrices(1, 2, 48, std::vector<uint8_t>(48), std::vector<uint8_t>(3)),
+                   "cols a multiple of 32, got 1, 2, 48");
+  EXPECT_ERROR_HAS(Mxfp4Matrices(1, 2, 32, std::vector<uint8_t>(31), std::vector<uint8_t>(2)),
+                   "(1, 2, 32) needs 32 bytes of blocks and 2 of scales, got 31 and 2");
+  const Mxfp4Matrices m = Mxfp4Matrices::zeros(2, 4, 32);
+  EXPECT_EQ(m.nbytes(), 2 * 4 * 16 + 2 * 4);
+  EXPECT_ERROR_HAS(attn::mxfp4_linear(attn::zeros({3, 16}), m, 0),
+                   "[mxfp4_linear] x must be a CPU float tensor (N, 32) for matrices of (4, 32), "
+                   "got (3, 16)");
+  EXPECT_ERROR_HAS(attn::mxfp4_linear(attn::zeros({3, 32}), m, 2),
+                   "matrix 2 out of range for 2 matrices");
+  EXPECT_ERROR_HAS(attn::mxfp4_linear(attn::zeros({3, 32}), Mxfp4Matrices(), 0),
+                   "the matrices are empty");
+  EXPECT_ERROR_HAS(attn::mxfp4_dequantize(m, 0, attn::Dtype::Int64), "dtype must be float32");
+  const Tensor z = attn::mxfp4_linear(attn::ones({2, 32}), m, 1);  // zeros: all weights 0
+  EXPECT_EQ(attn::sum(attn::abs(z)).item<float>(), 0.0f);
+}
+
+}  // namespace
