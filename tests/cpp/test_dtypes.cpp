@@ -450,6 +450,53 @@ TEST(Dtypes, OpsComputeThemInFloatAndRoundOnce) {
   }
 }
 
+// x @ W with a 2-byte W used as stored (K, N) or transposed (x @ W.T) and few rows of x: W is
+// streamed in its dtype (no gradient to record) with the widening path's arithmetic, float sums
+// rounded once; with more rows, or a gradient to record, the widening path itself.
+TEST(Dtypes, FewRowsTimesAHalfMatrixRoundOnceInEveryLayout) {
+  const int64_t K = 70, N = 45;  // N not a multiple of the kernel's column blocks
+  for (const Dtype dt : {Dtype::BFloat16, Dtype::Float16}) {
+    std::vector<float> wv(K * N);
+    for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(0.13f * float(i)) * 0.5f;
+    wv = rounded(wv, dt);
+    const Tensor w = attn::from_vector(wv, {K, N}).to(dt);  // (K, N)
+    const Tensor wt = w.T().contiguous();                   // (N, K): wt.T() is w
+    for (const int64_t M : {1, 2, 5, 8, 9, 12}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " M " + std::to_string(M));
+      std::vector<float> xv(M * K), want(M * N);
+      for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.29f * float(i) + M);
+      xv = rounded(xv, dt);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k) s += double(xv[m * K + k]) * wv[k * N + n];
+          want[m * N + n] = float(s);
+        }
+      const std::vector<float> ref = rounded(want, dt);
+      const float ulp = dt == Dtype::BFloat16 ? 1.0f / 128 : 1.0f / 1024;
+      const Tensor x = attn::from_vector(xv, {M, K}).to(dt);
+      for (const Tensor& y : {attn::matmul(x, w), attn::matmul(x, wt.T()),
+                              attn::matmul(x.view({1, M, K}), w).view({M, N})}) {
+        EXPECT_EQ(y.dtype(), dt);
+        const std::vector<float> got = y.to_float_vector();
+        ASSERT_EQ(got.size(), ref.size());
+        for (std::size_t i = 0; i < ref.size(); ++i)
+          EXPECT_LE(std::abs(got[i] - ref[i]), ulp * std::abs(ref[i]) + 1e-6f) << i;
+      }
+    }
+    // A vector times the matrix: (K) @ (K, N) is (N).
+    const Tensor v = attn::from_vector(std::vector<float>(K, 0.5f), {K}).to(dt);
+    EXPECT_EQ(attn::matmul(v, w).shape(), (attn::Shape{N}));
+    // With a gradient to record, the gradient reaches x in the dtype.
+    Tensor xg = attn::ones({3, K}).to(dt).requires_grad_();
+    attn::matmul(xg, w).sum().backward();
+    EXPECT_EQ(xg.grad().dtype(), dt);
+    EXPECT_TRUE(attn::allclose(xg.grad().to(Dtype::Float32),
+                               w.to(Dtype::Float32).sum({1}).view({1, K}).expand({3, K}), 1e-2,
+                               1e-2));
+  }
+}
+
 // torch.autocast("cpu"): the products convert float32 operands, the graph brings gradients back
 // in float32, guards nest and restore.
 TEST(Dtypes, AutocastGuardRunsProductsInItsDtype) {

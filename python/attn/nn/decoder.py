@@ -71,12 +71,16 @@ class Decoder(Module):
         evaluation mode. torch_dtype (transformers 4's name) or dtype (transformers 5's):
         float32 (the default), bfloat16 or float16 - the model keeps its weights and computes in
         it, weights stored in it memory-mapped from the file - or "auto", the checkpoint's own
-        (config.json's torch_dtype / dtype). gpt-oss's experts stored in MXFP4 stay in MXFP4
-        (config["mxfp4_experts"]; not parameters) unless dequantize_mxfp4, which decodes them
-        into the parameters as transformers' Mxfp4Config(dequantize=True)."""
+        (config.json's torch_dtype / dtype); the names "float32", "bfloat16", "float16" too.
+        gpt-oss's experts stored in MXFP4 stay in MXFP4 (config["mxfp4_experts"]; not
+        parameters) unless dequantize_mxfp4, which decodes them into the parameters as
+        transformers' Mxfp4Config(dequantize=True)."""
         want = dtype if dtype is not None else torch_dtype
         if isinstance(want, str) and want == "auto":
             want = _checkpoint_dtype(path)
+        elif isinstance(want, str):  # transformers takes the names too: "bfloat16", ...
+            want = {"float32": _C.dtype.float32, "bfloat16": _C.dtype.bfloat16,
+                    "float16": _C.dtype.float16}.get(want.replace("torch.", ""), want)
         if want is None:
             want = _C.dtype.float32
         if str(want) not in ("torch.float32", "torch.bfloat16", "torch.float16"):

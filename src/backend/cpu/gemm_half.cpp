@@ -76,6 +76,70 @@ void narrow_half(HalfKind kind, const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float_to_fp16_bits(src[i]);
 }
 
+namespace {
+
+// Columns [n0, n1) of gemm_half_rows_kn, kCols at a time: their M rows of sums stay in a local
+// block while every row of B's columns is widened and added in.
+template <bool kBf16>
+ATTN_ISA_INLINE void rows_kn_body(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A,
+                                  int64_t lda, const uint16_t* B, int64_t ldb, float* C,
+                                  int64_t ldc) {
+  constexpr int64_t kCols = 256;
+  alignas(64) float acc[kGemmRowsMax][kCols];
+  alignas(64) float w[kCols];
+  for (int64_t c0 = n0; c0 < n1; c0 += kCols) {
+    const int64_t nc = std::min(kCols, n1 - c0);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < nc; ++j) acc[m][j] = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      const uint16_t* b = B + k * ldb + c0;
+      for (int64_t j = 0; j < nc; ++j)
+        w[j] = kBf16 ? bf16_bits_to_float(b[j]) : fp16_bits_to_float(b[j]);
+      for (int64_t m = 0; m < M; ++m) {
+        const float a = A[m * lda + k];
+        float* r = acc[m];
+        for (int64_t j = 0; j < nc; ++j) r[j] += a * w[j];
+      }
+    }
+    for (int64_t m = 0; m < M; ++m) std::copy(acc[m], acc[m] + nc, C + m * ldc + c0);
+  }
+}
+ATTN_ISA_INLINE void bf16_rows_kn_body(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A,
+                                       int64_t lda, const uint16_t* B, int64_t ldb, float* C,
+                                       int64_t ldc) {
+  rows_kn_body<true>(M, n0, n1, K, A, lda, B, ldb, C, ldc);
+}
+ATTN_ISA_INLINE void fp16_rows_kn_body(int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A,
+                                       int64_t lda, const uint16_t* B, int64_t ldb, float* C,
+                                       int64_t ldc) {
+  rows_kn_body<false>(M, n0, n1, K, A, lda, B, ldb, C, ldc);
+}
+ATTN_ISA_VARIANTS(void, bf16_rows_kn,
+                  (int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
+                   const uint16_t* B, int64_t ldb, float* C, int64_t ldc),
+                  (M, n0, n1, K, A, lda, B, ldb, C, ldc))
+ATTN_ISA_VARIANTS(void, fp16_rows_kn,
+                  (int64_t M, int64_t n0, int64_t n1, int64_t K, const float* A, int64_t lda,
+                   const uint16_t* B, int64_t ldb, float* C, int64_t ldc),
+                  (M, n0, n1, K, A, lda, B, ldb, C, ldc))
+
+}  // namespace
+
+void gemm_half_rows_kn(HalfKind kind, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                       const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  parallel_ranges((N + 15) / 16, threads_for(N * K), [&](int64_t u0, int64_t u1) {
+    const int64_t n0 = u0 * 16, n1 = std::min(N, u1 * 16);
+    for (int64_t m0 = 0; n1 > n0 && m0 < M; m0 += kGemmRowsMax) {  // B once per 8 rows
+      const int64_t mn = std::min(kGemmRowsMax, M - m0);
+      if (kind == HalfKind::BFloat16)
+        bf16_rows_kn(mn, n0, n1, K, A + m0 * lda, lda, B, ldb, C + m0 * ldc, ldc);
+      else
+        fp16_rows_kn(mn, n0, n1, K, A + m0 * lda, lda, B, ldb, C + m0 * ldc, ldc);
+    }
+  });
+}
+
 void gemm_half_weights(HalfKind kind, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                        const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
