@@ -2,7 +2,7 @@
 // transformers' save_pretrained writes for LlamaForCausalLM, MistralForCausalLM,
 // MixtralForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM,
 // Qwen3MoeForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (text) and
-// GptOssForCausalLM (its experts in float, or as MXFP4 blocks and scales, dequantized), and the
+// GptOssForCausalLM (its experts in float, or as MXFP4 blocks and scales, kept so), and the
 // language model of Gemma3ForConditionalGeneration (model_type gemma3: text_config, the tensors
 // language_model.model.*; the vision tower is not read):
 //

@@ -353,8 +353,8 @@ DecoderConfig config_from_json(const json& j, const std::string& what) {
   if (type == "gpt_oss") {
     c.swiglu_alpha = get_number(j, what, "swiglu_alpha", c.swiglu_alpha);
     c.swiglu_limit = get_number(j, what, "swiglu_limit", c.swiglu_limit);
-    // gpt-oss's released checkpoints: the experts' weights in MXFP4 (dequantized on load), all
-    // else in bfloat16.
+    // gpt-oss's released checkpoints: the experts' weights in MXFP4 (kept so, or decoded on
+    // load), all else in bfloat16.
     if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
       const json& q = j["quantization_config"];
       if (!q.is_object()) bad(what, "quantization_config must be an object, got ", q.dump());
