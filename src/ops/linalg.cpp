@@ -129,15 +129,12 @@ Tensor record_matmul(Tensor out, const char* node, const Tensor& a_in, const Ten
       {b_in.requires_grad() ? a_in : Tensor(), a_in.requires_grad() ? b_in : Tensor()});
 }
 
-}  // namespace
-
-namespace {
-
 // a (..., K) @ b (K, N) for a CPU bfloat16 / float16 matrix b and at most kGemmRowsMax rows of a,
 // with no gradient to record (a decoding step through weights used as stored, x @ W, or
 // transposed, x @ W.T): b streamed in its own dtype, widened as it is read, instead of widened
-// whole first (16x the time of the product at gpt-oss's expert sizes). The same arithmetic as the
-// widening path (float sums, one rounding), summed in another order. nullopt: not such a product.
+// whole first (about 19x the time of the product at gpt-oss's expert sizes). The same arithmetic as
+// the widening path (float sums, one rounding), summed in another order. nullopt: not such a
+// product.
 std::optional<Tensor> few_rows_times_half_matrix(const Tensor& a, const Tensor& b) {
   if (!a.is_cpu() || !b.is_cpu() || b.dim() != 2 || a.dim() < 1) return std::nullopt;
   const int64_t K = b.size(0), N = b.size(1);

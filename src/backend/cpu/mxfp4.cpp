@@ -21,6 +21,14 @@ inline float e8m0(uint8_t s, float times = 1.0f) {
   return s == 255 ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(times, int(s) - 127);
 }
 
+// The 32 weights of one group: its 16 bytes of codes (low nibble first) times its scale.
+inline void decode_group(const uint8_t* b, float scale, float* w) {
+  for (int i = 0; i < 16; ++i) {
+    w[2 * i] = kFp4[b[i] & 0xF] * scale;
+    w[2 * i + 1] = kFp4[b[i] >> 4] * scale;
+  }
+}
+
 // Rows [r0, r1) of the product, one output row at a time: the group's 32 weights decoded into a
 // small buffer, then their products with each of the M rows of X.
 void rows_scalar(int64_t M, int64_t r0, int64_t r1, int64_t C, const float* X, int64_t ldx,
@@ -28,17 +36,11 @@ void rows_scalar(int64_t M, int64_t r0, int64_t r1, int64_t C, const float* X, i
   const int64_t G = C / 32;
   float w[32];
   for (int64_t r = r0; r < r1; ++r) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // M <= 8 per pass
-    for (int64_t m0 = 0; m0 < M; m0 += 8) {
+    for (int64_t m0 = 0; m0 < M; m0 += 8) {  // 8 rows of X per pass
       const int64_t mn = M - m0 < 8 ? M - m0 : 8;
-      for (int64_t m = 0; m < mn; ++m) acc[m] = 0;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int64_t g = 0; g < G; ++g) {
-        const uint8_t* b = blocks + (r * G + g) * 16;
-        const float scale = e8m0(scales[r * G + g]);
-        for (int i = 0; i < 16; ++i) {
-          w[2 * i] = kFp4[b[i] & 0xF] * scale;
-          w[2 * i + 1] = kFp4[b[i] >> 4] * scale;
-        }
+        decode_group(blocks + (r * G + g) * 16, e8m0(scales[r * G + g]), w);
         for (int64_t m = 0; m < mn; ++m) {
           const float* x = X + (m0 + m) * ldx + g * 32;
           float s = 0;
@@ -120,15 +122,8 @@ void mxfp4_dequantize(int64_t R, int64_t C, const uint8_t* blocks, const uint8_t
   const int64_t G = C / 32;
   parallel_ranges(R, threads_for(R * C), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      for (int64_t g = 0; g < G; ++g) {
-        const uint8_t* b = blocks + (r * G + g) * 16;
-        const float scale = e8m0(scales[r * G + g]);
-        float* w = W + r * C + g * 32;
-        for (int i = 0; i < 16; ++i) {
-          w[2 * i] = kFp4[b[i] & 0xF] * scale;
-          w[2 * i + 1] = kFp4[b[i] >> 4] * scale;
-        }
-      }
+      for (int64_t g = 0; g < G; ++g)
+        decode_group(blocks + (r * G + g) * 16, e8m0(scales[r * G + g]), W + r * C + g * 32);
   });
 }
 
