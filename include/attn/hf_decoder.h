@@ -46,8 +46,9 @@ std::string hf_parameter_name(const std::string& model_type, const std::string& 
 // Loads DIR (see above), in evaluation mode, its parameters in `dtype` (float32, bfloat16 or
 // float16; attn::Error otherwise). gpt-oss's experts stored in MXFP4 stay in MXFP4
 // (DecoderConfig::mxfp4_experts: a quarter of bfloat16's bytes, multiplied by mxfp4_linear), all
-// of them or none; with dequantize_mxfp4 they are decoded into the parameters gate_up_proj and
-// down_proj in `dtype`, as transformers' Mxfp4Config(dequantize=True) does.
+// of them or none; with dequantize_mxfp4, or when config.json's quantization_config says
+// "dequantize": true, they are decoded into the parameters gate_up_proj and down_proj in
+// `dtype`, as transformers' Mxfp4Config(dequantize=True) does.
 std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype = Dtype::Float32,
                                          bool dequantize_mxfp4 = false);
 
@@ -61,9 +62,12 @@ std::string decoder_config_to_hf_json(const DecoderConfig& c, Dtype dtype = Dtyp
 // Writes DIR/model.safetensors (the parameters under transformers' names, in their dtype; no
 // lm_head.weight when tied) and DIR/config.json, creating DIR: what transformers'
 // save_pretrained writes, so that its from_pretrained (and load_hf_decoder) read this model.
-// Each file is replaced whole or not at all, the weights first. Experts in MXFP4 are written
-// decoded, in the parameters' dtype, without a quantization_config (all of them are decoded in
-// memory for the write: the bytes of a dequantized model's experts).
-void save_hf_decoder(const Decoder& model, const std::string& dir);
+// Each file is replaced whole or not at all, the weights first. Experts kept in MXFP4
+// (DecoderConfig::mxfp4_experts) are written as gpt-oss is released: NAME_blocks and
+// NAME_scales (U8) and a quantization_config (quant_method mxfp4), the bytes held; with
+// dequantize_mxfp4, decoded into NAME in the parameters' dtype and without a
+// quantization_config, as transformers' dequantized model saves them (all of them are then
+// decoded in memory for the write: the bytes of a dequantized model's experts).
+void save_hf_decoder(const Decoder& model, const std::string& dir, bool dequantize_mxfp4 = false);
 
 }  // namespace attn::nn

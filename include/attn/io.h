@@ -4,7 +4,7 @@
 // N bytes of JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
 // "__metadata__": {"key": "value", ...}}, then the raw little-endian tensor bytes. Files written
 // here load in PyTorch with safetensors.torch.load_file. Supported dtypes: F32, I64, BOOL, BF16,
-// F16.
+// F16, and U8 as bytes (ByteTensor, SafeTensorsFile::read_u8).
 #pragma once
 
 #include <attn/tensor.h>
@@ -84,13 +84,24 @@ struct SafeTensors {
   bool contains(const std::string& name) const;
 };
 
-// Serialises tensors (any strides; written contiguous) and metadata. Names must be unique and
-// non-empty and not "__metadata__".
+// Bytes that have no attn dtype, written as a "U8" tensor of `shape` (MXFP4 blocks and scales):
+// the product of shape must be bytes->size(). The bytes are shared, not copied.
+struct ByteTensor {
+  std::string name;
+  Shape shape;
+  std::shared_ptr<const std::vector<uint8_t>> bytes;
+};
+
+// Serialises tensors (any strides; written contiguous), then `u8` byte tensors, and metadata.
+// Names must be unique and non-empty and not "__metadata__"; attn::Error ("[to_safetensors]
+// ...") otherwise, or for a ByteTensor whose shape does not hold its bytes.
 std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                           const std::map<std::string, std::string>& metadata = {});
+                           const std::map<std::string, std::string>& metadata = {},
+                           const std::vector<ByteTensor>& u8 = {});
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata = {});  // atomic
+                      const std::map<std::string, std::string>& metadata = {},
+                      const std::vector<ByteTensor>& u8 = {});  // atomic
 // Parses and validates everything (header length, JSON, dtypes, shapes, offsets inside the
 // buffer, contiguous and non-overlapping data, sizes matching shapes); throws attn::Error
 // ("[load_safetensors] 'what': ...") on any defect. Never reads out of bounds.

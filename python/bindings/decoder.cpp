@@ -146,8 +146,10 @@ void register_decoder(py::module_& m) {
         py::arg("dtype") = Dtype::Float32);
   d.def(
       "save_hf",
-      [](const nn::Decoder& model, const std::string& dir) { nn::save_hf_decoder(model, dir); },
-      release(), py::arg("model"), py::arg("dir"));
+      [](const nn::Decoder& model, const std::string& dir, bool dequantize_mxfp4) {
+        nn::save_hf_decoder(model, dir, dequantize_mxfp4);
+      },
+      release(), py::arg("model"), py::arg("dir"), py::arg("dequantize_mxfp4") = false);
 }
 
 }  // namespace attn::python

@@ -285,6 +285,7 @@ namespace {
 struct Serialized {
   std::string head;
   std::vector<Tensor> data;
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> bytes;  // after data
 
   std::vector<std::string_view> pieces() const {
     std::vector<std::string_view> out{head};
@@ -292,12 +293,15 @@ struct Serialized {
       const std::size_t nbytes = std::size_t(c.numel()) * itemsize(c.dtype());
       if (nbytes > 0) out.emplace_back(static_cast<const char*>(c.raw_data()), nbytes);
     }
+    for (const auto& b : bytes)
+      if (!b->empty()) out.emplace_back(reinterpret_cast<const char*>(b->data()), b->size());
     return out;
   }
 };
 
 Serialized serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                     const std::map<std::string, std::string>& metadata) {
+                     const std::map<std::string, std::string>& metadata,
+                     const std::vector<ByteTensor>& u8) {
   constexpr const char* fn = "to_safetensors";
   std::set<std::string> seen;
   Serialized out;
@@ -326,6 +330,28 @@ Serialized serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
     offset += nbytes;
     out.data.push_back(std::move(c));
   }
+  for (const ByteTensor& b : u8) {
+    const std::string& name = b.name;
+    if (name.empty()) attn::detail::fail(fn, "tensor names must be non-empty");
+    if (name == kMetadataKey) attn::detail::fail(fn, "a tensor cannot be called \"", name, "\"");
+    if (!seen.insert(name).second) attn::detail::fail(fn, "tensor name '", name, "' is repeated");
+    if (!b.bytes) attn::detail::fail(fn, "byte tensor '", name, "' has no bytes");
+    uint64_t numel = 1;
+    for (const int64_t d : b.shape) {
+      if (d < 0) attn::detail::fail(fn, "byte tensor '", name, "' has shape ", shape_str(b.shape));
+      numel *= uint64_t(d);
+    }
+    if (numel != b.bytes->size())
+      attn::detail::fail(fn, "byte tensor '", name, "' of shape ", shape_str(b.shape), " needs ",
+                         numel, " bytes, got ", b.bytes->size());
+    ordered_json e = ordered_json::object();
+    e["dtype"] = "U8";
+    e["shape"] = b.shape;
+    e["data_offsets"] = {offset, offset + numel};
+    header[name] = std::move(e);
+    offset += numel;
+    out.bytes.push_back(b.bytes);
+  }
   std::string text;
   try {
     text = header.dump();
@@ -342,14 +368,16 @@ Serialized serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
 }  // namespace
 
 std::string to_safetensors(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                           const std::map<std::string, std::string>& metadata) {
-  return detail::concat(serialize(tensors, metadata).pieces());
+                           const std::map<std::string, std::string>& metadata,
+                           const std::vector<ByteTensor>& u8) {
+  return detail::concat(serialize(tensors, metadata, u8).pieces());
 }
 
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  const Serialized s = serialize(tensors, metadata);
+                      const std::map<std::string, std::string>& metadata,
+                      const std::vector<ByteTensor>& u8) {
+  const Serialized s = serialize(tensors, metadata, u8);
   const std::vector<std::string_view> pieces = s.pieces();
   detail::write_file_atomic("write_file_atomic", path, pieces);
 }

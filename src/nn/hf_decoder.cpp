@@ -364,6 +364,9 @@ DecoderConfig config_from_json(const json& j, const std::string& what) {
           bad(what, "quantization_config has '", it.key(),
               "', which attn does not know (it has quant_method mxfp4, modules_to_not_convert, "
               "dequantize)");
+      if (q.contains("dequantize") && !q["dequantize"].is_boolean())
+        bad(what, "quantization_config dequantize must be true or false, got ",
+            q["dequantize"].dump());
       const std::string method = get_string(q, what, "quant_method", "");
       if (method != "mxfp4")
         bad(what, "quantization_config quant_method '", method,
@@ -704,7 +707,16 @@ std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype,
   const std::string config_path = (fs::path(dir) / "config.json").string();
   if (!fs::exists(config_path, ec))
     detail::fail(kLoad, "'", dir, "' has no config.json (not a Hugging Face checkpoint)");
-  DecoderConfig config = decoder_config_from_hf_json(io::read_file(config_path), config_path);
+  const std::string config_text = io::read_file(config_path);
+  DecoderConfig config = decoder_config_from_hf_json(config_text, config_path);
+  // transformers' Mxfp4Config(dequantize=True), saved in the checkpoint's config: decoded on
+  // load (decoder_config_from_hf_json checked the field's place and type).
+  if (config.model_type == "gpt_oss") {
+    const json j = json::parse(config_text);
+    if (j.contains("quantization_config") && j["quantization_config"].is_object() &&
+        j["quantization_config"].value("dequantize", false))
+      dequantize_mxfp4 = true;
+  }
   Weights w = open_weights(dir);
   rename_multimodal(w);
   const std::vector<Mxfp4> mxfp4 = find_mxfp4(config, w);

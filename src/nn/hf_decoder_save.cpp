@@ -189,6 +189,13 @@ std::string decoder_config_to_hf_json(const DecoderConfig& c, Dtype dtype) {
     j["num_experts_per_tok"] = c.num_experts_per_tok;
     j["swiglu_alpha"] = c.swiglu_alpha;
     j["swiglu_limit"] = c.swiglu_limit;
+    // Experts kept in MXFP4 are written as released: blocks and scales, which this field
+    // announces (the modules it lists are those gpt-oss's releases keep in bfloat16).
+    if (c.mxfp4_experts)
+      j["quantization_config"] = {{"modules_to_not_convert",
+                                   {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                    "model.embed_tokens", "lm_head"}},
+                                  {"quant_method", "mxfp4"}};
   }
   j["torch_dtype"] = dtype_name(dtype).substr(6);  // "torch.bfloat16" -> "bfloat16"
   const std::string text = j.dump(2) + "\n";
@@ -208,10 +215,13 @@ std::string decoder_config_to_hf_json(const DecoderConfig& c, Dtype dtype) {
   return text;
 }
 
-void save_hf_decoder(const Decoder& model, const std::string& dir) {
+void save_hf_decoder(const Decoder& model, const std::string& dir, bool dequantize_mxfp4) {
   const NamedTensors params = model.named_parameters();
   const Dtype dtype = params.empty() ? Dtype::Float32 : params.front().second.dtype();
-  const std::string config = decoder_config_to_hf_json(model.config(), dtype);
+  DecoderConfig c = model.config();
+  const bool kept = c.mxfp4_experts;
+  if (dequantize_mxfp4) c.mxfp4_experts = false;
+  const std::string config = decoder_config_to_hf_json(c, dtype);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec))
@@ -220,23 +230,30 @@ void save_hf_decoder(const Decoder& model, const std::string& dir) {
   // Each file written whole or not at all; the weights first, so that a directory with the new
   // config.json has the new weights.
   NamedTensors named;
-  for (const auto& [name, t] : params)
-    named.emplace_back(hf_parameter_name(model.config().model_type, name), t);
-  // Experts kept in MXFP4: written decoded, in the parameters' dtype, as transformers'
-  // dequantized model has them (E, C, R).
-  if (model.config().mxfp4_experts)
+  for (const auto& [name, t] : params) named.emplace_back(hf_parameter_name(c.model_type, name), t);
+  // Experts kept in MXFP4: as transformers' pair NAME_blocks (E, R, C / 32, 16) and NAME_scales
+  // (E, R, C / 32), the bytes as they are held; or, asked to dequantize, decoded in the
+  // parameters' dtype as transformers' dequantized model has them, (E, C, R).
+  std::vector<io::ByteTensor> u8;
+  if (kept)
     for (std::size_t l = 0; l < model.model->layers.size(); ++l) {
       const DecoderExperts& ex = *model.model->layers[l]->moe->experts;
       for (const auto* m : {&ex.gate_up_mxfp4, &ex.down_mxfp4}) {
+        const std::string name = "model.layers." + std::to_string(l) + ".mlp.experts." +
+                                 (m == &ex.gate_up_mxfp4 ? "gate_up_proj" : "down_proj");
+        if (!dequantize_mxfp4) {
+          u8.push_back({name + "_blocks", Shape{m->count, m->rows, m->cols / 32, 16}, m->blocks});
+          u8.push_back({name + "_scales", Shape{m->count, m->rows, m->cols / 32}, m->scales});
+          continue;
+        }
         std::vector<Tensor> experts;
         for (int64_t e = 0; e < m->count; ++e)
           experts.push_back(mxfp4_dequantize(*m, e, dtype).transpose(0, 1));
-        named.emplace_back("model.layers." + std::to_string(l) + ".mlp.experts." +
-                               (m == &ex.gate_up_mxfp4 ? "gate_up_proj" : "down_proj"),
-                           stack(experts).contiguous());
+        named.emplace_back(name, stack(experts).contiguous());
       }
     }
-  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), named, {{"format", "pt"}});
+  io::save_safetensors((fs::path(dir) / "model.safetensors").string(), named, {{"format", "pt"}},
+                       u8);
   io::write_file_atomic((fs::path(dir) / "config.json").string(), config);
 }
 

@@ -477,6 +477,70 @@ TEST_P(Families, SavedAsAHuggingFaceDirectoryItLoadsAsTheSameModel) {
   }
 }
 
+// gpt-oss's experts kept in MXFP4 are saved as released (NAME_blocks, NAME_scales: the bytes
+// held, and a quantization_config) and load back as the same kept model, bit for bit; saved with
+// dequantize_mxfp4 they are floats that load as the dequantized model. A config.json whose
+// quantization_config says "dequantize": true is decoded on load.
+TEST(HfDecoder, KeptMxfp4ExpertsAreSavedAsReleasedOrDecoded) {
+  DecoderConfig c = small("gpt_oss");
+  c.intermediate_size = 32, c.mxfp4_experts = true;  // whole groups of 32 in both products
+  auto m = random_model(c, 9);
+  attn::Generator gen(10);
+  auto bytes = [&gen](int64_t n, int lo, int hi) {
+    const Tensor r = attn::randint(lo, hi, {n}, &gen);
+    std::vector<uint8_t> out(std::size_t(n), 0);
+    for (int64_t i = 0; i < n; ++i) out[std::size_t(i)] = uint8_t(r.data_ptr<int64_t>()[i]);
+    return out;
+  };
+  const int64_t E = c.num_local_experts, I = c.intermediate_size, H = c.hidden_size;
+  for (auto& layer : m->model->layers) {
+    attn::nn::DecoderExperts& ex = *layer->moe->experts;
+    ex.gate_up_mxfp4 = attn::Mxfp4Matrices(E, 2 * I, H, bytes(E * 2 * I * H / 2, 0, 256),
+                                           bytes(E * 2 * I * H / 32, 122, 129));
+    ex.down_mxfp4 =
+        attn::Mxfp4Matrices(E, H, I, bytes(E * H * I / 2, 0, 256), bytes(E * H * I / 32, 122, 129));
+  }
+  m->eval();
+  const Tensor ids = id_tensor(kIds, 2);
+  const Vec want = values(m->forward(ids));
+  attn::testing::TempDir dir;
+  attn::nn::save_hf_decoder(*m, dir.file("kept"));
+  const std::string config = attn::io::read_file(dir.file("kept/config.json"));
+  EXPECT_NE(config.find("\"quant_method\": \"mxfp4\""), std::string::npos) << config;
+  const attn::io::SafeTensorsFile f(dir.file("kept/model.safetensors"));
+  const auto& ex0 = *m->model->layers[1]->moe->experts;
+  EXPECT_EQ(f.find("model.layers.1.mlp.experts.gate_up_proj_blocks")->shape,
+            (attn::Shape{E, 2 * I, H / 32, 16}));
+  EXPECT_EQ(f.read_u8("model.layers.1.mlp.experts.gate_up_proj_blocks"), *ex0.gate_up_mxfp4.blocks);
+  EXPECT_EQ(f.read_u8("model.layers.1.mlp.experts.down_proj_scales"), *ex0.down_mxfp4.scales);
+  EXPECT_EQ(f.find("model.layers.1.mlp.experts.gate_up_proj"), nullptr);
+  auto back = attn::nn::load_hf_decoder(dir.file("kept"));
+  ASSERT_TRUE(back->config().mxfp4_experts);
+  EXPECT_EQ(*back->model->layers[2]->moe->experts->down_mxfp4.blocks,
+            *m->model->layers[2]->moe->experts->down_mxfp4.blocks);
+  EXPECT_EQ(values(back->forward(ids)), want);
+
+  attn::nn::save_hf_decoder(*m, dir.file("decoded"), /*dequantize_mxfp4=*/true);
+  EXPECT_EQ(attn::io::read_file(dir.file("decoded/config.json")).find("quantization_config"),
+            std::string::npos);
+  auto decoded = attn::nn::load_hf_decoder(dir.file("decoded"));
+  ASSERT_FALSE(decoded->config().mxfp4_experts);
+  EXPECT_TRUE(attn::equal(
+      decoded->parameter("model.layers.0.mlp.experts.down_proj").select(0, 3),
+      attn::mxfp4_dequantize(m->model->layers[0]->moe->experts->down_mxfp4, 3).transpose(0, 1)));
+  EXPECT_LT(relative_error(values(decoded->forward(ids)), want), 2e-5);
+
+  // "dequantize": true in the saved config: decoded on load, as transformers does.
+  std::string asks = config;
+  asks.replace(asks.find("\"quant_method\""), 0, "\"dequantize\": true, ");
+  attn::io::write_file_atomic(dir.file("kept/config.json"), asks);
+  EXPECT_FALSE(attn::nn::load_hf_decoder(dir.file("kept"))->config().mxfp4_experts);
+  asks.replace(asks.find("true, \"quant_method\""), 4, "1");
+  attn::io::write_file_atomic(dir.file("kept/config.json"), asks);
+  EXPECT_ERROR_HAS(attn::nn::load_hf_decoder(dir.file("kept")),
+                   "quantization_config dequantize must be true or false, got 1");
+}
+
 TEST(HfDecoderConfig, WhatAFamilyCannotSayIsRefusedBeforeAnythingIsWritten) {
   DecoderConfig c = small("llama");
   c.qk_norm = true;

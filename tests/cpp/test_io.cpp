@@ -655,6 +655,45 @@ TEST(SafeTensorsFile, U8TensorsAreReadAsBytes) {
             std::string::npos);
 }
 
+// Byte tensors are written as U8 after the tensors and read back as the same bytes; a shape that
+// does not hold them, or a repeated name, is refused before anything is written.
+TEST(SafeTensors, ByteTensorsAreWrittenAsU8) {
+  TempDir dir;
+  auto blocks = std::make_shared<const std::vector<uint8_t>>(
+      std::vector<uint8_t>{0, 1, 2, 3, 254, 255, 16, 17, 128, 7, 8, 9});
+  auto scales = std::make_shared<const std::vector<uint8_t>>(std::vector<uint8_t>{127, 128, 0});
+  const std::vector<io::ByteTensor> u8{{"w_blocks", {3, 2, 2}, blocks}, {"w_scales", {3}, scales}};
+  const std::string path = dir.path() + "/u8.safetensors";
+  io::save_safetensors(path, {{"a", attn::tensor({1.0, -2.5})}}, {{"format", "pt"}}, u8);
+  const io::SafeTensorsFile f(path);
+  ASSERT_EQ(f.entries().size(), 3u);
+  EXPECT_TRUE(attn::equal(f.read("a"), attn::tensor({1.0, -2.5})));
+  EXPECT_TRUE(f.find("w_blocks")->u8);
+  EXPECT_EQ(f.find("w_blocks")->shape, (attn::Shape{3, 2, 2}));
+  EXPECT_EQ(f.read_u8("w_blocks"), *blocks);
+  EXPECT_EQ(f.read_u8("w_scales"), *scales);
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  EXPECT_EQ(io::to_safetensors({}, {}, u8).size() % 8, 7u);  // header padded to 8, then 15 bytes
+
+  EXPECT_EQ(error_of([&] {
+              io::to_safetensors({}, {}, {{"w", {2, 2}, scales}});
+            }),
+            "[to_safetensors] byte tensor 'w' of shape (2, 2) needs 4 bytes, got 3");
+  EXPECT_EQ(error_of([&] {
+              io::to_safetensors({{"w", attn::tensor({1.0})}}, {}, {{"w", {3}, scales}});
+            }),
+            "[to_safetensors] tensor name 'w' is repeated");
+  EXPECT_EQ(error_of([&] {
+              io::to_safetensors({}, {}, {{"w", {3}, nullptr}});
+            }),
+            "[to_safetensors] byte tensor 'w' has no bytes");
+  EXPECT_EQ(error_of([&] {
+              io::save_safetensors(dir.path() + "/no.safetensors", {}, {}, {{"w", {-1}, scales}});
+            }),
+            "[to_safetensors] byte tensor 'w' has shape (-1,)");
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/no.safetensors"));
+}
+
 TEST(SafeTensorsFile, AFileThatShrinksAfterOpeningIsAnError) {
   TempDir dir;
   const std::string bytes = io::to_safetensors(known_tensors());

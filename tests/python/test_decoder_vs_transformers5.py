@@ -353,15 +353,32 @@ def test_gpt_oss_experts_kept_in_mxfp4(mxfp4_checkpoint, tmp_path):
     for _ in range(6):
         seq = attn.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], 1)
     assert out.tolist() == seq.tolist()
-    # Written decoded: transformers' model from it is its dequantized model, bit for bit.
+    # Written as released: the same MXFP4 bytes and quantization_config, which transformers reads
+    # as the same model; and decoded (dequantize_mxfp4=True): transformers' dequantized model,
+    # bit for bit.
+    from safetensors.torch import load_file, save_file
+    sd = load_file(str(d / "model.safetensors"))
+    model.save_pretrained(tmp_path / "gpt_oss_kept")
+    kept = load_file(str(tmp_path / "gpt_oss_kept" / "model.safetensors"))
+    assert set(kept) == set(sd)
+    for k, v in sd.items():  # the MXFP4 pairs as they were; the rest in the model's dtype
+        assert (kept[k].dtype == torch.uint8) == (v.dtype == torch.uint8), k
+        assert torch.equal(kept[k].to(v.dtype), v), k
+    cfg = json.loads((tmp_path / "gpt_oss_kept" / "config.json").read_text())
+    assert cfg["quantization_config"]["quant_method"] == "mxfp4"
+    ref_kept = load_mxfp4(tmp_path / "gpt_oss_kept", torch.float32).state_dict()
     model32 = attn.nn.Decoder.from_pretrained(d)
-    model32.save_pretrained(tmp_path / "gpt_oss_saved")
+    model32.save_pretrained(tmp_path / "gpt_oss_saved", dequantize_mxfp4=True)
+    assert "quantization_config" not in json.loads(
+        (tmp_path / "gpt_oss_saved" / "config.json").read_text())
     got = load(tmp_path / "gpt_oss_saved", torch.float32).state_dict()
     for k, v in load_mxfp4(d, torch.float32).state_dict().items():
         assert torch.equal(got[k], v), k
+        assert torch.equal(ref_kept[k], v), k
+    again = attn.nn.Decoder.from_pretrained(tmp_path / "gpt_oss_kept", dtype="auto")
+    assert again.config["mxfp4_experts"]
+    assert np.array_equal(again(attn.tensor(IDS)).numpy(), ours)
     # A checkpoint with some experts in MXFP4 and others not: kept all or none.
-    from safetensors.torch import load_file, save_file
-    sd = load_file(str(d / "model.safetensors"))
     ref32 = load_mxfp4(d, torch.float32).state_dict()
     for k in ("model.layers.1.mlp.experts.down_proj_blocks",
               "model.layers.1.mlp.experts.down_proj_scales"):

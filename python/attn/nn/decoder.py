@@ -92,12 +92,14 @@ class Decoder(Module):
         self.eval()
         return self
 
-    def save_pretrained(self, save_directory):
+    def save_pretrained(self, save_directory, dequantize_mxfp4=False):
         """Writes config.json and model.safetensors (transformers' names, the parameters' dtype)
         to the directory save_directory (created if missing), as transformers' save_pretrained
         does: transformers' from_pretrained and Decoder.from_pretrained read it back. ValueError
-        when the model's family (config model_type) cannot describe it in config.json."""
-        _C.decoder.save_hf(self._impl, _os.fspath(save_directory))
+        when the model's family (config model_type) cannot describe it in config.json.
+        gpt-oss experts kept in MXFP4 are written as released (NAME_blocks, NAME_scales and a
+        quantization_config); with dequantize_mxfp4=True, decoded in the parameters' dtype."""
+        _C.decoder.save_hf(self._impl, _os.fspath(save_directory), bool(dequantize_mxfp4))
 
     def _impl_to(self, dtype):
         """Module.to(dtype) / bfloat16() / half() / float(): the C++ model converts its own
