@@ -5,7 +5,7 @@ and resident memory of attn.nn.Decoder on a gpt-oss-20b-shaped checkpoint with f
     PYTHONPATH=build/python .venv-bench/bin/python bench/mxfp4_decode.py --threads 2 --reps 3
 
 Each load runs in its own process (its peak resident size is its own), the two alternating;
-decode tok/s is N over generate(P, 1 + N)'s time less the best of 3 generate(P, 1), batch 1,
+prefill tok/s is P over the best of 3 generate(P, 1); decode tok/s is N over generate(P, 1 + N)'s time less the best of 3 generate(P, 1), batch 1,
 medians of the repetitions. The experts' bytes are what each keeps: 17 bytes a 32-weight group in MXFP4, 64 in
 bfloat16."""
 import argparse
@@ -82,7 +82,7 @@ def child(d, dequantize, a):
     decode = a.new / (time.perf_counter() - t1 - min(prefill))
     np.save(os.path.join(d, "logits_{}.npy".format(int(dequantize))),
             model(prompt)[0, -1].float().numpy())
-    print(json.dumps(dict(decode=decode, rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps(dict(decode=decode, prefill=a.prompt / min(prefill), rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                           * 1024)))
 
 
@@ -122,11 +122,12 @@ def main():
           "weights; {} threads, batch 1, {}-token prompt, {} new tokens; medians of {}".format(
               cpu, a.layers, a.experts, a.hidden, a.intermediate, a.top, n / 1e9, a.threads,
               a.prompt, a.new, a.reps))
-    print("| experts | bytes of experts | decode tok/s | peak RSS GB |")
-    print("|---|---|---|---|")
+    print("| experts | bytes of experts | prefill tok/s | decode tok/s | peak RSS GB |")
+    print("|---|---|---|---|---|")
     for dq, name, per in ((False, "MXFP4 (kept)", 17 / 32), (True, "bfloat16 (dequantized)", 2)):
-        print("| {} | {:.2f} GB | {:.2f} | {:.2f} |".format(
-            name, n * per / 1e9, statistics.median(r["decode"] for r in runs[dq]),
+        print("| {} | {:.2f} GB | {:.1f} | {:.2f} | {:.2f} |".format(
+            name, n * per / 1e9, statistics.median(r["prefill"] for r in runs[dq]),
+            statistics.median(r["decode"] for r in runs[dq]),
             statistics.median(r["rss"] for r in runs[dq]) / 1e9))
     print("last-position logits of the two loads: max difference {:.3g} for logits up to "
           "{:.3g}".format(np.abs(kept - deq).max(), np.abs(deq).max()))

@@ -32,11 +32,13 @@ struct Mxfp4Matrices {
 };
 
 // x (N, cols), a CPU float tensor, times matrix e of w transposed: (N, rows), in x's dtype, as
-// x @ mxfp4_dequantize(w, e, x.dtype()).T with float32 sums. Up to 8 rows (decoding) and with
-// no gradient to record, the codes are decoded as they are streamed (mxfp4_rows); otherwise the
-// matrix is decoded in x's dtype and multiplied by matmul, whose graph gives x its gradient (the
-// matrices are constants: no gradient reaches them). attn::Error naming the shapes for an x of
-// another width, e out of range, an x not on the CPU or not floating.
+// x @ mxfp4_dequantize(w, e, x.dtype()).T with float32 sums. With no gradient to record: up to 8
+// rows (decoding), the codes are decoded as they are streamed (mxfp4_rows); more (a prompt), 128
+// rows of the matrix at a time are decoded into floats for sgemm (mxfp4_gemm), never the whole
+// matrix. With a gradient to record, the matrix is decoded in x's dtype and multiplied by matmul,
+// whose graph gives x its gradient (the matrices are constants: no gradient reaches them).
+// attn::Error naming the shapes for an x of another width, e out of range, an x not on the CPU or
+// not floating.
 Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e);
 
 // Matrix e decoded: (rows, cols) in dtype (float32, bfloat16 or float16; exact in the first two).

@@ -8,6 +8,7 @@
 
 #include "../backend/cpu/gemm_half.h"
 #include "../backend/cpu/gemm_rows.h"
+#include "../backend/cpu/onednn_matmul.h"
 #include "../backend/cpu/threads.h"
 #include "../backend/linalg_kernels.h"
 #include "../tensor/internal.h"
@@ -129,18 +130,21 @@ Tensor record_matmul(Tensor out, const char* node, const Tensor& a_in, const Ten
       {b_in.requires_grad() ? a_in : Tensor(), a_in.requires_grad() ? b_in : Tensor()});
 }
 
-// a (..., K) @ b (K, N) for a CPU bfloat16 / float16 matrix b and at most kGemmRowsMax rows of a,
-// with no gradient to record (a decoding step through weights used as stored, x @ W, or
-// transposed, x @ W.T): b streamed in its own dtype, widened as it is read, instead of widened
-// whole first (about 19x the time of the product at gpt-oss's expert sizes). The same arithmetic as
-// the widening path (float sums, one rounding), summed in another order. nullopt: not such a
-// product.
-std::optional<Tensor> few_rows_times_half_matrix(const Tensor& a, const Tensor& b) {
+// a (..., K) @ b (K, N) for a CPU bfloat16 / float16 matrix b (x @ W, or x @ W.T: b a transposed
+// view), with no gradient to record: b read in its own dtype, never widened whole first (which
+// writes 2x its bytes as floats and reads them back: about 19x the product's time for one row
+// at gpt-oss's expert sizes). Float sums, one rounding, as the widening path; summed in another
+// order.
+//   * at most kGemmRowsMax rows (a decoding step): b streamed once, widened as it is read;
+//   * more, in bfloat16: oneDNN's bfloat16 matmul where the CPU has a fast kernel (as linear);
+//   * otherwise blocks of b widened in turn for sgemm (gemm_half.h, as linear).
+// nullopt: not such a product.
+std::optional<Tensor> times_half_matrix(const Tensor& a, const Tensor& b) {
   if (!a.is_cpu() || !b.is_cpu() || b.dim() != 2 || a.dim() < 1) return std::nullopt;
   const int64_t K = b.size(0), N = b.size(1);
   if (a.size(-1) != K || K == 0 || N == 0) return std::nullopt;
   const int64_t M = a.numel() / K;
-  if (M < 1 || M > kernels::kGemmRowsMax) return std::nullopt;
+  if (M < 1) return std::nullopt;
   if (is_grad_enabled() && (a.requires_grad() || b.requires_grad())) return std::nullopt;
   const auto kind =
       a.dtype() == Dtype::BFloat16 ? kernels::HalfKind::BFloat16 : kernels::HalfKind::Float16;
@@ -148,6 +152,19 @@ std::optional<Tensor> few_rows_times_half_matrix(const Tensor& a, const Tensor& 
   const bool rows = b.stride(1) == 1 && b.stride(0) >= N,
              columns = b.stride(0) == 1 && b.stride(1) >= K;
   if (!rows && !columns) return std::nullopt;
+  Shape out = a.shape();
+  out.back() = N;
+  if (M > kernels::kGemmRowsMax) {
+    if (kind == kernels::HalfKind::BFloat16) {
+      const Tensor ac = a.contiguous();
+      Tensor y = empty({M, N}, Dtype::BFloat16);
+      if (kernels::onednn_matmul_bf16(false, columns, M, N, K,
+                                      static_cast<const uint16_t*>(ac.raw_data()), K, bits,
+                                      columns ? b.stride(1) : b.stride(0), nullptr,
+                                      static_cast<uint16_t*>(y.raw_data()), N))
+        return y.reshape(out);
+    }
+  }
   const Tensor af = a.to(Dtype::Float32).contiguous();
   Tensor y = empty({M, N});
   if (rows)
@@ -156,8 +173,6 @@ std::optional<Tensor> few_rows_times_half_matrix(const Tensor& a, const Tensor& 
   else
     kernels::gemm_half_weights(kind, M, N, K, af.data_ptr<float>(), K, bits, b.stride(1),
                                y.data_ptr<float>(), N);
-  Shape out = a.shape();
-  out.back() = N;
   return y.reshape(out).to(a.dtype());
 }
 
@@ -175,7 +190,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
     fail("matmul", "expected both arguments to have the same dtype, got ", dtype_name(a_in.dtype()),
          " and ", dtype_name(b_in.dtype()));
   if (is_reduced_float(a_in.dtype())) {  // float accumulation, one rounding (detail::widen)
-    if (auto few = few_rows_times_half_matrix(a_in, b_in)) return *few;
+    if (auto y = times_half_matrix(a_in, b_in)) return *y;
     AutocastGuard off(std::nullopt);
     return matmul(detail::widen(a_in), detail::widen(b_in)).to(a_in.dtype());
   }

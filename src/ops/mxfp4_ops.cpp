@@ -68,14 +68,14 @@ Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e) {
         x.defined() ? shape_str(x.shape()) + " " + dtype_name(x.dtype()) + " on " + x.device().str()
                     : std::string("an undefined tensor"));
   const int64_t N = x.size(0);
-  if (N > kernels::kGemmRowsMax || (is_grad_enabled() && x.requires_grad()))
+  if (is_grad_enabled() && x.requires_grad())
     return matmul(x, mxfp4_dequantize(w, e, x.dtype()).transpose(0, 1));
   const Tensor xf = x.to(Dtype::Float32).contiguous();
   Tensor y = empty({N, w.rows});
   const int64_t offset = e * w.rows * w.cols;
-  kernels::mxfp4_rows(N, w.rows, w.cols, xf.data_ptr<float>(), w.cols,
-                      w.blocks->data() + offset / 2, w.scales->data() + offset / 32,
-                      y.data_ptr<float>(), w.rows);
+  const auto kernel = N > kernels::kGemmRowsMax ? kernels::mxfp4_gemm : kernels::mxfp4_rows;
+  kernel(N, w.rows, w.cols, xf.data_ptr<float>(), w.cols, w.blocks->data() + offset / 2,
+         w.scales->data() + offset / 32, y.data_ptr<float>(), w.rows);
   return x.dtype() == Dtype::Float32 ? y : y.to(x.dtype());
 }
 

@@ -450,10 +450,11 @@ TEST(Dtypes, OpsComputeThemInFloatAndRoundOnce) {
   }
 }
 
-// x @ W with a 2-byte W used as stored (K, N) or transposed (x @ W.T) and few rows of x: W is
-// streamed in its dtype (no gradient to record) with the widening path's arithmetic, float sums
-// rounded once; with more rows, or a gradient to record, the widening path itself.
-TEST(Dtypes, FewRowsTimesAHalfMatrixRoundOnceInEveryLayout) {
+// x @ W with a 2-byte W used as stored (K, N) or transposed (x @ W.T), no gradient to record: W
+// is read in its dtype (streamed for few rows of x; oneDNN's bfloat16 matmul, or sgemm over
+// widened blocks, for more) with the widening path's arithmetic, float sums rounded once; with a
+// gradient to record, the widening path itself.
+TEST(Dtypes, RowsTimesAHalfMatrixRoundOnceInEveryLayout) {
   const int64_t K = 70, N = 45;  // N not a multiple of the kernel's column blocks
   for (const Dtype dt : {Dtype::BFloat16, Dtype::Float16}) {
     std::vector<float> wv(K * N);
@@ -461,7 +462,7 @@ TEST(Dtypes, FewRowsTimesAHalfMatrixRoundOnceInEveryLayout) {
     wv = rounded(wv, dt);
     const Tensor w = attn::from_vector(wv, {K, N}).to(dt);  // (K, N)
     const Tensor wt = w.T().contiguous();                   // (N, K): wt.T() is w
-    for (const int64_t M : {1, 2, 5, 8, 9, 12}) {
+    for (const int64_t M : {1, 2, 5, 8, 9, 12, 33, 100}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " M " + std::to_string(M));
       std::vector<float> xv(M * K), want(M * N);
       for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.29f * float(i) + M);

@@ -81,12 +81,13 @@ TEST(Mxfp4, DequantizeDecodesEveryCodeAndScaleExactly) {
   }
 }
 
-// The streaming product on every instruction set against double sums of the decoded weights.
+// The streaming product (up to 8 rows) and the block-decoding one (more) on every instruction
+// set against double sums of the decoded weights.
 TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
   const Mxfp4Matrices m = random_matrices(3, 37, 96, 5);
   std::mt19937 gen(9);
   std::normal_distribution<float> normal;
-  for (const int64_t M : {1, 2, 3, 5, 8}) {
+  for (const int64_t M : {1, 2, 3, 5, 8, 9, 20}) {
     std::vector<float> x(std::size_t(M * m.cols));
     for (auto& v : x) v = normal(gen);
     const std::vector<double> w = decoded(m, 2);
@@ -109,8 +110,9 @@ TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
       const K::Isa before = K::active_isa();
       ASSERT_TRUE(K::set_isa(isa));
       std::vector<float> y(std::size_t(M * (m.rows + 3)), -7.0f);  // ldy > rows: padding kept
-      K::mxfp4_rows(M, m.rows, m.cols, x.data(), m.cols, m.blocks->data() + off / 2,
-                    m.scales->data() + off / 32, y.data(), m.rows + 3);
+      (M > 8 ? K::mxfp4_gemm : K::mxfp4_rows)(M, m.rows, m.cols, x.data(), m.cols,
+                                              m.blocks->data() + off / 2,
+                                              m.scales->data() + off / 32, y.data(), m.rows + 3);
       K::set_isa(before);
       for (int64_t i = 0; i < M; ++i) {
         for (int64_t r = 0; r < m.rows; ++r)
@@ -123,7 +125,7 @@ TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
   }
 }
 
-TEST(Mxfp4, LinearStreamsFewRowsAndMultipliesManyWithGradientsToX) {
+TEST(Mxfp4, LinearStreamsFewRowsAndDecodesBlocksForManyWithGradientsToX) {
   const Mxfp4Matrices m = random_matrices(2, 40, 64, 11);
   attn::Generator gen(3);
   for (const int64_t N : {1, 4, 8, 9, 33}) {
@@ -139,6 +141,15 @@ TEST(Mxfp4, LinearStreamsFewRowsAndMultipliesManyWithGradientsToX) {
     const Tensor want16 = attn::matmul(x.to(attn::Dtype::BFloat16).to(attn::Dtype::Float32),
                                        attn::mxfp4_dequantize(m, 1).transpose(0, 1));
     EXPECT_TRUE(attn::allclose(got16.to(attn::Dtype::Float32), want16, 1e-2, 1e-2));
+  }
+  // A prompt's rows against a matrix of several blocks of 128 rows (the last one partial):
+  // decoded block by block for sgemm, as the product with the whole decoded matrix.
+  const Mxfp4Matrices big = random_matrices(2, 300, 96, 12);
+  for (const int64_t N : {9, 200}) {
+    SCOPED_TRACE(N);
+    const Tensor x = attn::randn({N, 96}, &gen);
+    const Tensor want = attn::matmul(x, attn::mxfp4_dequantize(big, 1).transpose(0, 1));
+    EXPECT_TRUE(attn::allclose(attn::mxfp4_linear(x, big, 1), want, 1e-5, 1e-5));
   }
   // With a gradient to record: x's gradient is the upstream one times the decoded matrix.
   const Tensor x = attn::randn({3, 64}, &gen).requires_grad_(true);

@@ -128,6 +128,25 @@ ATTN_ISA_VARIANTS(void, fp16_rows_kn,
 void gemm_half_rows_kn(HalfKind kind, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                        const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0.0f);
+    return;
+  }
+  if (M > kGemmRowsMax) {
+    // Blocks of kHalfBlock columns of B widened (K, nb) into a per-thread buffer and multiplied
+    // by sgemm, as gemm_half_weights does for B transposed: B read once, sgemm's rate.
+    BlasSingleThread single;
+    const int64_t blocks = (N + kHalfBlock - 1) / kHalfBlock;
+    parallel_ranges(blocks, threads_for(M * N * K / 64), [&](int64_t b0, int64_t b1) {
+      std::vector<float> w(static_cast<size_t>(std::min(N, kHalfBlock) * K));
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t n0 = b * kHalfBlock, nb = std::min(kHalfBlock, N - n0);
+        for (int64_t k = 0; k < K; ++k) widen_half(kind, B + k * ldb + n0, w.data() + k * nb, nb);
+        sgemm(false, false, M, nb, K, 1.0f, A, lda, w.data(), nb, 0.0f, C + n0, ldc);
+      }
+    });
+    return;
+  }
   parallel_ranges((N + 15) / 16, threads_for(N * K), [&](int64_t u0, int64_t u1) {
     const int64_t n0 = u0 * 16, n1 = std::min(N, u1 * 16);
     for (int64_t m0 = 0; n1 > n0 && m0 < M; m0 += kGemmRowsMax) {  // B once per 8 rows

@@ -24,10 +24,11 @@ void gemm_half_weights(HalfKind kind, int64_t M, int64_t N, int64_t K, const flo
                        const uint16_t* B, int64_t ldb, float* C, int64_t ldc);
 
 // C (M, N) = A (M, K) B with B (K, N) stored row by row in `kind` (row stride ldb; a matrix
-// multiplied as stored, x @ W), A and C float, for few rows of A: B streamed once, each row
-// widened as it is read, where widening all of B first would write 2x its bytes as floats and read
-// them back. C[m, n] is summed over k in order, in float; the bits depend on the instruction set,
-// not on the threads (which share C by blocks of columns). More rows: B once per 8 of them.
+// multiplied as stored, x @ W), A and C float; every sum is float. Up to kGemmRowsMax rows of A: B
+// streamed once, each row widened as it is read, where widening all of B first would write 2x
+// its bytes as floats and read them back; C[m, n] is summed over k in order, the bits depend on
+// the instruction set, not on the threads (which share C by blocks of columns). More rows: blocks
+// of columns of B widened into a per-thread buffer and multiplied by sgemm (gemm.h).
 void gemm_half_rows_kn(HalfKind kind, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                        const uint16_t* B, int64_t ldb, float* C, int64_t ldc);
 

@@ -1,9 +1,12 @@
 // mxfp4.h: MXFP4 products and decoding.
 #include "mxfp4.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include "gemm.h"
 #include "isa.h"
 #include "simd.h"
 #include "threads.h"
@@ -58,30 +61,36 @@ void rows_scalar(int64_t M, int64_t r0, int64_t r1, int64_t C, const float* X, i
 // holds 0, 1, 2, 3, 4, 6, 8, 12 and their negatives) by two shuffles, widened to four vectors of
 // 8 floats and multiplied by half the group's scale: the weights, exact. Eight accumulators of 8
 // lanes per row of X, summed across lanes at the end of the row.
+// One group's 32 weights, in four vectors of 8: its 16 bytes of codes b and its scale s.
+struct GroupAvx2 {
+  __m256 w0, w1, w2, w3;
+};
+ATTN_TARGET_AVX2 inline GroupAvx2 decode_group_avx2(const uint8_t* b16, uint8_t s) {
+  const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m128i low = _mm_set1_epi8(0x0F);
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b16));
+  const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(b, low));
+  const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(b, 4), low));
+  const __m128i first = _mm_unpacklo_epi8(lo, hi), second = _mm_unpackhi_epi8(lo, hi);
+  const __m256 half = _mm256_set1_ps(e8m0(s, 0.5f));
+  return {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(first)), half),
+          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(first, 8))), half),
+          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(second)), half),
+          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8))), half)};
+}
+
 ATTN_TARGET_AVX2 void rows_avx2(int64_t M, int64_t r0, int64_t r1, int64_t C, const float* X,
                                 int64_t ldx, const uint8_t* blocks, const uint8_t* scales, float* Y,
                                 int64_t ldy) {
   const int64_t G = C / 32;
-  const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-  const __m128i low = _mm_set1_epi8(0x0F);
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t m0 = 0; m0 < M; m0 += 4) {
       const int64_t mn = M - m0 < 4 ? M - m0 : 4;
       __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                        _mm256_setzero_ps()};
       for (int64_t g = 0; g < G; ++g) {
-        const __m128i b =
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks + (r * G + g) * 16));
-        const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(b, low));
-        const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(b, 4), low));
-        const __m128i first = _mm_unpacklo_epi8(lo, hi), second = _mm_unpackhi_epi8(lo, hi);
-        const __m256 half = _mm256_set1_ps(e8m0(scales[r * G + g], 0.5f));
-        const __m256 w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(first)), half);
-        const __m256 w1 =
-            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(first, 8))), half);
-        const __m256 w2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(second)), half);
-        const __m256 w3 = _mm256_mul_ps(
-            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8))), half);
+        const auto [w0, w1, w2, w3] =
+            decode_group_avx2(blocks + (r * G + g) * 16, scales[r * G + g]);
         for (int64_t m = 0; m < mn; ++m) {
           const float* x = X + (m0 + m) * ldx + g * 32;
           __m256 a = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), acc[m]);
@@ -98,6 +107,20 @@ ATTN_TARGET_AVX2 void rows_avx2(int64_t M, int64_t r0, int64_t r1, int64_t C, co
       }
     }
   }
+}
+
+// Rows [r0, r1) of W decoded into W (r1 - r0, C), 32 weights at a time (a zero's sign is lost:
+// for products only).
+ATTN_TARGET_AVX2 void decode_rows_avx2(int64_t r0, int64_t r1, int64_t C, const uint8_t* blocks,
+                                       const uint8_t* scales, float* W) {
+  const int64_t G = C / 32;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      const GroupAvx2 d = decode_group_avx2(blocks + (r * G + g) * 16, scales[r * G + g]);
+      float* w = W + (r - r0) * C + g * 32;
+      _mm256_storeu_ps(w, d.w0), _mm256_storeu_ps(w + 8, d.w1);
+      _mm256_storeu_ps(w + 16, d.w2), _mm256_storeu_ps(w + 24, d.w3);
+    }
 }
 #endif  // ATTN_SIMD_X86
 
@@ -124,6 +147,33 @@ void mxfp4_dequantize(int64_t R, int64_t C, const uint8_t* blocks, const uint8_t
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t g = 0; g < G; ++g)
         decode_group(blocks + (r * G + g) * 16, e8m0(scales[r * G + g]), W + r * C + g * 32);
+  });
+}
+
+void mxfp4_gemm(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
+                const uint8_t* scales, float* Y, int64_t ldy) {
+  if (M <= 0 || R <= 0) return;
+  constexpr int64_t kBlock = 128;  // rows of W decoded at a time (C = 2880: 1.5 MB of floats)
+  const int64_t G = C / 32, nblocks = (R + kBlock - 1) / kBlock;
+  const bool avx2 = ATTN_SIMD_X86 && (active_isa() == Isa::Avx2 || active_isa() == Isa::Avx512);
+  (void)avx2;
+  BlasSingleThread single;
+  parallel_ranges(nblocks, threads_for(M * R * C / 64), [&](int64_t b0, int64_t b1) {
+    std::vector<float> w(std::size_t(std::min(R, kBlock) * C));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * kBlock, nb = std::min(kBlock, R - r0);
+#if ATTN_SIMD_X86
+      if (avx2)
+        decode_rows_avx2(r0, r0 + nb, C, blocks, scales, w.data());
+      else
+#endif
+        for (int64_t r = 0; r < nb; ++r)
+          for (int64_t g = 0; g < G; ++g)
+            decode_group(blocks + ((r0 + r) * G + g) * 16, e8m0(scales[(r0 + r) * G + g]),
+                         w.data() + r * C + g * 32);
+      // Inside the parallel region sgemm runs on this thread alone.
+      sgemm(false, true, M, nb, C, 1.0f, X, ldx, w.data(), C, 0.0f, Y + r0, ldy);
+    }
   });
 }
 

@@ -17,6 +17,12 @@ namespace attn::kernels {
 void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
                 const uint8_t* scales, float* Y, int64_t ldy);
 
+// The same product for many rows of X (a prompt): blocks of 128 rows of W decoded into a
+// per-thread float buffer and multiplied by sgemm (gemm.h), so that W is never held decoded
+// whole. Threads share the blocks; the bits depend on (M, C) and the BLAS, not on the threads.
+void mxfp4_gemm(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
+                const uint8_t* scales, float* Y, int64_t ldy);
+
 // W (R, C) row-major, decoded exactly (signed zeros kept). C % 32 == 0.
 void mxfp4_dequantize(int64_t R, int64_t C, const uint8_t* blocks, const uint8_t* scales, float* W);
 
