@@ -38,6 +38,15 @@ namespace attn::nn {
 DecoderConfig decoder_config_from_hf_json(std::string_view json,
                                           const std::string& what = "config.json");
 
+// A config of attn's small default sizes (DecoderConfig's) with what makes the family's model
+// what it is, as transformers' config class of that model_type has it by default: biases, QK-norm,
+// norms (Gemma's 1 + weight, sandwich norms, float32 norms), activation, embedding scaling and
+// tying, RoPE base and scaling, softcaps, attention sinks, and the mixture's kind (Mixtral and
+// the Qwen MoEs: moe_type qwen3_moe; Mixtral's renormalised top-k). Sizes, experts and sliding
+// layers are left to the caller. attn::Error for another model_type (gemma3, a model with images,
+// included: its language model is gemma3_text).
+DecoderConfig decoder_config_for_family(const std::string& model_type);
+
 // The name that parameter `name` of a `model_type` Decoder has in the family's checkpoints:
 // attn's own but for Mixtral's mixtures (mlp.gate -> block_sparse_moe.gate,
 // mlp.experts.E.gate_proj / up_proj / down_proj -> block_sparse_moe.experts.E.w1 / w3 / w2).

@@ -142,6 +142,7 @@ void register_decoder(py::module_& m) {
       py::arg("dequantize_mxfp4") = false);
   d.def("config_from_hf_json", &nn::decoder_config_from_hf_json, py::arg("json"),
         py::arg("what") = "config.json");
+  d.def("config_for_family", &nn::decoder_config_for_family, py::arg("model_type"));
   d.def("config_to_hf_json", &nn::decoder_config_to_hf_json, py::arg("config"),
         py::arg("dtype") = Dtype::Float32);
   d.def(

@@ -511,6 +511,36 @@ DecoderConfig decoder_config_from_hf_json(std::string_view text, const std::stri
   return config_from_json(j, what);
 }
 
+DecoderConfig decoder_config_for_family(const std::string& model_type) {
+  static const std::set<std::string> families = {"llama",     "mistral",     "mixtral",   "qwen2",
+                                                 "qwen2_moe", "qwen3",       "qwen3_moe", "gemma",
+                                                 "gemma2",    "gemma3_text", "gpt_oss"};
+  if (!families.count(model_type))
+    detail::fail("decoder_config_for_family", "model_type '", model_type,
+                 "' is not a family of attn's decoder (llama, mistral, mixtral, qwen2, qwen2_moe, "
+                 "qwen3, qwen3_moe, gemma, gemma2, gemma3_text, gpt_oss)");
+  const DecoderConfig f = config_from_json(json{{"model_type", model_type}}, "model_type");
+  DecoderConfig c;  // attn's small sizes, the family's behaviour
+  c.model_type = f.model_type;
+  c.rms_norm_eps = f.rms_norm_eps, c.rope_theta = f.rope_theta, c.rope_type = f.rope_type;
+  c.rope_factor = f.rope_factor, c.rope_low_freq_factor = f.rope_low_freq_factor;
+  c.rope_high_freq_factor = f.rope_high_freq_factor;
+  c.rope_original_max_position_embeddings = f.rope_original_max_position_embeddings;
+  c.rope_beta_fast = f.rope_beta_fast, c.rope_beta_slow = f.rope_beta_slow;
+  c.rope_attention_factor = f.rope_attention_factor, c.rope_truncate = f.rope_truncate;
+  c.rope_local_base_freq = f.rope_local_base_freq;
+  c.qkv_bias = f.qkv_bias, c.o_bias = f.o_bias, c.mlp_bias = f.mlp_bias, c.qk_norm = f.qk_norm;
+  c.tie_word_embeddings = f.tie_word_embeddings, c.hidden_act = f.hidden_act;
+  c.norm_plus_one = f.norm_plus_one, c.sandwich_norms = f.sandwich_norms;
+  c.scale_embeddings = f.scale_embeddings;
+  c.attn_logit_softcapping = f.attn_logit_softcapping;
+  c.final_logit_softcapping = f.final_logit_softcapping;
+  c.attention_sinks = f.attention_sinks, c.norm_in_float32 = f.norm_in_float32;
+  c.swiglu_alpha = f.swiglu_alpha, c.swiglu_limit = f.swiglu_limit;
+  c.moe_type = f.moe_type, c.norm_topk_prob = f.norm_topk_prob;
+  return c;
+}
+
 namespace {
 
 // The checkpoint's tensors: each name, its shape and the file that holds it.

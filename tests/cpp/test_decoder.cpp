@@ -701,6 +701,39 @@ TEST(HfDecoderConfig, MixtralAndQwen2MoeMixturesAndTheirCheckpointNames) {
                    "moe_type 'qwen3_moe', got 'gpt_oss'");
 }
 
+// A family's behaviour (what transformers' config class defaults), attn's small sizes.
+TEST(HfDecoderConfig, AFamilysBehaviourWithAttnsSizes) {
+  using attn::nn::decoder_config_for_family;
+  const DecoderConfig plain;
+  const DecoderConfig mixtral = decoder_config_for_family("mixtral");
+  EXPECT_EQ(mixtral.model_type, "mixtral");
+  EXPECT_EQ(mixtral.moe_type, "qwen3_moe");
+  EXPECT_TRUE(mixtral.norm_topk_prob);
+  EXPECT_EQ(mixtral.rope_theta, 1e6);
+  EXPECT_EQ(mixtral.hidden_size, plain.hidden_size);
+  EXPECT_EQ(mixtral.num_local_experts, 0);  // experts are the caller's
+  const DecoderConfig gemma2 = decoder_config_for_family("gemma2");
+  EXPECT_TRUE(gemma2.norm_plus_one && gemma2.sandwich_norms && gemma2.scale_embeddings);
+  EXPECT_TRUE(gemma2.tie_word_embeddings);
+  EXPECT_EQ(gemma2.hidden_act, "gelu_tanh");
+  EXPECT_EQ(gemma2.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(gemma2.final_logit_softcapping, 30.0);
+  EXPECT_EQ(gemma2.sliding_window, 0);  // sliding layers are the caller's
+  const DecoderConfig oss = decoder_config_for_family("gpt_oss");
+  EXPECT_TRUE(oss.attention_sinks && oss.qkv_bias && oss.o_bias && oss.norm_in_float32);
+  EXPECT_EQ(oss.rope_type, "yarn");
+  EXPECT_EQ(oss.moe_type, "gpt_oss");
+  EXPECT_TRUE(decoder_config_for_family("qwen2").qkv_bias);
+  EXPECT_TRUE(decoder_config_for_family("qwen3").qk_norm);
+  EXPECT_FALSE(decoder_config_for_family("llama").qkv_bias);
+  for (const char* family : {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+                             "qwen3_moe", "gemma", "gemma2", "gemma3_text", "gpt_oss"})
+    EXPECT_NO_THROW(Decoder(decoder_config_for_family(family))) << family;
+  EXPECT_ERROR_HAS(decoder_config_for_family("phi3"),
+                   "[decoder_config_for_family] model_type 'phi3' is not a family");
+  EXPECT_ERROR_HAS(decoder_config_for_family("gemma3"), "model_type 'gemma3' is not a family");
+}
+
 TEST(HfDecoderConfig, EachFamilysFieldsAndDefaults) {
   using attn::nn::decoder_config_from_hf_json;
   const DecoderConfig q3 = decoder_config_from_hf_json(

@@ -474,13 +474,45 @@ def test_save_pretrained_of_models_built_and_converted_in_attn(tmp_path):
             dict(model.named_parameters())[k].float().numpy())), k
 
 
+@pytest.mark.parametrize("family, extra", [
+    ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2)),
+    ("qwen2_moe", dict(num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                       shared_expert_intermediate_size=24)),
+    ("gemma2", dict(head_dim=16, sliding_window=4, sliding_layers=[True, False])),
+    ("gpt_oss", dict(num_local_experts=4, num_experts_per_tok=2, head_dim=16, sliding_window=4,
+                     sliding_layers=[True, False])),
+])
+def test_models_built_by_family_name_take_the_familys_behaviour(family, extra, tmp_path):
+    # Decoder(model_type=...) with sizes only: the family's biases, norms, activation, RoPE,
+    # softcaps, sinks and mixture kind, as transformers' config class defaults them, so that the
+    # model saves as that family and transformers computes the same logits.
+    model = attn.nn.Decoder(model_type=family, vocab_size=97, hidden_size=64, intermediate_size=32,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                            generator=attn.Generator().manual_seed(4), **extra)
+    model.eval()
+    out = tmp_path / family  # load() picks transformers' eager experts by the path's name
+    model.save_pretrained(out)
+    ref = load(out, torch.float32)
+    with torch.no_grad():
+        want = ref(torch.tensor(IDS)).logits.numpy()
+    got = model(attn.tensor(IDS)).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * max(1.0, np.abs(want).max()))
+    family_config = {"mixtral": dict(moe_type="qwen3_moe", norm_topk_prob=True),
+                     "qwen2_moe": dict(moe_type="qwen3_moe", qkv_bias=True),
+                     "gemma2": dict(norm_plus_one=True, sandwich_norms=True,
+                                    hidden_act="gelu_tanh", final_logit_softcapping=30.0),
+                     "gpt_oss": dict(attention_sinks=True, o_bias=True, rope_type="yarn")}[family]
+    for k, v in family_config.items():
+        assert model.config[k] == v, (k, model.config[k])
+
+
 def test_save_pretrained_refuses_what_the_family_cannot_say(tmp_path):
     cases = [(dict(model_type="llama", qk_norm=True), "qk_norm true (written as false)"),
              (dict(model_type="qwen2", qkv_bias=False), "qkv_bias false (written as true)"),
              (dict(model_type="llama", qkv_bias=True), "o_bias false (written as true)"),
              (dict(model_type="phi3"), "model_type 'phi3' has no Hugging Face class"),
              (dict(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2,
-                   moe_type="qwen3_moe"), "norm_topk_prob false (written as true)"),
+                   norm_topk_prob=False), "norm_topk_prob false (written as true)"),
              (dict(model_type="qwen3_moe", num_local_experts=4, num_experts_per_tok=2,
                    moe_type="qwen3_moe", shared_expert_intermediate_size=8),
               "shared_expert_intermediate_size 8 (written as 0)")]

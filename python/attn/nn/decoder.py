@@ -43,14 +43,25 @@ def _checkpoint_dtype(path):
         str(name).replace("torch.", ""), _C.dtype.float32)
 
 
+_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+             "gemma2", "gemma3_text", "gpt_oss")
+
+
 class Decoder(Module):
     """A decoder configured by keyword arguments of DecoderConfig's fields (see _CONFIG_FIELDS),
     initialised as transformers does, or loaded with from_pretrained. forward(input_ids) gives the
-    logits; generate() continues input_ids through a key/value cache."""
+    logits; generate() continues input_ids through a key/value cache.
+
+    A model_type of _FAMILIES starts from that family's behaviour as transformers' config class
+    has it by default (biases, QK-norm, norms, activation, RoPE, softcaps, sinks, the mixture's
+    kind: C++ decoder_config_for_family); the sizes, experts and sliding layers are attn's small
+    defaults until given. Any field given overrides."""
 
     def __init__(self, generator=None, **config):
         super().__init__()
-        c = _C.decoder.DecoderConfig()
+        family = config.get("model_type")
+        c = (_C.decoder.config_for_family(family) if family in _FAMILIES
+             else _C.decoder.DecoderConfig())
         for k, v in config.items():
             if k not in _CONFIG_FIELDS:
                 raise TypeError("Decoder: unknown config field '{}'".format(k))
