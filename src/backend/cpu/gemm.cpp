@@ -165,4 +165,20 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
   }
 }
 
+void sgemm_by_blocks(bool trans_b, int64_t M, int64_t N, int64_t K, int64_t block, const float* A,
+                     int64_t lda, float* C, int64_t ldc,
+                     const std::function<void(int64_t n0, int64_t nb, float* w)>& fill) {
+  BlasSingleThread single;
+  const int64_t blocks = (N + block - 1) / block;
+  parallel_ranges(blocks, threads_for(M * N * K / 64), [&](int64_t b0, int64_t b1) {
+    std::vector<float> w(static_cast<size_t>(std::min(N, block) * K));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * block, nb = std::min(block, N - n0);
+      fill(n0, nb, w.data());
+      // Inside the parallel region sgemm runs on this thread alone.
+      sgemm(false, trans_b, M, nb, K, 1.0f, A, lda, w.data(), trans_b ? K : nb, 0.0f, C + n0, ldc);
+    }
+  });
+}
+
 }  // namespace attn::kernels

@@ -43,4 +43,13 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
            const GemmRows& before, const GemmRows& after);
 
+// C (M, N) = A (M, K) op(B), where B is never held whole in float: blocks of up to `block` of its
+// N columns are written by fill(n0, nb, w) into a per-thread buffer - (nb, K) row-major with
+// trans_b (sgemm multiplies by its transpose), (K, nb) otherwise - and multiplied by sgemm on that
+// thread alone. Threads share the blocks; the bits depend on each block's shape, not on the
+// threads. For weights stored in another form (2-byte floats, MXFP4) decoded as they are used.
+void sgemm_by_blocks(bool trans_b, int64_t M, int64_t N, int64_t K, int64_t block, const float* A,
+                     int64_t lda, float* C, int64_t ldc,
+                     const std::function<void(int64_t n0, int64_t nb, float* w)>& fill);
+
 }  // namespace attn::kernels

@@ -133,18 +133,12 @@ void gemm_half_rows_kn(HalfKind kind, int64_t M, int64_t N, int64_t K, const flo
     return;
   }
   if (M > kGemmRowsMax) {
-    // Blocks of kHalfBlock columns of B widened (K, nb) into a per-thread buffer and multiplied
-    // by sgemm, as gemm_half_weights does for B transposed: B read once, sgemm's rate.
-    BlasSingleThread single;
-    const int64_t blocks = (N + kHalfBlock - 1) / kHalfBlock;
-    parallel_ranges(blocks, threads_for(M * N * K / 64), [&](int64_t b0, int64_t b1) {
-      std::vector<float> w(static_cast<size_t>(std::min(N, kHalfBlock) * K));
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t n0 = b * kHalfBlock, nb = std::min(kHalfBlock, N - n0);
-        for (int64_t k = 0; k < K; ++k) widen_half(kind, B + k * ldb + n0, w.data() + k * nb, nb);
-        sgemm(false, false, M, nb, K, 1.0f, A, lda, w.data(), nb, 0.0f, C + n0, ldc);
-      }
-    });
+    // Blocks of kHalfBlock columns of B widened (K, nb) for sgemm: B read once, sgemm's rate.
+    sgemm_by_blocks(false, M, N, K, kHalfBlock, A, lda, C, ldc,
+                    [&](int64_t n0, int64_t nb, float* w) {
+                      for (int64_t k = 0; k < K; ++k)
+                        widen_half(kind, B + k * ldb + n0, w + k * nb, nb);
+                    });
     return;
   }
   parallel_ranges((N + 15) / 16, threads_for(N * K), [&](int64_t u0, int64_t u1) {
@@ -177,16 +171,9 @@ void gemm_half_weights(HalfKind kind, int64_t M, int64_t N, int64_t K, const flo
     });
     return;
   }
-  const int64_t blocks = (N + kHalfBlock - 1) / kHalfBlock;
-  parallel_ranges(blocks, threads_for(M * N * K / 64), [&](int64_t b0, int64_t b1) {
-    std::vector<float> w(static_cast<size_t>(std::min(N, kHalfBlock) * K));
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t n0 = b * kHalfBlock, nb = std::min(kHalfBlock, N - n0);
-      for (int64_t r = 0; r < nb; ++r) widen_half(kind, B + (n0 + r) * ldb, w.data() + r * K, K);
-      // Inside the parallel region sgemm runs on this thread alone; the block's bits depend on
-      // (M, nb, K) only.
-      sgemm(false, true, M, nb, K, 1.0f, A, lda, w.data(), K, 0.0f, C + n0, ldc);
-    }
+  // Blocks of kHalfBlock rows of B widened for sgemm; a block's bits depend on (M, nb, K) only.
+  sgemm_by_blocks(true, M, N, K, kHalfBlock, A, lda, C, ldc, [&](int64_t n0, int64_t nb, float* w) {
+    for (int64_t r = 0; r < nb; ++r) widen_half(kind, B + (n0 + r) * ldb, w + r * K, K);
   });
 }
 

@@ -1,10 +1,8 @@
 // mxfp4.h: MXFP4 products and decoding.
 #include "mxfp4.h"
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "gemm.h"
 #include "isa.h"
@@ -59,9 +57,7 @@ void rows_scalar(int64_t M, int64_t r0, int64_t r1, int64_t C, const float* X, i
 #if ATTN_SIMD_X86
 // The same with AVX2: 16 bytes of codes become 32 int8 values (twice the E2M1 value: the table
 // holds 0, 1, 2, 3, 4, 6, 8, 12 and their negatives) by two shuffles, widened to four vectors of
-// 8 floats and multiplied by half the group's scale: the weights, exact. Eight accumulators of 8
-// lanes per row of X, summed across lanes at the end of the row.
-// One group's 32 weights, in four vectors of 8: its 16 bytes of codes b and its scale s.
+// 8 floats and multiplied by half the group's scale: the weights, exact.
 struct GroupAvx2 {
   __m256 w0, w1, w2, w3;
 };
@@ -79,6 +75,8 @@ ATTN_TARGET_AVX2 inline GroupAvx2 decode_group_avx2(const uint8_t* b16, uint8_t 
           _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8))), half)};
 }
 
+// The streaming product with those: four accumulators of 8 lanes, one per row of X (4 rows a
+// pass), summed across lanes at the end of the row.
 ATTN_TARGET_AVX2 void rows_avx2(int64_t M, int64_t r0, int64_t r1, int64_t C, const float* X,
                                 int64_t ldx, const uint8_t* blocks, const uint8_t* scales, float* Y,
                                 int64_t ldy) {
@@ -154,26 +152,17 @@ void mxfp4_gemm(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, co
                 const uint8_t* scales, float* Y, int64_t ldy) {
   if (M <= 0 || R <= 0) return;
   constexpr int64_t kBlock = 128;  // rows of W decoded at a time (C = 2880: 1.5 MB of floats)
-  const int64_t G = C / 32, nblocks = (R + kBlock - 1) / kBlock;
+  const int64_t G = C / 32;
   const bool avx2 = ATTN_SIMD_X86 && (active_isa() == Isa::Avx2 || active_isa() == Isa::Avx512);
   (void)avx2;
-  BlasSingleThread single;
-  parallel_ranges(nblocks, threads_for(M * R * C / 64), [&](int64_t b0, int64_t b1) {
-    std::vector<float> w(std::size_t(std::min(R, kBlock) * C));
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t r0 = b * kBlock, nb = std::min(kBlock, R - r0);
+  sgemm_by_blocks(true, M, R, C, kBlock, X, ldx, Y, ldy, [&](int64_t r0, int64_t nb, float* w) {
 #if ATTN_SIMD_X86
-      if (avx2)
-        decode_rows_avx2(r0, r0 + nb, C, blocks, scales, w.data());
-      else
+    if (avx2) return decode_rows_avx2(r0, r0 + nb, C, blocks, scales, w);
 #endif
-        for (int64_t r = 0; r < nb; ++r)
-          for (int64_t g = 0; g < G; ++g)
-            decode_group(blocks + ((r0 + r) * G + g) * 16, e8m0(scales[(r0 + r) * G + g]),
-                         w.data() + r * C + g * 32);
-      // Inside the parallel region sgemm runs on this thread alone.
-      sgemm(false, true, M, nb, C, 1.0f, X, ldx, w.data(), C, 0.0f, Y + r0, ldy);
-    }
+    for (int64_t r = 0; r < nb; ++r)
+      for (int64_t g = 0; g < G; ++g)
+        decode_group(blocks + ((r0 + r) * G + g) * 16, e8m0(scales[(r0 + r) * G + g]),
+                     w + r * C + g * 32);
   });
 }
 
