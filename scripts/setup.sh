@@ -26,7 +26,7 @@ if [[ "${1:-}" == "--test" ]]; then
   # clang with its sanitizer and libFuzzer runtimes (libclang-rt) and OpenMP (libomp):
   # scripts/sanitize.sh's ASan + UBSan build and the fuzz targets.
   # python3-venv: .venv-test below. python3-jinja2: the oracle of the chat templates' tests.
-  packages+=(python3-pytest python3-torch python3-jinja2 clang libclang-rt-14-dev libomp-dev
+  packages+=(python3-pytest python3-pytest-xdist python3-torch python3-jinja2 clang libclang-rt-14-dev libomp-dev
              python3-venv)
 fi
 

@@ -16,7 +16,10 @@ bash scripts/setup.sh --test
 # alone is checked by ctest, tests/layers).
 /usr/bin/python3 scripts/check_layers.py
 (cd build && ctest --output-on-failure -j"$(nproc)" --timeout 600)
-PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+# The Python suite in $(nproc) pytest-xdist workers: most tests run on one thread.
+pytest_jobs=(-n "$(nproc)")
+PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -p no:cacheprovider "${pytest_jobs[@]}" \
+  tests/python
 # torch 2.x from PyPI (the benchmarks' environment .venv-bench, scripts/bench_setup.sh: torch, its
 # NVIDIA libraries and transformers, ~4 GB the first time) is the oracle where torch 1.13 lacks
 # what is tested: bfloat16 / float16 CPU kernels, autocast and flex_attention. Without a network
@@ -41,7 +44,7 @@ if [[ "$(uname -m)" == x86_64 ]] && grep -qw avx512f /proc/cpuinfo; then
           OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}")
   (cd build && "${capped[@]}" ctest --output-on-failure -j"$(nproc)" --timeout 600)
   "${capped[@]}" PYTHONPATH="$PWD/build/python" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-    tests/python
+    "${pytest_jobs[@]}" tests/python
 fi
 bash scripts/faults.sh
 bash scripts/sanitize.sh

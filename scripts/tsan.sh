@@ -28,7 +28,7 @@ filter=${ATTN_TSAN_FILTER:-Concurrency.*}
 target=attn_tests
 if [[ "$filter" == "Concurrency.*" ]]; then target=attn_concurrency_tests; fi
 bin=$build/$target
-flags="-O1 -g -fsanitize=thread -fno-omit-frame-pointer"
+flags="-O1 -g1 -fsanitize=thread -fno-omit-frame-pointer"
 mkdir -p "$build"
 log=$build/tsan-build.log
 t0=$SECONDS
