@@ -65,6 +65,19 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
+// torch.div(a, b, rounding_mode=): "floor", "trunc" or none (true division); see Tensor::div.
+Tensor div(const Tensor& a, const Tensor& b, std::optional<std::string_view> rounding_mode);
+Tensor div(const Tensor& a, Scalar b, std::optional<std::string_view> rounding_mode);
+Tensor div(Scalar a, const Tensor& b, std::optional<std::string_view> rounding_mode);
+// torch.floor_divide, torch.remainder, torch.fmod (see Tensor::floor_divide).
+Tensor floor_divide(const Tensor& a, const Tensor& b);
+Tensor floor_divide(const Tensor& a, Scalar b);
+Tensor floor_divide(Scalar a, const Tensor& b);
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, Scalar b);
+Tensor remainder(Scalar a, const Tensor& b);  // no derivative, as torch's
+Tensor fmod(const Tensor& a, const Tensor& b);
+Tensor fmod(const Tensor& a, Scalar b);
 Tensor pow(const Tensor& a, Scalar exponent);
 Tensor pow(Scalar base, const Tensor& exponent);
 Tensor exp(const Tensor& t);

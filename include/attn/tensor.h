@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -252,6 +253,28 @@ class Tensor {
   Tensor& mul_(Scalar other);
   Tensor& div_(const Tensor& other);
   Tensor& div_(Scalar other);
+  // Division rounded as torch.div's rounding_mode: "floor" (toward -inf, Python's //), "trunc"
+  // (toward 0) or none (true division). Integer operands stay integers under a rounding mode; an
+  // integer divisor of 0 throws attn::Error (torch's ZeroDivisionError). Its gradient is zero.
+  Tensor div(const Tensor& other, std::optional<std::string_view> rounding_mode) const;
+  Tensor div(Scalar other, std::optional<std::string_view> rounding_mode) const;
+  Tensor& div_(const Tensor& other, std::optional<std::string_view> rounding_mode);
+  Tensor& div_(Scalar other, std::optional<std::string_view> rounding_mode);
+  // torch.floor_divide (Python's //: div with rounding_mode "floor"; no derivative, as torch's:
+  // a backward pass through it throws NotImplementedError), torch.remainder (Python's %: the sign
+  // of the divisor) and torch.fmod (C's fmod: the sign of the dividend).
+  Tensor floor_divide(const Tensor& other) const;
+  Tensor floor_divide(Scalar other) const;
+  Tensor remainder(const Tensor& other) const;
+  Tensor remainder(Scalar other) const;
+  Tensor fmod(const Tensor& other) const;
+  Tensor fmod(Scalar other) const;
+  Tensor& floor_divide_(const Tensor& other);
+  Tensor& floor_divide_(Scalar other);
+  Tensor& remainder_(const Tensor& other);
+  Tensor& remainder_(Scalar other);
+  Tensor& fmod_(const Tensor& other);
+  Tensor& fmod_(Scalar other);
   Tensor& operator+=(const Tensor& o) { return add_(o); }
   Tensor& operator+=(Scalar o) { return add_(o); }
   Tensor& operator-=(const Tensor& o) { return sub_(o); }

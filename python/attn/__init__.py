@@ -389,6 +389,49 @@ def pow(input, exponent):  # noqa: A001
     return exponent.__rpow__(input)
 
 
+def add(input, other, *, alpha=1):
+    return input + (other if alpha == 1 else other * alpha)
+
+
+def sub(input, other, *, alpha=1):
+    return input - (other if alpha == 1 else other * alpha)
+
+
+def mul(input, other):
+    return input * other
+
+
+def div(input, other, *, rounding_mode=None):
+    """torch.div: true division, or rounded toward -inf ("floor") or toward 0 ("trunc"), where
+    integer operands stay integers (an integer divisor of 0 is refused, as torch's
+    ZeroDivisionError). A Python number as input is a 0-dim tensor, as torch's."""
+    if not isinstance(input, Tensor):
+        input = tensor(input)
+    return input.div(other, rounding_mode=rounding_mode)
+
+
+def true_divide(input, other):
+    return div(input, other)
+
+
+def floor_divide(input, other):
+    """torch.floor_divide (Python's //): div(rounding_mode="floor"), without a derivative."""
+    return input // other
+
+
+def remainder(input, other):
+    """torch.remainder (Python's %): the result has the sign of the divisor."""
+    return input % other
+
+
+def fmod(input, other):
+    """torch.fmod (C's fmod): the result has the sign of the dividend."""
+    return input.fmod(other)
+
+
+multiply, subtract, divide = mul, sub, div
+
+
 def clone(input):
     return input.clone()
 

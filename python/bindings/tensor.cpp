@@ -578,7 +578,14 @@ void register_tensor(py::module_& m) {
   ATTN_BINOP("add", x + y, x + y)
   ATTN_BINOP("sub", x - y, x - sub_operand(y))
   ATTN_BINOP("mul", x * y, x * y)
-  ATTN_BINOP("div", x / y, x / y)
+  ATTN_BINOP("__floordiv__", x.floor_divide(y), x.floor_divide(y))
+  ATTN_BINOP("__rfloordiv__", attn::floor_divide(y, x), attn::floor_divide(y, x))
+  ATTN_BINOP("__mod__", x.remainder(y), x.remainder(y))
+  ATTN_BINOP("__rmod__", attn::remainder(y, x), attn::remainder(y, x))
+  ATTN_BINOP("floor_divide", x.floor_divide(y), x.floor_divide(y))
+  ATTN_BINOP("remainder", x.remainder(y), x.remainder(y))
+  ATTN_BINOP("fmod", x.fmod(y), x.fmod(y))
+  ATTN_BINOP("true_divide", x / y, x / y)
   ATTN_BINOP("maximum", attn::maximum(x, y), attn::maximum(x, full({}, y, x.dtype())))
   ATTN_BINOP("minimum", attn::minimum(x, y), attn::minimum(x, full({}, y, x.dtype())))
   ATTN_BINOP("eq", x == y, x == y)
@@ -608,8 +615,48 @@ void register_tensor(py::module_& m) {
   ATTN_INPLACE("add_", add_)
   ATTN_INPLACE("sub_", sub_)
   ATTN_INPLACE("mul_", mul_)
-  ATTN_INPLACE("div_", div_)
+  ATTN_INPLACE("__ifloordiv__", floor_divide_)
+  ATTN_INPLACE("__imod__", remainder_)
+  ATTN_INPLACE("floor_divide_", floor_divide_)
+  ATTN_INPLACE("remainder_", remainder_)
+  ATTN_INPLACE("fmod_", fmod_)
+  ATTN_INPLACE("true_divide_", div_)
 #undef ATTN_INPLACE
+  // div / divide with torch's keyword rounding_mode (None, "trunc", "floor").
+  auto rounding = [](const py::object& m) -> std::optional<std::string> {
+    if (m.is_none()) return std::nullopt;
+    return m.cast<std::string>();
+  };
+  for (const char* name : {"div", "divide"}) {
+    T.def(
+        name,
+        [rounding](const Tensor& a, const py::object& b, const py::object& mode) {
+          const std::optional<std::string> m = rounding(mode);
+          const std::optional<std::string_view> mv =
+              m ? std::optional<std::string_view>(*m) : std::nullopt;
+          return binop(
+              a, b, [&](const Tensor& x, const Tensor& y) { return x.div(y, mv); },
+              [&](const Tensor& x, const Scalar& y) { return x.div(y, mv); });
+        },
+        py::arg("other"), py::kw_only(), py::arg("rounding_mode") = py::none());
+  }
+  for (const char* name : {"div_", "divide_"}) {
+    T.def(
+        name,
+        [rounding](Tensor& a, const py::object& b, const py::object& mode) -> Tensor& {
+          const std::optional<std::string> m = rounding(mode);
+          const std::optional<std::string_view> mv =
+              m ? std::optional<std::string_view>(*m) : std::nullopt;
+          if (py::isinstance<Tensor>(b)) {
+            const Tensor& y = b.cast<const Tensor&>();
+            return without_gil([&]() -> Tensor& { return a.div_(y, mv); });
+          }
+          const Scalar y = to_scalar(b);
+          return without_gil([&]() -> Tensor& { return a.div_(y, mv); });
+        },
+        py::arg("other"), py::kw_only(), py::arg("rounding_mode") = py::none(),
+        py::return_value_policy::reference_internal);
+  }
 }
 
 }  // namespace attn::python

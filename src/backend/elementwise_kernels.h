@@ -14,8 +14,15 @@
 
 namespace attn::backend {
 
-// In this order: the ops from Eq on are comparisons and write bool.
-enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+// In this order: the ops from Eq on are comparisons and write bool. FloorDiv, TruncDiv, Rem and
+// Fmod are torch's div(rounding_mode="floor"), div(rounding_mode="trunc"), remainder (the sign of
+// the divisor) and fmod (the sign of the dividend); an integer divisor of 0 is refused before a
+// kernel runs (ops/elementwise.cpp).
+// clang-format off
+enum class BinaryOp {
+  Add, Sub, Mul, Div, Pow, Max, Min, FloorDiv, TruncDiv, Rem, Fmod, Eq, Ne, Lt, Le, Gt, Ge, And, Or
+};
+// clang-format on
 inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
 // One operand of a binary op: its storage (elements of the compute dtype), its own shape and

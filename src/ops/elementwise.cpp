@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include "../backend/elementwise_kernels.h"
 #include "../tensor/internal.h"
@@ -82,6 +84,10 @@ const char* op_name(Op op) {
     case Op::Pow: return "pow";
     case Op::Max: return "maximum";
     case Op::Min: return "minimum";
+    case Op::FloorDiv: return "floor_divide";
+    case Op::TruncDiv: return "div";
+    case Op::Rem: return "remainder";
+    case Op::Fmod: return "fmod";
     case Op::Eq: return "eq";
     case Op::Ne: return "ne";
     case Op::Lt: return "lt";
@@ -95,6 +101,12 @@ const char* op_name(Op op) {
 }
 
 using backend::is_comparison;
+
+bool is_rounding(Op op) {
+  return op == Op::FloorDiv || op == Op::TruncDiv || op == Op::Rem || op == Op::Fmod;
+}
+
+Tensor binary_tt(Op op, const Tensor& a, const Tensor& b, const char* no_grad_op = nullptr);
 
 // c10's ScalarType name, as torch's "result type Float can't be cast to ..." spells it.
 const char* torch_type_name(Dtype d) {
@@ -118,6 +130,12 @@ const char* node_name(Op op, int form) {
     case Op::Pow: return form == 0 ? "PowBackward1" : form == 1 ? "PowBackward0" : "PowBackward2";
     case Op::Max: return "MaximumBackward0";
     case Op::Min: return "MinimumBackward0";
+    // Through div(rounding_mode=...); floor_divide itself has no derivative (no_derivative).
+    case Op::FloorDiv:
+    case Op::TruncDiv: return "DivBackward2";
+    // torch has no derivative for remainder(Scalar, Tensor) (binary_st refuses it).
+    case Op::Rem: return form == 0 ? "RemainderBackward1" : "RemainderBackward0";
+    case Op::Fmod: return form == 0 ? "FmodBackward1" : "FmodBackward0";
     default: return nullptr;
   }
 }
@@ -142,6 +160,10 @@ std::vector<Tensor> binary_grads(Op op, int form, const Scalar& s, const Node& n
         ga = s.to_double() == 0.0 ? zeros(g.shape())
                                   : g * (n.saved_tensor(0).pow(Scalar(s.to_double() - 1.0)) * s);
         break;
+      case Op::FloorDiv:
+      case Op::TruncDiv: ga = g * 0.0; break;  // torch's `grad * 0`: NaN stays NaN
+      case Op::Rem:
+      case Op::Fmod: ga = g; break;
       default: break;
     }
     return {ga, Tensor()};
@@ -158,6 +180,8 @@ std::vector<Tensor> binary_grads(Op op, int form, const Scalar& s, const Node& n
         ga = s.to_double() == 0.0 ? where(x >= Scalar(0), zeros(d.shape()), d) : d;
         break;
       }
+      case Op::FloorDiv:
+      case Op::TruncDiv: ga = g * 0.0; break;
       default: break;
     }
     return {ga, Tensor()};
@@ -188,6 +212,16 @@ std::vector<Tensor> binary_grads(Op op, int form, const Scalar& s, const Node& n
       }
       break;
     }
+    case Op::FloorDiv:
+    case Op::TruncDiv:
+      if (need_a) ga = g * 0.0;
+      if (need_b) gb = g * 0.0;
+      break;
+    case Op::Rem:   // RemainderBackward1: -grad * self.div(other, rounding_mode="floor")
+    case Op::Fmod:  // FmodBackward1: -grad * self.div(other, rounding_mode="trunc")
+      if (need_a) ga = g;
+      if (need_b) gb = -g * binary_tt(op == Op::Rem ? Op::FloorDiv : Op::TruncDiv, a, b);
+      break;
     case Op::Max:
     case Op::Min: {  // ties split the gradient in halves, as torch.maximum's backward
       Tensor shared = where(a == b, g / 2.0, g);
@@ -200,6 +234,17 @@ std::vector<Tensor> binary_grads(Op op, int form, const Scalar& s, const Node& n
   if (ga.defined()) ga = detail::sum_to(ga, sa);
   if (gb.defined()) gb = detail::sum_to(gb, sb);
   return {need_a ? ga : Tensor(), need_b ? gb : Tensor()};
+}
+
+// A result whose derivative torch does not implement (floor_divide, remainder(Scalar, Tensor)):
+// it requires grad as torch's does, and a backward pass that reaches it is refused, naming the op.
+Tensor no_derivative(Tensor out, const char* op, const Tensor* a, const Tensor* b) {
+  if (!detail::should_record({a, b})) return out;
+  const std::string what = std::string("derivative for aten::") + op + " is not implemented";
+  return detail::record(out, "NotImplemented", {a, b},
+                        [what](const Node&, const Tensor&) -> std::vector<Tensor> {
+                          throw NotImplementedError(detail::msg("backward", what));
+                        });
 }
 
 Tensor graph(Tensor out, Op op, int form, const Tensor* a, const Tensor* b, const Scalar& s = 0) {
@@ -216,6 +261,10 @@ Tensor graph(Tensor out, Op op, int form, const Tensor* a, const Tensor* b, cons
       case Op::Pow: saved = {*a, *b, rb ? out : Tensor()}; break;
       case Op::Max:
       case Op::Min: saved = {*a, *b, Tensor()}; break;
+      case Op::Rem:
+      case Op::Fmod:
+        if (rb) saved = {*a, *b, Tensor()};
+        break;
       default: break;
     }
   } else if (form == 1) {
@@ -236,6 +285,9 @@ Tensor graph(Tensor out, Op op, int form, const Tensor* a, const Tensor* b, cons
 Dtype compute_type(Op op, Dtype a, Dtype b) {
   Dtype t = detail::promote(a, b);
   if (op == Op::Div) return is_floating_point(t) ? t : Dtype::Float32;  // true division
+  // torch's "div_floor_cpu" not implemented for 'Bool' (a bool tensor and an int promote to int)
+  if (t == Dtype::Bool && is_rounding(op))
+    fail(op_name(op), "not implemented for two bool operands (torch.bool and torch.bool)");
   if (t == Dtype::Bool && (op == Op::Add || op == Op::Mul || op == Op::Max || op == Op::Min))
     return Dtype::Bool;
   if (t == Dtype::Bool && !is_comparison(op)) return Dtype::Int64;
@@ -259,6 +311,11 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
   // do that per element (their bfloat16 / float16 slots); elsewhere the operands are widened here.
   const Dtype kt = is_reduced_float(ct) && !a.device().is_cpu() ? Dtype::Float32 : ct;
   Tensor ca = a.to(ct).to(kt), cb = b.to(ct).to(kt);
+  if (is_rounding(op)) {
+    if (ct == Dtype::Int64 && (cb == Scalar(int64_t(0))).any())
+      fail(fn, "ZeroDivisionError: integer division by zero (divisor ", detail::tensor_desc(b),
+           " holds 0)");
+  }
   Dtype out_dtype = is_comparison(op) ? Dtype::Bool : ct;
   Dtype tmp_dtype = is_comparison(op) ? Dtype::Bool : kt;
   if (out.defined()) {
@@ -300,7 +357,8 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
   return tmp_dtype == out_dtype ? res : res.to(out_dtype);
 }
 
-Tensor binary_tt(Op op, const Tensor& a, const Tensor& b) {
+// no_grad_op: the result has no derivative (no_derivative), as torch's `op`.
+Tensor binary_tt(Op op, const Tensor& a, const Tensor& b, const char* no_grad_op) {
   if (!a.defined() || !b.defined()) fail(op_name(op), "undefined tensor argument");
   if (op == Op::Pow && a.dtype() == Dtype::Bool && b.dtype() == Dtype::Bool)
     fail("pow", "not implemented for two bool tensors ", detail::tensor_desc(a), " and ",
@@ -319,38 +377,44 @@ Tensor binary_tt(Op op, const Tensor& a, const Tensor& b) {
     ct = compute_type(op, a.dtype(), a.dtype());
   else
     ct = compute_type(op, a.dtype(), b.dtype());
+  if (no_grad_op) return no_derivative(binary(op, a, b, ct), no_grad_op, &a, &b);
   return graph(binary(op, a, b, ct), op, 0, &a, &b);
 }
 
-Tensor binary_ts(Op op, const Tensor& a, const Scalar& s) {
+Tensor binary_ts(Op op, const Tensor& a, const Scalar& s, const char* no_grad_op = nullptr) {
   if (!a.defined()) fail(op_name(op), "undefined tensor argument");
   Dtype st = detail::promote_scalar(a.dtype(), s);
   Dtype ct = compute_type(op, a.dtype(), st);
   // Only a tensor ** negative Python int is refused; tensor exponents follow int_pow.
   if (op == Op::Pow && ct == Dtype::Int64 && s.to_int() < 0)
     fail("pow", "integers to negative integer powers are not allowed (exponent ", s.to_int(), ")");
-  return graph(binary(op, a, detail::scalar_tensor(s, ct), ct), op, 1, &a, nullptr, s);
+  Tensor out = binary(op, a, detail::scalar_tensor(s, ct), ct);
+  if (no_grad_op) return no_derivative(out, no_grad_op, &a, nullptr);
+  return graph(out, op, 1, &a, nullptr, s);
 }
 
-Tensor binary_st(Op op, const Scalar& s, const Tensor& b) {
+Tensor binary_st(Op op, const Scalar& s, const Tensor& b, const char* no_grad_op = nullptr) {
   if (!b.defined()) fail(op_name(op), "undefined tensor argument");
   Dtype st = detail::promote_scalar(b.dtype(), s);
   Dtype ct = compute_type(op, st, b.dtype());
-  return graph(binary(op, detail::scalar_tensor(s, ct), b, ct), op, 2, &b, nullptr, s);
+  Tensor out = binary(op, detail::scalar_tensor(s, ct), b, ct);
+  if (no_grad_op) return no_derivative(out, no_grad_op, &b, nullptr);
+  return graph(out, op, 2, &b, nullptr, s);
 }
 
-Tensor& inplace(Op op, Tensor& self, const Tensor& other) {
+Tensor& inplace(Op op, Tensor& self, const Tensor& other, const char* no_grad_op = nullptr) {
   detail::check_inplace(self, (std::string(op_name(op)) + "_").c_str());
   Dtype ct = compute_type(op, self.dtype(), other.dtype());
   if (is_floating_point(ct) && !is_floating_point(self.dtype()))
     fail(op_name(op), "result type ", torch_type_name(ct),
          " can't be cast to the desired output type ", dtype_name(self.dtype()));
-  const char* name = node_name(op, 0);
+  const char* name = no_grad_op ? "NotImplemented" : node_name(op, 0);
   const bool rec = name && detail::should_record({&self, &other});
-  // Mul and div read the other operand for self's gradient and the old self for other's: save
-  // them before self is overwritten (other too when it shares self's storage).
+  // Mul and div read the other operand for self's gradient and the old self for other's (the
+  // remainders both for other's): save them before self is overwritten (other too when it shares
+  // self's storage).
   Tensor other_saved, self_old;
-  if (rec && (op == Op::Mul || op == Op::Div)) {
+  if (rec && !no_grad_op && (op == Op::Mul || op == Op::Div || op == Op::Rem || op == Op::Fmod)) {
     NoGradGuard no_grad;
     other_saved = other.impl()->storage == self.impl()->storage ? other.clone() : other;
     if (other.requires_grad()) self_old = self.clone();
@@ -360,6 +424,15 @@ Tensor& inplace(Op op, Tensor& self, const Tensor& other) {
     binary(op, self, other, ct, self);
   }
   if (!rec) return self;
+  if (no_grad_op) {
+    const std::string what =
+        std::string("derivative for aten::") + no_grad_op + " is not implemented";
+    detail::record_inplace(self, name, {&self, &other},
+                           [what](const Node&, const Tensor&) -> std::vector<Tensor> {
+                             throw NotImplementedError(detail::msg("backward", what));
+                           });
+    return self;
+  }
   const Shape other_shape = other.shape();
   detail::record_inplace(self, name, {&self, &other},
                          [op, other_shape](const Node& n, const Tensor& g) {
@@ -376,6 +449,15 @@ Tensor& inplace(Op op, Tensor& self, const Tensor& other) {
                                if (n.needs_input_grad(0)) gs = g / o;
                                if (n.needs_input_grad(1)) go = -(g * old) / (o * o);
                                break;
+                             case Op::FloorDiv:
+                             case Op::TruncDiv: gs = g * 0.0, go = g * 0.0; break;
+                             case Op::Rem:
+                             case Op::Fmod:
+                               gs = g;
+                               if (n.needs_input_grad(1))
+                                 go = -g * binary_tt(op == Op::Rem ? Op::FloorDiv : Op::TruncDiv,
+                                                     old, o);
+                               break;
                              default: break;
                            }
                            return std::vector<Tensor>{
@@ -386,7 +468,7 @@ Tensor& inplace(Op op, Tensor& self, const Tensor& other) {
   return self;
 }
 
-Tensor& inplace_s(Op op, Tensor& self, const Scalar& s) {
+Tensor& inplace_s(Op op, Tensor& self, const Scalar& s, const char* no_grad_op = nullptr) {
   detail::check_inplace(self, (std::string(op_name(op)) + "_").c_str());
   Dtype ct = compute_type(op, self.dtype(), detail::promote_scalar(self.dtype(), s));
   if (is_floating_point(ct) && !is_floating_point(self.dtype()))
@@ -396,8 +478,20 @@ Tensor& inplace_s(Op op, Tensor& self, const Scalar& s) {
     NoGradGuard no_grad;  // the internal copy into self is not part of the graph
     binary(op, self, detail::scalar_tensor(s, ct), ct, self);
   }
+  if (no_grad_op) {
+    if (detail::should_record({&self})) {
+      const std::string what =
+          std::string("derivative for aten::") + no_grad_op + " is not implemented";
+      detail::record_inplace(self, "NotImplemented", {&self},
+                             [what](const Node&, const Tensor&) -> std::vector<Tensor> {
+                               throw NotImplementedError(detail::msg("backward", what));
+                             });
+    }
+    return self;
+  }
   if (const char* name = node_name(op, 1))
     detail::record_inplace(self, name, {&self}, [op, s](const Node&, const Tensor& g) {
+      if (op == Op::FloorDiv || op == Op::TruncDiv) return std::vector<Tensor>{g * 0.0};
       return std::vector<Tensor>{op == Op::Mul ? g * s : op == Op::Div ? g / s : g};
     });
   return self;
@@ -493,6 +587,75 @@ Tensor sub(const Tensor& a, const Tensor& b) { return a - b; }
 Tensor mul(const Tensor& a, const Tensor& b) { return a * b; }
 Tensor div(const Tensor& a, const Tensor& b) { return a / b; }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary_tt(Op::Max, a, b); }
+
+namespace {
+// torch.div's rounding_mode: none (true division), "trunc" or "floor".
+std::optional<Op> rounding_op(std::optional<std::string_view> mode) {
+  if (!mode) return std::nullopt;
+  if (*mode == "floor") return Op::FloorDiv;
+  if (*mode == "trunc") return Op::TruncDiv;
+  fail("div", "expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", *mode,
+       "'");
+}
+}  // namespace
+
+Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  return binary_tt(Op::FloorDiv, a, b, "floor_divide");
+}
+Tensor floor_divide(const Tensor& a, Scalar b) {
+  return binary_ts(Op::FloorDiv, a, b, "floor_divide");
+}
+Tensor floor_divide(Scalar a, const Tensor& b) {
+  return binary_st(Op::FloorDiv, a, b, "floor_divide");
+}
+Tensor remainder(const Tensor& a, const Tensor& b) { return binary_tt(Op::Rem, a, b); }
+Tensor remainder(const Tensor& a, Scalar b) { return binary_ts(Op::Rem, a, b); }
+Tensor remainder(Scalar a, const Tensor& b) { return binary_st(Op::Rem, a, b, "remainder"); }
+Tensor fmod(const Tensor& a, const Tensor& b) { return binary_tt(Op::Fmod, a, b); }
+Tensor fmod(const Tensor& a, Scalar b) { return binary_ts(Op::Fmod, a, b); }
+Tensor div(const Tensor& a, const Tensor& b, std::optional<std::string_view> rounding_mode) {
+  const std::optional<Op> op = rounding_op(rounding_mode);
+  return op ? binary_tt(*op, a, b) : a / b;
+}
+Tensor div(const Tensor& a, Scalar b, std::optional<std::string_view> rounding_mode) {
+  const std::optional<Op> op = rounding_op(rounding_mode);
+  return op ? binary_ts(*op, a, b) : a / b;
+}
+Tensor div(Scalar a, const Tensor& b, std::optional<std::string_view> rounding_mode) {
+  const std::optional<Op> op = rounding_op(rounding_mode);
+  return op ? binary_st(*op, a, b) : a / b;
+}
+
+Tensor Tensor::floor_divide(const Tensor& o) const { return attn::floor_divide(*this, o); }
+Tensor Tensor::floor_divide(Scalar o) const { return attn::floor_divide(*this, o); }
+Tensor Tensor::remainder(const Tensor& o) const { return attn::remainder(*this, o); }
+Tensor Tensor::remainder(Scalar o) const { return attn::remainder(*this, o); }
+Tensor Tensor::fmod(const Tensor& o) const { return attn::fmod(*this, o); }
+Tensor Tensor::fmod(Scalar o) const { return attn::fmod(*this, o); }
+Tensor Tensor::div(const Tensor& o, std::optional<std::string_view> rounding_mode) const {
+  return attn::div(*this, o, rounding_mode);
+}
+Tensor Tensor::div(Scalar o, std::optional<std::string_view> rounding_mode) const {
+  return attn::div(*this, o, rounding_mode);
+}
+Tensor& Tensor::floor_divide_(const Tensor& o) {
+  return inplace(Op::FloorDiv, *this, o, "floor_divide");
+}
+Tensor& Tensor::floor_divide_(Scalar o) {
+  return inplace_s(Op::FloorDiv, *this, o, "floor_divide");
+}
+Tensor& Tensor::remainder_(const Tensor& o) { return inplace(Op::Rem, *this, o); }
+Tensor& Tensor::remainder_(Scalar o) { return inplace_s(Op::Rem, *this, o); }
+Tensor& Tensor::fmod_(const Tensor& o) { return inplace(Op::Fmod, *this, o); }
+Tensor& Tensor::fmod_(Scalar o) { return inplace_s(Op::Fmod, *this, o); }
+Tensor& Tensor::div_(const Tensor& o, std::optional<std::string_view> rounding_mode) {
+  const std::optional<Op> op = rounding_op(rounding_mode);
+  return op ? inplace(*op, *this, o) : div_(o);
+}
+Tensor& Tensor::div_(Scalar o, std::optional<std::string_view> rounding_mode) {
+  const std::optional<Op> op = rounding_op(rounding_mode);
+  return op ? inplace_s(*op, *this, o) : div_(o);
+}
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary_tt(Op::Min, a, b); }
 Tensor pow(const Tensor& a, Scalar e) { return a.pow(e); }
 Tensor pow(Scalar base, const Tensor& e) { return binary_st(Op::Pow, base, e); }

@@ -36,6 +36,42 @@ inline int64_t int_pow(int64_t a, int64_t b) {
   return int64_t(result);
 }
 
+// torch's rounding divisions and remainders (c10's div_floor_floating, div_floor_integer and the
+// CPU remainder and fmod kernels). Floats: a divisor of 0 gives IEEE's inf or nan; the floor
+// quotient is Python's (fmod first, so that 7 // 0.1 is 69, not 70). Integers: a divisor of 0
+// never reaches here (refused with ZeroDivisionError), and -1 wraps around where INT64_MIN / -1
+// would trap (torch 1.13 dies of SIGFPE there).
+inline float floor_div(float a, float b) {
+  if (b == 0) return a / b;
+  const float mod = std::fmod(a, b);
+  float div = (a - mod) / b;
+  if (mod != 0 && (b < 0) != (mod < 0)) div -= 1;
+  if (div == 0) return std::copysign(0.0f, a / b);
+  float fl = std::floor(div);
+  if (div - fl > 0.5f) fl += 1;
+  return fl;
+}
+inline float remainder(float a, float b) {
+  float mod = std::fmod(a, b);
+  if (mod != 0 && (b < 0) != (mod < 0)) mod += b;
+  return mod;
+}
+inline int64_t int_round_div(Op op, int64_t a, int64_t b) {
+  if (b == 0) return 0;  // refused before the kernel runs
+  if (b == -1) {
+    const int64_t neg = int64_t(0 - uint64_t(a));  // wraps for INT64_MIN
+    return op == Op::FloorDiv || op == Op::TruncDiv ? neg : 0;
+  }
+  const int64_t q = a / b, r = a % b;
+  const bool adjust = r != 0 && (r < 0) != (b < 0);
+  switch (op) {
+    case Op::FloorDiv: return adjust ? q - 1 : q;
+    case Op::TruncDiv: return q;
+    case Op::Rem: return adjust ? r + b : r;
+    default: return r;  // Fmod
+  }
+}
+
 template <typename T>
 T apply(Op op, T a, T b) {
   if constexpr (std::is_same_v<T, bool>) {
@@ -53,6 +89,10 @@ T apply(Op op, T a, T b) {
         case Op::Add: return int64_t(uint64_t(a) + uint64_t(b));
         case Op::Sub: return int64_t(uint64_t(a) - uint64_t(b));
         case Op::Mul: return int64_t(uint64_t(a) * uint64_t(b));
+        case Op::FloorDiv:
+        case Op::TruncDiv:
+        case Op::Rem:
+        case Op::Fmod: return int_round_div(op, a, b);
         default: break;
       }
     }
@@ -75,6 +115,18 @@ T apply(Op op, T a, T b) {
         if constexpr (std::is_same_v<T, float>)
           if (std::isnan(a) || std::isnan(b)) return a + b;
         return a < b ? a : b;
+      case Op::FloorDiv:
+        if constexpr (std::is_same_v<T, float>) return floor_div(a, b);
+        return T(0);
+      case Op::TruncDiv:
+        if constexpr (std::is_same_v<T, float>) return std::trunc(a / b);
+        return T(0);
+      case Op::Rem:
+        if constexpr (std::is_same_v<T, float>) return remainder(a, b);
+        return T(0);
+      case Op::Fmod:
+        if constexpr (std::is_same_v<T, float>) return std::fmod(a, b);
+        return T(0);
       default: return T(0);
     }
   }
@@ -350,6 +402,10 @@ void run_binary(const Binary& p) {
     case Op::Pow: return run_op<T, Op::Pow>(p);
     case Op::Max: return run_op<T, Op::Max>(p);
     case Op::Min: return run_op<T, Op::Min>(p);
+    case Op::FloorDiv: return run_op<T, Op::FloorDiv>(p);
+    case Op::TruncDiv: return run_op<T, Op::TruncDiv>(p);
+    case Op::Rem: return run_op<T, Op::Rem>(p);
+    case Op::Fmod: return run_op<T, Op::Fmod>(p);
     case Op::Eq: return run_op<T, Op::Eq>(p);
     case Op::Ne: return run_op<T, Op::Ne>(p);
     case Op::Lt: return run_op<T, Op::Lt>(p);
