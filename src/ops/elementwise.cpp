@@ -236,15 +236,19 @@ std::vector<Tensor> binary_grads(Op op, int form, const Scalar& s, const Node& n
   return {need_a ? ga : Tensor(), need_b ? gb : Tensor()};
 }
 
-// A result whose derivative torch does not implement (floor_divide, remainder(Scalar, Tensor)):
-// it requires grad as torch's does, and a backward pass that reaches it is refused, naming the op.
+// The backward of an op whose derivative torch does not implement (floor_divide,
+// remainder(Scalar, Tensor)): a pass that reaches it is refused, naming the op, as torch's.
+BackwardFn refused_backward(const char* op) {
+  const std::string what = std::string("derivative for aten::") + op + " is not implemented";
+  return [what](const Node&, const Tensor&) -> std::vector<Tensor> {
+    throw NotImplementedError(detail::msg("backward", what));
+  };
+}
+
+// Such an op's result: it requires grad as torch's does, with refused_backward.
 Tensor no_derivative(Tensor out, const char* op, const Tensor* a, const Tensor* b) {
   if (!detail::should_record({a, b})) return out;
-  const std::string what = std::string("derivative for aten::") + op + " is not implemented";
-  return detail::record(out, "NotImplemented", {a, b},
-                        [what](const Node&, const Tensor&) -> std::vector<Tensor> {
-                          throw NotImplementedError(detail::msg("backward", what));
-                        });
+  return detail::record(out, "NotImplemented", {a, b}, refused_backward(op));
 }
 
 Tensor graph(Tensor out, Op op, int form, const Tensor* a, const Tensor* b, const Scalar& s = 0) {
@@ -425,12 +429,7 @@ Tensor& inplace(Op op, Tensor& self, const Tensor& other, const char* no_grad_op
   }
   if (!rec) return self;
   if (no_grad_op) {
-    const std::string what =
-        std::string("derivative for aten::") + no_grad_op + " is not implemented";
-    detail::record_inplace(self, name, {&self, &other},
-                           [what](const Node&, const Tensor&) -> std::vector<Tensor> {
-                             throw NotImplementedError(detail::msg("backward", what));
-                           });
+    detail::record_inplace(self, name, {&self, &other}, refused_backward(no_grad_op));
     return self;
   }
   const Shape other_shape = other.shape();
@@ -479,14 +478,8 @@ Tensor& inplace_s(Op op, Tensor& self, const Scalar& s, const char* no_grad_op =
     binary(op, self, detail::scalar_tensor(s, ct), ct, self);
   }
   if (no_grad_op) {
-    if (detail::should_record({&self})) {
-      const std::string what =
-          std::string("derivative for aten::") + no_grad_op + " is not implemented";
-      detail::record_inplace(self, "NotImplemented", {&self},
-                             [what](const Node&, const Tensor&) -> std::vector<Tensor> {
-                               throw NotImplementedError(detail::msg("backward", what));
-                             });
-    }
+    if (detail::should_record({&self}))
+      detail::record_inplace(self, "NotImplemented", {&self}, refused_backward(no_grad_op));
     return self;
   }
   if (const char* name = node_name(op, 1))

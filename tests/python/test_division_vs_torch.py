@@ -181,6 +181,10 @@ def test_no_derivative_where_torch_has_none():
         assert y.requires_grad  # as torch's: the result is in the graph...
         with pytest.raises(NotImplementedError, match=r"derivative for aten::(floor_divide|remainder)"):
             y.sum().backward()  # ...and a pass through it is refused
+    y = x * 1.0
+    y //= 2  # in place on a non-leaf: the same refusal
+    with pytest.raises(NotImplementedError, match=r"derivative for aten::floor_divide"):
+        y.sum().backward()
     with attn.no_grad():
         assert not (x // 2).requires_grad
 
