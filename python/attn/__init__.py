@@ -4,6 +4,7 @@ The seeds' PyTorch code runs unchanged with ``import attn as torch``. Everything
 the C++ library (attn._C); this package only arranges torch's Python surface on top of it.
 """
 import builtins as _builtins
+import sys as _sys
 import contextlib as _contextlib
 import math as _math
 
@@ -508,6 +509,8 @@ class set_grad_enabled(_GradMode):
 from ._select import (argmin, argsort, bmm, chunk, clamp, clip, cumprod, cumsum,  # noqa: E402
                     gather, index_select, multinomial, neg, negative, relu, rsqrt, scatter,
                     scatter_add, sigmoid, sort, split, square, topk, unbind)
+from . import _composite  # noqa: E402
+_composite.install(_sys.modules[__name__])  # torch names composed of the ops above
 from . import nn  # noqa: E402  (nn uses the names above)
 from . import optim  # noqa: E402
 from . import distributed  # noqa: E402
