@@ -376,6 +376,86 @@ def lerp(input, end, weight):
     return input + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
 
 
+# ---- stacking, selection and creation ------------------------------------------------------------
+
+def hstack(tensors):
+    tensors = [x if x.dim() else x.reshape(1) for x in tensors]
+    return _C.cat(tensors, 0 if tensors[0].dim() == 1 else 1)
+
+
+def vstack(tensors):
+    return _C.cat([x.reshape(1, -1) if x.dim() < 2 else x for x in tensors], 0)
+
+
+row_stack = vstack
+
+
+def column_stack(tensors):
+    return _C.cat([x.reshape(-1, 1) if x.dim() < 2 else x for x in tensors], 1)
+
+
+def masked_select(input, mask):
+    """torch.masked_select: the elements where mask (broadcast with input) is true, as 1-D."""
+    shape = broadcast_shapes(tuple(input.shape), tuple(mask.shape))
+    return input.expand(*shape)[mask.expand(*shape)]
+
+
+def take(input, index):
+    """torch.take: input read as 1-D at index (any shape)."""
+    n = input.numel()
+    if index.numel() and (int(index.max()) >= n or int(index.min()) < -n):
+        raise IndexError("take(): index out of range for a tensor of {} elements".format(n))
+    return input.reshape(-1)[index.reshape(-1)].reshape(tuple(index.shape))
+
+
+def tril_indices(row, col, offset=0, *, dtype=None):
+    """torch.tril_indices: the (row, column) indices of the lower triangle, row by row (2 x N)."""
+    keep = _C.arange(col).unsqueeze(0) <= _C.arange(row).unsqueeze(1) + offset
+    return _nonzero_t(keep, dtype)
+
+
+def triu_indices(row, col, offset=0, *, dtype=None):
+    keep = _C.arange(col).unsqueeze(0) >= _C.arange(row).unsqueeze(1) + offset
+    return _nonzero_t(keep, dtype)
+
+
+def _nonzero_t(mask, dtype):
+    from ._model_ops import nonzero
+    out = nonzero(mask).t().contiguous() if mask.numel() else _C.zeros((2, 0), dtype=_C.dtype.int64)
+    return out if dtype is None else out.to(dtype)
+
+
+def randn_like(input, *, dtype=None, requires_grad=False):
+    """torch.randn_like: randn of input's shape (the same draws as torch.randn(input.shape))."""
+    out = _C.randn(*input.shape).to(dtype or input.dtype)
+    return out.requires_grad_() if requires_grad else out
+
+
+def rand_like(input, *, dtype=None, requires_grad=False):
+    out = _C.rand(*input.shape).to(dtype or input.dtype)
+    return out.requires_grad_() if requires_grad else out
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """torch.addmm: beta * input + alpha * (mat1 @ mat2) (input broadcast; beta 0 ignores it)."""
+    prod = mat1 @ mat2
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:
+        return prod
+    return (input if beta == 1 else input * beta) + prod
+
+
+def _unflatten(self, dim, sizes):
+    d = dim % self.dim()
+    return self.reshape(tuple(self.shape[:d]) + tuple(sizes) + tuple(self.shape[d + 1:]))
+
+
+def _new_tensor(self, data, dtype=None, requires_grad=False):
+    out = _C.tensor(data, dtype=dtype or self.dtype)
+    return out.requires_grad_() if requires_grad else out
+
+
 def _flip_method(self, *dims):  # Tensor.flip(0, 1) as well as flip((0, 1))
     return flip(self, dims[0] if len(dims) == 1 else dims)
 
@@ -389,17 +469,20 @@ def install(module):
     for name in ("eq ne lt le gt ge greater greater_equal less less_equal not_equal logical_not "
                  "logical_and logical_or logical_xor floor ceil trunc round sign reciprocal flip "
                  "fliplr flipud roll tile broadcast_shapes broadcast_to t narrow meshgrid eye "
-                 "isclose nan_to_num count_nonzero logsumexp std prod lerp").split():
+                 "isclose nan_to_num count_nonzero logsumexp std prod lerp hstack vstack "
+                 "row_stack column_stack masked_select take tril_indices triu_indices randn_like "
+                 "rand_like addmm").split():
         if name not in vars(module):
             setattr(module, name, globals()[name])
     for name in ("logical_and logical_or logical_xor trunc round sign reciprocal fliplr flipud "
                  "roll isclose nan_to_num count_nonzero logsumexp std prod lerp "
-                 "broadcast_to").split():
+                 "broadcast_to masked_select take addmm").split():
         if not _has_own(name):
             setattr(Tensor, name, globals()[name])
     for name, fn in (("repeat", _repeat), ("expand_as", _expand_as), ("view_as", _view_as),
                      ("reshape_as", _reshape_as), ("where", _where), ("flip", _flip_method),
-                     ("tile", _tile_method)):
+                     ("tile", _tile_method), ("unflatten", _unflatten),
+                     ("new_tensor", _new_tensor)):
         if not _has_own(name):
             setattr(Tensor, name, fn)
     Tensor.fix = Tensor.trunc

@@ -163,3 +163,38 @@ def test_rounding_gradients_are_zero():
     xa = attn.tensor([1.3, -2.7], requires_grad=True)
     (attn.round(xa) + attn.trunc(xa) + xa).sum().backward()
     assert xa.grad.tolist() == [1.0, 1.0]
+
+
+def test_stacking_selection_and_creation():
+    a, b = awkward((2, 3), 8), awkward((2, 3), 9)
+    xa, xt = both(a)
+    ya, yt = both(b)
+    for name in ("hstack", "vstack", "row_stack", "column_stack"):
+        assert_same_bits(getattr(attn, name)([xa, ya]), getattr(torch, name)([xt, yt]), name)
+        assert_same_bits(getattr(attn, name)([xa[0], ya[1]]), getattr(torch, name)([xt[0], yt[1]]),
+                         name + " 1-D")
+    m = np.array([True, False, True])
+    assert_same_bits(attn.masked_select(xa, attn.tensor(m)), torch.masked_select(xt, torch.tensor(m)),
+                     "masked_select broadcast")
+    idx = np.array([[5, 0], [-1, 2]], dtype=np.int64)
+    assert_same_bits(attn.take(xa, attn.tensor(idx)), torch.take(xt, torch.tensor(idx)), "take")
+    with pytest.raises(IndexError):
+        attn.take(xa, attn.tensor([6]))
+    for r, c, off in ((3, 4, 1), (4, 3, -1), (3, 3, 0), (2, 5, -3), (0, 3, 0)):
+        assert_same_bits(attn.tril_indices(r, c, off), torch.tril_indices(r, c, off), "tril")
+        assert_same_bits(attn.triu_indices(r, c, off), torch.triu_indices(r, c, off), "triu")
+    attn.manual_seed(3)
+    torch.manual_seed(3)
+    assert_same_bits(attn.randn_like(xa), torch.randn_like(xt), "randn_like")
+    assert_same_bits(attn.rand_like(xa), torch.rand_like(xt), "rand_like")
+    assert_same_bits(xa.reshape(6).unflatten(0, (3, 2)), xt.reshape(6).unflatten(0, (3, 2)),
+                     "unflatten")
+    assert_same_bits(xa.new_tensor([1, 2]), xt.new_tensor([1, 2]), "new_tensor")
+    rs = np.random.RandomState(10)
+    c, m1, m2 = (rs.standard_normal(s).astype(np.float32) for s in ((2, 3), (2, 4), (4, 3)))
+    ca, ct = both(c)
+    m1a, m1t = both(m1)
+    m2a, m2t = both(m2)
+    close(attn.addmm(ca, m1a, m2a, beta=0.5, alpha=2.0),
+          torch.addmm(ct, m1t, m2t, beta=0.5, alpha=2.0), "addmm", ulps=16, scale=10.0)
+    close(ca.addmm(m1a, m2a), ct.addmm(m1t, m2t), "Tensor.addmm", ulps=16, scale=10.0)
