@@ -233,6 +233,21 @@ class Tensor {
   Tensor sigmoid() const;
   // The inverse error function (torch's rational approximation and two Newton steps, float32).
   Tensor erfinv() const;
+  // torch's special and trigonometric functions (src/ops/special.cpp): computed in float32 (ints
+  // become float32, bfloat16 and float16 are rounded back), with their gradients.
+  Tensor log1p() const;
+  Tensor expm1() const;
+  Tensor log2() const;
+  Tensor log10() const;
+  Tensor exp2() const;
+  Tensor erf() const;
+  Tensor erfc() const;
+  Tensor tan() const;
+  Tensor sinh() const;
+  Tensor cosh() const;
+  Tensor asin() const;
+  Tensor acos() const;
+  Tensor atan() const;
   Tensor& erfinv_();
   Tensor relu() const;
   Tensor ceil() const;

@@ -376,6 +376,22 @@ def lerp(input, end, weight):
     return input + weight * diff if abs(weight) < 0.5 else end - diff * (1 - weight)
 
 
+# ---- special functions (computed by attn._C; here only their torch.* names) ---------------------
+
+def _method_function(name):
+    def f(input):
+        return getattr(input, name)()
+    f.__name__ = name
+    f.__doc__ = "torch.{0}(input): input.{0}()".format(name)
+    return f
+
+
+_SPECIAL = "log1p expm1 log2 log10 exp2 erf erfc tan sinh cosh asin acos atan".split()
+for _name in _SPECIAL:
+    globals()[_name] = _method_function(_name)
+arcsin, arccos, arctan = asin, acos, atan  # noqa: F821 (defined just above)
+
+
 # ---- stacking, selection and creation ------------------------------------------------------------
 
 def hstack(tensors):
@@ -471,7 +487,7 @@ def install(module):
                  "fliplr flipud roll tile broadcast_shapes broadcast_to t narrow meshgrid eye "
                  "isclose nan_to_num count_nonzero logsumexp std prod lerp hstack vstack "
                  "row_stack column_stack masked_select take tril_indices triu_indices randn_like "
-                 "rand_like addmm").split():
+                 "rand_like addmm arcsin arccos arctan").split() + _SPECIAL:
         if name not in vars(module):
             setattr(module, name, globals()[name])
     for name in ("logical_and logical_or logical_xor trunc round sign reciprocal fliplr flipud "

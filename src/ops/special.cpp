@@ -1,4 +1,5 @@
-// Special functions: erfinv (torch.erfinv, used by nn.init.trunc_normal_).
+// Special functions: erfinv (torch.erfinv, used by nn.init.trunc_normal_), and log1p, expm1, log2,
+// log10, exp2, erf, erfc, tan, sinh, cosh, asin, acos, atan with torch's gradients.
 #include <attn/autograd.h>
 #include <attn/ops.h>
 
@@ -38,5 +39,92 @@ Tensor& Tensor::erfinv_() {
 }
 
 Tensor erfinv(const Tensor& t) { return t.erfinv(); }
+
+namespace {
+
+// The kernel of `op` over t's elements in float32; the result rounded back to a 2-byte float
+// dtype (which never requires grad), else recorded as torch's `node` with `grad(g, x, y)`, x the
+// input (float32) and y the result.
+using Grad = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& y);
+Tensor special(const Tensor& t, const char* fn, backend::UnaryOp op, const char* node, Grad grad) {
+  if (!t.defined()) fail(fn, "undefined tensor argument");
+  if (t.dtype() == Dtype::Bool) fail(fn, "not implemented for bool tensors");
+  Tensor src = t.to(Dtype::Float32);
+  const auto kernel =
+      backend::pick(fn, src.device(), Dtype::Float32, backend::cpu::unary, backend::cuda::unary);
+  Tensor out = detail::make_tensor(fn, t.shape(), Dtype::Float32, false);
+  kernel({op, &src.shape(), src.impl()->storage->data, src.storage_offset(), &src.strides(),
+          out.device_data()});
+  if (is_reduced_float(t.dtype())) return out.to(t.dtype());
+  return detail::record(out, node, {&t},
+                        [grad](const Node& n, const Tensor& g) {
+                          return std::vector<Tensor>{grad(g, n.saved_tensor(0), n.saved_tensor(1))};
+                        },
+                        {t, out});
+}
+
+constexpr double kTwoOverSqrtPi = 1.1283791670955126;  // 2 / sqrt(pi)
+
+}  // namespace
+
+using backend::UnaryOp;
+Tensor Tensor::log1p() const {
+  return special(*this, "log1p", UnaryOp::Log1p, "Log1PBackward0",
+                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x + 1.0); });
+}
+Tensor Tensor::expm1() const {
+  return special(*this, "expm1", UnaryOp::Expm1, "Expm1Backward0",
+                 [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y + 1.0); });
+}
+Tensor Tensor::log2() const {
+  return special(*this, "log2", UnaryOp::Log2, "Log2Backward0",
+                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * M_LN2); });
+}
+Tensor Tensor::log10() const {
+  return special(*this, "log10", UnaryOp::Log10, "Log10Backward0",
+                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * M_LN10); });
+}
+Tensor Tensor::exp2() const {
+  return special(*this, "exp2", UnaryOp::Exp2, "Exp2Backward0",
+                 [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y * M_LN2; });
+}
+Tensor Tensor::erf() const {
+  return special(*this, "erf", UnaryOp::Erf, "ErfBackward0",
+                 [](const Tensor& g, const Tensor& x, const Tensor&) {
+                   return g * ((-(x * x)).exp() * kTwoOverSqrtPi);
+                 });
+}
+Tensor Tensor::erfc() const {
+  return special(*this, "erfc", UnaryOp::Erfc, "ErfcBackward0",
+                 [](const Tensor& g, const Tensor& x, const Tensor&) {
+                   return g * ((-(x * x)).exp() * -kTwoOverSqrtPi);
+                 });
+}
+Tensor Tensor::tan() const {
+  return special(*this, "tan", UnaryOp::Tan, "TanBackward0",
+                 [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y * y + 1.0); });
+}
+Tensor Tensor::sinh() const {
+  return special(*this, "sinh", UnaryOp::Sinh, "SinhBackward0",
+                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g * x.cosh(); });
+}
+Tensor Tensor::cosh() const {
+  return special(*this, "cosh", UnaryOp::Cosh, "CoshBackward0",
+                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g * x.sinh(); });
+}
+Tensor Tensor::asin() const {
+  return special(
+      *this, "asin", UnaryOp::Asin, "AsinBackward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * (1.0 - x * x).rsqrt(); });
+}
+Tensor Tensor::acos() const {
+  return special(
+      *this, "acos", UnaryOp::Acos, "AcosBackward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * -(1.0 - x * x).rsqrt(); });
+}
+Tensor Tensor::atan() const {
+  return special(*this, "atan", UnaryOp::Atan, "AtanBackward0",
+                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * x + 1.0); });
+}
 
 }  // namespace attn

@@ -1,5 +1,7 @@
 // The unary float functions on the CPU (src/backend/elementwise_kernels.h), as PyTorch's: the C
-// library's exp, log, sqrt, tanh, cos, sin, the sigmoid as 1 / (1 + exp(-x)), relu keeping -0 and
+// library's exp, log, sqrt, tanh, cos, sin (and log1p, expm1, log2, log10, exp2, erf, erfc, tan,
+// sinh, cosh, asin, acos, atan; correctly rounded or within an ulp, where torch's vectorised
+// Sleef kernels may round differently), the sigmoid as 1 / (1 + exp(-x)), relu keeping -0 and
 // NaN, erfinv as torch 1.13's CPU kernel; and the masked assignment of where() and masked_fill_().
 #include <cmath>
 #include <cstdint>
@@ -73,6 +75,19 @@ void unary_f32(const Unary& u) {
     case UnaryOp::Erfinv: return map<float>(u, erfinv_float);
     case UnaryOp::Cos: return map<float>(u, [](float x) { return std::cos(x); });
     case UnaryOp::Sin: return map<float>(u, [](float x) { return std::sin(x); });
+    case UnaryOp::Log1p: return map<float>(u, [](float x) { return std::log1p(x); });
+    case UnaryOp::Expm1: return map<float>(u, [](float x) { return std::expm1(x); });
+    case UnaryOp::Log2: return map<float>(u, [](float x) { return std::log2(x); });
+    case UnaryOp::Log10: return map<float>(u, [](float x) { return std::log10(x); });
+    case UnaryOp::Exp2: return map<float>(u, [](float x) { return std::exp2(x); });
+    case UnaryOp::Erf: return map<float>(u, [](float x) { return std::erf(x); });
+    case UnaryOp::Erfc: return map<float>(u, [](float x) { return std::erfc(x); });
+    case UnaryOp::Tan: return map<float>(u, [](float x) { return std::tan(x); });
+    case UnaryOp::Sinh: return map<float>(u, [](float x) { return std::sinh(x); });
+    case UnaryOp::Cosh: return map<float>(u, [](float x) { return std::cosh(x); });
+    case UnaryOp::Asin: return map<float>(u, [](float x) { return std::asin(x); });
+    case UnaryOp::Acos: return map<float>(u, [](float x) { return std::acos(x); });
+    case UnaryOp::Atan: return map<float>(u, [](float x) { return std::atan(x); });
     case UnaryOp::IsNan: return map<bool>(u, [](float x) { return std::isnan(x); });
     case UnaryOp::IsInf: return map<bool>(u, [](float x) { return std::isinf(x); });
     case UnaryOp::IsFinite: return map<bool>(u, [](float x) { return std::isfinite(x); });
