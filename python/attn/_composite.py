@@ -472,6 +472,141 @@ def _new_tensor(self, data, dtype=None, requires_grad=False):
     return out.requires_grad_() if requires_grad else out
 
 
+# ---- reductions over dims, diagonals, differences ------------------------------------------------
+
+def _any(input, dim=None, keepdim=False):
+    """torch.any: whether any element (along dim) is non-zero; bool."""
+    if dim is None:
+        return _ANY0(input)
+    return (input != 0).sum(dim, keepdim) > 0
+
+
+def _all(input, dim=None, keepdim=False):
+    if dim is None:
+        return _ALL0(input)
+    return (input == 0).sum(dim, keepdim) == 0
+
+
+_ANY0, _ALL0 = Tensor.any, Tensor.all
+
+
+def amin(input, dim=(), keepdim=False):
+    """torch.amin: the smallest value along dim (all dims by default): -amax(-input), exact."""
+    dims = tuple(range(input.dim())) if dim == () or dim is None else dim
+    return -((-input).amax(dims, keepdim))
+
+
+def clamp_min(input, min):  # noqa: A002 (torch's argument name)
+    return input.clamp(min=min)
+
+
+def clamp_max(input, max):  # noqa: A002
+    return input.clamp(max=max)
+
+
+def frac(input):
+    """torch.frac: input - trunc(input), the sign of input kept."""
+    return input - trunc(input)
+
+
+def diff(input, n=1, dim=-1, prepend=None, append=None):
+    """torch.diff: the n-th forward difference along dim (after prepend and append are joined)."""
+    parts = [p for p in (prepend, input, append) if p is not None]
+    x = _C.cat(parts, dim) if len(parts) > 1 else input
+    d = dim % x.dim()
+    for _ in range(n):
+        m = x.shape[d]
+        if m == 0:
+            break
+        hi, lo = x.narrow(d, 1, m - 1), x.narrow(d, 0, m - 1)
+        x = (hi != lo) if x.dtype == _C.dtype.bool else hi - lo
+    return x
+
+
+def diagonal(input, offset=0, dim1=0, dim2=1):
+    """torch.diagonal: the diagonal of dims (dim1, dim2) as the last dim (a copy; gradients flow)."""
+    nd = input.dim()
+    if nd < 2:
+        raise RuntimeError("diagonal(): expected a tensor of at least 2 dims, got {}".format(nd))
+    d1, d2 = dim1 % nd, dim2 % nd
+    if d1 == d2:
+        raise RuntimeError("diagonal dimensions cannot be identical {}, {}".format(dim1, dim2))
+    rest = [i for i in range(nd) if i not in (d1, d2)]
+    x = input.permute(d1, d2, *rest)
+    r0, c0 = _builtins.max(-offset, 0), _builtins.max(offset, 0)
+    n = _builtins.max(0, _builtins.min(x.shape[0] - r0, x.shape[1] - c0))
+    out = x[_C.arange(n) + r0, _C.arange(n) + c0]  # (n, *rest)
+    return out.permute(*range(1, out.dim()), 0) if out.dim() > 1 else out
+
+
+def diag(input, diagonal=0):
+    """torch.diag: a 1-D input on the diagonal-th diagonal of a square matrix, or a 2-D input's
+    diagonal."""
+    if input.dim() == 2:
+        return globals()["diagonal"](input, diagonal)
+    if input.dim() != 1:
+        raise RuntimeError("diag(): Supports 1D or 2D tensors. Got {}D".format(input.dim()))
+    n, k = input.shape[0], diagonal
+    m = n + abs(k)
+    rows, cols = _C.arange(m).unsqueeze(1), _C.arange(m).unsqueeze(0)
+    on = (cols - rows) == k
+    idx = (rows - _builtins.max(-k, 0)).clamp(0, _builtins.max(n - 1, 0)).expand(m, m)
+    vals = input[idx.reshape(-1)].reshape(m, m) if n else _C.zeros((m, m), dtype=input.dtype)
+    return _C.where(on, vals, _C.zeros((), dtype=input.dtype))
+
+
+def trace(input):
+    if input.dim() != 2:
+        raise RuntimeError("trace(): expected a matrix, but got tensor with dim {}".format(
+            input.dim()))
+    return diagonal(input).sum()
+
+
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    from . import mean, var
+    return (var(input, dim, unbiased, keepdim, correction=correction),
+            mean(input, dim, keepdim) if dim is not None else mean(input))
+
+
+def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    v, m = var_mean(input, dim, unbiased, keepdim, correction=correction)
+    return v.sqrt(), m
+
+
+def rot90(input, k=1, dims=(0, 1)):
+    """torch.rot90: k quarter turns from dims[0] toward dims[1]."""
+    d0, d1 = dims
+    k %= 4
+    if k == 1:
+        return flip(input, d1).transpose(d0, d1)
+    if k == 2:
+        return flip(input, (d0, d1))
+    if k == 3:
+        return flip(input, d0).transpose(d0, d1)
+    return input.clone()
+
+
+def logaddexp(input, other):
+    """torch.logaddexp: log(exp(input) + exp(other)) without overflow (equal infinities kept)."""
+    m = _C.maximum(input, other)
+    out = m + (-(input - other).abs()).exp().log1p()
+    return _C.where((input == other) & input.isinf(), input, out)
+
+
+def xlogy(input, other):
+    """torch.xlogy: input * log(other), 0 where input is 0 (unless other is nan)."""
+    input, other = _tensor(input), _tensor(other)
+    out = input * other.log()
+    out = _C.where(input == 0, _C.zeros((), dtype=out.dtype), out)
+    return _C.where(other.isnan(), other.to(out.dtype), out)
+
+
+def logit(input, eps=None):
+    """torch.logit: log(x / (1 - x)), x clamped to [eps, 1 - eps] when eps is given."""
+    x = input if eps is None else input.clamp(eps, 1.0 - eps)
+    return (x / (1.0 - x)).log()
+
+
 def _flip_method(self, *dims):  # Tensor.flip(0, 1) as well as flip((0, 1))
     return flip(self, dims[0] if len(dims) == 1 else dims)
 
@@ -487,23 +622,31 @@ def install(module):
                  "fliplr flipud roll tile broadcast_shapes broadcast_to t narrow meshgrid eye "
                  "isclose nan_to_num count_nonzero logsumexp std prod lerp hstack vstack "
                  "row_stack column_stack masked_select take tril_indices triu_indices randn_like "
-                 "rand_like addmm arcsin arccos arctan").split() + _SPECIAL:
+                 "rand_like addmm arcsin arccos arctan amin clamp_min clamp_max frac diff "
+                 "diagonal diag trace var_mean std_mean rot90 logaddexp xlogy logit").split() \
+            + _SPECIAL:
         if name not in vars(module):
             setattr(module, name, globals()[name])
     for name in ("logical_and logical_or logical_xor trunc round sign reciprocal fliplr flipud "
                  "roll isclose nan_to_num count_nonzero logsumexp std prod lerp "
-                 "broadcast_to masked_select take addmm").split():
+                 "broadcast_to masked_select take addmm amin clamp_min clamp_max frac diff "
+                 "diagonal diag trace rot90 logaddexp xlogy logit").split():
         if not _has_own(name):
             setattr(Tensor, name, globals()[name])
     for name, fn in (("repeat", _repeat), ("expand_as", _expand_as), ("view_as", _view_as),
                      ("reshape_as", _reshape_as), ("where", _where), ("flip", _flip_method),
                      ("tile", _tile_method), ("unflatten", _unflatten),
-                     ("new_tensor", _new_tensor)):
+                     ("new_tensor", _new_tensor), ("any", _any), ("all", _all)):
         if not _has_own(name):
             setattr(Tensor, name, fn)
+    for name, fn in (("any", _any), ("all", _all)):
+        if name not in vars(module):
+            setattr(module, name, fn)
     Tensor.fix = Tensor.trunc
     module.fix = trunc
 
 
 def _has_own(name):
+    if name in ("any", "all"):  # _C's take no dim: replaced by the forms above
+        return False
     return any(name in vars(k) for k in Tensor.__mro__ if k is not object)

@@ -198,3 +198,54 @@ def test_stacking_selection_and_creation():
     close(attn.addmm(ca, m1a, m2a, beta=0.5, alpha=2.0),
           torch.addmm(ct, m1t, m2t, beta=0.5, alpha=2.0), "addmm", ulps=16, scale=10.0)
     close(ca.addmm(m1a, m2a), ct.addmm(m1t, m2t), "Tensor.addmm", ulps=16, scale=10.0)
+
+
+def test_dims_diagonals_differences_and_log_forms():
+    a = awkward((4, 5, 3), 11)
+    xa, xt = both(a)
+    for dim in (0, 1, -1):
+        assert_same_bits(attn.any(xa, dim), torch.any(xt, dim), "any")
+        assert_same_bits(xa.all(dim, keepdim=True), xt.all(dim, keepdim=True), "all")
+    assert_same_bits(attn.any(xa), torch.any(xt), "any all dims")
+    assert_same_bits(attn.amin(xa[..., :2] + 1, 1), torch.amin(xt[..., :2] + 1, 1), "amin")
+    assert_same_bits(xa.amin((0, 2), keepdim=True), xt.amin((0, 2), keepdim=True), "amin dims")
+    assert_same_bits(attn.clamp_min(xa, 0.5), torch.clamp_min(xt, 0.5), "clamp_min")
+    assert_same_bits(attn.clamp_max(xa, -0.5), torch.clamp_max(xt, -0.5), "clamp_max")
+    assert_same_bits(attn.frac(xa), torch.frac(xt), "frac")
+    for kw in ({}, {"n": 2, "dim": 0}, {"dim": 1, "prepend": xa[:, :1]}):
+        kt = {k: (torch.tensor(to_np(v)) if k in ("prepend", "append") else v) for k, v in kw.items()}
+        assert_same_bits(attn.diff(xa, **kw), torch.diff(xt, **kt), "diff {}".format(list(kw)))
+    ba, bt = both(np.array([True, False, False, True]))
+    assert_same_bits(ba.diff(), bt.diff(), "diff bool")
+    for off, d1, d2 in ((0, 0, 1), (1, 0, 1), (-2, 0, 1), (1, 2, 0), (0, -1, 1), (7, 0, 1)):
+        assert_same_bits(attn.diagonal(xa, off, d1, d2), torch.diagonal(xt, off, d1, d2),
+                         "diagonal {} {} {}".format(off, d1, d2))
+    for k in (0, 2, -1):
+        assert_same_bits(attn.diag(xa[0], k), torch.diag(xt[0], k), "diag 2-D {}".format(k))
+        assert_same_bits(attn.diag(xa[0, 0], k), torch.diag(xt[0, 0], k), "diag 1-D {}".format(k))
+    m = np.random.RandomState(12).standard_normal((5, 5)).astype(np.float32)
+    ma, mt = both(m)
+    close(attn.trace(ma), torch.trace(mt), "trace")
+    for k in (1, 2, 3, -1, 4):
+        assert_same_bits(attn.rot90(xa, k, (0, 2)), torch.rot90(xt, k, (0, 2)), "rot90 {}".format(k))
+    v, mu = attn.var_mean(ma, 1)
+    vt, mut = torch.var_mean(mt, 1)
+    close(v, vt, "var_mean var")
+    close(mu, mut, "var_mean mean")
+    s, _ = attn.std_mean(ma)
+    close(s, torch.std_mean(mt)[0], "std_mean")
+    b = awkward((4, 5, 3), 13)
+    ya, yt = both(b)
+    with np.errstate(all="ignore"):
+        for name in ("logaddexp", "xlogy"):
+            fa, ft = getattr(attn, name), getattr(torch, name)
+            o, r = to_np(fa(xa, ya)), to_np(ft(xt, yt))
+            assert np.array_equal(np.isnan(o), np.isnan(r)), name
+            fin = np.isfinite(r)
+            assert np.array_equal(o[~fin & ~np.isnan(r)], r[~fin & ~np.isnan(r)]), name
+            np.testing.assert_allclose(o[fin], r[fin], rtol=4 * 2.0 ** -23,
+                                       atol=4 * 2.0 ** -23 * np.abs(r[fin]).max(), err_msg=name)
+    p = np.random.RandomState(14).uniform(0, 1, 50).astype(np.float32)
+    pa, pt = both(p)
+    for eps in (None, 1e-3):
+        close(attn.logit(pa, eps), torch.logit(pt, eps), "logit {}".format(eps), ulps=16, scale=1.0)
