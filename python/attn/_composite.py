@@ -12,6 +12,7 @@ import builtins as _builtins
 import math as _math
 
 from . import _C
+from ._model_ops import finfo, nonzero
 
 Tensor = _C.Tensor
 
@@ -194,13 +195,12 @@ def _repeat(self, *sizes):
     if any(s < 0 for s in sizes):
         raise RuntimeError("Trying to create tensor with negative dimension: {}".format(sizes))
     shape = (1,) * (len(sizes) - self.dim()) + tuple(self.shape)
-    inter = []
+    # each dim s as (1, s), expanded to (r, s), then merged: r copies of the whole dim in turn
+    inter, expanded = [], []
     for r, s in zip(sizes, shape):
         inter += [1, s]
-    expanded = []
-    for r, s in zip(sizes, shape):
         expanded += [r, s]
-    out = self.reshape(shape).reshape(tuple(inter)).expand(*expanded)
+    out = self.reshape(tuple(inter)).expand(*expanded)
     return out.reshape(tuple(r * s for r, s in zip(sizes, shape)))
 
 
@@ -307,17 +307,12 @@ def nan_to_num(input, nan=0.0, posinf=None, neginf=None):
     """torch.nan_to_num: nan, +inf and -inf replaced (by 0 and the dtype's largest and lowest)."""
     if not _is_float(input):
         return input.clone()
-    fi = _finfo(input.dtype)
+    fi = finfo(input.dtype)
     posinf = fi.max if posinf is None else posinf
     neginf = fi.min if neginf is None else neginf
     out = _C.where(input.isnan(), _C.full((), nan, dtype=input.dtype), input)
     out = _C.where(out == _math.inf, _C.full((), posinf, dtype=input.dtype), out)
     return _C.where(out == -_math.inf, _C.full((), neginf, dtype=input.dtype), out)
-
-
-def _finfo(dtype):
-    from ._model_ops import finfo
-    return finfo(dtype)
 
 
 def count_nonzero(input, dim=None):
@@ -436,7 +431,6 @@ def triu_indices(row, col, offset=0, *, dtype=None):
 
 
 def _nonzero_t(mask, dtype):
-    from ._model_ops import nonzero
     out = nonzero(mask).t().contiguous() if mask.numel() else _C.zeros((2, 0), dtype=_C.dtype.int64)
     return out if dtype is None else out.to(dtype)
 

@@ -10,6 +10,7 @@
 
 #include "../backend/elementwise_kernels.h"
 #include "../tensor/internal.h"
+#include "unary_float.h"
 
 namespace attn {
 
@@ -315,11 +316,9 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
   // do that per element (their bfloat16 / float16 slots); elsewhere the operands are widened here.
   const Dtype kt = is_reduced_float(ct) && !a.device().is_cpu() ? Dtype::Float32 : ct;
   Tensor ca = a.to(ct).to(kt), cb = b.to(ct).to(kt);
-  if (is_rounding(op)) {
-    if (ct == Dtype::Int64 && (cb == Scalar(int64_t(0))).any())
-      fail(fn, "ZeroDivisionError: integer division by zero (divisor ", detail::tensor_desc(b),
-           " holds 0)");
-  }
+  if (is_rounding(op) && ct == Dtype::Int64 && (cb == Scalar(int64_t(0))).any())
+    fail(fn, "ZeroDivisionError: integer division by zero (divisor ", detail::tensor_desc(b),
+         " holds 0)");
   Dtype out_dtype = is_comparison(op) ? Dtype::Bool : ct;
   Dtype tmp_dtype = is_comparison(op) ? Dtype::Bool : kt;
   if (out.defined()) {
@@ -490,10 +489,9 @@ Tensor& inplace_s(Op op, Tensor& self, const Scalar& s, const char* no_grad_op =
   return self;
 }
 
-// The gradient of a unary op from the output gradient g, the input x and the result y (each
-// saved only when the formula reads it).
-using UnaryGrad = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& y);
-enum Saves { kSaveInput = 1, kSaveResult = 2 };
+using detail::kSaveInput;
+using detail::kSaveResult;
+using detail::unary_float;
 
 // The kernel of `op` on t's device, over t's elements computed in float32, into a new tensor
 // of `out_dtype` (float32, or bool for the predicates).
@@ -508,20 +506,24 @@ Tensor unary_kernel(const Tensor& t, const char* fn, backend::UnaryOp op, Dtype 
   return out;
 }
 
-Tensor unary_float(const Tensor& t, const char* fn, backend::UnaryOp op, UnaryGrad grad,
-                   int saves) {
+}  // namespace
+
+Tensor detail::unary_float(const Tensor& t, const char* fn, backend::UnaryOp op, UnaryGrad grad,
+                           int saves, const char* node) {
   Tensor out = unary_kernel(t, fn, op, Dtype::Float32);
   // bfloat16 and float16 compute in float32 and round each result back (they never require
   // grad, so nothing is recorded for them).
   if (is_reduced_float(t.dtype())) return out.to(t.dtype());
-  std::string node = fn;
-  node[0] = char(std::toupper(node[0]));
-  return detail::record(out, node + "Backward0", {&t},
+  std::string name = node ? std::string(node) : std::string(fn) + "Backward0";
+  if (!node) name[0] = char(std::toupper(name[0]));
+  return detail::record(out, name, {&t},
                         [grad](const Node& n, const Tensor& g) {
                           return std::vector<Tensor>{grad(g, n.saved_tensor(0), n.saved_tensor(1))};
                         },
                         {saves & kSaveInput ? t : Tensor(), saves & kSaveResult ? out : Tensor()});
 }
+
+namespace {
 
 // sign(x) as float: -1, 0 or 1 (abs's derivative, 0 at 0 as torch's).
 Tensor sign(const Tensor& x) { return (x > Scalar(0)).float_() - (x < Scalar(0)).float_(); }

@@ -7,6 +7,7 @@
 
 #include "../backend/elementwise_kernels.h"
 #include "../tensor/internal.h"
+#include "unary_float.h"
 
 namespace attn {
 
@@ -42,26 +43,16 @@ Tensor erfinv(const Tensor& t) { return t.erfinv(); }
 
 namespace {
 
-// The kernel of `op` over t's elements in float32; the result rounded back to a 2-byte float
-// dtype (which never requires grad), else recorded as torch's `node` with `grad(g, x, y)`, x the
-// input (float32) and y the result.
-using Grad = Tensor (*)(const Tensor& g, const Tensor& x, const Tensor& y);
-Tensor special(const Tensor& t, const char* fn, backend::UnaryOp op, const char* node, Grad grad) {
-  if (!t.defined()) fail(fn, "undefined tensor argument");
-  if (t.dtype() == Dtype::Bool) fail(fn, "not implemented for bool tensors");
-  Tensor src = t.to(Dtype::Float32);
-  const auto kernel =
-      backend::pick(fn, src.device(), Dtype::Float32, backend::cpu::unary, backend::cuda::unary);
-  Tensor out = detail::make_tensor(fn, t.shape(), Dtype::Float32, false);
-  kernel({op, &src.shape(), src.impl()->storage->data, src.storage_offset(), &src.strides(),
-          out.device_data()});
-  if (is_reduced_float(t.dtype())) return out.to(t.dtype());
-  return detail::record(out, node, {&t},
-                        [grad](const Node& n, const Tensor& g) {
-                          return std::vector<Tensor>{grad(g, n.saved_tensor(0), n.saved_tensor(1))};
-                        },
-                        {t, out});
+// torch's special functions through the float unary path (unary_float.h), bool refused as torch's
+// kernels refuse it.
+Tensor special(const Tensor& t, const char* fn, backend::UnaryOp op, const char* node,
+               detail::UnaryGrad grad, int saves) {
+  if (t.defined() && t.dtype() == Dtype::Bool) fail(fn, "not implemented for bool tensors");
+  return detail::unary_float(t, fn, op, grad, saves, node);
 }
+
+using detail::kSaveInput;
+using detail::kSaveResult;
 
 constexpr double kTwoOverSqrtPi = 1.1283791670955126;  // 2 / sqrt(pi)
 
@@ -69,62 +60,79 @@ constexpr double kTwoOverSqrtPi = 1.1283791670955126;  // 2 / sqrt(pi)
 
 using backend::UnaryOp;
 Tensor Tensor::log1p() const {
-  return special(*this, "log1p", UnaryOp::Log1p, "Log1PBackward0",
-                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x + 1.0); });
+  return special(
+      *this, "log1p", UnaryOp::Log1p, "Log1PBackward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x + 1.0); }, kSaveInput);
 }
 Tensor Tensor::expm1() const {
-  return special(*this, "expm1", UnaryOp::Expm1, "Expm1Backward0",
-                 [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y + 1.0); });
+  return special(
+      *this, "expm1", UnaryOp::Expm1, "Expm1Backward0",
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y + 1.0); }, kSaveResult);
 }
 Tensor Tensor::log2() const {
-  return special(*this, "log2", UnaryOp::Log2, "Log2Backward0",
-                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * M_LN2); });
+  return special(
+      *this, "log2", UnaryOp::Log2, "Log2Backward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * M_LN2); }, kSaveInput);
 }
 Tensor Tensor::log10() const {
-  return special(*this, "log10", UnaryOp::Log10, "Log10Backward0",
-                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * M_LN10); });
+  return special(
+      *this, "log10", UnaryOp::Log10, "Log10Backward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * M_LN10); }, kSaveInput);
 }
 Tensor Tensor::exp2() const {
-  return special(*this, "exp2", UnaryOp::Exp2, "Exp2Backward0",
-                 [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y * M_LN2; });
+  return special(
+      *this, "exp2", UnaryOp::Exp2, "Exp2Backward0",
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * y * M_LN2; }, kSaveResult);
 }
 Tensor Tensor::erf() const {
-  return special(*this, "erf", UnaryOp::Erf, "ErfBackward0",
-                 [](const Tensor& g, const Tensor& x, const Tensor&) {
-                   return g * ((-(x * x)).exp() * kTwoOverSqrtPi);
-                 });
+  return special(
+      *this, "erf", UnaryOp::Erf, "ErfBackward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) {
+        return g * ((-(x * x)).exp() * kTwoOverSqrtPi);
+      },
+      kSaveInput);
 }
 Tensor Tensor::erfc() const {
-  return special(*this, "erfc", UnaryOp::Erfc, "ErfcBackward0",
-                 [](const Tensor& g, const Tensor& x, const Tensor&) {
-                   return g * ((-(x * x)).exp() * -kTwoOverSqrtPi);
-                 });
+  return special(
+      *this, "erfc", UnaryOp::Erfc, "ErfcBackward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) {
+        return g * ((-(x * x)).exp() * -kTwoOverSqrtPi);
+      },
+      kSaveInput);
 }
 Tensor Tensor::tan() const {
-  return special(*this, "tan", UnaryOp::Tan, "TanBackward0",
-                 [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y * y + 1.0); });
+  return special(
+      *this, "tan", UnaryOp::Tan, "TanBackward0",
+      [](const Tensor& g, const Tensor&, const Tensor& y) { return g * (y * y + 1.0); },
+      kSaveResult);
 }
 Tensor Tensor::sinh() const {
-  return special(*this, "sinh", UnaryOp::Sinh, "SinhBackward0",
-                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g * x.cosh(); });
+  return special(
+      *this, "sinh", UnaryOp::Sinh, "SinhBackward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * x.cosh(); }, kSaveInput);
 }
 Tensor Tensor::cosh() const {
-  return special(*this, "cosh", UnaryOp::Cosh, "CoshBackward0",
-                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g * x.sinh(); });
+  return special(
+      *this, "cosh", UnaryOp::Cosh, "CoshBackward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * x.sinh(); }, kSaveInput);
 }
 Tensor Tensor::asin() const {
   return special(
       *this, "asin", UnaryOp::Asin, "AsinBackward0",
-      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * (1.0 - x * x).rsqrt(); });
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * (1.0 - x * x).rsqrt(); },
+      kSaveInput);
 }
 Tensor Tensor::acos() const {
   return special(
       *this, "acos", UnaryOp::Acos, "AcosBackward0",
-      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * -(1.0 - x * x).rsqrt(); });
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * -(1.0 - x * x).rsqrt(); },
+      kSaveInput);
 }
 Tensor Tensor::atan() const {
-  return special(*this, "atan", UnaryOp::Atan, "AtanBackward0",
-                 [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * x + 1.0); });
+  return special(
+      *this, "atan", UnaryOp::Atan, "AtanBackward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * x + 1.0); },
+      kSaveInput);
 }
 
 }  // namespace attn
