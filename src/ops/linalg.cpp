@@ -135,7 +135,8 @@ Tensor record_matmul(Tensor out, const char* node, const Tensor& a_in, const Ten
 // writes 2x its bytes as floats and reads them back: about 19x the product's time for one row
 // at gpt-oss's expert sizes). Float sums, one rounding, as the widening path; summed in another
 // order.
-//   * at most kGemmRowsMax rows (a decoding step): b streamed once, widened as it is read;
+//   * at most kGemmRowsMax rows (a decoding step): b streamed once, by AVX512-BF16's dot product
+//     (bfloat16 x @ W.T where the CPU has it) or widened as it is read;
 //   * more, in bfloat16: oneDNN's bfloat16 matmul where the CPU has a fast kernel (as linear);
 //   * otherwise blocks of b widened in turn for sgemm (gemm_half.h, as linear).
 // nullopt: not such a product.
@@ -164,6 +165,13 @@ std::optional<Tensor> times_half_matrix(const Tensor& a, const Tensor& b) {
                                       static_cast<uint16_t*>(y.raw_data()), N))
         return y.reshape(out);
     }
+  }
+  if (columns && kind == kernels::HalfKind::BFloat16) {  // AVX512-BF16's dot product, few rows
+    const Tensor ac = a.contiguous();
+    Tensor y = empty({M, N});
+    if (kernels::gemm_bf16_weights_dot(M, N, K, static_cast<const uint16_t*>(ac.raw_data()), K,
+                                       bits, b.stride(1), y.data_ptr<float>(), N))
+      return y.reshape(out).to(a.dtype());
   }
   const Tensor af = a.to(Dtype::Float32).contiguous();
   Tensor y = empty({M, N});

@@ -177,4 +177,19 @@ void gemm_half_weights(HalfKind kind, int64_t M, int64_t N, int64_t K, const flo
   });
 }
 
+bool gemm_bf16_weights_dot(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                           const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
+  if (M > kGemmRowsMax || !bf16_dot_enabled()) return false;
+  if (M <= 0 || N <= 0) return true;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0.0f);
+    return true;
+  }
+  parallel_ranges((N + 15) / 16, threads_for(N * K), [&](int64_t u0, int64_t u1) {
+    const int64_t n0 = u0 * 16, n1 = std::min(N, u1 * 16);
+    if (n1 > n0) gemm_rows_bf16_dot(M, n1 - n0, K, A, lda, B + n0 * ldb, ldb, C + n0, ldc);
+  });
+  return true;
+}
+
 }  // namespace attn::kernels

@@ -23,6 +23,13 @@ void narrow_half(HalfKind kind, const float* src, uint16_t* dst, int64_t n);
 void gemm_half_weights(HalfKind kind, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                        const uint16_t* B, int64_t ldb, float* C, int64_t ldc);
 
+// gemm_half_weights for A and B both bfloat16 (a bfloat16 model's decoding step), by
+// gemm_rows_bf16_dot, threads sharing C by blocks of columns (the bits do not depend on them).
+// Returns false, doing nothing, where M > kGemmRowsMax or !bf16_dot_enabled() (isa.h): the caller
+// widens A and calls gemm_half_weights.
+bool gemm_bf16_weights_dot(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+                           const uint16_t* B, int64_t ldb, float* C, int64_t ldc);
+
 // C (M, N) = A (M, K) B with B (K, N) stored row by row in `kind` (row stride ldb; a matrix
 // multiplied as stored, x @ W), A and C float; every sum is float. Up to kGemmRowsMax rows of A: B
 // streamed once, each row widened as it is read, where widening all of B first would write 2x

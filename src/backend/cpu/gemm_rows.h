@@ -25,4 +25,13 @@ void gemm_rows(int64_t M, int64_t N, int64_t K, float alpha, const float* X, int
 void gemm_rows_half(bool bf16, int64_t M, int64_t N, int64_t K, float alpha, const float* X,
                     int64_t ldx, const uint16_t* B, int64_t ldb, float beta, float* Y, int64_t ldy);
 
+// Y[m * ldy + n] = sum_k X[m * ldx + k] * B[n * ldb + k] with X and B both bfloat16 (their bits),
+// by AVX512-BF16's dot product; call it only where bf16_dot_enabled() (isa.h). Each product is
+// exact in float, two of them are added to a float lane at a time, and input and output denormals
+// are taken as zero as that instruction does (as oneDNN's and PyTorch's bfloat16 kernels on these
+// CPUs do). The order of the sums depends only on K. Runs on the calling thread. Off x86-64 (where
+// bf16_dot_enabled() is false) a plain loop in k's order.
+void gemm_rows_bf16_dot(int64_t M, int64_t N, int64_t K, const uint16_t* X, int64_t ldx,
+                        const uint16_t* B, int64_t ldb, float* Y, int64_t ldy);
+
 }  // namespace attn::kernels

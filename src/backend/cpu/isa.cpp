@@ -18,6 +18,7 @@ namespace attn::kernels {
 namespace {
 
 std::atomic<Isa> g_override{Isa::Auto};
+std::atomic<bool> g_bf16_dot_off{false};
 
 #if defined(ATTN_SVE_BITS) && defined(__aarch64__) && defined(__linux__)
 // The CPU's SVE vector length in bits, from the kernel (prctl); 0 without SVE.
@@ -54,6 +55,17 @@ static bool has_f16c() {
   return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
 }
 #endif
+
+// CPUID leaf 7 sub-leaf 1, EAX bit 5: AVX512_BF16 (Zen 4 and later, Cooper Lake, Sapphire
+// Rapids and later), read directly for the same reason.
+static bool has_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) != 0;
+#else
+  return false;
+#endif
+}
 
 bool isa_supported(Isa isa) {
   switch (isa) {
@@ -95,6 +107,21 @@ Isa active_isa() {
 bool set_isa(Isa isa) {
   if (!isa_supported(isa)) return false;
   g_override.store(isa, std::memory_order_relaxed);
+  return true;
+}
+
+bool bf16_dot_enabled() {
+  static const bool available = [] {
+    const char* env = std::getenv("ATTN_CPU_BF16_DOT");
+    return has_avx512_bf16() && isa_supported(Isa::Avx512) && !(env && std::strcmp(env, "0") == 0);
+  }();
+  return available && active_isa() == Isa::Avx512 &&
+         !g_bf16_dot_off.load(std::memory_order_relaxed);
+}
+
+bool set_bf16_dot(bool on) {
+  if (on && !(has_avx512_bf16() && isa_supported(Isa::Avx512))) return false;
+  g_bf16_dot_off.store(!on, std::memory_order_relaxed);
   return true;
 }
 

@@ -27,6 +27,14 @@ bool set_isa(Isa isa);
 // "auto", "scalar", "avx2", "avx512", "neon", "sve".
 const char* isa_name(Isa isa);
 
+// Whether products of bfloat16 by bfloat16 may use AVX512-BF16's dot product (vdpbf16ps,
+// gemm_rows.h): the CPU has it, active_isa() is Avx512, the environment variable
+// ATTN_CPU_BF16_DOT is not 0, and no test turned it off.
+bool bf16_dot_enabled();
+// For tests and benchmarks: allow (true) or forbid the dot product. Returns false, changing
+// nothing, when asked to allow it on a CPU without it.
+bool set_bf16_dot(bool on);
+
 }  // namespace attn::kernels
 
 // ATTN_ISA_VARIANTS(ret, name, (params), (args)) defines `ret name(params)` from an always-inline

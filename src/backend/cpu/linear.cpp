@@ -72,7 +72,8 @@ void bias_backward_f32(const backend::BiasBackward& a) {
 // float accumulation, one rounding). pre and aux, when asked, are rounded too. bfloat16 products
 // of two rows or more go to oneDNN's bfloat16 kernels where the CPU has them (onednn_matmul.h:
 // 2x the widening path on 8 rows and on 512, bench/half_linear_compare.py); one row, and the rest,
-// to gemm_half.h (streaming the weight for few rows, or widening it by blocks for sgemm).
+// to gemm_half.h: few rows by AVX512-BF16's dot product where the CPU has it (bfloat16), or
+// streaming the weight and widening it as read; more rows widening it by blocks for sgemm.
 template <HalfKind kind>
 void linear_forward_half(const backend::LinearForward& a) {
   const int64_t M = a.M, N = a.N, K = a.K;
@@ -83,10 +84,12 @@ void linear_forward_half(const backend::LinearForward& a) {
       onednn_matmul_bf16(false, true, M, N, K, x, K, w, K, b, static_cast<uint16_t*>(a.y), N))
     return;
   // Written before read: not cleared (which cost as much as the rounding of the result).
-  const auto xf = std::make_unique_for_overwrite<float[]>(size_t(M * K));
   const auto yf = std::make_unique_for_overwrite<float[]>(size_t(M * N));
-  widen_half(kind, x, xf.get(), M * K);
-  gemm_half_weights(kind, M, N, K, xf.get(), K, w, K, yf.get(), N);
+  if (kind != HalfKind::BFloat16 || !gemm_bf16_weights_dot(M, N, K, x, K, w, K, yf.get(), N)) {
+    const auto xf = std::make_unique_for_overwrite<float[]>(size_t(M * K));
+    widen_half(kind, x, xf.get(), M * K);
+    gemm_half_weights(kind, M, N, K, xf.get(), K, w, K, yf.get(), N);
+  }
   if (b) {
     std::vector<float> bf(static_cast<size_t>(N));
     widen_half(kind, b, bf.data(), N);
