@@ -41,45 +41,79 @@ ATTN_TARGET_AVX512_BF16 inline __m512 dot(__m512 acc, __m512i b, __m512i x) {
 
 ATTN_TARGET_AVX512_BF16 inline __m512i load(const uint16_t* p) { return _mm512_loadu_si512(p); }
 
-// Rows [0, rows) of X (1 <= rows <= MR) in one pass over B. Each element: four accumulators taking
-// every fourth 32-element block, the remaining whole blocks in the first, the partial one (zeros
-// after it, in X and in B) in the second, then (a0 + a1) + (a2 + a3) reduced across lanes.
+// The sums of one row of X with one row of B: four accumulators taking every fourth 32-element
+// block, the remaining whole blocks in the first, the partial one (zeros after it, in X and in B)
+// in the second, then (a0 + a1) + (a2 + a3) reduced across lanes. Every kernel below sums in this
+// order, whatever it computes alongside.
+struct Acc {
+  __m512 a0, a1, a2, a3;
+};
+ATTN_TARGET_AVX512_BF16 inline Acc acc_zero() {
+  const __m512 z = _mm512_setzero_ps();
+  return {z, z, z, z};
+}
+ATTN_TARGET_AVX512_BF16 inline void acc_block(Acc& a, const uint16_t* r, const uint16_t* x) {
+  a.a0 = dot(a.a0, load(r), load(x));
+  a.a1 = dot(a.a1, load(r + 32), load(x + 32));
+  a.a2 = dot(a.a2, load(r + 64), load(x + 64));
+  a.a3 = dot(a.a3, load(r + 96), load(x + 96));
+}
+// The blocks after the last whole 128 (k0 = K rounded down to 128), and the sum.
+ATTN_TARGET_AVX512_BF16 inline float acc_finish(Acc& a, int64_t k, int64_t K, const uint16_t* r,
+                                                const uint16_t* x) {
+  for (; k + 32 <= K; k += 32) a.a0 = dot(a.a0, load(r + k), load(x + k));
+  if (k < K) {
+    const __mmask32 rest = (1u << (K - k)) - 1;
+    a.a1 = dot(a.a1, _mm512_maskz_loadu_epi16(rest, r + k), _mm512_maskz_loadu_epi16(rest, x + k));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a.a0, a.a1), _mm512_add_ps(a.a2, a.a3)));
+}
+
+// Rows [0, rows) of X (1 <= rows <= MR) in one pass over B, sharing each load of B.
 template <int MR>
 ATTN_TARGET_AVX512_BF16 void dot_pass(int rows, int64_t N, int64_t K, const uint16_t* X,
                                       int64_t ldx, const uint16_t* B, int64_t ldb, float* Y,
                                       int64_t ldy) {
   if constexpr (MR > 1)
     if (rows < MR) return dot_pass<MR - 1>(rows, N, K, X, ldx, B, ldb, Y, ldy);
+  const int64_t K128 = K / 128 * 128;
   for (int64_t n = 0; n < N; ++n) {
     const uint16_t* r = B + n * ldb;
-    __m512 a[MR][4];
-    for (int m = 0; m < MR; ++m) a[m][0] = a[m][1] = a[m][2] = a[m][3] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 128 <= K; k += 128) {
+    Acc a[MR];
+    for (int m = 0; m < MR; ++m) a[m] = acc_zero();
+    for (int64_t k = 0; k < K128; k += 128) {
       const __m512i b0 = load(r + k), b1 = load(r + k + 32), b2 = load(r + k + 64),
                     b3 = load(r + k + 96);
       for (int m = 0; m < MR; ++m) {
         const uint16_t* x = X + m * ldx + k;
-        a[m][0] = dot(a[m][0], b0, load(x));
-        a[m][1] = dot(a[m][1], b1, load(x + 32));
-        a[m][2] = dot(a[m][2], b2, load(x + 64));
-        a[m][3] = dot(a[m][3], b3, load(x + 96));
+        a[m].a0 = dot(a[m].a0, b0, load(x));
+        a[m].a1 = dot(a[m].a1, b1, load(x + 32));
+        a[m].a2 = dot(a[m].a2, b2, load(x + 64));
+        a[m].a3 = dot(a[m].a3, b3, load(x + 96));
       }
     }
-    for (; k + 32 <= K; k += 32) {
-      const __m512i b = load(r + k);
-      for (int m = 0; m < MR; ++m) a[m][0] = dot(a[m][0], b, load(X + m * ldx + k));
-    }
-    if (k < K) {
-      const __mmask32 rest = (1u << (K - k)) - 1;
-      const __m512i b = _mm512_maskz_loadu_epi16(rest, r + k);
-      for (int m = 0; m < MR; ++m)
-        a[m][1] = dot(a[m][1], b, _mm512_maskz_loadu_epi16(rest, X + m * ldx + k));
-    }
-    for (int m = 0; m < MR; ++m)
-      Y[m * ldy + n] = _mm512_reduce_add_ps(
-          _mm512_add_ps(_mm512_add_ps(a[m][0], a[m][1]), _mm512_add_ps(a[m][2], a[m][3])));
+    for (int m = 0; m < MR; ++m) Y[m * ldy + n] = acc_finish(a[m], K128, K, r, X + m * ldx);
   }
+}
+
+// One row of X against rows [0, N) of B read as two streams at once: row n beside row n + N / 2
+// (and the last alone when N is odd). One core keeps more of memory's lines in flight this way,
+// two pages apart: each of a thread's matrices of a Llama-3.2-1B-shaped model came 15-35% faster
+// on one thread of a Zen 4 (the 128256-row head 31-32 GB/s against 23-26).
+ATTN_TARGET_AVX512_BF16 void dot_two_streams(int64_t N, int64_t K, const uint16_t* x,
+                                             const uint16_t* B, int64_t ldb, float* Y) {
+  const int64_t half = N / 2, K128 = K / 128 * 128;
+  for (int64_t n = 0; n < half; ++n) {
+    const uint16_t *r = B + n * ldb, *s = B + (n + half) * ldb;
+    Acc a = acc_zero(), c = acc_zero();
+    for (int64_t k = 0; k < K128; k += 128) {
+      acc_block(a, r + k, x + k);
+      acc_block(c, s + k, x + k);
+    }
+    Y[n] = acc_finish(a, K128, K, r, x);
+    Y[n + half] = acc_finish(c, K128, K, s, x);
+  }
+  if (N % 2) dot_pass<1>(1, 1, K, x, 0, B + (N - 1) * ldb, ldb, Y + N - 1, 0);
 }
 
 }  // namespace
@@ -88,6 +122,7 @@ void gemm_rows_bf16_dot(int64_t M, int64_t N, int64_t K, const uint16_t* X, int6
                         const uint16_t* B, int64_t ldb, float* Y, int64_t ldy) {
   // With more than kDotRows rows, B goes by blocks of about 32 KB that every group of rows passes
   // over in turn (gemm_rows' blocking), so B still comes from memory once.
+  if (M == 1) return dot_two_streams(N, K, X, B, ldb, Y);
   const int64_t block =
       M <= kDotRows ? N : std::max<int64_t>(1, (int64_t(16) << 10) / std::max<int64_t>(K, 1));
   for (int64_t n0 = 0; n0 < N; n0 += block) {
