@@ -248,6 +248,9 @@ class Tensor {
   Tensor asin() const;
   Tensor acos() const;
   Tensor atan() const;
+  Tensor asinh() const;
+  Tensor acosh() const;
+  Tensor atanh() const;
   Tensor& erfinv_();
   Tensor relu() const;
   Tensor ceil() const;

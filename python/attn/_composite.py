@@ -392,10 +392,11 @@ def _method_function(name):
     return f
 
 
-_SPECIAL = "log1p expm1 log2 log10 exp2 erf erfc tan sinh cosh asin acos atan".split()
+_SPECIAL = "log1p expm1 log2 log10 exp2 erf erfc tan sinh cosh asin acos atan asinh acosh atanh".split()
 for _name in _SPECIAL:
     globals()[_name] = _method_function(_name)
 arcsin, arccos, arctan = asin, acos, atan  # noqa: F821 (defined just above)
+arcsinh, arccosh, arctanh = asinh, acosh, atanh  # noqa: F821
 
 
 # ---- stacking, selection and creation ------------------------------------------------------------
@@ -1161,7 +1162,7 @@ def install(module):
                  "fliplr flipud roll tile broadcast_shapes broadcast_to t narrow meshgrid eye "
                  "isclose nan_to_num count_nonzero logsumexp std prod lerp hstack vstack "
                  "row_stack column_stack masked_select take tril_indices triu_indices randn_like "
-                 "rand_like addmm arcsin arccos arctan amin clamp_min clamp_max frac diff "
+                 "rand_like addmm arcsin arccos arctan arcsinh arccosh arctanh amin clamp_min clamp_max frac diff "
                  "diagonal diag trace var_mean std_mean rot90 logaddexp xlogy logit baddbmm "
                  "addmv addr diag_embed kron logspace nanmean nansum signbit tensor_split "
                  "trapezoid trapz cross atleast_1d atleast_2d atleast_3d block_diag").split() \

@@ -53,7 +53,7 @@ ATTN_BACKEND_KERNELS(BinaryFn, binary)
 // clang-format off
 enum class UnaryOp {
   Exp, Log, Sqrt, Rsqrt, Tanh, Sigmoid, Abs, Neg, Relu, Ceil, Floor, Erfinv, Cos, Sin,
-  Log1p, Expm1, Log2, Log10, Exp2, Erf, Erfc, Tan, Sinh, Cosh, Asin, Acos, Atan,
+  Log1p, Expm1, Log2, Log10, Exp2, Erf, Erfc, Tan, Sinh, Cosh, Asin, Acos, Atan, Asinh, Acosh, Atanh,
   IsNan, IsInf, IsFinite
 };
 // clang-format on

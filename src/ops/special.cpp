@@ -1,5 +1,6 @@
 // Special functions: erfinv (torch.erfinv, used by nn.init.trunc_normal_), and log1p, expm1, log2,
-// log10, exp2, erf, erfc, tan, sinh, cosh, asin, acos, atan with torch's gradients.
+// log10, exp2, erf, erfc, tan, sinh, cosh, asin, acos, atan, asinh, acosh, atanh with torch's
+// gradients.
 #include <attn/autograd.h>
 #include <attn/ops.h>
 
@@ -132,6 +133,26 @@ Tensor Tensor::atan() const {
   return special(
       *this, "atan", UnaryOp::Atan, "AtanBackward0",
       [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (x * x + 1.0); },
+      kSaveInput);
+}
+
+// torch's formulas: asinh' = (x^2 + 1)^-1/2, acosh' = (x^2 - 1)^-1/2, atanh' = 1 / (1 - x^2).
+Tensor Tensor::asinh() const {
+  return special(
+      *this, "asinh", UnaryOp::Asinh, "AsinhBackward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * (x * x + 1.0).rsqrt(); },
+      kSaveInput);
+}
+Tensor Tensor::acosh() const {
+  return special(
+      *this, "acosh", UnaryOp::Acosh, "AcoshBackward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g * (x * x - 1.0).rsqrt(); },
+      kSaveInput);
+}
+Tensor Tensor::atanh() const {
+  return special(
+      *this, "atanh", UnaryOp::Atanh, "AtanhBackward0",
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return g / (1.0 - x * x); },
       kSaveInput);
 }
 

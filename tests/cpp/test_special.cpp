@@ -29,6 +29,7 @@ TEST(Special, ValuesAreTheCLibrarysAndGradientsTheDerivatives) {
   const std::vector<double> wide = {-3.5, -1.0, -0.25, 0.0, 1e-6, 0.5, 2.0, 7.0};
   const std::vector<double> unit = {-0.9, -0.5, 0.0, 0.3, 0.99};
   const std::vector<double> pos = {1e-6, 0.1, 1.0, 3.0, 1e6};
+  const std::vector<double> above_one = {1.05, 1.5, 3.0, 1e3};  // x^2 - 1 in float: cancels near 1
   const std::vector<Case> cases = {
       {"log1p",
        &Tensor::log1p,
@@ -59,6 +60,12 @@ TEST(Special, ValuesAreTheCLibrarysAndGradientsTheDerivatives) {
        [](double x) { return -1 / std::sqrt(1 - x * x); }, unit},
       {"atan", &Tensor::atan, [](float x) { return std::atan(x); },
        [](double x) { return 1 / (1 + x * x); }, wide},
+      {"asinh", &Tensor::asinh, [](float x) { return std::asinh(x); },
+       [](double x) { return 1 / std::sqrt(x * x + 1); }, wide},
+      {"acosh", &Tensor::acosh, [](float x) { return std::acosh(x); },
+       [](double x) { return 1 / std::sqrt(x * x - 1); }, above_one},
+      {"atanh", &Tensor::atanh, [](float x) { return std::atanh(x); },
+       [](double x) { return 1 / (1 - x * x); }, unit},
   };
   for (const Case& c : cases) {
     std::vector<float> xf(c.xs.begin(), c.xs.end());

@@ -1,7 +1,7 @@
-"""log1p, expm1, log2, log10, exp2, erf, erfc, tan, sinh, cosh, asin, acos, atan (Tensor methods and
-attn.*) against PyTorch 1.13: values by test_ops_vs_torch's rule (attn's float32 error against a
-float64 reference at most twice torch's own, plus an ulp of the result's scale; nan and inf where
-torch has them), integers computed as float32, bfloat16 rounded once, gradients within float32
+"""log1p, expm1, log2, log10, exp2, erf, erfc, tan, sinh, cosh, asin, acos, atan, asinh, acosh,
+atanh (Tensor methods and attn.*) against PyTorch 1.13: values by test_ops_vs_torch's rule
+(attn's float32 error against a float64 reference at most twice torch's own, plus an ulp of the
+result's scale; nan and inf where torch has them), integers computed as float32, bfloat16 rounded once, gradients within float32
 rounding of torch's, and bool refused."""
 import numpy as np
 import pytest
@@ -12,13 +12,18 @@ import attn  # noqa: E402
 from conftest import to_np  # noqa: E402
 from test_ops_vs_torch import check_close  # noqa: E402
 
-NAMES = "log1p expm1 log2 log10 exp2 erf erfc tan sinh cosh asin acos atan".split()
+NAMES = "log1p expm1 log2 log10 exp2 erf erfc tan sinh cosh asin acos atan asinh acosh atanh".split()
 
 
 def inputs(name, seed=0):
     rs = np.random.RandomState(seed)
-    if name in ("asin", "acos", "atan"):
+    if name in ("asin", "acos", "atan", "atanh"):
         x = rs.uniform(-1.2, 1.2, 400)
+    elif name == "acosh":
+        x = np.concatenate([rs.uniform(0.5, 3, 300), 10.0 ** rs.uniform(0, 30, 100)])
+    elif name == "asinh":
+        x = np.concatenate([rs.standard_normal(200) * 4, 10.0 ** rs.uniform(-30, 30, 100),
+                            -(10.0 ** rs.uniform(-30, 30, 100))])
     elif name in ("log1p",):
         x = np.concatenate([rs.uniform(-1.5, 3, 300), 10.0 ** rs.uniform(-12, 5, 100)])
     elif name in ("log2", "log10"):
@@ -83,3 +88,4 @@ def test_refusals():
     with pytest.raises(ValueError, match=r"\[erf\] not implemented for bool"):
         attn.tensor([True]).erf()
     assert attn.arcsin is attn.asin and attn.arctan is attn.atan
+    assert attn.arcsinh is attn.asinh and attn.arccosh is attn.acosh and attn.arctanh is attn.atanh

@@ -88,6 +88,9 @@ void unary_f32(const Unary& u) {
     case UnaryOp::Asin: return map<float>(u, [](float x) { return std::asin(x); });
     case UnaryOp::Acos: return map<float>(u, [](float x) { return std::acos(x); });
     case UnaryOp::Atan: return map<float>(u, [](float x) { return std::atan(x); });
+    case UnaryOp::Asinh: return map<float>(u, [](float x) { return std::asinh(x); });
+    case UnaryOp::Acosh: return map<float>(u, [](float x) { return std::acosh(x); });
+    case UnaryOp::Atanh: return map<float>(u, [](float x) { return std::atanh(x); });
     case UnaryOp::IsNan: return map<bool>(u, [](float x) { return std::isnan(x); });
     case UnaryOp::IsInf: return map<bool>(u, [](float x) { return std::isinf(x); });
     case UnaryOp::IsFinite: return map<bool>(u, [](float x) { return std::isfinite(x); });
