@@ -810,17 +810,9 @@ def kron(input, other):
 
 
 def _round_to(dtype, x):
-    """float64 values rounded to float32, then to dtype when it is bfloat16 (nearest-even, as
-    c10::BFloat16), as float32 numbers."""
-    import numpy as np
-    x = np.asarray(x, dtype=np.float64).astype(np.float32)
-    if dtype == _C.dtype.bfloat16:
-        u = np.atleast_1d(x).view(np.uint32).astype(np.uint64)
-        k, one = np.uint64(16), np.uint64(1)
-        u = ((u + np.uint64(0x7FFF) + ((u >> k) & one)) >> k) << k
-        out = u.astype(np.uint32).view(np.float32).reshape(x.shape)
-        return np.where(np.isnan(x), np.float32(np.nan), out)
-    return x
+    """A float64 number rounded to float32, then to dtype (attn's rounding to nearest even, as
+    c10::BFloat16's), as a Python float."""
+    return _C.full((), float(x), dtype=_C.dtype.float32).to(dtype).float().item()
 
 
 def _pow(base, exponent):
