@@ -166,15 +166,13 @@ std::optional<Tensor> times_half_matrix(const Tensor& a, const Tensor& b) {
         return y.reshape(out);
     }
   }
-  if (columns && kind == kernels::HalfKind::BFloat16) {  // AVX512-BF16's dot product, few rows
-    const Tensor ac = a.contiguous();
-    Tensor y = empty({M, N});
-    if (kernels::gemm_bf16_weights_dot(M, N, K, static_cast<const uint16_t*>(ac.raw_data()), K,
-                                       bits, b.stride(1), y.data_ptr<float>(), N))
-      return y.reshape(out).to(a.dtype());
-  }
-  const Tensor af = a.to(Dtype::Float32).contiguous();
   Tensor y = empty({M, N});
+  if (columns && kind == kernels::HalfKind::BFloat16 &&  // AVX512-BF16's dot product, few rows
+      kernels::gemm_bf16_weights_dot(M, N, K,
+                                     static_cast<const uint16_t*>(a.contiguous().raw_data()), K,
+                                     bits, b.stride(1), y.data_ptr<float>(), N))
+    return y.reshape(out).to(a.dtype());
+  const Tensor af = a.to(Dtype::Float32).contiguous();
   if (rows)
     kernels::gemm_half_rows_kn(kind, M, N, K, af.data_ptr<float>(), K, bits, b.stride(0),
                                y.data_ptr<float>(), N);

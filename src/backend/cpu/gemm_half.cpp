@@ -24,6 +24,25 @@ namespace {
 // while every row of A passes over them.
 constexpr int64_t kHalfBlock = 128;
 
+// The products with nothing to sum: true where M or N is 0 (nothing to write) or K is 0 (C's
+// M x N block zeroed), for the caller to return.
+bool trivial_product(int64_t M, int64_t N, int64_t K, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return true;
+  if (K != 0) return false;
+  for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0.0f);
+  return true;
+}
+
+// body(n0, n1) over C's columns [0, N) in units of 16 shared among the threads (K sizes the work):
+// each column's sums depend on K only, so the split never changes the bits.
+template <typename F>
+void by_column_units(int64_t N, int64_t K, F&& body) {
+  parallel_ranges((N + 15) / 16, threads_for(N * K), [&](int64_t u0, int64_t u1) {
+    const int64_t n0 = u0 * 16, n1 = std::min(N, u1 * 16);
+    if (n1 > n0) body(n0, n1);
+  });
+}
+
 }  // namespace
 
 #if defined(__x86_64__)
@@ -127,11 +146,7 @@ ATTN_ISA_VARIANTS(void, fp16_rows_kn,
 
 void gemm_half_rows_kn(HalfKind kind, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                        const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  if (K == 0) {
-    for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0.0f);
-    return;
-  }
+  if (trivial_product(M, N, K, C, ldc)) return;
   if (M > kGemmRowsMax) {
     // Blocks of kHalfBlock columns of B widened (K, nb) for sgemm: B read once, sgemm's rate.
     sgemm_by_blocks(false, M, N, K, kHalfBlock, A, lda, C, ldc,
@@ -141,9 +156,8 @@ void gemm_half_rows_kn(HalfKind kind, int64_t M, int64_t N, int64_t K, const flo
                     });
     return;
   }
-  parallel_ranges((N + 15) / 16, threads_for(N * K), [&](int64_t u0, int64_t u1) {
-    const int64_t n0 = u0 * 16, n1 = std::min(N, u1 * 16);
-    for (int64_t m0 = 0; n1 > n0 && m0 < M; m0 += kGemmRowsMax) {  // B once per 8 rows
+  by_column_units(N, K, [&](int64_t n0, int64_t n1) {
+    for (int64_t m0 = 0; m0 < M; m0 += kGemmRowsMax) {  // B once per 8 rows
       const int64_t mn = std::min(kGemmRowsMax, M - m0);
       if (kind == HalfKind::BFloat16)
         bf16_rows_kn(mn, n0, n1, K, A + m0 * lda, lda, B, ldb, C + m0 * ldc, ldc);
@@ -155,19 +169,13 @@ void gemm_half_rows_kn(HalfKind kind, int64_t M, int64_t N, int64_t K, const flo
 
 void gemm_half_weights(HalfKind kind, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                        const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  if (K == 0) {
-    for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0.0f);
-    return;
-  }
+  if (trivial_product(M, N, K, C, ldc)) return;
   BlasSingleThread single;
   if (M <= kGemmRowsMax) {
     // Columns in units of 16 rows of B; each element's sum depends on K only (gemm_rows.h).
     const bool bf16 = kind == HalfKind::BFloat16;
-    parallel_ranges((N + 15) / 16, threads_for(N * K), [&](int64_t u0, int64_t u1) {
-      const int64_t n0 = u0 * 16, n1 = std::min(N, u1 * 16);
-      if (n1 > n0)
-        gemm_rows_half(bf16, M, n1 - n0, K, 1.0f, A, lda, B + n0 * ldb, ldb, 0.0f, C + n0, ldc);
+    by_column_units(N, K, [&](int64_t n0, int64_t n1) {
+      gemm_rows_half(bf16, M, n1 - n0, K, 1.0f, A, lda, B + n0 * ldb, ldb, 0.0f, C + n0, ldc);
     });
     return;
   }
@@ -180,14 +188,9 @@ void gemm_half_weights(HalfKind kind, int64_t M, int64_t N, int64_t K, const flo
 bool gemm_bf16_weights_dot(int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
                            const uint16_t* B, int64_t ldb, float* C, int64_t ldc) {
   if (M > kGemmRowsMax || !bf16_dot_enabled()) return false;
-  if (M <= 0 || N <= 0) return true;
-  if (K == 0) {
-    for (int64_t m = 0; m < M; ++m) std::fill(C + m * ldc, C + m * ldc + N, 0.0f);
-    return true;
-  }
-  parallel_ranges((N + 15) / 16, threads_for(N * K), [&](int64_t u0, int64_t u1) {
-    const int64_t n0 = u0 * 16, n1 = std::min(N, u1 * 16);
-    if (n1 > n0) gemm_rows_bf16_dot(M, n1 - n0, K, A, lda, B + n0 * ldb, ldb, C + n0, ldc);
+  if (trivial_product(M, N, K, C, ldc)) return true;
+  by_column_units(N, K, [&](int64_t n0, int64_t n1) {
+    gemm_rows_bf16_dot(M, n1 - n0, K, A, lda, B + n0 * ldb, ldb, C + n0, ldc);
   });
   return true;
 }

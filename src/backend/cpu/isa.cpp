@@ -110,17 +110,24 @@ bool set_isa(Isa isa) {
   return true;
 }
 
+// Whether this CPU runs the dot product (AVX512-BF16 with the rest of the AVX-512 build), read
+// once.
+static bool bf16_dot_supported() {
+  static const bool supported = has_avx512_bf16() && isa_supported(Isa::Avx512);
+  return supported;
+}
+
 bool bf16_dot_enabled() {
-  static const bool available = [] {
+  static const bool allowed = [] {
     const char* env = std::getenv("ATTN_CPU_BF16_DOT");
-    return has_avx512_bf16() && isa_supported(Isa::Avx512) && !(env && std::strcmp(env, "0") == 0);
+    return !(env && std::strcmp(env, "0") == 0);
   }();
-  return available && active_isa() == Isa::Avx512 &&
+  return allowed && bf16_dot_supported() && active_isa() == Isa::Avx512 &&
          !g_bf16_dot_off.load(std::memory_order_relaxed);
 }
 
 bool set_bf16_dot(bool on) {
-  if (on && !(has_avx512_bf16() && isa_supported(Isa::Avx512))) return false;
+  if (on && !bf16_dot_supported()) return false;
   g_bf16_dot_off.store(!on, std::memory_order_relaxed);
   return true;
 }
