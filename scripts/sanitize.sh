@@ -6,19 +6,19 @@
 #      ring attention code paths in a world of one; OpenMPI's own allocations would drown
 #      LeakSanitizer under mpirun)
 #   2. `attn walkthrough`, and `attn walkthrough --plots DIR` into a temporary directory
-#   3. `ctest -L fuzz`: every fuzz target for ATTN_FUZZ_SECONDS (default 20) from its seed corpus
+#   3. `ctest -L fuzz`: every fuzz target for ATTN_FUZZ_SECONDS (default 10) from its seed corpus
 #      fuzz/corpus/<target>/, and every saved crash input in fuzz/regressions/<target>/ once
 # Any sanitizer report (ASan, LeakSanitizer, UBSan) or fuzzer finding fails the script. The build
 # is quiet unless it fails. Assumes the packages are installed (scripts/setup.sh: clang,
 # libclang-rt-14-dev, libomp-dev, besides the usual ones); it does not call setup.sh.
 #
 # Environment: ATTN_SAN_BUILD (build directory, default build-san), ATTN_SAN_JOBS (parallel
-# build and ctest jobs, default nproc), ATTN_FUZZ_SECONDS (per fuzz target, default 20).
+# build and ctest jobs, default nproc), ATTN_FUZZ_SECONDS (per fuzz target, default 10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${ATTN_SAN_BUILD:-build-san}
 jobs=${ATTN_SAN_JOBS:-$(nproc)}
-fuzz_seconds=${ATTN_FUZZ_SECONDS:-20}
+fuzz_seconds=${ATTN_FUZZ_SECONDS:-10}
 flags="-O1 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 mkdir -p "$build"
 log=$build/sanitize-build.log
