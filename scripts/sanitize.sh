@@ -24,12 +24,7 @@ mkdir -p "$build"
 log=$build/sanitize-build.log
 
 t0=$SECONDS
-phase_start=$SECONDS
-timings=()
-phase_done() {
-  timings+=("$1 $((SECONDS - phase_start))s")
-  phase_start=$SECONDS
-}
+source scripts/lib/phases.sh
 # Shows what went wrong in the build log (compiler and linker diagnostics first) and exits.
 build_failed() {
   echo "sanitize: $1 failed; diagnostics from $log:" >&2

@@ -13,12 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase's wall time, printed at the end (and where a phase fails, the ones before it).
-phase_start=$SECONDS
-timings=()
-phase_done() {
-  timings+=("$1 $((SECONDS - phase_start))s")
-  phase_start=$SECONDS
-}
+source scripts/lib/phases.sh
 print_timings() {
   local IFS=,
   echo "test: ${#timings[@]} phases in $((SECONDS))s: ${timings[*]}"
