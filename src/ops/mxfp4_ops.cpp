@@ -73,9 +73,13 @@ Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e) {
   const Tensor xf = x.to(Dtype::Float32).contiguous();
   Tensor y = empty({N, w.rows});
   const int64_t offset = e * w.rows * w.cols;
-  const auto kernel = N > kernels::kGemmRowsMax ? kernels::mxfp4_gemm : kernels::mxfp4_rows;
-  kernel(N, w.rows, w.cols, xf.data_ptr<float>(), w.cols, w.blocks->data() + offset / 2,
-         w.scales->data() + offset / 32, y.data_ptr<float>(), w.rows);
+  const uint8_t *blocks = w.blocks->data() + offset / 2, *scales = w.scales->data() + offset / 32;
+  if (N > kernels::kGemmRowsMax)
+    kernels::mxfp4_gemm(N, w.rows, w.cols, xf.data_ptr<float>(), w.cols, blocks, scales,
+                        y.data_ptr<float>(), w.rows);
+  else  // x held in bfloat16 / float16: its values rounded to 16-bit integers lose nothing more
+    kernels::mxfp4_rows(N, w.rows, w.cols, xf.data_ptr<float>(), w.cols, blocks, scales,
+                        y.data_ptr<float>(), w.rows, x.dtype() != Dtype::Float32);
   return x.dtype() == Dtype::Float32 ? y : y.to(x.dtype());
 }
 

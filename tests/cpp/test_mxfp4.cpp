@@ -81,17 +81,36 @@ TEST(Mxfp4, DequantizeDecodesEveryCodeAndScaleExactly) {
   }
 }
 
-// The streaming product (up to 8 rows) and the block-decoding one (more) on every instruction
-// set against double sums of the decoded weights.
+// X as the 16-bit path rounds it, written from its definition: per group of 32, the power of two
+// 2^e that makes the largest |x| an integer in [2^14, 2^15), each x the nearest multiple of it
+// (at most 32767 of them).
+std::vector<float> rounded_to_int16_groups(const std::vector<float>& x) {
+  std::vector<float> out(x.size());
+  for (std::size_t g = 0; g < x.size(); g += 32) {
+    double big = 0;
+    for (std::size_t i = g; i < g + 32; ++i) big = std::max(big, std::abs(double(x[i])));
+    int p = 0;
+    std::frexp(big, &p);  // big = f * 2^p, f in [0.5, 1)
+    const int e = big == 0 ? 0 : p - 15;
+    for (std::size_t i = g; i < g + 32; ++i)
+      out[i] =
+          float(std::ldexp(std::min(std::nearbyint(std::ldexp(double(x[i]), -e)), 32767.0), e));
+  }
+  return out;
+}
+
+// The streaming product (up to 8 rows; with float X and with X rounded to 16-bit integers) and the
+// block-decoding one (more) on every instruction set against double sums of the decoded weights:
+// the 16-bit path against the product of X rounded as defined above (AVX2 and AVX-512 take it;
+// the others ignore the request), and within 2^-15 of the group's largest |x| of the exact one.
 TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
   const Mxfp4Matrices m = random_matrices(3, 37, 96, 5);
   std::mt19937 gen(9);
   std::normal_distribution<float> normal;
-  for (const int64_t M : {1, 2, 3, 5, 8, 9, 20}) {
-    std::vector<float> x(std::size_t(M * m.cols));
-    for (auto& v : x) v = normal(gen);
-    const std::vector<double> w = decoded(m, 2);
-    std::vector<double> want(std::size_t(M * m.rows));
+  const std::vector<double> w = decoded(m, 2);
+  // want (M, rows) = x (M, cols) @ w^T in double, and the largest sum of the terms' magnitudes
+  const auto product = [&](int64_t M, const std::vector<float>& x, std::vector<double>& want) {
+    want.assign(std::size_t(M * m.rows), 0.0);
     double scale = 1;
     for (int64_t i = 0; i < M; ++i)
       for (int64_t r = 0; r < m.rows; ++r) {
@@ -103,26 +122,100 @@ TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
         want[std::size_t(i * m.rows + r)] = s;
         scale = std::max(scale, a);
       }
+    return scale;
+  };
+  for (const int64_t M : {1, 2, 3, 5, 8, 9, 20}) {
+    std::vector<float> x(std::size_t(M * m.cols));
+    // magnitudes spread over 2^-12 .. 2^12, so that groups round at different scales
+    for (auto& v : x) v = std::ldexp(normal(gen), int(gen() % 25) - 12);
+    std::vector<double> exact, of_rounded;
+    const double scale = product(M, x, exact);
+    const double scale_rounded = product(M, rounded_to_int16_groups(x), of_rounded);
     const int64_t off = 2 * m.rows * m.cols;
-    for (const K::Isa isa : {K::Isa::Scalar, K::Isa::Avx2, K::Isa::Avx512, K::Isa::Neon}) {
-      if (!K::isa_supported(isa)) continue;
-      SCOPED_TRACE(std::string(K::isa_name(isa)) + " M " + std::to_string(M));
-      const K::Isa before = K::active_isa();
-      ASSERT_TRUE(K::set_isa(isa));
-      std::vector<float> y(std::size_t(M * (m.rows + 3)), -7.0f);  // ldy > rows: padding kept
-      (M > 8 ? K::mxfp4_gemm : K::mxfp4_rows)(M, m.rows, m.cols, x.data(), m.cols,
-                                              m.blocks->data() + off / 2,
-                                              m.scales->data() + off / 32, y.data(), m.rows + 3);
-      K::set_isa(before);
-      for (int64_t i = 0; i < M; ++i) {
-        for (int64_t r = 0; r < m.rows; ++r)
-          EXPECT_NEAR(y[std::size_t(i * (m.rows + 3) + r)], want[std::size_t(i * m.rows + r)],
-                      4e-7 * scale);
-        for (int64_t r = m.rows; r < m.rows + 3; ++r)
-          EXPECT_EQ(y[std::size_t(i * (m.rows + 3) + r)], -7.0f);
+    for (const K::Isa isa : {K::Isa::Scalar, K::Isa::Avx2, K::Isa::Avx512, K::Isa::Neon})
+      for (const bool int16 : {false, true}) {
+        if (!K::isa_supported(isa) || (int16 && M > 8)) continue;
+        SCOPED_TRACE(std::string(K::isa_name(isa)) + " M " + std::to_string(M) +
+                     (int16 ? " int16" : " float"));
+        const bool rounds = int16 && (isa == K::Isa::Avx2 || isa == K::Isa::Avx512);
+        const K::Isa before = K::active_isa();
+        ASSERT_TRUE(K::set_isa(isa));
+        std::vector<float> y(std::size_t(M * (m.rows + 3)), -7.0f);  // ldy > rows: padding kept
+        if (M > 8)
+          K::mxfp4_gemm(M, m.rows, m.cols, x.data(), m.cols, m.blocks->data() + off / 2,
+                        m.scales->data() + off / 32, y.data(), m.rows + 3);
+        else
+          K::mxfp4_rows(M, m.rows, m.cols, x.data(), m.cols, m.blocks->data() + off / 2,
+                        m.scales->data() + off / 32, y.data(), m.rows + 3, int16);
+        K::set_isa(before);
+        const std::vector<double>& want = rounds ? of_rounded : exact;
+        for (int64_t i = 0; i < M; ++i) {
+          for (int64_t r = 0; r < m.rows; ++r) {
+            const double got = y[std::size_t(i * (m.rows + 3) + r)];
+            EXPECT_NEAR(got, want[std::size_t(i * m.rows + r)],
+                        4e-7 * (rounds ? scale_rounded : scale));
+            if (rounds)  // each x within 2^-15 of its group's largest: terms at most 6 * that
+              EXPECT_NEAR(got, exact[std::size_t(i * m.rows + r)], 2e-4 * scale);
+          }
+          for (int64_t r = m.rows; r < m.rows + 3; ++r)
+            EXPECT_EQ(y[std::size_t(i * (m.rows + 3) + r)], -7.0f);
+        }
       }
+  }
+}
+
+// The 16-bit path at the edges: a group of zeros, an x of 2^-140 (subnormal) and 2^120, scales
+// whose product leaves the normal floats (2^-127 with tiny x: subnormal; 2^127 with large x:
+// inf), E8M0's NaN, and inf or NaN in X (then the float path: the same values as it).
+TEST(Mxfp4, RowsOnSixteenBitIntegersAtTheEdges) {
+  if (!K::isa_supported(K::Isa::Avx2)) GTEST_SKIP() << "the 16-bit path needs AVX2";
+  const int64_t R = 4, C = 128, G = C / 32;
+  std::vector<uint8_t> blocks(std::size_t(R * C / 2), 0x22), scales(std::size_t(R * G), 127);
+  scales[0] = 0, scales[1] = 254, scales[2] = 255;  // row 0: 2^-127, 2^127, NaN, 1
+  scales[5] = 0;     // row 1: 2^-127 times 2^-140 (below the floats: 0)
+  scales[10] = 254;  // row 2: 2^127 times 2^120 (above them: inf)
+  const Mxfp4Matrices m(1, R, C, std::move(blocks), std::move(scales));
+  const std::vector<double> w = decoded(m, 0);
+  const K::Isa before = K::active_isa();
+  ASSERT_TRUE(K::set_isa(K::Isa::Avx2));
+  const auto run = [&](const std::vector<float>& x, bool int16) {
+    std::vector<float> y(static_cast<std::size_t>(R));
+    K::mxfp4_rows(1, R, C, x.data(), C, m.blocks->data(), m.scales->data(), y.data(), R, int16);
+    return y;
+  };
+  std::vector<float> x(std::size_t(C), 0.0f);  // group 0: zeros
+  for (int i = 32; i < 64; ++i) x[std::size_t(i)] = std::ldexp(1.0f, -140);
+  for (int i = 64; i < 96; ++i) x[std::size_t(i)] = std::ldexp(1.0f, 120);
+  for (int i = 96; i < 128; ++i) x[std::size_t(i)] = 0.25f * float(i % 5);
+  const std::vector<float> y = run(x, true);
+  K::set_isa(before);
+  for (int64_t r = 0; r < R; ++r) {
+    double want = 0;  // the exact sum, in double (finite here: no inf times 0)
+    for (int64_t c = 0; c < C; ++c) {
+      const double v = double(x[std::size_t(c)]) * w[std::size_t(r * C + c)];
+      if (x[std::size_t(c)] != 0) want += v;
+    }
+    SCOPED_TRACE("row " + std::to_string(r));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(y[std::size_t(r)]));
+    } else if (std::abs(want) > double(std::numeric_limits<float>::max())) {
+      EXPECT_TRUE(std::isinf(y[std::size_t(r)]));
+    } else {
+      EXPECT_NEAR(y[std::size_t(r)], want, 1e-6 * std::abs(want) + 1e-44);
     }
   }
+  ASSERT_TRUE(K::set_isa(K::Isa::Avx2));
+  for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    std::vector<float> xb = x;
+    xb[100] = bad;
+    const std::vector<float> a = run(xb, true), b = run(xb, false);
+    for (int64_t r = 0; r < R; ++r)
+      EXPECT_TRUE(a[std::size_t(r)] == b[std::size_t(r)] ||
+                  (std::isnan(a[std::size_t(r)]) && std::isnan(b[std::size_t(r)])))
+          << "row " << r << " with " << bad << ": " << a[std::size_t(r)] << " against "
+          << b[std::size_t(r)];
+  }
+  K::set_isa(before);
 }
 
 // got (N, R) against x (N, C) @ w (R, C)^T, each element within 1e-5 of the sum of its terms'

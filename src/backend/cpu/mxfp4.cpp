@@ -1,8 +1,11 @@
 // mxfp4.h: MXFP4 products and decoding.
 #include "mxfp4.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "gemm.h"
 #include "isa.h"
@@ -17,9 +20,15 @@ namespace {
 constexpr float kFp4[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-// 2^(s - 127) (E8M0; 255 is NaN), times `times`.
+// 2^(e - 127): built in the exponent bits where that is a normal float (a call to ldexp cost a
+// fifth of the streaming product's time), by ldexp at the edges (subnormal, overflow).
+inline float pow2_biased(int e) {
+  return e > 0 && e < 255 ? std::bit_cast<float>(uint32_t(e) << 23) : std::ldexp(1.0f, e - 127);
+}
+
+// 2^(s - 127) (E8M0; 255 is NaN), times `times` (a power of two: exact).
 inline float e8m0(uint8_t s, float times = 1.0f) {
-  return s == 255 ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(times, int(s) - 127);
+  return s == 255 ? std::numeric_limits<float>::quiet_NaN() : pow2_biased(s) * times;
 }
 
 // The 32 weights of one group: its 16 bytes of codes (low nibble first) times its scale.
@@ -55,55 +64,155 @@ void rows_scalar(int64_t M, int64_t r0, int64_t r1, int64_t C, const float* X, i
 }
 
 #if ATTN_SIMD_X86
+ATTN_TARGET_AVX2 inline float hsum_avx2(__m256 v) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
 // The same with AVX2: 16 bytes of codes become 32 int8 values (twice the E2M1 value: the table
-// holds 0, 1, 2, 3, 4, 6, 8, 12 and their negatives) by two shuffles, widened to four vectors of
-// 8 floats and multiplied by half the group's scale: the weights, exact.
-struct GroupAvx2 {
-  __m256 w0, w1, w2, w3;
+// holds 0, 1, 2, 3, 4, 6, 8, 12 and their negatives) by two shuffles: the low nibbles (the even
+// positions of the group) and the high ones (the odd positions).
+struct CodesAvx2 {
+  __m128i even, odd;
 };
-ATTN_TARGET_AVX2 inline GroupAvx2 decode_group_avx2(const uint8_t* b16, uint8_t s) {
+ATTN_TARGET_AVX2 inline CodesAvx2 codes_avx2(const uint8_t* b16) {
   const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
   const __m128i low = _mm_set1_epi8(0x0F);
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b16));
-  const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(b, low));
-  const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(b, 4), low));
-  const __m128i first = _mm_unpacklo_epi8(lo, hi), second = _mm_unpackhi_epi8(lo, hi);
-  const __m256 half = _mm256_set1_ps(e8m0(s, 0.5f));
-  return {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(first)), half),
-          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(first, 8))), half),
-          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(second)), half),
-          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8))), half)};
+  return {_mm_shuffle_epi8(table, _mm_and_si128(b, low)),
+          _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(b, 4), low))};
 }
 
-// The streaming product with those: four accumulators of 8 lanes, one per row of X (4 rows a
-// pass), summed across lanes at the end of the row.
+// The 32 codes' doubled values as four vectors of 8 floats, in the group's order, times `times`
+// (half the group's scale for the weights, exact; 1 for the doubled values).
+struct GroupAvx2 {
+  __m256 w0, w1, w2, w3;
+};
+ATTN_TARGET_AVX2 inline GroupAvx2 decode_group_avx2(const uint8_t* b16, __m256 times) {
+  const CodesAvx2 c = codes_avx2(b16);
+  const __m128i first = _mm_unpacklo_epi8(c.even, c.odd), second = _mm_unpackhi_epi8(c.even, c.odd);
+  return {
+      _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(first)), times),
+      _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(first, 8))), times),
+      _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(second)), times),
+      _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8))), times)};
+}
+
+// The streaming product with float X, NR rows of X at a time (a template, so that the
+// accumulators stay in registers): per row, the group's products with the doubled code values
+// summed in 8 lanes, then added times half the group's scale (exact: a power of two) to one of
+// two accumulators (even and odd groups: two chains of additions in flight); the lanes summed at
+// the end of the row.
+template <int NR>
+ATTN_TARGET_AVX2 void row_pass_avx2(int64_t G, const float* X, int64_t ldx, const uint8_t* blocks,
+                                    const uint8_t* scales, float* Y, int64_t ldy) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 acc[2][NR];
+  for (int m = 0; m < NR; ++m) acc[0][m] = acc[1][m] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    const auto [w0, w1, w2, w3] = decode_group_avx2(blocks + g * 16, one);
+    const __m256 half = _mm256_set1_ps(e8m0(scales[g], 0.5f));
+    for (int m = 0; m < NR; ++m) {
+      const float* x = X + m * ldx + g * 32;
+      __m256 a = _mm256_mul_ps(w0, _mm256_loadu_ps(x));
+      a = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), a);
+      a = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x + 16), a);
+      a = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + 24), a);
+      acc[g & 1][m] = _mm256_fmadd_ps(a, half, acc[g & 1][m]);
+    }
+  }
+  for (int m = 0; m < NR; ++m) Y[m * ldy] = hsum_avx2(_mm256_add_ps(acc[0][m], acc[1][m]));
+}
+
 ATTN_TARGET_AVX2 void rows_avx2(int64_t M, int64_t r0, int64_t r1, int64_t C, const float* X,
                                 int64_t ldx, const uint8_t* blocks, const uint8_t* scales, float* Y,
                                 int64_t ldy) {
   const int64_t G = C / 32;
   for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t m0 = 0; m0 < M; m0 += 4) {
-      const int64_t mn = M - m0 < 4 ? M - m0 : 4;
-      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                       _mm256_setzero_ps()};
-      for (int64_t g = 0; g < G; ++g) {
-        const auto [w0, w1, w2, w3] =
-            decode_group_avx2(blocks + (r * G + g) * 16, scales[r * G + g]);
-        for (int64_t m = 0; m < mn; ++m) {
-          const float* x = X + (m0 + m) * ldx + g * 32;
-          __m256 a = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), acc[m]);
-          a = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), a);
-          a = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x + 16), a);
-          acc[m] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + 24), a);
+    const uint8_t *b = blocks + r * G * 16, *s = scales + r * G;
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) row_pass_avx2<4>(G, X + m * ldx, ldx, b, s, Y + m * ldy + r, ldy);
+    if (M - m == 3) row_pass_avx2<3>(G, X + m * ldx, ldx, b, s, Y + m * ldy + r, ldy);
+    if (M - m == 2) row_pass_avx2<2>(G, X + m * ldx, ldx, b, s, Y + m * ldy + r, ldy);
+    if (M - m == 1) row_pass_avx2<1>(G, X + m * ldx, ldx, b, s, Y + m * ldy + r, ldy);
+  }
+}
+
+// The streaming product with X rounded to 16-bit integers (Int16Rows below), NR rows of X at a
+// time: per group, the doubled code values widened to int16 and multiplied with the group's
+// integers by two madd (exact int32 sums: at most 32 * 12 * 32767 < 2^24), converted to float
+// once and added times the group's combined power of two, to two accumulators as above.
+// The combined scales of 8 groups for one row of X: 2^(s - 1 + k) (the doubled code's 2^-1, the
+// group's E8M0 2^(s - 127), the row's 2^k), built in the exponent bits 8 at a time, by
+// pow2_biased lane by lane where one leaves the normal range, NaN where s is 255.
+ATTN_TARGET_AVX2 inline void combined_scales8(const uint8_t* s8, const int32_t* k8, float* out) {
+  const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s8)));
+  const __m256i e =
+      _mm256_add_epi32(s, _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k8)),
+                                           _mm256_set1_epi32(1)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_slli_epi32(e, 23));
+  // lanes with e outside [1, 254], or s = 255: again, one by one
+  const __m256i bad =
+      _mm256_or_si256(_mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(1), e),
+                                      _mm256_cmpgt_epi32(e, _mm256_set1_epi32(254))),
+                      _mm256_cmpeq_epi32(s, _mm256_set1_epi32(255)));
+  if (!_mm256_testz_si256(bad, bad))
+    for (int i = 0; i < 8; ++i)
+      out[i] = s8[i] == 255 ? std::numeric_limits<float>::quiet_NaN()
+                            : pow2_biased(int(s8[i]) - 1 + k8[i]);
+}
+
+template <int NR>
+ATTN_TARGET_AVX2 void row_pass_avx2_int16(int64_t G, const int16_t* Q, const int32_t* K,
+                                          const uint8_t* blocks, const uint8_t* scales, float* Y,
+                                          int64_t ldy) {
+  const int64_t C = G * 32;
+  __m256 acc[2][NR];
+  for (int m = 0; m < NR; ++m) acc[0][m] = acc[1][m] = _mm256_setzero_ps();
+  alignas(32) float sc[NR][8];
+  for (int64_t g0 = 0; g0 < G; g0 += 8) {
+    const int64_t gn = G - g0 < 8 ? G - g0 : 8;
+    for (int m = 0; m < NR; ++m) {
+      if (gn == 8) {
+        combined_scales8(scales + g0, K + m * G + g0, sc[m]);
+      } else {
+        for (int64_t i = 0; i < gn; ++i) {
+          const int sg = scales[g0 + i];
+          sc[m][i] = sg == 255 ? std::numeric_limits<float>::quiet_NaN()
+                               : pow2_biased(sg - 1 + K[m * G + g0 + i]);
         }
       }
-      for (int64_t m = 0; m < mn; ++m) {
-        const __m128 s4 =
-            _mm_add_ps(_mm256_castps256_ps128(acc[m]), _mm256_extractf128_ps(acc[m], 1));
-        const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-        Y[(m0 + m) * ldy + r] = _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+    }
+    for (int64_t i = 0; i < gn; ++i) {
+      const int64_t g = g0 + i;
+      const CodesAvx2 c = codes_avx2(blocks + g * 16);
+      const __m256i even = _mm256_cvtepi8_epi16(c.even), odd = _mm256_cvtepi8_epi16(c.odd);
+      for (int m = 0; m < NR; ++m) {
+        const int16_t* q = Q + m * C + g * 32;
+        const __m256i p = _mm256_add_epi32(
+            _mm256_madd_epi16(even, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+            _mm256_madd_epi16(odd, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
+        acc[i & 1][m] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&sc[m][i]), acc[i & 1][m]);
       }
     }
+  }
+  for (int m = 0; m < NR; ++m) Y[m * ldy] = hsum_avx2(_mm256_add_ps(acc[0][m], acc[1][m]));
+}
+
+ATTN_TARGET_AVX2 void rows_avx2_int16(int64_t M, int64_t r0, int64_t r1, int64_t C,
+                                      const int16_t* Q, const int32_t* K, const uint8_t* blocks,
+                                      const uint8_t* scales, float* Y, int64_t ldy) {
+  const int64_t G = C / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t *b = blocks + r * G * 16, *s = scales + r * G;
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4)
+      row_pass_avx2_int16<4>(G, Q + m * C, K + m * G, b, s, Y + m * ldy + r, ldy);
+    if (M - m == 3) row_pass_avx2_int16<3>(G, Q + m * C, K + m * G, b, s, Y + m * ldy + r, ldy);
+    if (M - m == 2) row_pass_avx2_int16<2>(G, Q + m * C, K + m * G, b, s, Y + m * ldy + r, ldy);
+    if (M - m == 1) row_pass_avx2_int16<1>(G, Q + m * C, K + m * G, b, s, Y + m * ldy + r, ldy);
   }
 }
 
@@ -114,7 +223,8 @@ ATTN_TARGET_AVX2 void decode_rows_avx2(int64_t r0, int64_t r1, int64_t C, const 
   const int64_t G = C / 32;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t g = 0; g < G; ++g) {
-      const GroupAvx2 d = decode_group_avx2(blocks + (r * G + g) * 16, scales[r * G + g]);
+      const GroupAvx2 d = decode_group_avx2(blocks + (r * G + g) * 16,
+                                            _mm256_set1_ps(e8m0(scales[r * G + g], 0.5f)));
       float* w = W + (r - r0) * C + g * 32;
       _mm256_storeu_ps(w, d.w0), _mm256_storeu_ps(w + 8, d.w1);
       _mm256_storeu_ps(w + 16, d.w2), _mm256_storeu_ps(w + 24, d.w3);
@@ -122,14 +232,64 @@ ATTN_TARGET_AVX2 void decode_rows_avx2(int64_t r0, int64_t r1, int64_t C, const 
 }
 #endif  // ATTN_SIMD_X86
 
+// The rows of X (M, C) rounded to 16-bit integers group by group: x = q * 2^k with k chosen per
+// group of 32 so that the group's largest |x| becomes an integer in [2^14, 2^15) (2^15 - 1 where
+// rounding reaches 2^15): each x within 2^-15 of the group's largest |x|, exact where it is a
+// bfloat16 no smaller than 2^-8 of that largest. q holds each group in the order of a block's
+// codes: its 16 even positions, then its 16 odd ones. finite is false where X holds inf or NaN
+// (then the float path runs).
+struct Int16Rows {
+  std::vector<int16_t> q;
+  std::vector<int32_t> k;
+  bool finite = true;
+  Int16Rows(int64_t M, int64_t C, const float* X, int64_t ldx)
+      : q(std::size_t(M * C)), k(std::size_t(M * (C / 32))) {
+    const int64_t G = C / 32;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t g = 0; g < G; ++g) {
+        const float* x = X + m * ldx + g * 32;
+        float big = 0;
+        for (int i = 0; i < 32; ++i) {
+          const float a = std::abs(x[i]);
+          if (!(a < std::numeric_limits<float>::infinity())) {  // inf or NaN
+            finite = false;
+            return;
+          }
+          big = std::max(big, a);
+        }
+        const int e = big == 0 ? 0 : std::ilogb(big) - 14;
+        k[std::size_t(m * G + g)] = e;
+        const double times = std::ldexp(1.0, -e);  // in double: exact for any float's e
+        int16_t* out = q.data() + m * C + g * 32;
+        for (int i = 0; i < 32; ++i) {
+          const double v = std::nearbyint(double(x[i]) * times);
+          out[(i & 1) * 16 + i / 2] = int16_t(std::min(v, 32767.0));
+        }
+      }
+  }
+};
+
 }  // namespace
 
 void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
-                const uint8_t* scales, float* Y, int64_t ldy) {
+                const uint8_t* scales, float* Y, int64_t ldy, bool x_int16) {
   if (M <= 0 || R <= 0) return;
   const bool avx2 = ATTN_SIMD_X86 && (active_isa() == Isa::Avx2 || active_isa() == Isa::Avx512);
-  // A row of W is C / 2 bytes: split when there are enough of them to pay for waking threads.
-  parallel_ranges(R, threads_for(R * C / 2, int64_t(1) << 18), [&](int64_t r0, int64_t r1) {
+  const int64_t threads = threads_for(R * C / 2, int64_t(1) << 18);
+#if ATTN_SIMD_X86
+  if (avx2 && x_int16) {
+    const Int16Rows q(M, C, X, ldx);
+    if (q.finite) {
+      // A row of W is C / 2 bytes: split when there are enough of them to pay for waking threads.
+      parallel_ranges(R, threads, [&](int64_t r0, int64_t r1) {
+        rows_avx2_int16(M, r0, r1, C, q.q.data(), q.k.data(), blocks, scales, Y, ldy);
+      });
+      return;
+    }
+  }
+#endif
+  (void)x_int16;
+  parallel_ranges(R, threads, [&](int64_t r0, int64_t r1) {
 #if ATTN_SIMD_X86
     if (avx2) return rows_avx2(M, r0, r1, C, X, ldx, blocks, scales, Y, ldy);
 #endif

@@ -14,8 +14,15 @@ namespace attn::kernels {
 // streamed instead of 16 or 32. Split over rows r across num_threads() threads; AVX2 decodes 32
 // codes with two byte shuffles (on AVX-512 CPUs too), elsewhere a table lookup each. The order of
 // each sum depends only on C and the instruction set, not on M, R or the threads.
+//
+// x_int16 (for X that held bfloat16 or float16 values, whose own rounding is coarser): with AVX2,
+// X is first rounded to 16-bit integers with a power-of-two scale per group of 32 (each x within
+// 2^-15 of its group's largest |x|; a bfloat16 no smaller than 2^-8 of it exactly), and each
+// group's 32 products are summed exactly in integers (two madd), then once in float: 1.6x
+// faster per weight than widening the codes to floats on a Zen 4 core. Without AVX2, or when X holds inf or NaN, the
+// float path.
 void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
-                const uint8_t* scales, float* Y, int64_t ldy);
+                const uint8_t* scales, float* Y, int64_t ldy, bool x_int16 = false);
 
 // The same product for many rows of X (a prompt): blocks of 128 rows of W decoded into a
 // per-thread float buffer and multiplied by sgemm (gemm.h), so that W is never held decoded
