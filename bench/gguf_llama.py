@@ -54,6 +54,25 @@ def rope_config(cfg):
     return theta, rp if rp.get("rope_type", rp.get("type")) == "llama3" else None
 
 
+def write_placeholder_vocab(w, n):
+    """llama.cpp needs a vocabulary: a SentencePiece-style list of n tokens (<unk>, <s>, </s>,
+    the 256 byte tokens, then t<i>). The benchmarks feed token ids, never text."""
+    import gguf
+
+    tokens = [b"<unk>", b"<s>", b"</s>"] + [("<0x%02X>" % i).encode() for i in range(256)]
+    tokens += [("t%d" % i).encode() for i in range(len(tokens), n)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.NORMAL] * (n - 259)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens[:n])
+    w.add_token_scores([0.0] * n)
+    w.add_token_types(types[:n])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(False)
+
+
 def write_llama_gguf(model, path, dtype):
     import gguf
     import torch
@@ -76,19 +95,7 @@ def write_llama_gguf(model, path, dtype):
     w.add_vocab_size(cfg.vocab_size)
     w.add_file_type({"bfloat16": gguf.LlamaFileType.MOSTLY_BF16,
                      "float16": gguf.LlamaFileType.MOSTLY_F16}.get(dtype, gguf.LlamaFileType.ALL_F32))
-    n = cfg.vocab_size
-    tokens = [b"<unk>", b"<s>", b"</s>"] + [("<0x%02X>" % i).encode() for i in range(256)]
-    tokens += [("t%d" % i).encode() for i in range(len(tokens), n)]
-    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
-    types += [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.NORMAL] * (n - 259)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens[:n])
-    w.add_token_scores([0.0] * n)
-    w.add_token_types(types[:n])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(False)
+    write_placeholder_vocab(w, cfg.vocab_size)
 
     def put(name, t):
         a = t.detach().to(torch.float32).numpy()
