@@ -70,10 +70,17 @@ Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e) {
   const int64_t N = x.size(0);
   if (is_grad_enabled() && x.requires_grad())
     return matmul(x, mxfp4_dequantize(w, e, x.dtype()).transpose(0, 1));
-  const Tensor xf = x.to(Dtype::Float32).contiguous();
-  Tensor y = empty({N, w.rows});
   const int64_t offset = e * w.rows * w.cols;
   const uint8_t *blocks = w.blocks->data() + offset / 2, *scales = w.scales->data() + offset / 32;
+  if (N > kernels::kGemmRowsMax && x.dtype() == Dtype::BFloat16) {  // a prompt, bfloat16 products
+    const Tensor xc = x.contiguous();
+    Tensor y16 = empty({N, w.rows}, Dtype::BFloat16);
+    if (kernels::mxfp4_gemm_bf16(N, w.rows, w.cols, static_cast<const uint16_t*>(xc.raw_data()),
+                                 blocks, scales, static_cast<uint16_t*>(y16.raw_data()), w.rows))
+      return y16;
+  }
+  const Tensor xf = x.to(Dtype::Float32).contiguous();
+  Tensor y = empty({N, w.rows});
   if (N > kernels::kGemmRowsMax)
     kernels::mxfp4_gemm(N, w.rows, w.cols, xf.data_ptr<float>(), w.cols, blocks, scales,
                         y.data_ptr<float>(), w.rows);

@@ -265,6 +265,39 @@ TEST(Mxfp4, LinearStreamsFewRowsAndDecodesBlocksForManyWithGradientsToX) {
   EXPECT_TRUE(attn::allclose(x.grad(), attn::matmul(y * 2.0, w), 1e-4, 1e-4));
 }
 
+// A bfloat16 prompt's product through oneDNN's bfloat16 matmul: W decoded by blocks of 1024 rows
+// (1100 rows: the last block partial) into bfloat16, Y (ldy > R: the padding kept) within
+// bfloat16's rounding of the double product plus float sums' error. Where oneDNN has no bfloat16
+// kernel (before AVX512-BF16), the kernel says so and mxfp4_linear takes the float path.
+TEST(Mxfp4, GemmOnBfloat16MatchesTheDoubleProductToItsRounding) {
+  const Mxfp4Matrices m = random_matrices(1, 1100, 64, 13);
+  const int64_t M = 12, R = m.rows, C = m.cols, ldy = R + 5;
+  std::mt19937 gen(4);
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> x(std::size_t(M * C));
+  std::vector<double> xd(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = attn::BFloat16(normal(gen)).bits;
+    xd[i] = double(float(attn::BFloat16::from_bits(x[i])));
+  }
+  std::vector<uint16_t> y(std::size_t(M * ldy), 0x1234);
+  if (!K::mxfp4_gemm_bf16(M, R, C, x.data(), m.blocks->data(), m.scales->data(), y.data(), ldy))
+    GTEST_SKIP() << "no oneDNN bfloat16 kernel on this CPU";
+  const std::vector<double> w = decoded(m, 0);
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t r = 0; r < R; ++r) {
+      double want = 0, mag = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        want += xd[std::size_t(i * C + c)] * w[std::size_t(r * C + c)];
+        mag += std::abs(xd[std::size_t(i * C + c)] * w[std::size_t(r * C + c)]);
+      }
+      const double got = double(float(attn::BFloat16::from_bits(y[std::size_t(i * ldy + r)])));
+      ASSERT_NEAR(got, want, std::ldexp(std::abs(want), -8) + 1e-6 * mag) << i << ", " << r;
+    }
+    for (int64_t r = R; r < ldy; ++r) EXPECT_EQ(y[std::size_t(i * ldy + r)], 0x1234);
+  }
+}
+
 TEST(Mxfp4, BadSizesAndInputsAreRefused) {
   EXPECT_ERROR_HAS(Mxfp4Matrices(1, 2, 48, std::vector<uint8_t>(48), std::vector<uint8_t>(3)),
                    "cols a multiple of 32, got 1, 2, 48");

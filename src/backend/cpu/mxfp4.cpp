@@ -9,6 +9,7 @@
 
 #include "gemm.h"
 #include "isa.h"
+#include "onednn_matmul.h"
 #include "simd.h"
 #include "threads.h"
 
@@ -230,6 +231,30 @@ ATTN_TARGET_AVX2 void decode_rows_avx2(int64_t r0, int64_t r1, int64_t C, const 
       _mm256_storeu_ps(w + 16, d.w2), _mm256_storeu_ps(w + 24, d.w3);
     }
 }
+
+// The top halves of 8 + 8 floats as 16 bfloat16 bits, in order (packus works within 128-bit
+// lanes: the 64-bit quarters reordered after).
+ATTN_TARGET_AVX2 inline __m256i top_halves(__m256 a, __m256 b) {
+  const __m256i p = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(a), 16),
+                                        _mm256_srli_epi32(_mm256_castps_si256(b), 16));
+  return _mm256_permute4x64_epi64(p, 0xD8);
+}
+
+// Rows [r0, r1) of W decoded to bfloat16 bits into W (r1 - r0, C): every MXFP4 weight is a
+// bfloat16 (3 significant bits, float's exponent range), so the float's top half is exact.
+ATTN_TARGET_AVX2 void decode_rows_bf16_avx2(int64_t r0, int64_t r1, int64_t C,
+                                            const uint8_t* blocks, const uint8_t* scales,
+                                            uint16_t* W) {
+  const int64_t G = C / 32;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      const GroupAvx2 d = decode_group_avx2(blocks + (r * G + g) * 16,
+                                            _mm256_set1_ps(e8m0(scales[r * G + g], 0.5f)));
+      uint16_t* w = W + (r - r0) * C + g * 32;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w), top_halves(d.w0, d.w1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + 16), top_halves(d.w2, d.w3));
+    }
+}
 #endif  // ATTN_SIMD_X86
 
 // The rows of X (M, C) rounded to 16-bit integers group by group: x = q * 2^k with k chosen per
@@ -324,6 +349,34 @@ void mxfp4_gemm(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, co
         decode_group(blocks + ((r0 + r) * G + g) * 16, e8m0(scales[(r0 + r) * G + g]),
                      w + r * C + g * 32);
   });
+}
+
+bool mxfp4_gemm_bf16(int64_t M, int64_t R, int64_t C, const uint16_t* X, const uint8_t* blocks,
+                     const uint8_t* scales, uint16_t* Y, int64_t ldy) {
+  if (M <= 0 || R <= 0) return true;
+  constexpr int64_t kBlock = 1024;  // rows of W decoded at a time (C = 2880: 5.9 MB)
+  const int64_t G = C / 32;
+  const bool avx2 = ATTN_SIMD_X86 && (active_isa() == Isa::Avx2 || active_isa() == Isa::Avx512);
+  (void)avx2;
+  std::vector<uint16_t> w(std::size_t(std::min(R, kBlock) * C));
+  for (int64_t r0 = 0; r0 < R; r0 += kBlock) {
+    const int64_t nb = std::min(kBlock, R - r0);
+    parallel_ranges(nb, threads_for(nb * C), [&](int64_t a, int64_t b) {
+#if ATTN_SIMD_X86
+      if (avx2) return decode_rows_bf16_avx2(r0 + a, r0 + b, C, blocks, scales, w.data() + a * C);
+#endif
+      float f[32];
+      for (int64_t r = a; r < b; ++r)
+        for (int64_t g = 0; g < G; ++g) {
+          decode_group(blocks + ((r0 + r) * G + g) * 16, e8m0(scales[(r0 + r) * G + g]), f);
+          for (int i = 0; i < 32; ++i)
+            w[std::size_t(r * C + g * 32 + i)] = uint16_t(std::bit_cast<uint32_t>(f[i]) >> 16);
+        }
+    });
+    if (!onednn_matmul_bf16(false, true, M, nb, C, X, C, w.data(), C, nullptr, Y + r0, ldy))
+      return false;
+  }
+  return true;
 }
 
 }  // namespace attn::kernels

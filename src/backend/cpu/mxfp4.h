@@ -19,8 +19,8 @@ namespace attn::kernels {
 // X is first rounded to 16-bit integers with a power-of-two scale per group of 32 (each x within
 // 2^-15 of its group's largest |x|; a bfloat16 no smaller than 2^-8 of it exactly), and each
 // group's 32 products are summed exactly in integers (two madd), then once in float: 1.6x
-// faster per weight than widening the codes to floats on a Zen 4 core. Without AVX2, or when X holds inf or NaN, the
-// float path.
+// faster per weight than widening the codes to floats on a Zen 4 core. Without AVX2, or when X
+// holds inf or NaN, the float path.
 void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
                 const uint8_t* scales, float* Y, int64_t ldy, bool x_int16 = false);
 
@@ -29,6 +29,14 @@ void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, co
 // whole. Threads share the blocks; the bits depend on (M, C) and the BLAS, not on the threads.
 void mxfp4_gemm(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
                 const uint8_t* scales, float* Y, int64_t ldy);
+
+// The same for bfloat16 X and Y (their bits; X's row stride C, Y's ldy), as a bfloat16 model's
+// prompt runs: blocks of 1024 rows of W decoded to bfloat16 (exact: every MXFP4 weight is one) and
+// multiplied by oneDNN's bfloat16 matmul (onednn_matmul.h: AVX512-BF16 / AMX, float sums, one
+// rounding), the dequantized bfloat16 model's own product. Returns false where oneDNN has no
+// bfloat16 kernel for this CPU (Y may then be partly written: the caller runs mxfp4_gemm).
+bool mxfp4_gemm_bf16(int64_t M, int64_t R, int64_t C, const uint16_t* X, const uint8_t* blocks,
+                     const uint8_t* scales, uint16_t* Y, int64_t ldy);
 
 // W (R, C) row-major, decoded exactly (signed zeros kept). C % 32 == 0.
 void mxfp4_dequantize(int64_t R, int64_t C, const uint8_t* blocks, const uint8_t* scales, float* W);
