@@ -105,25 +105,35 @@ ATTN_TARGET_AVX2 inline GroupAvx2 decode_group_avx2(const uint8_t* b16, __m256 t
 // summed in 8 lanes, then added times half the group's scale (exact: a power of two) to one of
 // two accumulators (even and odd groups: two chains of additions in flight); the lanes summed at
 // the end of the row.
+// One group's step of row_pass_avx2 for NR rows of X into acc (one of the pass's two sets).
+template <int NR>
+ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE void group_step_avx2(const uint8_t* b16, uint8_t s,
+                                                         const float* X, int64_t ldx,
+                                                         __m256 (&acc)[NR]) {
+  const auto [w0, w1, w2, w3] = decode_group_avx2(b16, _mm256_set1_ps(1.0f));
+  const __m256 half = _mm256_set1_ps(e8m0(s, 0.5f));
+  for (int m = 0; m < NR; ++m) {
+    const float* x = X + m * ldx;
+    __m256 a = _mm256_mul_ps(w0, _mm256_loadu_ps(x));
+    a = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), a);
+    a = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x + 16), a);
+    a = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + 24), a);
+    acc[m] = _mm256_fmadd_ps(a, half, acc[m]);
+  }
+}
+
 template <int NR>
 ATTN_TARGET_AVX2 void row_pass_avx2(int64_t G, const float* X, int64_t ldx, const uint8_t* blocks,
                                     const uint8_t* scales, float* Y, int64_t ldy) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  __m256 acc[2][NR];
-  for (int m = 0; m < NR; ++m) acc[0][m] = acc[1][m] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < G; ++g) {
-    const auto [w0, w1, w2, w3] = decode_group_avx2(blocks + g * 16, one);
-    const __m256 half = _mm256_set1_ps(e8m0(scales[g], 0.5f));
-    for (int m = 0; m < NR; ++m) {
-      const float* x = X + m * ldx + g * 32;
-      __m256 a = _mm256_mul_ps(w0, _mm256_loadu_ps(x));
-      a = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), a);
-      a = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x + 16), a);
-      a = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + 24), a);
-      acc[g & 1][m] = _mm256_fmadd_ps(a, half, acc[g & 1][m]);
-    }
+  __m256 even[NR], odd[NR];  // named sets, so that they stay in registers
+  for (int m = 0; m < NR; ++m) even[m] = odd[m] = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 2 <= G; g += 2) {
+    group_step_avx2<NR>(blocks + g * 16, scales[g], X + g * 32, ldx, even);
+    group_step_avx2<NR>(blocks + (g + 1) * 16, scales[g + 1], X + (g + 1) * 32, ldx, odd);
   }
-  for (int m = 0; m < NR; ++m) Y[m * ldy] = hsum_avx2(_mm256_add_ps(acc[0][m], acc[1][m]));
+  if (g < G) group_step_avx2<NR>(blocks + g * 16, scales[g], X + g * 32, ldx, even);
+  for (int m = 0; m < NR; ++m) Y[m * ldy] = hsum_avx2(_mm256_add_ps(even[m], odd[m]));
 }
 
 ATTN_TARGET_AVX2 void rows_avx2(int64_t M, int64_t r0, int64_t r1, int64_t C, const float* X,
@@ -164,42 +174,61 @@ ATTN_TARGET_AVX2 inline void combined_scales8(const uint8_t* s8, const int32_t* 
                             : pow2_biased(int(s8[i]) - 1 + k8[i]);
 }
 
+// The combined scales of groups [g0, g0 + gn) (gn <= 8) for NR rows of X with exponents K (NR, G).
+template <int NR>
+ATTN_TARGET_AVX2 inline void chunk_scales(int64_t G, int64_t g0, int64_t gn, const uint8_t* scales,
+                                          const int32_t* K, float (*sc)[8]) {
+  for (int m = 0; m < NR; ++m) {
+    if (gn == 8) {
+      combined_scales8(scales + g0, K + m * G + g0, sc[m]);
+      continue;
+    }
+    for (int64_t i = 0; i < gn; ++i) {
+      const int s = scales[g0 + i];
+      sc[m][i] = s == 255 ? std::numeric_limits<float>::quiet_NaN()
+                          : pow2_biased(s - 1 + K[m * G + g0 + i]);
+    }
+  }
+}
+
+// One group's step of row_pass_avx2_int16 for NR rows of X (Q + g * 32 for row 0, rows C apart)
+// with their combined scales sc[m] into acc (one of the pass's two sets).
+template <int NR>
+ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE void group_step_avx2_int16(const uint8_t* b16, const int16_t* Q,
+                                                               int64_t C, const float (*sc)[8],
+                                                               int64_t i, __m256 (&acc)[NR]) {
+  const CodesAvx2 c = codes_avx2(b16);
+  const __m256i even = _mm256_cvtepi8_epi16(c.even), odd = _mm256_cvtepi8_epi16(c.odd);
+  for (int m = 0; m < NR; ++m) {
+    const int16_t* q = Q + m * C;
+    const __m256i p = _mm256_add_epi32(
+        _mm256_madd_epi16(even, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+        _mm256_madd_epi16(odd, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
+    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&sc[m][i]), acc[m]);
+  }
+}
+
 template <int NR>
 ATTN_TARGET_AVX2 void row_pass_avx2_int16(int64_t G, const int16_t* Q, const int32_t* K,
                                           const uint8_t* blocks, const uint8_t* scales, float* Y,
                                           int64_t ldy) {
   const int64_t C = G * 32;
-  __m256 acc[2][NR];
-  for (int m = 0; m < NR; ++m) acc[0][m] = acc[1][m] = _mm256_setzero_ps();
+  __m256 even[NR], odd[NR];  // named sets, so that they stay in registers
+  for (int m = 0; m < NR; ++m) even[m] = odd[m] = _mm256_setzero_ps();
   alignas(32) float sc[NR][8];
   for (int64_t g0 = 0; g0 < G; g0 += 8) {
     const int64_t gn = G - g0 < 8 ? G - g0 : 8;
-    for (int m = 0; m < NR; ++m) {
-      if (gn == 8) {
-        combined_scales8(scales + g0, K + m * G + g0, sc[m]);
-      } else {
-        for (int64_t i = 0; i < gn; ++i) {
-          const int sg = scales[g0 + i];
-          sc[m][i] = sg == 255 ? std::numeric_limits<float>::quiet_NaN()
-                               : pow2_biased(sg - 1 + K[m * G + g0 + i]);
-        }
-      }
-    }
-    for (int64_t i = 0; i < gn; ++i) {
+    chunk_scales<NR>(G, g0, gn, scales, K, sc);
+    int64_t i = 0;
+    for (; i + 2 <= gn; i += 2) {
       const int64_t g = g0 + i;
-      const CodesAvx2 c = codes_avx2(blocks + g * 16);
-      const __m256i even = _mm256_cvtepi8_epi16(c.even), odd = _mm256_cvtepi8_epi16(c.odd);
-      for (int m = 0; m < NR; ++m) {
-        const int16_t* q = Q + m * C + g * 32;
-        const __m256i p = _mm256_add_epi32(
-            _mm256_madd_epi16(even, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
-            _mm256_madd_epi16(odd, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 16))));
-        acc[i & 1][m] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&sc[m][i]), acc[i & 1][m]);
-      }
+      group_step_avx2_int16<NR>(blocks + g * 16, Q + g * 32, C, sc, i, even);
+      group_step_avx2_int16<NR>(blocks + (g + 1) * 16, Q + (g + 1) * 32, C, sc, i + 1, odd);
     }
+    if (i < gn)
+      group_step_avx2_int16<NR>(blocks + (g0 + i) * 16, Q + (g0 + i) * 32, C, sc, i, even);
   }
-  for (int m = 0; m < NR; ++m) Y[m * ldy] = hsum_avx2(_mm256_add_ps(acc[0][m], acc[1][m]));
+  for (int m = 0; m < NR; ++m) Y[m * ldy] = hsum_avx2(_mm256_add_ps(even[m], odd[m]));
 }
 
 ATTN_TARGET_AVX2 void rows_avx2_int16(int64_t M, int64_t r0, int64_t r1, int64_t C,
