@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "gemm.h"
@@ -246,21 +247,6 @@ ATTN_TARGET_AVX2 void rows_avx2_int16(int64_t M, int64_t r0, int64_t r1, int64_t
   }
 }
 
-// Rows [r0, r1) of W decoded into W (r1 - r0, C), 32 weights at a time (a zero's sign is lost:
-// for products only).
-ATTN_TARGET_AVX2 void decode_rows_avx2(int64_t r0, int64_t r1, int64_t C, const uint8_t* blocks,
-                                       const uint8_t* scales, float* W) {
-  const int64_t G = C / 32;
-  for (int64_t r = r0; r < r1; ++r)
-    for (int64_t g = 0; g < G; ++g) {
-      const GroupAvx2 d = decode_group_avx2(blocks + (r * G + g) * 16,
-                                            _mm256_set1_ps(e8m0(scales[r * G + g], 0.5f)));
-      float* w = W + (r - r0) * C + g * 32;
-      _mm256_storeu_ps(w, d.w0), _mm256_storeu_ps(w + 8, d.w1);
-      _mm256_storeu_ps(w + 16, d.w2), _mm256_storeu_ps(w + 24, d.w3);
-    }
-}
-
 // The top halves of 8 + 8 floats as 16 bfloat16 bits, in order (packus works within 128-bit
 // lanes: the 64-bit quarters reordered after).
 ATTN_TARGET_AVX2 inline __m256i top_halves(__m256 a, __m256 b) {
@@ -269,19 +255,25 @@ ATTN_TARGET_AVX2 inline __m256i top_halves(__m256 a, __m256 b) {
   return _mm256_permute4x64_epi64(p, 0xD8);
 }
 
-// Rows [r0, r1) of W decoded to bfloat16 bits into W (r1 - r0, C): every MXFP4 weight is a
+// Rows [r0, r1) of W decoded into W (r1 - r0, C), 32 weights at a time (a zero's sign is lost:
+// for products only), as floats or as bfloat16 bits (Out = uint16_t): every MXFP4 weight is a
 // bfloat16 (3 significant bits, float's exponent range), so the float's top half is exact.
-ATTN_TARGET_AVX2 void decode_rows_bf16_avx2(int64_t r0, int64_t r1, int64_t C,
-                                            const uint8_t* blocks, const uint8_t* scales,
-                                            uint16_t* W) {
+template <class Out>
+ATTN_TARGET_AVX2 void decode_rows_avx2(int64_t r0, int64_t r1, int64_t C, const uint8_t* blocks,
+                                       const uint8_t* scales, Out* W) {
   const int64_t G = C / 32;
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t g = 0; g < G; ++g) {
       const GroupAvx2 d = decode_group_avx2(blocks + (r * G + g) * 16,
                                             _mm256_set1_ps(e8m0(scales[r * G + g], 0.5f)));
-      uint16_t* w = W + (r - r0) * C + g * 32;
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w), top_halves(d.w0, d.w1));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + 16), top_halves(d.w2, d.w3));
+      Out* w = W + (r - r0) * C + g * 32;
+      if constexpr (std::is_same_v<Out, float>) {
+        _mm256_storeu_ps(w, d.w0), _mm256_storeu_ps(w + 8, d.w1);
+        _mm256_storeu_ps(w + 16, d.w2), _mm256_storeu_ps(w + 24, d.w3);
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(w), top_halves(d.w0, d.w1));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + 16), top_halves(d.w2, d.w3));
+      }
     }
 }
 #endif  // ATTN_SIMD_X86
@@ -392,7 +384,7 @@ bool mxfp4_gemm_bf16(int64_t M, int64_t R, int64_t C, const uint16_t* X, const u
     const int64_t nb = std::min(kBlock, R - r0);
     parallel_ranges(nb, threads_for(nb * C), [&](int64_t a, int64_t b) {
 #if ATTN_SIMD_X86
-      if (avx2) return decode_rows_bf16_avx2(r0 + a, r0 + b, C, blocks, scales, w.data() + a * C);
+      if (avx2) return decode_rows_avx2(r0 + a, r0 + b, C, blocks, scales, w.data() + a * C);
 #endif
       float f[32];
       for (int64_t r = a; r < b; ++r)
