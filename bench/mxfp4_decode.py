@@ -27,12 +27,8 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def bf16_values(x):
-    sys.path.insert(0, HERE)
-    from gguf_gptoss import bf16_values
-    return bf16_values(x)
+sys.path.insert(0, HERE)
+from gguf_gptoss import bf16_values  # noqa: E402 (NumPy only; gguf is imported when writing)
 
 
 def write_checkpoint(d, a):
@@ -78,7 +74,6 @@ def write_checkpoint(d, a):
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f)
     if a.llama_cpp:
-        sys.path.insert(0, HERE)
         from gguf_gptoss import write_gptoss_gguf
         write_gptoss_gguf(t, cfg, os.path.join(d, "model.gguf"))
     return 3 * I * H * E * L  # expert weights

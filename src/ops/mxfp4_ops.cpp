@@ -84,7 +84,7 @@ Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e) {
   if (N > kernels::kGemmRowsMax)
     kernels::mxfp4_gemm(N, w.rows, w.cols, xf.data_ptr<float>(), w.cols, blocks, scales,
                         y.data_ptr<float>(), w.rows);
-  else  // x held in bfloat16 / float16: its values rounded to 16-bit integers lose nothing more
+  else  // x held in bfloat16 / float16: rounded to 16-bit integers per group, finer than its own
     kernels::mxfp4_rows(N, w.rows, w.cols, xf.data_ptr<float>(), w.cols, blocks, scales,
                         y.data_ptr<float>(), w.rows, x.dtype() != Dtype::Float32);
   return x.dtype() == Dtype::Float32 ? y : y.to(x.dtype());

@@ -33,6 +33,12 @@ inline float e8m0(uint8_t s, float times = 1.0f) {
   return s == 255 ? std::numeric_limits<float>::quiet_NaN() : pow2_biased(s) * times;
 }
 
+// The scale of a group's sums of doubled codes times a row of X held as integers times 2^k:
+// 2^(s - 1 + k) (the doubled code's 2^-1, the E8M0 2^(s - 127), X's 2^k); NaN where s is 255.
+inline float combined_scale(int s, int32_t k) {
+  return s == 255 ? std::numeric_limits<float>::quiet_NaN() : pow2_biased(s - 1 + k);
+}
+
 // The 32 weights of one group: its 16 bytes of codes (low nibble first) times its scale.
 inline void decode_group(const uint8_t* b, float scale, float* w) {
   for (int i = 0; i < 16; ++i) {
@@ -101,11 +107,6 @@ ATTN_TARGET_AVX2 inline GroupAvx2 decode_group_avx2(const uint8_t* b16, __m256 t
       _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(second, 8))), times)};
 }
 
-// The streaming product with float X, NR rows of X at a time (a template, so that the
-// accumulators stay in registers): per row, the group's products with the doubled code values
-// summed in 8 lanes, then added times half the group's scale (exact: a power of two) to one of
-// two accumulators (even and odd groups: two chains of additions in flight); the lanes summed at
-// the end of the row.
 // One group's step of row_pass_avx2 for NR rows of X into acc (one of the pass's two sets).
 template <int NR>
 ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE void group_step_avx2(const uint8_t* b16, uint8_t s,
@@ -123,6 +124,11 @@ ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE void group_step_avx2(const uint8_t* b16, uin
   }
 }
 
+// The streaming product with float X, NR rows of X at a time (a template, so that the
+// accumulators stay in registers): per row, the group's products with the doubled code values
+// summed in 8 lanes, then added times half the group's scale (exact: a power of two) to one of
+// two accumulators (even and odd groups: two chains of additions in flight); the lanes summed at
+// the end of the row.
 template <int NR>
 ATTN_TARGET_AVX2 void row_pass_avx2(int64_t G, const float* X, int64_t ldx, const uint8_t* blocks,
                                     const uint8_t* scales, float* Y, int64_t ldy) {
@@ -151,13 +157,9 @@ ATTN_TARGET_AVX2 void rows_avx2(int64_t M, int64_t r0, int64_t r1, int64_t C, co
   }
 }
 
-// The streaming product with X rounded to 16-bit integers (Int16Rows below), NR rows of X at a
-// time: per group, the doubled code values widened to int16 and multiplied with the group's
-// integers by two madd (exact int32 sums: at most 32 * 12 * 32767 < 2^24), converted to float
-// once and added times the group's combined power of two, to two accumulators as above.
 // The combined scales of 8 groups for one row of X: 2^(s - 1 + k) (the doubled code's 2^-1, the
 // group's E8M0 2^(s - 127), the row's 2^k), built in the exponent bits 8 at a time, by
-// pow2_biased lane by lane where one leaves the normal range, NaN where s is 255.
+// combined_scale lane by lane where one leaves the normal range or s is 255.
 ATTN_TARGET_AVX2 inline void combined_scales8(const uint8_t* s8, const int32_t* k8, float* out) {
   const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s8)));
   const __m256i e =
@@ -170,9 +172,7 @@ ATTN_TARGET_AVX2 inline void combined_scales8(const uint8_t* s8, const int32_t* 
                                       _mm256_cmpgt_epi32(e, _mm256_set1_epi32(254))),
                       _mm256_cmpeq_epi32(s, _mm256_set1_epi32(255)));
   if (!_mm256_testz_si256(bad, bad))
-    for (int i = 0; i < 8; ++i)
-      out[i] = s8[i] == 255 ? std::numeric_limits<float>::quiet_NaN()
-                            : pow2_biased(int(s8[i]) - 1 + k8[i]);
+    for (int i = 0; i < 8; ++i) out[i] = combined_scale(s8[i], k8[i]);
 }
 
 // The combined scales of groups [g0, g0 + gn) (gn <= 8) for NR rows of X with exponents K (NR, G).
@@ -184,11 +184,7 @@ ATTN_TARGET_AVX2 inline void chunk_scales(int64_t G, int64_t g0, int64_t gn, con
       combined_scales8(scales + g0, K + m * G + g0, sc[m]);
       continue;
     }
-    for (int64_t i = 0; i < gn; ++i) {
-      const int s = scales[g0 + i];
-      sc[m][i] = s == 255 ? std::numeric_limits<float>::quiet_NaN()
-                          : pow2_biased(s - 1 + K[m * G + g0 + i]);
-    }
+    for (int64_t i = 0; i < gn; ++i) sc[m][i] = combined_scale(scales[g0 + i], K[m * G + g0 + i]);
   }
 }
 
@@ -209,6 +205,10 @@ ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE void group_step_avx2_int16(const uint8_t* b1
   }
 }
 
+// The streaming product with X rounded to 16-bit integers (Int16Rows below), NR rows of X at a
+// time: per group, the doubled code values widened to int16 and multiplied with the group's
+// integers by two madd (exact int32 sums: at most 32 * 12 * 32767 < 2^24), converted to float
+// once and added times the group's combined power of two, to two accumulators as above.
 template <int NR>
 ATTN_TARGET_AVX2 void row_pass_avx2_int16(int64_t G, const int16_t* Q, const int32_t* K,
                                           const uint8_t* blocks, const uint8_t* scales, float* Y,
@@ -315,6 +315,31 @@ struct Int16Rows {
   }
 };
 
+// Rows [r0, r1) of W decoded into W (r1 - r0, C) as floats or bfloat16 bits (Out = uint16_t: the
+// float's top half, exact for every MXFP4 weight): decode_rows_avx2 where avx2, else group by
+// group from the table.
+template <class Out>
+void decode_rows(bool avx2, int64_t r0, int64_t r1, int64_t C, const uint8_t* blocks,
+                 const uint8_t* scales, Out* W) {
+#if ATTN_SIMD_X86
+  if (avx2) return decode_rows_avx2(r0, r1, C, blocks, scales, W);
+#endif
+  (void)avx2;
+  const int64_t G = C / 32;
+  float f[32];
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      Out* w = W + (r - r0) * C + g * 32;
+      const float scale = e8m0(scales[r * G + g]);
+      if constexpr (std::is_same_v<Out, float>) {
+        decode_group(blocks + (r * G + g) * 16, scale, w);
+      } else {
+        decode_group(blocks + (r * G + g) * 16, scale, f);
+        for (int i = 0; i < 32; ++i) w[i] = uint16_t(std::bit_cast<uint32_t>(f[i]) >> 16);
+      }
+    }
+}
+
 }  // namespace
 
 void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
@@ -358,17 +383,9 @@ void mxfp4_gemm(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, co
                 const uint8_t* scales, float* Y, int64_t ldy) {
   if (M <= 0 || R <= 0) return;
   constexpr int64_t kBlock = 128;  // rows of W decoded at a time (C = 2880: 1.5 MB of floats)
-  const int64_t G = C / 32;
   const bool avx2 = ATTN_SIMD_X86 && (active_isa() == Isa::Avx2 || active_isa() == Isa::Avx512);
-  (void)avx2;
   sgemm_by_blocks(true, M, R, C, kBlock, X, ldx, Y, ldy, [&](int64_t r0, int64_t nb, float* w) {
-#if ATTN_SIMD_X86
-    if (avx2) return decode_rows_avx2(r0, r0 + nb, C, blocks, scales, w);
-#endif
-    for (int64_t r = 0; r < nb; ++r)
-      for (int64_t g = 0; g < G; ++g)
-        decode_group(blocks + ((r0 + r) * G + g) * 16, e8m0(scales[(r0 + r) * G + g]),
-                     w + r * C + g * 32);
+    decode_rows(avx2, r0, r0 + nb, C, blocks, scales, w);
   });
 }
 
@@ -376,23 +393,16 @@ bool mxfp4_gemm_bf16(int64_t M, int64_t R, int64_t C, const uint16_t* X, const u
                      const uint8_t* scales, uint16_t* Y, int64_t ldy) {
   if (M <= 0 || R <= 0) return true;
   constexpr int64_t kBlock = 1024;  // rows of W decoded at a time (C = 2880: 5.9 MB)
-  const int64_t G = C / 32;
+  // Asked before any decoding: without a fast kernel (no AVX512-BF16) the caller's float path
+  // runs, and a block decoded here would be wasted on every call.
+  if (!onednn_matmul_bf16_fast(false, true, M, std::min(R, kBlock), C, C, C, ldy, false))
+    return false;
   const bool avx2 = ATTN_SIMD_X86 && (active_isa() == Isa::Avx2 || active_isa() == Isa::Avx512);
-  (void)avx2;
   std::vector<uint16_t> w(std::size_t(std::min(R, kBlock) * C));
   for (int64_t r0 = 0; r0 < R; r0 += kBlock) {
     const int64_t nb = std::min(kBlock, R - r0);
     parallel_ranges(nb, threads_for(nb * C), [&](int64_t a, int64_t b) {
-#if ATTN_SIMD_X86
-      if (avx2) return decode_rows_avx2(r0 + a, r0 + b, C, blocks, scales, w.data() + a * C);
-#endif
-      float f[32];
-      for (int64_t r = a; r < b; ++r)
-        for (int64_t g = 0; g < G; ++g) {
-          decode_group(blocks + ((r0 + r) * G + g) * 16, e8m0(scales[(r0 + r) * G + g]), f);
-          for (int i = 0; i < 32; ++i)
-            w[std::size_t(r * C + g * 32 + i)] = uint16_t(std::bit_cast<uint32_t>(f[i]) >> 16);
-        }
+      decode_rows(avx2, r0 + a, r0 + b, C, blocks, scales, w.data() + a * C);
     });
     if (!onednn_matmul_bf16(false, true, M, nb, C, X, C, w.data(), C, nullptr, Y + r0, ldy))
       return false;

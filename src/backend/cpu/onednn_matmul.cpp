@@ -21,6 +21,10 @@ bool onednn_matmul_bf16(bool, bool, int64_t, int64_t, int64_t, const uint16_t*, 
                         const uint16_t*, int64_t, const uint16_t*, uint16_t*, int64_t) {
   return false;
 }
+bool onednn_matmul_bf16_fast(bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                             bool) {
+  return false;
+}
 
 #else
 
@@ -92,29 +96,38 @@ void build(Entry& e, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t 
 std::mutex cache_mutex;
 std::list<Entry> cache;  // most recently used first
 
+// The cache's entry for a shape, built on first use (its prim null where no fast kernel).
+Entry entry_for(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                int64_t ldc, bool bias) {
+  const Key key = {ta, tb, M, N, K, lda, ldb, ldc, bias};
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  auto it = cache.begin();
+  while (it != cache.end() && it->key != key) ++it;
+  if (it != cache.end()) {
+    cache.splice(cache.begin(), cache, it);
+  } else {
+    Entry fresh;
+    fresh.key = key;
+    build(fresh, ta, tb, M, N, K, lda, ldb, bias, ldc);
+    cache.push_front(fresh);
+    if (cache.size() > kMaxEntries) cache.pop_back();
+  }
+  return cache.front();
+}
+
 }  // namespace
+
+bool onednn_matmul_bf16_fast(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda,
+                             int64_t ldb, int64_t ldc, bool bias) {
+  if (!engine() || M <= 0 || N <= 0 || K <= 0) return false;
+  return entry_for(ta, tb, M, N, K, lda, ldb, ldc, bias).prim != nullptr;
+}
 
 bool onednn_matmul_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                         int64_t lda, const uint16_t* B, int64_t ldb, const uint16_t* bias,
                         uint16_t* C, int64_t ldc) {
   if (!engine() || M <= 0 || N <= 0 || K <= 0) return false;
-  const Key key = {ta, tb, M, N, K, lda, ldb, ldc, bias != nullptr};
-  Entry e;
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex);
-    auto it = cache.begin();
-    while (it != cache.end() && it->key != key) ++it;
-    if (it != cache.end()) {
-      cache.splice(cache.begin(), cache, it);
-    } else {
-      Entry fresh;
-      fresh.key = key;
-      build(fresh, ta, tb, M, N, K, lda, ldb, bias != nullptr, ldc);
-      cache.push_front(fresh);
-      if (cache.size() > kMaxEntries) cache.pop_back();
-    }
-    e = cache.front();
-  }
+  const Entry e = entry_for(ta, tb, M, N, K, lda, ldb, ldc, bias != nullptr);
   if (!e.prim) return false;
   thread_local dnnl_stream_t stream = [] {
     dnnl_stream_t s = nullptr;

@@ -20,4 +20,9 @@ bool onednn_matmul_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const
                         int64_t lda, const uint16_t* B, int64_t ldb, const uint16_t* bias,
                         uint16_t* C, int64_t ldc);
 
+// Whether onednn_matmul_bf16 runs a fast kernel for this shape (bias: whether one is added),
+// asked before preparing its operands: builds and caches the shape's primitive as a call would.
+bool onednn_matmul_bf16_fast(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda,
+                             int64_t ldb, int64_t ldc, bool bias);
+
 }  // namespace attn::kernels
