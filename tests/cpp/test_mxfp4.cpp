@@ -104,7 +104,9 @@ std::vector<float> rounded_to_int16_groups(const std::vector<float>& x) {
 // the 16-bit path against the product of X rounded as defined above (AVX2 and AVX-512 take it;
 // the others ignore the request), and within 2^-15 of the group's largest |x| of the exact one.
 TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
-  const Mxfp4Matrices m = random_matrices(3, 37, 96, 5);
+  // 37 rows: one decoding row goes in pairs of rows and one alone; 11 groups a row: the scales
+  // of 8 groups at once, then 3 one by one
+  const Mxfp4Matrices m = random_matrices(3, 37, 352, 5);
   std::mt19937 gen(9);
   std::normal_distribution<float> normal;
   const std::vector<double> w = decoded(m, 2);
@@ -162,6 +164,40 @@ TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
         }
       }
   }
+}
+
+// Each output's bits depend on its row of W, its row of X and the instruction set only: not on
+// the threads splitting the rows, nor on the other rows (one row of X goes over two rows of W at a
+// time, several rows of X over one), on both the float and the 16-bit paths.
+TEST(Mxfp4, RowsAreTheSameBitsForAnyThreadsAndRowCounts) {
+  const int64_t R = 601, C = 2048;  // enough bytes for threads_for to split them
+  const Mxfp4Matrices m = random_matrices(1, R, C, 11);
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(std::size_t(3 * C));
+  for (auto& v : x) v = normal(gen);
+  const int before = attn::get_num_threads();
+  const auto run = [&](int64_t M, int64_t r0, int64_t rn, int threads, bool int16) {
+    attn::set_num_threads(threads);
+    std::vector<float> y(std::size_t(M * rn));
+    K::mxfp4_rows(M, rn, C, x.data(), C, m.blocks->data() + r0 * C / 2,
+                  m.scales->data() + r0 * C / 32, y.data(), rn, int16);
+    return y;
+  };
+  for (const bool int16 : {false, true}) {
+    SCOPED_TRACE(int16 ? "int16" : "float");
+    const std::vector<float> one = run(1, 0, R, 1, int16), three = run(3, 0, R, 1, int16);
+    for (const int threads : {2, 3}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads");
+      EXPECT_EQ(run(1, 0, R, threads, int16), one);
+      EXPECT_EQ(run(3, 0, R, threads, int16), three);
+    }
+    // rows 100 .. 106 alone (pairs 100 + 103, ..., and 106 alone), and row 0 of X among three
+    const std::vector<float> some = run(1, 100, 7, 1, int16);
+    for (int64_t r = 0; r < 7; ++r) EXPECT_EQ(some[std::size_t(r)], one[std::size_t(100 + r)]);
+    for (int64_t r = 0; r < R; ++r) EXPECT_EQ(three[std::size_t(r)], one[std::size_t(r)]);
+  }
+  attn::set_num_threads(before);
 }
 
 // The 16-bit path at the edges: a group of zeros, an x of 2^-140 (subnormal) and 2^120, scales

@@ -205,45 +205,70 @@ ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE void group_step_avx2_int16(const uint8_t* b1
   }
 }
 
-// The streaming product with X rounded to 16-bit integers (Int16Rows below), NR rows of X at a
-// time: per group, the doubled code values widened to int16 and multiplied with the group's
-// integers by two madd (exact int32 sums: at most 32 * 12 * 32767 < 2^24), converted to float
-// once and added times the group's combined power of two, to two accumulators as above.
-template <int NR>
+// The streaming product with X rounded to 16-bit integers (Int16Rows below), NR rows of X against
+// NW rows of W at a time (b, s: their codes and scales; y: their outputs): per group, the doubled
+// code values widened to int16 and multiplied with the group's integers by two madd (exact int32
+// sums: at most 32 * 12 * 32767 < 2^24), converted to float once and added times the group's
+// combined power of two, to two accumulators as above.
+template <int NR, int NW>
 ATTN_TARGET_AVX2 void row_pass_avx2_int16(int64_t G, const int16_t* Q, const int32_t* K,
-                                          const uint8_t* blocks, const uint8_t* scales, float* Y,
+                                          const uint8_t* const (&b)[NW],
+                                          const uint8_t* const (&s)[NW], float* const (&y)[NW],
                                           int64_t ldy) {
   const int64_t C = G * 32;
-  __m256 even[NR], odd[NR];  // named sets, so that they stay in registers
-  for (int m = 0; m < NR; ++m) even[m] = odd[m] = _mm256_setzero_ps();
-  alignas(32) float sc[NR][8];
+  __m256 even[NW][NR], odd[NW][NR];  // compile-time indices: kept in registers
+  for (int w = 0; w < NW; ++w)
+    for (int m = 0; m < NR; ++m) even[w][m] = odd[w][m] = _mm256_setzero_ps();
+  alignas(32) float sc[NW][NR][8];
   for (int64_t g0 = 0; g0 < G; g0 += 8) {
     const int64_t gn = G - g0 < 8 ? G - g0 : 8;
-    chunk_scales<NR>(G, g0, gn, scales, K, sc);
+    for (int w = 0; w < NW; ++w) chunk_scales<NR>(G, g0, gn, s[w], K, sc[w]);
     int64_t i = 0;
     for (; i + 2 <= gn; i += 2) {
       const int64_t g = g0 + i;
-      group_step_avx2_int16<NR>(blocks + g * 16, Q + g * 32, C, sc, i, even);
-      group_step_avx2_int16<NR>(blocks + (g + 1) * 16, Q + (g + 1) * 32, C, sc, i + 1, odd);
+      for (int w = 0; w < NW; ++w) {
+        group_step_avx2_int16<NR>(b[w] + g * 16, Q + g * 32, C, sc[w], i, even[w]);
+        group_step_avx2_int16<NR>(b[w] + (g + 1) * 16, Q + (g + 1) * 32, C, sc[w], i + 1, odd[w]);
+      }
     }
     if (i < gn)
-      group_step_avx2_int16<NR>(blocks + (g0 + i) * 16, Q + (g0 + i) * 32, C, sc, i, even);
+      for (int w = 0; w < NW; ++w)
+        group_step_avx2_int16<NR>(b[w] + (g0 + i) * 16, Q + (g0 + i) * 32, C, sc[w], i, even[w]);
   }
-  for (int m = 0; m < NR; ++m) Y[m * ldy] = hsum_avx2(_mm256_add_ps(even[m], odd[m]));
+  for (int w = 0; w < NW; ++w)
+    for (int m = 0; m < NR; ++m) y[w][m * ldy] = hsum_avx2(_mm256_add_ps(even[w][m], odd[w][m]));
 }
 
 ATTN_TARGET_AVX2 void rows_avx2_int16(int64_t M, int64_t r0, int64_t r1, int64_t C,
                                       const int16_t* Q, const int32_t* K, const uint8_t* blocks,
                                       const uint8_t* scales, float* Y, int64_t ldy) {
   const int64_t G = C / 32;
+  const auto codes = [&](int64_t r) { return blocks + r * G * 16; };
+  const auto exps = [&](int64_t r) { return scales + r * G; };
+  if (M == 1) {  // row r beside row r + half: two streams of memory in flight, as
+                 // gemm_rows_bf16dot.cpp's dot_two_streams
+    const int64_t half = (r1 - r0) / 2;
+    for (int64_t r = r0; r < r0 + half; ++r) {
+      const int64_t t = r + half;
+      row_pass_avx2_int16<1, 2>(G, Q, K, {codes(r), codes(t)}, {exps(r), exps(t)}, {Y + r, Y + t},
+                                ldy);
+    }
+    if ((r1 - r0) % 2)
+      row_pass_avx2_int16<1, 1>(G, Q, K, {codes(r1 - 1)}, {exps(r1 - 1)}, {Y + r1 - 1}, ldy);
+    return;
+  }
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t *b = blocks + r * G * 16, *s = scales + r * G;
+    const uint8_t* const b[1] = {codes(r)};
+    const uint8_t* const s[1] = {exps(r)};
     int64_t m = 0;
-    for (; m + 4 <= M; m += 4)
-      row_pass_avx2_int16<4>(G, Q + m * C, K + m * G, b, s, Y + m * ldy + r, ldy);
-    if (M - m == 3) row_pass_avx2_int16<3>(G, Q + m * C, K + m * G, b, s, Y + m * ldy + r, ldy);
-    if (M - m == 2) row_pass_avx2_int16<2>(G, Q + m * C, K + m * G, b, s, Y + m * ldy + r, ldy);
-    if (M - m == 1) row_pass_avx2_int16<1>(G, Q + m * C, K + m * G, b, s, Y + m * ldy + r, ldy);
+    const auto pass = [&]<int NR>() {
+      float* const y[1] = {Y + m * ldy + r};
+      row_pass_avx2_int16<NR, 1>(G, Q + m * C, K + m * G, b, s, y, ldy);
+    };
+    for (; m + 4 <= M; m += 4) pass.template operator()<4>();
+    if (M - m == 3) pass.template operator()<3>();
+    if (M - m == 2) pass.template operator()<2>();
+    if (M - m == 1) pass.template operator()<1>();
   }
 }
 
@@ -346,12 +371,12 @@ void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, co
                 const uint8_t* scales, float* Y, int64_t ldy, bool x_int16) {
   if (M <= 0 || R <= 0) return;
   const bool avx2 = ATTN_SIMD_X86 && (active_isa() == Isa::Avx2 || active_isa() == Isa::Avx512);
+  // A row of W is C / 2 bytes: split when there are enough of them to pay for waking threads.
   const int64_t threads = threads_for(R * C / 2, int64_t(1) << 18);
 #if ATTN_SIMD_X86
   if (avx2 && x_int16) {
     const Int16Rows q(M, C, X, ldx);
     if (q.finite) {
-      // A row of W is C / 2 bytes: split when there are enough of them to pay for waking threads.
       parallel_ranges(R, threads, [&](int64_t r0, int64_t r1) {
         rows_avx2_int16(M, r0, r1, C, q.q.data(), q.k.data(), blocks, scales, Y, ldy);
       });
