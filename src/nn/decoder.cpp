@@ -11,6 +11,7 @@
 
 #include "../ops/attention_internal.h"
 #include "../tensor/internal.h"
+#include "fused.h"
 
 namespace attn::nn {
 
@@ -371,6 +372,64 @@ DecoderMoE::DecoderMoE(const DecoderConfig& c)
   experts = register_module("experts", std::make_shared<DecoderExperts>(c));
 }
 
+namespace fused {
+
+namespace {
+
+// The ops of gpt_oss_glu in T's rounding (float: none), on rows [0, N) of gp (N, 2I) into out.
+template <typename T>
+void gpt_oss_glu_rows(int64_t N, int64_t I, const T* gp, T* out, double alpha, double limit) {
+  const auto r = [](float v) { return float(T(v)); };  // rounded to T, as each op's result is
+  const float a = r(float(alpha)), lim = r(float(limit)), one = r(1.0f);
+  for (int64_t n = 0; n < N; ++n) {
+    const T* p = gp + n * 2 * I;
+    T* o = out + n * I;
+    for (int64_t i = 0; i < I; ++i) {
+      const float gate = float(p[2 * i]), up = float(p[2 * i + 1]);
+      // clamp as the op: NaN kept (std::min / max return their first argument when unordered)
+      const float g = std::min(gate, lim), u = std::min(std::max(up, -lim), lim);
+      const float sig = r(1.0f / (1.0f + std::exp(-r(g * a))));
+      o[i] = T(r(u + one) * r(g * sig));
+    }
+  }
+}
+
+struct Identity {  // float32: no rounding
+  float v;
+  explicit Identity(float x) : v(x) {}
+  explicit operator float() const { return v; }
+};
+
+}  // namespace
+
+Tensor gpt_oss_glu(const Tensor& gate_up, double alpha, double limit) {
+  const char* fn = "gpt_oss_glu";
+  if (!gate_up.defined() || !gate_up.is_cpu() || !is_floating_point(gate_up.dtype()) ||
+      gate_up.dim() != 2 || gate_up.size(1) % 2 != 0)
+    fail(fn, "gate_up must be a CPU float tensor (N, 2I), got ",
+         gate_up.defined() ? shape_str(gate_up.shape()) + " " + dtype_name(gate_up.dtype())
+                           : std::string("an undefined tensor"));
+  const Tensor gp = gate_up.contiguous();
+  const int64_t N = gp.size(0), I = gp.size(1) / 2;
+  Tensor out = empty({N, I}, gp.dtype());
+  switch (gp.dtype()) {
+    case Dtype::BFloat16:
+      gpt_oss_glu_rows(N, I, static_cast<const BFloat16*>(gp.raw_data()),
+                       static_cast<BFloat16*>(out.raw_data()), alpha, limit);
+      break;
+    case Dtype::Float16:
+      gpt_oss_glu_rows(N, I, static_cast<const Half*>(gp.raw_data()),
+                       static_cast<Half*>(out.raw_data()), alpha, limit);
+      break;
+    default:
+      gpt_oss_glu_rows(N, I, static_cast<const Identity*>(gp.raw_data()),
+                       static_cast<Identity*>(out.raw_data()), alpha, limit);
+  }
+  return out;
+}
+
+}  // namespace fused
+
 namespace {
 
 // The mixture's sum: each token's chosen experts (chosen (N, k) int64, distinct per token), their
@@ -415,6 +474,8 @@ Tensor DecoderMoE::forward(const Tensor& x) const {
   return mix_experts(flat, chosen, weights, E,
                      [&](int64_t e, const Tensor& xe) {
                        const Tensor gu = experts->gate_up(xe, e);
+                       if (!(is_grad_enabled() && gu.requires_grad()))  // the ops in one pass
+                         return experts->down(fused::gpt_oss_glu(gu, alpha, limit), e);
                        // columns 2i (gate) and 2i + 1 (up)
                        const Tensor pairs = gu.view({xe.size(0), I, 2});
                        const Tensor gate = clamp(pairs.select(-1, 0), std::nullopt, Scalar(limit));

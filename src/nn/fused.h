@@ -29,6 +29,15 @@ struct AddNorm {
 };
 AddNorm add_layer_norm(const Tensor& x, const Tensor& r, const LayerNorm& ln);
 
+// gpt-oss's clamped SwiGLU of its experts' gate_up (N, 2I), gates and ups interleaved (columns
+// 2i and 2i + 1): (clamp(up, -limit, limit) + 1) * (g * sigmoid(g * alpha)) with g =
+// clamp(gate, max = limit), (N, I) in gate_up's dtype, in one pass over the rows instead of eight
+// ops over strided views. Each op's result is rounded to the dtype as the ops round it (the
+// scalars too), so the values are the ops' own bit for bit (a NaN's sign aside). No graph: for use
+// where no gradient is recorded (the caller runs the ops otherwise). gate_up must be a CPU float
+// tensor (N, 2I).
+Tensor gpt_oss_glu(const Tensor& gate_up, double alpha, double limit);
+
 }  // namespace fused
 
 }  // namespace attn::nn

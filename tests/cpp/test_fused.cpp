@@ -6,6 +6,8 @@
 #include <attn/gpt.h>
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -279,3 +281,49 @@ TEST(Fused, GptForwardAndGradientsMatchTheUnfusedBlocks) {
 }
 
 }  // namespace
+
+namespace {
+
+// The values' bits (exact in float32 for the 16-bit dtypes), every NaN as one: the sign of a
+// NaN depends on which instructions made it.
+std::vector<uint32_t> bits_of(const Tensor& t) {
+  const Tensor c = t.to(Dtype::Float32).contiguous();
+  std::vector<uint32_t> out(std::size_t(c.numel()));
+  const float* p = c.data_ptr<float>();
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = std::isnan(p[i]) ? 0x7FC00000u : std::bit_cast<uint32_t>(p[i]);
+  return out;
+}
+
+}  // namespace
+
+// gpt-oss's clamped SwiGLU in one pass against the ops DecoderMoE runs with a gradient, bit for
+// bit in float32, bfloat16 and float16: gates and ups past the limit on both sides, NaN and inf
+// among them, alpha and limit that the 16-bit dtypes round.
+TEST(Fused, GptOssGluIsTheOpsBitForBit) {
+  const int64_t N = 5, I = 37;
+  for (const Dtype dt : {Dtype::Float32, Dtype::BFloat16, Dtype::Float16})
+    for (const auto [alpha, limit] : {std::pair{1.702, 7.0}, std::pair{0.3, 2.6}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " alpha " + std::to_string(alpha));
+      Generator gen(7);
+      Tensor gu = (randn({N, 2 * I}, &gen) * 5.0).contiguous();
+      float* p = gu.data_ptr<float>();
+      p[3] = NAN, p[10] = INFINITY, p[11] = -INFINITY, p[20] = NAN, p[40] = -INFINITY;
+      gu = gu.to(dt);
+      const Tensor pairs = gu.view({N, I, 2});
+      const Tensor gate = clamp(pairs.select(-1, 0), std::nullopt, Scalar(limit));
+      const Tensor up = clamp(pairs.select(-1, 1), Scalar(-limit), Scalar(limit));
+      const Tensor want = (up + 1.0) * (gate * sigmoid(gate * alpha));
+      const Tensor got = fused::gpt_oss_glu(gu, alpha, limit);
+      EXPECT_EQ(got.dtype(), dt);
+      EXPECT_EQ(got.shape(), want.shape());
+      EXPECT_EQ(bits_of(got), bits_of(want));
+      // a strided input (a transposed copy's transpose) gives the same
+      EXPECT_EQ(bits_of(fused::gpt_oss_glu(gu.transpose(0, 1).contiguous().transpose(0, 1), alpha,
+                                           limit)),
+                bits_of(want));
+    }
+  EXPECT_ERROR_HAS(fused::gpt_oss_glu(zeros({4}), 1.0, 7.0), "gpt_oss_glu");
+  EXPECT_ERROR_HAS(fused::gpt_oss_glu(zeros({2, 5}), 1.0, 7.0), "(2, 5)");
+  EXPECT_ERROR_HAS(fused::gpt_oss_glu(zeros({2, 4}, Dtype::Int64), 1.0, 7.0), "int64");
+}
