@@ -12,6 +12,8 @@ decode tok/s is N over the time of N further tokens, greedy, batch 1 (attn: from
 token of generate(P, 1 + N) to the last, by its callback; llama.cpp: N single-token evals after
 the prompt), medians of the repetitions.
 The experts' bytes are what each keeps: 17 bytes a 32-weight group in MXFP4, 64 in bfloat16.
+"8-bit activations" is the MXFP4 load with mxfp4_int8_activations=True (llama.cpp's q8_0
+rounding of a decoded token's activations; the default rounds them to 16-bit integers).
 llama.cpp runs with flash attention and its default float16 cache; without llama-cpp-python
 (scripts/bench_setup.sh --llama-cpp) or with --no-llama-cpp its row is left out."""
 import argparse
@@ -97,8 +99,11 @@ def child(d, mode, a):
     if mode == "ref":  # float32 compute of the same weights: the logits' reference, not timed
         model = attn.nn.Decoder.from_pretrained(d, dtype="float32")
         np.save(os.path.join(d, "logits_ref.npy"), model(attn.tensor([prompt]))[0, -1].numpy())
+        out = model.generate(attn.tensor([prompt]), max_new_tokens=1 + a.new)
+        np.save(os.path.join(d, "tokens_ref.npy"), np.array(out[0, a.prompt:].tolist()))
         return print("{}")
-    model = attn.nn.Decoder.from_pretrained(d, dtype="bfloat16", dequantize_mxfp4=mode == "1")
+    model = attn.nn.Decoder.from_pretrained(d, dtype="bfloat16", dequantize_mxfp4=mode == "1",
+                                            mxfp4_int8_activations=mode == "2")
     prompt = attn.tensor([prompt])
     model.generate(prompt, max_new_tokens=2)  # warm-up
     prefill = []
@@ -107,8 +112,9 @@ def child(d, mode, a):
         model.generate(prompt, max_new_tokens=1)
         prefill.append(time.perf_counter() - t0)
     stamps = []  # the time of each new token: the first comes after the prompt's pass
-    model.generate(prompt, max_new_tokens=1 + a.new,
-                   callback=lambda _: stamps.append(time.perf_counter()))
+    out = model.generate(prompt, max_new_tokens=1 + a.new,
+                         callback=lambda _: stamps.append(time.perf_counter()))
+    np.save(os.path.join(d, "tokens_{}.npy".format(mode)), np.array(out[0, a.prompt:].tolist()))
     decode = a.new / (stamps[-1] - stamps[0])
     np.save(os.path.join(d, "logits_{}.npy".format(mode)), model(prompt)[0, -1].float().numpy())
     print(json.dumps(dict(decode=decode, prefill=a.prompt / min(prefill), rss=rss())))
@@ -132,11 +138,14 @@ def child_llama_cpp(d, prompt, a):
     prompt_pass()  # warm-up
     prefill = [prompt_pass() for _ in range(3)]
     last = logits()
+    tokens = [int(last.argmax())]
     t1 = time.perf_counter()
     for _ in range(a.new):
-        llm.eval([int(logits().argmax())])
+        llm.eval([tokens[-1]])
+        tokens.append(int(logits().argmax()))
     decode = a.new / (time.perf_counter() - t1)
     np.save(os.path.join(d, "logits_cpp.npy"), last)
+    np.save(os.path.join(d, "tokens_cpp.npy"), np.array(tokens))
     print(json.dumps(dict(decode=decode, prefill=a.prompt / min(prefill), rss=rss())))
 
 
@@ -168,7 +177,9 @@ def main():
             a.llama_cpp = True
         except ImportError as e:
             print("llama.cpp left out (%s): scripts/bench_setup.sh --llama-cpp installs it" % e)
-    rows = [("0", "attn, MXFP4 (kept)", 17 / 32), ("1", "attn, bfloat16 (dequantized)", 2)]
+    rows = [("0", "attn, MXFP4 (kept)", 17 / 32),
+            ("2", "attn, MXFP4, 8-bit activations (llama.cpp's)", 17 / 32),
+            ("1", "attn, bfloat16 (dequantized)", 2)]
     if a.llama_cpp:
         rows.append(("cpp", "llama.cpp, MXFP4", 17 / 32))
     with tempfile.TemporaryDirectory() as d:
@@ -187,6 +198,8 @@ def main():
             for mode in runs:
                 runs[mode].append(run(mode))
         logits = {mode: np.load(os.path.join(d, "logits_{}.npy".format(mode)))
+                  for mode in list(runs) + ["ref"]}
+        tokens = {mode: np.load(os.path.join(d, "tokens_{}.npy".format(mode)))
                   for mode in list(runs) + ["ref"]}
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                 if l.startswith("model name")), "?")
@@ -207,6 +220,16 @@ def main():
     for mode, name, _ in rows:
         print("  {}: max difference {:.3g}, the same argmax: {}".format(
             name, np.abs(logits[mode] - ref).max(), int(logits[mode].argmax()) == int(ref.argmax())))
+    # the prompt's logits above come from its pass over 256 rows; the 8-bit path runs for up to 8
+    # (decoding): the greedy tokens show it
+    print("greedy tokens (the first after the prompt, then {} decoded) against the float32 "
+          "computation's:".format(a.new))
+    for mode, name, _ in rows:
+        same = tokens[mode] == tokens["ref"][:len(tokens[mode])]
+        first = int(np.argmin(same)) if not same.all() else None
+        print("  {}: {} of {} the same{}".format(
+            name, int(same.sum()), len(same),
+            "" if first is None else ", the first difference at token {}".format(first)))
 
 
 if __name__ == "__main__":

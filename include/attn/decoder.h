@@ -173,6 +173,9 @@ class DecoderExperts : public Module {
   Tensor down(const Tensor& a, int64_t e) const;
   Tensor gate_up_proj, gate_up_proj_bias, down_proj, down_proj_bias;
   Mxfp4Matrices gate_up_mxfp4, down_mxfp4;
+  // The MXFP4 products' int8_activations (mxfp4_linear): llama.cpp's 8-bit rounding of a decoded
+  // token's activations, for speed at its accuracy. Set by Decoder::set_mxfp4_int8_activations.
+  bool mxfp4_int8_activations = false;
 };
 
 // A mixture of experts: the router's logits (Linear with bias), the top num_experts_per_tok of
@@ -275,6 +278,11 @@ class Decoder : public Module {
   // cache, one more rounding to its dtype). Throws attn::Error unless 0 <= keep_first, 0 <=
   // count and keep_first + count <= cache.length.
   void evict(DecoderCache& cache, int64_t keep_first, int64_t count) const;
+  // Every MXFP4 expert's products for up to 8 tokens with x rounded to 8-bit integers as
+  // llama.cpp's q8_0 rounds its activations (mxfp4_linear's int8_activations): faster decoding
+  // at llama.cpp's accuracy (false: 16-bit integers, the default). attn::Error when the model
+  // keeps no experts in MXFP4.
+  void set_mxfp4_int8_activations(bool on);
   // llama.cpp's context shift, StreamingLLM's window: when `incoming` more tokens would take the
   // cache past `window` tokens, evicts after the first sink_tokens the larger of what they need
   // and half of the others. Returns how many tokens went (0 when they fit); the cache's tokens

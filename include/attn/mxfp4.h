@@ -39,7 +39,12 @@ struct Mxfp4Matrices {
 // whose graph gives x its gradient (the matrices are constants: no gradient reaches them).
 // attn::Error naming the shapes for an x of another width, e out of range, an x not on the CPU or
 // not floating.
-Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e);
+// int8_activations: up to 8 rows with no gradient to record, x rounded to 8-bit integers per
+// group of 32 as llama.cpp's q8_0 rounds its activations (step (largest |x|) / 127) instead of
+// the 16-bit integers a bfloat16 / float16 x gets (or the floats of a float32 x): faster per
+// weight, at llama.cpp's accuracy. Ignored otherwise, and without AVX2.
+Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e,
+                    bool int8_activations = false);
 
 // Matrix e decoded: (rows, cols) in dtype (float32, bfloat16 or float16; exact in the first two).
 Tensor mxfp4_dequantize(const Mxfp4Matrices& w, int64_t e, Dtype dtype = Dtype::Float32);

@@ -79,6 +79,7 @@ void register_decoder(py::module_& m) {
            })
       .def_property_readonly("config", &nn::Decoder::config)
       .def("train", [](nn::Decoder& m, bool on) { m.train(on); })
+      .def("set_mxfp4_int8_activations", &nn::Decoder::set_mxfp4_int8_activations, py::arg("on"))
       .def(
           "to_dtype", [](nn::Decoder& m, Dtype dt) { m.to(dt); }, release(), py::arg("dtype"))
       .def(

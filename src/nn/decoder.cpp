@@ -354,13 +354,13 @@ DecoderExperts::DecoderExperts(const DecoderConfig& c) {
 }
 
 Tensor DecoderExperts::gate_up(const Tensor& x, int64_t e) const {
-  return (gate_up_mxfp4.defined() ? mxfp4_linear(x, gate_up_mxfp4, e)
+  return (gate_up_mxfp4.defined() ? mxfp4_linear(x, gate_up_mxfp4, e, mxfp4_int8_activations)
                                   : matmul(x, gate_up_proj.select(0, e))) +
          gate_up_proj_bias.select(0, e);
 }
 
 Tensor DecoderExperts::down(const Tensor& a, int64_t e) const {
-  return (down_mxfp4.defined() ? mxfp4_linear(a, down_mxfp4, e)
+  return (down_mxfp4.defined() ? mxfp4_linear(a, down_mxfp4, e, mxfp4_int8_activations)
                                : matmul(a, down_proj.select(0, e))) +
          down_proj_bias.select(0, e);
 }
@@ -690,6 +690,14 @@ Tensor Decoder::forward(const Tensor& ids, int64_t logits_to_keep) const {
 Tensor Decoder::forward_cached(const Tensor& ids, DecoderCache& cache) const {
   NoGradGuard no_grad;
   return run(ids, &cache);
+}
+
+void Decoder::set_mxfp4_int8_activations(bool on) {
+  if (!config_.mxfp4_experts)
+    fail("Decoder::set_mxfp4_int8_activations", "the model keeps no experts in MXFP4 (model_type ",
+         config_.model_type, ")");
+  for (const auto& l : model->layers)
+    if (l->moe) l->moe->experts->mxfp4_int8_activations = on;
 }
 
 void Decoder::evict(DecoderCache& cache, int64_t keep_first, int64_t count) const {

@@ -57,7 +57,7 @@ Tensor mxfp4_dequantize(const Mxfp4Matrices& w, int64_t e, Dtype dtype) {
   return dtype == Dtype::Float32 ? out : out.to(dtype);
 }
 
-Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e) {
+Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e, bool int8_activations) {
   const char* fn = "mxfp4_linear";
   check(w, e, fn);
   if (!x.defined() || !x.is_cpu() || !is_floating_point(x.dtype()) || x.dim() != 2 ||
@@ -86,7 +86,10 @@ Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e) {
                         y.data_ptr<float>(), w.rows);
   else  // x held in bfloat16 / float16: rounded to 16-bit integers per group, finer than its own
     kernels::mxfp4_rows(N, w.rows, w.cols, xf.data_ptr<float>(), w.cols, blocks, scales,
-                        y.data_ptr<float>(), w.rows, x.dtype() != Dtype::Float32);
+                        y.data_ptr<float>(), w.rows,
+                        int8_activations              ? kernels::Mxfp4X::Int8
+                        : x.dtype() != Dtype::Float32 ? kernels::Mxfp4X::Int16
+                                                      : kernels::Mxfp4X::Float);
   return x.dtype() == Dtype::Float32 ? y : y.to(x.dtype());
 }
 

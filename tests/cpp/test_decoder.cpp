@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "../../src/backend/cpu/isa.h"
 #include "test_util.h"
 
 namespace {
@@ -481,8 +482,11 @@ TEST_P(Families, SavedAsAHuggingFaceDirectoryItLoadsAsTheSameModel) {
 // held, and a quantization_config) and load back as the same kept model, bit for bit; saved with
 // dequantize_mxfp4 they are floats that load as the dequantized model. A config.json whose
 // quantization_config says "dequantize": true is decoded on load.
-TEST(HfDecoder, KeptMxfp4ExpertsAreSavedAsReleasedOrDecoded) {
-  DecoderConfig c = small("gpt_oss");
+namespace {
+
+// A small gpt-oss Decoder whose experts are kept in MXFP4, random codes and scales around 2^0.
+std::shared_ptr<attn::nn::Decoder> random_mxfp4_model(DecoderConfig& c) {
+  c = small("gpt_oss");
   c.intermediate_size = 32, c.mxfp4_experts = true;  // whole groups of 32 in both products
   auto m = random_model(c, 9);
   attn::Generator gen(10);
@@ -501,6 +505,15 @@ TEST(HfDecoder, KeptMxfp4ExpertsAreSavedAsReleasedOrDecoded) {
         attn::Mxfp4Matrices(E, H, I, bytes(E * H * I / 2, 0, 256), bytes(E * H * I / 32, 122, 129));
   }
   m->eval();
+  return m;
+}
+
+}  // namespace
+
+TEST(HfDecoder, KeptMxfp4ExpertsAreSavedAsReleasedOrDecoded) {
+  DecoderConfig c;
+  auto m = random_mxfp4_model(c);
+  const int64_t E = c.num_local_experts, I = c.intermediate_size, H = c.hidden_size;
   const Tensor ids = id_tensor(kIds, 2);
   const Vec want = values(m->forward(ids));
   attn::testing::TempDir dir;
@@ -539,6 +552,33 @@ TEST(HfDecoder, KeptMxfp4ExpertsAreSavedAsReleasedOrDecoded) {
   attn::io::write_file_atomic(dir.file("kept/config.json"), asks);
   EXPECT_ERROR_HAS(attn::nn::load_hf_decoder(dir.file("kept")),
                    "quantization_config dequantize must be true or false, got 1");
+}
+
+// set_mxfp4_int8_activations: a few tokens' expert products with x rounded to 8 bits (llama.cpp's
+// q8_0) move the logits by about what bfloat16 activations do, and off again gives the same bits as
+// before; a model without MXFP4 experts refuses it.
+TEST(HfDecoder, Mxfp4Int8ActivationsRoundLikeLlamaCpp) {
+  if (!attn::kernels::isa_supported(attn::kernels::Isa::Avx2))
+    GTEST_SKIP() << "the 8-bit path needs AVX2 (elsewhere the request is ignored)";
+  DecoderConfig c;
+  auto m = random_mxfp4_model(c);
+  attn::NoGradGuard no_grad;  // products with a gradient decode the matrices instead
+  const Tensor ids = id_tensor({3, 1, 4, 1, 5}, 1);  // 5 rows: the streaming product
+  const Vec want = values(m->forward(ids));
+  m->set_mxfp4_int8_activations(true);
+  const Vec got = values(m->forward(ids));
+  EXPECT_NE(got, want);
+  // about as far from float32's logits as the same model's in bfloat16, whose activations round
+  // to 8 significant bits as 8-bit integers round a group's largest (here 0.066 against 0.031)
+  DecoderConfig c16;
+  auto m16 = random_mxfp4_model(c16);
+  m16->to(attn::Dtype::BFloat16);
+  const double err16 = relative_error(values(m16->forward(ids).to(attn::Dtype::Float32)), want);
+  EXPECT_LT(relative_error(got, want), 4 * err16);
+  m->set_mxfp4_int8_activations(false);
+  EXPECT_EQ(values(m->forward(ids)), want);
+  EXPECT_ERROR_HAS(random_model(small("llama"), 1)->set_mxfp4_int8_activations(true),
+                   "Decoder::set_mxfp4_int8_activations] the model keeps no experts in MXFP4");
 }
 
 TEST(HfDecoderConfig, WhatAFamilyCannotSayIsRefusedBeforeAnythingIsWritten) {

@@ -99,10 +99,28 @@ std::vector<float> rounded_to_int16_groups(const std::vector<float>& x) {
   return out;
 }
 
-// The streaming product (up to 8 rows; with float X and with X rounded to 16-bit integers) and the
-// block-decoding one (more) on every instruction set against double sums of the decoded weights:
-// the 16-bit path against the product of X rounded as defined above (AVX2 and AVX-512 take it;
-// the others ignore the request), and within 2^-15 of the group's largest |x| of the exact one.
+// X as the 8-bit path rounds it (llama.cpp's q8_0), written from its definition: per group of 32,
+// the step d = (largest |x|) / 127, held as a float times 2^e where 2^e <= largest < 2^(e + 1);
+// each x the nearest multiple of it (ties to even), from x * 127 / largest in double.
+std::vector<float> rounded_to_int8_groups(const std::vector<float>& x) {
+  std::vector<float> out(x.size());
+  for (std::size_t g = 0; g < x.size(); g += 32) {
+    double big = 0;
+    for (std::size_t i = g; i < g + 32; ++i) big = std::max(big, std::abs(double(x[i])));
+    int p = 0;
+    std::frexp(big, &p);  // big = f * 2^p, f in [0.5, 1)
+    const double d = std::ldexp(double(float(std::ldexp(big, 1 - p) / 127.0)), p - 1);
+    for (std::size_t i = g; i < g + 32; ++i)
+      out[i] = big == 0 ? 0.0f : float(std::nearbyint(double(x[i]) * (127.0 / big)) * d);
+  }
+  return out;
+}
+
+// The streaming product (up to 8 rows; with float X and with X rounded to 16-bit or 8-bit
+// integers) and the block-decoding one (more) on every instruction set against double sums of
+// the decoded weights: the integer paths against the product of X rounded as defined above (AVX2
+// and AVX-512 take them; the others ignore the request), and the 16-bit one within 2^-15 of the
+// group's largest |x| of the exact product, the 8-bit one within 2^-7.
 TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
   // 37 rows: one decoding row goes in pairs of rows and one alone; 11 groups a row: the scales
   // of 8 groups at once, then 3 one by one
@@ -130,16 +148,19 @@ TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
     std::vector<float> x(std::size_t(M * m.cols));
     // magnitudes spread over 2^-12 .. 2^12, so that groups round at different scales
     for (auto& v : x) v = std::ldexp(normal(gen), int(gen() % 25) - 12);
-    std::vector<double> exact, of_rounded;
+    std::vector<double> exact, of_int16, of_int8;
     const double scale = product(M, x, exact);
-    const double scale_rounded = product(M, rounded_to_int16_groups(x), of_rounded);
+    const double scale_int16 = product(M, rounded_to_int16_groups(x), of_int16);
+    const double scale_int8 = product(M, rounded_to_int8_groups(x), of_int8);
     const int64_t off = 2 * m.rows * m.cols;
     for (const K::Isa isa : {K::Isa::Scalar, K::Isa::Avx2, K::Isa::Avx512, K::Isa::Neon})
-      for (const bool int16 : {false, true}) {
-        if (!K::isa_supported(isa) || (int16 && M > 8)) continue;
-        SCOPED_TRACE(std::string(K::isa_name(isa)) + " M " + std::to_string(M) +
-                     (int16 ? " int16" : " float"));
-        const bool rounds = int16 && (isa == K::Isa::Avx2 || isa == K::Isa::Avx512);
+      for (const K::Mxfp4X as : {K::Mxfp4X::Float, K::Mxfp4X::Int16, K::Mxfp4X::Int8}) {
+        if (!K::isa_supported(isa) || (as != K::Mxfp4X::Float && M > 8)) continue;
+        SCOPED_TRACE(std::string(K::isa_name(isa)) + " M " + std::to_string(M) + " as " +
+                     std::to_string(int(as)));
+        const bool rounds =
+            as != K::Mxfp4X::Float && (isa == K::Isa::Avx2 || isa == K::Isa::Avx512);
+        const bool int8 = as == K::Mxfp4X::Int8;
         const K::Isa before = K::active_isa();
         ASSERT_TRUE(K::set_isa(isa));
         std::vector<float> y(std::size_t(M * (m.rows + 3)), -7.0f);  // ldy > rows: padding kept
@@ -148,16 +169,20 @@ TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
                         m.scales->data() + off / 32, y.data(), m.rows + 3);
         else
           K::mxfp4_rows(M, m.rows, m.cols, x.data(), m.cols, m.blocks->data() + off / 2,
-                        m.scales->data() + off / 32, y.data(), m.rows + 3, int16);
+                        m.scales->data() + off / 32, y.data(), m.rows + 3, as);
         K::set_isa(before);
-        const std::vector<double>& want = rounds ? of_rounded : exact;
+        const std::vector<double>& want = !rounds ? exact : int8 ? of_int8 : of_int16;
+        // the 8-bit path adds 12 to every doubled code and takes 12 times the sum of the group's
+        // integers off at the end: float sums over terms up to (24 / |code|) times larger
+        const double tol = !rounds ? 4e-7 * scale : int8 ? 4e-6 * scale_int8 : 4e-7 * scale_int16;
         for (int64_t i = 0; i < M; ++i) {
           for (int64_t r = 0; r < m.rows; ++r) {
             const double got = y[std::size_t(i * (m.rows + 3) + r)];
-            EXPECT_NEAR(got, want[std::size_t(i * m.rows + r)],
-                        4e-7 * (rounds ? scale_rounded : scale));
-            if (rounds)  // each x within 2^-15 of its group's largest: terms at most 6 * that
-              EXPECT_NEAR(got, exact[std::size_t(i * m.rows + r)], 2e-4 * scale);
+            EXPECT_NEAR(got, want[std::size_t(i * m.rows + r)], tol);
+            // each x within 2^-15 (16 bits) or 2^-7 (8 bits) of its group's largest: terms at
+            // most 6 * that
+            if (rounds)
+              EXPECT_NEAR(got, exact[std::size_t(i * m.rows + r)], (int8 ? 5e-2 : 2e-4) * scale);
           }
           for (int64_t r = m.rows; r < m.rows + 3; ++r)
             EXPECT_EQ(y[std::size_t(i * (m.rows + 3) + r)], -7.0f);
@@ -168,7 +193,7 @@ TEST(Mxfp4, RowsEqualTheProductWithTheDecodedMatrixOnEveryIsa) {
 
 // Each output's bits depend on its row of W, its row of X and the instruction set only: not on
 // the threads splitting the rows, nor on the other rows (one row of X goes over two rows of W at a
-// time, several rows of X over one), on both the float and the 16-bit paths.
+// time, several rows of X over one), on the float, 16-bit and 8-bit paths.
 TEST(Mxfp4, RowsAreTheSameBitsForAnyThreadsAndRowCounts) {
   const int64_t R = 601, C = 2048;  // enough bytes for threads_for to split them
   const Mxfp4Matrices m = random_matrices(1, R, C, 11);
@@ -177,34 +202,34 @@ TEST(Mxfp4, RowsAreTheSameBitsForAnyThreadsAndRowCounts) {
   std::vector<float> x(std::size_t(3 * C));
   for (auto& v : x) v = normal(gen);
   const int before = attn::get_num_threads();
-  const auto run = [&](int64_t M, int64_t r0, int64_t rn, int threads, bool int16) {
+  const auto run = [&](int64_t M, int64_t r0, int64_t rn, int threads, K::Mxfp4X as) {
     attn::set_num_threads(threads);
     std::vector<float> y(std::size_t(M * rn));
     K::mxfp4_rows(M, rn, C, x.data(), C, m.blocks->data() + r0 * C / 2,
-                  m.scales->data() + r0 * C / 32, y.data(), rn, int16);
+                  m.scales->data() + r0 * C / 32, y.data(), rn, as);
     return y;
   };
-  for (const bool int16 : {false, true}) {
-    SCOPED_TRACE(int16 ? "int16" : "float");
-    const std::vector<float> one = run(1, 0, R, 1, int16), three = run(3, 0, R, 1, int16);
+  for (const K::Mxfp4X as : {K::Mxfp4X::Float, K::Mxfp4X::Int16, K::Mxfp4X::Int8}) {
+    SCOPED_TRACE("as " + std::to_string(int(as)));
+    const std::vector<float> one = run(1, 0, R, 1, as), three = run(3, 0, R, 1, as);
     for (const int threads : {2, 3}) {
       SCOPED_TRACE(std::to_string(threads) + " threads");
-      EXPECT_EQ(run(1, 0, R, threads, int16), one);
-      EXPECT_EQ(run(3, 0, R, threads, int16), three);
+      EXPECT_EQ(run(1, 0, R, threads, as), one);
+      EXPECT_EQ(run(3, 0, R, threads, as), three);
     }
     // rows 100 .. 106 alone (pairs 100 + 103, ..., and 106 alone), and row 0 of X among three
-    const std::vector<float> some = run(1, 100, 7, 1, int16);
+    const std::vector<float> some = run(1, 100, 7, 1, as);
     for (int64_t r = 0; r < 7; ++r) EXPECT_EQ(some[std::size_t(r)], one[std::size_t(100 + r)]);
     for (int64_t r = 0; r < R; ++r) EXPECT_EQ(three[std::size_t(r)], one[std::size_t(r)]);
   }
   attn::set_num_threads(before);
 }
 
-// The 16-bit path at the edges: a group of zeros, an x of 2^-140 (subnormal) and 2^120, scales
-// whose product leaves the normal floats (2^-127 with tiny x: subnormal; 2^127 with large x:
+// The 16-bit and 8-bit paths at the edges: a group of zeros, an x of 2^-140 (subnormal) and 2^120,
+// scales whose product leaves the normal floats (2^-127 with tiny x: subnormal; 2^127 with large x:
 // inf), E8M0's NaN, and inf or NaN in X (then the float path: the same values as it).
-TEST(Mxfp4, RowsOnSixteenBitIntegersAtTheEdges) {
-  if (!K::isa_supported(K::Isa::Avx2)) GTEST_SKIP() << "the 16-bit path needs AVX2";
+TEST(Mxfp4, RowsOnIntegersAtTheEdges) {
+  if (!K::isa_supported(K::Isa::Avx2)) GTEST_SKIP() << "the integer paths need AVX2";
   const int64_t R = 4, C = 128, G = C / 32;
   std::vector<uint8_t> blocks(std::size_t(R * C / 2), 0x22), scales(std::size_t(R * G), 127);
   scales[0] = 0, scales[1] = 254, scales[2] = 255;  // row 0: 2^-127, 2^127, NaN, 1
@@ -214,44 +239,50 @@ TEST(Mxfp4, RowsOnSixteenBitIntegersAtTheEdges) {
   const std::vector<double> w = decoded(m, 0);
   const K::Isa before = K::active_isa();
   ASSERT_TRUE(K::set_isa(K::Isa::Avx2));
-  const auto run = [&](const std::vector<float>& x, bool int16) {
+  const auto run = [&](const std::vector<float>& x, K::Mxfp4X as) {
     std::vector<float> y(static_cast<std::size_t>(R));
-    K::mxfp4_rows(1, R, C, x.data(), C, m.blocks->data(), m.scales->data(), y.data(), R, int16);
+    K::mxfp4_rows(1, R, C, x.data(), C, m.blocks->data(), m.scales->data(), y.data(), R, as);
     return y;
   };
   std::vector<float> x(std::size_t(C), 0.0f);  // group 0: zeros
   for (int i = 32; i < 64; ++i) x[std::size_t(i)] = std::ldexp(1.0f, -140);
   for (int i = 64; i < 96; ++i) x[std::size_t(i)] = std::ldexp(1.0f, 120);
   for (int i = 96; i < 128; ++i) x[std::size_t(i)] = 0.25f * float(i % 5);
-  const std::vector<float> y = run(x, true);
-  K::set_isa(before);
-  for (int64_t r = 0; r < R; ++r) {
-    double want = 0;  // the exact sum, in double (finite here: no inf times 0)
-    for (int64_t c = 0; c < C; ++c) {
-      const double v = double(x[std::size_t(c)]) * w[std::size_t(r * C + c)];
-      if (x[std::size_t(c)] != 0) want += v;
+  for (const K::Mxfp4X as : {K::Mxfp4X::Int16, K::Mxfp4X::Int8}) {
+    SCOPED_TRACE(as == K::Mxfp4X::Int8 ? "int8" : "int16");
+    ASSERT_TRUE(K::set_isa(K::Isa::Avx2));
+    const std::vector<float> y = run(x, as);
+    K::set_isa(before);
+    for (int64_t r = 0; r < R; ++r) {
+      double want = 0;  // the exact sum, in double (finite here: no inf times 0)
+      for (int64_t c = 0; c < C; ++c) {
+        const double v = double(x[std::size_t(c)]) * w[std::size_t(r * C + c)];
+        if (x[std::size_t(c)] != 0) want += v;
+      }
+      SCOPED_TRACE("row " + std::to_string(r));
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(y[std::size_t(r)]));
+      } else if (std::abs(want) > double(std::numeric_limits<float>::max())) {
+        EXPECT_TRUE(std::isinf(y[std::size_t(r)]));
+      } else {
+        // x here are multiples of a power of two (0.25 * (0 .. 4) in the last group): exact in 8
+        // bits too but for the step's rounding to a float
+        EXPECT_NEAR(y[std::size_t(r)], want, 1e-6 * std::abs(want) + 1e-44);
+      }
     }
-    SCOPED_TRACE("row " + std::to_string(r));
-    if (std::isnan(want)) {
-      EXPECT_TRUE(std::isnan(y[std::size_t(r)]));
-    } else if (std::abs(want) > double(std::numeric_limits<float>::max())) {
-      EXPECT_TRUE(std::isinf(y[std::size_t(r)]));
-    } else {
-      EXPECT_NEAR(y[std::size_t(r)], want, 1e-6 * std::abs(want) + 1e-44);
+    ASSERT_TRUE(K::set_isa(K::Isa::Avx2));
+    for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+      std::vector<float> xb = x;
+      xb[100] = bad;
+      const std::vector<float> a = run(xb, as), b = run(xb, K::Mxfp4X::Float);
+      for (int64_t r = 0; r < R; ++r)
+        EXPECT_TRUE(a[std::size_t(r)] == b[std::size_t(r)] ||
+                    (std::isnan(a[std::size_t(r)]) && std::isnan(b[std::size_t(r)])))
+            << "row " << r << " with " << bad << ": " << a[std::size_t(r)] << " against "
+            << b[std::size_t(r)];
     }
+    K::set_isa(before);
   }
-  ASSERT_TRUE(K::set_isa(K::Isa::Avx2));
-  for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
-    std::vector<float> xb = x;
-    xb[100] = bad;
-    const std::vector<float> a = run(xb, true), b = run(xb, false);
-    for (int64_t r = 0; r < R; ++r)
-      EXPECT_TRUE(a[std::size_t(r)] == b[std::size_t(r)] ||
-                  (std::isnan(a[std::size_t(r)]) && std::isnan(b[std::size_t(r)])))
-          << "row " << r << " with " << bad << ": " << a[std::size_t(r)] << " against "
-          << b[std::size_t(r)];
-  }
-  K::set_isa(before);
 }
 
 // got (N, R) against x (N, C) @ w (R, C)^T, each element within 1e-5 of the sum of its terms'
@@ -284,6 +315,16 @@ TEST(Mxfp4, LinearStreamsFewRowsAndDecodesBlocksForManyWithGradientsToX) {
     const Tensor want16 = attn::matmul(x.to(attn::Dtype::BFloat16).to(attn::Dtype::Float32),
                                        attn::mxfp4_dequantize(m, 1).transpose(0, 1));
     EXPECT_TRUE(attn::allclose(got16.to(attn::Dtype::Float32), want16, 1e-2, 1e-2));
+    // int8_activations: the kernel's 8-bit path for up to 8 rows, the same as without it for more
+    const Tensor got8 = attn::mxfp4_linear(x, m, 1, /*int8_activations=*/true);
+    if (N > 8) {
+      EXPECT_TRUE(attn::equal(got8, got));
+    } else {
+      std::vector<float> y8(std::size_t(N * 40));
+      K::mxfp4_rows(N, 40, 64, x.data_ptr<float>(), 64, m.blocks->data() + 40 * 64 / 2,
+                    m.scales->data() + 40 * 64 / 32, y8.data(), 40, K::Mxfp4X::Int8);
+      EXPECT_EQ(got8.to_float_vector(), y8);
+    }
   }
   // A prompt's rows against a matrix of several blocks of 128 rows (the last one partial):
   // decoded block by block for sgemm, as the product with the whole decoded matrix.

@@ -396,6 +396,33 @@ def test_gpt_oss_experts_kept_in_mxfp4(mxfp4_checkpoint, tmp_path):
                               attn.tensor(IDS)).numpy())
 
 
+def test_gpt_oss_mxfp4_int8_activations(mxfp4_checkpoint):
+    """mxfp4_int8_activations=True: the expert products of up to 8 tokens (decoding) round their
+    activations to 8-bit integers per group of 32, as llama.cpp does: a bfloat16 model's logits
+    of a 5-token row within a few times the default's distance from transformers' float64 ones
+    (here 1.96 against 0.37: the step of 8 bits is a group's largest |x| / 127 for each of its
+    values, where bfloat16 rounds each to 8 significant bits of its own; the kernel's rounding
+    is checked exactly in tests/cpp/test_mxfp4.cpp); off again, the default's bits; a model
+    without experts in MXFP4 refuses it."""
+    d = mxfp4_checkpoint
+    ids = [IDS[0][:5]]  # 5 rows: the streaming product
+    ref64 = float64_logits(load_mxfp4(d, torch.float32), ids)
+    default = attn.nn.Decoder.from_pretrained(d, dtype="bfloat16")
+    model = attn.nn.Decoder.from_pretrained(d, dtype="bfloat16", mxfp4_int8_activations=True)
+    with attn.no_grad():  # with a gradient to record the matrices are decoded instead
+        want = default(attn.tensor(ids)).float().numpy()
+        got = model(attn.tensor(ids)).float().numpy()
+    err, err16 = np.abs(got - ref64).max(), np.abs(want - ref64).max()
+    assert not np.array_equal(got, want)
+    assert err <= 8 * err16 + 1e-3, (err, err16)
+    model.set_mxfp4_int8_activations(False)
+    with attn.no_grad():
+        assert np.array_equal(model(attn.tensor(ids)).float().numpy(), want)
+    decoded = attn.nn.Decoder.from_pretrained(d, dtype="auto", dequantize_mxfp4=True)
+    with pytest.raises(ValueError, match="keeps no experts in MXFP4"):
+        decoded.set_mxfp4_int8_activations(True)
+
+
 @pytest.mark.parametrize("edit, words", [
     (lambda sd, cfg: cfg["quantization_config"].update(quant_method="gptq"),
      ["quant_method 'gptq' is not supported"]),

@@ -75,7 +75,8 @@ class Decoder(Module):
         _mirror_parameters(self, impl)
 
     @classmethod
-    def from_pretrained(cls, path, torch_dtype=None, dtype=None, dequantize_mxfp4=False):
+    def from_pretrained(cls, path, torch_dtype=None, dtype=None, dequantize_mxfp4=False,
+                        mxfp4_int8_activations=False):
         """A Hugging Face checkpoint directory of a llama, mistral, mixtral, qwen2, qwen2_moe,
         qwen3, qwen3_moe, gemma, gemma2, gemma3_text (or gemma3: its language model) or gpt_oss
         model (config.json with model.safetensors or a sharded model.safetensors.index.json), in
@@ -85,7 +86,10 @@ class Decoder(Module):
         (config.json's torch_dtype / dtype); the names "float32", "bfloat16", "float16" too.
         gpt-oss's experts stored in MXFP4 stay in MXFP4 (config["mxfp4_experts"]; not
         parameters) unless dequantize_mxfp4, which decodes them into the parameters as
-        transformers' Mxfp4Config(dequantize=True)."""
+        transformers' Mxfp4Config(dequantize=True). mxfp4_int8_activations (attn's, no
+        transformers argument): the MXFP4 experts' products for a few tokens (decoding) round
+        their activations to 8-bit integers per group of 32, as llama.cpp does, instead of
+        16-bit ones: faster, at llama.cpp's accuracy (see set_mxfp4_int8_activations)."""
         want = dtype if dtype is not None else torch_dtype
         if isinstance(want, str) and want == "auto":
             want = _checkpoint_dtype(path)
@@ -101,7 +105,16 @@ class Decoder(Module):
         Module.__init__(self)
         self._attach(_C.decoder.load_hf(_os.fspath(path), want, bool(dequantize_mxfp4)))
         self.eval()
+        if mxfp4_int8_activations:
+            self.set_mxfp4_int8_activations(True)
         return self
+
+    def set_mxfp4_int8_activations(self, on=True):
+        """gpt-oss's experts kept in MXFP4: their products for up to 8 tokens with the
+        activations rounded to 8-bit integers per group of 32 (step: the group's largest |x| /
+        127, llama.cpp's q8_0) when on, to 16-bit integers (finer than bfloat16) when off, the
+        default. ValueError when the model keeps no experts in MXFP4."""
+        self._impl.set_mxfp4_int8_activations(bool(on))
 
     def save_pretrained(self, save_directory, dequantize_mxfp4=False):
         """Writes config.json and model.safetensors (transformers' names, the parameters' dtype)

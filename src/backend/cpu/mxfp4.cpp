@@ -272,6 +272,110 @@ ATTN_TARGET_AVX2 void rows_avx2_int16(int64_t M, int64_t r0, int64_t r1, int64_t
   }
 }
 
+// The 8-bit path (Int8Rows below): a group's 32 codes as unsigned bytes, their doubled values
+// plus 12 (0 .. 24), in the order of codes_avx2 (16 even positions, then 16 odd ones).
+ATTN_TARGET_AVX2 inline __m256i codes_offset_avx2(const uint8_t* b16) {
+  const __m256i table = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                         12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b16));
+  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
+  return _mm256_shuffle_epi8(table, _mm256_and_si256(both, _mm256_set1_epi8(0x0F)));
+}
+
+// One group's step of row_pass_avx2_int8 for NR rows of X (Q and O at the group, rows C and C / 2
+// apart): (doubled code + 12) times x's integer in pairs (maddubs: at most 2 * 24 * 127, no
+// saturation), the offset's share taken off each pair (O: -12 times the pair's integers), the
+// pairs summed in 8 int32 lanes (madd): the group's exact sum, added in float times its scale.
+template <int NR>
+ATTN_TARGET_AVX2 ATTN_ALWAYS_INLINE void group_step_avx2_int8(const uint8_t* b16, const int8_t* Q,
+                                                              const int16_t* O, int64_t C,
+                                                              const float (*sc)[8], int64_t i,
+                                                              __m256 (&acc)[NR]) {
+  const __m256i w = codes_offset_avx2(b16), ones = _mm256_set1_epi16(1);
+  for (int m = 0; m < NR; ++m) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(Q + m * C));
+    const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(O + m * C / 2));
+    const __m256i p = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w, q), o), ones);
+    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&sc[m][i]), acc[m]);
+  }
+}
+
+// The streaming product with X rounded to 8-bit integers (Int8Rows below), NR rows of X against
+// NW rows of W at a time (b, s: their codes and scales; y: their outputs): per group, one byte
+// shuffle gives the codes' doubled values plus 12 as unsigned bytes for maddubs, the offset
+// taken off in the integers, and the exact sum added in float times the group's scale
+// 2^(s - 128 + k) * step (the doubled code's 2^-1, the E8M0 scale, x's step step * 2^k), to two
+// accumulators as above.
+template <int NR, int NW>
+ATTN_TARGET_AVX2 void row_pass_avx2_int8(int64_t G, const int8_t* Q, const int16_t* O,
+                                         const int32_t* K, const float* step,
+                                         const uint8_t* const (&b)[NW],
+                                         const uint8_t* const (&s)[NW], float* const (&y)[NW],
+                                         int64_t ldy) {
+  const int64_t C = G * 32;
+  __m256 even[NW][NR], odd[NW][NR];  // compile-time indices: kept in registers
+  for (int w = 0; w < NW; ++w)
+    for (int m = 0; m < NR; ++m) even[w][m] = odd[w][m] = _mm256_setzero_ps();
+  alignas(32) float sc[NW][NR][8];
+  for (int64_t g0 = 0; g0 < G; g0 += 8) {
+    const int64_t gn = G - g0 < 8 ? G - g0 : 8;
+    for (int w = 0; w < NW; ++w) {
+      chunk_scales<NR>(G, g0, gn, s[w], K, sc[w]);
+      for (int m = 0; m < NR; ++m)
+        for (int64_t i = 0; i < gn; ++i) sc[w][m][i] *= step[m * G + g0 + i];
+    }
+    int64_t i = 0;
+    for (; i + 2 <= gn; i += 2) {
+      const int64_t g = g0 + i;
+      for (int w = 0; w < NW; ++w) {
+        group_step_avx2_int8<NR>(b[w] + g * 16, Q + g * 32, O + g * 16, C, sc[w], i, even[w]);
+        group_step_avx2_int8<NR>(b[w] + (g + 1) * 16, Q + (g + 1) * 32, O + (g + 1) * 16, C, sc[w],
+                                 i + 1, odd[w]);
+      }
+    }
+    if (i < gn)
+      for (int w = 0; w < NW; ++w)
+        group_step_avx2_int8<NR>(b[w] + (g0 + i) * 16, Q + (g0 + i) * 32, O + (g0 + i) * 16, C,
+                                 sc[w], i, even[w]);
+  }
+  for (int w = 0; w < NW; ++w)
+    for (int m = 0; m < NR; ++m) y[w][m * ldy] = hsum_avx2(_mm256_add_ps(even[w][m], odd[w][m]));
+}
+
+ATTN_TARGET_AVX2 void rows_avx2_int8(int64_t M, int64_t r0, int64_t r1, int64_t C, const int8_t* Q,
+                                     const int16_t* O, const int32_t* K, const float* step,
+                                     const uint8_t* blocks, const uint8_t* scales, float* Y,
+                                     int64_t ldy) {
+  const int64_t G = C / 32;
+  const auto codes = [&](int64_t r) { return blocks + r * G * 16; };
+  const auto exps = [&](int64_t r) { return scales + r * G; };
+  if (M == 1) {  // row r beside row r + half, as rows_avx2_int16
+    const int64_t half = (r1 - r0) / 2;
+    for (int64_t r = r0; r < r0 + half; ++r) {
+      const int64_t t = r + half;
+      row_pass_avx2_int8<1, 2>(G, Q, O, K, step, {codes(r), codes(t)}, {exps(r), exps(t)},
+                               {Y + r, Y + t}, ldy);
+    }
+    if ((r1 - r0) % 2)
+      row_pass_avx2_int8<1, 1>(G, Q, O, K, step, {codes(r1 - 1)}, {exps(r1 - 1)}, {Y + r1 - 1},
+                               ldy);
+    return;
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* const b[1] = {codes(r)};
+    const uint8_t* const s[1] = {exps(r)};
+    int64_t m = 0;
+    const auto pass = [&]<int NR>() {
+      float* const y[1] = {Y + m * ldy + r};
+      row_pass_avx2_int8<NR, 1>(G, Q + m * C, O + m * C / 2, K + m * G, step + m * G, b, s, y, ldy);
+    };
+    for (; m + 4 <= M; m += 4) pass.template operator()<4>();
+    if (M - m == 3) pass.template operator()<3>();
+    if (M - m == 2) pass.template operator()<2>();
+    if (M - m == 1) pass.template operator()<1>();
+  }
+}
+
 // The top halves of 8 + 8 floats as 16 bfloat16 bits, in order (packus works within 128-bit
 // lanes: the 64-bit quarters reordered after).
 ATTN_TARGET_AVX2 inline __m256i top_halves(__m256 a, __m256 b) {
@@ -340,6 +444,51 @@ struct Int16Rows {
   }
 };
 
+// The rows of X (M, C) rounded to 8-bit integers group by group, as llama.cpp's q8_0 does:
+// x = q * d with the step d = (the group's largest |x|) / 127 and q = x / d rounded to the
+// nearest (ties to even), in -127 .. 127: each x within d / 2 of its value. d is held as
+// step * 2^k, step a float in [2^-7, 2^-6) (normal for any x: no precision lost to subnormal
+// steps). q holds each group in the order of a block's codes (16 even positions, then 16 odd
+// ones); o, per pair of q in that order, -12 times the pair's sum (the offset of the codes'
+// unsigned bytes). finite as in Int16Rows.
+struct Int8Rows {
+  std::vector<int8_t> q;
+  std::vector<int16_t> o;
+  std::vector<int32_t> k;
+  std::vector<float> step;
+  bool finite = true;
+  Int8Rows(int64_t M, int64_t C, const float* X, int64_t ldx)
+      : q(std::size_t(M * C)),
+        o(std::size_t(M * C / 2)),
+        k(std::size_t(M * (C / 32))),
+        step(k.size()) {
+    const int64_t G = C / 32;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t g = 0; g < G; ++g) {
+        const float* x = X + m * ldx + g * 32;
+        float big = 0;
+        for (int i = 0; i < 32; ++i) {
+          const float a = std::abs(x[i]);
+          if (!(a < std::numeric_limits<float>::infinity())) {  // inf or NaN
+            finite = false;
+            return;
+          }
+          big = std::max(big, a);
+        }
+        const std::size_t j = std::size_t(m * G + g);
+        const int e = big == 0 ? 0 : std::ilogb(big);
+        k[j] = e;
+        step[j] = float(std::ldexp(double(big), -e) / 127.0);
+        const double times = big == 0 ? 0.0 : 127.0 / double(big);  // in double: no overflow
+        int8_t* out = q.data() + m * C + g * 32;
+        for (int i = 0; i < 32; ++i)
+          out[(i & 1) * 16 + i / 2] = int8_t(std::nearbyint(double(x[i]) * times));
+        int16_t* off = o.data() + m * C / 2 + g * 16;
+        for (int i = 0; i < 16; ++i) off[i] = int16_t(-12 * (out[2 * i] + out[2 * i + 1]));
+      }
+  }
+};
+
 // Rows [r0, r1) of W decoded into W (r1 - r0, C) as floats or bfloat16 bits (Out = uint16_t: the
 // float's top half, exact for every MXFP4 weight): decode_rows_avx2 where avx2, else group by
 // group from the table.
@@ -368,13 +517,13 @@ void decode_rows(bool avx2, int64_t r0, int64_t r1, int64_t C, const uint8_t* bl
 }  // namespace
 
 void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
-                const uint8_t* scales, float* Y, int64_t ldy, bool x_int16) {
+                const uint8_t* scales, float* Y, int64_t ldy, Mxfp4X x_as) {
   if (M <= 0 || R <= 0) return;
   const bool avx2 = ATTN_SIMD_X86 && (active_isa() == Isa::Avx2 || active_isa() == Isa::Avx512);
   // A row of W is C / 2 bytes: split when there are enough of them to pay for waking threads.
   const int64_t threads = threads_for(R * C / 2, int64_t(1) << 18);
 #if ATTN_SIMD_X86
-  if (avx2 && x_int16) {
+  if (avx2 && x_as == Mxfp4X::Int16) {
     const Int16Rows q(M, C, X, ldx);
     if (q.finite) {
       parallel_ranges(R, threads, [&](int64_t r0, int64_t r1) {
@@ -383,8 +532,18 @@ void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, co
       return;
     }
   }
+  if (avx2 && x_as == Mxfp4X::Int8) {
+    const Int8Rows q(M, C, X, ldx);
+    if (q.finite) {
+      parallel_ranges(R, threads, [&](int64_t r0, int64_t r1) {
+        rows_avx2_int8(M, r0, r1, C, q.q.data(), q.o.data(), q.k.data(), q.step.data(), blocks,
+                       scales, Y, ldy);
+      });
+      return;
+    }
+  }
 #endif
-  (void)x_int16;
+  (void)x_as;
   parallel_ranges(R, threads, [&](int64_t r0, int64_t r1) {
 #if ATTN_SIMD_X86
     if (avx2) return rows_avx2(M, r0, r1, C, X, ldx, blocks, scales, Y, ldy);

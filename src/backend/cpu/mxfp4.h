@@ -15,14 +15,20 @@ namespace attn::kernels {
 // codes with two byte shuffles (on AVX-512 CPUs too), elsewhere a table lookup each. The order of
 // each sum depends only on C and the instruction set, not on M, R or the threads.
 //
-// x_int16 (for X that held bfloat16 or float16 values, whose own rounding is coarser): with AVX2,
-// X is first rounded to 16-bit integers with a power-of-two scale per group of 32 (each x within
-// 2^-15 of its group's largest |x|; a bfloat16 no smaller than 2^-8 of it exactly), and each
-// group's 32 products are summed exactly in integers (two madd), then once in float: 1.6x
-// faster per weight than widening the codes to floats on a Zen 4 core. Without AVX2, or when X
-// holds inf or NaN, the float path.
+// x_as: how X is taken. Float: as it is. With AVX2 (else, or where X holds inf or NaN, the float
+// path), X is first rounded group of 32 by group, each group's 32 products summed exactly in
+// integers, then once in float:
+// - Int16 (for X that held bfloat16 or float16 values, whose own rounding is coarser): to 16-bit
+//   integers with a power-of-two scale per group (each x within 2^-15 of its group's largest |x|;
+//   a bfloat16 no smaller than 2^-8 of it exactly), two madd a group: 1.6x faster per weight than
+//   widening the codes to floats on a Zen 4 core.
+// - Int8 (llama.cpp's q8_0 activations, its accuracy): to 8-bit integers with the step d =
+//   (largest |x|) / 127 per group (each x within d / 2 of its value), one byte shuffle and one
+//   maddubs a group: another 1.1-1.2x on that core.
+// One row of X reads two rows of W at once (two streams of memory in flight).
+enum class Mxfp4X { Float, Int16, Int8 };
 void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
-                const uint8_t* scales, float* Y, int64_t ldy, bool x_int16 = false);
+                const uint8_t* scales, float* Y, int64_t ldy, Mxfp4X x_as = Mxfp4X::Float);
 
 // The same product for many rows of X (a prompt): blocks of 128 rows of W decoded into a
 // per-thread float buffer and multiplied by sgemm (gemm.h), so that W is never held decoded
