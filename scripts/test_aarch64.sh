@@ -31,6 +31,7 @@ no_threads+=':AutogradGraphTest.SetGradEnabledAndThreadLocality:Concurrency.*'
 no_threads+=':TensorMatmul.OneRowLargeVsNaive:GemmFewRows.SameBitsAtEveryThreadCount'
 no_threads+=':Fused.*'  # nn/fused.h's ops against the separate ops, at 1 and 2 threads
 no_threads+=':Paged.SameBitsForAnyThreadCount:Flex.CapturedGradientsAreTheSameBitsForAnyThreadCount'
+no_threads+=':Mxfp4.RowsAreTheSameBitsForAnyThreadsAndRowCounts'
 target=attn_kernel_tests
 if [[ "${1:-}" == "--all" ]]; then
   filter='*'
