@@ -407,6 +407,17 @@ ATTN_TARGET_AVX2 void decode_rows_avx2(int64_t r0, int64_t r1, int64_t C, const 
 }
 #endif  // ATTN_SIMD_X86
 
+// The largest |x| of a group of 32, or -1 where the group holds inf or NaN.
+inline float group_largest(const float* x) {
+  float big = 0;
+  for (int i = 0; i < 32; ++i) {
+    const float a = std::abs(x[i]);
+    if (!(a < std::numeric_limits<float>::infinity())) return -1.0f;
+    big = std::max(big, a);
+  }
+  return big;
+}
+
 // The rows of X (M, C) rounded to 16-bit integers group by group: x = q * 2^k with k chosen per
 // group of 32 so that the group's largest |x| becomes an integer in [2^14, 2^15) (2^15 - 1 where
 // rounding reaches 2^15): each x within 2^-15 of the group's largest |x|, exact where it is a
@@ -423,14 +434,10 @@ struct Int16Rows {
     for (int64_t m = 0; m < M; ++m)
       for (int64_t g = 0; g < G; ++g) {
         const float* x = X + m * ldx + g * 32;
-        float big = 0;
-        for (int i = 0; i < 32; ++i) {
-          const float a = std::abs(x[i]);
-          if (!(a < std::numeric_limits<float>::infinity())) {  // inf or NaN
-            finite = false;
-            return;
-          }
-          big = std::max(big, a);
+        const float big = group_largest(x);
+        if (big < 0) {
+          finite = false;
+          return;
         }
         const int e = big == 0 ? 0 : std::ilogb(big) - 14;
         k[std::size_t(m * G + g)] = e;
@@ -466,14 +473,10 @@ struct Int8Rows {
     for (int64_t m = 0; m < M; ++m)
       for (int64_t g = 0; g < G; ++g) {
         const float* x = X + m * ldx + g * 32;
-        float big = 0;
-        for (int i = 0; i < 32; ++i) {
-          const float a = std::abs(x[i]);
-          if (!(a < std::numeric_limits<float>::infinity())) {  // inf or NaN
-            finite = false;
-            return;
-          }
-          big = std::max(big, a);
+        const float big = group_largest(x);
+        if (big < 0) {
+          finite = false;
+          return;
         }
         const std::size_t j = std::size_t(m * G + g);
         const int e = big == 0 ? 0 : std::ilogb(big);
