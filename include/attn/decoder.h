@@ -174,7 +174,7 @@ class DecoderExperts : public Module {
   Tensor gate_up_proj, gate_up_proj_bias, down_proj, down_proj_bias;
   Mxfp4Matrices gate_up_mxfp4, down_mxfp4;
   // The MXFP4 products' int8_activations (mxfp4_linear): llama.cpp's 8-bit rounding of a decoded
-  // token's activations, for speed at its accuracy. Set by Decoder::set_mxfp4_int8_activations.
+  // token's activations, to match its numbers. Set by Decoder::set_mxfp4_int8_activations.
   bool mxfp4_int8_activations = false;
 };
 
@@ -279,9 +279,9 @@ class Decoder : public Module {
   // count and keep_first + count <= cache.length.
   void evict(DecoderCache& cache, int64_t keep_first, int64_t count) const;
   // Every MXFP4 expert's products for up to 8 tokens with x rounded to 8-bit integers as
-  // llama.cpp's q8_0 rounds its activations (mxfp4_linear's int8_activations): faster decoding
-  // at llama.cpp's accuracy (false: 16-bit integers, the default). attn::Error when the model
-  // keeps no experts in MXFP4.
+  // llama.cpp's q8_0 rounds its activations (mxfp4_linear's int8_activations): llama.cpp's
+  // accuracy, not faster decoding end to end on the Zen 4 measured in BENCHMARKS.md (false:
+  // 16-bit integers, the default). attn::Error when the model keeps no experts in MXFP4.
   void set_mxfp4_int8_activations(bool on);
   // llama.cpp's context shift, StreamingLLM's window: when `incoming` more tokens would take the
   // cache past `window` tokens, evicts after the first sink_tokens the larger of what they need

@@ -41,8 +41,10 @@ struct Mxfp4Matrices {
 // not floating.
 // int8_activations: up to 8 rows with no gradient to record, x rounded to 8-bit integers per
 // group of 32 as llama.cpp's q8_0 rounds its activations (step (largest |x|) / 127) instead of
-// the 16-bit integers a bfloat16 / float16 x gets (or the floats of a float32 x): faster per
-// weight, at llama.cpp's accuracy. Ignored otherwise, and without AVX2.
+// the 16-bit integers a bfloat16 / float16 x gets (or the floats of a float32 x): fewer
+// instructions per weight, at llama.cpp's accuracy (not faster decoding end to end on the CPU
+// measured in BENCHMARKS.md: the rounding of x costs what they save). Ignored otherwise, and
+// without AVX2.
 Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e,
                     bool int8_activations = false);
 

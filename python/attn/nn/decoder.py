@@ -89,7 +89,8 @@ class Decoder(Module):
         transformers' Mxfp4Config(dequantize=True). mxfp4_int8_activations (attn's, no
         transformers argument): the MXFP4 experts' products for a few tokens (decoding) round
         their activations to 8-bit integers per group of 32, as llama.cpp does, instead of
-        16-bit ones: faster, at llama.cpp's accuracy (see set_mxfp4_int8_activations)."""
+        16-bit ones, to match llama.cpp's numbers (not faster end to end on the CPU measured in
+        BENCHMARKS.md; see set_mxfp4_int8_activations)."""
         want = dtype if dtype is not None else torch_dtype
         if isinstance(want, str) and want == "auto":
             want = _checkpoint_dtype(path)
