@@ -239,37 +239,50 @@ ATTN_TARGET_AVX2 void row_pass_avx2_int16(int64_t G, const int16_t* Q, const int
     for (int m = 0; m < NR; ++m) y[w][m * ldy] = hsum_avx2(_mm256_add_ps(even[w][m], odd[w][m]));
 }
 
+// Rows [r0, r1) of W through pass.template operator()<NR, NW>(m, b, s, y): NW rows of W (b, s:
+// their codes and scales; y: their outputs) against NR rows of X from row m. One row of X reads
+// row r beside row r + half (two streams of memory in flight, as gemm_rows_bf16dot.cpp's
+// dot_two_streams); more rows take one row of W at a time against 4 rows of X at a time.
+template <class Pass>
+ATTN_TARGET_AVX2 void row_passes_avx2(int64_t M, int64_t r0, int64_t r1, int64_t G,
+                                      const uint8_t* blocks, const uint8_t* scales, float* Y,
+                                      int64_t ldy, const Pass& pass) {
+  const auto codes = [&](int64_t r) { return blocks + r * G * 16; };
+  const auto exps = [&](int64_t r) { return scales + r * G; };
+  if (M == 1) {
+    const int64_t half = (r1 - r0) / 2;
+    for (int64_t r = r0; r < r0 + half; ++r) {
+      const int64_t t = r + half;
+      pass.template operator()<1, 2>(0, {codes(r), codes(t)}, {exps(r), exps(t)}, {Y + r, Y + t});
+    }
+    if ((r1 - r0) % 2)
+      pass.template operator()<1, 1>(0, {codes(r1 - 1)}, {exps(r1 - 1)}, {Y + r1 - 1});
+    return;
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4)
+      pass.template operator()<4, 1>(m, {codes(r)}, {exps(r)}, {Y + m * ldy + r});
+    if (M - m == 3) pass.template operator()<3, 1>(m, {codes(r)}, {exps(r)}, {Y + m * ldy + r});
+    if (M - m == 2) pass.template operator()<2, 1>(m, {codes(r)}, {exps(r)}, {Y + m * ldy + r});
+    if (M - m == 1) pass.template operator()<1, 1>(m, {codes(r)}, {exps(r)}, {Y + m * ldy + r});
+  }
+}
+
+// The arguments of one pass of row_passes_avx2.
+template <int NW>
+using Codes = const uint8_t* const (&)[NW];
+template <int NW>
+using Outs = float* const (&)[NW];
+
 ATTN_TARGET_AVX2 void rows_avx2_int16(int64_t M, int64_t r0, int64_t r1, int64_t C,
                                       const int16_t* Q, const int32_t* K, const uint8_t* blocks,
                                       const uint8_t* scales, float* Y, int64_t ldy) {
   const int64_t G = C / 32;
-  const auto codes = [&](int64_t r) { return blocks + r * G * 16; };
-  const auto exps = [&](int64_t r) { return scales + r * G; };
-  if (M == 1) {  // row r beside row r + half: two streams of memory in flight, as
-                 // gemm_rows_bf16dot.cpp's dot_two_streams
-    const int64_t half = (r1 - r0) / 2;
-    for (int64_t r = r0; r < r0 + half; ++r) {
-      const int64_t t = r + half;
-      row_pass_avx2_int16<1, 2>(G, Q, K, {codes(r), codes(t)}, {exps(r), exps(t)}, {Y + r, Y + t},
-                                ldy);
-    }
-    if ((r1 - r0) % 2)
-      row_pass_avx2_int16<1, 1>(G, Q, K, {codes(r1 - 1)}, {exps(r1 - 1)}, {Y + r1 - 1}, ldy);
-    return;
-  }
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* const b[1] = {codes(r)};
-    const uint8_t* const s[1] = {exps(r)};
-    int64_t m = 0;
-    const auto pass = [&]<int NR>() {
-      float* const y[1] = {Y + m * ldy + r};
-      row_pass_avx2_int16<NR, 1>(G, Q + m * C, K + m * G, b, s, y, ldy);
-    };
-    for (; m + 4 <= M; m += 4) pass.template operator()<4>();
-    if (M - m == 3) pass.template operator()<3>();
-    if (M - m == 2) pass.template operator()<2>();
-    if (M - m == 1) pass.template operator()<1>();
-  }
+  row_passes_avx2(M, r0, r1, G, blocks, scales, Y, ldy,
+                  [&]<int NR, int NW>(int64_t m, Codes<NW> b, Codes<NW> s, Outs<NW> y) {
+                    row_pass_avx2_int16<NR, NW>(G, Q + m * C, K + m * G, b, s, y, ldy);
+                  });
 }
 
 // The 8-bit path (Int8Rows below): a group's 32 codes as unsigned bytes, their doubled values
@@ -347,33 +360,11 @@ ATTN_TARGET_AVX2 void rows_avx2_int8(int64_t M, int64_t r0, int64_t r1, int64_t 
                                      const uint8_t* blocks, const uint8_t* scales, float* Y,
                                      int64_t ldy) {
   const int64_t G = C / 32;
-  const auto codes = [&](int64_t r) { return blocks + r * G * 16; };
-  const auto exps = [&](int64_t r) { return scales + r * G; };
-  if (M == 1) {  // row r beside row r + half, as rows_avx2_int16
-    const int64_t half = (r1 - r0) / 2;
-    for (int64_t r = r0; r < r0 + half; ++r) {
-      const int64_t t = r + half;
-      row_pass_avx2_int8<1, 2>(G, Q, O, K, step, {codes(r), codes(t)}, {exps(r), exps(t)},
-                               {Y + r, Y + t}, ldy);
-    }
-    if ((r1 - r0) % 2)
-      row_pass_avx2_int8<1, 1>(G, Q, O, K, step, {codes(r1 - 1)}, {exps(r1 - 1)}, {Y + r1 - 1},
-                               ldy);
-    return;
-  }
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* const b[1] = {codes(r)};
-    const uint8_t* const s[1] = {exps(r)};
-    int64_t m = 0;
-    const auto pass = [&]<int NR>() {
-      float* const y[1] = {Y + m * ldy + r};
-      row_pass_avx2_int8<NR, 1>(G, Q + m * C, O + m * C / 2, K + m * G, step + m * G, b, s, y, ldy);
-    };
-    for (; m + 4 <= M; m += 4) pass.template operator()<4>();
-    if (M - m == 3) pass.template operator()<3>();
-    if (M - m == 2) pass.template operator()<2>();
-    if (M - m == 1) pass.template operator()<1>();
-  }
+  row_passes_avx2(M, r0, r1, G, blocks, scales, Y, ldy,
+                  [&]<int NR, int NW>(int64_t m, Codes<NW> b, Codes<NW> s, Outs<NW> y) {
+                    row_pass_avx2_int8<NR, NW>(G, Q + m * C, O + m * C / 2, K + m * G, step + m * G,
+                                               b, s, y, ldy);
+                  });
 }
 
 // The top halves of 8 + 8 floats as 16 bfloat16 bits, in order (packus works within 128-bit
