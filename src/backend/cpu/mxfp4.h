@@ -24,7 +24,8 @@ namespace attn::kernels {
 //   widening the codes to floats on a Zen 4 core.
 // - Int8 (llama.cpp's q8_0 activations, its accuracy): to 8-bit integers with the step d =
 //   (largest |x|) / 127 per group (each x within d / 2 of its value), one byte shuffle and one
-//   maddubs a group: another 1.1-1.2x on that core.
+//   maddubs a group. Its first version measured another 1.1-1.2x per weight on that core; the
+//   kept one was not measured apart, and whole decodes ran slower with it (BENCHMARKS.md).
 // One row of X reads two rows of W at once (two streams of memory in flight).
 enum class Mxfp4X { Float, Int16, Int8 };
 void mxfp4_rows(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, const uint8_t* blocks,
