@@ -82,9 +82,11 @@ struct RowRegs : Regs {
 #define IC(e) (SC ? P.ic[0] : P.ic[e])
 // One operation over rows.count rows of n elements. `t` is the result's type, `ta` the first
 // operand's; an operand flagged scalar (SA, SB, SC) is its element 0 for every e of a row (no
-// broadcast copy).
-template <bool SA, bool SB, bool SC>
-ATTN_ISA_INLINE void exec_t(Op op, Type t, Type ta, const Regs& r, int n, const Rows& rows) {
+// broadcast copy). One template per arity, so that each operation is compiled only for the
+// combinations of scalar operands it can have (2 for unary operations, 4 for binary, 8 for
+// where), in each of the instruction sets.
+template <bool SA>
+ATTN_ISA_INLINE void exec_unary(Op op, Type ta, const Regs& r, int n, const Rows& rows) {
   const bool fl = ta == Type::Float;
   switch (op) {
     case Op::Neg:
@@ -127,6 +129,14 @@ ATTN_ISA_INLINE void exec_t(Op op, Type t, Type ta, const Regs& r, int n, const 
       else
         FOR_E P.io[e] = IA(e) != 0;
       break;
+    default: break;
+  }
+}
+
+template <bool SA, bool SB>
+ATTN_ISA_INLINE void exec_binary(Op op, Type ta, const Regs& r, int n, const Rows& rows) {
+  const bool fl = ta == Type::Float;
+  switch (op) {
 #define ATTN_FLEX_ARITH(OP, EXPR_F, EXPR_I) \
   case Op::OP:                              \
     if (fl) FOR_E {                         \
@@ -139,13 +149,13 @@ ATTN_ISA_INLINE void exec_t(Op op, Type t, Type ta, const Regs& r, int n, const 
         P.io[e] = EXPR_I;                   \
       }                                     \
     break;
-      ATTN_FLEX_ARITH(Add, a + b, int32_t(uint32_t(a) + uint32_t(b)))
-      ATTN_FLEX_ARITH(Sub, a - b, int32_t(uint32_t(a) - uint32_t(b)))
-      ATTN_FLEX_ARITH(Mul, a * b, int32_t(uint32_t(a) * uint32_t(b)))
-      ATTN_FLEX_ARITH(FloorDiv, std::floor(a / b), floor_div(a, b))
-      ATTN_FLEX_ARITH(Mod, a - std::floor(a / b) * b, floor_mod(a, b))
-      ATTN_FLEX_ARITH(Min, (a < b || a != a) ? a : b, a < b ? a : b)
-      ATTN_FLEX_ARITH(Max, (a > b || a != a) ? a : b, a > b ? a : b)
+    ATTN_FLEX_ARITH(Add, a + b, int32_t(uint32_t(a) + uint32_t(b)))
+    ATTN_FLEX_ARITH(Sub, a - b, int32_t(uint32_t(a) - uint32_t(b)))
+    ATTN_FLEX_ARITH(Mul, a * b, int32_t(uint32_t(a) * uint32_t(b)))
+    ATTN_FLEX_ARITH(FloorDiv, std::floor(a / b), floor_div(a, b))
+    ATTN_FLEX_ARITH(Mod, a - std::floor(a / b) * b, floor_mod(a, b))
+    ATTN_FLEX_ARITH(Min, (a < b || a != a) ? a : b, a < b ? a : b)
+    ATTN_FLEX_ARITH(Max, (a > b || a != a) ? a : b, a > b ? a : b)
 #undef ATTN_FLEX_ARITH
     case Op::Div: FOR_E P.fo[e] = FA(e) / FB(e); break;
     case Op::Pow: FOR_E P.fo[e] = std::pow(FA(e), FB(e)); break;
@@ -166,14 +176,16 @@ ATTN_ISA_INLINE void exec_t(Op op, Type t, Type ta, const Regs& r, int n, const 
     case Op::And: FOR_E P.io[e] = IA(e) & IB(e); break;
     case Op::Or: FOR_E P.io[e] = IA(e) | IB(e); break;
     case Op::Xor: FOR_E P.io[e] = IA(e) ^ IB(e); break;
-    case Op::Where:
-      if (t == Type::Float)
-        FOR_E P.fo[e] = IA(e) ? FB(e) : FC(e);
-      else
-        FOR_E P.io[e] = IA(e) ? IB(e) : IC(e);
-      break;
-    default: break;  // leaves and loads: Evaluator::run
+    default: break;
   }
+}
+
+template <bool SA, bool SB, bool SC>
+ATTN_ISA_INLINE void exec_where(Type t, const Regs& r, int n, const Rows& rows) {
+  if (t == Type::Float)
+    FOR_E P.fo[e] = IA(e) ? FB(e) : FC(e);
+  else
+    FOR_E P.io[e] = IA(e) ? IB(e) : IC(e);
 }
 #undef FA
 #undef FB
@@ -183,17 +195,33 @@ ATTN_ISA_INLINE void exec_t(Op op, Type t, Type ta, const Regs& r, int n, const 
 #undef IC
 #undef FOR_E
 
+static_assert(Op::Neg > Op::Load && Op::Add > Op::ToBool && Op::Where > Op::Xor,
+              "exec_body tells an operation's arity by its place in flex::Op");
 ATTN_ISA_INLINE void exec_body(Op op, Type t, Type ta, const Regs& r, int n, int scalars,
                                const Rows& rows) {
-  switch (scalars) {
-    case 0: return exec_t<false, false, false>(op, t, ta, r, n, rows);
-    case 1: return exec_t<true, false, false>(op, t, ta, r, n, rows);
-    case 2: return exec_t<false, true, false>(op, t, ta, r, n, rows);
-    case 3: return exec_t<true, true, false>(op, t, ta, r, n, rows);
-    case 4: return exec_t<false, false, true>(op, t, ta, r, n, rows);
-    case 5: return exec_t<true, false, true>(op, t, ta, r, n, rows);
-    case 6: return exec_t<false, true, true>(op, t, ta, r, n, rows);
-    default: return exec_t<true, true, true>(op, t, ta, r, n, rows);
+  if (op == Op::Where) {
+    switch (scalars) {
+      case 0: return exec_where<false, false, false>(t, r, n, rows);
+      case 1: return exec_where<true, false, false>(t, r, n, rows);
+      case 2: return exec_where<false, true, false>(t, r, n, rows);
+      case 3: return exec_where<true, true, false>(t, r, n, rows);
+      case 4: return exec_where<false, false, true>(t, r, n, rows);
+      case 5: return exec_where<true, false, true>(t, r, n, rows);
+      case 6: return exec_where<false, true, true>(t, r, n, rows);
+      default: return exec_where<true, true, true>(t, r, n, rows);
+    }
+  }
+  if (op >= Op::Add) {  // binary
+    switch (scalars & 3) {
+      case 0: return exec_binary<false, false>(op, ta, r, n, rows);
+      case 1: return exec_binary<true, false>(op, ta, r, n, rows);
+      case 2: return exec_binary<false, true>(op, ta, r, n, rows);
+      default: return exec_binary<true, true>(op, ta, r, n, rows);
+    }
+  }
+  if (op >= Op::Neg) {  // unary; leaves and loads are Evaluator::run's
+    if (scalars & 1) return exec_unary<true>(op, ta, r, n, rows);
+    return exec_unary<false>(op, ta, r, n, rows);
   }
 }
 ATTN_ISA_VARIANTS(void, exec,
