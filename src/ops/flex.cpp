@@ -289,7 +289,9 @@ std::tuple<Tensor, Tensor> flex_attention_with_lse(const Tensor& q, const Tensor
                                                    const BlockMask* block_mask,
                                                    const FlexOptions& options, Tensor* max_scores) {
   const Call c = validate(q, k, v, score_mod, block_mask, options);
-  Tensor out = detail::make_tensor(kFn, {c.B, c.H, c.L_q, c.D_v}, Dtype::Float32, true);
+  // The fused kernel writes every element of out (zeros where every key is masked): not cleared
+  // first (see attention.cpp's new_out).
+  Tensor out = detail::make_tensor(kFn, {c.B, c.H, c.L_q, c.D_v}, Dtype::Float32, false);
   Tensor lse = detail::make_tensor(kFn, {c.B, c.H, c.L_q}, Dtype::Float32, true);
   if (max_scores)  // not differentiable (torch marks it so too)
     *max_scores = detail::make_tensor(kFn, {c.B, c.H, c.L_q}, Dtype::Float32, true);
