@@ -766,7 +766,7 @@ Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape s =
       broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Dtype dt = detail::promote(a.dtype(), b.dtype());
-  Tensor out = detail::make_tensor("where", s, dt);
+  Tensor out = detail::make_tensor("where", s, dt, /*zero=*/false);  // b is copied over it all
   NoGradGuard no_grad;  // the internal copies are not part of the graph
   out.copy_(b.to(dt).expand(s));
   Tensor c = cond.expand(s).contiguous();

@@ -186,7 +186,7 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
   const int64_t n = weight.size(0), dim = weight.size(1);
   Shape out_shape = indices.shape();
   out_shape.push_back(dim);
-  Tensor out = make_tensor(fn, out_shape, weight.dtype());
+  Tensor out = make_tensor(fn, out_shape, weight.dtype(), /*zero=*/false);  // every row written
   Tensor idx = indices.contiguous(), w = weight.contiguous();
   const int64_t* ip = idx.data_ptr<int64_t>();
   const int64_t bad = kernel({ip, ptr(w), ptr(out), idx.numel(), n, dim});

@@ -315,7 +315,7 @@ Tensor cat(const std::vector<Tensor>& all, int64_t dim) {
     total += t.shape()[d];
   }
   shape[d] = total;
-  Tensor out = detail::make_tensor("cat", shape, dt);
+  Tensor out = detail::make_tensor("cat", shape, dt, /*zero=*/false);  // the copies cover it
   {
     NoGradGuard no_grad;  // the copies into the result are internal
     int64_t at = 0;

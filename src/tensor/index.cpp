@@ -233,7 +233,7 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
   Shape sz = v.shape();
   sz[d] = ix.index.numel();
   if (v.dim() == 1) pick_move("index", v);  // a device or dtype without it: before allocating
-  Tensor out = detail::make_tensor("index", sz, dtype());
+  Tensor out = detail::make_tensor("index", sz, dtype(), /*zero=*/false);  // every slice written
   {
     NoGradGuard no_grad;
     const int64_t* ip = ix.index.data_ptr<int64_t>();
