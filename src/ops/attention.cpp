@@ -343,10 +343,8 @@ backend::SdpaForwardFn* forward_kernel(const char* fn, const Prepared& p, bool w
 }
 
 // out (S + (L_q, D_v)) or lse (S + (L_q)) of prepared inputs, on their device. The CPU's float32
-// kernels (fused and reference) write every element of out, fully masked rows included, so its
-// memory is not cleared first: a cleared (freshly mapped) out of a megabyte or more costs a page
-// fault and a page clearing per 4 KB on every call, 10-15% of a short attention (flex_attention's
-// document mask at L 4096, 8 MB of output). Elsewhere out starts as zeros.
+// kernels (fused and reference) write every element of out, fully masked rows included, so it is
+// not cleared (detail::make_tensor); elsewhere out starts as zeros.
 Tensor new_out(const Prepared& p, const char* fn) {
   const bool written_whole = p.q.device().is_cpu() && p.q.dtype() == Dtype::Float32;
   return detail::make_tensor(fn, concat(p.S, {p.L_q, p.D_v}), p.q.dtype(), !written_whole,

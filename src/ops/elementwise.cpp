@@ -500,7 +500,8 @@ Tensor unary_kernel(const Tensor& t, const char* fn, backend::UnaryOp op, Dtype 
   Tensor src = t.to(Dtype::Float32);
   const auto kernel =
       backend::pick(fn, src.device(), Dtype::Float32, backend::cpu::unary, backend::cuda::unary);
-  Tensor out = detail::make_tensor(fn, t.shape(), out_dtype, /*zero=*/!src.device().is_cpu());
+  // The kernel (pick refuses devices without one) writes every element: out is not cleared.
+  Tensor out = detail::make_tensor(fn, t.shape(), out_dtype, /*zero=*/false, src.device());
   kernel({op, &src.shape(), src.impl()->storage->data, src.storage_offset(), &src.strides(),
           out.device_data()});
   return out;

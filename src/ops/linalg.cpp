@@ -229,8 +229,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   const auto dot_kernel = a1 && b1 && K > 64
                               ? be::find(a_in.device(), a_in.dtype(), be::cpu::dot, be::cuda::dot)
                               : nullptr;
-  // The CPU's kernels write every element (K = 0 included), so out is not cleared first: a cleared
-  // result of a megabyte or more is a fresh mapping, a page fault and clearing per 4 KB.
+  // The CPU's kernels write every element (K = 0 included): out is not cleared (make_tensor).
   Tensor out =
       detail::make_tensor("matmul", out_shape, a.dtype(), !a.device().is_cpu(), a.device());
   if (dot_kernel) {

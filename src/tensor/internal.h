@@ -72,9 +72,12 @@ inline bool widened_on_cpu(const Tensor& t) {
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* fn);
 Shape contiguous_strides(const Shape& shape);
 int64_t shape_numel(const Shape& shape);
-// A new contiguous tensor, zero-filled unless `zero` is false (for kernels that write every
-// element). A shape whose size overflows, or memory that cannot be had, throws AllocationError
-// naming `fn` ("empty" when not given), the bytes asked and the shape.
+// A new contiguous tensor, zero-filled unless `zero` is false. Kernels that write every element
+// ask for `zero` false: a cleared tensor of a megabyte or more is a fresh mapping from glibc, so
+// each call pays a page fault and a page clearing per 4 KB, where uncleared memory is reused
+// between calls (a tenth of a short attention, half of a small product). A shape whose size
+// overflows, or memory that cannot be had, throws AllocationError naming `fn` ("empty" when not
+// given), the bytes asked and the shape.
 Tensor make_tensor(const char* fn, const Shape& shape, Dtype dtype, bool zero = true,
                    const Device& device = Device());
 Tensor make_tensor(const Shape& shape, Dtype dtype, bool zero = true);
