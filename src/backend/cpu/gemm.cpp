@@ -44,6 +44,47 @@ void few_rows(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float
   gemm_rows(M, N, K, alpha, rows.data(), K, B, ldb, beta, C, ldc);
 }
 
+// C (1 x N) = alpha x^T B + beta C for B stored (K, N), x with stride incx, by OpenBLAS's sgemv,
+// which streams B at full speed. Some of its kernels (0.3.21's SkylakeX sgemv_t: lanes across N)
+// sum each output over k in one chain, an error growing with K: 4x torch's sgemm at K 2000 on a
+// Xeon. So B goes in blocks of kGemvRows rows, whose partial sums are added pairwise (a binary
+// counter of partials, log K of them held): every chain short, on any kernel, in an order that
+// depends only on K.
+constexpr int64_t kGemvRows = 32;
+void row_times_columns(int64_t N, int64_t K, float alpha, const float* x, int64_t incx,
+                       const float* B, int64_t ldb, float beta, float* C) {
+  if (K <= kGemvRows) {
+    if (beta == 0.0f) std::fill(C, C + N, 0.0f);  // C may hold garbage (NaN * 0)
+    cblas_sgemv(CblasRowMajor, CblasTrans, int(K), int(N), alpha, B, int(ldb), x, int(incx), beta,
+                C, 1);
+    return;
+  }
+  const auto n = static_cast<std::size_t>(N);
+  std::vector<std::vector<float>> partials;  // partials[i] sums 2^levels[i] blocks
+  std::vector<int> levels;
+  for (int64_t k0 = 0; k0 < K; k0 += kGemvRows) {
+    const int64_t kb = std::min(kGemvRows, K - k0);
+    std::vector<float> part(n, 0.0f);
+    cblas_sgemv(CblasRowMajor, CblasTrans, int(kb), int(N), 1.0f, B + k0 * ldb, int(ldb),
+                x + k0 * incx, int(incx), 0.0f, part.data(), 1);
+    int level = 0;
+    while (!levels.empty() && levels.back() == level) {
+      const std::vector<float>& left = partials.back();
+      for (std::size_t j = 0; j < n; ++j) part[j] = left[j] + part[j];
+      partials.pop_back();
+      levels.pop_back();
+      ++level;
+    }
+    partials.push_back(std::move(part));
+    levels.push_back(level);
+  }
+  std::vector<float> sum = std::move(partials.back());
+  for (std::size_t i = partials.size() - 1; i-- > 0;)
+    for (std::size_t j = 0; j < n; ++j) sum[j] = partials[i][j] + sum[j];
+  for (int64_t j = 0; j < N; ++j)
+    C[j] = beta == 0.0f ? alpha * sum[j] : alpha * sum[j] + beta * C[j];
+}
+
 // One single-threaded product (a whole one, or a block of rows or columns of one): one row, or a
 // few against a large B, stored (N, K) by gemm_rows, one row against B stored (K, N) as OpenBLAS's
 // sgemv (which streams B at full speed: OpenBLAS 0.3.21's sgemm would first pack all of B for a
@@ -54,12 +95,8 @@ void call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
   if (M <= 0 || N <= 0) return;
   if (tb && K > 0 && (M == 1 || (M <= kGemmRowsMax && N * K >= kStreamFloats && K <= kStreamMaxK)))
     return few_rows(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  if (!tb && M == 1 && K > 0) {
-    if (beta == 0.0f) std::fill(C, C + N, 0.0f);  // C may hold garbage (NaN * 0)
-    cblas_sgemv(CblasRowMajor, CblasTrans, int(K), int(N), alpha, B, int(ldb), A, int(ta ? lda : 1),
-                beta, C, 1);
-    return;
-  }
+  if (!tb && M == 1 && K > 0)
+    return row_times_columns(N, K, alpha, A, ta ? lda : 1, B, ldb, beta, C);
 #ifdef ATTN_HAVE_ONEDNN
   const bool outside = !omp_in_parallel();
   const int before = outside ? omp_get_max_threads() : 1;

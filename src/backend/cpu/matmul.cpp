@@ -101,11 +101,23 @@ void matmul_i64(const backend::Matmul& m) {
   }
 }
 
-// OpenBLAS's sdot (several accumulators), as torch.dot uses.
+// OpenBLAS's sdot (several accumulators), as torch.dot uses. Its strided path is one chain of
+// sums on some CPUs (0.3.21 on a Xeon: 4x the error of the unit-stride kernel at n 1000), so
+// strided vectors are copied to unit stride first.
 void dot_f32(const backend::Dot& d) {
+  const auto* a = static_cast<const float*>(d.a);
+  const auto* b = static_cast<const float*>(d.b);
+  std::vector<float> abuf, bbuf;
+  if (d.a_stride != 1 && d.n > 1) {
+    abuf = pack(a, d.n, 1, d.a_stride, 1);
+    a = abuf.data();
+  }
+  if (d.b_stride != 1 && d.n > 1) {
+    bbuf = pack(b, d.n, 1, d.b_stride, 1);
+    b = bbuf.data();
+  }
   *static_cast<float*>(d.out) =
-      cblas_sdot(int(d.n), static_cast<const float*>(d.a), int(d.a_stride),
-                 static_cast<const float*>(d.b), int(d.b_stride));
+      cblas_sdot(int(d.n), a, a == d.a ? int(d.a_stride) : 1, b, b == d.b ? int(d.b_stride) : 1);
 }
 
 }  // namespace
