@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${ATTN_AARCH64_BUILD:-build-aarch64}
 jobs=${ATTN_AARCH64_JOBS:-$(nproc)}
-filter='Sdpa*:CausalMask*:Fused*:Autograd*:*SdpaTable*:*FusedVsReference*:*FusedScoreMods*:*SdpaFusedBackwardTable*:*FiniteDifferences*:*SdpaBackwardTensorTable*:TensorMatmul*:TensorSoftmax*:GemmFewRows*:Flex.*:*PagedTable*:Mxfp4.*'
+filter='Sdpa*:CausalMask*:Fused*:Autograd*:*SdpaTable*:*FusedVsReference*:*FusedScoreMods*:*SdpaFusedBackwardTable*:*FiniteDifferences*:*SdpaBackwardTensorTable*:TensorMatmul*:TensorSoftmax*:GemmFewRows*:Flex.*:*PagedTable*:Mxfp4.*:Unary.*'
 # qemu-user 7.2 (Debian 12) never returns from a guest's first thread creation here (a bare
 # std::thread spins for ever), so the emulated tests run on one thread (OMP_NUM_THREADS=1) and
 # the tests that start threads themselves are left out; they run natively in the main suite.

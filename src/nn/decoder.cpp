@@ -377,19 +377,28 @@ namespace fused {
 namespace {
 
 // The ops of gpt_oss_glu in T's rounding (float: none), on rows [0, N) of gp (N, 2I) into out.
+// The sigmoid is the op's own kernel (vectorised), on the rounded gate * alpha of every element.
 template <typename T>
 void gpt_oss_glu_rows(int64_t N, int64_t I, const T* gp, T* out, double alpha, double limit) {
   const auto r = [](float v) { return float(T(v)); };  // rounded to T, as each op's result is
   const float a = r(float(alpha)), lim = r(float(limit)), one = r(1.0f);
+  // clamp as the op: NaN kept (std::min / max return their first argument when unordered)
+  const auto gate = [&](int64_t n, int64_t i) {
+    return std::min(float(gp[n * 2 * I + 2 * i]), lim);
+  };
+  Tensor z = empty({N, I});
+  float* pz = z.data_ptr<float>();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < I; ++i) pz[n * I + i] = r(gate(n, i) * a);
+  const Tensor sig = sigmoid(z);
+  const float* ps = sig.data_ptr<float>();
   for (int64_t n = 0; n < N; ++n) {
     const T* p = gp + n * 2 * I;
     T* o = out + n * I;
     for (int64_t i = 0; i < I; ++i) {
-      const float gate = float(p[2 * i]), up = float(p[2 * i + 1]);
-      // clamp as the op: NaN kept (std::min / max return their first argument when unordered)
-      const float g = std::min(gate, lim), u = std::min(std::max(up, -lim), lim);
-      const float sig = r(1.0f / (1.0f + std::exp(-r(g * a))));
-      o[i] = T(r(u + one) * r(g * sig));
+      const float g = gate(n, i), up = float(p[2 * i + 1]);
+      const float u = std::min(std::max(up, -lim), lim);
+      o[i] = T(r(u + one) * r(g * r(ps[n * I + i])));
     }
   }
 }

@@ -777,20 +777,26 @@ TEST(TensorElementwise, UnaryMath) {
     Tensor got;
     const Tensor& in;
     std::function<float(float)> f;
+    double rtol;  // 0: the C library's bits; exp and tanh are vector polynomials (test_unary.cpp)
   } ops[] = {
-      {"exp", exp(x), x, [](float v) { return std::exp(v); }},
-      {"log", log(pos), pos, [](float v) { return std::log(v); }},
-      {"sqrt", sqrt(pos), pos, [](float v) { return std::sqrt(v); }},
-      {"abs", abs(x), x, [](float v) { return std::fabs(v); }},
-      {"tanh", tanh(x), x, [](float v) { return std::tanh(v); }},
-      {"relu", x.relu(), x, [](float v) { return v > 0 ? v : 0.0f; }},
+      {"exp", exp(x), x, [](float v) { return std::exp(v); }, 2.5e-7},
+      {"log", log(pos), pos, [](float v) { return std::log(v); }, 0},
+      {"sqrt", sqrt(pos), pos, [](float v) { return std::sqrt(v); }, 0},
+      {"abs", abs(x), x, [](float v) { return std::fabs(v); }, 0},
+      {"tanh", tanh(x), x, [](float v) { return std::tanh(v); }, 5e-7},
+      {"relu", x.relu(), x, [](float v) { return v > 0 ? v : 0.0f; }, 0},
   };
   for (auto& op : ops) {
     SCOPED_TRACE(op.name);
     std::vector<double> want;
     for_each_index(op.in.shape(),
                    [&](const Shape& i) { want.push_back(op.f(float(at(op.in, i)))); });
-    expect_tensor(op.got, {65, 7}, Dtype::Float32, want);
+    if (op.rtol == 0) {
+      expect_tensor(op.got, {65, 7}, Dtype::Float32, want);
+    } else {
+      ASSERT_EQ(op.got.shape(), (Shape{65, 7}));
+      expect_close(op.got, want, op.rtol, 0.0);
+    }
   }
   expect_tensor(tensor({-1.0, 4.0}).sqrt(), {2}, Dtype::Float32, {kNaN, 2});
   expect_tensor(tensor({-1.0, 0.0}).log(), {2}, Dtype::Float32, {kNaN, -kInf});

@@ -1,14 +1,21 @@
-// The unary float functions on the CPU (src/backend/elementwise_kernels.h), as PyTorch's: the C
-// library's exp, log, sqrt, tanh, cos, sin (and log1p, expm1, log2, log10, exp2, erf, erfc, tan,
-// sinh, cosh, asin, acos, atan; correctly rounded or within an ulp, where torch's vectorised
-// Sleef kernels may round differently), the sigmoid as 1 / (1 + exp(-x)), relu keeping -0 and
-// NaN, erfinv as torch 1.13's CPU kernel; and the masked assignment of where() and masked_fill_().
+// The unary float functions on the CPU (src/backend/elementwise_kernels.h), as PyTorch's: exp,
+// the sigmoid (1 / (1 + exp(-x))) and tanh as vector polynomials (vmath.h) within a few ulp of the
+// C library's, as torch's vectorised Sleef kernels are; sqrt, rsqrt, abs, neg, relu (keeping -0
+// and NaN), ceil, floor and the predicates vectorised with the C library's bits; log, cos, sin
+// (and log1p, expm1, log2, log10, exp2, erf, erfc, tan, sinh, cosh, asin, acos, atan, ...) one C
+// library call an element, correctly rounded or within an ulp; erfinv as torch 1.13's CPU kernel.
+// Every element-wise loop runs on the threads above a size. And the masked assignment of where()
+// and masked_fill_().
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
 #include "../elementwise_kernels.h"
+#include "isa.h"
 #include "strided.h"
+#include "threads.h"
+#include "vmath.h"
 
 namespace attn::kernels {
 namespace {
@@ -48,53 +55,227 @@ float erfinv_float(float y) {
   return x;
 }
 
-// out[i] = f(x) over the strided input, in row-major order.
-template <typename T, typename F>
-void map(const Unary& u, F f) {
-  const float* ps = static_cast<const float*>(u.storage);
-  T* po = static_cast<T*>(u.out);
-  int64_t i = 0;
-  strided_loop<1>(*u.shape, {u.strides}, {u.offset},
-                  [&](const std::array<int64_t, 1>& o) { po[i++] = f(ps[o[0]]); });
+// The value of `Op` at x as the C library computes it (and relu keeping -0 and NaN, the sigmoid
+// as 1 / (1 + e^-x), erfinv as torch 1.13's): the result wherever no vector form applies.
+template <UnaryOp Op>
+ATTN_ISA_INLINE auto exact(float x) {
+  using enum UnaryOp;
+  if constexpr (Op == Exp)
+    return std::exp(x);
+  else if constexpr (Op == Log)
+    return std::log(x);
+  else if constexpr (Op == Sqrt)
+    return std::sqrt(x);
+  else if constexpr (Op == Rsqrt)
+    return 1.0f / std::sqrt(x);
+  else if constexpr (Op == Tanh)
+    return std::tanh(x);
+  else if constexpr (Op == Sigmoid)
+    return 1.0f / (1.0f + std::exp(-x));
+  else if constexpr (Op == Abs)
+    return std::fabs(x);
+  else if constexpr (Op == Neg)
+    return -x;
+  else if constexpr (Op == Relu)
+    return x < 0 ? 0.f : x;
+  else if constexpr (Op == Ceil)
+    return std::ceil(x);
+  else if constexpr (Op == Floor)
+    return std::floor(x);
+  else if constexpr (Op == Erfinv)
+    return erfinv_float(x);
+  else if constexpr (Op == Cos)
+    return std::cos(x);
+  else if constexpr (Op == Sin)
+    return std::sin(x);
+  else if constexpr (Op == Log1p)
+    return std::log1p(x);
+  else if constexpr (Op == Expm1)
+    return std::expm1(x);
+  else if constexpr (Op == Log2)
+    return std::log2(x);
+  else if constexpr (Op == Log10)
+    return std::log10(x);
+  else if constexpr (Op == Exp2)
+    return std::exp2(x);
+  else if constexpr (Op == Erf)
+    return std::erf(x);
+  else if constexpr (Op == Erfc)
+    return std::erfc(x);
+  else if constexpr (Op == Tan)
+    return std::tan(x);
+  else if constexpr (Op == Sinh)
+    return std::sinh(x);
+  else if constexpr (Op == Cosh)
+    return std::cosh(x);
+  else if constexpr (Op == Asin)
+    return std::asin(x);
+  else if constexpr (Op == Acos)
+    return std::acos(x);
+  else if constexpr (Op == Atan)
+    return std::atan(x);
+  else if constexpr (Op == Asinh)
+    return std::asinh(x);
+  else if constexpr (Op == Acosh)
+    return std::acosh(x);
+  else if constexpr (Op == Atanh)
+    return std::atanh(x);
+  else if constexpr (Op == IsNan)
+    return bool(std::isnan(x));
+  else if constexpr (Op == IsInf)
+    return bool(std::isinf(x));
+  else
+    return bool(std::isfinite(x));
 }
 
-void unary_f32(const Unary& u) {
-  switch (u.op) {
-    case UnaryOp::Exp: return map<float>(u, [](float x) { return std::exp(x); });
-    case UnaryOp::Log: return map<float>(u, [](float x) { return std::log(x); });
-    case UnaryOp::Sqrt: return map<float>(u, [](float x) { return std::sqrt(x); });
-    case UnaryOp::Rsqrt: return map<float>(u, [](float x) { return 1.0f / std::sqrt(x); });
-    case UnaryOp::Tanh: return map<float>(u, [](float x) { return std::tanh(x); });
-    case UnaryOp::Sigmoid:
-      return map<float>(u, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
-    case UnaryOp::Abs: return map<float>(u, [](float x) { return std::fabs(x); });
-    case UnaryOp::Neg: return map<float>(u, [](float x) { return -x; });
-    case UnaryOp::Relu: return map<float>(u, [](float x) { return x < 0 ? 0.f : x; });
-    case UnaryOp::Ceil: return map<float>(u, [](float x) { return std::ceil(x); });
-    case UnaryOp::Floor: return map<float>(u, [](float x) { return std::floor(x); });
-    case UnaryOp::Erfinv: return map<float>(u, erfinv_float);
-    case UnaryOp::Cos: return map<float>(u, [](float x) { return std::cos(x); });
-    case UnaryOp::Sin: return map<float>(u, [](float x) { return std::sin(x); });
-    case UnaryOp::Log1p: return map<float>(u, [](float x) { return std::log1p(x); });
-    case UnaryOp::Expm1: return map<float>(u, [](float x) { return std::expm1(x); });
-    case UnaryOp::Log2: return map<float>(u, [](float x) { return std::log2(x); });
-    case UnaryOp::Log10: return map<float>(u, [](float x) { return std::log10(x); });
-    case UnaryOp::Exp2: return map<float>(u, [](float x) { return std::exp2(x); });
-    case UnaryOp::Erf: return map<float>(u, [](float x) { return std::erf(x); });
-    case UnaryOp::Erfc: return map<float>(u, [](float x) { return std::erfc(x); });
-    case UnaryOp::Tan: return map<float>(u, [](float x) { return std::tan(x); });
-    case UnaryOp::Sinh: return map<float>(u, [](float x) { return std::sinh(x); });
-    case UnaryOp::Cosh: return map<float>(u, [](float x) { return std::cosh(x); });
-    case UnaryOp::Asin: return map<float>(u, [](float x) { return std::asin(x); });
-    case UnaryOp::Acos: return map<float>(u, [](float x) { return std::acos(x); });
-    case UnaryOp::Atan: return map<float>(u, [](float x) { return std::atan(x); });
-    case UnaryOp::Asinh: return map<float>(u, [](float x) { return std::asinh(x); });
-    case UnaryOp::Acosh: return map<float>(u, [](float x) { return std::acosh(x); });
-    case UnaryOp::Atanh: return map<float>(u, [](float x) { return std::atanh(x); });
-    case UnaryOp::IsNan: return map<bool>(u, [](float x) { return std::isnan(x); });
-    case UnaryOp::IsInf: return map<bool>(u, [](float x) { return std::isinf(x); });
-    case UnaryOp::IsFinite: return map<bool>(u, [](float x) { return std::isfinite(x); });
+// exp, the sigmoid and tanh in vector form (vmath.h's polynomials: exp within 1 ulp of the C
+// library's, the sigmoid 2, tanh 4, as torch's Sleef kernels are within 1 of the exact value),
+// for inputs in [lo, hi], where exp and the sigmoid neither saturate nor meet a denormal result;
+// NaN, infinities and the rest take exact().
+template <UnaryOp Op>
+constexpr bool kVectorForm = Op == UnaryOp::Exp || Op == UnaryOp::Sigmoid || Op == UnaryOp::Tanh;
+template <UnaryOp Op>
+constexpr float kLo = Op == UnaryOp::Tanh ? -std::numeric_limits<float>::max() : -87.0f;
+template <UnaryOp Op>
+constexpr float kHi = Op == UnaryOp::Tanh  ? std::numeric_limits<float>::max()
+                      : Op == UnaryOp::Exp ? 88.0f
+                                           : 87.0f;
+
+template <UnaryOp Op>
+ATTN_ISA_INLINE float vector_form(float x) {
+  if constexpr (Op == UnaryOp::Exp)
+    return vmath::exp_in_range(x);
+  else if constexpr (Op == UnaryOp::Sigmoid)
+    return 1.0f / (1.0f + vmath::exp_in_range(-x));
+  else
+    return vmath::tanh(x);
+}
+
+// y[i] = Op(x[i]) for i < n, contiguous; y may be x (in place). Loops GCC vectorises: those of the
+// element-exact ops (sqrt, rsqrt, abs, neg, relu, ceil, floor, the predicates) give exact()'s
+// bits, those of kVectorForm the polynomials in runs of kRun, a run with any input outside
+// [lo, hi] taking exact() there. The C library's other functions run one call an element.
+template <UnaryOp Op>
+ATTN_ISA_INLINE void run(const float* x, void* out, int64_t n) {
+  using R = decltype(exact<Op>(0.0f));
+  R* y = static_cast<R*>(out);
+  if constexpr (kVectorForm<Op>) {
+    constexpr int64_t kRun = 256;
+    alignas(64) float fast[kRun];
+    for (int64_t i0 = 0; i0 < n; i0 += kRun) {
+      const int64_t m = std::min(kRun, n - i0);
+      const float* xr = x + i0;
+      float* yr = y + i0;
+      int outside = 0;
+      for (int64_t i = 0; i < m; ++i) outside |= int(!(xr[i] >= kLo<Op> && xr[i] <= kHi<Op>));
+      if (!outside) {
+        ATTN_IVDEP
+        for (int64_t i = 0; i < m; ++i) yr[i] = vector_form<Op>(xr[i]);
+        continue;
+      }
+      for (int64_t i = 0; i < m; ++i) fast[i] = vector_form<Op>(xr[i]);
+      for (int64_t i = 0; i < m; ++i)
+        yr[i] = xr[i] >= kLo<Op> && xr[i] <= kHi<Op> ? fast[i] : exact<Op>(xr[i]);
+    }
+  } else {
+    ATTN_IVDEP
+    for (int64_t i = 0; i < n; ++i) y[i] = exact<Op>(x[i]);
   }
+}
+
+ATTN_ISA_INLINE void run_op_body(UnaryOp op, const float* x, void* out, int64_t n) {
+  switch (op) {
+#define ATTN_UNARY_CASE(name) \
+  case UnaryOp::name: return run<UnaryOp::name>(x, out, n);
+    // clang-format off
+    ATTN_UNARY_CASE(Exp) ATTN_UNARY_CASE(Log) ATTN_UNARY_CASE(Sqrt) ATTN_UNARY_CASE(Rsqrt)
+    ATTN_UNARY_CASE(Tanh) ATTN_UNARY_CASE(Sigmoid) ATTN_UNARY_CASE(Abs) ATTN_UNARY_CASE(Neg)
+    ATTN_UNARY_CASE(Relu) ATTN_UNARY_CASE(Ceil) ATTN_UNARY_CASE(Floor) ATTN_UNARY_CASE(Erfinv)
+    ATTN_UNARY_CASE(Cos) ATTN_UNARY_CASE(Sin) ATTN_UNARY_CASE(Log1p) ATTN_UNARY_CASE(Expm1)
+    ATTN_UNARY_CASE(Log2) ATTN_UNARY_CASE(Log10) ATTN_UNARY_CASE(Exp2) ATTN_UNARY_CASE(Erf)
+    ATTN_UNARY_CASE(Erfc) ATTN_UNARY_CASE(Tan) ATTN_UNARY_CASE(Sinh) ATTN_UNARY_CASE(Cosh)
+    ATTN_UNARY_CASE(Asin) ATTN_UNARY_CASE(Acos) ATTN_UNARY_CASE(Atan) ATTN_UNARY_CASE(Asinh)
+    ATTN_UNARY_CASE(Acosh) ATTN_UNARY_CASE(Atanh) ATTN_UNARY_CASE(IsNan) ATTN_UNARY_CASE(IsInf)
+    ATTN_UNARY_CASE(IsFinite)
+    // clang-format on
+#undef ATTN_UNARY_CASE
+  }
+}
+ATTN_ISA_VARIANTS(void, run_op, (UnaryOp op, const float* x, void* out, int64_t n), (op, x, out, n))
+
+// Elements per thread below which a region costs more than it saves: a few flops an element for
+// the element-exact ops, a polynomial for the vector forms, a call to the C library for the rest.
+int64_t min_parallel_elems(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::Sqrt:
+    case UnaryOp::Rsqrt:
+    case UnaryOp::Abs:
+    case UnaryOp::Neg:
+    case UnaryOp::Relu:
+    case UnaryOp::Ceil:
+    case UnaryOp::Floor:
+    case UnaryOp::IsNan:
+    case UnaryOp::IsInf:
+    case UnaryOp::IsFinite: return kParallelElems;
+    case UnaryOp::Exp:
+    case UnaryOp::Sigmoid:
+    case UnaryOp::Tanh: return int64_t(1) << 15;
+    default: return int64_t(1) << 12;
+  }
+}
+
+// Whether `strides` lay `shape` out contiguously in row-major order (dims of size 1 aside).
+bool row_major(const Shape& shape, const Shape& strides) {
+  int64_t expect = 1;
+  for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    if (strides[d] != expect) return false;
+    expect *= shape[d];
+  }
+  return true;
+}
+
+// out = op(x) in row-major order. A strided float input is gathered into out first (its leading
+// dim shared among the threads) and computed there in place, so that a view's results are those
+// of its contiguous copy, bit for bit; the predicates (exact in any form) read a strided input
+// where it lies.
+void unary_f32(const Unary& u) {
+  const Shape& shape = *u.shape;
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  if (n == 0) return;
+  const float* x = static_cast<const float*>(u.storage) + u.offset;
+  if (!row_major(shape, *u.strides)) {
+    const float* base = static_cast<const float*>(u.storage);
+    if (backend::is_predicate(u.op)) {
+      auto* y = static_cast<bool*>(u.out);
+      int64_t i = 0;
+      strided_loop<1>(shape, {u.strides}, {u.offset}, [&](const std::array<int64_t, 1>& o) {
+        const float v = base[o[0]];
+        y[i++] = u.op == UnaryOp::IsNan   ? std::isnan(v)
+                 : u.op == UnaryOp::IsInf ? std::isinf(v)
+                                          : std::isfinite(v);
+      });
+      return;
+    }
+    // Rows [r0, r1) of the leading dim: a sub-shape from offset + r0 * stride, written from r0 *
+    // (elements per row). A 0-dim tensor is contiguous, so shape has a leading dim here.
+    auto* y = static_cast<float*>(u.out);
+    const int64_t rows = shape[0], per_row = n / rows, stride0 = (*u.strides)[0];
+    parallel_ranges(rows, threads_for(n), [&](int64_t r0, int64_t r1) {
+      Shape sub = shape;
+      sub[0] = r1 - r0;
+      float* yr = y + r0 * per_row;
+      int64_t i = 0;
+      strided_loop<1>(sub, {u.strides}, {u.offset + r0 * stride0},
+                      [&](const std::array<int64_t, 1>& o) { yr[i++] = base[o[0]]; });
+    });
+    x = y;
+  }
+  const int64_t size = backend::is_predicate(u.op) ? int64_t(sizeof(bool)) : int64_t(sizeof(float));
+  char* out = static_cast<char*>(u.out);
+  parallel_ranges(n, threads_for(n, min_parallel_elems(u.op)),
+                  [&](int64_t i0, int64_t i1) { run_op(u.op, x + i0, out + i0 * size, i1 - i0); });
 }
 
 // T: an unsigned integer as wide as the element, so that a copy keeps its bits.

@@ -1,4 +1,4 @@
-// Branch-free float exp, tanh and erfc that vectorise inside element loops (loops built per
+// Branch-free float exp, expm1, tanh and erfc that vectorise inside element loops (loops built per
 // instruction set with ATTN_ISA_VARIANTS, isa.h, get an AVX-512, an AVX2+FMA and a baseline
 // version, the one of active_isa() called).
 #pragma once
@@ -49,16 +49,64 @@ __attribute__((always_inline)) inline float exp(float x) {
   return p * std::bit_cast<float>(bits);
 }
 
-// tanh(x): 1 - 2 / (e^{2|x|} + 1) with the sign of x, and near 0 (|x| < 1/16, where that form
-// cancels) its Taylor series to x^7. Error within a few ulp. The two are blended arithmetically:
-// GCC does not vectorise a select between them.
+// e^x for x in [-87, 88] only (callers keep other inputs away: they give wrong results), the
+// polynomial of exp() with less around it: no clamping, and n = round(x log2 e) by adding and
+// subtracting 1.5 * 2^23, the sum's low bits giving 2^n.
+__attribute__((always_inline)) inline float exp_in_range(float x) {
+  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: its ulp is 1
+  const float t = x * 1.44269504088896341f + kShift;
+  const float n = t - kShift;
+  float r = x - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kShift);
+  return p * std::bit_cast<float>((ni + 127) * (1 << 23));
+}
+
+// e^y - 1 for y in [0, 20] with a relative error of about 1 ulp, NaN for NaN: y = n ln2 + r with
+// n = floor(y / ln2), r in [0, ln2), e^r - 1 by its Taylor series to r^9 (truncation error below
+// 2e-8 of it), then 2^n (e^r - 1) + (2^n - 1): two terms of one sign, so that nothing is lost to
+// cancellation, as e^y - 1 would lose for small y.
+__attribute__((always_inline)) inline float expm1_pos(float y) {
+  // n from y clamped (NaN to 20) so that the int conversion stays defined; r carries a NaN.
+  const float yc = y < 20.0f ? y : 20.0f;
+  const int32_t ni = int32_t(yc * 1.44269504088896341f);  // y >= 0: truncation is floor
+  const float n = float(ni);
+  float r = y - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  r = r > 0.0f ? r : 0.0f * r;  // the rounding of n may leave r a hair below 0 (NaN stays)
+  float p = 1.0f / 362880.0f;
+  p = p * r + 1.0f / 40320.0f;
+  p = p * r + 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  const float q = r + (r * r) * p;                                   // e^r - 1
+  const float scale = std::bit_cast<float>((ni + 127) * (1 << 23));  // 2^n
+  return scale * q + (scale - 1.0f);
+}
+
+// tanh(x) from em = e^{2|x|} - 1 (expm1_pos) and q = 2 / (em + 2), with the sign of x: em q / 2
+// below |x| = 0.55, where 1 - q would cancel, and 1 - q from there on, where em q / 2 would carry
+// q's error into a result near 1 (GELU's left tail reads 1 + tanh). Within 4 ulp for every x (the
+// float result is 1 from |x| = 9.5 on), NaN for NaN. The two are blended arithmetically: GCC does
+// not vectorise a select between them.
 __attribute__((always_inline)) inline float tanh(float x) {
-  const float a = std::fabs(x);
-  const float big = 1.0f - 2.0f / (exp(2.0f * a) + 1.0f);
-  const float a2 = a * a;
-  const float small = a + a * a2 * (-1.0f / 3.0f + a2 * (2.0f / 15.0f + a2 * (-17.0f / 315.0f)));
-  const float m = float(a < 0.0625f);
-  return std::copysign(m * small + (1.0f - m) * big, x);
+  float a = std::fabs(x);
+  a = a > 9.5f ? 9.5f : a;  // NaN stays NaN
+  const float em = expm1_pos(2.0f * a);
+  const float q = 2.0f / (em + 2.0f);
+  const float m = float(a < 0.55f);
+  return std::copysign(m * (em * q * 0.5f) + (1.0f - m) * (1.0f - q), x);
 }
 
 // erfc(z) for z >= 0 with a relative error below about 2e-7: the Chebyshev-fitted form

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Element-wise unary functions, attn against PyTorch 2.x on the CPU, in one process.
+
+    scripts/bench_setup.sh        # .venv-bench with torch 2.15 from PyPI
+    PYTHONPATH=build/python .venv-bench/bin/python bench/unary_compare.py --threads 2
+
+torch.exp, sigmoid, tanh, sqrt, abs, sin and log (on |x|) of one float32 tensor (--shape,
+default 2048 x 3072: a GPT-2-small MLP's activations for 2048 tokens), contiguous, and exp of
+its transpose (a strided view). The same values go to both libraries; results are compared
+(largest difference relative to the value) before timing. The contenders alternate --reps times,
+each sample the median of back-to-back calls lasting at least --min-time seconds after a warm-up;
+printed: medians in ms, GB/s (bytes read and written) and attn / torch time (below 1: attn is
+faster). The last line is `result: {JSON}`.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+try:
+    import torch
+except ImportError:
+    sys.exit("unary_compare.py: error: no torch 2.x; run scripts/bench_setup.sh and use its python")
+try:
+    import attn
+except ImportError as e:
+    sys.exit("unary_compare.py: error: cannot import attn (%s); set PYTHONPATH" % e)
+
+CASES = [
+    ("exp", lambda T, x: T.exp(x)),
+    ("sigmoid", lambda T, x: T.sigmoid(x)),
+    ("tanh", lambda T, x: T.tanh(x)),
+    ("sqrt |x|", lambda T, x: T.sqrt(x.abs())),
+    ("abs", lambda T, x: T.abs(x)),
+    ("sin", lambda T, x: T.sin(x)),
+    ("log |x|", lambda T, x: T.log(x.abs())),
+    ("exp of x.t()", lambda T, x: T.exp(x.t())),
+]
+
+
+def sample(fn, min_time):
+    for _ in range(3):
+        fn()
+    times = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if time.perf_counter() - start >= min_time and len(times) >= 5:
+            return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", type=int, nargs="+", default=[2048, 3072])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--min-time", type=float, default=0.3)
+    ap.add_argument("--only", default="", help="cases whose name contains this")
+    args = ap.parse_args()
+    if args.threads < 1 or args.reps < 1 or len(args.shape) != 2 or min(args.shape) < 1:
+        ap.error("--threads and --reps at least 1, --shape two positive sizes")
+    torch.set_num_threads(args.threads)
+    attn.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    x_np = (rng.standard_normal(args.shape) * 3).astype(np.float32)
+    xs = {"torch": torch.from_numpy(x_np.copy()), "attn": attn.from_numpy(x_np.copy())}
+    libs = {"torch": torch, "attn": attn}
+    n = x_np.size
+    print("torch %s, attn, %d threads, shape %s" % (torch.__version__, args.threads, args.shape))
+    results = {}
+    for name, op in CASES:
+        if args.only not in name:
+            continue
+        want = op(torch, xs["torch"]).numpy()
+        got = op(attn, xs["attn"]).numpy()
+        scale = np.maximum(np.abs(want), 1e-30)
+        rel = float(np.max(np.abs(got.astype(np.float64) - want) / scale))
+        times = {"attn": [], "torch": []}
+        for _ in range(args.reps):
+            for lib in ("attn", "torch"):
+                T, x = libs[lib], xs[lib]
+                times[lib].append(sample(lambda: op(T, x), args.min_time))
+        med = {lib: statistics.median(t) for lib, t in times.items()}
+        gbs = {lib: 2 * 4 * n / med[lib] / 1e9 for lib in med}
+        ratio = med["attn"] / med["torch"]
+        results[name] = {"attn_ms": med["attn"] * 1e3, "torch_ms": med["torch"] * 1e3,
+                         "ratio": ratio, "max_rel_diff": rel}
+        print("%-14s attn %7.2f ms (%5.1f GB/s)  torch %7.2f ms (%5.1f GB/s)  attn/torch %.2f"
+              "  max rel diff %.1e" % (name, med["attn"] * 1e3, gbs["attn"], med["torch"] * 1e3,
+                                       gbs["torch"], ratio, rel))
+    print("result: " + json.dumps({"threads": args.threads, "shape": args.shape,
+                                   "cases": results}))
+
+
+if __name__ == "__main__":
+    main()
