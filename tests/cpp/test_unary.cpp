@@ -37,11 +37,22 @@ std::vector<float> inputs() {
   std::uniform_real_distribution<float> exponent(-8.0f, 2.0f);
   for (int i = 0; i < 60000; ++i)
     xs.push_back((i % 2 ? -1.0f : 1.0f) * std::pow(10.0f, exponent(gen)));
+  // log's whole normal range; sin's and cos's reduction range and past it.
+  std::uniform_real_distribution<float> wide_exponent(-37.5f, 38.0f), angle(-9000.0f, 9000.0f);
+  for (int i = 0; i < 20000; ++i) {
+    xs.push_back(std::pow(10.0f, wide_exponent(gen)));
+    xs.push_back(angle(gen));
+  }
   const float inf = std::numeric_limits<float>::infinity();
-  const float specials[] = {0.0f,    -0.0f,  inf,    -inf,    std::nanf(""), 1e-40f,
-                            -1e-40f, -87.0f, -87.5f, -88.0f,  -88.5f,        -103.0f,
-                            -104.0f, 88.0f,  88.5f,  88.8f,   89.0f,         9.0f,
-                            -9.0f,   9.01f,  -9.01f, 3.0e38f, -3.0e38f};
+  const float specials[] = {
+      0.0f, -0.0f, inf, -inf, std::nanf(""), 1e-40f, -1e-40f, -87.0f, -87.5f, -88.0f, -88.5f,
+      -103.0f, -104.0f, 88.0f, 88.5f, 88.8f, 89.0f, 9.0f, -9.0f, 9.01f, -9.01f, 3.0e38f, -3.0e38f,
+      // sin, cos: at and past the reduction's range, near multiples of pi/2
+      8192.0f, -8192.0f, 8192.5f, -8192.5f, 1e5f, 355.0f, 3.14159274f, 1.57079637f, 6.28318548f,
+      1e-30f,
+      // log: the normal range's ends, below it, around the split at sqrt 2
+      1.0f, std::numeric_limits<float>::min(), std::numeric_limits<float>::max(), 1.1e-38f,
+      0.70710677f, 1.41421354f, 1.41421366f};
   for (size_t i = 0; i < sizeof(specials) / sizeof(float); ++i)
     xs.insert(xs.begin() + int64_t(i * 331 % xs.size()), specials[i]);
   return xs;
@@ -80,8 +91,10 @@ const std::vector<Fn>& functions() {
       {"relu", &Tensor::relu, [](float x) { return x < 0 ? 0.0f : x; }, 0},
       {"ceil", &Tensor::ceil, [](float x) { return std::ceil(x); }, 0},
       {"floor", &Tensor::floor, [](float x) { return std::floor(x); }, 0},
-      {"cos", &Tensor::cos, [](float x) { return std::cos(x); }, 0},
-      {"log", &Tensor::log, [](float x) { return std::log(x); }, 0},
+      {"cos", &Tensor::cos, [](float x) { return std::cos(x); }, 2},
+      {"sin", &Tensor::sin, [](float x) { return std::sin(x); }, 2},
+      {"log", &Tensor::log, [](float x) { return std::log(x); }, 2},
+      {"log1p", &Tensor::log1p, [](float x) { return std::log1p(x); }, 0},
   };
   return fns;
 }

@@ -1,8 +1,8 @@
 // The unary float functions on the CPU (src/backend/elementwise_kernels.h), as PyTorch's: exp,
-// the sigmoid (1 / (1 + exp(-x))) and tanh as vector polynomials (vmath.h) within a few ulp of the
-// C library's, as torch's vectorised Sleef kernels are; sqrt, rsqrt, abs, neg, relu (keeping -0
-// and NaN), ceil, floor and the predicates vectorised with the C library's bits; log, cos, sin
-// (and log1p, expm1, log2, log10, exp2, erf, erfc, tan, sinh, cosh, asin, acos, atan, ...) one C
+// the sigmoid (1 / (1 + exp(-x))), tanh, log, sin and cos as vector polynomials (vmath.h) within a
+// few ulp of the C library's, as torch's vectorised Sleef kernels are; sqrt, rsqrt, abs, neg, relu
+// (keeping -0 and NaN), ceil, floor and the predicates vectorised with the C library's bits;
+// log1p, expm1, log2, log10, exp2, erf, erfc, tan, sinh, cosh, asin, acos, atan, ... one C
 // library call an element, correctly rounded or within an ulp; erfinv as torch 1.13's CPU kernel.
 // Every element-wise loop runs on the threads above a size. And the masked assignment of where()
 // and masked_fill_().
@@ -128,18 +128,34 @@ ATTN_ISA_INLINE auto exact(float x) {
     return bool(std::isfinite(x));
 }
 
-// exp, the sigmoid and tanh in vector form (vmath.h's polynomials: exp within 1 ulp of the C
-// library's, the sigmoid 2, tanh 4, as torch's Sleef kernels are within 1 of the exact value),
-// for inputs in [lo, hi], where exp and the sigmoid neither saturate nor meet a denormal result;
+// exp, the sigmoid, tanh, log, sin and cos in vector form (vmath.h's polynomials: within 1, 2,
+// 4, 2, 2 and 2 ulp of the C library's, as torch's Sleef kernels are within 1 of the exact value),
+// for inputs in [lo, hi]: where exp and the sigmoid neither saturate nor meet a denormal result,
+// log's positive normal numbers, sin's and cos's |x| <= 8192 (their argument reduction's range).
 // NaN, infinities and the rest take exact().
 template <UnaryOp Op>
-constexpr bool kVectorForm = Op == UnaryOp::Exp || Op == UnaryOp::Sigmoid || Op == UnaryOp::Tanh;
+constexpr bool kVectorForm = Op == UnaryOp::Exp || Op == UnaryOp::Sigmoid || Op == UnaryOp::Tanh ||
+                             Op == UnaryOp::Log || Op == UnaryOp::Sin || Op == UnaryOp::Cos;
 template <UnaryOp Op>
-constexpr float kLo = Op == UnaryOp::Tanh ? -std::numeric_limits<float>::max() : -87.0f;
+constexpr float kLo = Op == UnaryOp::Tanh  ? -std::numeric_limits<float>::max()
+                      : Op == UnaryOp::Log ? std::numeric_limits<float>::min()
+                      : Op == UnaryOp::Sin || Op == UnaryOp::Cos ? -8192.0f
+                                                                 : -87.0f;
 template <UnaryOp Op>
-constexpr float kHi = Op == UnaryOp::Tanh  ? std::numeric_limits<float>::max()
-                      : Op == UnaryOp::Exp ? 88.0f
-                                           : 87.0f;
+constexpr float kHi = Op == UnaryOp::Tanh || Op == UnaryOp::Log  ? std::numeric_limits<float>::max()
+                      : Op == UnaryOp::Sin || Op == UnaryOp::Cos ? 8192.0f
+                      : Op == UnaryOp::Exp                       ? 88.0f
+                                                                 : 87.0f;
+
+// Whether x takes the vector form: in [lo, hi], and for sin not a zero (whose sign the polynomial
+// would lose: sin(-0) is -0).
+template <UnaryOp Op>
+ATTN_ISA_INLINE bool in_domain(float x) {
+  if constexpr (Op == UnaryOp::Sin)
+    return x >= kLo<Op> && x <= kHi<Op> && x != 0.0f;
+  else
+    return x >= kLo<Op> && x <= kHi<Op>;
+}
 
 template <UnaryOp Op>
 ATTN_ISA_INLINE float vector_form(float x) {
@@ -147,8 +163,14 @@ ATTN_ISA_INLINE float vector_form(float x) {
     return vmath::exp_in_range(x);
   else if constexpr (Op == UnaryOp::Sigmoid)
     return 1.0f / (1.0f + vmath::exp_in_range(-x));
-  else
+  else if constexpr (Op == UnaryOp::Tanh)
     return vmath::tanh(x);
+  else if constexpr (Op == UnaryOp::Log)
+    return vmath::log_normal(x);
+  else if constexpr (Op == UnaryOp::Sin)
+    return vmath::sin_small(x);
+  else
+    return vmath::cos_small(x);
 }
 
 // y[i] = Op(x[i]) for i < n, contiguous; y may be x (in place). Loops GCC vectorises: those of the
@@ -167,15 +189,14 @@ ATTN_ISA_INLINE void run(const float* x, void* out, int64_t n) {
       const float* xr = x + i0;
       float* yr = y + i0;
       int outside = 0;
-      for (int64_t i = 0; i < m; ++i) outside |= int(!(xr[i] >= kLo<Op> && xr[i] <= kHi<Op>));
+      for (int64_t i = 0; i < m; ++i) outside |= int(!in_domain<Op>(xr[i]));
       if (!outside) {
         ATTN_IVDEP
         for (int64_t i = 0; i < m; ++i) yr[i] = vector_form<Op>(xr[i]);
         continue;
       }
       for (int64_t i = 0; i < m; ++i) fast[i] = vector_form<Op>(xr[i]);
-      for (int64_t i = 0; i < m; ++i)
-        yr[i] = xr[i] >= kLo<Op> && xr[i] <= kHi<Op> ? fast[i] : exact<Op>(xr[i]);
+      for (int64_t i = 0; i < m; ++i) yr[i] = in_domain<Op>(xr[i]) ? fast[i] : exact<Op>(xr[i]);
     }
   } else {
     ATTN_IVDEP
@@ -219,7 +240,10 @@ int64_t min_parallel_elems(UnaryOp op) {
     case UnaryOp::IsFinite: return kParallelElems;
     case UnaryOp::Exp:
     case UnaryOp::Sigmoid:
-    case UnaryOp::Tanh: return int64_t(1) << 15;
+    case UnaryOp::Tanh:
+    case UnaryOp::Log:
+    case UnaryOp::Sin:
+    case UnaryOp::Cos: return int64_t(1) << 15;
     default: return int64_t(1) << 12;
   }
 }

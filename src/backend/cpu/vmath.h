@@ -109,6 +109,76 @@ __attribute__((always_inline)) inline float tanh(float x) {
   return std::copysign(m * (em * q * 0.5f) + (1.0f - m) * (1.0f - q), x);
 }
 
+// ln x for positive normal x only (callers keep other inputs away), within 2 ulp: x = m 2^e
+// with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s) with s = (m - 1) / (m + 1), |s| < 0.172, by
+// its series to s^11 (truncation error below 3e-9 of it), e ln 2 with ln 2 split in two.
+__attribute__((always_inline)) inline float log_normal(float x) {
+  const int32_t bits = std::bit_cast<int32_t>(x);
+  int32_t e = (bits >> 23) - 127;
+  float m = std::bit_cast<float>((bits & 0x007fffff) | 0x3f800000);  // [1, 2)
+  const int32_t big = int32_t(m > 1.41421356f);
+  m = big ? m * 0.5f : m;
+  e += big;
+  const float s = (m - 1.0f) / (m + 1.0f), z = s * s;
+  float p = 1.0f / 11.0f;
+  p = p * z + 1.0f / 9.0f;
+  p = p * z + 1.0f / 7.0f;
+  p = p * z + 1.0f / 5.0f;
+  p = p * z + 1.0f / 3.0f;
+  const float fe = float(e);
+  // 2 s + 2 s z p: the leading term kept apart from the small rest.
+  const float rest = fe * -2.12194440e-4f + (2.0f * s) * (z * p);
+  return fe * 0.693359375f + (2.0f * s + rest);
+}
+
+// sin x and cos x for |x| <= 8192 only (callers keep other inputs away), within 2 ulp of the C
+// library's: k = round(x 2 / pi), r = x - k pi / 2 in double with pi / 2 in two parts, the first
+// of 33 bits so that its product with k is exact (Cody and Waite): r keeps its float precision
+// even where x lies within 1e-7 of a multiple of pi / 2. Then the Taylor series of sin r (to
+// r^11) and cos r (to r^12) on |r| <= pi / 4 (a hair more where k's float rounding errs), picked
+// and signed by k mod 4.
+__attribute__((always_inline)) inline void sincos_reduced(float x, float& r, int32_t& k) {
+  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float t = x * 0.636619772f + kShift;
+  k = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kShift);
+  const double kd = double(t - kShift);
+  r = float((double(x) - kd * 1.5707963267341256) - kd * 6.077100506506192e-11);
+}
+__attribute__((always_inline)) inline float sin_poly(float r) {
+  const float z = r * r;
+  float p = -1.0f / 39916800.0f;
+  p = p * z + 1.0f / 362880.0f;
+  p = p * z - 1.0f / 5040.0f;
+  p = p * z + 1.0f / 120.0f;
+  p = p * z - 1.0f / 6.0f;
+  return r + r * z * p;
+}
+__attribute__((always_inline)) inline float cos_poly(float r) {
+  const float z = r * r;
+  float p = 1.0f / 479001600.0f;
+  p = p * z - 1.0f / 3628800.0f;
+  p = p * z + 1.0f / 40320.0f;
+  p = p * z - 1.0f / 720.0f;
+  p = p * z + 1.0f / 24.0f;
+  return 1.0f - 0.5f * z + z * z * p;
+}
+// sin: k mod 4 = 0, 1, 2, 3 give sin r, cos r, -sin r, -cos r; cos: cos r, -sin r, -cos r, sin r.
+// Selects (not arithmetic blends) keep the sign of a zero: sin(-0) is -0.
+__attribute__((always_inline)) inline float sin_small(float x) {
+  float r;
+  int32_t k;
+  sincos_reduced(x, r, k);
+  const float v = (k & 1) ? cos_poly(r) : sin_poly(r);
+  return (k & 2) ? -v : v;
+}
+__attribute__((always_inline)) inline float cos_small(float x) {
+  float r;
+  int32_t k;
+  sincos_reduced(x, r, k);
+  const float v = (k & 1) ? sin_poly(r) : cos_poly(r);
+  return ((k + 1) & 2) ? -v : v;
+}
+
 // erfc(z) for z >= 0 with a relative error below about 2e-7: the Chebyshev-fitted form
 // t exp(-z^2 + P(t)), t = 1 / (1 + z / 2) (Numerical Recipes, section 6.2).
 __attribute__((always_inline)) inline float erfc_pos(float z) {
