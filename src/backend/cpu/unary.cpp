@@ -195,7 +195,10 @@ ATTN_ISA_INLINE void run(const float* x, void* out, int64_t n) {
         for (int64_t i = 0; i < m; ++i) yr[i] = vector_form<Op>(xr[i]);
         continue;
       }
-      for (int64_t i = 0; i < m; ++i) fast[i] = vector_form<Op>(xr[i]);
+      // The polynomials' integer steps would overflow outside their domain: 1 there instead
+      // (inside every domain), its result replaced below.
+      for (int64_t i = 0; i < m; ++i)
+        fast[i] = vector_form<Op>(in_domain<Op>(xr[i]) ? xr[i] : 1.0f);
       for (int64_t i = 0; i < m; ++i) yr[i] = in_domain<Op>(xr[i]) ? fast[i] : exact<Op>(xr[i]);
     }
   } else {
