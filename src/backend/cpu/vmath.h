@@ -19,9 +19,25 @@
 
 namespace attn::kernels::vmath {
 
+// e^(x - n ln2) for an integer n with |x - n ln2| <= ln2 / 2: r = x - n ln2 with ln2 split in two
+// so that n * ln2_hi is exact, then e^r by its Taylor series to r^7 (truncation error below 6e-9).
+__attribute__((always_inline)) inline float exp_reduced(float x, float n) {
+  float r = x - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  return p;
+}
+
 // e^x with a relative error of about 1 ulp for x in [-87, 88]; saturates outside (1e-38 below,
-// 2.4e38 above). x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to r^7 (truncation
-// error below 6e-9), scaled by 2^n through the exponent bits.
+// 2.4e38 above). x = n ln2 + r with |r| <= ln2 / 2, e^r by exp_reduced, scaled by 2^n through
+// the exponent bits.
 __attribute__((always_inline)) inline float exp(float x) {
   // Ternaries and int arithmetic rather than fmin/floor calls, so that callers vectorise. The
   // comparisons send NaN to -87 so that the int conversion below stays defined: exp(NaN) returns
@@ -33,20 +49,8 @@ __attribute__((always_inline)) inline float exp(float x) {
   const float y = xc * 1.44269504088896341f + 0.5f;
   int32_t ni = int32_t(y);       // truncation toward zero ...
   ni -= int32_t(float(ni) > y);  // ... then floor
-  const float n = float(ni);
-  // ln2 split in two so that n * ln2_hi is exact.
-  float r = xc - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
   const int32_t bits = (ni + 127) * (1 << 23);
-  return p * std::bit_cast<float>(bits);
+  return exp_reduced(xc, float(ni)) * std::bit_cast<float>(bits);
 }
 
 // e^x for x in [-87, 88] only (callers keep other inputs away: they give wrong results), the
@@ -55,19 +59,8 @@ __attribute__((always_inline)) inline float exp(float x) {
 __attribute__((always_inline)) inline float exp_in_range(float x) {
   constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: its ulp is 1
   const float t = x * 1.44269504088896341f + kShift;
-  const float n = t - kShift;
-  float r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
   const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kShift);
-  return p * std::bit_cast<float>((ni + 127) * (1 << 23));
+  return exp_reduced(x, t - kShift) * std::bit_cast<float>((ni + 127) * (1 << 23));
 }
 
 // e^y - 1 for y in [0, 20] with a relative error of about 1 ulp, NaN for NaN: y = n ln2 + r with
