@@ -107,17 +107,17 @@ void matmul_i64(const backend::Matmul& m) {
 void dot_f32(const backend::Dot& d) {
   const auto* a = static_cast<const float*>(d.a);
   const auto* b = static_cast<const float*>(d.b);
+  int64_t a_stride = d.a_stride, b_stride = d.b_stride;
   std::vector<float> abuf, bbuf;
-  if (d.a_stride != 1 && d.n > 1) {
-    abuf = pack(a, d.n, 1, d.a_stride, 1);
-    a = abuf.data();
+  if (a_stride != 1 && d.n > 1) {
+    abuf = pack(a, d.n, 1, a_stride, 1);
+    a = abuf.data(), a_stride = 1;
   }
-  if (d.b_stride != 1 && d.n > 1) {
-    bbuf = pack(b, d.n, 1, d.b_stride, 1);
-    b = bbuf.data();
+  if (b_stride != 1 && d.n > 1) {
+    bbuf = pack(b, d.n, 1, b_stride, 1);
+    b = bbuf.data(), b_stride = 1;
   }
-  *static_cast<float*>(d.out) =
-      cblas_sdot(int(d.n), a, a == d.a ? int(d.a_stride) : 1, b, b == d.b ? int(d.b_stride) : 1);
+  *static_cast<float*>(d.out) = cblas_sdot(int(d.n), a, int(a_stride), b, int(b_stride));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "../elementwise_kernels.h"
 #include "isa.h"
@@ -262,32 +263,26 @@ bool row_major(const Shape& shape, const Shape& strides) {
   return true;
 }
 
-// out = op(x) in row-major order. A strided float input is gathered into out first (its leading
-// dim shared among the threads) and computed there in place, so that a view's results are those
-// of its contiguous copy, bit for bit; the predicates (exact in any form) read a strided input
-// where it lies.
+// out = op(x) in row-major order. A strided input is gathered first (its leading dim shared among
+// the threads) into the output, or for the predicates (whose bool output cannot hold it) into a
+// buffer, and computed from there, so that a view's results are those of its contiguous copy, bit
+// for bit.
 void unary_f32(const Unary& u) {
   const Shape& shape = *u.shape;
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   if (n == 0) return;
   const float* x = static_cast<const float*>(u.storage) + u.offset;
+  std::vector<float> gathered;
   if (!row_major(shape, *u.strides)) {
     const float* base = static_cast<const float*>(u.storage);
+    float* y = static_cast<float*>(u.out);
     if (backend::is_predicate(u.op)) {
-      auto* y = static_cast<bool*>(u.out);
-      int64_t i = 0;
-      strided_loop<1>(shape, {u.strides}, {u.offset}, [&](const std::array<int64_t, 1>& o) {
-        const float v = base[o[0]];
-        y[i++] = u.op == UnaryOp::IsNan   ? std::isnan(v)
-                 : u.op == UnaryOp::IsInf ? std::isinf(v)
-                                          : std::isfinite(v);
-      });
-      return;
+      gathered.resize(static_cast<std::size_t>(n));
+      y = gathered.data();
     }
     // Rows [r0, r1) of the leading dim: a sub-shape from offset + r0 * stride, written from r0 *
     // (elements per row). A 0-dim tensor is contiguous, so shape has a leading dim here.
-    auto* y = static_cast<float*>(u.out);
     const int64_t rows = shape[0], per_row = n / rows, stride0 = (*u.strides)[0];
     parallel_ranges(rows, threads_for(n), [&](int64_t r0, int64_t r1) {
       Shape sub = shape;
