@@ -252,21 +252,9 @@ int64_t min_parallel_elems(UnaryOp op) {
   }
 }
 
-// Whether `strides` lay `shape` out contiguously in row-major order (dims of size 1 aside).
-bool row_major(const Shape& shape, const Shape& strides) {
-  int64_t expect = 1;
-  for (int64_t d = int64_t(shape.size()) - 1; d >= 0; --d) {
-    if (shape[d] == 1) continue;
-    if (strides[d] != expect) return false;
-    expect *= shape[d];
-  }
-  return true;
-}
-
-// out = op(x) in row-major order. A strided input is gathered first (its leading dim shared among
-// the threads) into the output, or for the predicates (whose bool output cannot hold it) into a
-// buffer, and computed from there, so that a view's results are those of its contiguous copy, bit
-// for bit.
+// out = op(x) in row-major order. A strided input is gathered first (copy's kernel) into the
+// output, or for the predicates (whose bool output cannot hold it) into a buffer, and computed from
+// there, so that a view's results are those of its contiguous copy, bit for bit.
 void unary_f32(const Unary& u) {
   const Shape& shape = *u.shape;
   int64_t n = 1;
@@ -274,24 +262,16 @@ void unary_f32(const Unary& u) {
   if (n == 0) return;
   const float* x = static_cast<const float*>(u.storage) + u.offset;
   std::vector<float> gathered;
-  if (!row_major(shape, *u.strides)) {
-    const float* base = static_cast<const float*>(u.storage);
+  const Walk<1> walk = coalesce<1>(shape, {u.strides});
+  if (!walk.shape.empty() && (walk.shape.size() > 1 || walk.strides[0][0] != 1)) {
     float* y = static_cast<float*>(u.out);
     if (backend::is_predicate(u.op)) {
       gathered.resize(static_cast<std::size_t>(n));
       y = gathered.data();
     }
-    // Rows [r0, r1) of the leading dim: a sub-shape from offset + r0 * stride, written from r0 *
-    // (elements per row). A 0-dim tensor is contiguous, so shape has a leading dim here.
-    const int64_t rows = shape[0], per_row = n / rows, stride0 = (*u.strides)[0];
-    parallel_ranges(rows, threads_for(n), [&](int64_t r0, int64_t r1) {
-      Shape sub = shape;
-      sub[0] = r1 - r0;
-      float* yr = y + r0 * per_row;
-      int64_t i = 0;
-      strided_loop<1>(sub, {u.strides}, {u.offset + r0 * stride0},
-                      [&](const std::array<int64_t, 1>& o) { yr[i++] = base[o[0]]; });
-    });
+    const Shape dense = row_major_strides(shape);
+    backend::cpu::copy[int(Dtype::Float32)](
+        {&shape, y, 0, &dense, u.storage, Dtype::Float32, u.offset, u.strides});
     x = y;
   }
   const int64_t size = backend::is_predicate(u.op) ? int64_t(sizeof(bool)) : int64_t(sizeof(float));
