@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Element-wise unary functions, attn against PyTorch 2.x on the CPU, in one process.
+"""Element-wise unary functions and copies, attn against PyTorch 2.x on the CPU, in one process.
 
     scripts/bench_setup.sh        # .venv-bench with torch 2.15 from PyPI
     PYTHONPATH=build/python .venv-bench/bin/python bench/unary_compare.py --threads 2
 
 torch.exp, sigmoid, tanh, sqrt, abs, sin and log (on |x|) of one float32 tensor (--shape,
 default 2048 x 3072: a GPT-2-small MLP's activations for 2048 tokens), contiguous, and exp of
-its transpose (a strided view). The same values go to both libraries; results are compared
+its transpose (a strided view); then copies: the transpose made contiguous, the head split and
+merge of multi-head attention ((B, L, H, D) <-> (B, H, L, D) by transpose(1, 2).contiguous()),
+conversion to bfloat16 and clone. The same values go to both libraries; results are compared
 (largest difference relative to the value) before timing. The contenders alternate --reps times,
 each sample the median of back-to-back calls lasting at least --min-time seconds after a warm-up;
 printed: medians in ms, GB/s (bytes read and written) and attn / torch time (below 1: attn is
@@ -38,7 +40,15 @@ CASES = [
     ("sin", lambda T, x: T.sin(x)),
     ("log |x|", lambda T, x: T.log(x.abs())),
     ("exp of x.t()", lambda T, x: T.exp(x.t())),
+    # Copies: a transpose made contiguous, attention's head split and merge, dtype conversions.
+    ("x.t() copy", lambda T, x: x.t().contiguous()),
+    ("heads merge", lambda T, x: x.view(16, 12, 128, 256).transpose(1, 2).contiguous()),
+    ("heads split", lambda T, x: x.view(16, 128, 12, 256).transpose(1, 2).contiguous()),
+    ("to bfloat16", lambda T, x: x.to(T.bfloat16)),
+    ("clone", lambda T, x: x.clone()),
 ]
+# Bytes read and written per element where not 4 + 4 (float32 in, float32 out).
+BYTES = {"to bfloat16": 6}
 
 
 def sample(fn, min_time):
@@ -76,8 +86,8 @@ def main():
     for name, op in CASES:
         if args.only not in name:
             continue
-        want = op(torch, xs["torch"]).numpy()
-        got = op(attn, xs["attn"]).numpy()
+        want = op(torch, xs["torch"]).float().numpy()
+        got = op(attn, xs["attn"]).float().numpy()
         scale = np.maximum(np.abs(want), 1e-30)
         rel = float(np.max(np.abs(got.astype(np.float64) - want) / scale))
         times = {"attn": [], "torch": []}
@@ -86,7 +96,7 @@ def main():
                 T, x = libs[lib], xs[lib]
                 times[lib].append(sample(lambda: op(T, x), args.min_time))
         med = {lib: statistics.median(t) for lib, t in times.items()}
-        gbs = {lib: 2 * 4 * n / med[lib] / 1e9 for lib in med}
+        gbs = {lib: BYTES.get(name, 8) * n / med[lib] / 1e9 for lib in med}
         ratio = med["attn"] / med["torch"]
         results[name] = {"attn_ms": med["attn"] * 1e3, "torch_ms": med["torch"] * 1e3,
                          "ratio": ratio, "max_rel_diff": rel}
