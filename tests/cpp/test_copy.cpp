@@ -109,6 +109,7 @@ std::vector<std::pair<std::string, Tensor>> views(Dtype dtype) {
   v.emplace_back("stepped inner", numbered({50, 90}).slice(1, 1, 90, 3));
   v.emplace_back("offset rows", numbered({70, 66}).narrow(0, 9, 40).narrow(1, 2, 60));
   v.emplace_back("broadcast", numbered({1, 37}).expand({45, 37}));
+  v.emplace_back("broadcast rows transposed", numbered({1, 70}).expand({80, 70}).transpose(0, 1));
   v.emplace_back("broadcast transposed", numbered({37, 1}).expand({37, 45}).transpose(0, 1));
   v.emplace_back("0-dim", numbered({1}).reshape({}));
   v.emplace_back("empty", numbered({0, 5}).transpose(0, 1));
