@@ -32,19 +32,19 @@ struct Mxfp4Matrices {
 };
 
 // x (N, cols), a CPU float tensor, times matrix e of w transposed: (N, rows), in x's dtype, as
-// x @ mxfp4_dequantize(w, e, x.dtype()).T with float32 sums. With no gradient to record: up to 8
-// rows (decoding), the codes are decoded as they are streamed (mxfp4_rows); more (a prompt), 128
-// rows of the matrix at a time are decoded into floats for sgemm (mxfp4_gemm), never the whole
-// matrix. With a gradient to record, the matrix is decoded in x's dtype and multiplied by matmul,
-// whose graph gives x its gradient (the matrices are constants: no gradient reaches them).
+// x @ mxfp4_dequantize(w, e, x.dtype()).T with float32 sums. Up to 8 rows (decoding), the codes
+// are decoded as they are streamed (mxfp4_rows); more (a prompt), 128 rows of the matrix at a time
+// are decoded into floats for sgemm (mxfp4_gemm; a bfloat16 x: 1024 rows into bfloat16 for
+// oneDNN's bfloat16 matmul where the CPU has one), never the whole matrix. The same product
+// whether or not a gradient is recorded; x's gradient, g times the matrix, decodes 128 of its
+// columns at a time too (the matrices are constants: no gradient reaches them).
 // attn::Error naming the shapes for an x of another width, e out of range, an x not on the CPU or
 // not floating.
-// int8_activations: up to 8 rows with no gradient to record, x rounded to 8-bit integers per
-// group of 32 as llama.cpp's q8_0 rounds its activations (step (largest |x|) / 127) instead of
-// the 16-bit integers a bfloat16 / float16 x gets (or the floats of a float32 x): fewer
-// instructions per weight, at llama.cpp's accuracy (not faster decoding end to end on the CPU
-// measured in BENCHMARKS.md: the rounding of x costs what they save). Ignored otherwise, and
-// without AVX2.
+// int8_activations: up to 8 rows with no gradient to record, x rounded to 8-bit integers per group
+// of 32 as llama.cpp's q8_0 rounds its activations (step (largest |x|) / 127) instead of the
+// 16-bit integers a bfloat16 / float16 x gets (or the floats of a float32 x): fewer instructions
+// per weight, at llama.cpp's accuracy (not faster decoding end to end on the CPU measured in
+// BENCHMARKS.md: the rounding of x costs what they save). Ignored otherwise, and without AVX2.
 Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e,
                     bool int8_activations = false);
 

@@ -57,19 +57,12 @@ Tensor mxfp4_dequantize(const Mxfp4Matrices& w, int64_t e, Dtype dtype) {
   return dtype == Dtype::Float32 ? out : out.to(dtype);
 }
 
-Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e, bool int8_activations) {
-  const char* fn = "mxfp4_linear";
-  check(w, e, fn);
-  if (!x.defined() || !x.is_cpu() || !is_floating_point(x.dtype()) || x.dim() != 2 ||
-      x.size(1) != w.cols)
-    detail::fail(
-        fn, "x must be a CPU float tensor (N, ", w.cols, ") for matrices of (", w.rows, ", ",
-        w.cols, "), got ",
-        x.defined() ? shape_str(x.shape()) + " " + dtype_name(x.dtype()) + " on " + x.device().str()
-                    : std::string("an undefined tensor"));
+namespace {
+
+// mxfp4_linear's product, in x's dtype, recording nothing.
+Tensor product(const Tensor& x, const Mxfp4Matrices& w, int64_t e, bool int8_activations) {
+  NoGradGuard no_grad;
   const int64_t N = x.size(0);
-  if (is_grad_enabled() && x.requires_grad())
-    return matmul(x, mxfp4_dequantize(w, e, x.dtype()).transpose(0, 1));
   const int64_t offset = e * w.rows * w.cols;
   const uint8_t *blocks = w.blocks->data() + offset / 2, *scales = w.scales->data() + offset / 32;
   if (N > kernels::kGemmRowsMax && x.dtype() == Dtype::BFloat16) {  // a prompt, bfloat16 products
@@ -91,6 +84,37 @@ Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e, bool int
                         : x.dtype() != Dtype::Float32 ? kernels::Mxfp4X::Int16
                                                       : kernels::Mxfp4X::Float);
   return x.dtype() == Dtype::Float32 ? y : y.to(x.dtype());
+}
+
+}  // namespace
+
+Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e, bool int8_activations) {
+  const char* fn = "mxfp4_linear";
+  check(w, e, fn);
+  if (!x.defined() || !x.is_cpu() || !is_floating_point(x.dtype()) || x.dim() != 2 ||
+      x.size(1) != w.cols)
+    detail::fail(
+        fn, "x must be a CPU float tensor (N, ", w.cols, ") for matrices of (", w.rows, ", ",
+        w.cols, "), got ",
+        x.defined() ? shape_str(x.shape()) + " " + dtype_name(x.dtype()) + " on " + x.device().str()
+                    : std::string("an undefined tensor"));
+  // The same product whether or not a gradient is recorded (but for int8_activations' rounding,
+  // taken only without one): the matrices stay encoded.
+  const bool record = detail::should_record({&x});
+  Tensor y = product(x, w, e, int8_activations && !record);
+  if (!record) return y;
+  // x's gradient, g W, with W decoded a block of columns at a time (mxfp4_gemm_w).
+  const Dtype x_dtype = x.dtype();
+  return detail::record(
+      std::move(y), "Mxfp4LinearBackward", {&x}, [w, e, x_dtype](const Node&, const Tensor& g) {
+        const Tensor gf = g.to(Dtype::Float32).contiguous();
+        const int64_t offset = e * w.rows * w.cols;
+        Tensor dx = empty({gf.size(0), w.cols});
+        kernels::mxfp4_gemm_w(gf.size(0), w.rows, w.cols, gf.data_ptr<float>(), w.rows,
+                              w.blocks->data() + offset / 2, w.scales->data() + offset / 32,
+                              dx.data_ptr<float>(), w.cols);
+        return std::vector<Tensor>{dx.to(x_dtype)};
+      });
 }
 
 }  // namespace attn

@@ -334,12 +334,29 @@ TEST(Mxfp4, LinearStreamsFewRowsAndDecodesBlocksForManyWithGradientsToX) {
     const Tensor x = attn::randn({N, 96}, &gen);
     EXPECT_TRUE(near_product(attn::mxfp4_linear(x, big, 1), x, attn::mxfp4_dequantize(big, 1)));
   }
-  // With a gradient to record: x's gradient is the upstream one times the decoded matrix.
-  const Tensor x = attn::randn({3, 64}, &gen).requires_grad_(true);
-  attn::sum(attn::mxfp4_linear(x, m, 0) * attn::mxfp4_linear(x, m, 0)).backward();
-  const Tensor w = attn::mxfp4_dequantize(m, 0);
-  const Tensor y = attn::matmul(x.detach(), w.transpose(0, 1));
-  EXPECT_TRUE(attn::allclose(x.grad(), attn::matmul(y * 2.0, w), 1e-4, 1e-4));
+  // With a gradient to record: the same product as without, and x's gradient the upstream one
+  // times the decoded matrix, for few rows and many, float32 and bfloat16, against matrices of one
+  // block of 128 columns and of several (300 x 288: the last block partial).
+  const Mxfp4Matrices wide = random_matrices(2, 300, 288, 13);
+  for (const Mxfp4Matrices* mat : {&m, &big, &wide}) {
+    for (const int64_t N : {3, 40}) {
+      for (const attn::Dtype dtype : {attn::Dtype::Float32, attn::Dtype::BFloat16}) {
+        SCOPED_TRACE(std::to_string(mat->cols) + " columns, " + std::to_string(N) + " rows, " +
+                     attn::dtype_name(dtype));
+        const Tensor x = attn::randn({N, mat->cols}, &gen).to(dtype).requires_grad_(true);
+        const Tensor y = attn::mxfp4_linear(x, *mat, 1);
+        ASSERT_TRUE(y.requires_grad());
+        EXPECT_TRUE(attn::equal(y.detach(), attn::mxfp4_linear(x.detach(), *mat, 1)));
+        const Tensor g = attn::randn({N, mat->rows}, &gen).to(dtype);
+        y.backward(g);
+        ASSERT_EQ(x.grad().dtype(), dtype);
+        const Tensor want =
+            attn::matmul(g.to(attn::Dtype::Float32), attn::mxfp4_dequantize(*mat, 1));
+        const double tol = dtype == attn::Dtype::Float32 ? 1e-4 : 2e-2;
+        EXPECT_TRUE(attn::allclose(x.grad().to(attn::Dtype::Float32), want, tol, tol));
+      }
+    }
+  }
 }
 
 // A bfloat16 prompt's product through oneDNN's bfloat16 matmul: W decoded by blocks of 1024 rows

@@ -567,6 +567,18 @@ void mxfp4_gemm(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, co
   });
 }
 
+void mxfp4_gemm_w(int64_t M, int64_t R, int64_t C, const float* G, int64_t ldg,
+                  const uint8_t* blocks, const uint8_t* scales, float* DX, int64_t lddx) {
+  if (M <= 0 || C <= 0) return;
+  constexpr int64_t kBlock = 128;  // columns of W decoded at a time (R = 2880: 1.5 MB of floats)
+  const bool avx2 = ATTN_SIMD_X86 && (active_isa() == Isa::Avx2 || active_isa() == Isa::Avx512);
+  sgemm_by_blocks(false, M, C, R, kBlock, G, ldg, DX, lddx, [&](int64_t c0, int64_t nb, float* w) {
+    for (int64_t r = 0; r < R; ++r)  // columns [c0, c0 + nb) of row r: whole groups of 32
+      decode_rows(avx2, 0, 1, nb, blocks + (r * C + c0) / 2, scales + (r * C + c0) / 32,
+                  w + r * nb);
+  });
+}
+
 bool mxfp4_gemm_bf16(int64_t M, int64_t R, int64_t C, const uint16_t* X, const uint8_t* blocks,
                      const uint8_t* scales, uint16_t* Y, int64_t ldy) {
   if (M <= 0 || R <= 0) return true;

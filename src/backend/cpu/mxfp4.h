@@ -45,6 +45,13 @@ void mxfp4_gemm(int64_t M, int64_t R, int64_t C, const float* X, int64_t ldx, co
 bool mxfp4_gemm_bf16(int64_t M, int64_t R, int64_t C, const uint16_t* X, const uint8_t* blocks,
                      const uint8_t* scales, uint16_t* Y, int64_t ldy);
 
+// DX (M, C) = G (M, R) W: the product with W itself, not its transpose (the gradient of
+// mxfp4_gemm's X). Blocks of 128 of W's columns (all R rows) are decoded into a per-thread float
+// buffer and multiplied by sgemm (gemm.h: sgemm_by_blocks), so that W is never held decoded
+// whole; the bits depend on (M, R, C) and the BLAS, not on the threads.
+void mxfp4_gemm_w(int64_t M, int64_t R, int64_t C, const float* G, int64_t ldg,
+                  const uint8_t* blocks, const uint8_t* scales, float* DX, int64_t lddx);
+
 // W (R, C) row-major, decoded exactly (signed zeros kept). C % 32 == 0.
 void mxfp4_dequantize(int64_t R, int64_t C, const uint8_t* blocks, const uint8_t* scales, float* W);
 
