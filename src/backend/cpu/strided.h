@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "threads.h"
@@ -197,7 +198,9 @@ void copy_strided(const Shape& shape, To* dst, const Shape& dst_strides, const F
       return;
     }
     for (int64_t item = a; item < b; ++item) {
-      const auto [i0, i1] = thread_share(n, int(item % parts), int(parts));
+      // (not a structured binding: clang 14 cannot capture one in the lambda below)
+      const std::pair<int64_t, int64_t> part = thread_share(n, int(item % parts), int(parts));
+      const int64_t i0 = part.first, i1 = part.second;
       walk_rows(w, {0, 0}, item / parts, item / parts + 1,
                 [&](std::array<int64_t, 2> off, int64_t, const std::array<int64_t, 2>& inner) {
                   off[0] += i0 * inner[0];
