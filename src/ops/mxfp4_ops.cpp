@@ -43,6 +43,16 @@ void check(const Mxfp4Matrices& w, int64_t e, const char* fn) {
     detail::fail(fn, "matrix ", e, " out of range for ", w.count, " matrices");
 }
 
+// Matrix e's codes and scales.
+struct Matrix {
+  const uint8_t* blocks;
+  const uint8_t* scales;
+};
+Matrix matrix(const Mxfp4Matrices& w, int64_t e) {
+  const int64_t offset = e * w.rows * w.cols;  // in weights: 2 a byte of blocks, 32 a scale
+  return {w.blocks->data() + offset / 2, w.scales->data() + offset / 32};
+}
+
 }  // namespace
 
 Tensor mxfp4_dequantize(const Mxfp4Matrices& w, int64_t e, Dtype dtype) {
@@ -51,9 +61,8 @@ Tensor mxfp4_dequantize(const Mxfp4Matrices& w, int64_t e, Dtype dtype) {
   if (!is_floating_point(dtype))
     detail::fail(fn, "dtype must be float32, bfloat16 or float16, got ", dtype_name(dtype));
   Tensor out = empty({w.rows, w.cols});
-  const int64_t offset = e * w.rows * w.cols;
-  kernels::mxfp4_dequantize(w.rows, w.cols, w.blocks->data() + offset / 2,
-                            w.scales->data() + offset / 32, out.data_ptr<float>());
+  const Matrix m = matrix(w, e);
+  kernels::mxfp4_dequantize(w.rows, w.cols, m.blocks, m.scales, out.data_ptr<float>());
   return dtype == Dtype::Float32 ? out : out.to(dtype);
 }
 
@@ -63,8 +72,7 @@ namespace {
 Tensor product(const Tensor& x, const Mxfp4Matrices& w, int64_t e, bool int8_activations) {
   NoGradGuard no_grad;
   const int64_t N = x.size(0);
-  const int64_t offset = e * w.rows * w.cols;
-  const uint8_t *blocks = w.blocks->data() + offset / 2, *scales = w.scales->data() + offset / 32;
+  const auto [blocks, scales] = matrix(w, e);
   if (N > kernels::kGemmRowsMax && x.dtype() == Dtype::BFloat16) {  // a prompt, bfloat16 products
     const Tensor xc = x.contiguous();
     Tensor y16 = empty({N, w.rows}, Dtype::BFloat16);
@@ -108,11 +116,10 @@ Tensor mxfp4_linear(const Tensor& x, const Mxfp4Matrices& w, int64_t e, bool int
   return detail::record(
       std::move(y), "Mxfp4LinearBackward", {&x}, [w, e, x_dtype](const Node&, const Tensor& g) {
         const Tensor gf = g.to(Dtype::Float32).contiguous();
-        const int64_t offset = e * w.rows * w.cols;
+        const Matrix m = matrix(w, e);
         Tensor dx = empty({gf.size(0), w.cols});
-        kernels::mxfp4_gemm_w(gf.size(0), w.rows, w.cols, gf.data_ptr<float>(), w.rows,
-                              w.blocks->data() + offset / 2, w.scales->data() + offset / 32,
-                              dx.data_ptr<float>(), w.cols);
+        kernels::mxfp4_gemm_w(gf.size(0), w.rows, w.cols, gf.data_ptr<float>(), w.rows, m.blocks,
+                              m.scales, dx.data_ptr<float>(), w.cols);
         return std::vector<Tensor>{dx.to(x_dtype)};
       });
 }

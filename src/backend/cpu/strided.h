@@ -84,12 +84,11 @@ void walk_rows(const Walk<N>& w, std::array<int64_t, N> base, int64_t r0, int64_
   std::array<int64_t, N> inner;
   for (std::size_t k = 0; k < N; ++k) inner[k] = w.strides[k][nd - 1];
   std::vector<int64_t> idx(std::size_t(std::max<int64_t>(nd - 1, 0)), 0);
-  for (int64_t d = nd - 2, r = r0; d >= 0; --d) {  // row r0's index
+  for (int64_t d = nd - 2, r = r0; d >= 0; --d) {  // row r0's index and offsets
     idx[d] = r % w.shape[d];
     r /= w.shape[d];
+    for (std::size_t k = 0; k < N; ++k) base[k] += idx[d] * w.strides[k][d];
   }
-  const std::array<int64_t, N> first = w.row_offsets(r0);
-  for (std::size_t k = 0; k < N; ++k) base[k] += first[k];
   for (int64_t r = r0; r < r1; ++r) {
     row(base, w.shape[nd - 1], inner);
     for (int64_t d = nd - 2; d >= 0; --d) {
