@@ -494,16 +494,50 @@ using detail::kSaveResult;
 using detail::unary_float;
 
 // The kernel of `op` on t's device, over t's elements computed in float32, into a new tensor
-// of `out_dtype` (float32, or bool for the predicates).
-Tensor unary_kernel(const Tensor& t, const char* fn, backend::UnaryOp op, Dtype out_dtype) {
+// of `out_dtype` (float32, or bool for the predicates), rounded to `result_dtype` (t's 2-byte
+// float dtype, or out_dtype), laid out as torch's (detail::elementwise_strides): a view that fills
+// a block of its storage in another order than row-major (x.t()) is computed over that block in
+// memory order and its result takes its strides; any other view that is not row-major is first
+// gathered into a float32 block of the result's layout. A row-major view's elements are gathered
+// by the kernel itself (and on a GPU, any view but a block). Either way each element's bits are
+// those of its contiguous copy's.
+Tensor unary_kernel(const Tensor& t, const char* fn, backend::UnaryOp op, Dtype out_dtype,
+                    Dtype result_dtype) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
-  Tensor src = t.to(Dtype::Float32);
+  NoGradGuard no_grad;  // unary_float records the op on t itself
+  // On a GPU (whose copies between layouts go through the host) only a block keeps its layout.
+  Shape layout = detail::elementwise_strides(t);
+  if (!t.is_cpu() && !detail::is_non_overlapping_dense(t)) layout.clear();
+  Tensor src = t;
+  bool gathered = false;
+  if (!layout.empty()) {
+    if (detail::is_non_overlapping_dense(t)) {
+      src = detail::make_view(t, {t.numel()}, {1}, t.storage_offset());
+    } else {
+      src = detail::make_tensor(fn, {t.numel()}, Dtype::Float32, /*zero=*/false, t.device());
+      src.impl()->sizes = t.shape();
+      src.impl()->strides = layout;
+      src.copy_(t);
+      src.impl()->sizes = {t.numel()};
+      src.impl()->strides = {1};
+      gathered = true;
+    }
+  }
+  src = src.to(Dtype::Float32);
   const auto kernel =
       backend::pick(fn, src.device(), Dtype::Float32, backend::cpu::unary, backend::cuda::unary);
-  // The kernel (pick refuses devices without one) writes every element: out is not cleared.
-  Tensor out = detail::make_tensor(fn, t.shape(), out_dtype, /*zero=*/false, src.device());
+  // The kernel (pick refuses devices without one) writes every element: out is not cleared. A
+  // float32 result of a gathered view overwrites what it was computed from.
+  Tensor out = gathered && out_dtype == Dtype::Float32
+                   ? src
+                   : detail::make_tensor(fn, src.shape(), out_dtype, /*zero=*/false, src.device());
   kernel({op, &src.shape(), src.impl()->storage->data, src.storage_offset(), &src.strides(),
           out.device_data()});
+  if (result_dtype != out_dtype) out = out.to(result_dtype);
+  if (!layout.empty()) {  // out is new and held nowhere else: it takes the layout in place
+    out.impl()->sizes = t.shape();
+    out.impl()->strides = layout;
+  }
   return out;
 }
 
@@ -511,10 +545,10 @@ Tensor unary_kernel(const Tensor& t, const char* fn, backend::UnaryOp op, Dtype 
 
 Tensor detail::unary_float(const Tensor& t, const char* fn, backend::UnaryOp op, UnaryGrad grad,
                            int saves, const char* node) {
-  Tensor out = unary_kernel(t, fn, op, Dtype::Float32);
   // bfloat16 and float16 compute in float32 and round each result back (they never require
   // grad, so nothing is recorded for them).
-  if (is_reduced_float(t.dtype())) return out.to(t.dtype());
+  if (is_reduced_float(t.dtype())) return unary_kernel(t, fn, op, Dtype::Float32, t.dtype());
+  Tensor out = unary_kernel(t, fn, op, Dtype::Float32, Dtype::Float32);
   std::string name = node ? std::string(node) : std::string(fn) + "Backward0";
   if (!node) name[0] = char(std::toupper(name[0]));
   return detail::record(out, name, {&t},
@@ -530,7 +564,7 @@ namespace {
 Tensor sign(const Tensor& x) { return (x > Scalar(0)).float_() - (x < Scalar(0)).float_(); }
 
 Tensor unary_pred(const Tensor& t, const char* fn, backend::UnaryOp op) {
-  return unary_kernel(t, fn, op, Dtype::Bool);
+  return unary_kernel(t, fn, op, Dtype::Bool, Dtype::Bool);
 }
 
 }  // namespace

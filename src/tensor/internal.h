@@ -82,6 +82,15 @@ Tensor make_tensor(const char* fn, const Shape& shape, Dtype dtype, bool zero = 
                    const Device& device = Device());
 Tensor make_tensor(const Shape& shape, Dtype dtype, bool zero = true);
 Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset);
+// Whether t's elements fill a block of its storage exactly once, in some order of its dims (torch's
+// "non-overlapping and dense": strides a permutation of a contiguous layout's, size-1 dims with any
+// stride). Then its first element is the block's first.
+bool is_non_overlapping_dense(const Tensor& t);
+// The strides of an element-wise op's result on t, as torch's TensorIterator lays it out: t's own
+// where t is non-overlapping and dense (computed over the block as one run); otherwise dense, its
+// dims nested in the order of t's strides (a stride-0 dim, or a tie, keeps its place). Empty where
+// that is row-major: a contiguous result.
+Shape elementwise_strides(const Tensor& t);
 // Type of a binary arithmetic result (PyTorch promotion, with Python scalars as weak types).
 Dtype promote(Dtype a, Dtype b);
 Dtype promote_scalar(Dtype a, const Scalar& s);

@@ -3,6 +3,9 @@
 #include <attn/autograd.h>
 #include <attn/tensor.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "internal.h"
 
 namespace attn {
@@ -41,6 +44,62 @@ bool Tensor::is_contiguous() const {
     expected *= shape()[i];
   }
   return true;
+}
+
+bool detail::is_non_overlapping_dense(const Tensor& t) {
+  if (t.is_contiguous()) return true;
+  // The dims of size > 1 by stride, largest first: each must step over exactly the block of the
+  // next, the last by one element.
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.shape()[d] > 1) dims.push_back(d);
+  std::sort(dims.begin(), dims.end(),
+            [&](int64_t a, int64_t b) { return t.strides()[a] > t.strides()[b]; });
+  int64_t expected = 1;
+  for (auto d = dims.rbegin(); d != dims.rend(); ++d) {
+    if (t.strides()[*d] != expected) return false;
+    expected *= t.shape()[*d];
+  }
+  return true;
+}
+
+Shape detail::elementwise_strides(const Tensor& t) {
+  if (t.is_contiguous()) return {};
+  if (is_non_overlapping_dense(t)) return t.strides();
+  // perm: the dims from fastest to slowest, by an insertion sort that moves a dim inward only past
+  // one of larger stride (or of equal stride and smaller size), and stops at a smaller stride;
+  // a comparison with a stride-0 dim decides nothing.
+  const int64_t n = t.dim();
+  std::vector<int64_t> perm(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) perm[i] = n - 1 - i;
+  auto should_swap = [&](int64_t d0, int64_t d1) {
+    const int64_t s0 = t.strides()[d0], s1 = t.strides()[d1];
+    if (s0 == 0 || s1 == 0) return 0;
+    if (s0 != s1) return s0 < s1 ? -1 : 1;
+    return t.shape()[d0] > t.shape()[d1] ? 1 : 0;
+  };
+  for (int64_t i = 1; i < n; ++i) {
+    int64_t d1 = i;
+    for (int64_t d0 = i - 1; d0 >= 0; --d0) {
+      const int c = should_swap(perm[d0], perm[d1]);
+      if (c > 0) {
+        std::swap(perm[d0], perm[d1]);
+        d1 = d0;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+  bool row_major = true;
+  for (int64_t i = 0; i < n; ++i) row_major = row_major && perm[i] == n - 1 - i;
+  if (row_major) return {};
+  Shape strides(static_cast<std::size_t>(n));
+  int64_t step = 1;
+  for (int64_t d : perm) {
+    strides[d] = step;
+    step *= t.shape()[d];
+  }
+  return strides;
 }
 
 Device Tensor::device() const { return checked().storage->device; }

@@ -167,5 +167,53 @@ TEST(Unary, ViewsGiveTheirContiguousCopysBits) {
   }
 }
 
+// As torch's: a permuted view that fills a block of its storage (a transpose, a permutation with
+// size-1 dims anywhere) gives a result with its strides, computed in memory order; a view that
+// skips elements gives a contiguous one. Values, bfloat16 rounding and gradients are the
+// contiguous copy's.
+TEST(Unary, PermutedViewsKeepTheirLayout) {
+  const Tensor x = randn({3, 1, 40, 50});
+  const Tensor p = x.permute({2, 1, 0, 3}).transpose(0, 3);  // (50, 1, 3, 40)
+  const Tensor y = p.exp();
+  EXPECT_EQ(y.shape(), p.shape());
+  EXPECT_EQ(y.strides()[0], p.strides()[0]);
+  EXPECT_EQ(y.strides()[2], p.strides()[2]);
+  EXPECT_EQ(y.strides()[3], p.strides()[3]);
+  EXPECT_FALSE(y.is_contiguous());
+  EXPECT_EQ(values(y), values(p.contiguous().exp()));
+  EXPECT_EQ(values(p.isnan().to(Dtype::Float32)),
+            values(p.contiguous().isnan().to(Dtype::Float32)));
+  EXPECT_EQ(p.isnan().strides(), y.strides());
+
+  // Elements skipped: gathered into a block whose dims nest as the view's strides do.
+  const Tensor stepped = x.transpose(2, 3).slice(2, 0, std::nullopt, 2);  // (3, 1, 25, 40)
+  const Tensor st = stepped.tanh();
+  EXPECT_EQ(st.strides()[0], 1000);
+  EXPECT_EQ(st.strides()[2], 1);
+  EXPECT_EQ(st.strides()[3], 25);
+  EXPECT_EQ(values(st), values(stepped.contiguous().tanh()));
+  EXPECT_EQ(values(stepped.isinf().to(Dtype::Float32)),
+            values(stepped.contiguous().isinf().to(Dtype::Float32)));
+  // A repeated element decides nothing: row-major.
+  const Tensor expanded = randn({40, 1}).expand({40, 30}).transpose(0, 1);
+  EXPECT_TRUE(expanded.log().is_contiguous());
+  EXPECT_EQ(values(expanded.exp()), values(expanded.contiguous().exp()));
+
+  // bfloat16: computed in float32, rounded once, in the view's layout.
+  const Tensor b = x.to(Dtype::BFloat16).permute({2, 1, 0, 3}).transpose(0, 3);
+  ASSERT_FALSE(b.is_contiguous());
+  const Tensor bs = b.sin();
+  EXPECT_EQ(bs.dtype(), Dtype::BFloat16);
+  EXPECT_FALSE(bs.is_contiguous());
+  EXPECT_EQ(values(bs.to(Dtype::Float32)), values(b.contiguous().sin().to(Dtype::Float32)));
+
+  // The gradient reaches the leaf in its own layout.
+  Tensor w = randn({7, 9}).requires_grad_();
+  Tensor e = w.transpose(0, 1).sigmoid();
+  (e * e).sum().backward();
+  const Tensor s = w.detach().sigmoid();
+  EXPECT_LT((w.grad() - 2 * s * s * (1 - s)).abs().max().item<float>(), 1e-6f);
+}
+
 }  // namespace
 }  // namespace attn

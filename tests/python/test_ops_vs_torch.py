@@ -236,6 +236,36 @@ def test_unary_math(shape):
     assert_same_bits(attn.minimum(o, o * 0.5), torch.minimum(t, t * 0.5), "minimum")
 
 
+UNARY_VIEWS = {
+    "transpose": lambda x: x.t(),
+    "permute, size-1 dim": lambda x: x.reshape(3, 1, 21, 65).permute(2, 1, 3, 0),
+    "transpose, stepped": lambda x: x.t()[::2],
+    "stepped, transpose": lambda x: x[:, ::3].t(),
+    "stepped rows": lambda x: x[:, ::2],
+    "expanded, transpose": lambda x: x[:, :1].expand(63, 5).t(),
+    "narrowed": lambda x: x[1:, 2:],
+}
+
+
+@pytest.mark.parametrize("view", list(UNARY_VIEWS), ids=list(UNARY_VIEWS))
+def test_unary_result_layout_follows_the_input(view):
+    # torch lays out an element-wise result as its input: a permuted block keeps its strides, any
+    # other view's dims nest as its strides do. attn does too, with the contiguous copy's values.
+    make = UNARY_VIEWS[view]
+    a = data((63, 65), "w", 14)
+    o, t = make(attn.tensor(a.copy())), make(torch.from_numpy(a.copy()))
+    assert o.stride() == t.stride()
+    for name in ["exp", "tanh", "sqrt", "sin", "isnan"]:
+        ours, theirs = getattr(attn, name)(o), getattr(torch, name)(t)
+        assert ours.stride() == theirs.stride(), name
+        assert ours.is_contiguous() == theirs.is_contiguous(), name
+        if name == "isnan":
+            assert_same_bits(ours, theirs, name)
+        else:
+            check_close(ours, getattr(torch, name), [t], name)
+            assert_same_bits(ours, getattr(o.contiguous(), name)(), name + " of the contiguous copy")
+
+
 def test_unary_on_int_and_bool():
     i_o, i_t = pair((7, 63), "i", 11)
     assert_same_bits(attn.abs(i_o), torch.abs(i_t))
