@@ -6,7 +6,7 @@
 
 torch.exp, sigmoid, tanh, sqrt, abs, sin and log (on |x|) of one float32 tensor (--shape,
 default 2048 x 3072: a GPT-2-small MLP's activations for 2048 tokens), contiguous, and exp of
-its transpose (a strided view); then copies: the transpose made contiguous, the head split and
+its transpose (a strided view); x * 2, x.t() * 2 and x.t() + x.t(); then copies: the transpose made contiguous, the head split and
 merge of multi-head attention ((B, L, H, D) <-> (B, H, L, D) by transpose(1, 2).contiguous()),
 conversion to bfloat16 and clone. The same values go to both libraries; results are compared
 (largest difference relative to the value) before timing. The contenders alternate --reps times,
@@ -40,6 +40,10 @@ CASES = [
     ("sin", lambda T, x: T.sin(x)),
     ("log |x|", lambda T, x: T.log(x.abs())),
     ("exp of x.t()", lambda T, x: T.exp(x.t())),
+    # Arithmetic with a Python scalar, on the tensor and on its transpose (a strided view).
+    ("x * 2", lambda T, x: x * 2.0),
+    ("x.t() * 2", lambda T, x: x.t() * 2.0),
+    ("x.t() + x.t()", lambda T, x: x.t() + x.t()),
     # Copies: a transpose made contiguous, attention's head split and merge, dtype conversions.
     ("x.t() copy", lambda T, x: x.t().contiguous()),
     ("heads merge", lambda T, x: x.view(16, 12, 128, 256).transpose(1, 2).contiguous()),
@@ -48,7 +52,7 @@ CASES = [
     ("clone", lambda T, x: x.clone()),
 ]
 # Bytes read and written per element where not 4 + 4 (float32 in, float32 out).
-BYTES = {"to bfloat16": 6}
+BYTES = {"to bfloat16": 6, "x.t() + x.t()": 12}
 
 
 def sample(fn, min_time):

@@ -343,13 +343,29 @@ Tensor binary(Op op, const Tensor& a, const Tensor& b, Dtype ct, Tensor out = Te
   Tensor res = direct ? out
                       : detail::make_tensor(fn, shape, tmp_dtype,
                                             /*zero=*/false);  // the kernel writes it all
-  const Shape sa = detail::broadcast_strides(ca, shape), sb = detail::broadcast_strides(cb, shape);
-  auto operand = [](const Tensor& t, const Shape& strides) {
-    return backend::BinaryOperand{t.impl()->storage->data, t.storage_offset(), &t.shape(), &strides,
-                                  t.is_contiguous()};
+  // A new result is laid out as torch's (detail::elementwise_strides): x.t() * 2 is x.t()-shaped
+  // in memory. Where each operand is that block or one element, the op runs over the block as one
+  // run.
+  const Shape layout = out.defined() ? Shape{} : detail::elementwise_strides(shape, {&ca, &cb});
+  if (!layout.empty()) res.impl()->strides = layout;
+  auto in_block = [&](const Tensor& t) {
+    return t.numel() == 1 || (t.shape() == shape && t.strides() == layout);
   };
-  kernel({op, &shape, operand(ca, sa), operand(cb, sb), res.impl()->storage->data,
-          res.storage_offset(), &res.strides(), res.is_contiguous()});
+  const Shape flat{res.numel()}, unit{1}, none{0};
+  const bool one_run = !layout.empty() && in_block(ca) && in_block(cb);
+  const Shape sa = !one_run              ? detail::broadcast_strides(ca, shape)
+                   : ca.shape() == shape ? unit
+                                         : none;
+  const Shape sb = !one_run              ? detail::broadcast_strides(cb, shape)
+                   : cb.shape() == shape ? unit
+                                         : none;
+  auto operand = [&](const Tensor& t, const Shape& strides) {
+    const bool block = one_run && t.shape() == shape;
+    return backend::BinaryOperand{t.impl()->storage->data, t.storage_offset(),
+                                  block ? &flat : &t.shape(), &strides, block || t.is_contiguous()};
+  };
+  kernel({op, one_run ? &flat : &shape, operand(ca, sa), operand(cb, sb), res.impl()->storage->data,
+          res.storage_offset(), one_run ? &unit : &res.strides(), one_run || res.is_contiguous()});
   if (out.defined()) {
     if (direct)
       detail::bump_version(out);  // as copy_ would: saved views of out are now stale

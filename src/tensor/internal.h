@@ -86,11 +86,14 @@ Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset)
 // "non-overlapping and dense": strides a permutation of a contiguous layout's, size-1 dims with any
 // stride). Then its first element is the block's first.
 bool is_non_overlapping_dense(const Tensor& t);
-// The strides of an element-wise op's result on t, as torch's TensorIterator lays it out: t's own
-// where t is non-overlapping and dense (computed over the block as one run); otherwise dense, its
-// dims nested in the order of t's strides (a stride-0 dim, or a tie, keeps its place). Empty where
-// that is row-major: a contiguous result.
-Shape elementwise_strides(const Tensor& t);
+// The strides of an element-wise op's result of `shape` on `operands` (broadcast to it), as
+// torch's TensorIterator lays it out: where every operand has `shape` and is non-overlapping and
+// dense with the same strides, those strides (the op then runs over the block as one run);
+// otherwise dense, its dims nested in the order of the operands' strides (the first operand's
+// first; a stride-0 dim, or a tie, keeps its place). Empty where that is row-major: a contiguous
+// result.
+Shape elementwise_strides(const Shape& shape, std::initializer_list<const Tensor*> operands);
+inline Shape elementwise_strides(const Tensor& t) { return elementwise_strides(t.shape(), {&t}); }
 // Type of a binary arithmetic result (PyTorch promotion, with Python scalars as weak types).
 Dtype promote(Dtype a, Dtype b);
 Dtype promote_scalar(Dtype a, const Scalar& s);

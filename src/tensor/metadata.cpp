@@ -63,20 +63,30 @@ bool detail::is_non_overlapping_dense(const Tensor& t) {
   return true;
 }
 
-Shape detail::elementwise_strides(const Tensor& t) {
-  if (t.is_contiguous()) return {};
-  if (is_non_overlapping_dense(t)) return t.strides();
-  // perm: the dims from fastest to slowest, by an insertion sort that moves a dim inward only past
-  // one of larger stride (or of equal stride and smaller size), and stops at a smaller stride;
-  // a comparison with a stride-0 dim decides nothing.
-  const int64_t n = t.dim();
+Shape detail::elementwise_strides(const Shape& shape,
+                                  std::initializer_list<const Tensor*> operands) {
+  const Tensor& first = **operands.begin();
+  bool same_block = true;
+  for (const Tensor* t : operands)
+    same_block = same_block && t->shape() == shape && t->strides() == first.strides();
+  if (same_block && is_non_overlapping_dense(first))
+    return first.is_contiguous() ? Shape{} : first.strides();
+  const int64_t n = int64_t(shape.size());
+  std::vector<Shape> strides;
+  for (const Tensor* t : operands) strides.push_back(broadcast_strides(*t, shape));
+  // perm: the dims from fastest to slowest, by an insertion sort that moves a dim inward past one
+  // of larger stride, or of equal stride and larger size, in the first operand that tells them
+  // apart; a stride-0 dim tells nothing.
   std::vector<int64_t> perm(static_cast<std::size_t>(n));
   for (int64_t i = 0; i < n; ++i) perm[i] = n - 1 - i;
   auto should_swap = [&](int64_t d0, int64_t d1) {
-    const int64_t s0 = t.strides()[d0], s1 = t.strides()[d1];
-    if (s0 == 0 || s1 == 0) return 0;
-    if (s0 != s1) return s0 < s1 ? -1 : 1;
-    return t.shape()[d0] > t.shape()[d1] ? 1 : 0;
+    for (const Shape& st : strides) {
+      const int64_t s0 = st[d0], s1 = st[d1];
+      if (s0 == 0 || s1 == 0) continue;
+      if (s0 != s1) return s0 < s1 ? -1 : 1;
+      if (shape[d0] > shape[d1]) return 1;
+    }
+    return 0;
   };
   for (int64_t i = 1; i < n; ++i) {
     int64_t d1 = i;
@@ -93,13 +103,13 @@ Shape detail::elementwise_strides(const Tensor& t) {
   bool row_major = true;
   for (int64_t i = 0; i < n; ++i) row_major = row_major && perm[i] == n - 1 - i;
   if (row_major) return {};
-  Shape strides(static_cast<std::size_t>(n));
+  Shape out(static_cast<std::size_t>(n));
   int64_t step = 1;
   for (int64_t d : perm) {
-    strides[d] = step;
-    step *= t.shape()[d];
+    out[d] = step;
+    step *= shape[d];
   }
-  return strides;
+  return out;
 }
 
 Device Tensor::device() const { return checked().storage->device; }

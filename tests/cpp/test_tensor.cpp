@@ -1303,6 +1303,66 @@ TEST(TensorBinaryFloat, InPlaceAndRepeatedOperandsMatchScalarOps) {
   }
 }
 
+// One element against many (x * 2, a 0-dim tensor, a Python scalar), float32 and bfloat16, at
+// sizes that run on one thread and on several: each element the scalar op's, rounded once.
+TEST(TensorBinaryFloat, OneElementOperandsMatchScalarOps) {
+  Generator gen(9);
+  for (int64_t n : {1, 7, 1001, 70000}) {
+    SCOPED_TRACE(n);
+    const Tensor a = randn({n}, &gen) + 0.5;
+    const Tensor s = tensor(1.75);
+    const std::vector<std::pair<Tensor, std::function<float(float)>>> cases = {
+        {a + s, [](float x) { return x + 1.75f; }},  {s - a, [](float x) { return 1.75f - x; }},
+        {a * 2.5, [](float x) { return x * 2.5f; }}, {3.0 / a, [](float x) { return 3.0f / x; }},
+        {a / s, [](float x) { return x / 1.75f; }},  {a - 0.25, [](float x) { return x - 0.25f; }}};
+    const float* pa = a.data_ptr<float>();
+    for (const auto& [got, f] : cases)
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got.data_ptr<float>()[i], f(pa[i])) << i;
+    const Tensor h = a.to(Dtype::BFloat16);
+    const Tensor hp = h * 2.5, hq = 3.0 / h;
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = float(h.data_ptr<BFloat16>()[i]);
+      ASSERT_EQ(hp.data_ptr<BFloat16>()[i].bits, BFloat16(x * 2.5f).bits) << i;
+      ASSERT_EQ(hq.data_ptr<BFloat16>()[i].bits, BFloat16(3.0f / x).bits) << i;
+    }
+  }
+}
+
+// As torch's: a new result takes the layout of its operands (the first where they differ), and
+// each element is the one of the contiguous copies'; in-place ops write through any layout.
+TEST(TensorBinaryFloat, ResultsFollowTheOperandsLayout) {
+  Generator gen(10);
+  const Tensor x = randn({53, 37}, &gen), y = randn({53, 37}, &gen);
+  const Tensor xt = x.transpose(0, 1), yt = y.transpose(0, 1), yc = yt.contiguous();
+  const Tensor xc = xt.contiguous();
+  auto same = [](const Tensor& got, const Tensor& want) {
+    ASSERT_EQ(got.shape(), want.shape());
+    const Tensor g = got.contiguous(), w = want.contiguous();
+    for (int64_t i = 0; i < g.numel(); ++i)
+      ASSERT_EQ(g.data_ptr<float>()[i], w.data_ptr<float>()[i]) << i;
+  };
+  const Tensor scaled = xt * 2.0, summed = xt + yt, mixed = xt - yc, mixed_first = yc - xt;
+  EXPECT_EQ(scaled.strides(), xt.strides());
+  EXPECT_EQ(summed.strides(), xt.strides());
+  EXPECT_EQ(mixed.strides(), xt.strides());
+  EXPECT_TRUE(mixed_first.is_contiguous());
+  same(scaled, xc * 2.0);
+  same(summed, xc + yc);
+  same(mixed, xc - yc);
+  same(mixed_first, yc - xc);
+  const Tensor col = randn({37, 1}, &gen);
+  const Tensor broadcast = xt * col;
+  EXPECT_EQ(broadcast.strides(), xt.strides());
+  same(broadcast, xc * col);
+  EXPECT_EQ((xt < yt).strides(), xt.strides());
+  same((xt < yt).to(Dtype::Float32), (xc < yc).to(Dtype::Float32));
+
+  Tensor z = randn({53, 37}, &gen).transpose(0, 1);
+  const Tensor before = z.contiguous();
+  z.add_(yc);
+  same(z, before + yc);
+}
+
 }  // namespace
 }  // namespace attn
 

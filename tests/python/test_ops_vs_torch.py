@@ -266,6 +266,34 @@ def test_unary_result_layout_follows_the_input(view):
             assert_same_bits(ours, getattr(o.contiguous(), name)(), name + " of the contiguous copy")
 
 
+BINARY_LAYOUTS = {
+    "x.t() * 2": lambda x, y: x.t() * 2,
+    "2 - x.t()": lambda x, y: 2 - x.t(),
+    "x.t() / y.t()": lambda x, y: x.t() / y.t(),
+    "x.t() + y.t()[:, :1]": lambda x, y: x.t() + y.t()[:, :1],
+    "x.t() - y.t().contiguous()": lambda x, y: x.t() - y.t().contiguous(),
+    "y.t().contiguous() - x.t()": lambda x, y: y.t().contiguous() - x.t(),
+    "x.t()[::2] * y.t()[::2]": lambda x, y: x.t()[::2] * y.t()[::2],
+    "x.t() < y.t()": lambda x, y: x.t() < y.t(),
+    "maximum(x.t(), y.t())": lambda x, y: (attn if type(x).__module__.startswith("attn") else torch).maximum(x.t(), y.t()),
+    "permuted 3-d * 3.0": lambda x, y: x.reshape(3, 21, 65).permute(1, 2, 0) * 3.0,
+    "x.t() rows + column": lambda x, y: x.t() + y[0].reshape(65, 1),
+    "int64 x.t() * 3": lambda x, y: (x * 100).long().t() * 3,
+}
+
+
+@pytest.mark.parametrize("case", list(BINARY_LAYOUTS), ids=list(BINARY_LAYOUTS))
+def test_binary_result_layout_follows_the_operands(case):
+    # torch lays out a binary result as its operands (the first deciding where they differ): a
+    # transposed operand gives a transposed result. attn does too, with the same values.
+    f = BINARY_LAYOUTS[case]
+    a, b = data((63, 65), "w", 15), data((63, 65), "w", 16)
+    ours = f(attn.tensor(a.copy()), attn.tensor(b.copy()))
+    theirs = f(torch.from_numpy(a.copy()), torch.from_numpy(b.copy()))
+    assert ours.stride() == theirs.stride()
+    assert_same_bits(ours, theirs, case)
+
+
 def test_unary_on_int_and_bool():
     i_o, i_t = pair((7, 63), "i", 11)
     assert_same_bits(attn.abs(i_o), torch.abs(i_t))

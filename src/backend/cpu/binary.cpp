@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "../elementwise_kernels.h"
 #include "isa.h"
@@ -190,12 +191,53 @@ ATTN_ISA_VARIANTS(void, float_binary,
                   (FloatOp op, const float* a, const float* b, float* o, int64_t n),
                   (op, a, b, o, n))
 
+// o[i] = a[i] op s: float_binary against one element repeated (x * 2), one loop (not one call an
+// element). `o` may be `a`.
+ATTN_ISA_INLINE void float_binary_scalar_body(FloatOp op, const float* a, float s, float* o,
+                                              int64_t n) {
+  switch (op) {
+    case FloatOp::kAdd:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] + s;
+      break;
+    case FloatOp::kSub:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] - s;
+      break;
+    case FloatOp::kRSub:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = s - a[i];
+      break;
+    case FloatOp::kMul:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] * s;
+      break;
+    case FloatOp::kDiv:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = a[i] / s;
+      break;
+    case FloatOp::kRDiv:
+      ATTN_IVDEP
+      for (int64_t i = 0; i < n; ++i) o[i] = s / a[i];
+      break;
+  }
+}
+ATTN_ISA_VARIANTS(void, float_binary_scalar,
+                  (FloatOp op, const float* a, float s, float* o, int64_t n), (op, a, s, o, n))
+
 // float_binary over n elements of `a` against `b`, either as long as `a` or (b_rep) nb elements
 // repeated. Parallel above threads_for's size: each thread a contiguous range of the output (of
 // whole repeats of b when b repeats), the same per-element arithmetic whatever the split.
 void repeat_loop(FloatOp op, const float* a, const float* b, float* o, int64_t n, int64_t nb,
                  bool b_rep) {
   const int nt = threads_for(n);
+  if (b_rep && nb == 1) {
+    const float s = *b;
+    parallel_ranges(n, nt, [&](int64_t i0, int64_t i1) {
+      float_binary_scalar(op, a + i0, s, o + i0, i1 - i0);
+    });
+    return;
+  }
   if (!b_rep) {
     parallel_ranges(
         n, nt, [&](int64_t i0, int64_t i1) { float_binary(op, a + i0, b + i0, o + i0, i1 - i0); });
@@ -310,6 +352,16 @@ bool binary_fast_half(const Binary& p) {
     return true;
   }
   const int64_t nb = plan.nb;
+  if (nb == 1) {  // one element repeated (x * 2): runs against a block of copies, not one call each
+    constexpr int64_t kRun = 512;
+    uint16_t copies[kRun];
+    std::fill(copies, copies + kRun, *pr);
+    parallel_ranges(plan.n, nt, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; i += kRun)
+        f(plan.op, pf + i, copies, po + i, std::min(kRun, i1 - i));
+    });
+    return true;
+  }
   parallel_ranges(plan.n / nb, nt, [&](int64_t r0, int64_t r1) {
     for (int64_t base = r0 * nb; base < r1 * nb; base += nb)
       f(plan.op, pf + base, pr, po + base, nb);
@@ -355,6 +407,29 @@ void run_op(const Binary& p) {
   binary_loop<T>(p, std::integral_constant<Op, kOp>{});
 }
 
+// p with its dims in out's memory order (out's strides decreasing, ties in place), so that the
+// strided loops below write out as one run where it is dense, whatever its layout (a result laid
+// out as a transposed operand: x.t() + y).
+struct InOutOrder {
+  Shape shape, out, a, b;
+  Binary p;
+  explicit InOutOrder(const Binary& in) : p(in) {
+    const std::size_t n = in.shape->size();
+    std::vector<std::size_t> perm(n);
+    for (std::size_t i = 0; i < n; ++i) perm[i] = i;
+    std::stable_sort(perm.begin(), perm.end(), [&](std::size_t x, std::size_t y) {
+      return (*in.out_strides)[x] > (*in.out_strides)[y];
+    });
+    for (std::size_t d : perm) {
+      shape.push_back((*in.shape)[d]);
+      out.push_back((*in.out_strides)[d]);
+      a.push_back((*in.a.strides)[d]);
+      b.push_back((*in.b.strides)[d]);
+    }
+    p.shape = &shape, p.out_strides = &out, p.a.strides = &a, p.b.strides = &b;
+  }
+};
+
 // Whether every operand's innermost stride is 0 or 1: the inner loop then reads runs the
 // compiler vectorises well once the op is fixed; across strides (a transposed operand) its
 // vector code is slower than the plain loop (measured: x * y.t(), 1024 x 1024, 1.2x).
@@ -368,8 +443,10 @@ bool unit_inner_strides(const Binary& p) {
 // bfloat16 / float16: the fast case above, else each element widened, the float op (apply,
 // compare), the result rounded once.
 template <typename H>
-void run_binary_half(const Binary& p) {
-  if (binary_fast_half<H>(p)) return;
+void run_binary_half(const Binary& in) {
+  if (binary_fast_half<H>(in)) return;
+  const InOutOrder ordered(in);
+  const Binary& p = ordered.p;
   const H* pa = static_cast<const H*>(p.a.storage);
   const H* pb = static_cast<const H*>(p.b.storage);
   const Op op = p.op;
@@ -389,10 +466,12 @@ void run_binary_half(const Binary& p) {
 }
 
 template <typename T>
-void run_binary(const Binary& p) {
+void run_binary(const Binary& in) {
   if constexpr (std::is_same_v<T, float>) {
-    if (binary_fast_float(p)) return;
+    if (binary_fast_float(in)) return;
   }
+  const InOutOrder ordered(in);
+  const Binary& p = ordered.p;
   if (!unit_inner_strides(p)) return binary_loop<T>(p, p.op);
   switch (p.op) {
     case Op::Add: return run_op<T, Op::Add>(p);
