@@ -327,7 +327,7 @@ Tensor softmax_impl(const Tensor& t, int64_t dim, bool log, const char* fn) {
     const Tensor y = n.saved_tensor(0);
     if (y.dim() == 0) return std::vector<Tensor>{zeros({})};  // softmax of a scalar is constant
     Tensor yt = y.transpose(d, -1).contiguous(), gt = g.transpose(d, -1).contiguous();
-    Tensor dx = detail::make_tensor(fn, yt.shape(), Dtype::Float32);
+    Tensor dx = detail::make_tensor(fn, yt.shape(), Dtype::Float32, /*zero=*/false);
     int64_t cols = yt.size(-1), rows = cols ? yt.numel() / cols : 0;
     kernel({yt.device_data(), gt.device_data(), dx.device_data(), rows, cols, log});
     return std::vector<Tensor>{dx.transpose(d, -1).contiguous()};
@@ -341,7 +341,8 @@ Tensor softmax_impl(const Tensor& t, int64_t dim, bool log, const char* fn) {
     // Move `dim` last, run the row kernel, move it back.
     NoGradGuard no_grad;
     Tensor x = t.transpose(d, -1).contiguous();
-    Tensor rows_out = detail::make_tensor(fn, x.shape(), Dtype::Float32);
+    // The kernel writes every element: not cleared (a cleared megabyte is fresh pages).
+    Tensor rows_out = detail::make_tensor(fn, x.shape(), Dtype::Float32, /*zero=*/false);
     int64_t cols = x.size(-1), rows = cols ? x.numel() / cols : 0;
     kernel({x.device_data(), nullptr, rows_out.device_data(), rows, cols, log});
     out = rows_out.transpose(d, -1).contiguous();

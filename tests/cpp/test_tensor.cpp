@@ -9,9 +9,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace attn {
@@ -1324,6 +1326,66 @@ TEST(TensorBinaryFloat, OneElementOperandsMatchScalarOps) {
       const float x = float(h.data_ptr<BFloat16>()[i]);
       ASSERT_EQ(hp.data_ptr<BFloat16>()[i].bits, BFloat16(x * 2.5f).bits) << i;
       ASSERT_EQ(hq.data_ptr<BFloat16>()[i].bits, BFloat16(3.0f / x).bits) << i;
+    }
+  }
+}
+
+// x ** e for one exponent, as torch's CPU kernel computes it: products and quotients for 2, 3,
+// -1, -2, sqrt for 0.5 and 1 / sqrt for -0.5 (so -0 and -inf follow those), std::pow otherwise;
+// on one thread and on several.
+TEST(TensorBinaryFloat, PowToOneExponentAsTorch) {
+  Generator gen(11);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {9, 70000}) {
+    std::vector<float> xs = {0.0f, -0.0f, inf, -inf, std::nanf(""), -2.5f, 1e-40f, 3e38f, 7.0f};
+    const Tensor r = randn({n - 9}, &gen) * 3.0;
+    for (int64_t i = 0; i < n - 9; ++i) xs.push_back(r.data_ptr<float>()[i]);
+    const Tensor x = from_vector(xs, {n});
+    const std::vector<std::pair<float, std::function<float(float)>>> cases = {
+        {2.0f, [](float v) { return v * v; }},
+        {3.0f, [](float v) { return v * v * v; }},
+        {0.5f, [](float v) { return std::sqrt(v); }},
+        {-0.5f, [](float v) { return 1.0f / std::sqrt(v); }},
+        {-1.0f, [](float v) { return 1.0f / v; }},
+        {-2.0f, [](float v) { return 1.0f / (v * v); }},
+        {1.7f, [](float v) { return std::pow(v, 1.7f); }},
+        {0.0f, [](float v) { return std::pow(v, 0.0f); }},
+        {1.0f, [](float v) { return v; }}};
+    for (const auto& [e, f] : cases) {
+      SCOPED_TRACE(e);
+      const Tensor got = x.pow(double(e));
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = f(xs[i]), g = got.data_ptr<float>()[i];
+        ASSERT_TRUE(std::memcmp(&want, &g, 4) == 0 || (std::isnan(want) && std::isnan(g)))
+            << i << ": " << xs[i] << " ** " << e << " = " << g << ", want " << want;
+      }
+    }
+  }
+}
+
+// Rows against one value each (x * col), against a block repeated along a middle dim, and with
+// the operands swapped (col - x): each element the scalar op's, on one thread and on several.
+TEST(TensorBinaryFloat, RowBroadcastsMatchScalarOps) {
+  Generator gen(12);
+  for (int64_t rows : {3, 300}) {
+    const Tensor x = randn({rows, 4, 40}, &gen), col = randn({rows, 4, 1}, &gen) + 4.0;
+    const Tensor mid = randn({1, 4, 1}, &gen) + 4.0, plane = randn({rows, 1, 40}, &gen) + 4.0;
+    const std::vector<std::tuple<Tensor, Tensor, int>> cases = {
+        {x * col, col, 0}, {col - x, col, 1}, {x / mid, mid, 2}, {plane + x, plane, 3}};
+    for (const auto& [got, other, k] : cases) {
+      SCOPED_TRACE(k);
+      const Tensor g = got.contiguous(), o = other.contiguous();
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t h = 0; h < 4; ++h)
+          for (int64_t c = 0; c < 40; ++c) {
+            const float v = x.data_ptr<float>()[(r * 4 + h) * 40 + c];
+            const int64_t oi = (o.size(0) == 1 ? 0 : r) * o.stride(0) +
+                               (o.size(1) == 1 ? 0 : h) * o.stride(1) +
+                               (o.size(2) == 1 ? 0 : c) * o.stride(2);
+            const float w = o.data_ptr<float>()[oi];
+            const float want = k == 0 ? v * w : k == 1 ? w - v : k == 2 ? v / w : w + v;
+            ASSERT_EQ(g.data_ptr<float>()[(r * 4 + h) * 40 + c], want) << r << " " << h << " " << c;
+          }
     }
   }
 }

@@ -382,6 +382,100 @@ bool binary_fast_float(const Binary& p) {
   return true;
 }
 
+// Float add/sub/mul/div whose innermost dim (after merging the dims all three step through as one)
+// has out and one operand at stride 1 and the other at 1 or 0: each row is one call of
+// float_binary or float_binary_scalar, the rows shared among the threads (x * col: one value a
+// row; a bias along a middle dim; operands laid out as the result in part). Rows of fewer than 16
+// elements are left to the element loop.
+bool binary_rows_float(const Binary& p) {
+  FloatOp fop;
+  switch (p.op) {
+    case Op::Add: fop = FloatOp::kAdd; break;
+    case Op::Sub: fop = FloatOp::kSub; break;
+    case Op::Mul: fop = FloatOp::kMul; break;
+    case Op::Div: fop = FloatOp::kDiv; break;
+    default: return false;
+  }
+  const Walk<3> w = coalesce<3>(*p.shape, {p.out_strides, p.a.strides, p.b.strides});
+  if (w.empty || w.shape.empty()) return false;
+  const std::size_t last = w.shape.size() - 1;
+  const int64_t cols = w.shape[last], so = w.strides[0][last], sa = w.strides[1][last],
+                sb = w.strides[2][last];
+  if (so != 1 || cols < 16) return false;
+  bool swap = false;  // b is the operand at stride 1, a the other: the op's arguments swapped back
+  if (sa == 1 && (sb == 1 || sb == 0)) {
+  } else if (sa == 0 && sb == 1) {
+    swap = true;
+    if (fop == FloatOp::kSub) fop = FloatOp::kRSub;
+    if (fop == FloatOp::kDiv) fop = FloatOp::kRDiv;
+  } else {
+    return false;
+  }
+  const bool one_value = (swap ? sa : sb) == 0;
+  const float* pa = static_cast<const float*>(p.a.storage);
+  const float* pb = static_cast<const float*>(p.b.storage);
+  float* po = static_cast<float*>(p.out_storage);
+  const int64_t rows = w.rows();
+  parallel_ranges(rows, threads_for(rows * cols), [&](int64_t r0, int64_t r1) {
+    walk_rows(w, {p.out_offset, p.a.offset, p.b.offset}, r0, r1,
+              [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>&) {
+                const float* full = swap ? pb + off[2] : pa + off[1];
+                const float* other = swap ? pa + off[1] : pb + off[2];
+                if (one_value)
+                  float_binary_scalar(fop, full, *other, po + off[0], n);
+                else
+                  float_binary(fop, full, other, po + off[0], n);
+              });
+  });
+  return true;
+}
+
+// a ** e for one exponent e, as torch's CPU kernel: x * x for 2, x * x * x for 3, sqrt for 0.5,
+// 1 / sqrt for -0.5, 1 / x for -1, 1 / (x * x) for -2 (so that -0 and -inf follow those
+// formulas, not std::pow), std::pow otherwise; one loop per exponent (vectorised where it is
+// arithmetic), not the per-element switch.
+ATTN_ISA_INLINE void pow_scalar_body(const float* a, float e, float* o, int64_t n) {
+  if (e == 2.0f) {
+    ATTN_IVDEP
+    for (int64_t i = 0; i < n; ++i) o[i] = a[i] * a[i];
+  } else if (e == 3.0f) {
+    ATTN_IVDEP
+    for (int64_t i = 0; i < n; ++i) o[i] = a[i] * a[i] * a[i];
+  } else if (e == 0.5f) {
+    ATTN_IVDEP
+    for (int64_t i = 0; i < n; ++i) o[i] = std::sqrt(a[i]);
+  } else if (e == -0.5f) {
+    ATTN_IVDEP
+    for (int64_t i = 0; i < n; ++i) o[i] = 1.0f / std::sqrt(a[i]);
+  } else if (e == -1.0f) {
+    ATTN_IVDEP
+    for (int64_t i = 0; i < n; ++i) o[i] = 1.0f / a[i];
+  } else if (e == -2.0f) {
+    ATTN_IVDEP
+    for (int64_t i = 0; i < n; ++i) o[i] = 1.0f / (a[i] * a[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) o[i] = std::pow(a[i], e);
+  }
+}
+ATTN_ISA_VARIANTS(void, pow_scalar, (const float* a, float e, float* o, int64_t n), (a, e, o, n))
+
+// A contiguous float tensor to one exponent (x.pow(2), the mean square of an RMSNorm), on the
+// threads above a size: pow_scalar.
+bool binary_pow_scalar(const Binary& p) {
+  if (p.op != Op::Pow || !p.out_contiguous || !p.a.contiguous || *p.a.shape != *p.shape)
+    return false;
+  if (numel(*p.b.shape) != 1) return false;
+  const int64_t n = numel(*p.shape);
+  const float* pa = static_cast<const float*>(p.a.storage) + p.a.offset;
+  const float e = static_cast<const float*>(p.b.storage)[p.b.offset];
+  float* po = static_cast<float*>(p.out_storage) + p.out_offset;
+  const bool arithmetic =
+      e == 2.0f || e == 3.0f || e == 0.5f || e == -0.5f || e == -1.0f || e == -2.0f;
+  parallel_ranges(n, threads_for(n, arithmetic ? kParallelElems : int64_t(1) << 12),
+                  [&](int64_t i0, int64_t i1) { pow_scalar(pa + i0, e, po + i0, i1 - i0); });
+  return true;
+}
+
 // out[i] = a[i] op b[i] in compute type T (broadcast views allowed). OpT is Op (the op read per
 // element: one loop for every op) or std::integral_constant<Op, kOp> (each loop compiled for its
 // one operation: no switch per element, integer loops vectorise).
@@ -468,10 +562,13 @@ void run_binary_half(const Binary& in) {
 template <typename T>
 void run_binary(const Binary& in) {
   if constexpr (std::is_same_v<T, float>) {
-    if (binary_fast_float(in)) return;
+    if (binary_fast_float(in) || binary_pow_scalar(in)) return;
   }
   const InOutOrder ordered(in);
   const Binary& p = ordered.p;
+  if constexpr (std::is_same_v<T, float>) {
+    if (binary_rows_float(p)) return;
+  }
   if (!unit_inner_strides(p)) return binary_loop<T>(p, p.op);
   switch (p.op) {
     case Op::Add: return run_op<T, Op::Add>(p);
