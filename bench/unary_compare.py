@@ -6,9 +6,10 @@
 
 torch.exp, sigmoid, tanh, sqrt, abs, sin and log (on |x|) of one float32 tensor (--shape,
 default 2048 x 3072: a GPT-2-small MLP's activations for 2048 tokens), contiguous, and exp of
-its transpose (a strided view); x * 2, x.t() * 2 and x.t() + x.t(); then copies: the transpose made contiguous, the head split and
-merge of multi-head attention ((B, L, H, D) <-> (B, H, L, D) by transpose(1, 2).contiguous()),
-conversion to bfloat16 and clone. The same values go to both libraries; results are compared
+its transpose (a strided view); x * 2, x.t() * 2 and x.t() + x.t(); a per-row scale, a square, a
+comparison, masked_fill and where, softmax, a row sum and a row max; then copies: the transpose
+made contiguous, the head split and merge of multi-head attention ((B, L, H, D) <-> (B, H, L, D)
+by transpose(1, 2).contiguous()), conversion to bfloat16 and clone. The same values go to both libraries; results are compared
 (largest difference relative to the value) before timing. The contenders alternate --reps times,
 each sample the median of back-to-back calls lasting at least --min-time seconds after a warm-up;
 printed: medians in ms, GB/s (bytes read and written) and attn / torch time (below 1: attn is
@@ -44,6 +45,15 @@ CASES = [
     ("x * 2", lambda T, x: x * 2.0),
     ("x.t() * 2", lambda T, x: x.t() * 2.0),
     ("x.t() + x.t()", lambda T, x: x.t() + x.t()),
+    # What model code around attention does: a per-row scale, a square, a mask, softmax, reductions.
+    ("x * x[:, :1]", lambda T, x: x * x[:, :1]),
+    ("x.pow(2)", lambda T, x: x.pow(2)),
+    ("x > 0", lambda T, x: x > 0),
+    ("masked_fill(x > 0, 0)", lambda T, x: x.masked_fill(x > 0, 0.0)),
+    ("where(x > 0, x, 0.5 x)", lambda T, x: T.where(x > 0, x, x * 0.5)),
+    ("softmax(x, -1)", lambda T, x: T.softmax(x, -1)),
+    ("x.sum(-1)", lambda T, x: x.sum(-1)),
+    ("x.max(-1)", lambda T, x: x.max(-1)[0]),
     # Copies: a transpose made contiguous, attention's head split and merge, dtype conversions.
     ("x.t() copy", lambda T, x: x.t().contiguous()),
     ("heads merge", lambda T, x: x.view(16, 12, 128, 256).transpose(1, 2).contiguous()),
@@ -52,7 +62,8 @@ CASES = [
     ("clone", lambda T, x: x.clone()),
 ]
 # Bytes read and written per element where not 4 + 4 (float32 in, float32 out).
-BYTES = {"to bfloat16": 6, "x.t() + x.t()": 12}
+BYTES = {"to bfloat16": 6, "x.t() + x.t()": 12, "x > 0": 5, "masked_fill(x > 0, 0)": 14,
+         "where(x > 0, x, 0.5 x)": 22, "x.sum(-1)": 4, "x.max(-1)": 4}
 
 
 def sample(fn, min_time):

@@ -1390,6 +1390,32 @@ TEST(TensorBinaryFloat, RowBroadcastsMatchScalarOps) {
   }
 }
 
+// masked_fill_ through a transposed view and where with broadcast operands, above the size that
+// shares the elements among threads: each element the naive loop's.
+TEST(TensorElementwise, MaskedFillAndWhereOnThreadsAsNaive) {
+  Generator gen(13);
+  const int64_t rows = 300, cols = 400;
+  Tensor base = randn({cols, rows}, &gen);
+  Tensor view = base.transpose(0, 1);  // (rows, cols), column-major
+  const Tensor before = view.contiguous();
+  const Tensor mask = randn({rows, cols}, &gen) > 0.3;
+  view.masked_fill_(mask, -7.5);
+  const Tensor after = view.contiguous();
+  const Tensor a = randn({rows, cols}, &gen), b = randn({1, cols}, &gen);
+  const Tensor cond = randn({rows, 1}, &gen) > 0.0;
+  const Tensor w = where(cond, a, b);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * cols + c;
+      ASSERT_EQ(after.data_ptr<float>()[i],
+                mask.data_ptr<bool>()[i] ? -7.5f : before.data_ptr<float>()[i])
+          << r << " " << c;
+      ASSERT_EQ(w.data_ptr<float>()[i],
+                cond.data_ptr<bool>()[r] ? a.data_ptr<float>()[i] : b.data_ptr<float>()[c])
+          << r << " " << c;
+    }
+}
+
 // As torch's: a new result takes the layout of its operands (the first where they differ), and
 // each element is the one of the contiguous copies'; in-place ops write through any layout.
 TEST(TensorBinaryFloat, ResultsFollowTheOperandsLayout) {

@@ -483,16 +483,21 @@ template <typename T, typename OpT>
 void binary_loop(const Binary& p, OpT op) {
   const T* pa = static_cast<const T*>(p.a.storage);
   const T* pb = static_cast<const T*>(p.b.storage);
+  int64_t n = 1;
+  for (int64_t d : *p.shape) n *= d;
+  // Each element is written once: shared among the threads above a size.
+  const int nt = threads_for(n);
   if (backend::is_comparison(op)) {
     bool* po = static_cast<bool*>(p.out_storage);
-    strided_loop<3>(
+    parallel_strided_loop<3>(
         *p.shape, {p.out_strides, p.a.strides, p.b.strides}, {p.out_offset, p.a.offset, p.b.offset},
+        nt,
         [&](const std::array<int64_t, 3>& o) { po[o[0]] = compare(Op(op), pa[o[1]], pb[o[2]]); });
   } else {
     T* po = static_cast<T*>(p.out_storage);
-    strided_loop<3>(
+    parallel_strided_loop<3>(
         *p.shape, {p.out_strides, p.a.strides, p.b.strides}, {p.out_offset, p.a.offset, p.b.offset},
-        [&](const std::array<int64_t, 3>& o) { po[o[0]] = apply(Op(op), pa[o[1]], pb[o[2]]); });
+        nt, [&](const std::array<int64_t, 3>& o) { po[o[0]] = apply(Op(op), pa[o[1]], pb[o[2]]); });
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "../reduce_kernels.h"
 #include "nan.h"
+#include "threads.h"
 
 namespace attn::kernels {
 namespace {
@@ -120,12 +121,16 @@ void reduce_f32(const backend::Reduce& r) {
   // PyTorch's order per output (see sum_in_order): the last dim reduced, or columns in blocks.
   const int64_t block = r.columns >= 8 ? 32 : 4;
   const int64_t blocked = (r.columns / block) * block;
-  for (int64_t o = 0; o < r.outer; ++o) {
-    const SumOrder order = r.innermost_reduced        ? SumOrder::Inner
-                           : o % r.columns >= blocked ? SumOrder::OuterRow
-                                                      : SumOrder::OuterCascade;
-    po[o] = reduce_one(r.op, ps + o * r.inner, r.inner, order);
-  }
+  // Outputs shared among the threads: each one's order is its own, so the bits do not depend on
+  // the thread count.
+  parallel_ranges(r.outer, threads_for(r.outer * r.inner), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const SumOrder order = r.innermost_reduced        ? SumOrder::Inner
+                             : o % r.columns >= blocked ? SumOrder::OuterRow
+                                                        : SumOrder::OuterCascade;
+      po[o] = reduce_one(r.op, ps + o * r.inner, r.inner, order);
+    }
+  });
 }
 
 // int64 sums (sum of an integer or bool tensor), wrapping around on overflow as PyTorch's.
@@ -145,23 +150,25 @@ template <typename T>
 void extreme_rows(const backend::Extreme& e) {
   const T* ps = static_cast<const T*>(e.x);
   T* pv = static_cast<T*>(e.values);
-  for (int64_t o = 0; o < e.outer; ++o) {
-    const T* x = ps + o * e.inner;
-    if (!e.index) {  // amax
-      T m = x[0];
-      for (int64_t i = 1; i < e.inner && !is_nan(m); ++i)
-        if (is_nan(x[i]) || x[i] > m) m = x[i];
-      pv[o] = m;
-      continue;
+  parallel_ranges(e.outer, threads_for(e.outer * e.inner), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const T* x = ps + o * e.inner;
+      if (!e.index) {  // amax
+        T m = x[0];
+        for (int64_t i = 1; i < e.inner && !is_nan(m); ++i)
+          if (is_nan(x[i]) || x[i] > m) m = x[i];
+        pv[o] = m;
+        continue;
+      }
+      int64_t best = 0;
+      for (int64_t i = 1; i < e.inner; ++i) {
+        if (is_nan(x[best])) break;
+        if (is_nan(x[i]) || (e.is_max ? x[i] > x[best] : x[i] < x[best])) best = i;
+      }
+      pv[o] = x[best];
+      e.index[o] = best;
     }
-    int64_t best = 0;
-    for (int64_t i = 1; i < e.inner; ++i) {
-      if (is_nan(x[best])) break;
-      if (is_nan(x[i]) || (e.is_max ? x[i] > x[best] : x[i] < x[best])) best = i;
-    }
-    pv[o] = x[best];
-    e.index[o] = best;
-  }
+  });
 }
 
 }  // namespace

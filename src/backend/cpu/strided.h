@@ -120,6 +120,41 @@ void strided_loop(const Shape& shape, const std::array<const Shape*, N>& strides
             });
 }
 
+// strided_loop with the elements shared among `nt` threads: whole rows of the merged dims, or, with
+// fewer rows than threads, each row cut in nt parts. For element-wise work where every element is
+// written once (no destination repeats one): the results do not depend on nt.
+template <std::size_t N, typename F>
+void parallel_strided_loop(const Shape& shape, const std::array<const Shape*, N>& strides,
+                           std::array<int64_t, N> base, int nt, F&& f) {
+  const Walk<N> w = coalesce<N>(shape, strides);
+  if (w.empty) return;
+  if (w.shape.empty()) {
+    f(base);
+    return;
+  }
+  auto run = [&](std::array<int64_t, N> off, int64_t n, const std::array<int64_t, N>& inner) {
+    for (int64_t i = 0; i < n; ++i) {
+      f(off);
+      for (std::size_t k = 0; k < N; ++k) off[k] += inner[k];
+    }
+  };
+  const int64_t rows = w.rows(), cols = w.shape.back();
+  if (nt <= 1 || rows >= nt) {
+    parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) { walk_rows(w, base, r0, r1, run); });
+    return;
+  }
+  std::array<int64_t, N> inner;
+  for (std::size_t k = 0; k < N; ++k) inner[k] = w.strides[k].back();
+  parallel_ranges(rows * nt, nt, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const std::pair<int64_t, int64_t> part = thread_share(cols, int(q % nt), nt);
+      std::array<int64_t, N> off = w.row_offsets(q / nt);
+      for (std::size_t k = 0; k < N; ++k) off[k] += base[k] + part.first * inner[k];
+      run(off, part.second - part.first, inner);
+    }
+  });
+}
+
 // dst = C::one(src) element by element over `shape`, both strided from the given pointers, shared
 // among `nt` threads (a destination that repeats an element, with a stride of 0, is written in
 // row-major order on one thread, so the last element written is torch's). C, the conversion:

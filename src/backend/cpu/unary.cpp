@@ -280,22 +280,28 @@ void unary_f32(const Unary& u) {
                   [&](int64_t i0, int64_t i1) { run_op(u.op, x + i0, out + i0 * size, i1 - i0); });
 }
 
-// T: an unsigned integer as wide as the element, so that a copy keeps its bits.
+// T: an unsigned integer as wide as the element, so that a copy keeps its bits. The mask and src
+// are read in row-major order (the second stream's offsets: row-major strides from 0); every
+// element is written at most once, so the elements are shared among the threads above a size.
 template <typename T>
 void masked_assign(const backend::MaskedAssign& m) {
   T* base = static_cast<T*>(m.storage);
   const T* src = static_cast<const T*>(m.src);
-  int64_t i = 0;
+  const Shape index = row_major_strides(*m.shape);
+  int64_t n = 1;
+  for (int64_t s : *m.shape) n *= s;
+  const int nt = threads_for(n);
   if (m.src_scalar) {
     const T v = *src;
-    strided_loop<1>(*m.shape, {m.strides}, {m.offset}, [&](const std::array<int64_t, 1>& o) {
-      if (m.mask[i++]) base[o[0]] = v;
-    });
+    parallel_strided_loop<2>(*m.shape, {m.strides, &index}, {m.offset, 0}, nt,
+                             [&](const std::array<int64_t, 2>& o) {
+                               if (m.mask[o[1]]) base[o[0]] = v;
+                             });
   } else {
-    strided_loop<1>(*m.shape, {m.strides}, {m.offset}, [&](const std::array<int64_t, 1>& o) {
-      if (m.mask[i]) base[o[0]] = src[i];
-      ++i;
-    });
+    parallel_strided_loop<2>(*m.shape, {m.strides, &index}, {m.offset, 0}, nt,
+                             [&](const std::array<int64_t, 2>& o) {
+                               if (m.mask[o[1]]) base[o[0]] = src[o[1]];
+                             });
   }
 }
 
