@@ -22,9 +22,13 @@ struct Plan {
   int64_t outer = 1, inner = 1;
   bool innermost_reduced = true;  // the tensor's last dim is reduced (PyTorch's "inner" sum)
   int64_t columns = 1;            // elements of the kept dims after the last reduced dim
+  // arranged is t itself, (inner, outer): the reduced dims lead a contiguous CPU tensor (sum(0)),
+  // and the kernel reads each column where it lies (backend::Reduce::columns_in_rows).
+  bool columns_in_rows = false;
 };
 
-Plan plan(const Tensor& t, Shape dims, bool keepdim, const char* fn) {
+// columns_ok: the caller's kernel reads columns in rows (a float32 Sum or Mean).
+Plan plan(const Tensor& t, Shape dims, bool keepdim, const char* fn, bool columns_ok = false) {
   if (!t.defined()) fail(fn, "undefined tensor argument");
   NoGradGuard no_grad;  // the rearranged copy is internal, not part of the graph
   int64_t nd = t.dim();
@@ -60,6 +64,15 @@ Plan plan(const Tensor& t, Shape dims, bool keepdim, const char* fn) {
   }
   p.innermost_reduced = nd == 0 || red[nd - 1];
   for (int64_t i = nd - 1; i >= 0 && !red[i]; --i) p.columns *= t.shape()[i];
+  int64_t leading = 0;
+  while (leading < nd && red[leading]) ++leading;
+  bool prefix = leading > 0 && leading < nd;
+  for (int64_t i = leading; i < nd; ++i) prefix = prefix && !red[i];
+  if (columns_ok && prefix && t.is_contiguous() && t.device().is_cpu()) {
+    p.columns_in_rows = true;
+    p.arranged = t;
+    return p;
+  }
   p.arranged = (nd == 0 ? t : t.permute(perm)).contiguous();
   return p;
 }
@@ -67,13 +80,14 @@ Plan plan(const Tensor& t, Shape dims, bool keepdim, const char* fn) {
 // The reduction `op` of t over `dims` into a new float32 tensor (the kernel of its device).
 Tensor reduce_float(const Tensor& t, Shape dims, bool keepdim, const char* fn,
                     backend::ReduceOp op) {
-  Plan p = plan(t, std::move(dims), keepdim, fn);
+  const bool columns_ok = op == backend::ReduceOp::Sum || op == backend::ReduceOp::Mean;
+  Plan p = plan(t, std::move(dims), keepdim, fn, columns_ok);
   Tensor src = p.arranged.to(Dtype::Float32);
   const auto kernel =
       backend::pick(fn, src.device(), Dtype::Float32, backend::cpu::reduce, backend::cuda::reduce);
   Tensor out = detail::make_tensor(fn, p.out_shape, Dtype::Float32);
-  kernel(
-      {op, src.device_data(), out.device_data(), p.outer, p.inner, p.innermost_reduced, p.columns});
+  kernel({op, src.device_data(), out.device_data(), p.outer, p.inner, p.innermost_reduced,
+          p.columns, p.columns_in_rows});
   return out;
 }
 

@@ -1416,6 +1416,38 @@ TEST(TensorElementwise, MaskedFillAndWhereOnThreadsAsNaive) {
     }
 }
 
+// sum(0) / mean(0) of a contiguous tensor read column by column where they lie: the bits of the
+// same reduction through the transposed copy (the kernel's other path, torch's order for both),
+// on 1 and 2 threads, for blocks of 32 columns, blocks of 4 and the columns left over.
+TEST(TensorReduce, LeadingDimsReducedInPlaceAsThroughACopy) {
+  const int threads = get_num_threads();
+  Generator gen(14);
+  for (const Shape& shape : {Shape{300, 1000}, Shape{70, 7}, Shape{3, 50, 45}, Shape{0, 40}}) {
+    SCOPED_TRACE(shape_str(shape));
+    const Tensor x = randn(shape, &gen);
+    const Tensor strided = x.flatten(1).transpose(0, 1).contiguous().transpose(0, 1).view(shape);
+    ASSERT_FALSE(strided.numel() > 0 && strided.is_contiguous());
+    for (int nt : {1, 2}) {
+      set_num_threads(nt);
+      for (bool mean : {false, true}) {
+        const Tensor got = mean ? x.mean({0}) : x.sum({0});
+        const Tensor want = mean ? strided.mean({0}) : strided.sum({0});
+        ASSERT_EQ(got.shape(), want.shape());
+        for (int64_t i = 0; i < got.numel(); ++i) {
+          const float g = got.data_ptr<float>()[i], w = want.data_ptr<float>()[i];
+          ASSERT_TRUE(std::memcmp(&g, &w, 4) == 0 || (std::isnan(g) && std::isnan(w)))
+              << nt << " " << mean << " " << i << ": " << g << " vs " << w;
+        }
+      }
+    }
+  }
+  const Tensor y = randn({3, 50, 45}, &gen);
+  const Tensor two = y.sum({0, 1});  // two leading dims
+  const Tensor want = y.flatten(0, 1).transpose(0, 1).contiguous().transpose(0, 1).sum({0});
+  for (int64_t i = 0; i < 45; ++i) ASSERT_EQ(two.data_ptr<float>()[i], want.data_ptr<float>()[i]);
+  set_num_threads(threads);
+}
+
 // As torch's: a new result takes the layout of its operands (the first where they differ), and
 // each element is the one of the contiguous copies'; in-place ops write through any layout.
 TEST(TensorBinaryFloat, ResultsFollowTheOperandsLayout) {

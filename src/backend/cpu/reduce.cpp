@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "../reduce_kernels.h"
 #include "nan.h"
@@ -23,8 +24,10 @@ double sum_of(const float* x, int64_t n) {
 // a cascade of levels of 16 additions; rows of at least 8 floats are summed as 8-lane vectors),
 // so that sums round exactly as PyTorch's do (a softmax row sums to 1.0000, not 1.).
 // `lanes` values are summed per lane (lane l holds x[i * lanes + l]).
+// Row i starts at x + i * row_stride (by default the rows follow each other).
 template <int64_t Lanes, int64_t Ilp = 4>
-std::array<std::array<float, Lanes>, Ilp> multi_row_sum(const float* x, int64_t rows) {
+std::array<std::array<float, Lanes>, Ilp> multi_row_sum(const float* x, int64_t rows,
+                                                        int64_t row_stride = Ilp * Lanes) {
   constexpr int64_t kLevels = 4;
   int64_t ceil_log2 = 0;
   while ((int64_t(1) << ceil_log2) < rows) ++ceil_log2;
@@ -34,7 +37,7 @@ std::array<std::array<float, Lanes>, Ilp> multi_row_sum(const float* x, int64_t 
   // acc[level][ilp][lane]; a "row" is Ilp groups of Lanes floats.
   std::array<std::array<std::array<float, Lanes>, Ilp>, kLevels> acc{};
   auto add_row = [&](int64_t i) {
-    const float* r = x + i * Ilp * Lanes;
+    const float* r = x + i * row_stride;
     for (int64_t k = 0; k < Ilp; ++k)
       for (int64_t l = 0; l < Lanes; ++l) acc[0][k][l] += r[k * Lanes + l];
   };
@@ -115,7 +118,43 @@ float reduce_one(backend::ReduceOp op, const float* x, int64_t n, SumOrder order
   return 0;
 }
 
+// Sum or Mean of each column of x, `rows` rows of `cols` floats, in the order reduce_one takes
+// over the column's copy: blocks of columns (32, or 4 below 8 columns) summed together, one lane
+// a column, in the cascade's order; the columns left over copied out and summed in row_sum's.
+template <int64_t Block>
+void sum_column_blocks(const float* x, float* out, int64_t rows, int64_t cols, int64_t b0,
+                       int64_t b1) {
+  for (int64_t b = b0; b < b1; ++b) {
+    const auto sums = multi_row_sum<Block, 1>(x + b * Block, rows, cols)[0];
+    for (int64_t l = 0; l < Block; ++l) out[b * Block + l] = sums[l];
+  }
+}
+
+void reduce_columns(const backend::Reduce& r) {
+  const auto* x = static_cast<const float*>(r.x);
+  auto* out = static_cast<float*>(r.out);
+  const int64_t rows = r.inner, cols = r.outer;
+  const int64_t block = cols >= 8 ? 32 : 4;
+  const int64_t blocks = cols / block;
+  const int nt = threads_for(rows * cols);
+  parallel_ranges(blocks, nt, [&](int64_t b0, int64_t b1) {
+    if (block == 32)
+      sum_column_blocks<32>(x, out, rows, cols, b0, b1);
+    else
+      sum_column_blocks<4>(x, out, rows, cols, b0, b1);
+  });
+  std::vector<float> column(static_cast<std::size_t>(rows));
+  for (int64_t c = blocks * block; c < cols; ++c) {
+    for (int64_t i = 0; i < rows; ++i) column[i] = x[i * cols + c];
+    out[c] = row_sum<1>(column.data(), rows)[0];
+  }
+  if (r.op == backend::ReduceOp::Mean)
+    for (int64_t c = 0; c < cols; ++c)
+      out[c] = rows == 0 ? std::numeric_limits<float>::quiet_NaN() : out[c] / float(rows);
+}
+
 void reduce_f32(const backend::Reduce& r) {
+  if (r.columns_in_rows) return reduce_columns(r);
   const auto* ps = static_cast<const float*>(r.x);
   auto* po = static_cast<float*>(r.out);
   // PyTorch's order per output (see sum_in_order): the last dim reduced, or columns in blocks.
