@@ -522,12 +522,13 @@ Tensor unary_kernel(const Tensor& t, const char* fn, backend::UnaryOp op, Dtype 
   if (!t.defined()) fail(fn, "undefined tensor argument");
   NoGradGuard no_grad;  // unary_float records the op on t itself
   // On a GPU (whose copies between layouts go through the host) only a block keeps its layout.
+  const bool block = detail::is_non_overlapping_dense(t);
   Shape layout = detail::elementwise_strides(t);
-  if (!t.is_cpu() && !detail::is_non_overlapping_dense(t)) layout.clear();
+  if (!t.is_cpu() && !block) layout.clear();
   Tensor src = t;
   bool gathered = false;
   if (!layout.empty()) {
-    if (detail::is_non_overlapping_dense(t)) {
+    if (block) {
       src = detail::make_view(t, {t.numel()}, {1}, t.storage_offset());
     } else {
       src = detail::make_tensor(fn, {t.numel()}, Dtype::Float32, /*zero=*/false, t.device());

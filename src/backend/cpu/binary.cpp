@@ -266,6 +266,18 @@ bool repeats_into(const Shape& small, const Shape& shape) {
   return std::equal(s.begin(), s.end(), shape.end() - std::ptrdiff_t(s.size()));
 }
 
+// op as the float loops' operation (add, sub, mul, div; false for the rest), with its arguments
+// swapped back when `swap` (the loops get the operands the other way round).
+bool float_op(Op op, bool swap, FloatOp& f) {
+  switch (op) {
+    case Op::Add: f = FloatOp::kAdd; return true;
+    case Op::Mul: f = FloatOp::kMul; return true;
+    case Op::Sub: f = swap ? FloatOp::kRSub : FloatOp::kSub; return true;
+    case Op::Div: f = swap ? FloatOp::kRDiv : FloatOp::kDiv; return true;
+    default: return false;
+  }
+}
+
 // The fast case of a binary op (binary_fast_float, binary_fast_half): add/sub/mul/div of
 // contiguous operands, one of them as long as the output (`full`), the other as long or a
 // repeating block (`rep`, nb elements); the op with its arguments swapped back when `rep` is a.
@@ -288,14 +300,7 @@ bool fast_plan(const Binary& p, FastPlan& plan) {
   const bool rep = !(a_full && b_full);
   const int64_t nb = numel(other);
   if (rep && (nb == 0 || !repeats_into(other, shape))) return false;
-  const bool swap = !a_full;
-  switch (op) {
-    case Op::Add: plan.op = FloatOp::kAdd; break;
-    case Op::Mul: plan.op = FloatOp::kMul; break;
-    case Op::Sub: plan.op = swap ? FloatOp::kRSub : FloatOp::kSub; break;
-    case Op::Div: plan.op = swap ? FloatOp::kRDiv : FloatOp::kDiv; break;
-    default: return false;
-  }
+  if (!float_op(op, !a_full, plan.op)) return false;
   plan.n = n, plan.nb = nb, plan.repeats = rep, plan.full_is_a = a_full;
   return true;
 }
@@ -389,28 +394,17 @@ bool binary_fast_float(const Binary& p) {
 // elements are left to the element loop.
 bool binary_rows_float(const Binary& p) {
   FloatOp fop;
-  switch (p.op) {
-    case Op::Add: fop = FloatOp::kAdd; break;
-    case Op::Sub: fop = FloatOp::kSub; break;
-    case Op::Mul: fop = FloatOp::kMul; break;
-    case Op::Div: fop = FloatOp::kDiv; break;
-    default: return false;
-  }
+  if (!float_op(p.op, false, fop)) return false;
   const Walk<3> w = coalesce<3>(*p.shape, {p.out_strides, p.a.strides, p.b.strides});
   if (w.empty || w.shape.empty()) return false;
   const std::size_t last = w.shape.size() - 1;
   const int64_t cols = w.shape[last], so = w.strides[0][last], sa = w.strides[1][last],
                 sb = w.strides[2][last];
   if (so != 1 || cols < 16) return false;
-  bool swap = false;  // b is the operand at stride 1, a the other: the op's arguments swapped back
-  if (sa == 1 && (sb == 1 || sb == 0)) {
-  } else if (sa == 0 && sb == 1) {
-    swap = true;
-    if (fop == FloatOp::kSub) fop = FloatOp::kRSub;
-    if (fop == FloatOp::kDiv) fop = FloatOp::kRDiv;
-  } else {
-    return false;
-  }
+  // swap: b is the operand at stride 1, a the other (the op's arguments swapped back).
+  const bool swap = !(sa == 1 && (sb == 1 || sb == 0));
+  if (swap && !(sa == 0 && sb == 1)) return false;
+  float_op(p.op, swap, fop);
   const bool one_value = (swap ? sa : sb) == 0;
   const float* pa = static_cast<const float*>(p.a.storage);
   const float* pb = static_cast<const float*>(p.b.storage);

@@ -1,12 +1,11 @@
 #include "softmax.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "../reduce_kernels.h"
 #include "isa.h"
 #include "threads.h"
-#include "vmath.h"
+#include "unary.h"
 
 namespace attn::kernels {
 namespace {
@@ -22,45 +21,17 @@ ATTN_ISA_INLINE float row_max(const float* x, int64_t n) {
   return m;
 }
 
-// Sum of y[0, n) in double: lane j adds the elements j, j + 8, ..., the lanes then pairwise. The
-// order is fixed by n alone.
-ATTN_ISA_INLINE double row_sum(const float* y, int64_t n) {
+// The sum of term(c) over c in [0, n) in double: lane j adds the terms j, j + 8, ..., the lanes
+// then pairwise. The order is fixed by n alone.
+template <typename Term>
+ATTN_ISA_INLINE double lane_sum(int64_t n, Term&& term) {
   double lanes[kLanes] = {};
   int64_t c = 0;
   for (; c + kLanes <= n; c += kLanes)
-    for (int j = 0; j < kLanes; ++j) lanes[j] += double(y[c + j]);
-  for (int j = 0; c < n; ++c, ++j) lanes[j] += double(y[c]);
+    for (int j = 0; j < kLanes; ++j) lanes[j] += term(c + j);
+  for (int j = 0; c < n; ++c, ++j) lanes[j] += term(c);
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
          ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-}
-
-// y = e^(x - m) over [0, n) for m the largest x: vmath's polynomial (within an ulp of the C
-// library's) where x - m >= -87, the C library's exp elsewhere (NaN, -inf,
-// results that would be denormal), a run of 256 at a time as the unary exp.
-ATTN_ISA_INLINE void shifted_exp(const float* x, float* y, int64_t n, float m) {
-  constexpr int64_t kRun = 256;
-  for (int64_t i0 = 0; i0 < n; i0 += kRun) {
-    const int64_t r = std::min(kRun, n - i0);
-    const float* xr = x + i0;
-    float* yr = y + i0;
-    // x - m <= 0 for every x but NaN (m is the largest): only the lower end is checked.
-    int outside = 0;
-#pragma omp simd reduction(| : outside)
-    for (int64_t i = 0; i < r; ++i) {
-      const float d = xr[i] - m;
-      yr[i] = d;
-      outside |= int(!(d >= -87.0f));
-    }
-    if (!outside) {
-      ATTN_IVDEP
-      for (int64_t i = 0; i < r; ++i) yr[i] = vmath::exp_in_range(yr[i]);
-      continue;
-    }
-    for (int64_t i = 0; i < r; ++i) {
-      const float d = yr[i];
-      yr[i] = d >= -87.0f ? vmath::exp_in_range(d) : std::exp(d);
-    }
-  }
 }
 
 ATTN_ISA_INLINE void softmax_rows_isa_body(const float* x, float* out, int64_t rows, int64_t cols,
@@ -69,8 +40,10 @@ ATTN_ISA_INLINE void softmax_rows_isa_body(const float* x, float* out, int64_t r
     const float* xr = x + r * cols;
     float* yr = out + r * cols;
     const float m = row_max(xr, cols);
-    shifted_exp(xr, yr, cols, m);
-    const double s = row_sum(yr, cols);
+    // e^(x - m): the unary exp's loop (x - m <= 0, or NaN, for every x).
+    for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - m;
+    exp_floats(yr, yr, cols);
+    const double s = lane_sum(cols, [&](int64_t c) { return double(yr[c]); });
     if (log) {
       const float ls = float(std::log(s));
       for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] - m - ls;
@@ -91,17 +64,11 @@ ATTN_ISA_INLINE void softmax_backward_rows_isa_body(const float* y, const float*
     const float* gr = dy + r * cols;
     float* dr = dx + r * cols;
     if (log) {
-      const double s = row_sum(gr, cols);
+      const double s = lane_sum(cols, [&](int64_t c) { return double(gr[c]); });
       for (int64_t c = 0; c < cols; ++c) dr[c] = float(gr[c] - std::exp(double(yr[c])) * s);
     } else {
-      double lanes[kLanes] = {};
-      int64_t c = 0;
-      for (; c + kLanes <= cols; c += kLanes)
-        for (int j = 0; j < kLanes; ++j) lanes[j] += double(gr[c + j]) * yr[c + j];
-      for (int j = 0; c < cols; ++c, ++j) lanes[j] += double(gr[c]) * yr[c];
-      const double s = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
-                       ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-      for (c = 0; c < cols; ++c) dr[c] = float(yr[c] * (gr[c] - s));
+      const double s = lane_sum(cols, [&](int64_t c) { return double(gr[c]) * yr[c]; });
+      for (int64_t c = 0; c < cols; ++c) dr[c] = float(yr[c] * (gr[c] - s));
     }
   }
 }

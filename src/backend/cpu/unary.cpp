@@ -6,6 +6,8 @@
 // library call an element, correctly rounded or within an ulp; erfinv as torch 1.13's CPU kernel.
 // Every element-wise loop runs on the threads above a size. And the masked assignment of where()
 // and masked_fill_().
+#include "unary.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -306,6 +308,9 @@ void masked_assign(const backend::MaskedAssign& m) {
 }
 
 }  // namespace
+
+void exp_floats(const float* x, float* y, int64_t n) { run_op(UnaryOp::Exp, x, y, n); }
+
 }  // namespace attn::kernels
 
 namespace attn::backend::cpu {
