@@ -424,6 +424,11 @@ bool binary_rows_float(const Binary& p) {
   return true;
 }
 
+// Whether pow_scalar computes a ** e by arithmetic (one of torch's formulas below), not std::pow.
+bool pow_by_formula(float e) {
+  return e == 2.0f || e == 3.0f || e == 0.5f || e == -0.5f || e == -1.0f || e == -2.0f;
+}
+
 // a ** e for one exponent e, as torch's CPU kernel: x * x for 2, x * x * x for 3, sqrt for 0.5,
 // 1 / sqrt for -0.5, 1 / x for -1, 1 / (x * x) for -2 (so that -0 and -inf follow those
 // formulas, not std::pow), std::pow otherwise; one loop per exponent (vectorised where it is
@@ -463,9 +468,7 @@ bool binary_pow_scalar(const Binary& p) {
   const float* pa = static_cast<const float*>(p.a.storage) + p.a.offset;
   const float e = static_cast<const float*>(p.b.storage)[p.b.offset];
   float* po = static_cast<float*>(p.out_storage) + p.out_offset;
-  const bool arithmetic =
-      e == 2.0f || e == 3.0f || e == 0.5f || e == -0.5f || e == -1.0f || e == -2.0f;
-  parallel_ranges(n, threads_for(n, arithmetic ? kParallelElems : int64_t(1) << 12),
+  parallel_ranges(n, threads_for(n, pow_by_formula(e) ? kParallelElems : int64_t(1) << 12),
                   [&](int64_t i0, int64_t i1) { pow_scalar(pa + i0, e, po + i0, i1 - i0); });
   return true;
 }
@@ -543,19 +546,25 @@ void run_binary_half(const Binary& in) {
   const H* pa = static_cast<const H*>(p.a.storage);
   const H* pb = static_cast<const H*>(p.b.storage);
   const Op op = p.op;
+  int64_t n = 1;
+  for (int64_t d : *p.shape) n *= d;
+  // Each element is written once: shared among the threads above a size, as binary_loop's.
+  const int nt = threads_for(n);
   if (backend::is_comparison(op)) {
     bool* po = static_cast<bool*>(p.out_storage);
-    strided_loop<3>(*p.shape, {p.out_strides, p.a.strides, p.b.strides},
-                    {p.out_offset, p.a.offset, p.b.offset}, [&](const std::array<int64_t, 3>& o) {
-                      po[o[0]] = compare(op, float(pa[o[1]]), float(pb[o[2]]));
-                    });
+    parallel_strided_loop<3>(*p.shape, {p.out_strides, p.a.strides, p.b.strides},
+                             {p.out_offset, p.a.offset, p.b.offset}, nt,
+                             [&](const std::array<int64_t, 3>& o) {
+                               po[o[0]] = compare(op, float(pa[o[1]]), float(pb[o[2]]));
+                             });
     return;
   }
   H* po = static_cast<H*>(p.out_storage);
-  strided_loop<3>(*p.shape, {p.out_strides, p.a.strides, p.b.strides},
-                  {p.out_offset, p.a.offset, p.b.offset}, [&](const std::array<int64_t, 3>& o) {
-                    po[o[0]] = H(apply(op, float(pa[o[1]]), float(pb[o[2]])));
-                  });
+  parallel_strided_loop<3>(*p.shape, {p.out_strides, p.a.strides, p.b.strides},
+                           {p.out_offset, p.a.offset, p.b.offset}, nt,
+                           [&](const std::array<int64_t, 3>& o) {
+                             po[o[0]] = H(apply(op, float(pa[o[1]]), float(pb[o[2]])));
+                           });
 }
 
 template <typename T>

@@ -99,13 +99,16 @@ float sum_in_order(const float* x, int64_t n, SumOrder order) {
   return 0;
 }
 
+// A mean from its sum: NaN over no elements, as torch's.
+float mean_from_sum(float sum, int64_t n) {
+  return n == 0 ? std::numeric_limits<float>::quiet_NaN() : sum / float(n);
+}
+
 // One output's reduction of n contiguous floats summed in `order`.
 float reduce_one(backend::ReduceOp op, const float* x, int64_t n, SumOrder order) {
   switch (op) {
     case backend::ReduceOp::Sum: return sum_in_order(x, n, order);
-    case backend::ReduceOp::Mean:
-      if (n == 0) return std::numeric_limits<float>::quiet_NaN();
-      return sum_in_order(x, n, order) / float(n);
+    case backend::ReduceOp::Mean: return mean_from_sum(sum_in_order(x, n, order), n);
     case backend::ReduceOp::Var:
     case backend::ReduceOp::VarUnbiased: {
       const int64_t denom = n - (op == backend::ReduceOp::VarUnbiased ? 1 : 0);
@@ -149,8 +152,7 @@ void reduce_columns(const backend::Reduce& r) {
     out[c] = row_sum<1>(column.data(), rows)[0];
   }
   if (r.op == backend::ReduceOp::Mean)
-    for (int64_t c = 0; c < cols; ++c)
-      out[c] = rows == 0 ? std::numeric_limits<float>::quiet_NaN() : out[c] / float(rows);
+    for (int64_t c = 0; c < cols; ++c) out[c] = mean_from_sum(out[c], rows);
 }
 
 void reduce_f32(const backend::Reduce& r) {
