@@ -22,8 +22,9 @@ struct Reduce {
   int64_t outer, inner;
   bool innermost_reduced;
   int64_t columns;
-  // CPU, Sum and Mean only: x is laid out (inner, outer) instead, the reduced dims leading (sum(0)
-  // of a contiguous tensor, read where it lies rather than transposed first); columns == outer.
+  // CPU, Sum and Mean only: x is laid out (outer / columns, inner, columns) instead, the reduced
+  // dims one run with kept dims after them (sum(0) or sum(1) of a contiguous tensor, read where it
+  // lies rather than transposed first).
   bool columns_in_rows = false;
 };
 using ReduceFn = void(const Reduce&);

@@ -22,8 +22,9 @@ struct Plan {
   int64_t outer = 1, inner = 1;
   bool innermost_reduced = true;  // the tensor's last dim is reduced (PyTorch's "inner" sum)
   int64_t columns = 1;            // elements of the kept dims after the last reduced dim
-  // arranged is t itself, (inner, outer): the reduced dims lead a contiguous CPU tensor (sum(0)),
-  // and the kernel reads each column where it lies (backend::Reduce::columns_in_rows).
+  // arranged is t itself, (outer / columns, inner, columns): the reduced dims are one run of a
+  // contiguous CPU tensor with kept dims after it (sum(0), sum(1) of a 3-d tensor), and the kernel
+  // reads each column where it lies (backend::Reduce::columns_in_rows).
   bool columns_in_rows = false;
 };
 
@@ -62,13 +63,23 @@ Plan plan(const Tensor& t, Shape dims, bool keepdim, const char* fn, bool column
     else if (keepdim)
       p.out_shape.push_back(1);
   }
-  p.innermost_reduced = nd == 0 || red[nd - 1];
-  for (int64_t i = nd - 1; i >= 0 && !red[i]; --i) p.columns *= t.shape()[i];
-  int64_t leading = 0;
-  while (leading < nd && red[leading]) ++leading;
-  bool prefix = leading > 0 && leading < nd;
-  for (int64_t i = leading; i < nd; ++i) prefix = prefix && !red[i];
-  if (columns_ok && prefix && t.is_contiguous() && t.device().is_cpu()) {
+  // The order of the sums follows PyTorch's, whose iterator drops dims of size 1 first: among the
+  // other dims, whether the last one is reduced, and the kept elements after the last reduced one.
+  std::vector<int64_t> dims_left;  // the dims of size other than 1
+  for (int64_t i = 0; i < nd; ++i)
+    if (t.shape()[i] != 1) dims_left.push_back(i);
+  int64_t last_reduced = -1;
+  for (int64_t i : dims_left)
+    if (red[i]) last_reduced = i;
+  p.innermost_reduced = last_reduced < 0 || last_reduced == dims_left.back();
+  for (int64_t i = last_reduced + 1; i < nd && last_reduced >= 0; ++i) p.columns *= t.shape()[i];
+  // The reduced dims (of those left) as one run followed by kept dims: read in place.
+  bool one_run = !p.innermost_reduced;
+  for (std::size_t j = 0; j + 1 < dims_left.size(); ++j)
+    if (!red[dims_left[j]] && red[dims_left[j + 1]])  // a run of reduced dims starts
+      one_run = one_run && std::none_of(dims_left.begin(), dims_left.begin() + long(j) + 1,
+                                        [&](int64_t i) { return red[i]; });
+  if (columns_ok && one_run && t.is_contiguous() && t.device().is_cpu()) {
     p.columns_in_rows = true;
     p.arranged = t;
     return p;

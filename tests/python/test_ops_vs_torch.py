@@ -368,9 +368,10 @@ def test_sum_mean_bitwise_inner(shape):
 
 OUTER_SUM_BUG = (
     "known difference (src/ops/reduce.cpp): attn reproduces torch 1.13's summation order for "
-    "reductions over one dim (or trailing dims) of a contiguous tensor; columns; inputs whose memory order is not their logical order (a transposed tensor) choose "
-    "the inner/outer kernel by logical position instead of stride, and multi-dim reductions that "
-    "TensorIterator splits accumulate into the output in a different order")
+    "reductions over one run of adjacent dims of a contiguous tensor; inputs whose memory order "
+    "is not their logical order (a transposed tensor) choose the inner/outer kernel by logical "
+    "position instead of stride, and reductions over dims that are not adjacent, which "
+    "TensorIterator splits, accumulate into the output in a different order")
 
 OUTER_SHAPES = [(7, 65), (65, 7), (129, 63), (3, 7, 65), (2, 63, 129), (33, 1025)]
 
@@ -396,6 +397,29 @@ def test_sum_mean_single_outer_dim_bitwise(shape):
             ours, theirs = _reduce(attn, o, op, d, False), _reduce(torch, t, op, d, False)
             assert np.array_equal(to_np(ours).view(np.uint32), to_np(theirs).view(np.uint32)), \
                 (op, d)
+
+
+@pytest.mark.parametrize("shape", [(4, 63, 65), (3, 1, 40, 1, 33), (1, 70, 7), (33, 5, 1),
+                                   (2, 3, 129, 9), (6, 0, 5)], ids=str)
+def test_sum_mean_one_run_of_dims_bitwise(shape):
+    """Every run of adjacent dims (leading, middle or trailing; dims of size 1 anywhere, which
+    torch's iterator drops): torch's order, bit for bit, on 1 and 2 threads."""
+    o, t = pair(shape, "f", 22)
+    threads = attn.get_num_threads()
+    try:
+        for nt in (1, 2):
+            attn.set_num_threads(nt)
+            for a in range(len(shape)):
+                for b in range(a, len(shape)):
+                    d = tuple(range(a, b + 1))
+                    for op in ["sum", "mean"]:
+                        for keepdim in [False, True]:
+                            assert_same_bits(_reduce(attn, o, op, d, keepdim),
+                                             _reduce(torch, t, op, d, keepdim),
+                                             "{}{} dim={} keepdim={} threads={}".format(
+                                                 op, shape, d, keepdim, nt))
+    finally:
+        attn.set_num_threads(threads)
 
 
 @pytest.mark.xfail(strict=True, reason=OUTER_SUM_BUG)

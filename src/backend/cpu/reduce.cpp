@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../reduce_kernels.h"
+#include "isa.h"
 #include "nan.h"
 #include "threads.h"
 
@@ -26,14 +27,26 @@ double sum_of(const float* x, int64_t n) {
 // `lanes` values are summed per lane (lane l holds x[i * lanes + l]).
 // Row i starts at x + i * row_stride (by default the rows follow each other).
 template <int64_t Lanes, int64_t Ilp = 4>
-std::array<std::array<float, Lanes>, Ilp> multi_row_sum(const float* x, int64_t rows,
-                                                        int64_t row_stride = Ilp * Lanes) {
+ATTN_ISA_INLINE std::array<std::array<float, Lanes>, Ilp> multi_row_sum(
+    const float* x, int64_t rows, int64_t row_stride = Ilp * Lanes) {
   constexpr int64_t kLevels = 4;
   int64_t ceil_log2 = 0;
   while ((int64_t(1) << ceil_log2) < rows) ++ceil_log2;
   const int64_t level_power = std::max<int64_t>(4, ceil_log2 / kLevels);
   const int64_t level_step = int64_t(1) << level_power;
   const int64_t level_mask = level_step - 1;
+  if (rows < level_step) {  // no level is ever carried: one level, and the others' zeros added
+    std::array<std::array<float, Lanes>, Ilp> acc{};
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* r = x + i * row_stride;
+      for (int64_t k = 0; k < Ilp; ++k)
+        for (int64_t l = 0; l < Lanes; ++l) acc[k][l] += r[k * Lanes + l];
+    }
+    // The cascade adds its empty levels in at the end: + 0 (so a -0 sum becomes +0, as there).
+    for (int64_t k = 0; k < Ilp; ++k)
+      for (int64_t l = 0; l < Lanes; ++l) acc[k][l] += 0.0f;
+    return acc;
+  }
   // acc[level][ilp][lane]; a "row" is Ilp groups of Lanes floats.
   std::array<std::array<std::array<float, Lanes>, Ilp>, kLevels> acc{};
   auto add_row = [&](int64_t i) {
@@ -63,11 +76,13 @@ std::array<std::array<float, Lanes>, Ilp> multi_row_sum(const float* x, int64_t 
 // PyTorch's order when the reduced dim is not the innermost one (its "outer" sum over `columns`
 // contiguous outputs): columns go in blocks (32 when there are at least 8 columns, else 4), each
 // column of a full block summed by one cascade; the leftover columns use the interleaved row_sum.
-float cascade_sum(const float* x, int64_t n) { return multi_row_sum<1, 1>(x, n)[0][0]; }
+ATTN_ISA_INLINE float cascade_sum(const float* x, int64_t n) {
+  return multi_row_sum<1, 1>(x, n)[0][0];
+}
 
 // PyTorch's row_sum: groups of 4 (interleaved), the remainder added to the first partial sum.
 template <int64_t Lanes>
-std::array<float, Lanes> row_sum(const float* x, int64_t n_groups) {
+ATTN_ISA_INLINE std::array<float, Lanes> row_sum(const float* x, int64_t n_groups) {
   const int64_t rows = n_groups / 4;
   auto partial = multi_row_sum<Lanes>(x, rows);
   for (int64_t g = rows * 4; g < n_groups; ++g)
@@ -77,7 +92,7 @@ std::array<float, Lanes> row_sum(const float* x, int64_t n_groups) {
   return partial[0];
 }
 
-float torch_sum(const float* x, int64_t n) {
+ATTN_ISA_INLINE float torch_sum(const float* x, int64_t n) {
   constexpr int64_t kVec = 8;  // floats per AVX2 vector
   if (n < kVec) return row_sum<1>(x, n)[0];
   const int64_t vecs = n / kVec;
@@ -90,7 +105,7 @@ float torch_sum(const float* x, int64_t n) {
 
 enum class SumOrder { Inner, OuterRow, OuterCascade };
 
-float sum_in_order(const float* x, int64_t n, SumOrder order) {
+ATTN_ISA_INLINE float sum_in_order(const float* x, int64_t n, SumOrder order) {
   switch (order) {
     case SumOrder::Inner: return torch_sum(x, n);
     case SumOrder::OuterRow: return row_sum<1>(x, n)[0];
@@ -100,77 +115,109 @@ float sum_in_order(const float* x, int64_t n, SumOrder order) {
 }
 
 // A mean from its sum: NaN over no elements, as torch's.
-float mean_from_sum(float sum, int64_t n) {
+ATTN_ISA_INLINE float mean_from_sum(float sum, int64_t n) {
   return n == 0 ? std::numeric_limits<float>::quiet_NaN() : sum / float(n);
 }
 
-// One output's reduction of n contiguous floats summed in `order`.
-float reduce_one(backend::ReduceOp op, const float* x, int64_t n, SumOrder order) {
-  switch (op) {
-    case backend::ReduceOp::Sum: return sum_in_order(x, n, order);
-    case backend::ReduceOp::Mean: return mean_from_sum(sum_in_order(x, n, order), n);
-    case backend::ReduceOp::Var:
-    case backend::ReduceOp::VarUnbiased: {
-      const int64_t denom = n - (op == backend::ReduceOp::VarUnbiased ? 1 : 0);
-      if (denom <= 0) return std::numeric_limits<float>::quiet_NaN();
-      double m = sum_of(x, n) / double(n), s = 0;
-      for (int64_t i = 0; i < n; ++i) s += (x[i] - m) * (x[i] - m);
-      return float(s / double(denom));
-    }
+// Outputs [o0, o1) of a Sum (or a Mean), each of `inner` contiguous floats, summed in PyTorch's
+// order for the output's place: the last dim reduced (Inner), or else `columns` kept elements
+// after the reduced dims, in blocks (32 when there are at least 8 columns, else 4) summed by one
+// cascade each, the columns left over by row_sum. Built per instruction set, the same additions
+// in the same order on each (only the width of the vectors that hold the lanes differs, so the
+// bits do not).
+ATTN_ISA_INLINE void sum_outputs_body(const float* x, float* out, int64_t o0, int64_t o1,
+                                      int64_t inner, int64_t columns, bool innermost, bool mean) {
+  const int64_t block = columns >= 8 ? 32 : 4;
+  const int64_t blocked = (columns / block) * block;
+  for (int64_t o = o0; o < o1; ++o) {
+    const SumOrder order = innermost                ? SumOrder::Inner
+                           : o % columns >= blocked ? SumOrder::OuterRow
+                                                    : SumOrder::OuterCascade;
+    const float sum = sum_in_order(x + o * inner, inner, order);
+    out[o] = mean ? mean_from_sum(sum, inner) : sum;
   }
-  return 0;
+}
+ATTN_ISA_VARIANTS(void, sum_outputs,
+                  (const float* x, float* out, int64_t o0, int64_t o1, int64_t inner,
+                   int64_t columns, bool innermost, bool mean),
+                  (x, out, o0, o1, inner, columns, innermost, mean))
+
+// The variance of n floats (divided by n - 1 when unbiased), accumulated in double.
+float variance(const float* x, int64_t n, bool unbiased) {
+  const int64_t denom = n - (unbiased ? 1 : 0);
+  if (denom <= 0) return std::numeric_limits<float>::quiet_NaN();
+  double m = sum_of(x, n) / double(n), s = 0;
+  for (int64_t i = 0; i < n; ++i) s += (x[i] - m) * (x[i] - m);
+  return float(s / double(denom));
 }
 
-// Sum or Mean of each column of x, `rows` rows of `cols` floats, in the order reduce_one takes
+// Sum or Mean of each column of x, `rows` rows of `cols` floats, in the order sum_outputs takes
 // over the column's copy: blocks of columns (32, or 4 below 8 columns) summed together, one lane
 // a column, in the cascade's order; the columns left over copied out and summed in row_sum's.
 template <int64_t Block>
-void sum_column_blocks(const float* x, float* out, int64_t rows, int64_t cols, int64_t b0,
-                       int64_t b1) {
-  for (int64_t b = b0; b < b1; ++b) {
-    const auto sums = multi_row_sum<Block, 1>(x + b * Block, rows, cols)[0];
-    for (int64_t l = 0; l < Block; ++l) out[b * Block + l] = sums[l];
-  }
+ATTN_ISA_INLINE void block_sums(const float* x, float* out, int64_t rows, int64_t cols) {
+  const auto sums = multi_row_sum<Block, 1>(x, rows, cols)[0];
+  for (int64_t l = 0; l < Block; ++l) out[l] = sums[l];
 }
+// The sums of the `block` (32 or 4) columns from x on, rows rows cols apart, into out[0, block).
+ATTN_ISA_INLINE void column_block_sums_body(const float* x, float* out, int64_t rows, int64_t cols,
+                                            int64_t block) {
+  if (block == 32)
+    block_sums<32>(x, out, rows, cols);
+  else
+    block_sums<4>(x, out, rows, cols);
+}
+ATTN_ISA_VARIANTS(void, column_block_sums,
+                  (const float* x, float* out, int64_t rows, int64_t cols, int64_t block),
+                  (x, out, rows, cols, block))
 
+// x laid out (batches, rows, cols): each batch's column sums (or means) into out's (batches, cols).
+// Blocks of columns on the threads; the columns left over (fewer than a block) copied out one
+// at a time.
 void reduce_columns(const backend::Reduce& r) {
   const auto* x = static_cast<const float*>(r.x);
   auto* out = static_cast<float*>(r.out);
-  const int64_t rows = r.inner, cols = r.outer;
+  const int64_t rows = r.inner, cols = r.columns;
+  const int64_t batches = cols == 0 ? 0 : r.outer / cols;
+  if (batches == 0) return;
   const int64_t block = cols >= 8 ? 32 : 4;
-  const int64_t blocks = cols / block;
-  const int nt = threads_for(rows * cols);
-  parallel_ranges(blocks, nt, [&](int64_t b0, int64_t b1) {
-    if (block == 32)
-      sum_column_blocks<32>(x, out, rows, cols, b0, b1);
-    else
-      sum_column_blocks<4>(x, out, rows, cols, b0, b1);
+  const int64_t blocks = cols / block, left = cols - blocks * block;
+  const int nt = threads_for(batches * rows * cols);
+  parallel_ranges(batches * blocks, nt, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t b = q / blocks, c = (q % blocks) * block;
+      column_block_sums(x + b * rows * cols + c, out + b * cols + c, rows, cols, block);
+    }
   });
-  std::vector<float> column(static_cast<std::size_t>(rows));
-  for (int64_t c = blocks * block; c < cols; ++c) {
-    for (int64_t i = 0; i < rows; ++i) column[i] = x[i * cols + c];
-    out[c] = row_sum<1>(column.data(), rows)[0];
-  }
+  if (left > 0)
+    parallel_ranges(batches * left, nt, [&](int64_t q0, int64_t q1) {
+      std::vector<float> column(static_cast<std::size_t>(rows));
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t b = q / left, c = blocks * block + q % left;
+        const float* xb = x + b * rows * cols;
+        for (int64_t i = 0; i < rows; ++i) column[i] = xb[i * cols + c];
+        out[b * cols + c] = row_sum<1>(column.data(), rows)[0];
+      }
+    });
   if (r.op == backend::ReduceOp::Mean)
-    for (int64_t c = 0; c < cols; ++c) out[c] = mean_from_sum(out[c], rows);
+    for (int64_t o = 0; o < r.outer; ++o) out[o] = mean_from_sum(out[o], rows);
 }
 
 void reduce_f32(const backend::Reduce& r) {
   if (r.columns_in_rows) return reduce_columns(r);
   const auto* ps = static_cast<const float*>(r.x);
   auto* po = static_cast<float*>(r.out);
-  // PyTorch's order per output (see sum_in_order): the last dim reduced, or columns in blocks.
-  const int64_t block = r.columns >= 8 ? 32 : 4;
-  const int64_t blocked = (r.columns / block) * block;
   // Outputs shared among the threads: each one's order is its own, so the bits do not depend on
   // the thread count.
+  const bool sum = r.op == backend::ReduceOp::Sum || r.op == backend::ReduceOp::Mean;
   parallel_ranges(r.outer, threads_for(r.outer * r.inner), [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      const SumOrder order = r.innermost_reduced        ? SumOrder::Inner
-                             : o % r.columns >= blocked ? SumOrder::OuterRow
-                                                        : SumOrder::OuterCascade;
-      po[o] = reduce_one(r.op, ps + o * r.inner, r.inner, order);
+    if (sum) {
+      sum_outputs(ps, po, o0, o1, r.inner, r.columns, r.innermost_reduced,
+                  r.op == backend::ReduceOp::Mean);
+      return;
     }
+    for (int64_t o = o0; o < o1; ++o)
+      po[o] = variance(ps + o * r.inner, r.inner, r.op == backend::ReduceOp::VarUnbiased);
   });
 }
 
