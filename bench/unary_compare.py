@@ -7,7 +7,8 @@
 torch.exp, sigmoid, tanh, sqrt, abs, sin and log (on |x|) of one float32 tensor (--shape,
 default 2048 x 3072: a GPT-2-small MLP's activations for 2048 tokens), contiguous, and exp of
 its transpose (a strided view); x * 2, x.t() * 2 and x.t() + x.t(); a per-row scale, a square, a
-comparison, masked_fill and where, softmax, a row sum and a row max; then copies: the transpose
+comparison, masked_fill and where, softmax, a row sum and a row max, sums and means over leading,
+middle and all dims and over rows of 16; then copies: the transpose
 made contiguous, the head split and merge of multi-head attention ((B, L, H, D) <-> (B, H, L, D)
 by transpose(1, 2).contiguous()), conversion to bfloat16 and clone. The same values go to both libraries; results are compared
 (largest difference relative to the value) before timing. The contenders alternate --reps times,
@@ -54,6 +55,12 @@ CASES = [
     ("softmax(x, -1)", lambda T, x: T.softmax(x, -1)),
     ("x.sum(-1)", lambda T, x: x.sum(-1)),
     ("x.max(-1)", lambda T, x: x.max(-1)[0]),
+    # Reductions over other dims: leading (a bias gradient), middle (pooling over a sequence:
+    # x viewed as (16, 128, 3072) / 16 heads), and the whole tensor; many short rows.
+    ("x.sum(0)", lambda T, x: x.sum(0)),
+    ("mean over dim 1 of 3-d", lambda T, x: x.view(16, -1, x.shape[1]).mean(1)),
+    ("x.mean()", lambda T, x: x.mean()),
+    ("sum(-1) of rows of 16", lambda T, x: x.view(-1, 16).sum(-1)),
     # Copies: a transpose made contiguous, attention's head split and merge, dtype conversions.
     ("x.t() copy", lambda T, x: x.t().contiguous()),
     ("heads merge", lambda T, x: x.view(16, 12, 128, 256).transpose(1, 2).contiguous()),
@@ -63,7 +70,8 @@ CASES = [
 ]
 # Bytes read and written per element where not 4 + 4 (float32 in, float32 out).
 BYTES = {"to bfloat16": 6, "x.t() + x.t()": 12, "x > 0": 5, "masked_fill(x > 0, 0)": 14,
-         "where(x > 0, x, 0.5 x)": 22, "x.sum(-1)": 4, "x.max(-1)": 4}
+         "where(x > 0, x, 0.5 x)": 22, "x.sum(-1)": 4, "x.max(-1)": 4, "x.sum(0)": 4,
+         "mean over dim 1 of 3-d": 4, "x.mean()": 4, "sum(-1) of rows of 16": 4.25}
 
 
 def sample(fn, min_time):

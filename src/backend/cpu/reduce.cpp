@@ -29,48 +29,47 @@ double sum_of(const float* x, int64_t n) {
 template <int64_t Lanes, int64_t Ilp = 4>
 ATTN_ISA_INLINE std::array<std::array<float, Lanes>, Ilp> multi_row_sum(
     const float* x, int64_t rows, int64_t row_stride = Ilp * Lanes) {
+  using Acc = std::array<std::array<float, Lanes>, Ilp>;  // [ilp][lane]: a "row" of Ilp * Lanes
   constexpr int64_t kLevels = 4;
   int64_t ceil_log2 = 0;
   while ((int64_t(1) << ceil_log2) < rows) ++ceil_log2;
   const int64_t level_power = std::max<int64_t>(4, ceil_log2 / kLevels);
   const int64_t level_step = int64_t(1) << level_power;
   const int64_t level_mask = level_step - 1;
-  if (rows < level_step) {  // no level is ever carried: one level, and the others' zeros added
-    std::array<std::array<float, Lanes>, Ilp> acc{};
-    for (int64_t i = 0; i < rows; ++i) {
+  // Level 0 (rows [i0, i1) summed from zero) in a fresh local each time, which the compiler keeps
+  // in registers; the levels above in acc[1..3].
+  auto add_rows = [&](int64_t i0, int64_t i1) {
+    Acc a{};
+    for (int64_t i = i0; i < i1; ++i) {
       const float* r = x + i * row_stride;
       for (int64_t k = 0; k < Ilp; ++k)
-        for (int64_t l = 0; l < Lanes; ++l) acc[k][l] += r[k * Lanes + l];
+        for (int64_t l = 0; l < Lanes; ++l) a[k][l] += r[k * Lanes + l];
     }
-    // The cascade adds its empty levels in at the end: + 0 (so a -0 sum becomes +0, as there).
-    for (int64_t k = 0; k < Ilp; ++k)
-      for (int64_t l = 0; l < Lanes; ++l) acc[k][l] += 0.0f;
-    return acc;
-  }
-  // acc[level][ilp][lane]; a "row" is Ilp groups of Lanes floats.
-  std::array<std::array<std::array<float, Lanes>, Ilp>, kLevels> acc{};
-  auto add_row = [&](int64_t i) {
-    const float* r = x + i * row_stride;
-    for (int64_t k = 0; k < Ilp; ++k)
-      for (int64_t l = 0; l < Lanes; ++l) acc[0][k][l] += r[k * Lanes + l];
+    return a;
   };
+  auto add_to = [](Acc& to, const Acc& from) {
+    for (int64_t k = 0; k < Ilp; ++k)
+      for (int64_t l = 0; l < Lanes; ++l) to[k][l] += from[k][l];
+  };
+  if (rows < level_step) {  // no level is ever carried: the empty levels' zeros added once
+    Acc a = add_rows(0, rows);
+    add_to(a, Acc{});  // + 0: a -0 sum becomes +0, as the cascade's three additions make it
+    return a;
+  }
+  std::array<Acc, kLevels> acc{};
   int64_t i = 0;
   while (i + level_step <= rows) {
-    for (int64_t j = 0; j < level_step; ++j, ++i) add_row(i);
-    for (int64_t j = 1; j < kLevels; ++j) {
-      for (int64_t k = 0; k < Ilp; ++k)
-        for (int64_t l = 0; l < Lanes; ++l) {
-          acc[j][k][l] += acc[j - 1][k][l];
-          acc[j - 1][k][l] = 0;
-        }
-      if ((i & (level_mask << (j * level_power))) != 0) break;
+    add_to(acc[1], add_rows(i, i + level_step));
+    i += level_step;
+    for (int64_t j = 2; j < kLevels; ++j) {  // carried up while i is a multiple of the level
+      if ((i & (level_mask << ((j - 1) * level_power))) != 0) break;
+      add_to(acc[j], acc[j - 1]);
+      acc[j - 1] = Acc{};
     }
   }
-  for (; i < rows; ++i) add_row(i);
-  for (int64_t j = 1; j < kLevels; ++j)
-    for (int64_t k = 0; k < Ilp; ++k)
-      for (int64_t l = 0; l < Lanes; ++l) acc[0][k][l] += acc[j][k][l];
-  return acc[0];
+  Acc a = add_rows(i, rows);
+  for (int64_t j = 1; j < kLevels; ++j) add_to(a, acc[j]);
+  return a;
 }
 
 // PyTorch's order when the reduced dim is not the innermost one (its "outer" sum over `columns`
