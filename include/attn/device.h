@@ -14,6 +14,7 @@
 
 #include <attn/common.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -65,6 +66,15 @@ void empty_cache();
 // "NVIDIA H100 80GB HBM3"; throws attn::DeviceError without that device.
 std::string get_device_name(int index = -1);
 }  // namespace cuda
+
+namespace cpu {
+// Freed host blocks of 128 KiB and more stay in attn's cache for the next tensors of about their
+// size (src/tensor/host_cache.h), at most ATTN_CPU_CACHE_BYTES (default 1 GiB; 0: no cache).
+// empty_cache gives them back to the C library and returns their bytes; cached_bytes is what
+// the cache holds now.
+std::size_t empty_cache();
+std::size_t cached_bytes();
+}  // namespace cpu
 
 // A concrete device: "cuda" resolved to the current GPU, the index checked against the GPUs
 // present. Throws attn::DeviceError naming `fn` when the device cannot be used (no CUDA build,

@@ -8,7 +8,7 @@ import sys as _sys
 import contextlib as _contextlib
 import math as _math
 
-from . import _C, _compat, cuda
+from . import _C, _compat, cpu, cuda
 from ._compat import (compile, float64, get_default_dtype,  # noqa: A004
                       get_float32_matmul_precision, set_default_dtype,
                       set_float32_matmul_precision)

@@ -186,6 +186,8 @@ void register_tensor(py::module_& m) {
   m.def("_cuda_set_device", &cuda::set_device, py::arg("device"));
   m.def("_cuda_synchronize", &cuda::synchronize, py::arg("device") = -1, release());
   m.def("_cuda_empty_cache", &cuda::empty_cache);
+  m.def("_cpu_empty_cache", &cpu::empty_cache);
+  m.def("_cpu_cached_bytes", &cpu::cached_bytes);
   m.def("_cuda_get_device_name", &cuda::get_device_name, py::arg("device") = -1);
 
   py::class_<Tensor> T(m, "Tensor", py::dynamic_attr());

@@ -13,6 +13,7 @@
 #endif
 
 #include "../backend/gpu_runtime.h"
+#include "host_cache.h"
 #include "internal.h"
 
 namespace attn {
@@ -49,10 +50,16 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
   // built only to be overwritten by a checkpoint (or mapped from one) never holds its zeros.
   const bool lazy_zero = zero && !wrapped && padded >= kLazyZeroBytes;
   void* p = nullptr;
+  // Other large storages: a block kept from an earlier one (detail::host_cache_take), else a new
+  // one; where none can be had, the cached blocks are freed and the allocation tried again.
+  std::size_t block = wrapped ? padded : detail::host_block_size(padded);
   if (lazy_zero) {
     p = map_zeroed(padded);
+    if (!p && detail::host_cache_release() > 0) p = map_zeroed(padded);
   } else if (!wrapped) {
-    p = std::aligned_alloc(64, padded);
+    p = detail::host_cache_take(block, &block);
+    if (!p) p = std::aligned_alloc(64, block);
+    if (!p && detail::host_cache_release() > 0) p = std::aligned_alloc(64, block);
   }
   if (!p)
     throw AllocationError("[Storage] cannot allocate " + bytes_str(double(nbytes)) + " (" +
@@ -67,7 +74,7 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
     if (lazy_zero)
       owner = std::shared_ptr<void>(p, [padded](void* q) { unmap_zeroed(q, padded); });
     else
-      owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+      owner = std::shared_ptr<void>(p, [block](void* q) { detail::host_cache_give(q, block); });
   } catch (const std::bad_alloc&) {
     throw bookkeeping();
   }

@@ -383,6 +383,24 @@ TEST(Concurrency, GradModeIsPerThread) {
   EXPECT_TRUE(is_grad_enabled());
 }
 
+// Large results made and freed on every thread at once: the cache of freed host blocks
+// (src/tensor/host_cache.h) hands each block to one storage at a time.
+TEST(Concurrency, HostBlocksFreedAndReusedOnManyThreads) {
+  run_threads(kThreads, [](int i) {
+    for (int round = 0; round < 30; ++round) {
+      const int64_t n = (int64_t(1) << 16) + 1024 * ((i + round) % 5);
+      const float v = float(i * 100 + round);
+      Tensor t = full({n}, v) * 1.0;
+      Tensor u = t + 1.0;
+      for (int64_t k = 0; k < n; k += 997) {
+        ASSERT_EQ(t.data_ptr<float>()[k], v);
+        ASSERT_EQ(u.data_ptr<float>()[k], v + 1.0f);
+      }
+    }
+  });
+  EXPECT_LE(cpu::cached_bytes(), std::size_t(1) << 30);
+}
+
 TEST(Concurrency, NumThreadsIsProcessWide) {
   const int before = get_num_threads();
   set_num_threads(1);

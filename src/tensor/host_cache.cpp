@@ -1,0 +1,150 @@
+// The host block cache (host_cache.h).
+#include "host_cache.h"
+
+#include <attn/device.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+
+namespace attn::detail {
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kDefaultLimit = std::size_t(1) << 30;
+
+// ATTN_CPU_CACHE_BYTES: a number of bytes, with an optional K, M or G (powers of 1024). Anything
+// else is reported once on stderr and the default kept.
+std::size_t read_limit() {
+  if (kAsan) return 0;
+  const char* s = std::getenv("ATTN_CPU_CACHE_BYTES");
+  if (s == nullptr || *s == '\0') return kDefaultLimit;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(s, &end, 10);
+  const bool overflow = errno == ERANGE;
+  unsigned shift = 0;
+  if (end != s && *end != '\0' && end[1] == '\0') {
+    switch (*end) {
+      case 'K':
+      case 'k':
+        shift = 10;
+        ++end;
+        break;
+      case 'M':
+      case 'm':
+        shift = 20;
+        ++end;
+        break;
+      case 'G':
+      case 'g':
+        shift = 30;
+        ++end;
+        break;
+      default: break;
+    }
+  }
+  if (end == s || *end != '\0' || *s == '-' || overflow || (shift && n > (~0ull >> shift))) {
+    std::fprintf(stderr,
+                 "attn: warning: ATTN_CPU_CACHE_BYTES=%s is not a number of bytes (such as "
+                 "536870912, 512M or 0); keeping the default, 1G\n",
+                 s);
+    return kDefaultLimit;
+  }
+  return std::size_t(n << shift);
+}
+
+struct Cache {
+  std::mutex mutex;
+  std::multimap<std::size_t, void*> blocks;  // by size
+  std::size_t bytes = 0;
+  const std::size_t limit = read_limit();
+};
+
+Cache& cache() {
+  // Never destroyed: storages freed during static destruction still find it.
+  static Cache* c = new Cache();
+  return *c;
+}
+
+}  // namespace
+
+std::size_t host_block_size(std::size_t bytes) {
+  if (bytes < kHostCacheMinBytes) return bytes;
+  const std::size_t rounded = (bytes + kPage - 1) / kPage * kPage;
+  return rounded < bytes ? bytes : rounded;  // no wrap near SIZE_MAX
+}
+
+void* host_cache_take(std::size_t size, std::size_t* block) {
+  if (size < kHostCacheMinBytes) return nullptr;
+  Cache& c = cache();
+  if (c.limit == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto it = c.blocks.lower_bound(size);
+  if (it == c.blocks.end() || it->first - size > size / 8) return nullptr;
+  void* p = it->second;
+  *block = it->first;
+  c.bytes -= it->first;
+  c.blocks.erase(it);
+  return p;
+}
+
+void host_cache_give(void* p, std::size_t block) noexcept {
+  if (p == nullptr) return;
+  Cache& c = cache();
+  if (block >= kHostCacheMinBytes && c.limit > 0) {
+    try {
+      std::lock_guard<std::mutex> lock(c.mutex);
+      if (c.bytes + block <= c.limit) {
+        c.blocks.emplace(block, p);
+        c.bytes += block;
+        return;
+      }
+    } catch (...) {  // no memory for the bookkeeping: free the block instead
+    }
+  }
+  std::free(p);
+}
+
+std::size_t host_cache_release() noexcept {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  const std::size_t freed = c.bytes;
+  for (auto& [size, p] : c.blocks) std::free(p);
+  c.blocks.clear();
+  c.bytes = 0;
+  return freed;
+}
+
+std::size_t host_cache_bytes() noexcept {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.bytes;
+}
+
+std::size_t host_cache_limit() noexcept { return cache().limit; }
+
+}  // namespace attn::detail
+
+namespace attn::cpu {
+
+std::size_t empty_cache() { return detail::host_cache_release(); }
+std::size_t cached_bytes() { return detail::host_cache_bytes(); }
+
+}  // namespace attn::cpu
