@@ -72,13 +72,18 @@ Plan plan(const Tensor& t, Shape dims, bool keepdim, const char* fn, bool column
   for (int64_t i : dims_left)
     if (red[i]) last_reduced = i;
   p.innermost_reduced = last_reduced < 0 || last_reduced == dims_left.back();
-  for (int64_t i = last_reduced + 1; i < nd && last_reduced >= 0; ++i) p.columns *= t.shape()[i];
-  // The reduced dims (of those left) as one run followed by kept dims: read in place.
-  bool one_run = !p.innermost_reduced;
-  for (std::size_t j = 0; j + 1 < dims_left.size(); ++j)
-    if (!red[dims_left[j]] && red[dims_left[j + 1]])  // a run of reduced dims starts
-      one_run = one_run && std::none_of(dims_left.begin(), dims_left.begin() + long(j) + 1,
-                                        [&](int64_t i) { return red[i]; });
+  if (last_reduced >= 0)
+    for (int64_t i = last_reduced + 1; i < nd; ++i) p.columns *= t.shape()[i];
+  // The reduced dims (of those left) as one run followed by kept dims: read in place. A kept dim
+  // after a reduced one and before the last reduced one splits the run.
+  bool one_run = !p.innermost_reduced, reduced_seen = false;
+  for (int64_t i : dims_left) {
+    if (i > last_reduced) break;
+    if (red[i])
+      reduced_seen = true;
+    else if (reduced_seen)
+      one_run = false;
+  }
   if (columns_ok && one_run && t.is_contiguous() && t.device().is_cpu()) {
     p.columns_in_rows = true;
     p.arranged = t;
