@@ -7,7 +7,8 @@
 torch.exp, sigmoid, tanh, sqrt, abs, sin and log (on |x|) of one float32 tensor (--shape,
 default 2048 x 3072: a GPT-2-small MLP's activations for 2048 tokens), contiguous, and exp of
 its transpose (a strided view); x * 2, x.t() * 2 and x.t() + x.t(); a per-row scale, a square, a
-comparison, masked_fill and where, softmax, a row sum and a row max, sums and means over leading,
+comparison, masked_fill and where (with a mask made each time, and with a causal mask made
+once over attention scores), softmax, a row sum and a row max, sums and means over leading,
 middle and all dims and over rows of 16; then copies: the transpose
 made contiguous, the head split and merge of multi-head attention ((B, L, H, D) <-> (B, H, L, D)
 by transpose(1, 2).contiguous()), conversion to bfloat16 and clone. The same values go to both libraries; results are compared
@@ -33,6 +34,16 @@ try:
 except ImportError as e:
     sys.exit("unary_compare.py: error: cannot import attn (%s); set PYTHONPATH" % e)
 
+_CAUSAL = {}
+
+
+def causal(T):
+    """A (256, 256) bool mask above the diagonal, made once per library (as model code does)."""
+    if T not in _CAUSAL:
+        _CAUSAL[T] = T.triu(T.ones(256, 256, dtype=T.bool), diagonal=1)
+    return _CAUSAL[T]
+
+
 CASES = [
     ("exp", lambda T, x: T.exp(x)),
     ("sigmoid", lambda T, x: T.sigmoid(x)),
@@ -52,6 +63,11 @@ CASES = [
     ("x > 0", lambda T, x: x > 0),
     ("masked_fill(x > 0, 0)", lambda T, x: x.masked_fill(x > 0, 0.0)),
     ("where(x > 0, x, 0.5 x)", lambda T, x: T.where(x > 0, x, x * 0.5)),
+    # Attention scores (x as (96, 256, 256)) masked with a causal mask made once, as model code
+    # does: masked_fill with -inf, and where with a scalar.
+    ("scores.masked_fill(causal, -inf)",
+     lambda T, x: x.view(-1, 256, 256).masked_fill(causal(T), float("-inf"))),
+    ("where(causal, 0, scores)", lambda T, x: T.where(causal(T), 0.0, x.view(-1, 256, 256))),
     ("softmax(x, -1)", lambda T, x: T.softmax(x, -1)),
     ("x.sum(-1)", lambda T, x: x.sum(-1)),
     ("x.max(-1)", lambda T, x: x.max(-1)[0]),
@@ -70,7 +86,8 @@ CASES = [
 ]
 # Bytes read and written per element where not 4 + 4 (float32 in, float32 out).
 BYTES = {"to bfloat16": 6, "x.t() + x.t()": 12, "x > 0": 5, "masked_fill(x > 0, 0)": 14,
-         "where(x > 0, x, 0.5 x)": 22, "x.sum(-1)": 4, "x.max(-1)": 4, "x.sum(0)": 4,
+         "where(x > 0, x, 0.5 x)": 22,
+         "scores.masked_fill(causal, -inf)": 8, "where(causal, 0, scores)": 8, "x.sum(-1)": 4, "x.max(-1)": 4, "x.sum(0)": 4,
          "mean over dim 1 of 3-d": 4, "x.mean()": 4, "sum(-1) of rows of 16": 4.25}
 
 
@@ -112,7 +129,8 @@ def main():
         want = op(torch, xs["torch"]).float().numpy()
         got = op(attn, xs["attn"]).float().numpy()
         scale = np.maximum(np.abs(want), 1e-30)
-        rel = float(np.max(np.abs(got.astype(np.float64) - want) / scale))
+        diff = np.where(got == want, 0.0, np.abs(got.astype(np.float64) - want))  # infs equal
+        rel = float(np.max(diff / scale))
         times = {"attn": [], "torch": []}
         for _ in range(args.reps):
             for lib in ("attn", "torch"):

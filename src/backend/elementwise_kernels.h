@@ -70,31 +70,33 @@ struct Unary {
 using UnaryFn = void(const Unary&);
 ATTN_BACKEND_KERNELS(UnaryFn, unary)
 
-// dst[k] = src (one value: src_scalar) or src[k] (contiguous) wherever mask[k], for the elements
-// k of `shape` in row-major order; dst has `strides` from `offset` in `storage`, the mask is
-// contiguous. where() and masked_fill_(); the slots copy elements bit for bit.
-struct MaskedAssign {
-  const bool* mask;
-  void* storage;
-  int64_t offset;
-  const Shape* shape;
-  const Shape* strides;
-  const void* src;
-  bool src_scalar;
-};
-using MaskedAssignFn = void(const MaskedAssign&);
-ATTN_BACKEND_KERNELS(MaskedAssignFn, masked_assign)
-
-// out (contiguous, `shape`) = min(max(x, lo), hi), the bounds optional (null storage), each
-// operand strided and broadcast to `shape`; a NaN in x or in a bound propagates, as PyTorch.
-struct ClampOperand {
+// An operand of an element-wise kernel: `strides` from `offset` in `storage`, broadcast to the
+// op's shape (a stride of 0 repeats an element).
+struct StridedOperand {
   const void* storage;
   int64_t offset;
   const Shape* strides;
 };
+
+// out[k] = cond[k] ? a[k] : b[k] for the elements k of `shape`, every operand strided (cond bool,
+// a, b and out of one dtype; the slots copy elements bit for bit). out may be b itself (same
+// storage, offset and strides: masked_fill_, which writes only where cond holds); out repeats no
+// element. where() and masked_fill().
+struct Select {
+  const Shape* shape;
+  StridedOperand cond, a, b;
+  void* out;
+  int64_t out_offset;
+  const Shape* out_strides;
+};
+using SelectFn = void(const Select&);
+ATTN_BACKEND_KERNELS(SelectFn, select)
+
+// out (contiguous, `shape`) = min(max(x, lo), hi), the bounds optional (null storage), each
+// operand strided and broadcast to `shape`; a NaN in x or in a bound propagates, as PyTorch.
 struct Clamp {
   const Shape* shape;
-  ClampOperand x, lo, hi;
+  StridedOperand x, lo, hi;
   void* out;
 };
 using ClampFn = void(const Clamp&);

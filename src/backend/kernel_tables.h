@@ -19,7 +19,7 @@
   ATTN_OPTIM_KERNELS(X)                    \
   X(BinaryFn, binary)                      \
   X(UnaryFn, unary)                        \
-  X(MaskedAssignFn, masked_assign)         \
+  X(SelectFn, select)                      \
   X(ClampFn, clamp)                        \
   X(ReduceFn, reduce)                      \
   X(ExtremeFn, extreme)                    \

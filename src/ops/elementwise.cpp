@@ -812,21 +812,44 @@ Tensor Tensor::logical_not() const { return *this == Scalar(0); }
 
 namespace {
 
+backend::StridedOperand operand(const Tensor& t) {
+  return {t.impl()->storage->data, t.storage_offset(), &t.strides()};
+}
+
+// out = cond ? a : b, each broadcast to out's shape (a view: strides of 0) and read in place, in
+// one pass (backend::Select). out may be b itself (masked_fill_). cond is bool; a, b and out share
+// a dtype.
+void select_into(const char* fn, Tensor& out, const Tensor& cond, const Tensor& a,
+                 const Tensor& b) {
+  const Shape& s = out.shape();
+  const Tensor c = cond.expand(s), av = a.expand(s), bv = b.expand(s);
+  const auto kernel =
+      backend::pick(fn, out.device(), out.dtype(), backend::cpu::select, backend::cuda::select);
+  kernel({&s, operand(c), operand(av), operand(bv), out.impl()->storage->data, out.storage_offset(),
+          &out.strides()});
+}
+
+void check_mask(const char* fn, const Tensor& mask) {
+  if (!mask.defined() || mask.dtype() != Dtype::Bool)
+    fail(fn, "mask must be a bool tensor, got ",
+         mask.defined() ? detail::tensor_desc(mask) : std::string("undefined"));
+}
+
+void check_fill_value(const char* fn, Dtype dtype, Scalar value) {
+  if (!attn::is_floating_point(dtype) && value.is_floating() && !std::isfinite(value.to_double()))
+    fail(fn, "value ", value.to_double(), " cannot be converted to ", dtype_name(dtype),
+         " without overflow");
+}
+
 Tensor where_impl(const Tensor& cond, const Tensor& a, const Tensor& b) {
   if (cond.dtype() != Dtype::Bool)
     fail("where", "condition must be a bool tensor, got ", detail::tensor_desc(cond));
   Shape s =
       broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Dtype dt = detail::promote(a.dtype(), b.dtype());
-  Tensor out = detail::make_tensor("where", s, dt, /*zero=*/false);  // b is copied over it all
-  NoGradGuard no_grad;  // the internal copies are not part of the graph
-  out.copy_(b.to(dt).expand(s));
-  Tensor c = cond.expand(s).contiguous();
-  Tensor av = a.to(dt).expand(s).contiguous();
-  const auto kernel = backend::pick("where", out.device(), dt, backend::cpu::masked_assign,
-                                    backend::cuda::masked_assign);
-  kernel({static_cast<const bool*>(c.device_data()), out.impl()->storage->data,
-          out.storage_offset(), &out.shape(), &out.strides(), av.device_data(), false});
+  Tensor out = detail::make_tensor("where", s, dt, /*zero=*/false);  // every element written
+  NoGradGuard no_grad;  // the dtype conversions are not part of the graph
+  select_into("where", out, cond, a.to(dt), b.to(dt));
   return out;
 }
 
@@ -839,7 +862,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
       out, "WhereBackward0", {&a, &b},
       [sa = a.shape(), sb = b.shape()](const Node& n, const Tensor& g) {
         const Tensor c = n.saved_tensor(0);
-        const Tensor z = zeros(g.shape());
+        const Tensor z = zeros({});  // broadcast: read as a zero everywhere
         return std::vector<Tensor>{
             n.needs_input_grad(0) ? detail::sum_to(where(c, g, z), sa) : Tensor(),
             n.needs_input_grad(1) ? detail::sum_to(where(c, z, g), sb) : Tensor()};
@@ -849,9 +872,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   detail::check_inplace(*this, "masked_fill_");
-  if (!mask.defined() || mask.dtype() != Dtype::Bool)
-    fail("masked_fill_", "mask must be a bool tensor, got ",
-         mask.defined() ? detail::tensor_desc(mask) : std::string("undefined"));
+  check_mask("masked_fill_", mask);
   Shape s;
   try {
     s = broadcast_shapes(shape(), mask.shape(), "masked_fill_");
@@ -861,15 +882,10 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   if (s != shape())
     fail("masked_fill_", "mask ", shape_str(mask.shape()), " does not broadcast to the tensor ",
          shape_str(shape()));
-  if (!attn::is_floating_point(dtype()) && value.is_floating() && !std::isfinite(value.to_double()))
-    fail("masked_fill_", "value ", value.to_double(), " cannot be converted to ",
-         dtype_name(dtype()), " without overflow");
-  Tensor m = mask.expand(shape()).contiguous();
-  Tensor v = detail::scalar_tensor(value, dtype());
-  const auto kernel = backend::pick("masked_fill_", device(), dtype(), backend::cpu::masked_assign,
-                                    backend::cuda::masked_assign);
-  kernel({static_cast<const bool*>(m.device_data()), impl()->storage->data, storage_offset(),
-          &shape(), &strides(), v.device_data(), true});
+  check_fill_value("masked_fill_", dtype(), value);
+  // A mask in this tensor's own memory is read before any of it is written.
+  const Tensor m = mask.impl()->storage == impl()->storage ? mask.clone() : mask;
+  select_into("masked_fill_", *this, m, detail::scalar_tensor(value, dtype()), *this);
   detail::bump_version(*this);
   // The filled elements no longer depend on the old value.
   detail::record_inplace(*this, "MaskedFillBackward0", {this},
@@ -881,13 +897,21 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
 }
 
 Tensor Tensor::masked_fill(const Tensor& mask, Scalar value) const {
-  if (!mask.defined() || mask.dtype() != Dtype::Bool)
-    fail("masked_fill", "mask must be a bool tensor, got ",
-         mask.defined() ? detail::tensor_desc(mask) : std::string("undefined"));
+  check_mask("masked_fill", mask);
   Shape s = broadcast_shapes(shape(), mask.shape(), "masked_fill");
-  Tensor out = expand(s).clone();
-  out.masked_fill_(mask, value);
-  return out;
+  check_fill_value("masked_fill", dtype(), value);
+  Tensor out = detail::make_tensor("masked_fill", s, dtype(), /*zero=*/false);
+  {
+    NoGradGuard no_grad;
+    select_into("masked_fill", out, mask, detail::scalar_tensor(value, dtype()), *this);
+  }
+  // The filled elements no longer depend on the input; the rest is summed back to its shape.
+  return detail::record(
+      out, "MaskedFillBackward0", {this},
+      [sa = shape()](const Node& n, const Tensor& g) {
+        return std::vector<Tensor>{detail::sum_to(g.masked_fill(n.saved_tensor(0), 0.0), sa)};
+      },
+      {mask});
 }
 
 Tensor masked_fill(const Tensor& t, const Tensor& mask, Scalar value) {

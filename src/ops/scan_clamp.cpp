@@ -97,8 +97,8 @@ Tensor clamp_forward(const Tensor& t, const Tensor& lo_in, const Tensor& hi_in, 
   const auto kernel =
       backend::pick("clamp", x.device(), dt, backend::cpu::clamp, backend::cuda::clamp);
   auto operand = [](const Tensor& t, const Shape& strides) {
-    return backend::ClampOperand{t.defined() ? t.impl()->storage->data : nullptr,
-                                 t.defined() ? t.storage_offset() : 0, &strides};
+    return backend::StridedOperand{t.defined() ? t.impl()->storage->data : nullptr,
+                                   t.defined() ? t.storage_offset() : 0, &strides};
   };
   kernel({&shape, operand(x, sx), operand(lo, sl), operand(hi, sh), out.device_data()});
   return out;

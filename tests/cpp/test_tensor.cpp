@@ -1416,6 +1416,63 @@ TEST(TensorElementwise, MaskedFillAndWhereOnThreadsAsNaive) {
     }
 }
 
+// where() and masked_fill() read every operand where it lies (transposed, broadcast, one value)
+// in one pass: each element the naive loop's, bit for bit, in float32, int64, bfloat16 and bool,
+// on 1 and 2 threads; masked_fill broadcasting the tensor to the mask's shape sums its gradient
+// back; a mask in the filled tensor's own memory is read as it was before the fill.
+TEST(TensorElementwise, WhereAndMaskedFillReadStridedOperandsAsNaive) {
+  const int threads = get_num_threads();
+  Generator gen(15);
+  const int64_t rows = 130, cols = 300;  // above the size that shares elements among threads
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    SCOPED_TRACE("threads " + std::to_string(nt));
+    const Tensor cond = randn({1, cols}, &gen) > 0.2;  // broadcast over rows
+    const Tensor base = randn({cols, rows}, &gen) * 100.0;
+    const Tensor b0 = full({}, 2.5);  // one value
+    for (Dtype dt : {Dtype::Float32, Dtype::Int64, Dtype::BFloat16, Dtype::Bool}) {
+      SCOPED_TRACE(dtype_name(dt));
+      const Tensor a = base.to(dt).transpose(0, 1);  // (rows, cols), transposed
+      ASSERT_FALSE(a.is_contiguous());
+      const Tensor b = b0.to(dt);
+      const Tensor w = where(cond, a, b).to(Dtype::Float32).contiguous();
+      const Tensor ac = a.to(Dtype::Float32).contiguous();
+      const float bv = b.to(Dtype::Float32).item<float>();
+      ASSERT_EQ(w.shape(), (Shape{rows, cols}));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(w.data_ptr<float>()[r * cols + c],
+                    cond.data_ptr<bool>()[c] ? ac.data_ptr<float>()[r * cols + c] : bv)
+              << r << " " << c;
+    }
+    // The tensor broadcast to the mask's shape; its gradient summed back over the rows.
+    const Tensor x = randn({cols}, &gen).requires_grad_(true);
+    const Tensor mask = randn({rows, cols}, &gen) > 0.0;
+    const Tensor y = x.masked_fill(mask, -3.0);
+    ASSERT_EQ(y.shape(), (Shape{rows, cols}));
+    y.sum().backward();
+    for (int64_t c = 0; c < cols; ++c) {
+      float kept = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const bool m = mask.data_ptr<bool>()[r * cols + c];
+        ASSERT_EQ(y.data_ptr<float>()[r * cols + c], m ? -3.0f : x.data_ptr<float>()[c]);
+        kept += m ? 0.0f : 1.0f;
+      }
+      ASSERT_EQ(x.grad().data_ptr<float>()[c], kept) << c;
+    }
+    // x.masked_fill_(x.transpose(0, 1), true): the mask is x as it was (x | x^T).
+    Tensor sq = randn({cols, cols}, &gen) > 1.0;
+    const Tensor old = sq.clone();
+    sq.masked_fill_(sq.transpose(0, 1), true);
+    for (int64_t r = 0; r < cols; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        ASSERT_EQ(sq.data_ptr<bool>()[r * cols + c],
+                  old.data_ptr<bool>()[r * cols + c] || old.data_ptr<bool>()[c * cols + r])
+            << r << " " << c;
+  }
+  set_num_threads(threads);
+}
+
 // sum / mean over a run of dims with kept dims after it (sum(0), sum(1) of a 3-d tensor), of a
 // contiguous tensor, read column by column where they lie: the bits of the same reduction of a
 // non-contiguous copy (the kernel's other path, through a transposed copy; torch's order for

@@ -939,6 +939,36 @@ def test_where(cshape, ashape, bshape):
         attn.where(attn.ones(3, dtype=attn.bool), attn.ones(4), 0.0)
 
 
+def test_where_and_masked_fill_of_views():
+    """Operands that are views (transposed, sliced, expanded), read where they lie, on 1 and 2
+    threads above the size that shares the elements: torch's bits."""
+    threads = attn.get_num_threads()
+    try:
+        for nt in (1, 2):
+            attn.set_num_threads(nt)
+            x_o, x_t = pair((300, 260), "f", 80)
+            c_o, c_t = pair((300, 260), "b", 81)
+            r_o, r_t = pair((1, 300), "b", 82)
+            i_o, i_t = pair((260, 300), "i", 83)
+            views = [
+                (lambda L, x, c, r, i: L.where(c.T, x.T, 0.0)),
+                (lambda L, x, c, r, i: L.where(r, x.T, x[:, ::2].repeat(1, 2).T)),
+                (lambda L, x, c, r, i: L.where(r.expand(260, 300), i, i.T.T[:, :1])),
+                (lambda L, x, c, r, i: x[::2, 1:].masked_fill(c[::2, :-1], float("-inf"))),
+                (lambda L, x, c, r, i: x.T.masked_fill(r, 7.0)),
+                (lambda L, x, c, r, i: i.masked_fill(c.T, 3)),
+            ]
+            for k, f in enumerate(views):
+                assert_same_bits(f(attn, x_o, c_o, r_o, i_o), f(torch, x_t, c_t, r_t, i_t),
+                                 "view case {} on {} threads".format(k, nt))
+            y_o, y_t = x_o.clone(), x_t.clone()
+            y_o.T[:, 5:].masked_fill_(c_o.T[:, 5:], -1.0)
+            y_t.T[:, 5:].masked_fill_(c_t.T[:, 5:], -1.0)
+            assert_same_bits(y_o, y_t, "masked_fill_ of a transposed slice")
+    finally:
+        attn.set_num_threads(threads)
+
+
 # ---- creation and dtypes -------------------------------------------------------------------------
 
 def test_arange():

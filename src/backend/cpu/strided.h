@@ -120,27 +120,23 @@ void strided_loop(const Shape& shape, const std::array<const Shape*, N>& strides
             });
 }
 
-// strided_loop with the elements shared among `nt` threads: whole rows of the merged dims, or, with
-// fewer rows than threads, each row cut in nt parts. For element-wise work where every element is
+// The rows of `shape`'s iteration space (its dims simplified as by coalesce) shared among `nt`
+// threads: row(offsets, n, inner) for whole rows of the merged dims, or, with fewer rows than
+// threads, for each row cut in nt parts (offsets of the part's first element from `base`, its
+// length n and the operands' strides along it). For element-wise work where every element is
 // written once (no destination repeats one): the results do not depend on nt.
 template <std::size_t N, typename F>
-void parallel_strided_loop(const Shape& shape, const std::array<const Shape*, N>& strides,
-                           std::array<int64_t, N> base, int nt, F&& f) {
+void parallel_strided_rows(const Shape& shape, const std::array<const Shape*, N>& strides,
+                           std::array<int64_t, N> base, int nt, F&& row) {
   const Walk<N> w = coalesce<N>(shape, strides);
   if (w.empty) return;
   if (w.shape.empty()) {
-    f(base);
+    row(base, int64_t(1), std::array<int64_t, N>{});
     return;
   }
-  auto run = [&](std::array<int64_t, N> off, int64_t n, const std::array<int64_t, N>& inner) {
-    for (int64_t i = 0; i < n; ++i) {
-      f(off);
-      for (std::size_t k = 0; k < N; ++k) off[k] += inner[k];
-    }
-  };
   const int64_t rows = w.rows(), cols = w.shape.back();
   if (nt <= 1 || rows >= nt) {
-    parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) { walk_rows(w, base, r0, r1, run); });
+    parallel_ranges(rows, nt, [&](int64_t r0, int64_t r1) { walk_rows(w, base, r0, r1, row); });
     return;
   }
   std::array<int64_t, N> inner;
@@ -150,9 +146,23 @@ void parallel_strided_loop(const Shape& shape, const std::array<const Shape*, N>
       const std::pair<int64_t, int64_t> part = thread_share(cols, int(q % nt), nt);
       std::array<int64_t, N> off = w.row_offsets(q / nt);
       for (std::size_t k = 0; k < N; ++k) off[k] += base[k] + part.first * inner[k];
-      run(off, part.second - part.first, inner);
+      row(off, part.second - part.first, inner);
     }
   });
+}
+
+// strided_loop with the elements shared among `nt` threads as by parallel_strided_rows.
+template <std::size_t N, typename F>
+void parallel_strided_loop(const Shape& shape, const std::array<const Shape*, N>& strides,
+                           std::array<int64_t, N> base, int nt, F&& f) {
+  parallel_strided_rows<N>(
+      shape, strides, base, nt,
+      [&](std::array<int64_t, N> off, int64_t n, const std::array<int64_t, N>& inner) {
+        for (int64_t i = 0; i < n; ++i) {
+          f(off);
+          for (std::size_t k = 0; k < N; ++k) off[k] += inner[k];
+        }
+      });
 }
 
 // dst = C::one(src) element by element over `shape`, both strided from the given pointers, shared

@@ -4,11 +4,12 @@
 // (keeping -0 and NaN), ceil, floor and the predicates vectorised with the C library's bits;
 // log1p, expm1, log2, log10, exp2, erf, erfc, tan, sinh, cosh, asin, acos, atan, ... one C
 // library call an element, correctly rounded or within an ulp; erfinv as torch 1.13's CPU kernel.
-// Every element-wise loop runs on the threads above a size. And the masked assignment of where()
-// and masked_fill_().
+// Every element-wise loop runs on the threads above a size. And the selection of where() and
+// masked_fill().
 #include "unary.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -282,29 +283,56 @@ void unary_f32(const Unary& u) {
                   [&](int64_t i0, int64_t i1) { run_op(u.op, x + i0, out + i0 * size, i1 - i0); });
 }
 
-// T: an unsigned integer as wide as the element, so that a copy keeps its bits. The mask and src
-// are read in row-major order (the second stream's offsets: row-major strides from 0); every
-// element is written at most once, so the elements are shared among the threads above a size.
+// c ? x : y without a branch (a random mask would mispredict half of them): y with the bits where
+// x differs flipped under a mask of all ones or all zeros. Loops of it vectorise.
 template <typename T>
-void masked_assign(const backend::MaskedAssign& m) {
-  T* base = static_cast<T*>(m.storage);
-  const T* src = static_cast<const T*>(m.src);
-  const Shape index = row_major_strides(*m.shape);
-  int64_t n = 1;
-  for (int64_t s : *m.shape) n *= s;
-  const int nt = threads_for(n);
-  if (m.src_scalar) {
-    const T v = *src;
-    parallel_strided_loop<2>(*m.shape, {m.strides, &index}, {m.offset, 0}, nt,
-                             [&](const std::array<int64_t, 2>& o) {
-                               if (m.mask[o[1]]) base[o[0]] = v;
-                             });
-  } else {
-    parallel_strided_loop<2>(*m.shape, {m.strides, &index}, {m.offset, 0}, nt,
-                             [&](const std::array<int64_t, 2>& o) {
-                               if (m.mask[o[1]]) base[o[0]] = src[o[1]];
-                             });
+inline T pick_bits(bool c, T x, T y) {
+  return T(y ^ ((x ^ y) & T(T(0) - T(c))));
+}
+
+// out = cond ? a : b along one row of n elements (operands from their row offsets, inner: their
+// strides along the row). The common layouts (everything contiguous along the row, a or b one
+// value repeated) are loops the compiler vectorises. In place (out is b), each element is read
+// before it is written.
+template <typename T>
+inline void select_row(T* out, const bool* c, const T* a, const T* b, int64_t n,
+                       const std::array<int64_t, 4>& in) {
+  if (in[0] == 1 && in[1] == 1) {
+    if (in[2] == 0 && in[3] == 1) {
+      const T v = *a;
+      for (int64_t i = 0; i < n; ++i) out[i] = pick_bits(c[i], v, b[i]);
+      return;
+    }
+    if (in[2] == 1 && in[3] == 0) {
+      const T v = *b;
+      for (int64_t i = 0; i < n; ++i) out[i] = pick_bits(c[i], a[i], v);
+      return;
+    }
+    if (in[2] == 1 && in[3] == 1) {
+      for (int64_t i = 0; i < n; ++i) out[i] = pick_bits(c[i], a[i], b[i]);
+      return;
+    }
   }
+  for (int64_t i = 0; i < n; ++i)
+    out[i * in[0]] = pick_bits(c[i * in[1]], a[i * in[2]], b[i * in[3]]);
+}
+
+// T: an unsigned integer as wide as the element, so that a copy keeps its bits. Every element of
+// out is written once (out repeats none), so the rows are shared among the threads above a size.
+template <typename T>
+void select(const backend::Select& s) {
+  int64_t n = 1;
+  for (int64_t d : *s.shape) n *= d;
+  T* out = static_cast<T*>(s.out);
+  const bool* c = static_cast<const bool*>(s.cond.storage);
+  const T* a = static_cast<const T*>(s.a.storage);
+  const T* b = static_cast<const T*>(s.b.storage);
+  parallel_strided_rows<4>(
+      *s.shape, {s.out_strides, s.cond.strides, s.a.strides, s.b.strides},
+      {s.out_offset, s.cond.offset, s.a.offset, s.b.offset}, threads_for(n),
+      [&](const std::array<int64_t, 4>& o, int64_t len, const std::array<int64_t, 4>& in) {
+        select_row(out + o[0], c + o[1], a + o[2], b + o[3], len, in);
+      });
 }
 
 }  // namespace
@@ -317,8 +345,7 @@ namespace attn::backend::cpu {
 // float32 (the op computes every floating dtype in float32).
 const Kernels<UnaryFn> unary = {kernels::unary_f32};
 // Every dtype, by the width of its elements.
-const Kernels<MaskedAssignFn> masked_assign = {
-    kernels::masked_assign<uint32_t>, kernels::masked_assign<uint64_t>,
-    kernels::masked_assign<uint8_t>, kernels::masked_assign<uint16_t>,
-    kernels::masked_assign<uint16_t>};
+const Kernels<SelectFn> select = {kernels::select<uint32_t>, kernels::select<uint64_t>,
+                                  kernels::select<uint8_t>, kernels::select<uint16_t>,
+                                  kernels::select<uint16_t>};
 }  // namespace attn::backend::cpu
