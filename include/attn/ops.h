@@ -201,5 +201,16 @@ Tensor square(const Tensor& t);  // t.pow(2)
 Tensor bmm(const Tensor& a, const Tensor& b);
 // torch.index_select: the slices of t along dim at the positions of the 1-D int64 index.
 Tensor index_select(const Tensor& t, int64_t dim, const Tensor& index);
+// torch.index_add: input with alpha times source's slices along dim added at the positions of the
+// 1-D int64 index (each in [0, input.size(dim))), in index order (a repeated index adds each of
+// its slices, as torch's CPU kernel); source has input's shape but index.numel() along dim and
+// input's dtype. Differentiable in input and source. index_add_ adds into input in place.
+Tensor index_add(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& source,
+                 Scalar alpha = 1);
+Tensor& index_add_(Tensor& input, int64_t dim, const Tensor& index, const Tensor& source,
+                   Scalar alpha = 1);
+// torch.nonzero: the indices of t's non-zero (true; NaN counts) elements in row-major order, as a
+// (count, t.dim()) int64 tensor (count rows of none for a 0-dim t).
+Tensor nonzero(const Tensor& t);
 
 }  // namespace attn

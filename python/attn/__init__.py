@@ -26,18 +26,12 @@ from ._C import cos, erfinv, outer, randperm, sin
 ger = outer  # torch.ger, the old name of torch.outer
 from ._model_ops import (bincount, einsum, finfo, index_add, linspace, nonzero,  # noqa: E402
                          repeat_interleave, where)
+from ._model_ops import index_add_ as _index_add_  # noqa: E402
 
 Tensor.repeat_interleave = (lambda self, repeats, dim=None, *, output_size=None:
                             repeat_interleave(self, repeats, dim, output_size=output_size))
 Tensor.index_add = lambda self, dim, index, source, *, alpha=1: index_add(
     self, dim, index, source, alpha=alpha)
-
-
-def _index_add_(self, dim, index, source, *, alpha=1):
-    """Tensor.index_add_: in place, through index_add's scatter_add."""
-    return self.copy_(index_add(self, dim, index, source, alpha=alpha))
-
-
 Tensor.index_add_ = _index_add_
 Tensor.bincount = lambda self, weights=None, minlength=0: bincount(self, weights, minlength)
 Tensor.nonzero = lambda self, *, as_tuple=False: nonzero(self, as_tuple=as_tuple)

@@ -110,10 +110,9 @@ def linspace(start, end, steps, *, out=None, dtype=None, layout=None, device=Non
     return t.requires_grad_() if requires_grad else t
 
 
-def index_add(input, dim, index, source, *, alpha=1):
-    """torch.index_add: input with source's slices added at the positions of index along dim (in
-    index order, as torch's CPU kernel); a scatter_add of index broadcast to source's shape, so
-    differentiable in input and source."""
+def _index_add_dim(input, dim, index, source):
+    """index_add's checks, with torch's exceptions; the dim wrapped. The indices' range is checked
+    in C++ (IndexError)."""
     d = dim + input.dim() if dim < 0 else dim
     if not 0 <= d < max(input.dim(), 1):
         raise IndexError("index_add(): dim {} is out of range for a tensor of {} dims".format(
@@ -125,11 +124,21 @@ def index_add(input, dim, index, source, *, alpha=1):
         raise RuntimeError("index_add(): source {} does not fit input {} with {} indices along "
                            "dim {}".format(tuple(source.shape), tuple(input.shape), index.numel(),
                                            d))
-    shape = [1] * source.dim()
-    shape[d] = -1
-    idx = index.reshape(shape).expand(*source.shape)
-    src = source if alpha == 1 else source * alpha
-    return input.scatter_add(d, idx, src)
+    if source.dtype != input.dtype:
+        raise RuntimeError("index_add_(): self ({}) and source ({}) must have the same scalar "
+                           "type".format(input.dtype, source.dtype))
+    return d
+
+
+def index_add(input, dim, index, source, *, alpha=1):
+    """torch.index_add: input with source's slices added at the positions of index along dim (in
+    index order, as torch's CPU kernel), differentiable in input and source."""
+    return _C._index_add(input, _index_add_dim(input, dim, index, source), index, source, alpha)
+
+
+def index_add_(input, dim, index, source, *, alpha=1):
+    """Tensor.index_add_: index_add in place."""
+    return _C._index_add_(input, _index_add_dim(input, dim, index, source), index, source, alpha)
 
 
 def bincount(input, weights=None, minlength=0):
@@ -248,19 +257,12 @@ def nonzero(input, *, out=None, as_tuple=False):
     int64, or with as_tuple one 1-D int64 tensor per dim."""
     if out is not None:
         raise ValueError("[nonzero] out= is not supported")
-    mask = input if input.dtype == _C.dtype.bool else input != 0
-    flat = np.array(mask.reshape(-1).tolist(), dtype=bool)
-    lin = np.flatnonzero(flat)
-    shape = tuple(input.shape)
-    coords = np.unravel_index(lin, shape) if shape else ()
+    table = _C._nonzero(input)
     if as_tuple:
-        if not shape:  # a 0-dim input: one tensor of its (0 or 1) positions
-            return (_C.tensor(lin.tolist(), dtype=_C.dtype.int64),)
-        return tuple(_C.tensor(c.tolist(), dtype=_C.dtype.int64) for c in coords)
-    if not shape:
-        return _C.zeros(len(lin), 0, dtype=_C.dtype.int64)
-    table = np.stack(coords, axis=1) if len(lin) else np.zeros((0, len(shape)), dtype=np.int64)
-    return _C.tensor(table.tolist(), dtype=_C.dtype.int64).reshape(len(lin), len(shape))
+        if input.dim() == 0:  # one tensor of its (0 or 1) positions
+            return (_C.zeros(table.shape[0], dtype=_C.dtype.int64),)
+        return tuple(table[:, j] for j in range(input.dim()))
+    return table
 
 
 def where(condition, input=None, other=None):

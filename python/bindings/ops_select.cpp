@@ -247,6 +247,24 @@ void register_ops_select(py::module_& m) {
   m.def("index_select", &attn::index_select, py::arg("input"), py::arg("dim"), py::arg("index"),
         release());
   T.def("index_select", &Tensor::index_select, py::arg("dim"), py::arg("index"), release());
+  m.def("_nonzero", &attn::nonzero, py::arg("input"), release());
+  m.def(
+      "_index_add",
+      [](const Tensor& input, int64_t dim, const Tensor& index, const Tensor& source,
+         const py::object& alpha) {
+        const Scalar a = to_scalar(alpha);
+        return without_gil([&] { return attn::index_add(input, dim, index, source, a); });
+      },
+      py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("source"), py::arg("alpha"));
+  m.def(
+      "_index_add_",
+      [](Tensor& input, int64_t dim, const Tensor& index, const Tensor& source,
+         const py::object& alpha) {
+        const Scalar a = to_scalar(alpha);
+        without_gil([&] { attn::index_add_(input, dim, index, source, a); });
+        return input;
+      },
+      py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("source"), py::arg("alpha"));
 
   // ---- in-place elementwise -------------------------------------------------------------------
   T.def("exp_", &Tensor::exp_, ref, release());

@@ -60,7 +60,12 @@ using SortRowsFn = void(const SortRows&);
 
 // For i < n and k = index[i] (+ size when negative; the caller checked it against size):
 // Take dst[i] = src[k]; Put dst[k] = src[i]; Add dst[k] += src[i] (as scatter_add). dst and src
-// are the addresses of element 0 of 1-D operands, with their strides in elements.
+// are the addresses of element 0 of the operands, with their strides along the indexed dim in
+// elements. Without a slice shape (or with an empty one) each index moves one element; with one,
+// each moves a slice of that shape (the other dims of a tensor indexed along one), its elements
+// at dst_slice_strides / src_slice_strides from the slice's first. The indices are taken in order
+// (Put: the last of a repeated index is kept; Add: its sums in index order) on any number of
+// threads, which share the elements of the slices.
 enum class IndexMoveOp { Take, Put, Add };
 struct IndexMove {
   IndexMoveOp op;
@@ -70,6 +75,9 @@ struct IndexMove {
   int64_t src_stride;
   const int64_t* index;
   int64_t n, size;
+  const Shape* slice_shape = nullptr;
+  const Shape* dst_slice_strides = nullptr;
+  const Shape* src_slice_strides = nullptr;
 };
 using IndexMoveFn = void(const IndexMove&);
 

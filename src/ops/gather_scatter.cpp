@@ -292,6 +292,36 @@ Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
   return this->index(key);
 }
 
+Tensor nonzero(const Tensor& t) {
+  if (!t.defined()) fail("nonzero", "undefined tensor argument");
+  const auto positions = backend::pick("nonzero", t.device(), Dtype::Bool,
+                                       backend::cpu::mask_positions, backend::cuda::mask_positions);
+  Tensor mask;
+  {
+    NoGradGuard no_grad;
+    mask = (t.dtype() == Dtype::Bool ? t : t != Scalar(0)).contiguous();
+  }
+  const bool* mp = static_cast<const bool*>(mask.device_data());
+  const int64_t count = positions({mp, mask.numel(), nullptr});
+  const int64_t nd = t.dim();
+  Tensor out = detail::make_tensor("nonzero", {count, nd}, Dtype::Int64, /*zero=*/false);
+  if (count == 0 || nd == 0) return out;
+  // The flat positions into the last column, then each unravelled in place into its row.
+  Tensor lin = detail::make_tensor("nonzero", {count}, Dtype::Int64, /*zero=*/false);
+  int64_t* lp = lin.data_ptr<int64_t>();
+  positions({mp, mask.numel(), lp});
+  int64_t* op = out.data_ptr<int64_t>();
+  const Shape& s = t.shape();
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t k = lp[i];
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      op[i * nd + d] = k % s[d];
+      k /= s[d];
+    }
+  }
+  return out;
+}
+
 Tensor Tensor::square() const { return pow(Scalar(2)); }
 
 Tensor index_select(const Tensor& t, int64_t dim, const Tensor& index) {

@@ -195,19 +195,28 @@ backend::IndexMoveFn* pick_move(const char* fn, const Tensor& t) {
                        backend::cuda::index_move);
 }
 
-// dst[ip[i]] = src[i] (Put), dst[i] = src[ip[i]] (Take) or dst[ip[i]] += src[i] (Add) for 1-D
-// tensors of one dtype: the element-per-index case of advanced indexing (x[mask], x[mask] = v)
-// without a copy_ per element. The indices are checked already; negative ones are wrapped.
-// The kernel is dst's (device, dtype)'s; src must be on dst's device.
-void move_1d(const char* fn, backend::IndexMoveOp op, const Tensor& dst, const Tensor& src,
-             const int64_t* ip, int64_t n, int64_t size) {
+// Along dim d of dst and src (of one rank, equal in every other dim): dst[ip[i]] = src[i] (Put),
+// dst[i] = src[ip[i]] (Take) or dst[ip[i]] += src[i] (Add), each index moving an element (1-D)
+// or the slice of the other dims (backend::IndexMove), read and written where they lie: advanced
+// indexing (x[idx], x[mask] = v and their gradients) without a copy_ per slice. The indices are
+// checked already; negative ones are wrapped. The kernel is dst's (device, dtype)'s; src must be
+// on dst's device.
+void move(const char* fn, backend::IndexMoveOp op, const Tensor& dst, const Tensor& src, int64_t d,
+          const int64_t* ip, int64_t n, int64_t size) {
   const auto kernel = pick_move(fn, dst);
   if (src.dtype() != dst.dtype())
     fail("index", "internal: moving ", dtype_name(src.dtype()), " elements into ",
          dtype_name(dst.dtype()));
   detail::check_same_device(fn, {&dst, &src});
-  kernel(
-      {op, dst.device_data(), dst.strides()[0], src.device_data(), src.strides()[0], ip, n, size});
+  Shape slice, dst_strides, src_strides;
+  for (int64_t j = 0; j < dst.dim(); ++j)
+    if (j != d) {
+      slice.push_back(dst.shape()[j]);
+      dst_strides.push_back(dst.strides()[j]);
+      src_strides.push_back(src.strides()[j]);
+    }
+  kernel({op, dst.device_data(), dst.strides()[d], src.device_data(), src.strides()[d], ip, n, size,
+          &slice, &dst_strides, &src_strides});
 }
 
 // The shape x[indices] has: the view's shape with the index dim replaced by index_shape.
@@ -232,30 +241,20 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
   const int64_t d = ix.tensor_dim, n = v.shape()[d];
   Shape sz = v.shape();
   sz[d] = ix.index.numel();
-  if (v.dim() == 1) pick_move("index", v);  // a device or dtype without it: before allocating
+  pick_move("index", v);  // a device or dtype without it: before allocating
   Tensor out = detail::make_tensor("index", sz, dtype(), /*zero=*/false);  // every slice written
   {
     NoGradGuard no_grad;
-    const int64_t* ip = ix.index.data_ptr<int64_t>();
-    if (v.dim() == 1)
-      move_1d("index", backend::IndexMoveOp::Take, out, v, ip, ix.index.numel(), n);
-    else
-      for (int64_t i = 0; i < ix.index.numel(); ++i)
-        out.select(d, i).copy_(v.select(d, wrap_index(ip[i], n, d, "index")));
+    move("index", backend::IndexMoveOp::Take, out, v, d, ix.index.data_ptr<int64_t>(),
+         ix.index.numel(), n);
   }
   // The gradient of each picked slice is added back where it came from (repeats add up).
   out = detail::record(out, "IndexBackward0", {&v},
                        [in_shape = v.shape(), d, n](const Node& node, const Tensor& g) {
-                         Tensor idx = node.saved_tensor(0);
+                         const Tensor idx = node.saved_tensor(0);
                          Tensor z = zeros(in_shape);
-                         const int64_t* ip = idx.data_ptr<int64_t>();
-                         if (in_shape.size() == 1) {  // one element per index
-                           move_1d("index", backend::IndexMoveOp::Add, z, g.contiguous(), ip,
-                                   idx.numel(), n);
-                           return one(z);
-                         }
-                         for (int64_t i = 0; i < idx.numel(); ++i)
-                           z.select(d, ip[i] < 0 ? ip[i] + n : ip[i]).add_(g.select(d, i));
+                         move("index", backend::IndexMoveOp::Add, z, g, d, idx.data_ptr<int64_t>(),
+                              idx.numel(), n);
                          return one(z);
                        },
                        {ix.index});
@@ -288,15 +287,10 @@ Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor
   {
     NoGradGuard no_grad;
     Tensor value = value_in.impl()->storage == impl()->storage ? value_in.clone() : value_in;
-    Tensor ve = value.expand(result).reshape(flat);
-    const int64_t* ip = ix.index.data_ptr<int64_t>();
-    if (v.dim() == 1) {
-      move_1d("index_put_", backend::IndexMoveOp::Put, v, ve.to(dtype()), ip, ix.index.numel(), n);
-      detail::bump_version(*this);
-    } else {
-      for (int64_t i = 0; i < ix.index.numel(); ++i)
-        v.select(d, wrap_index(ip[i], n, d, "index_put_")).copy_(ve.select(d, i));
-    }
+    const Tensor ve = value.to(dtype()).expand(result).reshape(flat);
+    move("index_put_", backend::IndexMoveOp::Put, v, ve, d, ix.index.data_ptr<int64_t>(),
+         ix.index.numel(), n);
+    detail::bump_version(*this);
   }
   if (dtype() != Dtype::Float32) return *this;
   // torch's IndexPutBackward0: the overwritten elements get no gradient, the value gets the
@@ -312,18 +306,14 @@ Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor
         Tensor gv;
         const int64_t m = gi.index.numel();
         if (node.needs_input_grad(1)) {
-          Tensor picked = detail::make_tensor("index_put_", flat, Dtype::Float32);
-          if (gi.view.dim() == 1)
-            move_1d("index_put_", backend::IndexMoveOp::Take, picked, gi.view, ip, m, n);
-          else
-            for (int64_t i = 0; i < m; ++i)
-              picked.select(d, i).copy_(gi.view.select(d, ip[i] < 0 ? ip[i] + n : ip[i]));
+          Tensor picked = detail::make_tensor("index_put_", flat, Dtype::Float32, /*zero=*/false);
+          move("index_put_", backend::IndexMoveOp::Take, picked, gi.view, d, ip, m, n);
           gv = detail::sum_to(picked.view(result), vshape);
         }
-        if (gi.view.dim() == 1)
-          move_1d("index_put_", backend::IndexMoveOp::Put, gi.view, zeros({m}), ip, m, n);
-        else
-          for (int64_t i = 0; i < m; ++i) gi.view.select(d, ip[i] < 0 ? ip[i] + n : ip[i]).zero_();
+        Shape zero_shape = gi.view.shape();  // a zero read everywhere: strides of 0
+        zero_shape[d] = m;
+        move("index_put_", backend::IndexMoveOp::Put, gi.view, zeros({}).expand(zero_shape), d, ip,
+             m, n);
         return std::vector<Tensor>{gs, gv};
       });
   return *this;
@@ -331,6 +321,98 @@ Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, const Tensor
 
 Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar value) {
   return index_put_(indices, detail::scalar_tensor(value, dtype()));
+}
+
+namespace {
+
+// index_add's checks; returns the wrapped dim. In [0, n) only: torch takes no negative index here.
+int64_t check_index_add(const char* fn, const Tensor& input, int64_t dim, const Tensor& index,
+                        const Tensor& source) {
+  if (!input.defined() || !index.defined() || !source.defined())
+    fail(fn, "undefined tensor argument");
+  const int64_t d = detail::wrap_dim(dim, std::max<int64_t>(input.dim(), 1), fn);
+  if (index.dim() > 1 || index.dtype() != Dtype::Int64)
+    throw IndexError(
+        detail::msg(fn, "index must be a vector of int64, got ", detail::tensor_desc(index)));
+  if (source.dtype() != input.dtype())
+    fail(fn, "self (", dtype_name(input.dtype()), ") and source (", dtype_name(source.dtype()),
+         ") must have the same dtype");
+  Shape want = input.dim() == 0 ? Shape{1} : input.shape();
+  want[d] = index.numel();
+  const Shape got = source.dim() == 0 ? Shape{1} : source.shape();
+  if (got != want)
+    fail(fn, "source ", shape_str(source.shape()), " does not fit self ", shape_str(input.shape()),
+         " with ", index.numel(), " indices along dim ", d, " (expected ", shape_str(want), ")");
+  const Tensor idx = index.contiguous();
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  const int64_t n = input.dim() == 0 ? 1 : input.shape()[d];
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    if (ip[i] < 0 || ip[i] >= n)
+      throw IndexError(
+          detail::msg(fn, "index ", ip[i], " is out of range for dim ", d, " of size ", n));
+  return d;
+}
+
+// self[..., index[i], ...] += alpha * source[..., i, ...] in place (self as a 1-D view when it has
+// no dims), without autograd.
+void add_slices(const char* fn, Tensor& self, int64_t d, const Tensor& index, const Tensor& source,
+                Scalar alpha) {
+  NoGradGuard no_grad;
+  Tensor src = source.impl()->storage == self.impl()->storage ? source.clone() : source;
+  if (alpha.to_double() != 1.0) src = (src * alpha).to(self.dtype());
+  const Tensor idx = index.reshape({-1}).contiguous();
+  Tensor dst = self.dim() == 0 ? self.view({1}) : self;
+  if (src.dim() == 0) src = src.view({1});
+  move(fn, backend::IndexMoveOp::Add, dst, src, d, idx.data_ptr<int64_t>(), idx.numel(),
+       dst.shape()[d]);
+}
+
+// The gradients of index_add: the input's is the output's, the source's the output's slices at
+// the index's positions (times alpha).
+std::vector<Tensor> index_add_grads(const Node& n, const Tensor& g, int64_t d, Scalar alpha,
+                                    const Shape& source_shape) {
+  Tensor gs;
+  if (n.needs_input_grad(1)) {
+    const Tensor idx = n.saved_tensor(0);
+    gs = (g.dim() == 0 ? g.view({1}) : g).index_select(d, idx);
+    if (alpha.to_double() != 1.0) gs = gs * alpha;
+    gs = gs.reshape(source_shape);
+  }
+  return {n.needs_input_grad(0) ? g : Tensor(), gs};
+}
+
+}  // namespace
+
+Tensor index_add(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& source,
+                 Scalar alpha) {
+  const int64_t d = check_index_add("index_add", input, dim, index, source);
+  pick_move("index_add", input);
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = input.clone();
+  }
+  add_slices("index_add", out, d, index, source, alpha);
+  return detail::record(out, "IndexAddBackward0", {&input, &source},
+                        [d, alpha, ss = source.shape()](const Node& n, const Tensor& g) {
+                          return index_add_grads(n, g, d, alpha, ss);
+                        },
+                        {index.reshape({-1}).contiguous()});
+}
+
+Tensor& index_add_(Tensor& input, int64_t dim, const Tensor& index, const Tensor& source,
+                   Scalar alpha) {
+  detail::check_inplace(input, "index_add_");
+  const int64_t d = check_index_add("index_add_", input, dim, index, source);
+  pick_move("index_add_", input);
+  add_slices("index_add_", input, d, index, source, alpha);
+  detail::bump_version(input);
+  detail::record_inplace(input, "IndexAddBackward0", {&input, &source},
+                         [d, alpha, ss = source.shape()](const Node& n, const Tensor& g) {
+                           return index_add_grads(n, g, d, alpha, ss);
+                         },
+                         {index.reshape({-1}).contiguous()});
+  return input;
 }
 
 }  // namespace attn

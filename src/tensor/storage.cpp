@@ -48,13 +48,19 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
   // Large zeroed storages are fresh anonymous pages, which the kernel zeroes when first touched
   // (calloc's trick): zeros() / empty() of a big tensor costs nothing until written, so a model
   // built only to be overwritten by a checkpoint (or mapped from one) never holds its zeros.
-  const bool lazy_zero = zero && !wrapped && padded >= kLazyZeroBytes;
+  bool lazy_zero = zero && !wrapped && padded >= kLazyZeroBytes;
   void* p = nullptr;
   // Other large storages: a block kept from an earlier one (detail::host_cache_take), else a new
   // one; where none can be had, the cached blocks are freed and the allocation tried again.
   std::size_t block = wrapped ? padded : detail::host_block_size(padded);
+  // A zeroed storage also takes a kept block where there is one, and clears it: its pages are
+  // resident, so clearing is cheaper than fresh pages, which fault in one by one when touched,
+  // and twice (the zero page, then a copy, with a TLB flush on every thread) where the first
+  // touch reads, as an accumulation into zeros (a gradient's scatter) does.
   if (lazy_zero) {
-    p = map_zeroed(padded);
+    p = detail::host_cache_take(block, &block);
+    lazy_zero = p == nullptr;
+    if (lazy_zero) p = map_zeroed(padded);
     if (!p && detail::host_cache_release() > 0) p = map_zeroed(padded);
   } else if (!wrapped) {
     p = detail::host_cache_take(block, &block);

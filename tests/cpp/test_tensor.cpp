@@ -1473,6 +1473,74 @@ TEST(TensorElementwise, WhereAndMaskedFillReadStridedOperandsAsNaive) {
   set_num_threads(threads);
 }
 
+// Advanced indexing along one dim of a strided view (x[:, idx]), its gradient, index_add and
+// index_add_ with repeated and negative indices, and nonzero: each element the naive loop's, on 1
+// and 2 threads (the threads share each slice's elements; repeats are added in index order).
+TEST(TensorIndex, SlicesAlongOneDimAsNaive) {
+  const int threads = get_num_threads();
+  Generator gen(16);
+  const int64_t A = 6, N = 50, C = 40, M = 700;
+  std::vector<int64_t> iv(M);
+  for (int64_t i = 0; i < M; ++i)
+    iv[std::size_t(i)] = (i * 37) % N - (i % 3 == 0 ? N : 0);  // < 0 too
+  Tensor idx = zeros({M}, Dtype::Int64);
+  for (int64_t i = 0; i < M; ++i) idx.data_ptr<int64_t>()[i] = iv[std::size_t(i)];
+  const auto at = [&](int64_t i) { return (iv[std::size_t(i)] + N) % N; };
+  for (int nt : {1, 2}) {
+    set_num_threads(nt);
+    SCOPED_TRACE("threads " + std::to_string(nt));
+    const Tensor base = randn({A, C, N}, &gen).requires_grad_(true);
+    const Tensor x = base.transpose(1, 2);  // (A, N, C), not contiguous
+    const Tensor y = x.index({Slice(), idx});
+    ASSERT_EQ(y.shape(), (Shape{A, M, C}));
+    const Tensor xc = x.contiguous(), yc = y.contiguous();
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t c = 0; c < C; ++c)
+          ASSERT_EQ(yc.data_ptr<float>()[(a * M + i) * C + c],
+                    xc.data_ptr<float>()[(a * N + at(i)) * C + c]);
+    const Tensor g = randn({A, M, C}, &gen);
+    y.backward(g);
+    std::vector<float> want(std::size_t(A * N * C), 0.0f);  // (A, N, C)
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t c = 0; c < C; ++c)
+          want[std::size_t((a * N + at(i)) * C + c)] += g.data_ptr<float>()[(a * M + i) * C + c];
+    const Tensor gx = base.grad().transpose(1, 2).contiguous();
+    for (std::size_t k = 0; k < want.size(); ++k) ASSERT_EQ(gx.data_ptr<float>()[k], want[k]) << k;
+    // index_add along dim 1 of the same view, repeats summed in index order, times alpha; and in
+    // place into a copy.
+    const Tensor pos = idx.remainder(N);
+    const Tensor src = randn({A, M, C}, &gen);
+    const Tensor xd = x.detach();
+    const Tensor z = index_add(xd, 1, pos, src, 0.5);
+    std::vector<float> sum(std::size_t(A * N * C));
+    for (std::size_t k = 0; k < sum.size(); ++k) sum[k] = xc.data_ptr<float>()[k];
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t c = 0; c < C; ++c)
+          sum[std::size_t((a * N + at(i)) * C + c)] +=
+              src.data_ptr<float>()[(a * M + i) * C + c] * 0.5f;
+    const Tensor zc = z.contiguous();
+    Tensor w = xd.clone();
+    index_add_(w, 1, pos, src, 0.5);
+    const Tensor wc = w.contiguous();
+    for (std::size_t k = 0; k < sum.size(); ++k) {
+      ASSERT_EQ(zc.data_ptr<float>()[k], sum[k]) << k;
+      ASSERT_EQ(wc.data_ptr<float>()[k], sum[k]) << k;
+    }
+  }
+  set_num_threads(threads);
+  EXPECT_THROW(index_add(zeros({3}), 0, tensor({-1}, Dtype::Int64), ones({1})), IndexError);
+  EXPECT_THROW(index_add(zeros({3}), 0, tensor({1}, Dtype::Int64), ones({2})), Error);
+  const Tensor nz = nonzero(from_vector({0, 1.5f, 0, -2, 0, 0}, {2, 3}));
+  ASSERT_EQ(nz.shape(), (Shape{2, 2}));
+  EXPECT_EQ(nz.data_ptr<int64_t>()[0], 0);
+  EXPECT_EQ(nz.data_ptr<int64_t>()[1], 1);
+  EXPECT_EQ(nz.data_ptr<int64_t>()[2], 1);
+  EXPECT_EQ(nz.data_ptr<int64_t>()[3], 0);
+}
+
 // sum / mean over a run of dims with kept dims after it (sum(0), sum(1) of a 3-d tensor), of a
 // contiguous tensor, read column by column where they lie: the bits of the same reduction of a
 // non-contiguous copy (the kernel's other path, through a transposed copy; torch's order for

@@ -283,6 +283,85 @@ def test_index_add_as_pytorch(dim):
         attn.index_add(a, dim, attn.tensor(idx[:2]), s)
 
 
+def test_index_add_and_slice_indexing_on_threads_as_pytorch():
+    """index_add / index_add_ and advanced indexing along one dim of views (x[:, idx] of a
+    transposed tensor, x[idx] = v, their gradients), above the size that shares the slices'
+    elements among threads, with repeated indices: torch's bits on 1 and 2 threads (repeats are
+    summed in index order, as torch's CPU kernel)."""
+    threads = attn.get_num_threads()
+    rng = np.random.default_rng(7)
+    idx = rng.integers(0, 300, 700).tolist()  # repeats
+    try:
+        for nt in (1, 2):
+            attn.set_num_threads(nt)
+            a, t = pair((300, 96), seed=20, requires_grad=True)
+            s, u = pair((700, 96), seed=21, requires_grad=True)
+            ya = attn.index_add(a, 0, attn.tensor(idx), s, alpha=0.5)
+            yt = torch.index_add(t, 0, torch.tensor(idx), u, alpha=0.5)
+            same(ya, yt)
+            g, gt = pair((300, 96), seed=22)
+            ya.backward(g)
+            yt.backward(gt)
+            same(a.grad, t.grad)
+            same(s.grad, u.grad)
+            # In place along dim 1 of a transposed view.
+            b, v = pair((96, 300), seed=23)
+            b.T.index_add_(0, attn.tensor(idx), s.detach())
+            v.T.index_add_(0, torch.tensor(idx), u.detach())
+            same(b, v)
+            # x[:, idx] of a transposed (96, 300) view: the slices are strided; the gradient adds
+            # the repeats back.
+            x, xt = pair((300, 96), seed=24, requires_grad=True)
+            ga, gt2 = pair((96, 700), seed=25)
+            ra, rt = x.T[:, attn.tensor(idx)], xt.T[:, torch.tensor(idx)]
+            same(ra, rt)
+            ra.backward(ga)
+            rt.backward(gt2)
+            same(x.grad, xt.grad)
+            # x[idx] = v with distinct indices (torch leaves repeats unspecified), and its gradients.
+            distinct = rng.permutation(300)[:200].tolist()
+            w, wt = pair((300, 96), seed=26)
+            val, valt = pair((200, 96), seed=27, requires_grad=True)
+            w = w * 1.0
+            wt = wt * 1.0
+            w[attn.tensor(distinct)] = val
+            wt[torch.tensor(distinct)] = valt
+            same(w, wt)
+            gw, gwt = pair((300, 96), seed=28)
+            w.backward(gw)
+            wt.backward(gwt)
+            same(val.grad, valt.grad)
+    finally:
+        attn.set_num_threads(threads)
+    ints = attn.tensor([[1, 2], [3, 4]])
+    same(ints.index_add(0, attn.tensor([1, 1]), attn.tensor([[5, 6], [7, 8]])).float(),
+         torch.tensor([[1, 2], [3, 4]]).index_add(0, torch.tensor([1, 1]),
+                                                  torch.tensor([[5, 6], [7, 8]])).float())
+    with pytest.raises(IndexError, match="out of range"):
+        attn.zeros(3).index_add(0, attn.tensor([3]), attn.ones(1))
+    with pytest.raises(IndexError, match="out of range"):
+        attn.zeros(3).index_add_(0, attn.tensor([-1]), attn.ones(1))
+    with pytest.raises(RuntimeError, match="same scalar type"):
+        attn.zeros(3).index_add(0, attn.tensor([1]), attn.ones(1, dtype=attn.int64))
+
+
+def test_nonzero_of_every_dtype_as_pytorch():
+    x = np.random.default_rng(8).standard_normal((40, 3, 17)).astype(np.float32)
+    x[x < 0.3] = 0
+    x[0, 0, 0] = np.nan  # NaN is non-zero
+    for conv in (lambda m, v: v, lambda m, v: v != 0, lambda m, v: (v * 10).to(m.int64)):
+        a, t = conv(attn, attn.tensor(x.tolist())), conv(torch, torch.tensor(x))
+        assert attn.nonzero(a).tolist() == torch.nonzero(t).tolist()
+        assert [c.tolist() for c in attn.nonzero(a, as_tuple=True)] == \
+            [c.tolist() for c in torch.nonzero(t, as_tuple=True)]
+        assert [c.tolist() for c in attn.where(a != 0)] == [c.tolist() for c in torch.where(t != 0)]
+    for v in (0.0, 2.0):
+        assert attn.nonzero(attn.tensor(v)).shape == torch.nonzero(torch.tensor(v)).shape
+        assert attn.nonzero(attn.tensor(v), as_tuple=True)[0].tolist() == \
+            torch.nonzero(torch.tensor(v), as_tuple=True)[0].tolist()
+    assert tuple(attn.nonzero(attn.zeros(0, 4)).shape) == (0, 2)
+
+
 def test_bincount_as_pytorch():
     x = [3, 1, 1, 0, 7, 3, 3]
     assert attn.bincount(attn.tensor(x)).tolist() == torch.bincount(torch.tensor(x)).tolist()

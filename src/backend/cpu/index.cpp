@@ -2,10 +2,14 @@
 // the element moves of advanced indexing on 1-D tensors, a mask's true positions; every dtype.
 #include <attn/half.h>
 
+#include <array>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "../index_kernels.h"
+#include "strided.h"
+#include "threads.h"
 
 namespace attn::kernels {
 namespace {
@@ -59,19 +63,55 @@ std::optional<int64_t> gather_scatter(const backend::GatherScatter& a) {
   }
 }
 
+// One slice's part of index_move: n elements at inner strides.
+template <typename T>
+inline void move_part(IndexMoveOp op, T* d, const T* s, int64_t n, int64_t dstep, int64_t sstep) {
+  if (dstep == 1 && sstep == 1) {
+    if (op == IndexMoveOp::Add) {
+      for (int64_t j = 0; j < n; ++j) accumulate(d[j], s[j]);
+    } else {
+      std::memcpy(static_cast<void*>(d), static_cast<const void*>(s), std::size_t(n) * sizeof(T));
+    }
+    return;
+  }
+  if (op == IndexMoveOp::Add) {
+    for (int64_t j = 0; j < n; ++j) accumulate(d[j * dstep], s[j * sstep]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) d[j * dstep] = s[j * sstep];
+  }
+}
+
 template <typename T>
 void index_move(const backend::IndexMove& a) {
   T* pd = static_cast<T*>(a.dst);
   const T* ps = static_cast<const T*>(a.src);
   const int64_t sd = a.dst_stride, ss = a.src_stride;
-  for (int64_t i = 0; i < a.n; ++i) {
-    const int64_t k = a.index[i] < 0 ? a.index[i] + a.size : a.index[i];
-    switch (a.op) {
-      case IndexMoveOp::Take: pd[i * sd] = ps[k * ss]; break;
-      case IndexMoveOp::Put: pd[k * sd] = ps[i * ss]; break;
-      case IndexMoveOp::Add: accumulate(pd[k * sd], ps[i * ss]); break;
+  const auto at = [&](int64_t i) { return a.index[i] < 0 ? a.index[i] + a.size : a.index[i]; };
+  if (a.slice_shape == nullptr || a.slice_shape->empty()) {
+    for (int64_t i = 0; i < a.n; ++i) {
+      const int64_t k = at(i);
+      switch (a.op) {
+        case IndexMoveOp::Take: pd[i * sd] = ps[k * ss]; break;
+        case IndexMoveOp::Put: pd[k * sd] = ps[i * ss]; break;
+        case IndexMoveOp::Add: accumulate(pd[k * sd], ps[i * ss]); break;
+      }
     }
+    return;
   }
+  int64_t m = 1;
+  for (int64_t e : *a.slice_shape) m *= e;
+  // The threads share the slices' elements (each goes through every index in order for its own
+  // elements): no two write one element, and repeated indices keep their order.
+  parallel_strided_rows<2>(
+      *a.slice_shape, {a.dst_slice_strides, a.src_slice_strides}, {0, 0}, threads_for(a.n * m),
+      [&](const std::array<int64_t, 2>& off, int64_t len, const std::array<int64_t, 2>& in) {
+        for (int64_t i = 0; i < a.n; ++i) {
+          const int64_t k = at(i);
+          const bool take = a.op == IndexMoveOp::Take;
+          move_part(a.op, pd + (take ? i : k) * sd + off[0], ps + (take ? k : i) * ss + off[1], len,
+                    in[0], in[1]);
+        }
+      });
 }
 
 int64_t mask_positions(const backend::MaskPositions& a) {
