@@ -6,9 +6,18 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
+#include <utility>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#define ATTN_HOST_MMAP 1
+#else
+#define ATTN_HOST_MMAP 0
+#endif
 
 namespace attn::detail {
 
@@ -70,9 +79,25 @@ std::size_t read_limit() {
   return std::size_t(n << shift);
 }
 
+// A block: its address and whether it was mapped (host_map_zeroed) or allocated.
+using Block = std::pair<void*, bool>;
+
+void free_block(void* p, std::size_t block, bool mapped) noexcept {
+#if ATTN_HOST_MMAP
+  if (mapped) {
+    munmap(p, block);
+    return;
+  }
+#else
+  (void)block;
+  (void)mapped;
+#endif
+  std::free(p);
+}
+
 struct Cache {
   std::mutex mutex;
-  std::multimap<std::size_t, void*> blocks;  // by size
+  std::multimap<std::size_t, Block> blocks;  // by size
   std::size_t bytes = 0;
   const std::size_t limit = read_limit();
 };
@@ -91,42 +116,54 @@ std::size_t host_block_size(std::size_t bytes) {
   return rounded < bytes ? bytes : rounded;  // no wrap near SIZE_MAX
 }
 
-void* host_cache_take(std::size_t size, std::size_t* block) {
+void* host_cache_take(std::size_t size, std::size_t* block, bool* mapped) {
   if (size < kHostCacheMinBytes) return nullptr;
   Cache& c = cache();
   if (c.limit == 0) return nullptr;
   std::lock_guard<std::mutex> lock(c.mutex);
   auto it = c.blocks.lower_bound(size);
   if (it == c.blocks.end() || it->first - size > size / 8) return nullptr;
-  void* p = it->second;
+  void* p = it->second.first;
+  *mapped = it->second.second;
   *block = it->first;
   c.bytes -= it->first;
   c.blocks.erase(it);
   return p;
 }
 
-void host_cache_give(void* p, std::size_t block) noexcept {
+void* host_map_zeroed(std::size_t block) noexcept {
+#if ATTN_HOST_MMAP
+  void* p = mmap(nullptr, block, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+#else
+  void* p = std::aligned_alloc(64, block);
+  if (p) std::memset(p, 0, block);
+  return p;
+#endif
+}
+
+void host_cache_give(void* p, std::size_t block, bool mapped) noexcept {
   if (p == nullptr) return;
   Cache& c = cache();
   if (block >= kHostCacheMinBytes && c.limit > 0) {
     try {
       std::lock_guard<std::mutex> lock(c.mutex);
       if (c.bytes + block <= c.limit) {
-        c.blocks.emplace(block, p);
+        c.blocks.emplace(block, Block{p, mapped});
         c.bytes += block;
         return;
       }
     } catch (...) {  // no memory for the bookkeeping: free the block instead
     }
   }
-  std::free(p);
+  free_block(p, block, mapped);
 }
 
 std::size_t host_cache_release() noexcept {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   const std::size_t freed = c.bytes;
-  for (auto& [size, p] : c.blocks) std::free(p);
+  for (auto& [size, b] : c.blocks) free_block(b.first, size, b.second);
   c.blocks.clear();
   c.bytes = 0;
   return freed;

@@ -21,11 +21,15 @@ constexpr std::size_t kHostCacheMinBytes = std::size_t(128) << 10;
 // kHostCacheMinBytes on, else bytes itself.
 std::size_t host_block_size(std::size_t bytes);
 // A cached block of at least `size` bytes (host_block_size(size)) and at most an eighth more,
-// taken out of the cache; *block gets its size. nullptr when there is none.
-void* host_cache_take(std::size_t size, std::size_t* block);
-// Keeps p (a block of `block` bytes from std::aligned_alloc) for reuse, or frees it when the
-// cache is off, full, or cannot record it.
-void host_cache_give(void* p, std::size_t block) noexcept;
+// taken out of the cache; *block gets its size and *mapped how it was allocated (for
+// host_cache_give). nullptr when there is none.
+void* host_cache_take(std::size_t size, std::size_t* block, bool* mapped);
+// Fresh zeroed pages of `block` bytes (a whole number of pages), mapped from the kernel, which
+// zeroes each when it is first touched (calloc's trick); nullptr when none can be had.
+void* host_map_zeroed(std::size_t block) noexcept;
+// Keeps p for reuse, or frees it when the cache is off, full, or cannot record it: a block of
+// `block` bytes from std::aligned_alloc, or from host_map_zeroed when `mapped`.
+void host_cache_give(void* p, std::size_t block, bool mapped = false) noexcept;
 // Frees every cached block (attn::empty_host_cache; an allocation that fails tries again after
 // this). Returns the bytes freed.
 std::size_t host_cache_release() noexcept;

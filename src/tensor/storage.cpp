@@ -23,21 +23,6 @@ namespace {
 // From this size on a zeroed storage is mapped (zero pages on first touch) rather than cleared.
 constexpr std::size_t kLazyZeroBytes = std::size_t(1) << 20;
 
-#if defined(__unix__) || defined(__APPLE__)
-void* map_zeroed(std::size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
-}
-void unmap_zeroed(void* p, std::size_t bytes) { munmap(p, bytes); }
-#else
-void* map_zeroed(std::size_t bytes) {
-  void* p = std::aligned_alloc(64, bytes);
-  if (p) std::memset(p, 0, bytes);
-  return p;
-}
-void unmap_zeroed(void* p, std::size_t) { std::free(p); }
-#endif
-
 }  // namespace
 
 std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
@@ -50,21 +35,23 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
   // built only to be overwritten by a checkpoint (or mapped from one) never holds its zeros.
   bool lazy_zero = zero && !wrapped && padded >= kLazyZeroBytes;
   void* p = nullptr;
-  // Other large storages: a block kept from an earlier one (detail::host_cache_take), else a new
-  // one; where none can be had, the cached blocks are freed and the allocation tried again.
+  bool mapped = false;
+  // Large storages: a block kept from an earlier one (detail::host_cache_take), else a new one;
+  // where none can be had, the cached blocks are freed and the allocation tried again. A zeroed
+  // storage too takes a kept block where there is one, and clears it: its pages are resident,
+  // so clearing is cheaper than fresh pages, which fault in one by one when touched, and twice
+  // (the zero page, then a copy, with a TLB flush on every thread) where the first touch reads,
+  // as an accumulation into zeros (a gradient's scatter) does. Mapped blocks are kept too.
   std::size_t block = wrapped ? padded : detail::host_block_size(padded);
-  // A zeroed storage also takes a kept block where there is one, and clears it: its pages are
-  // resident, so clearing is cheaper than fresh pages, which fault in one by one when touched,
-  // and twice (the zero page, then a copy, with a TLB flush on every thread) where the first
-  // touch reads, as an accumulation into zeros (a gradient's scatter) does.
-  if (lazy_zero) {
-    p = detail::host_cache_take(block, &block);
-    lazy_zero = p == nullptr;
-    if (lazy_zero) p = map_zeroed(padded);
-    if (!p && detail::host_cache_release() > 0) p = map_zeroed(padded);
+  if (!wrapped) p = detail::host_cache_take(block, &block, &mapped);
+  if (p) {
+    lazy_zero = false;
+  } else if (lazy_zero) {
+    mapped = true;
+    p = detail::host_map_zeroed(block);
+    if (!p && detail::host_cache_release() > 0) p = detail::host_map_zeroed(block);
   } else if (!wrapped) {
-    p = detail::host_cache_take(block, &block);
-    if (!p) p = std::aligned_alloc(64, block);
+    p = std::aligned_alloc(64, block);
     if (!p && detail::host_cache_release() > 0) p = std::aligned_alloc(64, block);
   }
   if (!p)
@@ -77,10 +64,8 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
   };
   std::shared_ptr<void> owner;
   try {
-    if (lazy_zero)
-      owner = std::shared_ptr<void>(p, [padded](void* q) { unmap_zeroed(q, padded); });
-    else
-      owner = std::shared_ptr<void>(p, [block](void* q) { detail::host_cache_give(q, block); });
+    owner = std::shared_ptr<void>(
+        p, [block, mapped](void* q) { detail::host_cache_give(q, block, mapped); });
   } catch (const std::bad_alloc&) {
     throw bookkeeping();
   }

@@ -56,6 +56,29 @@ TEST(HostCache, ZerosFromAReusedBlockAreZeros) {
   cpu::empty_cache();
 }
 
+// zeros() of 1 MiB and more: freshly mapped pages when nothing is cached, and a kept block
+// (mapped or allocated) cleared when one is; the mapped block, written and freed, is kept too.
+TEST(HostCache, LargeZerosReuseBlocksAndAreZeros) {
+  cpu::empty_cache();
+  const int64_t n = int64_t(1) << 19;  // 2 MiB
+  Tensor a = zeros({n});
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a.data_ptr<float>()[i], 0.0f) << i;
+  a.add_(9.0);  // dirty every page
+  const float* p = a.data_ptr<float>();
+  a = Tensor();
+  if (cache_on()) EXPECT_GE(cpu::cached_bytes(), std::size_t(2) << 20);
+  Tensor z = zeros({n});
+  if (cache_on()) EXPECT_EQ(z.data_ptr<float>(), p);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(z.data_ptr<float>()[i], 0.0f) << i;
+  z = Tensor();
+  Tensor r = full({n}, 6.0f);  // a storage not zeroed takes the mapped block as well
+  if (cache_on()) EXPECT_EQ(r.data_ptr<float>(), p);
+  for (int64_t i = 0; i < n; i += 1021) ASSERT_EQ(r.data_ptr<float>()[i], 6.0f);
+  r = Tensor();
+  EXPECT_EQ(cpu::empty_cache() > 0, cache_on());
+  EXPECT_EQ(cpu::cached_bytes(), 0u);
+}
+
 TEST(HostCache, SmallStoragesAreNotCachedAndTheLimitHolds) {
   cpu::empty_cache();
   { Tensor small = result_of(1000, 1.0f); }
@@ -78,7 +101,8 @@ TEST(HostCache, BlockSizesAreWholePagesFromTheThreshold) {
   const std::size_t huge = ~std::size_t(0) - 63;
   EXPECT_EQ(detail::host_block_size(huge), huge);  // no wrap
   std::size_t block = 0;
-  EXPECT_EQ(detail::host_cache_take(1000, &block), nullptr);
+  bool mapped = false;
+  EXPECT_EQ(detail::host_cache_take(1000, &block, &mapped), nullptr);
 }
 
 }  // namespace
