@@ -252,7 +252,7 @@ Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
   out = detail::record(out, "IndexBackward0", {&v},
                        [in_shape = v.shape(), d, n](const Node& node, const Tensor& g) {
                          const Tensor idx = node.saved_tensor(0);
-                         Tensor z = zeros(in_shape);
+                         Tensor z = zeros(in_shape, g.dtype());
                          move("index", backend::IndexMoveOp::Add, z, g, d, idx.data_ptr<int64_t>(),
                               idx.numel(), n);
                          return one(z);

@@ -1531,6 +1531,14 @@ TEST(TensorIndex, SlicesAlongOneDimAsNaive) {
     }
   }
   set_num_threads(threads);
+  // A bfloat16 tensor's gradient is bfloat16: each row's count of picks.
+  const Tensor hb = zeros({N, 3}, Dtype::BFloat16).requires_grad_(true);
+  hb.index({idx}).sum().backward();
+  ASSERT_EQ(hb.grad().dtype(), Dtype::BFloat16);
+  const Tensor counts = hb.grad().to(Dtype::Float32).contiguous();
+  std::vector<float> picks(std::size_t(N), 0.0f);
+  for (int64_t i = 0; i < M; ++i) picks[std::size_t(at(i))] += 1.0f;
+  for (int64_t r = 0; r < N; ++r) ASSERT_EQ(counts.data_ptr<float>()[r * 3], picks[r]) << r;
   EXPECT_THROW(index_add(zeros({3}), 0, tensor({-1}, Dtype::Int64), ones({1})), IndexError);
   EXPECT_THROW(index_add(zeros({3}), 0, tensor({1}, Dtype::Int64), ones({2})), Error);
   const Tensor nz = nonzero(from_vector({0, 1.5f, 0, -2, 0, 0}, {2, 3}));
