@@ -65,10 +65,12 @@ PROGRAMS = {
         "file": "gptoss_tiny.py",
         "edits": [
             ('"hidden_size": 32, "num_attention_heads": 4,\n'
-             '       "num_key_value_heads": 2, "head_dim": 8, "num_hidden_layers": 2, "sliding_window": 4,\n'
+             '       "num_key_value_heads": 2, "head_dim": 8, "num_hidden_layers": 2, '
+             '"sliding_window": 4,\n'
              '       "num_experts": 4, "experts_per_token": 2, "intermediate_size": 16,',
              '"hidden_size": 256, "num_attention_heads": 8,\n'
-             '       "num_key_value_heads": 2, "head_dim": 32, "num_hidden_layers": 4, "sliding_window": 64,\n'
+             '       "num_key_value_heads": 2, "head_dim": 32, "num_hidden_layers": 4, '
+             '"sliding_window": 64,\n'
              '       "num_experts": 8, "experts_per_token": 2, "intermediate_size": 256,'),
             ('"context_length": 16}', '"context_length": 256}'),
         ],
@@ -78,10 +80,12 @@ PROGRAMS = {
         "file": "moe_tiny.py",
         "edits": [
             ('"emb_dim": 32, "n_heads": 4, "n_kv_groups": 2, "head_dim": 8,\n'
-             '       "n_layers": 2, "num_experts": 4, "num_experts_per_tok": 2, "moe_hidden_dim": 24,\n'
+             '       "n_layers": 2, "num_experts": 4, "num_experts_per_tok": 2, '
+             '"moe_hidden_dim": 24,\n'
              '       "context_length": 16,',
              '"emb_dim": 256, "n_heads": 8, "n_kv_groups": 2, "head_dim": 32,\n'
-             '       "n_layers": 4, "num_experts": 8, "num_experts_per_tok": 2, "moe_hidden_dim": 384,\n'
+             '       "n_layers": 4, "num_experts": 8, "num_experts_per_tok": 2, '
+             '"moe_hidden_dim": 384,\n'
              '       "context_length": 256,'),
             ("B, T = 4,", "B, T = 8,"),
         ],
@@ -158,7 +162,7 @@ def compare(name, d, a, attn_path):
     path = os.path.join(PROGRAMS_DIR, PROGRAMS[name]["file"])
     with open(path, encoding="utf-8") as f:
         src = scaled(name, path, f.read())
-    paths = {"torch": os.path.join(d, name + "_torch.py"), "attn": os.path.join(d, name + "_attn.py")}
+    paths = {lib: os.path.join(d, "%s_%s.py" % (name, lib)) for lib in ("torch", "attn")}
     with open(paths["torch"], "w", encoding="utf-8") as f:
         f.write(src)
     with open(paths["attn"], "w", encoding="utf-8") as f:

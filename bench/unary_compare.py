@@ -87,7 +87,8 @@ CASES = [
 # Bytes read and written per element where not 4 + 4 (float32 in, float32 out).
 BYTES = {"to bfloat16": 6, "x.t() + x.t()": 12, "x > 0": 5, "masked_fill(x > 0, 0)": 14,
          "where(x > 0, x, 0.5 x)": 22,
-         "scores.masked_fill(causal, -inf)": 8, "where(causal, 0, scores)": 8, "x.sum(-1)": 4, "x.max(-1)": 4, "x.sum(0)": 4,
+         "scores.masked_fill(causal, -inf)": 8, "where(causal, 0, scores)": 8,
+         "x.sum(-1)": 4, "x.max(-1)": 4, "x.sum(0)": 4,
          "mean over dim 1 of 3-d": 4, "x.mean()": 4, "sum(-1) of rows of 16": 4.25}
 
 

@@ -318,7 +318,7 @@ def test_index_add_and_slice_indexing_on_threads_as_pytorch():
             ra.backward(ga)
             rt.backward(gt2)
             same(x.grad, xt.grad)
-            # x[idx] = v with distinct indices (torch leaves repeats unspecified), and its gradients.
+            # x[idx] = v with distinct indices (torch leaves repeats unspecified); its gradients.
             distinct = rng.permutation(300)[:200].tolist()
             w, wt = pair((300, 96), seed=26)
             val, valt = pair((200, 96), seed=27, requires_grad=True)
