@@ -294,22 +294,15 @@ Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
 
 Tensor nonzero(const Tensor& t) {
   if (!t.defined()) fail("nonzero", "undefined tensor argument");
-  const auto positions = backend::pick("nonzero", t.device(), Dtype::Bool,
-                                       backend::cpu::mask_positions, backend::cuda::mask_positions);
-  Tensor mask;
+  Tensor lin;
   {
     NoGradGuard no_grad;
-    mask = (t.dtype() == Dtype::Bool ? t : t != Scalar(0)).contiguous();
+    lin = detail::true_positions(t.dtype() == Dtype::Bool ? t : t != Scalar(0), "nonzero");
   }
-  const bool* mp = static_cast<const bool*>(mask.device_data());
-  const int64_t count = positions({mp, mask.numel(), nullptr});
-  const int64_t nd = t.dim();
+  const int64_t count = lin.numel(), nd = t.dim();
   Tensor out = detail::make_tensor("nonzero", {count, nd}, Dtype::Int64, /*zero=*/false);
-  if (count == 0 || nd == 0) return out;
-  // The flat positions into the last column, then each unravelled in place into its row.
-  Tensor lin = detail::make_tensor("nonzero", {count}, Dtype::Int64, /*zero=*/false);
-  int64_t* lp = lin.data_ptr<int64_t>();
-  positions({mp, mask.numel(), lp});
+  // Each flat position unravelled into its row of coordinates.
+  const int64_t* lp = lin.data_ptr<int64_t>();
   int64_t* op = out.data_ptr<int64_t>();
   const Shape& s = t.shape();
   for (int64_t i = 0; i < count; ++i) {

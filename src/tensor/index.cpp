@@ -163,17 +163,8 @@ Indexed apply_indices(const Tensor& self, const std::vector<TensorIndex>& indice
             out = merge_dims(
                 out, d, k, need_view, fn,
                 [k] { return "a bool mask over " + std::to_string(k) + " dims"; }, "flattening");
-          // The mask's true positions: counted, then written.
-          const auto positions =
-              backend::pick(fn, t.device(), Dtype::Bool, backend::cpu::mask_positions,
-                            backend::cuda::mask_positions);
-          Tensor mask = t.contiguous();
-          const bool* mp = static_cast<const bool*>(mask.device_data());
-          const int64_t count = positions({mp, mask.numel(), nullptr});
-          Tensor idx = detail::make_tensor(fn, {count}, Dtype::Int64);
-          positions({mp, mask.numel(), static_cast<int64_t*>(idx.device_data())});
-          r.index = idx;
-          r.index_shape = {count};
+          r.index = detail::true_positions(t, fn);
+          r.index_shape = {r.index.numel()};
           r.index_is_mask = true;
         } else {
           r.index = checked_indices(t, out.shape()[d], d, fn).reshape({-1});
@@ -228,6 +219,17 @@ Shape indexed_shape(const Indexed& ix) {
 }
 
 }  // namespace
+
+Tensor detail::true_positions(const Tensor& mask, const char* fn) {
+  const auto positions = backend::pick(fn, mask.device(), Dtype::Bool, backend::cpu::mask_positions,
+                                       backend::cuda::mask_positions);
+  const Tensor m = mask.contiguous();
+  const bool* mp = static_cast<const bool*>(m.device_data());
+  const int64_t count = positions({mp, m.numel(), nullptr});  // counted, then written
+  Tensor idx = detail::make_tensor(fn, {count}, Dtype::Int64, /*zero=*/false);
+  positions({mp, m.numel(), static_cast<int64_t*>(idx.device_data())});
+  return idx;
+}
 
 Tensor Tensor::index(const std::vector<TensorIndex>& indices) const {
   Indexed ix = apply_indices(*this, indices, "index");
@@ -325,9 +327,10 @@ Tensor& Tensor::index_put_(const std::vector<TensorIndex>& indices, Scalar value
 
 namespace {
 
-// index_add's checks; returns the wrapped dim. In [0, n) only: torch takes no negative index here.
+// index_add's checks; returns the wrapped dim and *idx, the index flat and contiguous. In [0, n)
+// only: torch takes no negative index here.
 int64_t check_index_add(const char* fn, const Tensor& input, int64_t dim, const Tensor& index,
-                        const Tensor& source) {
+                        const Tensor& source, Tensor* idx) {
   if (!input.defined() || !index.defined() || !source.defined())
     fail(fn, "undefined tensor argument");
   const int64_t d = detail::wrap_dim(dim, std::max<int64_t>(input.dim(), 1), fn);
@@ -343,24 +346,23 @@ int64_t check_index_add(const char* fn, const Tensor& input, int64_t dim, const 
   if (got != want)
     fail(fn, "source ", shape_str(source.shape()), " does not fit self ", shape_str(input.shape()),
          " with ", index.numel(), " indices along dim ", d, " (expected ", shape_str(want), ")");
-  const Tensor idx = index.contiguous();
-  const int64_t* ip = idx.data_ptr<int64_t>();
+  *idx = index.reshape({-1}).contiguous();
+  const int64_t* ip = idx->data_ptr<int64_t>();
   const int64_t n = input.dim() == 0 ? 1 : input.shape()[d];
-  for (int64_t i = 0; i < idx.numel(); ++i)
+  for (int64_t i = 0; i < idx->numel(); ++i)
     if (ip[i] < 0 || ip[i] >= n)
       throw IndexError(
           detail::msg(fn, "index ", ip[i], " is out of range for dim ", d, " of size ", n));
   return d;
 }
 
-// self[..., index[i], ...] += alpha * source[..., i, ...] in place (self as a 1-D view when it has
-// no dims), without autograd.
-void add_slices(const char* fn, Tensor& self, int64_t d, const Tensor& index, const Tensor& source,
+// self[..., idx[i], ...] += alpha * source[..., i, ...] in place (self as a 1-D view when it has
+// no dims), without autograd; idx flat and contiguous.
+void add_slices(const char* fn, Tensor& self, int64_t d, const Tensor& idx, const Tensor& source,
                 Scalar alpha) {
   NoGradGuard no_grad;
   Tensor src = source.impl()->storage == self.impl()->storage ? source.clone() : source;
   if (alpha.to_double() != 1.0) src = (src * alpha).to(self.dtype());
-  const Tensor idx = index.reshape({-1}).contiguous();
   Tensor dst = self.dim() == 0 ? self.view({1}) : self;
   if (src.dim() == 0) src = src.view({1});
   move(fn, backend::IndexMoveOp::Add, dst, src, d, idx.data_ptr<int64_t>(), idx.numel(),
@@ -385,33 +387,35 @@ std::vector<Tensor> index_add_grads(const Node& n, const Tensor& g, int64_t d, S
 
 Tensor index_add(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& source,
                  Scalar alpha) {
-  const int64_t d = check_index_add("index_add", input, dim, index, source);
+  Tensor idx;
+  const int64_t d = check_index_add("index_add", input, dim, index, source, &idx);
   pick_move("index_add", input);
   Tensor out;
   {
     NoGradGuard no_grad;
     out = input.clone();
   }
-  add_slices("index_add", out, d, index, source, alpha);
+  add_slices("index_add", out, d, idx, source, alpha);
   return detail::record(out, "IndexAddBackward0", {&input, &source},
                         [d, alpha, ss = source.shape()](const Node& n, const Tensor& g) {
                           return index_add_grads(n, g, d, alpha, ss);
                         },
-                        {index.reshape({-1}).contiguous()});
+                        {idx});
 }
 
 Tensor& index_add_(Tensor& input, int64_t dim, const Tensor& index, const Tensor& source,
                    Scalar alpha) {
   detail::check_inplace(input, "index_add_");
-  const int64_t d = check_index_add("index_add_", input, dim, index, source);
+  Tensor idx;
+  const int64_t d = check_index_add("index_add_", input, dim, index, source, &idx);
   pick_move("index_add_", input);
-  add_slices("index_add_", input, d, index, source, alpha);
+  add_slices("index_add_", input, d, idx, source, alpha);
   detail::bump_version(input);
   detail::record_inplace(input, "IndexAddBackward0", {&input, &source},
                          [d, alpha, ss = source.shape()](const Node& n, const Tensor& g) {
                            return index_add_grads(n, g, d, alpha, ss);
                          },
-                         {index.reshape({-1}).contiguous()});
+                         {idx});
   return input;
 }
 

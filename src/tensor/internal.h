@@ -98,6 +98,9 @@ inline Shape elementwise_strides(const Tensor& t) { return elementwise_strides(t
 Dtype promote(Dtype a, Dtype b);
 Dtype promote_scalar(Dtype a, const Scalar& s);
 Tensor scalar_tensor(const Scalar& s, Dtype dtype);
+// The positions of mask's (bool) true elements in row-major order, a 1-D int64 tensor; fn names
+// the op in errors (a device without the kernel).
+Tensor true_positions(const Tensor& mask, const char* fn);
 std::string tensor_desc(const Tensor& t);  // "(2, 3) float32" for messages
 // Throws "[fn] what is an undefined tensor" or "[fn] what must be float32, got int64 (2, 3)".
 void check_float32(const Tensor& t, const char* what, const char* fn);

@@ -8,10 +8,6 @@
 #include <limits>
 #include <new>
 
-#if defined(__unix__) || defined(__APPLE__)
-#include <sys/mman.h>
-#endif
-
 #include "../backend/gpu_runtime.h"
 #include "host_cache.h"
 #include "internal.h"

@@ -100,6 +100,7 @@ void index_move(const backend::IndexMove& a) {
   }
   int64_t m = 1;
   for (int64_t e : *a.slice_shape) m *= e;
+  const bool take = a.op == IndexMoveOp::Take;  // i indexes dst, else src
   // The threads share the slices' elements (each goes through every index in order for its own
   // elements): no two write one element, and repeated indices keep their order.
   parallel_strided_rows<2>(
@@ -107,7 +108,6 @@ void index_move(const backend::IndexMove& a) {
       [&](const std::array<int64_t, 2>& off, int64_t len, const std::array<int64_t, 2>& in) {
         for (int64_t i = 0; i < a.n; ++i) {
           const int64_t k = at(i);
-          const bool take = a.op == IndexMoveOp::Take;
           move_part(a.op, pd + (take ? i : k) * sd + off[0], ps + (take ? k : i) * ss + off[1], len,
                     in[0], in[1]);
         }
