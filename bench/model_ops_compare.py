@@ -14,7 +14,9 @@ program at its scale):
   final.index_add_(0, top, ...), then backward;
 - grouped-query attention's keys.repeat_interleave(4, dim=1) of (16, 2, 256, 32), forward and
   backward;
-- masked_fill(causal, -inf) of (16, 8, 256, 256) scores, then softmax, forward and backward.
+- masked_fill(causal, -inf) of (16, 8, 256, 256) scores, then softmax, forward and backward;
+- complex RoPE as Meta's reference Llama code: view_as_complex of (16, 256, 8, 64) queries and
+  (16, 256, 2, 64) keys, times polar frequencies, view_as_real, forward and backward.
 Each library runs in its own process (the two are never loaded together), alternating --reps
 times; each sample is the mean of --calls calls after one warm-up call. Printed: the medians and
 attn / torch (below 1: attn is faster).
@@ -80,6 +82,21 @@ def qwen():
 k = torch.randn(16, 2, 256, 32, requires_grad=True)
 s = torch.randn(16, 8, 256, 256, requires_grad=True)
 causal = torch.triu(torch.ones(256, 256, dtype=torch.bool), diagonal=1)
+q = torch.randn(16, 256, 8, 64, requires_grad=True)
+kr = torch.randn(16, 256, 2, 64, requires_grad=True)
+inv = 1.0 / (10000.0 ** (torch.arange(0, 64, 2).float() / 64))
+freqs_cis = torch.polar(torch.ones(256, 32), torch.outer(torch.arange(256).float(), inv))
+
+
+def rope():
+    fc = freqs_cis.view(1, 256, 1, 32)
+    xq = torch.view_as_complex(q.float().reshape(16, 256, 8, -1, 2))
+    xk = torch.view_as_complex(kr.float().reshape(16, 256, 2, -1, 2))
+    oq = torch.view_as_real(xq * fc).flatten(3)
+    ok = torch.view_as_real(xk * fc).flatten(3)
+    (oq.sum() + ok.sum()).backward()
+
+
 cases = {
     "Mistral MoE loop fwd+bwd": mistral,
     "x[rows] fwd+bwd": rows_grad,
@@ -88,6 +105,7 @@ cases = {
     "repeat_interleave(4, dim=1) fwd+bwd": lambda: k.repeat_interleave(4, dim=1).sum().backward(),
     "masked_fill(causal) + softmax fwd+bwd":
         lambda: torch.softmax(s.masked_fill(causal, float("-inf")), dim=-1).sum().backward(),
+    "complex RoPE (Meta's) fwd+bwd": rope,
 }
 out = {}
 for name, f in cases.items():

@@ -92,6 +92,11 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 // where(cond, a, b): a where cond is true, else b (all broadcast together).
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor masked_fill(const Tensor& t, const Tensor& mask, Scalar value);
+// The product of complex64 numbers held as float32 (real, imaginary) pairs in a last dim of 2 (the
+// layout of torch.view_as_real): a * b, or a * conj(b) with conj_b, the pairs broadcast as
+// complex numbers; each part rounded as torch's complex multiply. Differentiable in both, with
+// torch's complex gradients (g * conj(b) for a). Python's complex64 tensors multiply through it.
+Tensor complex_mul(const Tensor& a, const Tensor& b, bool conj_b = false);
 Tensor sum(const Tensor& t);
 Tensor sum(const Tensor& t, Shape dims, bool keepdim = false);
 Tensor mean(const Tensor& t);

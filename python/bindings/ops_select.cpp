@@ -248,6 +248,8 @@ void register_ops_select(py::module_& m) {
         release());
   T.def("index_select", &Tensor::index_select, py::arg("dim"), py::arg("index"), release());
   m.def("_nonzero", &attn::nonzero, py::arg("input"), release());
+  m.def("_complex_mul", &attn::complex_mul, py::arg("a"), py::arg("b"), py::arg("conj_b") = false,
+        release());
   m.def(
       "_index_add",
       [](const Tensor& input, int64_t dim, const Tensor& index, const Tensor& source,

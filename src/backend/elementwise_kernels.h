@@ -92,6 +92,20 @@ struct Select {
 using SelectFn = void(const Select&);
 ATTN_BACKEND_KERNELS(SelectFn, select)
 
+// The product of complex numbers stored as float32 (real, imaginary) pairs: out[k] = a[k] * b[k],
+// or a[k] * conj(b[k]) with conj_b, for the elements k of `shape` (the complex dims, without the
+// pair). Each operand's strides count floats and step between pairs (broadcast: 0); the two floats
+// of a pair are adjacent. out is contiguous. As torch's complex64 multiply, each part is two
+// products and one sum, each rounded: (ar br - ai bi) + i (ar bi + ai br).
+struct ComplexMul {
+  const Shape* shape;
+  StridedOperand a, b;
+  bool conj_b;
+  float* out;
+};
+using ComplexMulFn = void(const ComplexMul&);
+ATTN_BACKEND_KERNELS(ComplexMulFn, complex_mul)
+
 // out (contiguous, `shape`) = min(max(x, lo), hi), the bounds optional (null storage), each
 // operand strided and broadcast to `shape`; a NaN in x or in a bound propagates, as PyTorch.
 struct Clamp {

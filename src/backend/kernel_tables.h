@@ -20,6 +20,7 @@
   X(BinaryFn, binary)                      \
   X(UnaryFn, unary)                        \
   X(SelectFn, select)                      \
+  X(ComplexMulFn, complex_mul)             \
   X(ClampFn, clamp)                        \
   X(ReduceFn, reduce)                      \
   X(ExtremeFn, extreme)                    \

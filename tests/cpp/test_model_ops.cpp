@@ -104,6 +104,87 @@ TEST(ModelOps, OuterIsEachProductOnce) {
             "[outer] expected 1-D vectors, got (2, 2) and (2,)");
 }
 
+// The complex product of Meta's rotary embeddings (view_as_complex(x) * freqs_cis): each part two
+// float products and one float sum, each rounded (torch's complex64 multiply). The reference
+// rounds every step to float from double, which is exact for one product or one sum.
+float cmul_part(float p1, float q1, float p2, float q2, bool minus) {
+  const float x = float(double(p1) * double(q1)), y = float(double(p2) * double(q2));
+  return float(minus ? double(x) - double(y) : double(x) + double(y));
+}
+
+TEST(ModelOps, ComplexMulIsTorchsRoundingOnStridedBroadcastPairs) {
+  const int threads = attn::get_num_threads();
+  attn::Generator gen(7);
+  // a: (B, L, H, D/2) pairs read through a transposed view; b: (L, 1, D/2) broadcast over B and H.
+  const int64_t B = 3, L = 70, H = 4, P = 24;
+  const Tensor a = attn::randn({B, H, L, P, 2}, &gen).transpose(1, 2);
+  const Tensor b = attn::randn({L, 1, P, 2}, &gen);
+  const auto av = values(a), bv = values(b);
+  for (int nt : {1, 2}) {
+    attn::set_num_threads(nt);
+    for (bool conj : {false, true}) {
+      SCOPED_TRACE("threads " + std::to_string(nt) + " conj " + std::to_string(conj));
+      const Tensor ab = attn::complex_mul(a, b, conj);
+      ASSERT_EQ(ab.shape(), (Shape{B, L, H, P, 2}));
+      const auto o = values(ab);
+      int64_t bad = 0;
+      for (int64_t k = 0; k < B * L * H * P; ++k) {
+        const int64_t l = (k / (H * P)) % L, p = k % P;
+        const float ar = av[2 * k], ai = av[2 * k + 1];
+        const float br = bv[2 * (l * P + p)], bi = bv[2 * (l * P + p) + 1];
+        const float re = conj ? cmul_part(ar, br, ai, bi, false) : cmul_part(ar, br, ai, bi, true);
+        const float im = conj ? cmul_part(ai, br, ar, bi, true) : cmul_part(ar, bi, ai, br, false);
+        bad += o[2 * k] != re || o[2 * k + 1] != im;
+      }
+      EXPECT_EQ(bad, 0);
+      if (!conj) {  // b * a: the same bits (the broadcast operand first)
+        EXPECT_TRUE(attn::equal(attn::complex_mul(b, a), ab));
+      }
+    }
+  }
+  attn::set_num_threads(threads);
+}
+
+TEST(ModelOps, ComplexMulGradientsAreTorchsComplexOnes) {
+  attn::Generator gen(8);
+  for (bool conj : {false, true}) {
+    SCOPED_TRACE(conj ? "a * conj(b)" : "a * b");
+    const Tensor a = attn::randn({2, 5, 3, 2}, &gen).requires_grad_();
+    const Tensor b = attn::randn({5, 1, 2}, &gen).requires_grad_();
+    const Tensor w = attn::randn({2, 5, 3, 2}, &gen);  // the upstream gradient g
+    (attn::complex_mul(a, b, conj) * w).sum().backward();
+    // For a real loss, with g = w as complex numbers: d/da = g * conj(b') and d/db' = g * conj(a),
+    // where b' = conj(b) when conj is set (and then d/db = conj(d/db')).
+    const auto av = values(a), bv = values(b), wv = values(w);
+    const auto ga = values(a.grad()), gb = values(b.grad());
+    std::vector<double> want_b(10, 0.0);
+    for (int64_t k = 0; k < 30; ++k) {
+      const int64_t j = (k / 3) % 5;
+      const double gr = wv[2 * k], gi = wv[2 * k + 1], ar = av[2 * k], ai = av[2 * k + 1];
+      const double br = bv[2 * j], bi = conj ? -bv[2 * j + 1] : bv[2 * j + 1];
+      EXPECT_NEAR(ga[2 * k], gr * br + gi * bi, 1e-5) << k;
+      EXPECT_NEAR(ga[2 * k + 1], gi * br - gr * bi, 1e-5) << k;
+      want_b[2 * j] += gr * ar + gi * ai;
+      want_b[2 * j + 1] += (gi * ar - gr * ai) * (conj ? -1 : 1);
+    }
+    for (int j = 0; j < 10; ++j) EXPECT_NEAR(gb[j], want_b[j], 1e-4) << j;
+  }
+}
+
+TEST(ModelOps, ComplexMulRefusesWhatIsNotPairs) {
+  EXPECT_EQ(outcome([] { attn::complex_mul(attn::ones({3, 3}), attn::ones({3, 2})); }),
+            "[complex_mul] a must be float32 (real, imaginary) pairs in a last dim of 2, got (3, 3) "
+            "float32");
+  EXPECT_EQ(outcome([] {
+              attn::complex_mul(attn::ones({2, 2}), attn::ones({2}, attn::Dtype::Int64));
+            }),
+            "[complex_mul] b must be float32 (real, imaginary) pairs in a last dim of 2, got (2,) "
+            "int64");
+  EXPECT_NE(outcome([] { attn::complex_mul(attn::ones({3, 2}), attn::ones({4, 2})); })
+                .find("[complex_mul]"),
+            std::string::npos);
+}
+
 TEST(ModelOps, SeveralIndexTensorsOnAdjacentDims) {
   using attn::TensorIndex;
   const Tensor x = attn::arange(24).reshape({2, 3, 4});

@@ -508,6 +508,33 @@ def test_complex_rope_as_metas_reference_code():
     assert attn.is_complex(fa) and not attn.is_complex(q)
 
 
+def test_complex_views_products_and_gradients_as_pytorch():
+    """complex64 beyond the reference code's one product: the broadcast operand first, a complex
+    product of two tensors that both need gradients, conj, a real scale and a complex sum, .real /
+    .imag and view_as_real sharing memory with the pairs, indexing with an Ellipsis."""
+    results = {}
+    for m in (attn, torch):
+        xa, xt = pair((2, 6, 3, 4, 2), seed=5, requires_grad=True)
+        fa, ft = pair((6, 1, 4, 2), seed=6, requires_grad=True)
+        x, f = (xa, fa) if m is attn else (xt, ft)
+        cx, cf = m.view_as_complex(x), m.view_as_complex(f)
+        assert tuple(cx.shape) == (2, 6, 3, 4) and cx.dim() == 4 and cx.size(-1) == 4
+        y = cf * cx + (cx * cf.conj()) * 0.5 + cx[..., 1:2] * cx[:, :, :, :1]
+        r = m.view_as_real(y)
+        loss = (r * r).sum() + y.real.sum() - 3.0 * y.imag.sum()
+        loss.backward()
+        p = m.zeros(2, 3, 2)
+        cp = m.view_as_complex(p)
+        m.view_as_real(cp)[0, 0, 1] = 7.0  # the same memory, as torch's views
+        results[m] = (r, x.grad, f.grad, p[0, 0, 1])
+    for a, t in zip(results[attn], results[torch]):
+        np.testing.assert_allclose(np_of(a), np_of(t), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="complex64 only"):
+        attn.view_as_complex(attn.ones(3, 2, dtype=attn.bfloat16))
+    with pytest.raises(RuntimeError, match="stride 1"):
+        attn.view_as_complex(attn.ones(2, 3).t())
+
+
 def test_new_factories_take_self_dtype_and_device():
     for m in (attn, torch):
         x = m.ones(2, dtype=m.int64)
