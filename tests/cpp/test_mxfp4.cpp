@@ -350,10 +350,15 @@ TEST(Mxfp4, LinearStreamsFewRowsAndDecodesBlocksForManyWithGradientsToX) {
         const Tensor g = attn::randn({N, mat->rows}, &gen).to(dtype);
         y.backward(g);
         ASSERT_EQ(x.grad().dtype(), dtype);
-        const Tensor want =
-            attn::matmul(g.to(attn::Dtype::Float32), attn::mxfp4_dequantize(*mat, 1));
-        const double tol = dtype == attn::Dtype::Float32 ? 1e-4 : 2e-2;
-        EXPECT_TRUE(attn::allclose(x.grad().to(attn::Dtype::Float32), want, tol, tol));
+        // float32: within the rounding of a sum of 300 terms of up to ~1000 in magnitude (the
+        // summation order is the BLAS's, and differs between builds); bfloat16: the result's own.
+        const Tensor w = attn::mxfp4_dequantize(*mat, 1);
+        if (dtype == attn::Dtype::Float32) {
+          EXPECT_TRUE(near_product(x.grad(), g, w.transpose(0, 1)));
+        } else {
+          const Tensor want = attn::matmul(g.to(attn::Dtype::Float32), w);
+          EXPECT_TRUE(attn::allclose(x.grad().to(attn::Dtype::Float32), want, 2e-2, 2e-2));
+        }
       }
     }
   }
