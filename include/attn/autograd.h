@@ -77,6 +77,8 @@ struct Node {
   BackwardFn backward;
   std::vector<SavedTensor> saved;
   bool released = false;  // saved tensors freed by a backward pass without retain_graph
+  // Creation order (torch's sequence_nr): backward runs the ready node created last first.
+  uint64_t sequence_nr = 0;
 
   // Whether input i needs a gradient (a formula may skip the work otherwise).
   bool needs_input_grad(std::size_t i) const { return i < inputs.size() && inputs[i].defined(); }

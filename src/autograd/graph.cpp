@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <queue>
 #include <unordered_map>
 #include <utility>
 
@@ -73,6 +74,8 @@ Edge edge_to(const std::shared_ptr<TensorImpl>& t) {
 }
 
 void link(Node& node) {
+  static std::atomic<uint64_t> next_sequence_nr{1};
+  node.sequence_nr = next_sequence_nr.fetch_add(1, std::memory_order_relaxed);
   node.next.clear();
   node.leaves.clear();
   for (const Edge& e : node.inputs) {
@@ -152,8 +155,24 @@ bool sole_owner(const Tensor& t) {
          t.is_contiguous();
 }
 
+// A gradient that is a view of a tensor nobody else holds (a product's result reshaped, as
+// matmul returns it): the view forgets that base, so that sole_owner sees it as the storage's only
+// holder and the gradient is kept or added into in place rather than copied (a 256 MiB gradient
+// of gathered expert weights was cloned once more at its leaf).
+void forget_orphan_base(Tensor& t) {
+  if (!t.defined()) return;
+  TensorImpl& impl = *t.impl();
+  AutogradMeta* m = impl.autograd.get();
+  if (!m || t.impl().use_count() != 1 || impl.requires_grad || m->grad_fn || m->grad.defined() ||
+      !m->post_accumulate_grad_hooks.empty() || !m->base || m->base.use_count() != 1 ||
+      m->base->storage != impl.storage)
+    return;
+  impl.autograd.reset();
+}
+
 void accumulate(TensorImpl& leaf, Tensor grad) {
   GradLock lock(grad_mutex);
+  forget_orphan_base(grad);
   AutogradMeta& m = meta_of(leaf);
   if (m.grad.defined())
     m.grad.add_(grad);
@@ -357,6 +376,19 @@ void record_inplace(Tensor& self, const std::string& name, const std::vector<con
 
 // ---- the engine -----------------------------------------------------------------------------
 
+namespace {
+// Frees a node's saved tensors after a pass without retain_graph; a later pass through the node
+// then fails with saved_tensor's message. Nodes that saved nothing stay usable, as in torch.
+void release_saved(Node& n) {
+  bool any = false;
+  for (const SavedTensor& s : n.saved) any |= s.tensor.defined();
+  if (any) {
+    n.saved.clear();
+    n.released = true;
+  }
+}
+}  // namespace
+
 void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> retain_graph) {
   if (!root.defined()) fail("backward", "called on an undefined tensor");
   if (!root.requires_grad())
@@ -377,6 +409,7 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
            " but the output it belongs to has shape ", shape_str(root.shape()));
   }
   NoGradGuard no_grad;
+  const bool retain = retain_graph.value_or(false);
   std::shared_ptr<Node> start = grad_fn(root);
   if (!start) {  // a leaf: its gradient is the given one
     accumulate(*root.impl(), grad);
@@ -401,10 +434,16 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
 
   std::unordered_map<Node*, Tensor> pending;
   pending[start.get()] = grad;
-  std::vector<Node*> ready{start.get()};
+  // Ready nodes run latest-created first, as in torch's engine: a node's gradient is used soon
+  // after it is made (a product's gradient to its weights before the long way back through its
+  // other input), so fewer gradients wait at once, and sums of several gradients are added in
+  // torch's order.
+  auto later_first = [](const Node* a, const Node* b) { return a->sequence_nr < b->sequence_nr; };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
+  ready.push(start.get());
   while (!ready.empty()) {
-    Node* node = ready.back();
-    ready.pop_back();
+    Node* node = ready.top();
+    ready.pop();
     Tensor g = std::move(pending[node]);
     pending.erase(node);
     std::vector<Tensor> grads;
@@ -415,6 +454,11 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
         fail("backward", node->name, " returned ", grads.size(), " gradients for ",
              node->inputs.size(), " inputs");
     }
+    g = Tensor();
+    // Without retain_graph, a node's saved tensors go as soon as it has run (as torch's engine
+    // frees them): the activations are released one by one while the pass goes on, so its peak
+    // is not the forward's plus every gradient.
+    if (!retain) release_saved(*node);
     for (std::size_t i = 0; i < node->inputs.size(); ++i) {
       const Edge& e = node->inputs[i];
       if (!e.defined()) continue;
@@ -432,6 +476,7 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
           // The first gradient is taken as it is; later ones are added into it in place when no
           // one else holds it (else into a new tensor, as p + gi).
           Tensor& p = pending[e.fn.get()];
+          forget_orphan_base(grads[i]);
           if (!p.defined())
             p = std::move(grads[i]);
           else if (sole_owner(p))
@@ -444,19 +489,13 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
         auto it = leaf_deps.find(e.leaf.get());
         if (it != leaf_deps.end() && --it->second == 0 && has_grad(*e.leaf)) run_post_hooks(e.leaf);
       }
-      if (e.fn && --deps[e.fn.get()] == 0) ready.push_back(e.fn.get());
+      if (e.fn && --deps[e.fn.get()] == 0) ready.push(e.fn.get());
     }
   }
 
-  if (!retain_graph.value_or(false))
-    for (const auto& n : nodes) {
-      bool any = false;
-      for (const SavedTensor& s : n->saved) any |= s.tensor.defined();
-      if (any) {
-        n->saved.clear();
-        n->released = true;
-      }
-    }
+  // The nodes that did not run (no gradient reached them) are released too.
+  if (!retain)
+    for (const auto& n : nodes) release_saved(*n);
 }
 
 int64_t register_post_accumulate_grad_hook(const Tensor& t, PostAccumulateGradHook hook) {

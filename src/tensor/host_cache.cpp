@@ -4,6 +4,7 @@
 #include <attn/device.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <new>
 #include <utility>
+#include <vector>
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/mman.h>
@@ -79,8 +81,13 @@ std::size_t read_limit() {
   return std::size_t(n << shift);
 }
 
-// A block: its address and whether it was mapped (host_map_zeroed) or allocated.
-using Block = std::pair<void*, bool>;
+// A block: its address, whether it was mapped (host_map_zeroed) or allocated, and when it was
+// given back (for evicting the oldest first).
+struct Block {
+  void* p;
+  bool mapped;
+  uint64_t given;
+};
 
 void free_block(void* p, std::size_t block, bool mapped) noexcept {
 #if ATTN_HOST_MMAP
@@ -99,6 +106,7 @@ struct Cache {
   std::mutex mutex;
   std::multimap<std::size_t, Block> blocks;  // by size
   std::size_t bytes = 0;
+  uint64_t clock = 0;  // counts blocks given back
   const std::size_t limit = read_limit();
 };
 
@@ -120,15 +128,38 @@ void* host_cache_take(std::size_t size, std::size_t* block, bool* mapped) {
   if (size < kHostCacheMinBytes) return nullptr;
   Cache& c = cache();
   if (c.limit == 0) return nullptr;
-  std::lock_guard<std::mutex> lock(c.mutex);
-  auto it = c.blocks.lower_bound(size);
-  if (it == c.blocks.end() || it->first - size > size / 8) return nullptr;
-  void* p = it->second.first;
-  *mapped = it->second.second;
-  *block = it->first;
-  c.bytes -= it->first;
-  c.blocks.erase(it);
-  return p;
+  std::vector<std::pair<std::size_t, Block>> evicted;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.blocks.lower_bound(size);
+    if (it != c.blocks.end() && it->first - size <= size / 8) {
+      void* p = it->second.p;
+      *mapped = it->second.mapped;
+      *block = it->first;
+      c.bytes -= it->first;
+      c.blocks.erase(it);
+      return p;
+    }
+    // A miss: the caller maps `size` fresh bytes. The oldest blocks, `size` bytes of them, go
+    // first, so that what is cached plus what is live never outgrows the most that was live at
+    // once (the cache saves faults, not memory): a backward pass that frees 256 MiB of saved
+    // activations and then asks for 128 MiB would otherwise hold both.
+    std::size_t freed = 0;
+    try {
+      while (freed < size && !c.blocks.empty()) {
+        auto oldest = c.blocks.begin();
+        for (auto b = c.blocks.begin(); b != c.blocks.end(); ++b)
+          if (b->second.given < oldest->second.given) oldest = b;
+        evicted.emplace_back(*oldest);
+        freed += oldest->first;
+        c.bytes -= oldest->first;
+        c.blocks.erase(oldest);
+      }
+    } catch (...) {  // no memory for the list: the blocks listed so far are freed below
+    }
+  }
+  for (auto& [bytes, b] : evicted) free_block(b.p, bytes, b.mapped);
+  return nullptr;
 }
 
 void* host_map_zeroed(std::size_t block) noexcept {
@@ -149,7 +180,7 @@ void host_cache_give(void* p, std::size_t block, bool mapped) noexcept {
     try {
       std::lock_guard<std::mutex> lock(c.mutex);
       if (c.bytes + block <= c.limit) {
-        c.blocks.emplace(block, Block{p, mapped});
+        c.blocks.emplace(block, Block{p, mapped, c.clock++});
         c.bytes += block;
         return;
       }
@@ -163,7 +194,7 @@ std::size_t host_cache_release() noexcept {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   const std::size_t freed = c.bytes;
-  for (auto& [size, b] : c.blocks) free_block(b.first, size, b.second);
+  for (auto& [size, b] : c.blocks) free_block(b.p, size, b.mapped);
   c.blocks.clear();
   c.bytes = 0;
   return freed;

@@ -8,7 +8,10 @@
 // Only blocks of at least kHostCacheMinBytes, sized in whole pages; at most host_cache_limit()
 // bytes held (the environment variable ATTN_CPU_CACHE_BYTES, default 1 GiB; 0 turns the cache
 // off, and builds under AddressSanitizer leave it off so that a use after free is still caught).
-// A block that would go over the limit is freed. Thread-safe.
+// A block that would go over the limit is freed. A request that no cached block serves frees
+// its size in the oldest blocks first, so that what is cached plus what is live never exceeds the
+// most that was live at once by more than the slack of reused blocks (an eighth): the cache
+// saves page faults, not memory. Thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +25,8 @@ constexpr std::size_t kHostCacheMinBytes = std::size_t(128) << 10;
 std::size_t host_block_size(std::size_t bytes);
 // A cached block of at least `size` bytes (host_block_size(size)) and at most an eighth more,
 // taken out of the cache; *block gets its size and *mapped how it was allocated (for
-// host_cache_give). nullptr when there is none.
+// host_cache_give). nullptr when there is none, after freeing the oldest cached blocks, `size`
+// bytes of them or all, for the fresh block the caller then allocates.
 void* host_cache_take(std::size_t size, std::size_t* block, bool* mapped);
 // Fresh zeroed pages of `block` bytes (a whole number of pages), mapped from the kernel, which
 // zeroes each when it is first touched (calloc's trick); nullptr when none can be had.

@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -1074,6 +1075,76 @@ TEST_F(AutogradTest, PostAccumulateGradHookRunsOncePerPassAfterTheLastGradient) 
   Tensor y = w * 2.0;
   EXPECT_THROW(register_post_accumulate_grad_hook(y, [](const Tensor&) {}), Error);
   EXPECT_THROW(register_post_accumulate_grad_hook(ones({2}), [](const Tensor&) {}), Error);
+}
+
+TEST_F(AutogradTest, NodesRunLatestCreatedFirstAsTorchsEngine) {
+  // torch 2.15 runs the ready node of the highest sequence number first: b's product (made after
+  // a's) delivers its gradient first, whichever operand of the sum it is; both print ['b', 'a'].
+  Tensor a = ones({3}).requires_grad_(), b = ones({3}).requires_grad_();
+  std::string order;
+  register_post_accumulate_grad_hook(a, [&](const Tensor&) { order += 'a'; });
+  register_post_accumulate_grad_hook(b, [&](const Tensor&) { order += 'b'; });
+  {
+    Tensor y1 = a * 2.0, y2 = b * 3.0;
+    (y2 + y1).sum().backward();
+  }
+  EXPECT_EQ(order, "ba");
+  order.clear();
+  {
+    Tensor y1 = a * 2.0, y2 = b * 3.0;
+    (y1 + y2).sum().backward();
+  }
+  EXPECT_EQ(order, "ba");
+}
+
+TEST_F(AutogradTest, SavedTensorsGoAsSoonAsTheirNodeHasRunWithoutRetainGraph) {
+  // x * big saves big for x's gradient; once that node has run, big's storage is gone while the
+  // pass goes on (x's hook runs inside it), as torch frees a node's saved variables.
+  Tensor x = ones({4}).requires_grad_();
+  Tensor big = full({4}, 2.0f) * 1.0;
+  std::weak_ptr<Storage> big_storage = big.impl()->storage;
+  Tensor y = x * big;
+  big = Tensor();
+  ASSERT_FALSE(big_storage.expired());  // held by the graph
+  bool seen = false;
+  const int64_t hook = register_post_accumulate_grad_hook(x, [&](const Tensor& leaf) {
+    seen = true;
+    EXPECT_TRUE(big_storage.expired()) << "MulBackward0's saved tensor outlived its node";
+    EXPECT_FLOAT_EQ(leaf.grad()[0].item<float>(), 2.0f * std::exp(2.0f));
+  });
+  (y.exp() * 1.0).sum().backward();
+  EXPECT_TRUE(seen);
+  remove_post_accumulate_grad_hook(x, hook);
+  // A second pass through the freed node names it.
+  try {
+    (y * 1.0).sum().backward();
+    ADD_FAILURE() << "a second pass through released nodes did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("retain_graph"), std::string::npos) << e.what();
+  }
+  // With retain_graph the saved tensors stay for the next pass.
+  Tensor z = x * (full({4}, 3.0f) * 1.0);
+  z.sum().backward(Tensor(), true);
+  z.sum().backward();
+  EXPECT_FLOAT_EQ(x.grad()[0].item<float>(), 2.0f * std::exp(2.0f) + 3.0f + 3.0f);
+}
+
+TEST_F(AutogradTest, AGradientThatIsAViewOfANewTensorIsKeptNotCopied) {
+  // A formula returning a view of a tensor only it made (matmul's results are such views): the
+  // leaf keeps that storage as its .grad, and a non-leaf input adds later gradients into it in
+  // place, rather than copying (a 256 MiB gradient of gathered expert weights was cloned).
+  Tensor x = ones({8, 4}).requires_grad_();
+  const void* made = nullptr;
+  auto viewed_grad = [&made](const Node&, const Tensor& g) {
+    Tensor fresh = g.reshape({4, 8}) * 1.0;  // a new tensor, then a view of it
+    made = fresh.data_ptr<float>();
+    return std::vector<Tensor>{fresh.view({8, 4})};
+  };
+  Tensor y = detail::record(x * 1.0, "TestViewBackward", {&x}, viewed_grad);
+  y.sum().backward();
+  ASSERT_NE(made, nullptr);
+  EXPECT_EQ(static_cast<const void*>(x.grad().data_ptr<float>()), made);
+  EXPECT_FLOAT_EQ(x.grad()[7][3].item<float>(), 1.0f);
 }
 
 TEST_F(AutogradTest, SeedStyleTrainingStep) {

@@ -44,6 +44,28 @@ TEST(HostCache, AFreedBlockServesTheNextStorageOfItsSize) {
   cpu::empty_cache();
 }
 
+TEST(HostCache, AMissFreesTheOldestBlocksFirst) {
+  // What is cached plus what is live stays within the most that was live at once: a storage the
+  // cache cannot serve first frees its size in the oldest blocks (here the 4 MiB one, given back
+  // before the 2 MiB one), and the block a later storage of its size can take stays.
+  cpu::empty_cache();
+  if (!cache_on()) GTEST_SKIP() << "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer)";
+  Tensor a = empty({int64_t(1) << 20});  // 4 MiB
+  Tensor b = empty({int64_t(1) << 19});  // 2 MiB
+  const float* pb = b.data_ptr<float>();
+  a = Tensor();
+  b = Tensor();
+  ASSERT_EQ(cpu::cached_bytes(), std::size_t(6) << 20);
+  Tensor c = empty({int64_t(1) << 18});  // 1 MiB: no block within an eighth of it
+  EXPECT_EQ(cpu::cached_bytes(), std::size_t(2) << 20);
+  Tensor d = empty({int64_t(1) << 19});
+  EXPECT_EQ(d.data_ptr<float>(), pb);
+  EXPECT_EQ(cpu::cached_bytes(), 0u);
+  d.fill_(4.0f);
+  for (int64_t i = 0; i < d.numel(); i += 4099) ASSERT_EQ(d.data_ptr<float>()[i], 4.0f);
+  cpu::empty_cache();
+}
+
 TEST(HostCache, ZerosFromAReusedBlockAreZeros) {
   cpu::empty_cache();
   const int64_t n = 200000;  // 800 KB: cached, and zeroed by memset (not freshly mapped)
