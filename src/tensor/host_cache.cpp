@@ -3,11 +3,13 @@
 
 #include <attn/device.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
@@ -102,11 +104,44 @@ void free_block(void* p, std::size_t block, bool mapped) noexcept {
   std::free(p);
 }
 
+// Unmaps the pages of a mapped block past its first `keep` bytes (both whole pages).
+void unmap_tail(void* p, std::size_t keep, std::size_t bytes) noexcept {
+#if ATTN_HOST_MMAP
+  if (bytes > keep) munmap(static_cast<char*>(p) + keep, bytes - keep);
+#else
+  (void)p;
+  (void)keep;
+  (void)bytes;
+#endif
+}
+
+#if defined(__linux__)
+constexpr bool kCanGrow = true;
+#else
+constexpr bool kCanGrow = false;
+#endif
+
+// A mapped block of `bytes` grown to `size` (mremap: the pages move, resident, and only the new
+// tail faults when touched); nullptr when the system cannot, the block then as it was.
+void* grow_block(void* p, std::size_t bytes, std::size_t size) noexcept {
+#if defined(__linux__)
+  void* q = mremap(p, bytes, size, MREMAP_MAYMOVE);
+  return q == MAP_FAILED ? nullptr : q;
+#else
+  (void)p;
+  (void)bytes;
+  (void)size;
+  return nullptr;
+#endif
+}
+
 struct Cache {
   std::mutex mutex;
   std::multimap<std::size_t, Block> blocks;  // by size
-  std::size_t bytes = 0;
-  uint64_t clock = 0;  // counts blocks given back
+  std::size_t bytes = 0;                     // cached
+  std::size_t live = 0;  // in blocks of kHostCacheMinBytes and more handed out, not given back
+  std::size_t peak = 0;  // the most live since the start or the last host_cache_release
+  uint64_t clock = 0;    // counts blocks given back
   const std::size_t limit = read_limit();
 };
 
@@ -129,37 +164,89 @@ void* host_cache_take(std::size_t size, std::size_t* block, bool* mapped) {
   Cache& c = cache();
   if (c.limit == 0) return nullptr;
   std::vector<std::pair<std::size_t, Block>> evicted;
+  void* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     auto it = c.blocks.lower_bound(size);
-    if (it != c.blocks.end() && it->first - size <= size / 8) {
-      void* p = it->second.p;
-      *mapped = it->second.mapped;
-      *block = it->first;
-      c.bytes -= it->first;
+    if (it != c.blocks.end() &&
+        (it->first - size <= size / 8 || (ATTN_HOST_MMAP && it->second.mapped))) {
+      // The smallest block that holds `size`: as it is when within an eighth of it, else cut
+      // in two (pages of a mapping unmap separately): the head serves, its pages resident, and
+      // the tail stays cached as a block of its own (unmapped when under kHostCacheMinBytes).
+      Block b = it->second;
+      std::size_t bytes = it->first;
+      c.bytes -= bytes;
       c.blocks.erase(it);
-      return p;
+      if (bytes - size > size / 8) {
+        const std::size_t tail = bytes - size;
+        bool kept = false;
+        if (tail >= kHostCacheMinBytes) {
+          try {
+            c.blocks.emplace(tail, Block{static_cast<char*>(b.p) + size, true, b.given});
+            c.bytes += tail;
+            kept = true;
+          } catch (...) {
+          }
+        }
+        if (!kept) unmap_tail(b.p, size, bytes);
+        bytes = size;
+      }
+      *mapped = b.mapped;
+      *block = bytes;
+      c.live += bytes;
+      c.peak = std::max(c.peak, c.live);
+      return b.p;
     }
-    // A miss: the caller maps `size` fresh bytes. The oldest blocks, `size` bytes of them, go
-    // first, so that what is cached plus what is live never outgrows the most that was live at
-    // once (the cache saves faults, not memory): a backward pass that frees 256 MiB of saved
-    // activations and then asks for 128 MiB would otherwise hold both.
-    std::size_t freed = 0;
+    // Every cached block is smaller (or none is mapped). The largest mapped one grows to `size`
+    // where the system can (its pages move, only the new tail faults); else the caller maps
+    // `size` fresh bytes. Either way the oldest blocks go first where what is cached plus what
+    // is live would outgrow the most that was live at once: the cache saves page faults, not
+    // memory (a backward pass that frees 256 MiB of saved activations and then asks for 128 MiB
+    // would otherwise hold both).
+    Block grow{nullptr, false, 0};
+    std::size_t grow_bytes = 0;
+    if (kCanGrow && !c.blocks.empty() && std::prev(c.blocks.end())->second.mapped &&
+        std::prev(c.blocks.end())->first < size) {
+      auto last = std::prev(c.blocks.end());
+      grow = last->second;
+      grow_bytes = last->first;
+      c.bytes -= grow_bytes;
+      c.blocks.erase(last);
+    }
+    const std::size_t bound = std::max(c.peak, c.live + size);
     try {
-      while (freed < size && !c.blocks.empty()) {
+      while (!c.blocks.empty() && c.live + c.bytes + size > bound) {
         auto oldest = c.blocks.begin();
         for (auto b = c.blocks.begin(); b != c.blocks.end(); ++b)
           if (b->second.given < oldest->second.given) oldest = b;
         evicted.emplace_back(*oldest);
-        freed += oldest->first;
         c.bytes -= oldest->first;
         c.blocks.erase(oldest);
       }
     } catch (...) {  // no memory for the list: the blocks listed so far are freed below
     }
+    if (grow.p != nullptr) {
+      p = grow_block(grow.p, grow_bytes, size);
+      if (p == nullptr) evicted.emplace_back(grow_bytes, grow);
+    }
+    if (p != nullptr) {
+      *mapped = true;
+      *block = size;
+      c.live += size;
+      c.peak = std::max(c.peak, c.live);
+    }
   }
   for (auto& [bytes, b] : evicted) free_block(b.p, bytes, b.mapped);
-  return nullptr;
+  return p;
+}
+
+void host_cache_note_fresh(std::size_t block) noexcept {
+  if (block < kHostCacheMinBytes) return;
+  Cache& c = cache();
+  if (c.limit == 0) return;
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.live += block;
+  c.peak = std::max(c.peak, c.live);
 }
 
 void* host_map_zeroed(std::size_t block) noexcept {
@@ -173,12 +260,24 @@ void* host_map_zeroed(std::size_t block) noexcept {
 #endif
 }
 
+void* host_map_block(std::size_t block, bool* mapped) noexcept {
+  if (kAsan || !ATTN_HOST_MMAP) {
+    *mapped = false;
+    return std::aligned_alloc(64, block);
+  }
+  *mapped = true;
+  return host_map_zeroed(block);
+}
+
+bool host_blocks_are_mapped() noexcept { return !kAsan && ATTN_HOST_MMAP; }
+
 void host_cache_give(void* p, std::size_t block, bool mapped) noexcept {
   if (p == nullptr) return;
   Cache& c = cache();
   if (block >= kHostCacheMinBytes && c.limit > 0) {
     try {
       std::lock_guard<std::mutex> lock(c.mutex);
+      c.live -= std::min(c.live, block);
       if (c.bytes + block <= c.limit) {
         c.blocks.emplace(block, Block{p, mapped, c.clock++});
         c.bytes += block;
@@ -197,6 +296,7 @@ std::size_t host_cache_release() noexcept {
   for (auto& [size, b] : c.blocks) free_block(b.p, size, b.mapped);
   c.blocks.clear();
   c.bytes = 0;
+  c.peak = c.live;
   return freed;
 }
 

@@ -40,16 +40,21 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
   // as an accumulation into zeros (a gradient's scatter) does. Mapped blocks are kept too.
   std::size_t block = wrapped ? padded : detail::host_block_size(padded);
   if (!wrapped) p = detail::host_cache_take(block, &block, &mapped);
-  if (p) {
+  const bool taken = p != nullptr;
+  if (taken) {
     lazy_zero = false;
   } else if (lazy_zero) {
     mapped = true;
     p = detail::host_map_zeroed(block);
     if (!p && detail::host_cache_release() > 0) p = detail::host_map_zeroed(block);
+  } else if (!wrapped && block >= detail::kHostCacheMinBytes) {
+    p = detail::host_map_block(block, &mapped);
+    if (!p && detail::host_cache_release() > 0) p = detail::host_map_block(block, &mapped);
   } else if (!wrapped) {
     p = std::aligned_alloc(64, block);
     if (!p && detail::host_cache_release() > 0) p = std::aligned_alloc(64, block);
   }
+  if (p && !taken && !wrapped) detail::host_cache_note_fresh(block);
   if (!p)
     throw AllocationError("[Storage] cannot allocate " + bytes_str(double(nbytes)) + " (" +
                           std::to_string(nbytes) + " bytes): out of memory");

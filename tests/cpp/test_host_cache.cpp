@@ -16,8 +16,12 @@ namespace {
 
 bool cache_on() { return detail::host_cache_limit() > 0; }
 
-// A float32 result of n elements (an op's output: storage not zeroed, so the cache may serve it).
-Tensor result_of(int64_t n, float value) { return full({n}, value) * 1.0; }
+// A float32 tensor of n elements in one storage, not zeroed (so the cache may serve it), filled.
+Tensor result_of(int64_t n, float value) {
+  Tensor t = empty({n});
+  t.fill_(value);
+  return t;
+}
 
 TEST(HostCache, AFreedBlockServesTheNextStorageOfItsSize) {
   cpu::empty_cache();
@@ -34,35 +38,88 @@ TEST(HostCache, AFreedBlockServesTheNextStorageOfItsSize) {
   Tensor b = result_of(int64_t(1) << 20, 3.0f);
   EXPECT_EQ(b.data_ptr<float>(), p);
   for (int64_t i = 0; i < b.numel(); i += 4099) ASSERT_EQ(b.data_ptr<float>()[i], 3.0f);
-  // An eighth larger is still taken; twice as large is not.
+  // An eighth larger is taken as it is; twice as large is cut in two: the head serves, the tail
+  // stays cached as a block of its own.
   b = Tensor();
   Tensor c = result_of((int64_t(1) << 20) - 50000, 4.0f);
   EXPECT_EQ(c.data_ptr<float>(), p);
   c = Tensor();
+  EXPECT_EQ(cpu::cached_bytes(), std::size_t(4) << 20);
   Tensor d = result_of(int64_t(1) << 19, 5.0f);
-  EXPECT_NE(d.data_ptr<float>(), p);
+  if (detail::host_blocks_are_mapped()) {
+    EXPECT_EQ(d.data_ptr<float>(), p);
+  }
+  EXPECT_EQ(cpu::cached_bytes(), std::size_t(2) << 20);
+  for (int64_t i = 0; i < d.numel(); i += 4099) ASSERT_EQ(d.data_ptr<float>()[i], 5.0f);
+  d = Tensor();
+  EXPECT_EQ(cpu::cached_bytes(), std::size_t(4) << 20);
   cpu::empty_cache();
 }
 
-TEST(HostCache, AMissFreesTheOldestBlocksFirst) {
-  // What is cached plus what is live stays within the most that was live at once: a storage the
-  // cache cannot serve first frees its size in the oldest blocks (here the 4 MiB one, given back
-  // before the 2 MiB one), and the block a later storage of its size can take stays.
+TEST(HostCache, ASmallerStorageCutsTheSmallestBlockThatHoldsIt) {
+  // The other blocks stay for the storages of their size: a 1 MiB storage takes the head of the
+  // 2 MiB block (its tail stays cached), and the 4 MiB block serves the next 4 MiB one.
   cpu::empty_cache();
-  if (!cache_on()) GTEST_SKIP() << "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer)";
+  if (!cache_on() || !detail::host_blocks_are_mapped())
+    GTEST_SKIP() << "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer), or blocks are "
+                    "not mapped here";
   Tensor a = empty({int64_t(1) << 20});  // 4 MiB
   Tensor b = empty({int64_t(1) << 19});  // 2 MiB
+  const float* pa = a.data_ptr<float>();
   const float* pb = b.data_ptr<float>();
   a = Tensor();
   b = Tensor();
   ASSERT_EQ(cpu::cached_bytes(), std::size_t(6) << 20);
-  Tensor c = empty({int64_t(1) << 18});  // 1 MiB: no block within an eighth of it
-  EXPECT_EQ(cpu::cached_bytes(), std::size_t(2) << 20);
-  Tensor d = empty({int64_t(1) << 19});
-  EXPECT_EQ(d.data_ptr<float>(), pb);
+  Tensor c = result_of(int64_t(1) << 18, 1.0f);  // 1 MiB
+  EXPECT_EQ(c.data_ptr<float>(), pb);
+  EXPECT_EQ(cpu::cached_bytes(), std::size_t(5) << 20);
+  Tensor d = result_of(int64_t(1) << 20, 2.0f);
+  EXPECT_EQ(d.data_ptr<float>(), pa);
+  EXPECT_EQ(cpu::cached_bytes(), std::size_t(1) << 20);
+  for (int64_t i = 0; i < c.numel(); i += 4099) ASSERT_EQ(c.data_ptr<float>()[i], 1.0f);
+  for (int64_t i = 0; i < d.numel(); i += 4099) ASSERT_EQ(d.data_ptr<float>()[i], 2.0f);
+  cpu::empty_cache();
+}
+
+TEST(HostCache, ALargerStorageKeepsCachedPlusLiveWithinThePeak) {
+  // 4 + 2 MiB were live at most; an 8 MiB storage grows a cached block (or maps a fresh one),
+  // and the other cached blocks are freed, oldest first, as far as cached plus live would pass
+  // max(the peak, live + 8 MiB): here all of them.
+  cpu::empty_cache();
+  if (!cache_on()) GTEST_SKIP() << "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer)";
+  Tensor a = empty({int64_t(1) << 20});  // 4 MiB
+  Tensor b = empty({int64_t(1) << 19});  // 2 MiB
+  a = Tensor();
+  b = Tensor();
+  ASSERT_EQ(cpu::cached_bytes(), std::size_t(6) << 20);
+  Tensor c = result_of(int64_t(1) << 21, 3.0f);  // 8 MiB
   EXPECT_EQ(cpu::cached_bytes(), 0u);
-  d.fill_(4.0f);
-  for (int64_t i = 0; i < d.numel(); i += 4099) ASSERT_EQ(d.data_ptr<float>()[i], 4.0f);
+  for (int64_t i = 0; i < c.numel(); i += 4099) ASSERT_EQ(c.data_ptr<float>()[i], 3.0f);
+  cpu::empty_cache();
+}
+
+TEST(HostCache, ACutKeepsItsTailAndAGrowthFreesTheOldestPastThePeak) {
+  // 4 + 2 + 8 MiB live at once, all freed: a 6 MiB storage takes the head of the 8 MiB block
+  // (its 2 MiB tail stays cached); a 5 MiB one grows the 4 MiB block (on Linux; elsewhere maps
+  // fresh), which would hold 6 + 5 live and 2 + 2 cached, past the 14 MiB peak: the oldest
+  // other block goes (the 2 MiB one; elsewhere the 4 MiB one first), and the tail stays.
+  cpu::empty_cache();
+  if (!cache_on() || !detail::host_blocks_are_mapped())
+    GTEST_SKIP() << "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer), or blocks are "
+                    "not mapped here";
+  Tensor a = empty({int64_t(1) << 20});  // 4 MiB
+  Tensor b = empty({int64_t(1) << 19});  // 2 MiB
+  Tensor c = empty({int64_t(1) << 21});  // 8 MiB
+  a = Tensor();
+  b = Tensor();
+  c = Tensor();
+  ASSERT_EQ(cpu::cached_bytes(), std::size_t(14) << 20);
+  Tensor d = result_of(int64_t(3) << 19, 1.0f);  // 6 MiB
+  EXPECT_EQ(cpu::cached_bytes(), std::size_t(8) << 20);
+  Tensor e = result_of(int64_t(5) << 18, 2.0f);  // 5 MiB
+  EXPECT_EQ(cpu::cached_bytes(), std::size_t(2) << 20);
+  for (int64_t i = 0; i < d.numel(); i += 4099) ASSERT_EQ(d.data_ptr<float>()[i], 1.0f);
+  for (int64_t i = 0; i < e.numel(); i += 4099) ASSERT_EQ(e.data_ptr<float>()[i], 2.0f);
   cpu::empty_cache();
 }
 
