@@ -19,17 +19,17 @@ tutorials and reference code of each family, scaled up here (PROGRAMS below: the
 For attn the imports are rewritten (`import attn as torch`, as tests/python/test_programs.py
 does); nothing else changes. Each run is a fresh process on --steps steps; the time is the mean
 of steps 2 on (after the warm-up). Printed: each run's ms a step and peak resident size
-(ru_maxrss of the child), then the medians and torch / attn. Both must print the same losses, to
+(the child's own ru_maxrss, from wait4), then the medians and torch / attn. Both must print the same losses, to
 float rounding (checked: within 2e-4).
 """
 import argparse
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS_DIR = os.path.join(HERE, "..", "tests", "python", "programs")
@@ -127,19 +127,29 @@ def on_attn(src):
 
 
 def run(path, steps, threads, pythonpath):
+    """One run in a fresh process: (ms a step, its own peak resident size in bytes, losses)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     env.pop("PYTHONPATH", None)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    p = subprocess.run([sys.executable, path, DATA, str(steps)], env=env, capture_output=True,
-                       text=True, timeout=3600)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen([sys.executable, path, DATA, str(steps)], env=env, stdout=out,
+                             stderr=err, text=True)
+        timer = threading.Timer(3600, p.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(p.pid, 0)  # the child's own rusage: its peak RSS
+        finally:
+            timer.cancel()
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if p.returncode != 0:
-        sys.exit("program_compare.py: %s failed:\n%s" % (path, p.stderr[-3000:]))
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    ms = float(re.search(r"ms/step ([\d.]+)", p.stdout).group(1))
-    losses = re.findall(r"loss [\d.]+", p.stdout)
-    return ms, (rss if rss > before else None), losses
+        sys.exit("program_compare.py: %s failed (%d):\n%s" % (path, p.returncode, stderr[-3000:]))
+    ms = float(re.search(r"ms/step ([\d.]+)", stdout).group(1))
+    losses = re.findall(r"loss [\d.]+", stdout)
+    return ms, usage.ru_maxrss * 1024, losses
 
 
 def main():
@@ -170,16 +180,17 @@ def compare(name, d, a, attn_path):
     print("%s (%s), %d thread%s" % (name, PROGRAMS[name]["file"], a.threads,
                                     "" if a.threads == 1 else "s"), flush=True)
     times = {"attn": [], "torch": []}
+    peaks = {"attn": [], "torch": []}
     losses = {}
     for rep in range(a.reps):
         for lib in ("attn", "torch"):
             ms, rss, loss = run(paths[lib], a.steps, a.threads,
                                 attn_path if lib == "attn" else "")
             times[lib].append(ms)
+            peaks[lib].append(rss)
             losses[lib] = loss
-            print("rep %d %-5s %8.1f ms a step%s" % (
-                rep + 1, lib, ms, "" if rss is None else ", peak RSS so far %.2f GB" % (rss / 1e6)),
-                flush=True)
+            print("rep %d %-5s %8.1f ms a step, peak RSS %.2f GB" % (rep + 1, lib, ms, rss / 1e9),
+                  flush=True)
     # The printed losses (4 decimals) agree to float rounding: a last digit may differ.
     la = [float(v.split()[1]) for v in losses["attn"]]
     lt = [float(v.split()[1]) for v in losses["torch"]]
@@ -187,9 +198,11 @@ def compare(name, d, a, attn_path):
         sys.exit("program_compare.py: %s: the losses differ: attn %s, torch %s"
                  % (name, losses["attn"], losses["torch"]))
     med = {k: statistics.median(v) for k, v in times.items()}
-    print("%s medians: attn %.1f ms, torch %.1f ms a step; torch / attn %.2fx (losses: attn %s, "
-          "torch %s)" % (name, med["attn"], med["torch"], med["torch"] / med["attn"],
-                         ", ".join(losses["attn"]), ", ".join(losses["torch"])), flush=True)
+    rss = {k: statistics.median(v) / 1e9 for k, v in peaks.items()}
+    print("%s medians: attn %.1f ms, torch %.1f ms a step; torch / attn %.2fx; peak RSS attn "
+          "%.2f GB, torch %.2f GB (losses: attn %s, torch %s)"
+          % (name, med["attn"], med["torch"], med["torch"] / med["attn"], rss["attn"],
+             rss["torch"], ", ".join(losses["attn"]), ", ".join(losses["torch"])), flush=True)
 
 if __name__ == "__main__":
     main()

@@ -200,9 +200,11 @@ void* host_cache_take(std::size_t size, std::size_t* block, bool* mapped) {
     // Every cached block is smaller (or none is mapped). The largest mapped one grows to `size`
     // where the system can (its pages move, only the new tail faults); else the caller maps
     // `size` fresh bytes. Either way the oldest blocks go first where what is cached plus what
-    // is live would outgrow the most that was live at once: the cache saves page faults, not
-    // memory (a backward pass that frees 256 MiB of saved activations and then asks for 128 MiB
-    // would otherwise hold both).
+    // is live would outgrow the most that was live at once by more than an eighth: the cache
+    // saves page faults, not memory (a backward pass that frees 256 MiB of saved activations and
+    // then asks for 128 MiB would otherwise hold both). Without the eighth, a training step's
+    // blocks of changing sizes fault half as much again as with it (Gemma- and Llama-style
+    // programs: 285k and 326k faults for 5-6 steps against 210k and 213k).
     Block grow{nullptr, false, 0};
     std::size_t grow_bytes = 0;
     if (kCanGrow && !c.blocks.empty() && std::prev(c.blocks.end())->second.mapped &&
@@ -213,7 +215,7 @@ void* host_cache_take(std::size_t size, std::size_t* block, bool* mapped) {
       c.bytes -= grow_bytes;
       c.blocks.erase(last);
     }
-    const std::size_t bound = std::max(c.peak, c.live + size);
+    const std::size_t bound = std::max(c.peak + c.peak / 8, c.live + size);
     try {
       while (!c.blocks.empty() && c.live + c.bytes + size > bound) {
         auto oldest = c.blocks.begin();

@@ -11,8 +11,8 @@
 // A block that would go over the limit is freed. A request is served by a cached block of its
 // size, or by the head of a larger one cut in two (the tail stays cached), or by a smaller one
 // grown (mremap); where a fresh block or a grown one would take what is cached plus what is live
-// past the most that was live at once (since the start or the last release), the oldest blocks are
-// freed first: the cache saves page faults, not memory. Thread-safe.
+// past an eighth more than the most that was live at once (since the start or the last release),
+// the oldest blocks are freed first: the cache saves page faults, not memory. Thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -30,7 +30,7 @@ std::size_t host_block_size(std::size_t bytes);
 // allocated (for host_cache_give); its contents are whatever they were. nullptr when none serves,
 // after freeing the oldest cached blocks as far as the fresh block the caller then allocates (and
 // reports with host_cache_note_fresh) would take what is cached plus what is live past the most
-// that was live at once.
+// that was live at once, plus an eighth.
 void* host_cache_take(std::size_t size, std::size_t* block, bool* mapped);
 // Counts a fresh block of `block` bytes as live (for host_cache_take's bound).
 void host_cache_note_fresh(std::size_t block) noexcept;

@@ -84,7 +84,7 @@ TEST(HostCache, ASmallerStorageCutsTheSmallestBlockThatHoldsIt) {
 TEST(HostCache, ALargerStorageKeepsCachedPlusLiveWithinThePeak) {
   // 4 + 2 MiB were live at most; an 8 MiB storage grows a cached block (or maps a fresh one),
   // and the other cached blocks are freed, oldest first, as far as cached plus live would pass
-  // max(the peak, live + 8 MiB): here all of them.
+  // max(the peak and an eighth, live + 8 MiB): here all of them.
   cpu::empty_cache();
   if (!cache_on()) GTEST_SKIP() << "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer)";
   Tensor a = empty({int64_t(1) << 20});  // 4 MiB
@@ -99,10 +99,11 @@ TEST(HostCache, ALargerStorageKeepsCachedPlusLiveWithinThePeak) {
 }
 
 TEST(HostCache, ACutKeepsItsTailAndAGrowthFreesTheOldestPastThePeak) {
-  // 4 + 2 + 8 MiB live at once, all freed: a 6 MiB storage takes the head of the 8 MiB block
-  // (its 2 MiB tail stays cached); a 5 MiB one grows the 4 MiB block (on Linux; elsewhere maps
-  // fresh), which would hold 6 + 5 live and 2 + 2 cached, past the 14 MiB peak: the oldest
-  // other block goes (the 2 MiB one; elsewhere the 4 MiB one first), and the tail stays.
+  // 4 + 2 + 8 MiB live at once, all freed. A 6 MiB storage takes the head of the 8 MiB block
+  // (its 2 MiB tail stays cached). A 5 MiB one grows the 4 MiB block (on Linux; elsewhere maps
+  // fresh and frees the oldest, the 4 MiB one): 11 MiB live and 4 cached, within the 14 MiB
+  // peak plus an eighth. A 3 MiB one grows a 2 MiB block (or maps fresh), which would make 18
+  // MiB: the other 2 MiB block goes.
   cpu::empty_cache();
   if (!cache_on() || !detail::host_blocks_are_mapped())
     GTEST_SKIP() << "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer), or blocks are "
@@ -117,9 +118,12 @@ TEST(HostCache, ACutKeepsItsTailAndAGrowthFreesTheOldestPastThePeak) {
   Tensor d = result_of(int64_t(3) << 19, 1.0f);  // 6 MiB
   EXPECT_EQ(cpu::cached_bytes(), std::size_t(8) << 20);
   Tensor e = result_of(int64_t(5) << 18, 2.0f);  // 5 MiB
-  EXPECT_EQ(cpu::cached_bytes(), std::size_t(2) << 20);
+  EXPECT_EQ(cpu::cached_bytes(), std::size_t(4) << 20);
+  Tensor f = result_of(int64_t(3) << 18, 3.0f);  // 3 MiB
+  EXPECT_EQ(cpu::cached_bytes(), 0u);
   for (int64_t i = 0; i < d.numel(); i += 4099) ASSERT_EQ(d.data_ptr<float>()[i], 1.0f);
   for (int64_t i = 0; i < e.numel(); i += 4099) ASSERT_EQ(e.data_ptr<float>()[i], 2.0f);
+  for (int64_t i = 0; i < f.numel(); i += 4099) ASSERT_EQ(f.data_ptr<float>()[i], 3.0f);
   cpu::empty_cache();
 }
 
