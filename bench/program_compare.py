@@ -141,12 +141,12 @@ def run(path, steps, threads, pythonpath):
             _, status, usage = os.wait4(p.pid, 0)  # the child's own rusage: its peak RSS
         finally:
             timer.cancel()
-        p.returncode = os.waitstatus_to_exitcode(status)
+        rc = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
-    if p.returncode != 0:
-        sys.exit("program_compare.py: %s failed (%d):\n%s" % (path, p.returncode, stderr[-3000:]))
+    if rc != 0:
+        sys.exit("program_compare.py: %s failed (%d):\n%s" % (path, rc, stderr[-3000:]))
     ms = float(re.search(r"ms/step ([\d.]+)", stdout).group(1))
     losses = re.findall(r"loss [\d.]+", stdout)
     return ms, usage.ru_maxrss * 1024, losses

@@ -145,6 +145,12 @@ struct Cache {
   const std::size_t limit = read_limit();
 };
 
+// Counts `bytes` more as live, and the peak with them (c.mutex held).
+void add_live(Cache& c, std::size_t bytes) {
+  c.live += bytes;
+  c.peak = std::max(c.peak, c.live);
+}
+
 Cache& cache() {
   // Never destroyed: storages freed during static destruction still find it.
   static Cache* c = new Cache();
@@ -193,8 +199,7 @@ void* host_cache_take(std::size_t size, std::size_t* block, bool* mapped) {
       }
       *mapped = b.mapped;
       *block = bytes;
-      c.live += bytes;
-      c.peak = std::max(c.peak, c.live);
+      add_live(c, bytes);
       return b.p;
     }
     // Every cached block is smaller (or none is mapped). The largest mapped one grows to `size`
@@ -234,8 +239,7 @@ void* host_cache_take(std::size_t size, std::size_t* block, bool* mapped) {
     if (p != nullptr) {
       *mapped = true;
       *block = size;
-      c.live += size;
-      c.peak = std::max(c.peak, c.live);
+      add_live(c, size);
     }
   }
   for (auto& [bytes, b] : evicted) free_block(b.p, bytes, b.mapped);
@@ -247,8 +251,7 @@ void host_cache_note_fresh(std::size_t block) noexcept {
   Cache& c = cache();
   if (c.limit == 0) return;
   std::lock_guard<std::mutex> lock(c.mutex);
-  c.live += block;
-  c.peak = std::max(c.peak, c.live);
+  add_live(c, block);
 }
 
 void* host_map_zeroed(std::size_t block) noexcept {
@@ -262,16 +265,12 @@ void* host_map_zeroed(std::size_t block) noexcept {
 #endif
 }
 
-void* host_map_block(std::size_t block, bool* mapped) noexcept {
-  if (kAsan || !ATTN_HOST_MMAP) {
-    *mapped = false;
-    return std::aligned_alloc(64, block);
-  }
-  *mapped = true;
-  return host_map_zeroed(block);
-}
-
 bool host_blocks_are_mapped() noexcept { return !kAsan && ATTN_HOST_MMAP; }
+
+void* host_map_block(std::size_t block, bool* mapped) noexcept {
+  *mapped = host_blocks_are_mapped();
+  return *mapped ? host_map_zeroed(block) : std::aligned_alloc(64, block);
+}
 
 void host_cache_give(void* p, std::size_t block, bool mapped) noexcept {
   if (p == nullptr) return;

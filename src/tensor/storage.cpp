@@ -40,19 +40,22 @@ std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, bool zero) {
   // as an accumulation into zeros (a gradient's scatter) does. Mapped blocks are kept too.
   std::size_t block = wrapped ? padded : detail::host_block_size(padded);
   if (!wrapped) p = detail::host_cache_take(block, &block, &mapped);
+  // A fresh block from `alloc`, tried again after the cached blocks are freed.
+  const auto fresh = [](auto alloc) {
+    void* q = alloc();
+    if (!q && detail::host_cache_release() > 0) q = alloc();
+    return q;
+  };
   const bool taken = p != nullptr;
   if (taken) {
     lazy_zero = false;
   } else if (lazy_zero) {
     mapped = true;
-    p = detail::host_map_zeroed(block);
-    if (!p && detail::host_cache_release() > 0) p = detail::host_map_zeroed(block);
+    p = fresh([&] { return detail::host_map_zeroed(block); });
   } else if (!wrapped && block >= detail::kHostCacheMinBytes) {
-    p = detail::host_map_block(block, &mapped);
-    if (!p && detail::host_cache_release() > 0) p = detail::host_map_block(block, &mapped);
+    p = fresh([&] { return detail::host_map_block(block, &mapped); });
   } else if (!wrapped) {
-    p = std::aligned_alloc(64, block);
-    if (!p && detail::host_cache_release() > 0) p = std::aligned_alloc(64, block);
+    p = fresh([&] { return std::aligned_alloc(64, block); });
   }
   if (p && !taken && !wrapped) detail::host_cache_note_fresh(block);
   if (!p)

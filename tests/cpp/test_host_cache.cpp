@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "../../src/tensor/host_cache.h"
@@ -16,11 +17,35 @@ namespace {
 
 bool cache_on() { return detail::host_cache_limit() > 0; }
 
+constexpr const char* kOff = "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer)";
+constexpr const char* kOffOrUnmapped =
+    "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer), or blocks are not mapped here";
+
 // A float32 tensor of n elements in one storage, not zeroed (so the cache may serve it), filled.
 Tensor result_of(int64_t n, float value) {
   Tensor t = empty({n});
   t.fill_(value);
   return t;
+}
+
+// Whether every 4099th element of t (a float32 tensor) is `value`.
+bool filled_with(const Tensor& t, float value) {
+  for (int64_t i = 0; i < t.numel(); i += 4099)
+    if (t.data_ptr<float>()[i] != value) return false;
+  return true;
+}
+
+// Storages of the given MiB, all live at once, then freed in that order (the first oldest in
+// the cache): their addresses.
+std::vector<const float*> cache_blocks(std::initializer_list<int64_t> mib) {
+  std::vector<Tensor> live;
+  std::vector<const float*> at;
+  for (int64_t m : mib) {
+    live.push_back(empty({m << 18}));
+    at.push_back(live.back().data_ptr<float>());
+  }
+  for (Tensor& t : live) t = Tensor();
+  return at;
 }
 
 TEST(HostCache, AFreedBlockServesTheNextStorageOfItsSize) {
@@ -29,7 +54,7 @@ TEST(HostCache, AFreedBlockServesTheNextStorageOfItsSize) {
     Tensor t = result_of(int64_t(1) << 20, 1.0f);
     t = Tensor();
     EXPECT_EQ(cpu::cached_bytes(), 0u);
-    GTEST_SKIP() << "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer)";
+    GTEST_SKIP() << kOff;
   }
   Tensor a = result_of(int64_t(1) << 20, 2.0f);  // 4 MiB
   const float* p = a.data_ptr<float>();
@@ -37,7 +62,7 @@ TEST(HostCache, AFreedBlockServesTheNextStorageOfItsSize) {
   EXPECT_GE(cpu::cached_bytes(), std::size_t(4) << 20);
   Tensor b = result_of(int64_t(1) << 20, 3.0f);
   EXPECT_EQ(b.data_ptr<float>(), p);
-  for (int64_t i = 0; i < b.numel(); i += 4099) ASSERT_EQ(b.data_ptr<float>()[i], 3.0f);
+  EXPECT_TRUE(filled_with(b, 3.0f));
   // An eighth larger is taken as it is; twice as large is cut in two: the head serves, the tail
   // stays cached as a block of its own.
   b = Tensor();
@@ -50,7 +75,7 @@ TEST(HostCache, AFreedBlockServesTheNextStorageOfItsSize) {
     EXPECT_EQ(d.data_ptr<float>(), p);
   }
   EXPECT_EQ(cpu::cached_bytes(), std::size_t(2) << 20);
-  for (int64_t i = 0; i < d.numel(); i += 4099) ASSERT_EQ(d.data_ptr<float>()[i], 5.0f);
+  EXPECT_TRUE(filled_with(d, 5.0f));
   d = Tensor();
   EXPECT_EQ(cpu::cached_bytes(), std::size_t(4) << 20);
   cpu::empty_cache();
@@ -60,15 +85,10 @@ TEST(HostCache, ASmallerStorageCutsTheSmallestBlockThatHoldsIt) {
   // The other blocks stay for the storages of their size: a 1 MiB storage takes the head of the
   // 2 MiB block (its tail stays cached), and the 4 MiB block serves the next 4 MiB one.
   cpu::empty_cache();
-  if (!cache_on() || !detail::host_blocks_are_mapped())
-    GTEST_SKIP() << "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer), or blocks are "
-                    "not mapped here";
-  Tensor a = empty({int64_t(1) << 20});  // 4 MiB
-  Tensor b = empty({int64_t(1) << 19});  // 2 MiB
-  const float* pa = a.data_ptr<float>();
-  const float* pb = b.data_ptr<float>();
-  a = Tensor();
-  b = Tensor();
+  if (!cache_on() || !detail::host_blocks_are_mapped()) GTEST_SKIP() << kOffOrUnmapped;
+  const std::vector<const float*> at = cache_blocks({4, 2});
+  const float* pa = at[0];
+  const float* pb = at[1];
   ASSERT_EQ(cpu::cached_bytes(), std::size_t(6) << 20);
   Tensor c = result_of(int64_t(1) << 18, 1.0f);  // 1 MiB
   EXPECT_EQ(c.data_ptr<float>(), pb);
@@ -76,8 +96,8 @@ TEST(HostCache, ASmallerStorageCutsTheSmallestBlockThatHoldsIt) {
   Tensor d = result_of(int64_t(1) << 20, 2.0f);
   EXPECT_EQ(d.data_ptr<float>(), pa);
   EXPECT_EQ(cpu::cached_bytes(), std::size_t(1) << 20);
-  for (int64_t i = 0; i < c.numel(); i += 4099) ASSERT_EQ(c.data_ptr<float>()[i], 1.0f);
-  for (int64_t i = 0; i < d.numel(); i += 4099) ASSERT_EQ(d.data_ptr<float>()[i], 2.0f);
+  EXPECT_TRUE(filled_with(c, 1.0f));
+  EXPECT_TRUE(filled_with(d, 2.0f));
   cpu::empty_cache();
 }
 
@@ -86,15 +106,12 @@ TEST(HostCache, ALargerStorageKeepsCachedPlusLiveWithinThePeak) {
   // and the other cached blocks are freed, oldest first, as far as cached plus live would pass
   // max(the peak and an eighth, live + 8 MiB): here all of them.
   cpu::empty_cache();
-  if (!cache_on()) GTEST_SKIP() << "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer)";
-  Tensor a = empty({int64_t(1) << 20});  // 4 MiB
-  Tensor b = empty({int64_t(1) << 19});  // 2 MiB
-  a = Tensor();
-  b = Tensor();
+  if (!cache_on()) GTEST_SKIP() << kOff;
+  cache_blocks({4, 2});
   ASSERT_EQ(cpu::cached_bytes(), std::size_t(6) << 20);
   Tensor c = result_of(int64_t(1) << 21, 3.0f);  // 8 MiB
   EXPECT_EQ(cpu::cached_bytes(), 0u);
-  for (int64_t i = 0; i < c.numel(); i += 4099) ASSERT_EQ(c.data_ptr<float>()[i], 3.0f);
+  EXPECT_TRUE(filled_with(c, 3.0f));
   cpu::empty_cache();
 }
 
@@ -105,15 +122,8 @@ TEST(HostCache, ACutKeepsItsTailAndAGrowthFreesTheOldestPastThePeak) {
   // peak plus an eighth. A 3 MiB one grows a 2 MiB block (or maps fresh), which would make 18
   // MiB: the other 2 MiB block goes.
   cpu::empty_cache();
-  if (!cache_on() || !detail::host_blocks_are_mapped())
-    GTEST_SKIP() << "the cache is off (ATTN_CPU_CACHE_BYTES=0 or AddressSanitizer), or blocks are "
-                    "not mapped here";
-  Tensor a = empty({int64_t(1) << 20});  // 4 MiB
-  Tensor b = empty({int64_t(1) << 19});  // 2 MiB
-  Tensor c = empty({int64_t(1) << 21});  // 8 MiB
-  a = Tensor();
-  b = Tensor();
-  c = Tensor();
+  if (!cache_on() || !detail::host_blocks_are_mapped()) GTEST_SKIP() << kOffOrUnmapped;
+  cache_blocks({4, 2, 8});
   ASSERT_EQ(cpu::cached_bytes(), std::size_t(14) << 20);
   Tensor d = result_of(int64_t(3) << 19, 1.0f);  // 6 MiB
   EXPECT_EQ(cpu::cached_bytes(), std::size_t(8) << 20);
@@ -121,9 +131,9 @@ TEST(HostCache, ACutKeepsItsTailAndAGrowthFreesTheOldestPastThePeak) {
   EXPECT_EQ(cpu::cached_bytes(), std::size_t(4) << 20);
   Tensor f = result_of(int64_t(3) << 18, 3.0f);  // 3 MiB
   EXPECT_EQ(cpu::cached_bytes(), 0u);
-  for (int64_t i = 0; i < d.numel(); i += 4099) ASSERT_EQ(d.data_ptr<float>()[i], 1.0f);
-  for (int64_t i = 0; i < e.numel(); i += 4099) ASSERT_EQ(e.data_ptr<float>()[i], 2.0f);
-  for (int64_t i = 0; i < f.numel(); i += 4099) ASSERT_EQ(f.data_ptr<float>()[i], 3.0f);
+  EXPECT_TRUE(filled_with(d, 1.0f));
+  EXPECT_TRUE(filled_with(e, 2.0f));
+  EXPECT_TRUE(filled_with(f, 3.0f));
   cpu::empty_cache();
 }
 
