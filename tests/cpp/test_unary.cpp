@@ -83,7 +83,7 @@ const std::vector<Fn>& functions() {
   static const std::vector<Fn> fns = {
       {"exp", &Tensor::exp, [](float x) { return std::exp(x); }, 2},
       {"sigmoid", &Tensor::sigmoid, [](float x) { return 1.0f / (1.0f + std::exp(-x)); }, 3},
-      {"tanh", &Tensor::tanh, [](float x) { return std::tanh(x); }, 4},
+      {"tanh", &Tensor::tanh, [](float x) { return std::tanh(x); }, 2},
       {"sqrt", &Tensor::sqrt, [](float x) { return std::sqrt(x); }, 0},
       {"rsqrt", &Tensor::rsqrt, [](float x) { return 1.0f / std::sqrt(x); }, 0},
       {"abs", &Tensor::abs, [](float x) { return std::fabs(x); }, 0},

@@ -133,7 +133,7 @@ ATTN_ISA_INLINE auto exact(float x) {
 }
 
 // exp, the sigmoid, tanh, log, sin and cos in vector form (vmath.h's polynomials: within 1, 2,
-// 4, 2, 2 and 2 ulp of the C library's, as torch's Sleef kernels are within 1 of the exact value),
+// 2, 2, 2 and 2 ulp of the C library's, as torch's Sleef kernels are within 1 of the exact value),
 // for inputs in [lo, hi]: where exp and the sigmoid neither saturate nor meet a denormal result,
 // log's positive normal numbers, sin's and cos's |x| <= 8192 (their argument reduction's range).
 // NaN, infinities and the rest take exact().
