@@ -84,9 +84,11 @@ Plan plan(const Tensor& t, Shape dims, bool keepdim, const char* fn, bool column
     else if (reduced_seen)
       one_run = false;
   }
-  if (columns_ok && one_run && t.is_contiguous() && t.device().is_cpu()) {
+  if (columns_ok && one_run && t.device().is_cpu()) {
+    // Read in place, or for a view (an expanded gradient) from its copy in its own order: the
+    // same sums as the permuted copy below gives, without one cascade call per output.
     p.columns_in_rows = true;
-    p.arranged = t;
+    p.arranged = t.contiguous();
     return p;
   }
   p.arranged = (nd == 0 ? t : t.permute(perm)).contiguous();

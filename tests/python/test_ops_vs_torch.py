@@ -422,6 +422,23 @@ def test_sum_mean_one_run_of_dims_bitwise(shape):
         attn.set_num_threads(threads)
 
 
+def test_sum_mean_of_views_as_of_their_copies():
+    """A run of dims reduced in a view (an expanded gradient, a transposed or sliced tensor): the
+    bits of the same sums of its contiguous copy, and torch's values."""
+    o, t = pair((3, 5, 66), "f", 23)
+    views = [(lambda m: m.unsqueeze(2).expand(3, 5, 4, 66).reshape(3, 20, 66), (1,)),
+             (lambda m: m.unsqueeze(1).expand(3, 4, 5, 66), (1, 2)),
+             (lambda m: m.transpose(0, 1), (0,)),
+             (lambda m: m[:, 1:, ::2], (0, 1))]
+    for make, d in views:
+        v, tv = make(o), make(t)
+        for op in ["sum", "mean"]:
+            assert_same_bits(_reduce(attn, v, op, d, False),
+                             _reduce(attn, v.contiguous(), op, d, False), (op, d))
+            check_close(_reduce(attn, v, op, d, False), lambda x: _reduce(torch, make(x), op, d, False),
+                        [t], "{} dim={} of a view".format(op, d))
+
+
 @pytest.mark.xfail(strict=True, reason=OUTER_SUM_BUG)
 @pytest.mark.parametrize("shape", OUTER_SHAPES, ids=str)
 def test_sum_mean_outer_bitwise(shape):

@@ -193,6 +193,8 @@ void copy_strided(const Shape& shape, To* dst, const Shape& dst_strides, const F
     const From* s = src + off[1];
     if (inner[0] == 1 && inner[1] == 1) {
       C::run(d, s, n);
+    } else if (inner[0] == 1 && inner[1] == 0) {  // a broadcast value (fill_, expand)
+      std::fill_n(d, n, C::one(*s));
     } else {
       for (int64_t i = 0; i < n; ++i) d[i * inner[0]] = C::one(s[i * inner[1]]);
     }
