@@ -68,6 +68,16 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
         counts = [int(repeats)] * n
     if builtins.any(c < 0 for c in counts):
         raise RuntimeError("repeats can not be negative")
+    if n > 0 and builtins.all(c == counts[0] for c in counts):
+        # One count for all (grouped-query attention's keys): a broadcast copy, whose backward
+        # sums over the copies, rather than a gather and a scatter-add.
+        r = counts[0]
+        if output_size is not None and int(output_size) != n * r:
+            raise RuntimeError("repeat_interleave: output_size {} does not match the {} repeated "
+                               "elements".format(output_size, n * r))
+        shape = list(x.shape)
+        wide = x.unsqueeze(d + 1).expand(*(shape[:d + 1] + [r] + shape[d + 1:]))
+        return wide.reshape(*(shape[:d] + [n * r] + shape[d + 1:]))
     index = np.repeat(np.arange(n, dtype=np.int64), counts)
     if output_size is not None and int(output_size) != len(index):
         raise RuntimeError("repeat_interleave: output_size {} does not match the {} repeated "

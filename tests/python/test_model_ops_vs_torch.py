@@ -129,7 +129,7 @@ def test_rms_norm_bad_input():
         attn.nn.RMSNorm(0)
 
 
-@pytest.mark.parametrize("repeats,dim", [(2, 1), (3, None), (1, 0), (2, -1)])
+@pytest.mark.parametrize("repeats,dim", [(2, 1), (3, None), (1, 0), (2, -1), (0, 1)])
 def test_repeat_interleave_int(repeats, dim):
     a, t = pair((3, 4), requires_grad=True)
     ya = attn.repeat_interleave(a, repeats, dim)
@@ -151,6 +151,12 @@ def test_repeat_interleave_tensor_counts_and_errors():
     # GQA's key/value heads repeated for their query heads, as the Llama programs do.
     k, tk = pair((2, 2, 5, 8))
     same(k.repeat_interleave(3, dim=1), tk.repeat_interleave(3, dim=1))
+    # One count in a tensor: every slice repeated by it.
+    same(attn.repeat_interleave(a, attn.tensor([2]), 1), torch.repeat_interleave(t, torch.tensor([2]), 1))
+    same(attn.repeat_interleave(a.long(), 2, 0), torch.repeat_interleave(t.long(), 2, 0))
+    assert tuple(attn.repeat_interleave(a, 2, 0, output_size=6).shape) == (6, 4)
+    with pytest.raises(RuntimeError, match="output_size 5 does not match the 6 repeated"):
+        attn.repeat_interleave(a, 2, 0, output_size=5)
     with pytest.raises(RuntimeError, match="repeats must have the same size as input along dim"):
         attn.repeat_interleave(a, attn.tensor([1, 2]), 0)
     with pytest.raises(RuntimeError, match="repeats can not be negative"):
