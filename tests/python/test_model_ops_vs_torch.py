@@ -152,7 +152,8 @@ def test_repeat_interleave_tensor_counts_and_errors():
     k, tk = pair((2, 2, 5, 8))
     same(k.repeat_interleave(3, dim=1), tk.repeat_interleave(3, dim=1))
     # One count in a tensor: every slice repeated by it.
-    same(attn.repeat_interleave(a, attn.tensor([2]), 1), torch.repeat_interleave(t, torch.tensor([2]), 1))
+    same(attn.repeat_interleave(a, attn.tensor([2]), 1),
+         torch.repeat_interleave(t, torch.tensor([2]), 1))
     same(attn.repeat_interleave(a.long(), 2, 0), torch.repeat_interleave(t.long(), 2, 0))
     assert tuple(attn.repeat_interleave(a, 2, 0, output_size=6).shape) == (6, 4)
     with pytest.raises(RuntimeError, match="output_size 5 does not match the 6 repeated"):

@@ -435,8 +435,9 @@ def test_sum_mean_of_views_as_of_their_copies():
         for op in ["sum", "mean"]:
             assert_same_bits(_reduce(attn, v, op, d, False),
                              _reduce(attn, v.contiguous(), op, d, False), (op, d))
-            check_close(_reduce(attn, v, op, d, False), lambda x: _reduce(torch, make(x), op, d, False),
-                        [t], "{} dim={} of a view".format(op, d))
+            check_close(_reduce(attn, v, op, d, False),
+                        lambda x: _reduce(torch, make(x), op, d, False), [t],
+                        "{} dim={} of a view".format(op, d))
 
 
 @pytest.mark.xfail(strict=True, reason=OUTER_SUM_BUG)
