@@ -18,9 +18,9 @@ tutorials and reference code of each family, scaled up here (PROGRAMS below: the
   256 tokens, batch 8 (complex RoPE, topk routing, where / index_add_, bincount).
 For attn the imports are rewritten (`import attn as torch`, as tests/python/test_programs.py
 does); nothing else changes. Each run is a fresh process on --steps steps; the time is the mean
-of steps 2 on (after the warm-up). Printed: each run's ms a step and peak resident size
-(the child's own ru_maxrss, from wait4), then the medians and torch / attn. Both must print the same losses, to
-float rounding (checked: within 2e-4).
+of steps 2 on (after the warm-up). Printed: each run's ms a step, peak resident size (the
+child's own ru_maxrss, from wait4) and page faults (over the whole run), then the medians and
+torch / attn. Both must print the same losses, to float rounding (checked: within 2e-4).
 """
 import argparse
 import os
@@ -127,7 +127,8 @@ def on_attn(src):
 
 
 def run(path, steps, threads, pythonpath):
-    """One run in a fresh process: (ms a step, its own peak resident size in bytes, losses)."""
+    """One run in a fresh process: (ms a step, its own peak resident size in bytes, its page
+    faults, losses)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     env.pop("PYTHONPATH", None)
     if pythonpath:
@@ -149,7 +150,7 @@ def run(path, steps, threads, pythonpath):
         sys.exit("program_compare.py: %s failed (%d):\n%s" % (path, rc, stderr[-3000:]))
     ms = float(re.search(r"ms/step ([\d.]+)", stdout).group(1))
     losses = re.findall(r"loss [\d.]+", stdout)
-    return ms, usage.ru_maxrss * 1024, losses
+    return ms, usage.ru_maxrss * 1024, usage.ru_minflt + usage.ru_majflt, losses
 
 
 def main():
@@ -184,13 +185,13 @@ def compare(name, d, a, attn_path):
     losses = {}
     for rep in range(a.reps):
         for lib in ("attn", "torch"):
-            ms, rss, loss = run(paths[lib], a.steps, a.threads,
-                                attn_path if lib == "attn" else "")
+            ms, rss, faults, loss = run(paths[lib], a.steps, a.threads,
+                                        attn_path if lib == "attn" else "")
             times[lib].append(ms)
             peaks[lib].append(rss)
             losses[lib] = loss
-            print("rep %d %-5s %8.1f ms a step, peak RSS %.2f GB" % (rep + 1, lib, ms, rss / 1e9),
-                  flush=True)
+            print("rep %d %-5s %8.1f ms a step, peak RSS %.2f GB, %d page faults"
+                  % (rep + 1, lib, ms, rss / 1e9, faults), flush=True)
     # The printed losses (4 decimals) agree to float rounding: a last digit may differ.
     la = [float(v.split()[1]) for v in losses["attn"]]
     lt = [float(v.split()[1]) for v in losses["torch"]]
