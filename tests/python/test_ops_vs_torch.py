@@ -174,6 +174,18 @@ def test_pow(shape):
         i_o ** -1
 
 
+def test_pow_special_exponents_on_special_values():
+    """torch's formulas (x * x, sqrt, 1 / x, a copy for 1, ones for 0) on NaN, zeros of both signs
+    and infinities, bit for bit, out of place and in place."""
+    vals = [float("nan"), -0.0, 0.0, float("inf"), -float("inf"), -2.5, 3.0, 1e-30]
+    for e in [2, 3, 0.5, -0.5, -1, -2, 1, 0, 1.0, 0.0]:
+        ours, theirs = attn.tensor(vals), torch.tensor(vals)
+        assert_same_bits(ours.pow(e), theirs.pow(e), "pow({})".format(e))
+        ours.pow_(e)
+        theirs.pow_(e)
+        assert_same_bits(ours, theirs, "pow_({})".format(e))
+
+
 def test_inplace_arithmetic():
     for shape_b in [(63, 65), (65,), (1, 65), ()]:
         a_o, a_t = pair((63, 65), "f", 7)

@@ -426,15 +426,22 @@ bool binary_rows_float(const Binary& p) {
 
 // Whether pow_scalar computes a ** e by arithmetic (one of torch's formulas below), not std::pow.
 bool pow_by_formula(float e) {
-  return e == 2.0f || e == 3.0f || e == 0.5f || e == -0.5f || e == -1.0f || e == -2.0f;
+  return e == 2.0f || e == 3.0f || e == 0.5f || e == -0.5f || e == -1.0f || e == -2.0f ||
+         e == 1.0f || e == 0.0f;
 }
 
 // a ** e for one exponent e, as torch's CPU kernel: x * x for 2, x * x * x for 3, sqrt for 0.5,
 // 1 / sqrt for -0.5, 1 / x for -1, 1 / (x * x) for -2 (so that -0 and -inf follow those
-// formulas, not std::pow), std::pow otherwise; one loop per exponent (vectorised where it is
-// arithmetic), not the per-element switch.
+// formulas, not std::pow), a copy for 1 and ones for 0 (as torch's pow_out; std::pow's values
+// too, NaN included: pow(x, 1) is x, pow(x, 0) is 1), std::pow otherwise; one loop per exponent
+// (vectorised where it is arithmetic), not the per-element switch. Exponent 1 is what the
+// gradient of x.pow(2) raises x to.
 ATTN_ISA_INLINE void pow_scalar_body(const float* a, float e, float* o, int64_t n) {
-  if (e == 2.0f) {
+  if (e == 1.0f) {
+    if (o != a) std::copy(a, a + n, o);  // o may be a (pow_)
+  } else if (e == 0.0f) {
+    std::fill_n(o, n, 1.0f);
+  } else if (e == 2.0f) {
     ATTN_IVDEP
     for (int64_t i = 0; i < n; ++i) o[i] = a[i] * a[i];
   } else if (e == 3.0f) {
