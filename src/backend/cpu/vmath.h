@@ -65,13 +65,14 @@ __attribute__((always_inline)) inline float exp_in_range(float x) {
 
 // tanh(x) for |x| = a: below 0.55, a + a^3 P(a^2), P of degree 4 fitted (least squares, weighted
 // toward the minimax) to the relative error of tanh, 1e-9 on [0, 0.55]; from there on,
-// 1 - 2 / (e^{2a} + 1), whose subtraction loses nothing there (the quotient is below a half). a
-// is clamped at 9.5, where the float result is 1. Within 2 ulp for every x, NaN for NaN. Both
-// forms are computed and one selected: a select vectorises (callers build with
-// -fno-trapping-math), one exp and one division an element.
+// 1 - 2 / (e^{2c} + 1) with c = min(a, 9.5) (the float result is 1 from 9.5 on), whose
+// subtraction loses nothing there (the quotient is below a half). Within 2 ulp for every x.
+// NaN: c is 9.5 (exp_in_range's integer steps must not see a NaN) and the polynomial, which the
+// comparison selects for it, gives NaN. Both forms are computed and one selected: a select
+// vectorises (callers build with -fno-trapping-math), one exp and one division an element.
 __attribute__((always_inline)) inline float tanh(float x) {
-  float a = std::fabs(x);
-  a = a > 9.5f ? 9.5f : a;  // NaN stays NaN
+  const float a = std::fabs(x);
+  const float c = a < 9.5f ? a : 9.5f;  // NaN: 9.5
   const float t = a * a;
   float p = -6.274239160120487e-3f;
   p = p * t + 2.1071678027510643e-2f;
@@ -79,8 +80,8 @@ __attribute__((always_inline)) inline float tanh(float x) {
   p = p * t + 1.3332585990428925e-1f;
   p = p * t - 3.3333316445350647e-1f;
   const float small = a + (a * t) * p;
-  const float large = 1.0f - 2.0f / (exp_in_range(2.0f * a) + 1.0f);
-  return std::copysign(a < 0.55f ? small : large, x);
+  const float large = 1.0f - 2.0f / (exp_in_range(2.0f * c) + 1.0f);
+  return std::copysign(a >= 0.55f ? large : small, x);  // NaN: small
 }
 
 // ln x for positive normal x only (callers keep other inputs away), within 2 ulp: x = m 2^e
