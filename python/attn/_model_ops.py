@@ -40,7 +40,8 @@ class finfo:
 def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
     """torch.repeat_interleave: each element (or slice along dim) repeated; repeats an int or a
     1-D int64 tensor of one count per element; dim None flattens first. With input alone (an int64
-    tensor of counts), the indices repeated by those counts. Differentiable (index_select)."""
+    tensor of counts), the indices repeated by those counts. Differentiable (expand for one
+    count for all, else index_select)."""
     if repeats is None:  # torch.repeat_interleave(repeats)
         counts = input
         return repeat_interleave(_C.arange(counts.numel()), counts, 0)
@@ -68,20 +69,17 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
         counts = [int(repeats)] * n
     if builtins.any(c < 0 for c in counts):
         raise RuntimeError("repeats can not be negative")
+    total = builtins.sum(counts)
+    if output_size is not None and int(output_size) != total:
+        raise RuntimeError("repeat_interleave: output_size {} does not match the {} repeated "
+                           "elements".format(output_size, total))
     if n > 0 and builtins.all(c == counts[0] for c in counts):
         # One count for all (grouped-query attention's keys): a broadcast copy, whose backward
         # sums over the copies, rather than a gather and a scatter-add.
-        r = counts[0]
-        if output_size is not None and int(output_size) != n * r:
-            raise RuntimeError("repeat_interleave: output_size {} does not match the {} repeated "
-                               "elements".format(output_size, n * r))
         shape = list(x.shape)
-        wide = x.unsqueeze(d + 1).expand(*(shape[:d + 1] + [r] + shape[d + 1:]))
-        return wide.reshape(*(shape[:d] + [n * r] + shape[d + 1:]))
+        wide = x.unsqueeze(d + 1).expand(*(shape[:d + 1] + [counts[0]] + shape[d + 1:]))
+        return wide.reshape(*(shape[:d] + [total] + shape[d + 1:]))
     index = np.repeat(np.arange(n, dtype=np.int64), counts)
-    if output_size is not None and int(output_size) != len(index):
-        raise RuntimeError("repeat_interleave: output_size {} does not match the {} repeated "
-                           "elements".format(output_size, len(index)))
     return x.index_select(d, _C.tensor(index.tolist(), dtype=_C.dtype.int64))
 
 

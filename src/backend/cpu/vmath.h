@@ -42,8 +42,8 @@ __attribute__((always_inline)) inline float exp(float x) {
   // Ternaries and int arithmetic rather than fmin/floor calls, so that callers vectorise. The
   // comparisons send NaN to -87 so that the int conversion below stays defined: exp(NaN) returns
   // e^-87, not NaN (a final select would stop GCC vectorising the callers). Every caller here
-  // also feeds its NaN input through another term (t in erfc_pos), so
-  // NaN still propagates to the results; tests check that it does.
+  // also feeds its NaN input through another term (t in erfc_pos), so NaN still propagates to
+  // the results; tests check that it does.
   float xc = x > -87.0f ? x : -87.0f;
   xc = xc < 88.0f ? xc : 88.0f;
   const float y = xc * 1.44269504088896341f + 0.5f;
