@@ -85,15 +85,16 @@ def write_gptoss_gguf(t, cfg, path):
     w.add_head_count_kv(kv_heads)
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
-    w.add_rope_freq_base(theta)
+    w.add_rope_freq_base(theta)  # rope dimensions: llama.cpp takes head_dim, as the converter
     w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
     w.add_rope_scaling_factor(rope.get("factor", 32.0))
     w.add_rope_scaling_orig_ctx_len(rope.get("original_max_position_embeddings", 4096))
+    if hasattr(w, "add_rope_scaling_yarn_beta_fast"):  # llama.cpp's defaults are gpt-oss's too
+        w.add_rope_scaling_yarn_beta_fast(rope.get("beta_fast", 32.0))
+        w.add_rope_scaling_yarn_beta_slow(rope.get("beta_slow", 1.0))
     w.add_sliding_window(cfg.get("sliding_window", 128))
     w.add_layer_norm_rms_eps(cfg.get("rms_norm_eps", 1e-5))
-    w.add_vocab_size(cfg["vocab_size"])
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)  # vocabulary size: the token list's
     from gguf_llama import write_placeholder_vocab
     write_placeholder_vocab(w, cfg["vocab_size"])
 

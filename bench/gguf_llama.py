@@ -11,6 +11,8 @@ What llama.cpp's "llama" architecture expects and transformers' layout differs i
   pairs, so the rows of each head are reordered [0, h, 1, h+1, ...] (h = head_dim / 2);
 - llama3 RoPE scaling: llama.cpp takes the per-frequency divisors as a tensor, rope_freqs.weight,
   computed here from the config's factor, low/high frequency factors and original context;
+- head_dim: written as the key and value lengths, which llama.cpp otherwise takes to be
+  hidden_size / heads (Qwen3-style configs differ);
 - a vocabulary: llama.cpp needs one, so the file carries a placeholder SentencePiece-style list
   (<unk>, <s>, </s>, the 256 byte tokens, then t<i>) of the model's size; the benchmark feeds
   token ids, never text.
@@ -89,6 +91,8 @@ def write_llama_gguf(model, path, dtype):
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(heads)
     w.add_head_count_kv(kv_heads)
+    w.add_key_length(head_dim)  # llama.cpp's default is hidden_size / heads
+    w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(theta)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)

@@ -50,13 +50,13 @@ def write_checkpoint(d, a):
 
     t["model.embed_tokens.weight"] = normal(a.vocab, H)
     t["lm_head.weight"] = normal(a.vocab, H)
-    t["model.norm.weight"] = 1 + normal(H, std=0.1)
+    t["model.norm.weight"] = bf16_values(1 + normal(H, std=0.1))
     for l in range(L):
         p = "model.layers.{}.".format(l)
         # norms, biases and sinks not the trivial ones, so that the logits of attn and llama.cpp
         # check that every one is read
-        t[p + "input_layernorm.weight"] = 1 + normal(H, std=0.1)
-        t[p + "post_attention_layernorm.weight"] = 1 + normal(H, std=0.1)
+        t[p + "input_layernorm.weight"] = bf16_values(1 + normal(H, std=0.1))
+        t[p + "post_attention_layernorm.weight"] = bf16_values(1 + normal(H, std=0.1))
         for name, rows in (("q_proj", NH * D), ("k_proj", KV * D), ("v_proj", KV * D)):
             t[p + "self_attn." + name + ".weight"] = normal(rows, H)
             t[p + "self_attn." + name + ".bias"] = normal(rows)
