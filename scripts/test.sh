@@ -38,7 +38,7 @@ phase_done pytest
 if torch2=$(bash scripts/bench_setup.sh --print); then
   PYTHONPATH="$PWD/build/python" "$torch2" -m pytest -q -p no:cacheprovider \
     tests/python/test_half_dtypes.py tests/python/test_flex_vs_torch2.py \
-    tests/python/test_decoder_vs_transformers5.py \
+    tests/python/test_decoder_vs_transformers5.py tests/python/test_autograd_api_vs_torch.py \
     tests/python/test_programs.py::test_llama_style_decoder_under_autocast_then_in_bfloat16
 else
   echo "test: warning: no torch 2.x environment (scripts/bench_setup.sh failed); the comparisons" \

@@ -67,6 +67,10 @@ struct Edge {
 // gradient of the node's result. It reads saved tensors through node.saved_tensor(i).
 using BackwardFn = std::function<std::vector<Tensor>(const Node& node, const Tensor& grad)>;
 
+// A hook on the gradient of a tensor (Tensor.register_hook): called with that gradient as a
+// backward pass computes it; returns a replacement, or an undefined tensor to keep it.
+using TensorHook = std::function<Tensor(const Tensor& grad)>;
+
 struct Node {
   std::string name;  // PyTorch's backward-node name
   // Graph edges in input order, restricted to inputs that require grad: the nodes that produced
@@ -79,6 +83,11 @@ struct Node {
   bool released = false;  // saved tensors freed by a backward pass without retain_graph
   // Creation order (torch's sequence_nr): backward runs the ready node created last first.
   uint64_t sequence_nr = 0;
+  // Hooks on the gradient of the node's result (register_hook on a non-leaf), by handle, run in
+  // registration order on the summed gradient before the formula; then, where retain_grad was
+  // called on the result, that gradient is kept in its .grad (after the hooks, as torch does).
+  std::vector<std::pair<int64_t, TensorHook>> pre_hooks;
+  std::weak_ptr<TensorImpl> retain_grad_of;
 
   // Whether input i needs a gradient (a formula may skip the work otherwise).
   bool needs_input_grad(std::size_t i) const { return i < inputs.size() && inputs[i].defined(); }
@@ -96,6 +105,9 @@ struct AutogradMeta {
   Tensor grad;                    // leaves: the accumulated gradient (undefined until a pass)
   // Leaves: hooks by handle, run in registration order.
   std::vector<std::pair<int64_t, PostAccumulateGradHook>> post_accumulate_grad_hooks;
+  // Leaves: hooks on the gradient (register_hook), run on the pass's summed gradient before it
+  // is accumulated.
+  std::vector<std::pair<int64_t, TensorHook>> grad_hooks;
   // Views (tensors sharing storage with the tensor they were taken from): that tensor, never
   // itself a view, so in-place ops through the view can rewrite its history.
   std::shared_ptr<TensorImpl> base;
@@ -162,6 +174,33 @@ class GradModeGuard {
 // gets no gradient, or when the gradient's shape differs from root's.
 void backward(const Tensor& root, const Tensor& gradient = Tensor(),
               std::optional<bool> retain_graph = std::nullopt);
+
+// torch.autograd.backward: one pass from several roots at once, each with its gradient
+// (undefined: ones, for a one-element root). Throws attn::Error as backward does, naming the root.
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients,
+              std::optional<bool> retain_graph = std::nullopt);
+
+// torch.autograd.grad: the gradients of `outputs` (weighted by `gradients`, as backward's) with
+// respect to `inputs`, returned in inputs' order instead of accumulated into any .grad (no .grad
+// changes, post-accumulate hooks do not run). An input the outputs do not depend on throws
+// attn::Error, or gives an undefined tensor with allow_unused. Higher-order gradients
+// (create_graph) are not supported.
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& gradients = {},
+                         std::optional<bool> retain_graph = std::nullopt,
+                         bool allow_unused = false);
+
+// torch.Tensor.register_hook: `hook` sees the gradient of `t` (a tensor that requires grad) each
+// time a pass computes it, summed over t's uses, and may return a replacement (same shape) that
+// then flows on: into t's grad_fn for a non-leaf, into .grad for a leaf. Returns a handle for
+// remove_hook. Throws attn::Error if t does not require grad.
+int64_t register_hook(const Tensor& t, TensorHook hook);
+// Removes the hook with that handle from t (nothing if it is gone).
+void remove_hook(const Tensor& t, int64_t handle);
+// torch.Tensor.retain_grad: a non-leaf keeps the gradient passes compute for it in its .grad
+// (summed across passes, as a leaf's). Nothing for a leaf; throws if t does not require grad.
+void retain_grad(const Tensor& t);
+bool retains_grad(const Tensor& t);
 
 // torch.Tensor.register_post_accumulate_grad_hook: after each backward pass that reaches the leaf
 // `t` (a tensor that requires grad and has no grad_fn), once every gradient of that pass for `t`

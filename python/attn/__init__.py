@@ -513,6 +513,7 @@ from . import amp, backends, utils  # noqa: E402
 from .amp import autocast  # noqa: E402
 from . import data  # noqa: E402  (tokenizers: attn.data.BpeTokenizer)
 from . import train  # noqa: E402  (attn.train.train: the loop of `attn train`)
+from . import autograd  # noqa: E402  (torch.autograd; Tensor.register_hook, retain_grad)
 
 __all__ = [n for n in dir() if not n.startswith("_")]
 __getattr__ = _unsupported.module_getattr("attn")

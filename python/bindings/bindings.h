@@ -37,6 +37,7 @@ decltype(auto) without_gil(F&& f) {
 
 void register_tensor(py::module_& m);      // attn.dtype, attn.Tensor (tensor.cpp)
 void register_random(py::module_& m);      // attn.Generator, seeds, rand / randn / randint
+void register_autograd(py::module_& m);    // attn.autograd's engine calls (_C.autograd)
 void register_ops(py::module_& m);         // attn.tensor, zeros, ..., softmax, matmul, where, cat
 void register_ops_select(py::module_& m);  // multinomial, topk, sort, clamp, gather, split, ...
 void register_functional(py::module_& m);  // attn.nn.functional (_C.functional)
@@ -47,6 +48,6 @@ void register_distributed(py::module_& m);  // attn.distributed (_C.distributed)
 void register_io(py::module_& m);           // attn.save / attn.load: PyTorch's format (_C.io)
 void register_hf(py::module_& m);  // attn.data.BpeTokenizer, GPT.from_pretrained (_C.data, _C.hf)
 void register_decoder(py::module_& m);  // attn.nn.Decoder, its from_pretrained (_C.decoder)
-void register_train(py::module_& m);  // attn.train.train: the loop of `attn train` (_C.train)
+void register_train(py::module_& m);    // attn.train.train: the loop of `attn train` (_C.train)
 
 }  // namespace attn::python

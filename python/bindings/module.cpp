@@ -25,6 +25,7 @@ PYBIND11_MODULE(_C, m) {
   // In dependency order: a signature names the Python class of a type registered before it.
   attn::python::register_tensor(m);
   attn::python::register_random(m);
+  attn::python::register_autograd(m);
   attn::python::register_ops(m);
   attn::python::register_ops_select(m);
   attn::python::register_functional(m);

@@ -389,63 +389,155 @@ void release_saved(Node& n) {
 }
 }  // namespace
 
-void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> retain_graph) {
-  if (!root.defined()) fail("backward", "called on an undefined tensor");
-  if (!root.requires_grad())
-    fail("backward", "element 0 of tensors does not require grad and does not have a grad_fn (",
-         detail::tensor_desc(root), ")");
-  Tensor grad = gradient;
-  if (!grad.defined()) {
-    if (root.numel() != 1)
-      fail("backward", "grad can be implicitly created only for scalar outputs; the output has ",
-           "shape ", shape_str(root.shape()), ": pass a gradient of that shape");
-    grad = ones(root.shape(), root.dtype(), root.device());
-  } else {
-    if (grad.dtype() != root.dtype())
-      fail("backward", "gradient must have the output's dtype ", dtype_name(root.dtype()), ", got ",
-           detail::tensor_desc(grad));
-    if (grad.shape() != root.shape())
-      fail("backward", "gradient has shape ", shape_str(grad.shape()),
-           " but the output it belongs to has shape ", shape_str(root.shape()));
-  }
-  NoGradGuard no_grad;
-  const bool retain = retain_graph.value_or(false);
-  std::shared_ptr<Node> start = grad_fn(root);
-  if (!start) {  // a leaf: its gradient is the given one
-    accumulate(*root.impl(), grad);
-    if (has_post_hooks(*root.impl())) run_post_hooks(root.impl());
-    return;
-  }
+namespace {
 
-  // Dependency counts: how many edges from nodes reachable from `start` point at each node.
-  std::unordered_map<Node*, int64_t> deps;
-  std::vector<std::shared_ptr<Node>> nodes{start};
-  deps[start.get()] = 0;
-  // Leaves with post-accumulate hooks: how many edges will still deliver to each.
+// A root's gradient, checked as torch checks it (ones for an undefined one of a one-element root).
+Tensor root_gradient(const Tensor& root, const Tensor& gradient, const char* fn) {
+  if (!root.defined()) fail(fn, "called on an undefined tensor");
+  if (!root.requires_grad())
+    fail(fn, "element 0 of tensors does not require grad and does not have a grad_fn (",
+         detail::tensor_desc(root), ")");
+  if (!gradient.defined()) {
+    if (root.numel() != 1)
+      fail(fn, "grad can be implicitly created only for scalar outputs; the output has ", "shape ",
+           shape_str(root.shape()), ": pass a gradient of that shape");
+    return ones(root.shape(), root.dtype(), root.device());
+  }
+  if (gradient.dtype() != root.dtype())
+    fail(fn, "gradient must have the output's dtype ", dtype_name(root.dtype()), ", got ",
+         detail::tensor_desc(gradient));
+  if (gradient.shape() != root.shape())
+    fail(fn, "gradient has shape ", shape_str(gradient.shape()),
+         " but the output it belongs to has shape ", shape_str(root.shape()));
+  return gradient;
+}
+
+// `g` through hooks (each may replace it; the replacement must keep g's shape).
+Tensor run_tensor_hooks(const std::vector<std::pair<int64_t, TensorHook>>& hooks_in, Tensor g) {
+  auto hooks = hooks_in;  // a copy: a hook may register or remove hooks
+  for (auto& [handle, hook] : hooks) {
+    Tensor r = hook(g);
+    if (!r.defined()) continue;
+    if (r.shape() != g.shape())
+      fail("register_hook", "hook returned a gradient of shape ", shape_str(r.shape()),
+           " for one of shape ", shape_str(g.shape()));
+    if (r.dtype() != g.dtype()) r = r.to(g.dtype());
+    g = std::move(r);
+  }
+  return g;
+}
+
+bool has_grad_hooks(const TensorImpl& leaf) {
+  return leaf.autograd && !leaf.autograd->grad_hooks.empty();
+}
+
+// Adds g into the .grad of the non-leaf whose retain_grad made `target`.
+void keep_retained(const std::weak_ptr<TensorImpl>& target, const Tensor& g) {
+  auto t = target.lock();
+  if (!t) return;
+  GradLock lock(grad_mutex);
+  AutogradMeta& m = meta_of(*t);
+  if (m.grad.defined())
+    m.grad = m.grad + g;
+  else
+    m.grad = g.clone();
+}
+
+// One backward pass from `roots` with `grads` (checked). Without `capture`, gradients reaching
+// leaves accumulate into their .grad; with it, the gradient of each captured tensor (a leaf, or
+// the result of a node) is stored at its index instead and no .grad changes.
+struct Capture {
+  std::unordered_map<TensorImpl*, std::size_t> leaves;
+  std::unordered_map<Node*, std::size_t> nodes;
+  std::vector<Tensor> grads;
+};
+
+void run_pass(const std::vector<Tensor>& roots, std::vector<Tensor> grads, bool retain,
+              Capture* capture) {
+  NoGradGuard no_grad;
+  // Leaves whose gradients are summed over the pass before they go on (hooks, post-accumulate
+  // hooks, capture): how many edges will still deliver to each, and what they delivered.
   std::unordered_map<TensorImpl*, int64_t> leaf_deps;
+  std::unordered_map<TensorImpl*, Tensor> leaf_sum;
+  auto counted = [&](const TensorImpl& leaf) {
+    return capture || has_post_hooks(leaf) || has_grad_hooks(leaf);
+  };
+  // Dependency counts: how many edges from nodes reachable from the roots point at each node.
+  std::unordered_map<Node*, int64_t> deps;
+  std::vector<std::shared_ptr<Node>> nodes;
+  std::vector<std::shared_ptr<TensorImpl>> root_leaves;
+  std::unordered_map<Node*, Tensor> pending;
+  for (std::size_t r = 0; r < roots.size(); ++r) {
+    if (std::shared_ptr<Node> fn = grad_fn(roots[r])) {
+      if (deps.try_emplace(fn.get(), 0).second) nodes.push_back(fn);
+      Tensor& p = pending[fn.get()];
+      p = p.defined() ? p + grads[r] : grads[r];
+    } else {
+      root_leaves.push_back(roots[r].impl());
+      ++leaf_deps[roots[r].impl().get()];
+    }
+  }
   for (std::size_t i = 0; i < nodes.size(); ++i)
     for (const Edge& e : nodes[i]->inputs) {
-      if (e.leaf && has_post_hooks(*e.leaf)) ++leaf_deps[e.leaf.get()];
+      if (e.leaf && counted(*e.leaf)) ++leaf_deps[e.leaf.get()];
       if (!e.fn) continue;
       auto [it, inserted] = deps.try_emplace(e.fn.get(), 0);
       if (inserted) nodes.push_back(e.fn);
       ++it->second;
     }
 
-  std::unordered_map<Node*, Tensor> pending;
-  pending[start.get()] = grad;
+  // A leaf's gradient of this pass, complete: through its hooks, then captured or accumulated.
+  auto finish_leaf = [&](const std::shared_ptr<TensorImpl>& leaf) {
+    auto it = leaf_sum.find(leaf.get());
+    Tensor g;
+    if (it != leaf_sum.end()) {
+      g = std::move(it->second);
+      leaf_sum.erase(it);
+    }
+    if (g.defined() && has_grad_hooks(*leaf)) g = run_tensor_hooks(leaf->autograd->grad_hooks, g);
+    if (capture) {
+      auto c = capture->leaves.find(leaf.get());
+      if (c != capture->leaves.end() && g.defined()) capture->grads[c->second] = std::move(g);
+      return;
+    }
+    if (g.defined()) accumulate(*leaf, std::move(g));
+    if (has_post_hooks(*leaf) && has_grad(*leaf)) run_post_hooks(leaf);
+  };
+  auto deliver_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
+    auto it = leaf_deps.find(leaf.get());
+    if (it == leaf_deps.end()) {  // nothing waits for it: accumulated at once
+      if (g.defined() && !capture) accumulate(*leaf, std::move(g));
+      return;
+    }
+    if (g.defined()) {
+      Tensor& s = leaf_sum[leaf.get()];
+      s = s.defined() ? s + g : std::move(g);
+    }
+    if (--it->second == 0) finish_leaf(leaf);
+  };
+  for (std::size_t r = 0, l = 0; r < roots.size(); ++r)
+    if (!grad_fn(roots[r])) deliver_leaf(root_leaves[l++], grads[r]);
+
   // Ready nodes run latest-created first, as in torch's engine: a node's gradient is used soon
   // after it is made (a product's gradient to its weights before the long way back through its
   // other input), so fewer gradients wait at once, and sums of several gradients are added in
   // torch's order.
   auto later_first = [](const Node* a, const Node* b) { return a->sequence_nr < b->sequence_nr; };
   std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
-  ready.push(start.get());
+  for (const auto& [node, count] : deps)
+    if (count == 0) ready.push(node);
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
     Tensor g = std::move(pending[node]);
     pending.erase(node);
+    if (g.defined() && !node->pre_hooks.empty()) g = run_tensor_hooks(node->pre_hooks, g);
+    if (g.defined() && !node->retain_grad_of.expired() && !capture)
+      keep_retained(node->retain_grad_of, g);
+    if (capture && g.defined()) {
+      auto c = capture->nodes.find(node);
+      if (c != capture->nodes.end()) capture->grads[c->second] = g;
+    }
     std::vector<Tensor> grads;
     if (g.defined()) {
       if (!node->backward) fail("backward", node->name, " has no backward formula");
@@ -462,40 +554,126 @@ void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> re
     for (std::size_t i = 0; i < node->inputs.size(); ++i) {
       const Edge& e = node->inputs[i];
       if (!e.defined()) continue;
+      Tensor gi;
       if (i < grads.size() && grads[i].defined()) {
-        Tensor& gi = grads[i];
+        gi = std::move(grads[i]);
         if (gi.shape() != e.shape || !is_floating_point(gi.dtype()))
           fail("backward", node->name, " returned a gradient ", detail::tensor_desc(gi),
                " for its input ", i, " of shape ", shape_str(e.shape));
         // A gradient reaches its input in the input's dtype (torch's engine casts it too): a
         // bfloat16 input of an op computed in float32 gets its gradient rounded once.
         if (gi.dtype() != e.dtype) gi = gi.to(e.dtype);
-        if (e.leaf) {
-          accumulate(*e.leaf, std::move(grads[i]));
-        } else {
-          // The first gradient is taken as it is; later ones are added into it in place when no
-          // one else holds it (else into a new tensor, as p + gi).
-          Tensor& p = pending[e.fn.get()];
-          forget_orphan_base(grads[i]);
-          if (!p.defined())
-            p = std::move(grads[i]);
-          else if (sole_owner(p))
-            p.add_(grads[i]);
-          else
-            p = p + grads[i];
-        }
       }
-      if (e.leaf && !leaf_deps.empty()) {
-        auto it = leaf_deps.find(e.leaf.get());
-        if (it != leaf_deps.end() && --it->second == 0 && has_grad(*e.leaf)) run_post_hooks(e.leaf);
+      if (e.leaf) {
+        deliver_leaf(e.leaf, std::move(gi));
+        continue;
       }
-      if (e.fn && --deps[e.fn.get()] == 0) ready.push(e.fn.get());
+      if (gi.defined()) {
+        // The first gradient is taken as it is; later ones are added into it in place when no
+        // one else holds it (else into a new tensor, as p + gi).
+        Tensor& p = pending[e.fn.get()];
+        forget_orphan_base(gi);
+        if (!p.defined())
+          p = std::move(gi);
+        else if (sole_owner(p))
+          p.add_(gi);
+        else
+          p = p + gi;
+      }
+      if (--deps[e.fn.get()] == 0) ready.push(e.fn.get());
     }
   }
 
   // The nodes that did not run (no gradient reached them) are released too.
   if (!retain)
     for (const auto& n : nodes) release_saved(*n);
+}
+
+}  // namespace
+
+void backward(const Tensor& root, const Tensor& gradient, std::optional<bool> retain_graph) {
+  Tensor g = root_gradient(root, gradient, "backward");
+  run_pass({root}, {g}, retain_graph.value_or(false), nullptr);
+}
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& gradients,
+              std::optional<bool> retain_graph) {
+  if (roots.empty()) fail("backward", "no tensors to differentiate");
+  if (!gradients.empty() && gradients.size() != roots.size())
+    fail("backward", "got ", gradients.size(), " gradients for ", roots.size(), " tensors");
+  std::vector<Tensor> grads;
+  for (std::size_t i = 0; i < roots.size(); ++i)
+    grads.push_back(
+        root_gradient(roots[i], gradients.empty() ? Tensor() : gradients[i], "backward"));
+  run_pass(roots, std::move(grads), retain_graph.value_or(false), nullptr);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& gradients, std::optional<bool> retain_graph,
+                         bool allow_unused) {
+  if (outputs.empty()) fail("grad", "no outputs to differentiate");
+  if (!gradients.empty() && gradients.size() != outputs.size())
+    fail("grad", "got ", gradients.size(), " gradients for ", outputs.size(), " outputs");
+  std::vector<Tensor> grads;
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    grads.push_back(root_gradient(outputs[i], gradients.empty() ? Tensor() : gradients[i], "grad"));
+  Capture capture;
+  capture.grads.resize(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined() || !t.requires_grad())
+      fail("grad", "input ", i, " (", t.defined() ? detail::tensor_desc(t) : "undefined",
+           ") does not require grad");
+    if (auto fn = grad_fn(t))
+      capture.nodes.emplace(fn.get(), i);
+    else
+      capture.leaves.emplace(t.impl().get(), i);
+  }
+  run_pass(outputs, std::move(grads), retain_graph.value_or(false), &capture);
+  // An input listed twice gets its gradient at each place.
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    auto fn = grad_fn(inputs[i]);
+    std::size_t first = fn ? capture.nodes[fn.get()] : capture.leaves[inputs[i].impl().get()];
+    if (first != i) capture.grads[i] = capture.grads[first];
+    if (!capture.grads[i].defined() && !allow_unused)
+      fail("grad", "input ", i, " (", detail::tensor_desc(inputs[i]),
+           ") appears to not have been used in the graph; set allow_unused=True if this is the "
+           "desired behavior");
+  }
+  return capture.grads;
+}
+
+int64_t register_hook(const Tensor& t, TensorHook hook) {
+  if (!t.defined() || !t.requires_grad())
+    fail("register_hook", "cannot register a hook on a tensor that doesn't require gradient (",
+         t.defined() ? detail::tensor_desc(t) : std::string("undefined"), ")");
+  static std::atomic<int64_t> next_handle{1};
+  const int64_t handle = next_handle++;
+  if (auto fn = grad_fn(t))
+    fn->pre_hooks.emplace_back(handle, std::move(hook));
+  else
+    meta_of(*t.impl()).grad_hooks.emplace_back(handle, std::move(hook));
+  return handle;
+}
+
+void remove_hook(const Tensor& t, int64_t handle) {
+  if (!t.defined() || !t.impl()->autograd) return;
+  auto gone = [&](const auto& h) { return h.first == handle; };
+  std::erase_if(t.impl()->autograd->grad_hooks, gone);
+  if (auto fn = grad_fn(t)) std::erase_if(fn->pre_hooks, gone);
+}
+
+void retain_grad(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad())
+    fail("retain_grad", "can't retain_grad on a tensor that has requires_grad=False (",
+         t.defined() ? detail::tensor_desc(t) : std::string("undefined"), ")");
+  if (auto fn = grad_fn(t)) fn->retain_grad_of = t.impl();
+}
+
+bool retains_grad(const Tensor& t) {
+  if (!t.defined()) return false;
+  auto fn = grad_fn(t);
+  return fn && fn->retain_grad_of.lock() == t.impl();
 }
 
 int64_t register_post_accumulate_grad_hook(const Tensor& t, PostAccumulateGradHook hook) {

@@ -1077,6 +1077,106 @@ TEST_F(AutogradTest, PostAccumulateGradHookRunsOncePerPassAfterTheLastGradient) 
   EXPECT_THROW(register_post_accumulate_grad_hook(ones({2}), [](const Tensor&) {}), Error);
 }
 
+TEST_F(AutogradTest, TensorHooksSeeTheSummedGradientAndMayReplaceIt) {
+  Tensor x = tensor({1.0, 2.0, 3.0}).requires_grad_();
+  Tensor h = x * 2.0;
+  std::vector<std::string> calls;
+  std::vector<float> seen_h;
+  const int64_t hh = register_hook(h, [&](const Tensor& g) {
+    calls.push_back("h");
+    seen_h = {g[0].item<float>(), g[1].item<float>(), g[2].item<float>()};
+    return g * 10.0;
+  });
+  register_hook(x, [&](const Tensor& g) {
+    calls.push_back("x");
+    EXPECT_FALSE(is_grad_enabled());
+    return Tensor();  // unchanged
+  });
+  // h used twice: d/dh (h^2 + h) = 2h + 1, seen once; x's gradient is 10 (2h + 1) * 2.
+  Tensor loss = (h * h).sum() + h.sum();
+  loss.backward(Tensor(), true);
+  ASSERT_EQ(calls, (std::vector<std::string>{"h", "x"}));
+  EXPECT_FLOAT_EQ(seen_h[2], 13.0f);
+  EXPECT_FLOAT_EQ(x.grad()[0].item<float>(), 100.0f);
+  EXPECT_FLOAT_EQ(x.grad()[2].item<float>(), 260.0f);
+  remove_hook(h, hh);
+  x.set_grad(Tensor());
+  loss.backward();
+  EXPECT_FLOAT_EQ(x.grad()[2].item<float>(), 26.0f);
+  EXPECT_EQ(calls.size(), 3u);
+  // A leaf's hook replaces what accumulates; a wrong shape or a tensor without grad is refused.
+  Tensor w = tensor({-2.0, 0.25, 2.0}).requires_grad_();
+  register_hook(w, [](const Tensor& g) { return g.clamp(-1.0, 1.0); });
+  (w * w).sum().backward();  // 2w clamped
+  EXPECT_FLOAT_EQ(w.grad()[0].item<float>(), -1.0f);
+  EXPECT_FLOAT_EQ(w.grad()[1].item<float>(), 0.5f);
+  Tensor v = tensor({1.0, 2.0}).requires_grad_();
+  register_hook(v, [](const Tensor&) { return ones({3}); });
+  EXPECT_THROW((v * 2.0).sum().backward(), Error);
+  EXPECT_THROW(register_hook(ones({2}), [](const Tensor& g) { return g; }), Error);
+}
+
+TEST_F(AutogradTest, RetainGradKeepsANonLeafsGradientAfterItsHooks) {
+  Tensor x = tensor({0.5, -1.0}).requires_grad_();
+  Tensor a = x * 3.0;
+  Tensor b = a * a;
+  retain_grad(a);
+  register_hook(b, [](const Tensor& g) { return g * 2.0; });
+  retain_grad(b);  // after the hook, whatever the order (torch 2.x)
+  EXPECT_TRUE(retains_grad(a));
+  EXPECT_FALSE(retains_grad(x));
+  b.sum().backward(Tensor(), true);
+  EXPECT_FLOAT_EQ(b.grad()[0].item<float>(), 2.0f);
+  EXPECT_FLOAT_EQ(a.grad()[0].item<float>(), 2.0f * 2 * 1.5f);  // 2 * 2a
+  b.sum().backward();                                           // accumulates
+  EXPECT_FLOAT_EQ(a.grad()[1].item<float>(), 2 * (2.0f * 2 * -3.0f));
+  EXPECT_THROW(retain_grad(ones({2})), Error);
+}
+
+TEST_F(AutogradTest, GradReturnsGradientsWithoutTouchingDotGrad) {
+  Tensor x = tensor({1.0, 2.0}).requires_grad_();
+  Tensor w = tensor({3.0, -1.0}).requires_grad_();
+  Tensor unused = tensor({0.0}).requires_grad_();
+  Tensor h = x * w;
+  Tensor y1 = h.sum(), y2 = (h * h).sum();
+  // d(y1 + y2)/dx = w (1 + 2h), /dw = x (1 + 2h), /dh = 1 + 2h; with y1 weighted 2: 2 + 2h.
+  std::vector<Tensor> g = grad({y1, y2}, {x, w, h}, {tensor(2.0), Tensor()}, true);
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_FLOAT_EQ(g[0][0].item<float>(), 3.0f * (2 + 6));
+  EXPECT_FLOAT_EQ(g[1][1].item<float>(), 2.0f * (2 - 4));
+  EXPECT_FLOAT_EQ(g[2][1].item<float>(), 2.0f - 4);
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(w.grad().defined());
+  // An input listed twice gets its gradient twice; an unused one throws unless allowed.
+  g = grad({y1}, {x, unused, x}, {}, true, true);
+  EXPECT_FALSE(g[1].defined());
+  EXPECT_FLOAT_EQ(g[2][0].item<float>(), 3.0f);
+  EXPECT_THROW(grad({y1}, {x, unused}, {}, true), Error);
+  EXPECT_THROW(grad({y1}, {ones({2})}, {}, true), Error);
+  grad({y2}, {x});  // not retained: the graph's saved tensors go
+  EXPECT_THROW(grad({y2}, {x}), Error);
+}
+
+TEST_F(AutogradTest, BackwardFromSeveralRootsIsOnePass) {
+  Tensor x = tensor({1.0, 2.0}).requires_grad_();
+  Tensor a = x * 3.0;
+  Tensor b = (a * a).sum();  // b depends on a: a's node waits for b's gradient
+  int calls = 0;
+  register_hook(a, [&](const Tensor& g) {
+    ++calls;
+    return Tensor();
+  });
+  backward({a, b}, {tensor({1.0, 10.0}), Tensor()});
+  EXPECT_EQ(calls, 1);
+  // d/dx: 3 * (r + 2a) with r = (1, 10), a = (3, 6)
+  EXPECT_FLOAT_EQ(x.grad()[0].item<float>(), 3.0f * (1 + 6));
+  EXPECT_FLOAT_EQ(x.grad()[1].item<float>(), 3.0f * (10 + 12));
+  backward(std::vector<Tensor>{x}, std::vector<Tensor>{tensor({1.0, 1.0})});  // a leaf root
+  EXPECT_FLOAT_EQ(x.grad()[0].item<float>(), 22.0f);
+  EXPECT_THROW(backward({a, b}, {Tensor()}), Error);  // two roots, one gradient
+  EXPECT_THROW(backward(std::vector<Tensor>{}, std::vector<Tensor>{}), Error);
+}
+
 TEST_F(AutogradTest, NodesRunLatestCreatedFirstAsTorchsEngine) {
   // torch 2.15 runs the ready node of the highest sequence number first: b's product (made after
   // a's) delivers its gradient first, whichever operand of the sum it is; both print ['b', 'a'].

@@ -1,0 +1,276 @@
+"""attn.autograd: torch.autograd's names over attn's engine (attn/autograd.h).
+
+- backward(tensors, grad_tensors=None, retain_graph=None): one pass from several tensors.
+- grad(outputs, inputs, grad_outputs=None, retain_graph=None, allow_unused=False): gradients
+  returned, not accumulated into .grad.
+- Function: custom forward and backward (ctx.save_for_backward, ctx.saved_tensors,
+  ctx.needs_input_grad, ctx.mark_non_differentiable, ctx.set_materialize_grads; forward with ctx,
+  or torch 2's forward without it plus setup_context). Its results print as
+  grad_fn=<NameBackward>.
+- Tensor.register_hook, retain_grad / retains_grad, register_post_accumulate_grad_hook.
+
+Where attn differs: create_graph=True (higher-order gradients) raises, as Tensor.backward does;
+a Function returns one tensor (a tuple of several raises; attn's nodes have one result);
+mark_dirty (in-place forwards) raises.
+"""
+import itertools as _itertools
+
+from . import _C
+from ._C import Tensor
+
+__all__ = ["Function", "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
+           "inference_mode"]
+
+
+def __getattr__(name):  # the grad-mode managers live in attn (imported after this module)
+    if name in ("no_grad", "enable_grad", "set_grad_enabled", "inference_mode"):
+        import attn
+        return getattr(attn, name)
+    raise AttributeError("module 'attn.autograd' has no attribute %r" % name)
+
+
+def _as_tuple(x, what):
+    if x is None:
+        return ()
+    if isinstance(x, Tensor):
+        return (x,)
+    if isinstance(x, (tuple, list)):
+        return tuple(x)
+    raise TypeError("%s: expected a Tensor or a sequence of Tensors, got %s"
+                    % (what, type(x).__name__))
+
+
+def _no_create_graph(create_graph, fn):
+    if create_graph:
+        raise RuntimeError("%s: create_graph=True (higher-order gradients) is not supported by "
+                           "attn" % fn)
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """torch.autograd.backward: accumulates into the .grad of the leaves the tensors depend on."""
+    _no_create_graph(create_graph, "backward")
+    if inputs is not None:
+        raise RuntimeError("backward: inputs= is not supported by attn; use attn.autograd.grad")
+    roots = _as_tuple(tensors, "backward")
+    grads = _as_tuple(grad_tensors, "backward")
+    if grads and len(grads) != len(roots):
+        raise RuntimeError("backward: got %d tensors and %d gradients" % (len(roots), len(grads)))
+    _C.autograd.backward(roots, grads or [None] * len(roots), retain_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         only_inputs=True, allow_unused=None, is_grads_batched=False, materialize_grads=False):
+    """torch.autograd.grad: a tuple of the gradients of outputs with respect to inputs (None for an
+    unused input with allow_unused=True, zeros with materialize_grads=True)."""
+    _no_create_graph(create_graph, "grad")
+    if is_grads_batched:
+        raise RuntimeError("grad: is_grads_batched=True is not supported by attn")
+    outs = _as_tuple(outputs, "grad")
+    ins = _as_tuple(inputs, "grad")
+    grads = _as_tuple(grad_outputs, "grad")
+    if grads and len(grads) != len(outs):
+        raise RuntimeError("grad_outputs: got %d gradients for %d outputs"
+                           % (len(grads), len(outs)))
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    for t in ins:
+        if not isinstance(t, Tensor) or not t.requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    result = _C.autograd.grad(outs, ins, grads or [None] * len(outs), retain_graph, True)
+    if not allow_unused and any(g is None for g in result):
+        raise RuntimeError("One of the differentiated Tensors appears to not have been used in "
+                           "the graph. Set allow_unused=True if this is the desired behavior.")
+    if materialize_grads:
+        import attn
+        result = tuple(attn.zeros_like(i) if g is None else g for g, i in zip(result, ins))
+    return result
+
+
+class RemovableHandle:
+    """What register_hook returns: .remove() takes the hook off (also as a context manager)."""
+
+    _ids = _itertools.count()
+
+    def __init__(self, remove):
+        self._remove = remove
+        self.id = next(RemovableHandle._ids)
+
+    def remove(self):
+        if self._remove is not None:
+            self._remove()
+            self._remove = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
+def _register_hook(self, hook):
+    """Tensor.register_hook(hook): hook(grad) -> Tensor or None, called with this tensor's
+    gradient as each backward pass computes it; a returned tensor replaces the gradient."""
+    if not self.requires_grad:
+        raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+    handle = _C.autograd.register_hook(self, hook)
+    return RemovableHandle(lambda: _C.autograd.remove_hook(self, handle))
+
+
+def _register_post_accumulate_grad_hook(self, hook):
+    """Tensor.register_post_accumulate_grad_hook(hook): hook(tensor) after a pass has added this
+    leaf's gradient into its .grad."""
+    handle = _C.autograd.register_post_accumulate_grad_hook(self, hook)
+    return RemovableHandle(
+        lambda: _C.autograd.remove_post_accumulate_grad_hook(self, handle))
+
+
+def _retain_grad(self):
+    """Tensor.retain_grad(): a non-leaf keeps its gradient in .grad after backward."""
+    if not self.requires_grad:
+        raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+    _C.autograd.retain_grad(self)
+
+
+Tensor.register_hook = _register_hook
+Tensor.register_post_accumulate_grad_hook = _register_post_accumulate_grad_hook
+Tensor.retain_grad = _retain_grad
+Tensor.retains_grad = property(lambda self: _C.autograd.retains_grad(self))
+
+
+class FunctionCtx:
+    """The ctx of a Function: tensors saved for backward and anything else set on it."""
+
+    def __init__(self):
+        self._to_save = ()
+        self._non_differentiable = ()
+        self.materialize_grads = True
+        self.needs_input_grad = ()
+
+    def save_for_backward(self, *tensors):
+        for t in tensors:
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError("save_for_backward can only save variables, but argument is of "
+                                "type %s" % type(t).__name__)
+        self._to_save = tensors
+
+    def mark_non_differentiable(self, *tensors):
+        self._non_differentiable = tensors
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+    def mark_dirty(self, *tensors):
+        raise RuntimeError("mark_dirty: in-place custom Functions are not supported by attn")
+
+    @property
+    def saved_tensors(self):
+        if not hasattr(self, "_saved"):
+            raise RuntimeError("saved_tensors can be read in backward only (attn keeps them in "
+                               "the graph)")
+        return self._saved
+
+
+class _FunctionMeta(type):
+    def __init__(cls, name, bases, attrs):
+        super().__init__(name, bases, attrs)
+        cls._backward_name = name + "Backward"
+
+
+class Function(metaclass=_FunctionMeta):
+    """torch.autograd.Function: subclass it with static forward(ctx, *args) and
+    backward(ctx, grad) methods (or forward(*args) and setup_context(ctx, inputs, output), as
+    torch 2 allows), then call Cls.apply(*args)."""
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("Function is not instantiated: call %s.apply(...)"
+                           % type(self).__name__)
+
+    @staticmethod
+    def forward(*args, **kwargs):
+        raise NotImplementedError("You must implement the forward function for custom "
+                                  "autograd.Function.")
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        raise NotImplementedError("setup_context is not implemented.")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("You must implement either the backward or vjp method for "
+                                  "your custom autograd.Function to use it with backward mode AD.")
+
+    vjp = backward
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        import attn
+
+        if kwargs:
+            raise TypeError("%s.apply takes positional arguments only" % cls.__name__)
+        ctx = FunctionCtx()
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        separate = cls.setup_context is not Function.setup_context
+        with attn.no_grad():
+            out = cls.forward(*args) if separate else cls.forward(ctx, *args)
+        if separate:
+            cls.setup_context(ctx, args, out)
+        if isinstance(out, (tuple, list)):
+            tensors = [o for o in out if isinstance(o, Tensor)]
+            if len(tensors) > 1:
+                raise RuntimeError("%s.forward returned %d tensors: attn's custom Functions return "
+                                   "one" % (cls.__name__, len(tensors)))
+        if not isinstance(out, Tensor):
+            return out
+        if not any(ctx.needs_input_grad) or not attn.is_grad_enabled():
+            return out
+        if any(out is t for t in ctx._non_differentiable) or not out.is_floating_point():
+            return out
+        if any(out is a for a in args):  # the input itself: a new tensor on its elements
+            with attn.no_grad():
+                out = out.view_as(out)
+        inputs = [a if isinstance(a, Tensor) else None for a in args]
+        is_tensor = [a is not None for a in inputs]
+        saved, ctx._to_save = list(ctx._to_save), ()
+        shape, dtype = out.shape, out.dtype
+
+        def backward(grad_out, saved_now):
+            ctx._saved = saved_now
+            try:
+                g = grad_out
+                if g is None and ctx.materialize_grads:
+                    g = attn.zeros(shape, dtype=dtype)
+                grads = cls.backward(ctx, g)
+            finally:
+                del ctx._saved
+            if not isinstance(grads, (tuple, list)):
+                grads = (grads,)
+            if len(grads) > len(is_tensor) and all(x is None for x in grads[len(is_tensor):]):
+                grads = grads[:len(is_tensor)]  # trailing Nones beyond the inputs, as torch allows
+            if len(grads) != len(is_tensor):
+                raise RuntimeError("function %s returned an incorrect number of gradients "
+                                   "(expected %d, got %d)"
+                                   % (cls._backward_name, len(is_tensor), len(grads)))
+            # gradients for non-tensor arguments must be None
+            for i, (t, g) in enumerate(zip(is_tensor, grads)):
+                if not t and g is not None:
+                    raise RuntimeError("function %s returned a gradient different than None at "
+                                       "position %d, but the corresponding forward input was "
+                                       "not a Variable" % (cls._backward_name, i + 1))
+            return grads
+
+        # The closure holds ctx and flags, no input: the node keeps the saved tensors.
+        return _C.autograd.record_function(out, cls._backward_name, inputs, saved, backward)
+
+
+class _FunctionModule:
+    """attn.autograd.function: where torch keeps Function and FunctionCtx."""
+
+    Function = Function
+    FunctionCtx = FunctionCtx
+
+    @staticmethod
+    def once_differentiable(fn):
+        return fn  # attn has no double backward: every backward is differentiated once
+
+
+function = _FunctionModule()
