@@ -10,8 +10,8 @@
 - Tensor.register_hook, retain_grad / retains_grad, register_post_accumulate_grad_hook.
 
 Where attn differs: create_graph=True (higher-order gradients) raises, as Tensor.backward does;
-a Function returns one tensor (a tuple of several raises; attn's nodes have one result);
-mark_dirty (in-place forwards) raises.
+a Function with several results gets zeros (never None) for those no gradient reached, and its
+recorded results must share one dtype; mark_dirty (in-place forwards) raises.
 """
 import itertools as _itertools
 
@@ -214,32 +214,42 @@ class Function(metaclass=_FunctionMeta):
             out = cls.forward(*args) if separate else cls.forward(ctx, *args)
         if separate:
             cls.setup_context(ctx, args, out)
-        if isinstance(out, (tuple, list)):
-            tensors = [o for o in out if isinstance(o, Tensor)]
-            if len(tensors) > 1:
-                raise RuntimeError("%s.forward returned %d tensors: attn's custom Functions return "
-                                   "one" % (cls.__name__, len(tensors)))
-        if not isinstance(out, Tensor):
-            return out
+        several = isinstance(out, (tuple, list))
+        outs = list(out) if several else [out]
         if not any(ctx.needs_input_grad) or not attn.is_grad_enabled():
             return out
-        if any(out is t for t in ctx._non_differentiable) or not out.is_floating_point():
+        # The outputs the graph records: floating-point tensors not marked non-differentiable.
+        # One that is an input (or an earlier output) becomes a new tensor on its elements.
+        recorded = []
+        for k, o in enumerate(outs):
+            if (not isinstance(o, Tensor) or not o.is_floating_point()
+                    or any(o is t for t in ctx._non_differentiable)):
+                recorded.append(None)
+                continue
+            if any(o is a for a in args) or any(o is r for r in recorded):
+                with attn.no_grad():
+                    o = o.view_as(o)
+                outs[k] = o
+            recorded.append(o)
+        if all(r is None for r in recorded):
             return out
-        if any(out is a for a in args):  # the input itself: a new tensor on its elements
-            with attn.no_grad():
-                out = out.view_as(out)
         inputs = [a if isinstance(a, Tensor) else None for a in args]
         is_tensor = [a is not None for a in inputs]
         saved, ctx._to_save = list(ctx._to_save), ()
-        shape, dtype = out.shape, out.dtype
 
-        def backward(grad_out, saved_now):
+        # Outputs not recorded still get a gradient: zeros of their shape, as torch gives them.
+        unrecorded = {k: (o.shape, o.dtype) for k, (o, r) in enumerate(zip(outs, recorded))
+                      if r is None and isinstance(o, Tensor)}
+
+        def backward(grads_out, saved_now):
             ctx._saved = saved_now
+            if several:
+                grads_out = [attn.zeros(unrecorded[k][0], dtype=unrecorded[k][1])
+                             if g is None and k in unrecorded else g
+                             for k, g in enumerate(grads_out)]
             try:
-                g = grad_out
-                if g is None and ctx.materialize_grads:
-                    g = attn.zeros(shape, dtype=dtype)
-                grads = cls.backward(ctx, g)
+                grads = (cls.backward(ctx, *grads_out) if several
+                         else cls.backward(ctx, grads_out))
             finally:
                 del ctx._saved
             if not isinstance(grads, (tuple, list)):
@@ -258,8 +268,14 @@ class Function(metaclass=_FunctionMeta):
                                        "not a Variable" % (cls._backward_name, i + 1))
             return grads
 
-        # The closure holds ctx and flags, no input: the node keeps the saved tensors.
-        return _C.autograd.record_function(out, cls._backward_name, inputs, saved, backward)
+        # The closures hold ctx and flags, no input: the nodes keep the saved tensors.
+        if not several:
+            return _C.autograd.record_function(outs[0], cls._backward_name, inputs, saved,
+                                               backward)
+        done = _C.autograd.record_function_multi(recorded, cls._backward_name, inputs, saved,
+                                                 backward)
+        result = [d if d is not None else o for d, o in zip(done, outs)]
+        return type(out)(result) if isinstance(out, tuple) else result
 
 
 class _FunctionModule:

@@ -151,6 +151,80 @@ void register_autograd(py::module_& root) {
         return detail::record(out, name, ptrs, std::move(formula), keep);
       },
       py::arg("out"), py::arg("name"), py::arg("inputs"), py::arg("saved"), py::arg("backward"));
+
+  // The same for a Function with several results (`outs`, floating point, one dtype; None where
+  // an output is not differentiable). attn's nodes have one result, so the Function's node is
+  // recorded on a joint result: all outputs' elements flattened into one vector (an expanded
+  // zero, no memory). Each output gets a node of the same name whose formula puts its gradient
+  // at its place in a zero vector of the joint's size; the engine sums those before the joint
+  // node runs, which hands backward(grads, saved_tensors) one gradient per output (zeros for one
+  // that got none, None for one not recorded).
+  m.def(
+      "record_function_multi",
+      [](const py::sequence& outs_py, const std::string& name, const py::sequence& inputs,
+         const py::sequence& saved, const py::function& backward) {
+        std::vector<Tensor> outs = tensors(outs_py, name.c_str()),
+                            in = tensors(inputs, name.c_str()), keep = tensors(saved, "saved");
+        std::vector<int64_t> offsets;
+        std::vector<Shape> shapes;
+        int64_t total = 0;
+        std::optional<Dtype> dtype;
+        for (const Tensor& o : outs) {
+          offsets.push_back(total);
+          shapes.push_back(o.defined() ? o.shape() : Shape{});
+          if (!o.defined()) continue;
+          if (dtype && *dtype != o.dtype())
+            throw Error("[" + name + "] outputs of several dtypes (" + dtype_name(*dtype) + ", " +
+                        dtype_name(o.dtype()) + ") are not supported");
+          dtype = o.dtype();
+          total += o.numel();
+        }
+        if (!dtype) throw Error("[" + name + "] no differentiable output");
+        std::vector<const Tensor*> ptrs;
+        for (const Tensor& t : in) ptrs.push_back(&t);
+        auto fn = hold(backward);
+        const std::size_t n_inputs = in.size(), n_saved = keep.size(), n_out = outs.size();
+        std::vector<bool> recorded;
+        for (const Tensor& o : outs) recorded.push_back(o.defined());
+        BackwardFn joint_formula = [fn, name, n_inputs, n_saved, n_out, offsets, shapes, recorded](
+                                       const Node& node, const Tensor& flat) {
+          py::gil_scoped_acquire gil;
+          py::tuple grads_out(n_out);
+          for (std::size_t k = 0; k < n_out; ++k) {
+            const int64_t n = (k + 1 < n_out ? offsets[k + 1] : flat.numel()) - offsets[k];
+            grads_out[k] = recorded[k] ? py::cast(flat.narrow(0, offsets[k], n).reshape(shapes[k]))
+                                       : py::none();
+          }
+          py::tuple saved_now(n_saved);
+          for (std::size_t i = 0; i < n_saved; ++i)
+            saved_now[i] = tensor_or_none(node.saved_tensor(i));
+          py::object r = (*fn)(grads_out, saved_now);
+          std::vector<Tensor> grads;
+          for (py::handle h : r) grads.push_back(h.is_none() ? Tensor() : h.cast<Tensor>());
+          if (grads.size() != n_inputs)
+            throw Error("[backward] function " + name +
+                        " returned an incorrect number of gradients (expected " +
+                        std::to_string(n_inputs) + ", got " + std::to_string(grads.size()) + ")");
+          return grads;
+        };
+        Tensor joint = zeros({1}, *dtype).expand({total});
+        joint = detail::record(joint, name, ptrs, std::move(joint_formula), keep);
+        for (std::size_t k = 0; k < n_out; ++k) {
+          if (!outs[k].defined()) continue;
+          const int64_t offset = offsets[k], n = outs[k].numel(), size = total;
+          const Dtype dt = *dtype;
+          BackwardFn place = [offset, n, size, dt](const Node&, const Tensor& g) {
+            Tensor flat = zeros({size}, dt);
+            flat.narrow(0, offset, n).copy_(g.reshape({n}));
+            return std::vector<Tensor>{flat};
+          };
+          detail::record(outs[k], name, {&joint}, std::move(place));
+        }
+        py::tuple result(n_out);
+        for (std::size_t k = 0; k < n_out; ++k) result[k] = tensor_or_none(outs[k]);
+        return result;
+      },
+      py::arg("outs"), py::arg("name"), py::arg("inputs"), py::arg("saved"), py::arg("backward"));
 }
 
 }  // namespace attn::python

@@ -203,6 +203,35 @@ def test_function_returning_its_input():
     same(case)
 
 
+def test_function_with_several_outputs():
+    def case(M):
+        x, w = leaf(M, (4, 3), 21), leaf(M, (3,), 22)
+
+        class Split(M.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w):
+                ctx.save_for_backward(x, w)
+                return x * w, (x * x).sum(1), x.argmax(1)  # the last: integers, no gradient
+
+            @staticmethod
+            def backward(ctx, ga, gb, gi):
+                x, w = ctx.saved_tensors
+                return ga * w + gb[:, None] * 2 * x, (ga * x).sum(0)
+
+        a, b, i = Split.apply(x, w)
+        r = M.tensor(arr((4, 3), 23))
+        ((a * r).sum() + (b * b).sum()).backward()
+        g_both = [x.grad.clone(), w.grad.clone()]
+        x.grad = None
+        w.grad = None
+        a, b, i = Split.apply(x, w)
+        b.sum().backward()  # a gets no gradient: backward sees zeros for it
+        return [a, b, i, g_both, x.grad, w.grad, a.requires_grad, i.requires_grad,
+                a.grad_fn is not None, i.grad_fn is None]
+
+    same(case)
+
+
 def test_hooks_on_non_leaf_and_leaf():
     def case(M):
         x = leaf(M, (3, 4), 9)
