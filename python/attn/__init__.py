@@ -506,6 +506,9 @@ from ._select import (argmin, argsort, bmm, chunk, clamp, clip, cumprod, cumsum,
 from . import _composite  # noqa: E402
 _composite.install(_sys.modules[__name__])  # torch names composed of the ops above
 from . import nn  # noqa: E402  (nn uses the names above)
+from .nn._composite import norm  # noqa: E402  (torch.norm, Tensor.norm: p-norms)
+Tensor.norm = (lambda self, p="fro", dim=None, keepdim=False, dtype=None:
+               norm(self, p, dim, keepdim, dtype))
 from . import optim  # noqa: E402
 from . import distributed  # noqa: E402
 from .serialization import load, save  # noqa: E402

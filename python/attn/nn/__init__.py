@@ -3,16 +3,19 @@ MultiheadAttention, activations, containers, ...). Numeric work and initialisati
 C++."""
 from .. import _unsupported
 from . import functional, init, parallel, utils
-from .activation import GELU, Identity, ReLU, SiLU, Sigmoid, Tanh
+from .activation import (CELU, ELU, GELU, GLU, SELU, CosineSimilarity, Flatten, Hardsigmoid,
+                         Hardswish, Hardtanh, Identity, LeakyReLU, LogSigmoid, LogSoftmax, Mish,
+                         PairwiseDistance, ReLU, ReLU6, SiLU, Sigmoid, Softmax, Softmin, Softplus,
+                         Softsign, Tanh, Threshold, Unflatten)
+from .loss import (BCELoss, BCEWithLogitsLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
+                   SmoothL1Loss)
 from .container import ModuleDict, ModuleList, Sequential
 from .decoder import Decoder
 from .multihead import MultiheadAttention
 from .modules import (GPT, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, Module,
                       NonDynamicallyQuantizableLinear, Parameter, RMSNorm)
 
-__all__ = ["CrossEntropyLoss", "Decoder", "GELU", "GPT", "LayerNorm", "Dropout", "Embedding", "Identity", "Linear", "Module",
-           "ModuleDict", "ModuleList", "MultiheadAttention", "NonDynamicallyQuantizableLinear",
-           "Parameter", "RMSNorm", "ReLU", "Sequential", "SiLU", "Sigmoid", "Tanh", "functional", "init",
-           "parallel", "utils"]
+__all__ = sorted(n for n, v in list(globals().items()) if not n.startswith("_") and (
+    not isinstance(v, type(_unsupported)) or n in ("functional", "init", "parallel", "utils")))
 
 __getattr__ = _unsupported.module_getattr("attn.nn")

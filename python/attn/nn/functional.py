@@ -242,4 +242,10 @@ def silu(input, inplace=False):
     return out
 
 
+from ._composite import (binary_cross_entropy, binary_cross_entropy_with_logits,  # noqa: E402
+                         celu, cosine_similarity, elu, glu, hardsigmoid, hardswish, hardtanh,
+                         huber_loss, kl_div, l1_loss, leaky_relu, logsigmoid, mish, mse_loss,
+                         nll_loss, normalize, pairwise_distance, relu6, selu, smooth_l1_loss,
+                         softmin, softplus, softsign, threshold)
+
 __getattr__ = _unsupported.module_getattr("attn.nn.functional")
