@@ -13,6 +13,8 @@ import torch.nn as tnn  # noqa: E402
 import torch.nn.functional as TF  # noqa: E402
 
 RTOL, ATOL = 2e-5, 2e-6
+# KLDivLoss's default reduction warns on both sides, as torch's does
+pytestmark = pytest.mark.filterwarnings("ignore:reduction. 'mean' divides")
 
 
 def data(shape, seed, kind="f"):
@@ -213,3 +215,35 @@ def test_loss_modules_with_weights_and_unflatten():
     assert repr(ua) == repr(ut)
     compare(lambda x: ut(x), lambda x: ua(x), [data((4, 6), 35)])
     assert "weight" in dict(ma.named_buffers())
+
+
+def parameter_containers(M):
+    """ParameterList / ParameterDict in a module: repr, names, state_dict keys, gradients."""
+    nn = M.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ws = nn.ParameterList([nn.Parameter(M.ones(2, 3)), M.zeros(4)])
+            self.ws.append(nn.Parameter(M.ones(1)))
+            self.d = nn.ParameterDict({"a": nn.Parameter(M.ones(3)), "b": M.zeros(2)})
+            self.d["c"] = nn.Parameter(M.full((2,), 2.0))
+
+    net = Net()
+    loss = sum(p.sum() for p in net.ws) + net.d["c"].sum() * 3
+    loss.backward()
+    return [repr(net), [(n, tuple(p.shape)) for n, p in net.named_parameters()],
+            list(net.state_dict().keys()), len(net.ws), len(net.d), "a" in net.d,
+            list(net.d.keys()), [None if p.grad is None else p.grad.tolist()
+                                 for p in net.parameters()],
+            [tuple(p.shape) for p in net.ws[1:]], isinstance(net.ws[1], nn.Parameter)]
+
+
+def test_parameter_list_and_dict():
+    assert parameter_containers(attn) == parameter_containers(torch)
+    with pytest.raises(TypeError):
+        attn.nn.ParameterList().extend(3)
+    with pytest.raises(IndexError):
+        attn.nn.ParameterList([attn.nn.Parameter(attn.ones(1))])[1]
+    with pytest.raises(KeyError):
+        attn.nn.ParameterDict()["missing"]

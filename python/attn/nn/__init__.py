@@ -9,7 +9,7 @@ from .activation import (CELU, ELU, GELU, GLU, SELU, CosineSimilarity, Flatten, 
                          Softsign, Tanh, Threshold, Unflatten)
 from .loss import (BCELoss, BCEWithLogitsLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                    SmoothL1Loss)
-from .container import ModuleDict, ModuleList, Sequential
+from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .decoder import Decoder
 from .multihead import MultiheadAttention
 from .modules import (GPT, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, Module,

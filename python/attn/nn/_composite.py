@@ -169,6 +169,12 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
         red = "batchmean"
     else:
         red = _reduction(size_average, reduce, reduction)
+    if red == "mean":
+        import warnings
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the "
+                      "support size.'batchmean' divides only by the batch size, and aligns with "
+                      "the KL div math definition.'mean' will be changed to behave the same as "
+                      "'batchmean' in the next major release.")
     if log_target:
         loss = target.exp() * (target - input)
     else:

@@ -1,5 +1,6 @@
-"""Containers (torch.nn.modules.container): Sequential, ModuleList and ModuleDict. Children are
-registered under torch's names ("0", "1", ... or the dict's keys), so state_dict keys match."""
+"""Containers (torch.nn.modules.container): Sequential, ModuleList, ModuleDict, ParameterList and
+ParameterDict. Children and parameters are registered under torch's names ("0", "1", ... or the
+dict's keys), so state_dict keys match."""
 import operator
 from collections import OrderedDict, abc
 
@@ -216,3 +217,136 @@ class ModuleDict(Module):
                     raise ValueError("ModuleDict update sequence element #" + str(j) +
                                      " has length " + str(len(m)) + "; 2 is required")
                 self[m[0]] = m[1]
+
+
+def _as_parameter(value):
+    from .modules import Parameter
+    from .. import Tensor
+    if isinstance(value, Tensor) and not isinstance(value, Parameter):
+        return Parameter(value)
+    return value
+
+
+_TYPENAMES = {"float32": "FloatTensor", "bfloat16": "BFloat16Tensor", "float16": "HalfTensor",
+              "int64": "LongTensor", "bool": "BoolTensor", "complex64": "ComplexFloatTensor"}
+
+
+def _param_repr(p, typename=False):
+    from .. import Tensor
+    if not isinstance(p, Tensor):
+        return "Object of type: {}".format(type(p).__name__)
+    kind = "Parameter" if p.requires_grad or type(p).__name__ == "Parameter" else "Tensor"
+    dtype = str(p.dtype).split(".")[-1]
+    name = "torch." + (_TYPENAMES.get(dtype, dtype) if typename else dtype)
+    return "{} containing: [{} of size {}]".format(kind, name, "x".join(str(s) for s in p.shape))
+
+
+class ParameterList(Module):
+    """Parameters in a list, registered as "0", "1", ...; tensors appended become Parameters."""
+
+    def __init__(self, values=None):
+        super().__init__()
+        self._size = 0
+        if values is not None:
+            self += values
+
+    def __len__(self):
+        return self._size
+
+    def __iter__(self):
+        return iter(self[i] for i in range(len(self)))
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return ParameterList([self[i] for i in range(len(self))[idx]])
+        return getattr(self, str(_index(idx, len(self), "ParameterList")))
+
+    def __setitem__(self, idx, param):
+        setattr(self, str(_index(idx, len(self), "ParameterList")), _as_parameter(param))
+
+    def __iadd__(self, parameters):
+        return self.extend(parameters)
+
+    def append(self, value):
+        i = self._size
+        self._size += 1
+        setattr(self, str(i), _as_parameter(value))
+        return self
+
+    def extend(self, values):
+        if not isinstance(values, abc.Iterable) or isinstance(values, str):
+            raise TypeError("ParameterList.extend should be called with an iterable, but got " +
+                            type(values).__name__)
+        for v in values:
+            self.append(v)
+        return self
+
+    def extra_repr(self):
+        return "\n".join("  ({}): {}".format(i, _param_repr(p)) for i, p in enumerate(self))
+
+
+class ParameterDict(Module):
+    """Parameters by string key, registered under the keys; tensors become Parameters."""
+
+    def __init__(self, parameters=None):
+        super().__init__()
+        self._keys = []
+        if parameters is not None:
+            self.update(parameters)
+
+    def __getitem__(self, key):
+        if key not in self._keys:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key, value):
+        if not isinstance(key, str):
+            raise TypeError("ParameterDict keys must be strings, got " + type(key).__name__)
+        if key not in self._keys:
+            self._keys.append(key)
+        setattr(self, key, _as_parameter(value))
+
+    def __delitem__(self, key):
+        self._keys.remove(key)
+        self._parameters.pop(key, None)
+        self.__dict__.pop(key, None)
+
+    def __len__(self):
+        return len(self._keys)
+
+    def __iter__(self):
+        return iter(list(self._keys))
+
+    def __contains__(self, key):
+        return key in self._keys
+
+    def keys(self):
+        return list(self._keys)
+
+    def items(self):
+        return [(k, self[k]) for k in self._keys]
+
+    def values(self):
+        return [self[k] for k in self._keys]
+
+    def get(self, key, default=None):
+        return self[key] if key in self._keys else default
+
+    def pop(self, key):
+        v = self[key]
+        del self[key]
+        return v
+
+    def clear(self):
+        for k in list(self._keys):
+            del self[k]
+
+    def update(self, parameters):
+        items = parameters.items() if isinstance(parameters, (abc.Mapping, ParameterDict)) \
+            else parameters
+        for k, v in items:
+            self[k] = v
+
+    def extra_repr(self):  # torch names the tensor type here (torch.FloatTensor), not the dtype
+        return "\n".join("  ({}): {}".format(k, _param_repr(v, typename=True))
+                         for k, v in self.items())

@@ -1,0 +1,69 @@
+"""attn's movedim / swapaxes, as_tensor, addcmul(_), addcdiv(_), lerp_, unique and
+unique_consecutive (python/attn/_composite_extra.py) against torch 1.13: the same program on both,
+results compared exactly except the float arithmetic of addcmul, addcdiv and lerp, which is
+within an ulp of torch's (whether torch's kernel fuses its multiply and add into an FMA is its
+compiler's choice)."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attn  # noqa: E402
+
+
+def program(M):
+    out = []
+    x = M.tensor(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    out += [tuple(M.movedim(x, 0, 2).shape), tuple(M.movedim(x, (0, 1), (2, 0)).shape),
+            M.movedim(x, (0, 1), (2, 0)).tolist(), tuple(x.moveaxis(-1, 0).shape),
+            M.swapaxes(x, 0, 1).tolist(), tuple(x.swapdims(1, 2).shape)]
+    rs = np.random.RandomState(0)
+    a, b, c = (M.tensor(rs.standard_normal((5, 7)).astype(np.float32)) for _ in range(3))
+    out += [M.addcmul(a, b, c, value=0.3).tolist(), M.addcdiv(a, b, c, value=-1.7).tolist(),
+            a.addcmul(b, c).tolist(), a.addcdiv(b, c, value=0.5).tolist()]
+    a2, a3, a4 = a.clone(), a.clone(), a.clone()
+    a2.addcmul_(b, c, value=0.1)
+    a3.addcdiv_(b, c, value=2.5)
+    a4.lerp_(b, 0.3)
+    out += [a2.tolist(), a3.tolist(), a4.tolist()]
+    t = M.tensor(rs.randint(0, 6, (4, 9)))
+    out += [[v.tolist() for v in M.unique(t, return_inverse=True, return_counts=True)],
+            M.unique(t).tolist(), t.unique(return_counts=True)[1].tolist(),
+            M.unique(M.tensor([2.5, -1.0, 2.5, 0.0])).tolist()]
+    u = M.tensor([1, 1, 2, 2, 3, 1, 1, 2])
+    out += [[v.tolist() for v in M.unique_consecutive(u, return_inverse=True,
+                                                      return_counts=True)],
+            M.unique_consecutive(u).tolist()]
+    out += [str(M.as_tensor([1.0, 2.0]).dtype).split(".")[-1], M.as_tensor(a) is a]
+    w = M.ones(5, 7, requires_grad=True)
+    (M.addcmul(w, b, c).sum() + M.addcdiv(w, b, c).sum() + M.movedim(w, 0, 1)[0].sum()).backward()
+    out += [w.grad.tolist()]
+    return out
+
+
+def same(a, t, where="result"):
+    if isinstance(t, list) and t and isinstance(t[0], float) or isinstance(t, float):
+        np.testing.assert_allclose(np.array(a), np.array(t), rtol=3e-7, atol=1e-7, err_msg=where)
+    elif isinstance(t, (list, tuple)) and not (t and isinstance(t[0], int)):
+        assert isinstance(a, (list, tuple)) and len(a) == len(t), where
+        for i, (x, y) in enumerate(zip(a, t)):
+            same(x, y, "%s[%d]" % (where, i))
+    else:
+        assert a == t, where
+
+
+def test_program_same_as_torch():
+    same(program(attn), program(torch))
+
+
+def test_errors_as_torch():
+    for M in (torch, attn):
+        x = M.ones(2, 3)
+        with pytest.raises(IndexError, match="Dimension out of range"):
+            M.movedim(x, 0, 2)
+        with pytest.raises(RuntimeError):
+            M.movedim(x, (0, 1), (1,))
+        with pytest.raises(RuntimeError):
+            M.movedim(x, (0, 0), (0, 1))
+        with pytest.raises(TypeError):
+            M.addcmul(x, 2.0, x)
