@@ -12,6 +12,8 @@ from .loss import (BCELoss, BCEWithLogitsLoss, HuberLoss, KLDivLoss, L1Loss, MSE
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from .decoder import Decoder
 from .multihead import MultiheadAttention
+from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
+                          TransformerEncoder, TransformerEncoderLayer)
 from .modules import (GPT, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, Module,
                       NonDynamicallyQuantizableLinear, Parameter, RMSNorm)
 

@@ -62,5 +62,27 @@ class MultiheadAttention(Module):
         return self._impl.forward(query, key, value, key_padding_mask, need_weights, attn_mask,
                                   average_attn_weights, is_causal)
 
+    def __deepcopy__(self, memo):
+        """A copy with copies of the parameters (torch's deepcopy), made without drawing from the
+        random generator: the C++ module is built anew (its initial weights are replaced by the
+        copied Parameters at the next forward) with the generator's state put back after."""
+        import copy
+
+        from .. import get_rng_state, set_rng_state
+        state = get_rng_state()
+        try:
+            new = MultiheadAttention(
+                self.embed_dim, self.num_heads, self.dropout, self.in_proj_bias is not None,
+                kdim=None if self.kdim == self.embed_dim else self.kdim,
+                vdim=None if self.vdim == self.embed_dim else self.vdim,
+                batch_first=self.batch_first)
+        finally:
+            set_rng_state(state)
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            if k != "_impl":
+                object.__setattr__(new, k, copy.deepcopy(v, memo))
+        return new
+
     def extra_repr(self):
         return ""
