@@ -1,17 +1,18 @@
 """attn.optim.lr_scheduler: torch.optim.lr_scheduler's LambdaLR, StepLR, MultiStepLR,
 CosineAnnealingLR and LinearLR (1.13), over attn's C++ schedulers (attn/lr_scheduler.h), which
-compute torch's recursive formulas in the same double arithmetic."""
+compute torch's recursive formulas in the same double arithmetic; ReduceLROnPlateau in Python
+(plateau.py)."""
 from collections import Counter
 
 from .. import _C
 from .optimizer import Optimizer, _unsupported
+from .plateau import ReduceLROnPlateau  # noqa: F401 (torch keeps it in this module)
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR",
-           "CosineAnnealingLR", "LinearLR", "OneCycleLR"]
+           "CosineAnnealingLR", "LinearLR", "OneCycleLR", "ReduceLROnPlateau"]
 
 _MISSING = {"ChainedScheduler", "CosineAnnealingWarmRestarts", "CyclicLR", "MultiplicativeLR",
-            "PolynomialLR",
-            "ReduceLROnPlateau", "SequentialLR"}
+            "PolynomialLR", "SequentialLR"}
 
 
 def __getattr__(name):

@@ -1,6 +1,6 @@
-"""attn.nn.utils: torch.nn.utils.clip_grad_norm_ and clip_grad_value_ over the C++ ones, and
-skip_init."""
-from .. import _C
+"""attn.nn.utils: torch.nn.utils.clip_grad_norm_ and clip_grad_value_ over the C++ ones,
+skip_init, parameters_to_vector / vector_to_parameters and rnn.pad_sequence / unpad_sequence."""
+from ... import _C
 
 
 def _params(parameters):
@@ -38,8 +38,32 @@ def skip_init(module_cls, *args, **kwargs):
     Where torch leaves the memory uninitialised, attn's parameters keep what they are allocated
     with (zeros; LayerNorm's weight ones). torch requires module_cls to take a `device` argument
     (it builds on the meta device); attn does not."""
-    from .modules import Module
+    from ..modules import Module
     if not (isinstance(module_cls, type) and issubclass(module_cls, Module)):
         raise RuntimeError("Expected a Module; got {}".format(module_cls))
     with _C.init.SkipInit():
         return module_cls(*args, **kwargs)
+
+
+def parameters_to_vector(parameters):
+    """The parameters flattened and concatenated into one vector (in the graph)."""
+    return _C.cat([p.reshape(-1) for p in parameters])
+
+
+def vector_to_parameters(vec, parameters):
+    """Copies consecutive slices of vec into the parameters' data (no graph)."""
+    if not isinstance(vec, _C.Tensor):
+        raise TypeError("expected torch.Tensor, but got: {}".format(type(vec).__name__))
+    params = list(parameters)
+    total = sum(p.numel() for p in params)
+    if vec.dim() != 1 or vec.numel() != total:
+        raise RuntimeError("vector_to_parameters: vec has shape {} but the parameters have {} "
+                           "elements".format(tuple(vec.shape), total))
+    i = 0
+    for p in params:
+        n = p.numel()
+        p.data = vec[i:i + n].reshape(tuple(p.shape)).detach()
+        i += n
+
+
+from . import rnn  # noqa: E402,F401 (torch.nn.utils.rnn)

@@ -1,0 +1,84 @@
+"""ReduceLROnPlateau, nn.utils.rnn.pad_sequence / unpad_sequence and parameters_to_vector /
+vector_to_parameters against torch 1.13: the same program on both, the same results."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attn  # noqa: E402
+
+
+def plateau(M, **kw):
+    w = M.nn.Parameter(M.ones(3))
+    b = M.nn.Parameter(M.zeros(2))
+    opt = M.optim.SGD([{"params": [w]}, {"params": [b], "lr": 0.05}], lr=0.1)
+    sched = M.optim.lr_scheduler.ReduceLROnPlateau(opt, **kw)
+    metrics = [1.0, 0.9, 0.95, 0.91, 0.92, 0.93, 0.899, 0.97, 0.98, 0.99, 1.0, 0.5, 0.6, 0.7,
+               0.8, 0.9, 1.0, 1.1, 1.2, 1.3]
+    lrs = []
+    for m in metrics:
+        (w.sum() + b.sum()).backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step(m if kw.get("mode") != "max" else -m)
+        lrs.append([g["lr"] for g in opt.param_groups])
+    state = {k: v for k, v in sched.state_dict().items() if k != "_last_lr"}
+    return lrs, state, w.detach().tolist()
+
+
+@pytest.mark.parametrize("kw", [{"patience": 2}, {"patience": 1, "cooldown": 2, "factor": 0.5},
+                                {"patience": 0, "threshold_mode": "abs", "threshold": 0.05,
+                                 "min_lr": [0.02, 0.0]},
+                                {"mode": "max", "patience": 1, "eps": 0.01}])
+def test_reduce_lr_on_plateau(kw):
+    assert plateau(attn, **kw) == plateau(torch, **kw)
+
+
+def test_reduce_lr_on_plateau_errors():
+    for M in (torch, attn):
+        opt = M.optim.SGD([M.nn.Parameter(M.ones(1))], lr=0.1)
+        with pytest.raises(ValueError, match="Factor should be < 1.0"):
+            M.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=1.0)
+        with pytest.raises(ValueError, match="unknown"):
+            M.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="median")
+        with pytest.raises(ValueError, match="expected 1 min_lrs"):
+            M.optim.lr_scheduler.ReduceLROnPlateau(opt, min_lr=[0.1, 0.2])
+
+
+def padding(M):
+    rs = np.random.RandomState(0)
+    seqs = [M.tensor(rs.standard_normal((n, 3)).astype(np.float32), requires_grad=True)
+            for n in (4, 1, 3)]
+    ids = [M.tensor([5, 6, 7]), M.tensor([8]), M.tensor([9, 10])]
+    a = M.nn.utils.rnn.pad_sequence(seqs)
+    b = M.nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=-1.5)
+    c = M.nn.utils.rnn.pad_sequence(ids, batch_first=True, padding_value=0)
+    (a * a).sum().backward()
+    back = M.nn.utils.rnn.unpad_sequence(b, M.tensor([4, 1, 3]), batch_first=True)
+    return [tuple(a.shape), a.tolist(), b.tolist(), c.tolist(), str(c.dtype).split(".")[-1],
+            [s.grad.tolist() for s in seqs], [x.tolist() for x in back]]
+
+
+def test_pad_sequence():
+    assert padding(attn) == padding(torch)
+    for M in (torch, attn):
+        with pytest.raises(RuntimeError):
+            M.nn.utils.rnn.pad_sequence([M.ones(2, 3), M.ones(2, 4)])
+
+
+def vectors(M):
+    M.manual_seed(0)
+    net = M.nn.Sequential(M.nn.Linear(3, 4), M.nn.Linear(4, 2))
+    v = M.nn.utils.parameters_to_vector(net.parameters())
+    (v * v).sum().backward()
+    grads = [p.grad.tolist() for p in net.parameters()]
+    M.nn.utils.vector_to_parameters(M.arange(v.numel()).float() / 10, net.parameters())
+    return [tuple(v.shape), v.tolist(), grads, [p.tolist() for p in net.parameters()]]
+
+
+def test_parameters_to_vector_and_back():
+    assert vectors(attn) == vectors(torch)
+    with pytest.raises(RuntimeError):
+        attn.nn.utils.vector_to_parameters(attn.ones(3), [attn.nn.Parameter(attn.ones(2))])
+    with pytest.raises(TypeError):
+        attn.nn.utils.vector_to_parameters([1.0], [attn.nn.Parameter(attn.ones(1))])
