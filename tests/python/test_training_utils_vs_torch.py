@@ -82,3 +82,46 @@ def test_parameters_to_vector_and_back():
         attn.nn.utils.vector_to_parameters(attn.ones(3), [attn.nn.Parameter(attn.ones(2))])
     with pytest.raises(TypeError):
         attn.nn.utils.vector_to_parameters([1.0], [attn.nn.Parameter(attn.ones(1))])
+
+
+def sequential(M, schedulers, milestones):
+    sch = M.optim.lr_scheduler
+    w, b = M.nn.Parameter(M.ones(2)), M.nn.Parameter(M.ones(1))
+    opt = M.optim.AdamW([{"params": [w]}, {"params": [b], "lr": 3e-4}], lr=1e-3)
+    s = sch.SequentialLR(opt, [make(sch, opt) for make in schedulers], milestones=milestones)
+    lrs = [[g["lr"] for g in opt.param_groups]]
+    for _ in range(30):
+        (w.sum() + b.sum()).backward()
+        opt.step()
+        opt.zero_grad()
+        s.step()
+        lrs.append([g["lr"] for g in opt.param_groups] + s.get_last_lr())
+    return lrs, s.last_epoch, w.tolist()
+
+
+WARMUP_COSINE = ([lambda sch, o: sch.LinearLR(o, 0.01, 1.0, 5),
+                  lambda sch, o: sch.CosineAnnealingLR(o, T_max=25, eta_min=1e-5)], [5])
+FOUR = ([lambda sch, o: sch.LambdaLR(o, lambda e: 1.0 / (e + 1)),
+         lambda sch, o: sch.CosineAnnealingLR(o, T_max=12, eta_min=1e-5),
+         lambda sch, o: sch.ConstantLR(o, 0.5, 3),
+         lambda sch, o: sch.MultiStepLR(o, [2, 4], 0.5)], [5, 17, 22])
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch's step(0) warns of its epoch argument
+@pytest.mark.parametrize("case", [WARMUP_COSINE, FOUR])
+def test_sequential_lr(case):
+    lrs_a, last_a, w_a = sequential(attn, *case)
+    lrs_t, last_t, w_t = sequential(torch, *case)
+    assert lrs_a == lrs_t and last_a == last_t  # the same double arithmetic
+    np.testing.assert_allclose(w_a, w_t, rtol=1e-6)
+
+
+def test_sequential_lr_errors():
+    for M in (torch, attn):
+        sch = M.optim.lr_scheduler
+        opt = M.optim.SGD([M.nn.Parameter(M.ones(1))], lr=0.1)
+        other = M.optim.SGD([M.nn.Parameter(M.ones(1))], lr=0.1)
+        with pytest.raises(ValueError, match="same optimizer"):
+            sch.SequentialLR(opt, [sch.StepLR(opt, 2), sch.StepLR(other, 2)], [3])
+        with pytest.raises(ValueError, match="one more than the number of milestone"):
+            sch.SequentialLR(opt, [sch.StepLR(opt, 2), sch.StepLR(opt, 2)], [3, 4])

@@ -1,7 +1,7 @@
 """attn.optim.lr_scheduler: torch.optim.lr_scheduler's LambdaLR, StepLR, MultiStepLR,
 CosineAnnealingLR and LinearLR (1.13), over attn's C++ schedulers (attn/lr_scheduler.h), which
-compute torch's recursive formulas in the same double arithmetic; ReduceLROnPlateau in Python
-(plateau.py)."""
+compute torch's recursive formulas in the same double arithmetic; SequentialLR over them and
+ReduceLROnPlateau (plateau.py) in Python."""
 from collections import Counter
 
 from .. import _C
@@ -9,10 +9,10 @@ from .optimizer import Optimizer, _unsupported
 from .plateau import ReduceLROnPlateau  # noqa: F401 (torch keeps it in this module)
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR",
-           "CosineAnnealingLR", "LinearLR", "OneCycleLR", "ReduceLROnPlateau"]
+           "CosineAnnealingLR", "LinearLR", "OneCycleLR", "ReduceLROnPlateau", "SequentialLR"]
 
 _MISSING = {"ChainedScheduler", "CosineAnnealingWarmRestarts", "CyclicLR", "MultiplicativeLR",
-            "PolynomialLR", "SequentialLR"}
+            "PolynomialLR"}
 
 
 def __getattr__(name):
@@ -339,3 +339,78 @@ def _per_group(name, value, n):
             raise ValueError("expected {} values for {}, got {}".format(n, name, len(value)))
         return list(value)
     return [value] * n
+
+
+def _lrs_at_zero(s):
+    """What s's lrs are at epoch 0 (torch's closed forms, or get_lr where it has none): where
+    SequentialLR restarts s at a milestone."""
+    base = s.base_lrs
+    if isinstance(s, OneCycleLR):
+        raise _unsupported("SequentialLR", "a OneCycleLR among its schedulers")
+    if isinstance(s, LambdaLR):
+        return [b * float(f(0)) for b, f in zip(base, s.lr_lambdas)]
+    if isinstance(s, MultiStepLR):
+        return [b * s.gamma ** sum(c for m, c in s.milestones.items() if m <= 0) for b in base]
+    if isinstance(s, ConstantLR):
+        return [b * s.factor if s.total_iters > 0 else b for b in base]
+    if isinstance(s, LinearLR):
+        return [b * s.start_factor for b in base]
+    return list(base)  # StepLR, ExponentialLR, CosineAnnealingLR
+
+
+class SequentialLR:
+    """torch.optim.lr_scheduler.SequentialLR: schedulers[i] drives the lr from milestone i - 1
+    on; at each milestone the next one starts again from its epoch 0."""
+
+    def __init__(self, optimizer, schedulers, milestones, last_epoch=-1, verbose=False):
+        schedulers, milestones = list(schedulers), list(milestones)
+        for i, s in enumerate(schedulers):
+            if s.optimizer is not optimizer:
+                raise ValueError("Sequential Schedulers expects all schedulers to belong to the "
+                                 "same optimizer, but got schedulers at index {} to be different "
+                                 "than the optimizer passed in.".format(i))
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError("Sequential Schedulers expects number of schedulers provided to be "
+                             "one more than the number of milestone points, but got number of "
+                             "schedulers {} and the number of milestones to be equal to {}"
+                             .format(len(schedulers), len(milestones)))
+        self._schedulers, self._milestones = schedulers, milestones
+        self.last_epoch = last_epoch + 1
+        self.optimizer = optimizer
+        # As torch: the lrs back to their initial values, every scheduler's first step undone,
+        # then the first scheduler's first step made again.
+        for g in optimizer.param_groups:
+            g["lr"] = g["initial_lr"]
+        for s in schedulers:
+            s._impl.load_state(s.base_lrs, s.last_epoch - 1, s._step_count, s.get_last_lr())
+        schedulers[0].step()
+        self._last_lr = schedulers[0].get_last_lr()
+
+    def step(self):
+        self.last_epoch += 1
+        idx = sum(1 for m in self._milestones if m <= self.last_epoch)
+        s = self._schedulers[idx]
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+            lrs = _lrs_at_zero(s)
+            for g, lr in zip(self.optimizer.param_groups, lrs):
+                g["lr"] = lr
+            self.optimizer._sync()
+            s._impl.load_state(s.base_lrs, 0, s._step_count + 1, lrs)
+        else:
+            s.step()
+        self._last_lr = s.get_last_lr()
+
+    def get_last_lr(self):
+        return list(self._last_lr)
+
+    def state_dict(self):
+        out = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
+        out["_schedulers"] = [s.state_dict() for s in self._schedulers]
+        return out
+
+    def load_state_dict(self, state_dict):
+        state = dict(state_dict)
+        inner = state.pop("_schedulers")
+        self.__dict__.update(state)
+        for s, st in zip(self._schedulers, inner):
+            s.load_state_dict(st)
