@@ -1,6 +1,7 @@
 """More torch names composed of attn's ops: movedim / moveaxis, swapaxes / swapdims, as_tensor,
 addcmul and addcdiv (with their in-place forms, which hand-written optimizers use), lerp_, unique
-and unique_consecutive (dim=None).
+and unique_consecutive (dim=None), searchsorted and bucketize, median, kthvalue, quantile and
+cdist.
 
 addcmul and addcdiv round as torch's CPU kernels do, (value * t1) * t2 and (value * t1) / t2
 before the addition; unique sorts (torch's CPU unique sorts whatever `sorted` says) and gives
@@ -160,16 +161,161 @@ def unique_consecutive(input, return_inverse=False, return_counts=False, dim=Non
     return _pack(uniq, inverse, counts, return_inverse, return_counts)
 
 
+# ---- searching and order statistics ----------------------------------------------------------
+
+def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None,
+                 sorter=None):
+    """torch.searchsorted: for each value, how many entries of the (last-dim) sorted sequence are
+    below it (right=False / side="left") or not above it. Compares every value with every entry:
+    O(len(sequence) x len(values)) time and memory."""
+    from . import int64
+    if sorter is not None:
+        raise NotImplementedError("attn.searchsorted: sorter= is not supported by attn")
+    if side is not None:
+        if side not in ("left", "right"):
+            raise RuntimeError("torch.searchsorted(): side can only be 'left' or 'right' but "
+                               "got {}".format(side))
+        if right and side == "left":
+            raise RuntimeError("torch.searchsorted(): side and right can't be set to opposites, "
+                               "got side of left while right was True")
+        right = side == "right"
+    scalar = not isinstance(input, Tensor)
+    values = _C.full((), input, dtype=sorted_sequence.dtype) if scalar else input
+    seq = sorted_sequence
+    if seq.dim() > 1 and (values.dim() != seq.dim() or
+                          tuple(values.shape[:-1]) != tuple(seq.shape[:-1])):
+        raise RuntimeError("torch.searchsorted(): boundaries tensor should be 1 dimension or the "
+                           "first N-1 dimensions of boundaries tensor and input value tensor "
+                           "must match, but we got boundaries tensor {} and input value tensor "
+                           "{}".format(list(seq.shape), list(values.shape)))
+    if seq.dim() == 1:
+        cmp = seq <= values.unsqueeze(-1) if right else seq < values.unsqueeze(-1)
+    else:
+        s = seq.unsqueeze(-2)
+        v = values.unsqueeze(-1)
+        cmp = s <= v if right else s < v
+    out = cmp.long().sum(-1)
+    if out_int32:
+        raise NotImplementedError("attn.searchsorted: out_int32=True needs int32, which attn "
+                                  "does not have")
+    return out.to(int64)
+
+
+def bucketize(input, boundaries, *, out_int32=False, right=False):
+    """torch.bucketize: the index of each value's bucket among the 1-D sorted boundaries."""
+    if boundaries.dim() != 1:
+        raise RuntimeError("boundaries tensor must be 1 dimension, but got dim({})".format(
+            boundaries.dim()))
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
+def _select_sorted(input, dim, pos, keepdim, kind):
+    from . import return_types
+    d = dim % _builtins.max(input.dim(), 1)
+    if input.dim() == 0:
+        return getattr(return_types, kind)(input.clone(), _C.zeros((), dtype=_dtypes()[0]))
+    vals, idx = input.sort(d)
+    v = vals.narrow(d, pos, 1)
+    i = idx.narrow(d, pos, 1)
+    if not keepdim:
+        v, i = v.squeeze(d), i.squeeze(d)
+    return getattr(return_types, kind)(v, i)
+
+
+def median(input, dim=None, keepdim=False):
+    """torch.median: the lower of the two middle values; with dim, (values, indices). Where
+    several elements equal the median, the index is the one a stable sort puts in the middle
+    (torch's may be another of them)."""
+    if dim is None:
+        flat = input.flatten()
+        if flat.numel() == 0:
+            return _C.full((), float("nan"), dtype=input.dtype)
+        return flat.sort(0)[0][(flat.numel() - 1) // 2]
+    n = input.shape[dim] if input.dim() else 1
+    if n == 0:
+        raise IndexError("median(): Expected reduction dim {} to have non-zero size.".format(dim))
+    return _select_sorted(input, dim, (n - 1) // 2, keepdim, "median")
+
+
+def kthvalue(input, k, dim=-1, keepdim=False):
+    """torch.kthvalue: the k-th smallest element along dim and its index."""
+    n = input.shape[dim] if input.dim() else 1
+    if not 1 <= k <= n:
+        raise RuntimeError("kthvalue(): selected number k out of range for dimension {}".format(
+            dim))
+    return _select_sorted(input, dim, k - 1, keepdim, "kthvalue")
+
+
+def quantile(input, q, dim=None, keepdim=False, *, interpolation="linear"):
+    """torch.quantile: the q-th quantiles (q a number or a 1-D tensor in [0, 1]) along dim (of
+    the flattened input when None), interpolated as torch does."""
+    if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
+        raise ValueError("quantile() interpolation must be one of linear, lower, higher, "
+                         "midpoint or nearest. Got {}".format(interpolation))
+    qs = q.tolist() if isinstance(q, Tensor) else q
+    scalar = not isinstance(qs, list)
+    qs = [qs] if scalar else qs
+    if any(not 0 <= x <= 1 for x in qs):
+        raise RuntimeError("quantile() q values must be in the range [0, 1]")
+    x = input.flatten() if dim is None else input
+    d = 0 if dim is None else dim % x.dim()
+    n = x.shape[d]
+    if n == 0:
+        raise IndexError("quantile() input tensor must be non-empty")
+    vals = x.sort(d)[0]
+    outs = []
+    for qq in qs:
+        pos = (_C.full((), float(qq), dtype=input.dtype) * (n - 1)).item()  # torch's rounding
+        lo = int(pos // 1)
+        hi = _builtins.min(-int(-pos // 1), n - 1)  # ceil: lo itself at a whole rank
+        frac = pos - lo
+        if interpolation == "lower" or (interpolation == "nearest" and
+                                        round(pos) == lo):  # round half to even, as torch
+            r = vals.narrow(d, lo, 1)
+        elif interpolation in ("higher", "nearest"):
+            r = vals.narrow(d, hi, 1)
+        elif interpolation == "midpoint":
+            r = vals.narrow(d, lo, 1) + (vals.narrow(d, hi, 1) - vals.narrow(d, lo, 1)) * 0.5
+        else:
+            from . import lerp
+            r = lerp(vals.narrow(d, lo, 1), vals.narrow(d, hi, 1), float(frac))
+        if dim is None:
+            r = r.reshape([1] * input.dim()) if keepdim else r.reshape(())
+        elif not keepdim:
+            r = r.squeeze(d)
+        outs.append(r)
+    return outs[0] if scalar else _C.stack(outs, 0)
+
+
+def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    """torch.cdist: the p-norm distance of every row of x1 (..., P, M) to every row of x2
+    (..., R, M), computed from the differences (no matrix-product shortcut: exact, with
+    O(P x R x M) memory); the gradient is 0 where two rows coincide, as torch's."""
+    if x1.dim() < 2 or x2.dim() < 2:
+        raise RuntimeError("cdist only supports at least 2D tensors, X1 got: {}D".format(
+            x1.dim()) if x1.dim() < 2 else "cdist only supports at least 2D tensors, X2 got: "
+            "{}D".format(x2.dim()))
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError("X1 and X2 must have the same number of columns. X1: {} X2: {}"
+                           .format(x1.shape[-1], x2.shape[-1]))
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
+    from .nn._composite import vector_norm
+    return vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, -1)
+
+
 def install(module):
     """Puts the functions above into `module` (attn) and the methods onto Tensor."""
     for name in ("movedim moveaxis swapaxes swapdims as_tensor addcmul addcdiv unique "
-                 "unique_consecutive").split():
+                 "unique_consecutive searchsorted bucketize median kthvalue quantile "
+                 "cdist").split():
         if name not in vars(module):
             setattr(module, name, globals()[name])
     methods = {"movedim": movedim, "moveaxis": moveaxis, "swapaxes": swapaxes,
                "swapdims": swapdims, "addcmul": addcmul, "addcdiv": addcdiv,
                "addcmul_": _addcmul_, "addcdiv_": _addcdiv_, "lerp_": _lerp_,
-               "unique": unique, "unique_consecutive": unique_consecutive}
+               "unique": unique, "unique_consecutive": unique_consecutive,
+               "median": median, "kthvalue": kthvalue, "quantile": quantile}
     for name, fn in methods.items():
         if not any(name in vars(k) for k in Tensor.__mro__ if k is not object):
             setattr(Tensor, name, fn)

@@ -34,3 +34,11 @@ class topk(_ValuesIndices):
 
 class sort(_ValuesIndices):
     _name = "sort"
+
+
+class median(_ValuesIndices):
+    _name = "median"
+
+
+class kthvalue(_ValuesIndices):
+    _name = "kthvalue"

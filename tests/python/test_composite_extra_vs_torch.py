@@ -67,3 +67,59 @@ def test_errors_as_torch():
             M.movedim(x, (0, 0), (0, 1))
         with pytest.raises(TypeError):
             M.addcmul(x, 2.0, x)
+
+
+def order_statistics(M):
+    rs = np.random.RandomState(1)
+    x = M.tensor(rs.permutation(35).reshape(5, 7).astype(np.float32) / 4)  # distinct values
+    seq = M.tensor([-1.0, 0.5, 0.5, 2.0, 3.5])
+    vals = M.tensor([[-2.0, 0.5, 1.0], [3.5, 9.0, 0.0]])
+    rows = M.tensor(np.sort(rs.standard_normal((2, 6)).astype(np.float32), 1))
+    out = [M.searchsorted(seq, vals).tolist(), M.searchsorted(seq, vals, right=True).tolist(),
+           M.searchsorted(seq, vals, side="right").tolist(),
+           M.searchsorted(rows, M.tensor([[0.0, 1.0], [-0.5, 2.0]])).tolist(),
+           M.searchsorted(seq, 0.5).tolist(), M.bucketize(vals, seq).tolist(),
+           M.bucketize(vals, seq, right=True).tolist()]
+    out += [M.median(x).tolist(), [v.tolist() for v in M.median(x, 1)],
+            [v.tolist() for v in x.median(0, keepdim=True)],
+            [v.tolist() for v in M.kthvalue(x, 3, 1)], [v.tolist() for v in x.kthvalue(2, 0)]]
+    for how in ("linear", "lower", "higher", "midpoint", "nearest"):
+        out += [M.quantile(x, 0.3, interpolation=how).tolist(),
+                M.quantile(x, M.tensor([0.0, 0.25, 0.5, 1.0]), dim=1,
+                           interpolation=how).tolist(),
+                x.quantile(0.75, dim=0, keepdim=True, interpolation=how).tolist()]
+    return out
+
+
+def test_order_statistics_as_torch():
+    same(order_statistics(attn), order_statistics(torch))
+
+
+def test_cdist_values_and_gradients():
+    rs = np.random.RandomState(2)
+    a, b = rs.standard_normal((2, 5, 3)).astype(np.float32), \
+        rs.standard_normal((2, 4, 3)).astype(np.float32)
+    b[0, 1] = a[0, 2]  # a zero distance: gradient 0, not nan
+    for p in (2.0, 1.0, 3.0):
+        ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+        aa, ab = attn.tensor(a, requires_grad=True), attn.tensor(b, requires_grad=True)
+        dt, da = torch.cdist(ta, tb, p), attn.cdist(aa, ab, p)
+        np.testing.assert_allclose(da.detach().numpy(), dt.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+        r = rs.standard_normal(dt.shape).astype(np.float32)
+        dt.backward(torch.tensor(r))
+        da.backward(attn.tensor(r))
+        np.testing.assert_allclose(aa.grad.numpy(), ta.grad.numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(ab.grad.numpy(), tb.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_order_statistics_errors_as_torch():
+    for M in (torch, attn):
+        with pytest.raises(RuntimeError, match="out of range"):
+            M.kthvalue(M.ones(3), 4)
+        with pytest.raises(RuntimeError, match="in the range"):
+            M.quantile(M.ones(3), 1.5)
+        with pytest.raises(RuntimeError, match="same number of columns"):
+            M.cdist(M.ones(2, 3), M.ones(2, 4))
+        with pytest.raises(RuntimeError, match="boundaries tensor"):
+            M.searchsorted(M.ones(2, 3), M.ones(3, 2))
