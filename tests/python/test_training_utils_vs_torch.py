@@ -125,3 +125,49 @@ def test_sequential_lr_errors():
             sch.SequentialLR(opt, [sch.StepLR(opt, 2), sch.StepLR(other, 2)], [3])
         with pytest.raises(ValueError, match="one more than the number of milestone"):
             sch.SequentialLR(opt, [sch.StepLR(opt, 2), sch.StepLR(opt, 2)], [3, 4])
+
+
+PY_SCHEDULERS = [
+    lambda sch, o: sch.PolynomialLR(o, total_iters=12, power=2.0),
+    lambda sch, o: sch.MultiplicativeLR(o, lambda e: 0.95),
+    lambda sch, o: sch.CosineAnnealingWarmRestarts(o, T_0=4, T_mult=2, eta_min=1e-5),
+    lambda sch, o: sch.ChainedScheduler([sch.ExponentialLR(o, 0.9),
+                                         sch.PolynomialLR(o, total_iters=20)]),
+]
+
+
+def stepped(M, make, epochs=None):
+    w, b = M.nn.Parameter(M.ones(2)), M.nn.Parameter(M.ones(1))
+    opt = M.optim.SGD([{"params": [w]}, {"params": [b], "lr": 0.3}], lr=1.0, momentum=0.9)
+    s = make(M.optim.lr_scheduler, opt)
+    lrs = [s.get_last_lr()]
+    for i in range(25):
+        (w.sum() * b.sum()).backward()
+        opt.step()
+        opt.zero_grad()
+        s.step() if epochs is None else s.step(epochs[i])
+        lrs.append([g["lr"] for g in opt.param_groups] + s.get_last_lr())
+    return lrs, w.tolist()
+
+
+@pytest.mark.parametrize("make", PY_SCHEDULERS)
+def test_python_schedulers(make):
+    (lrs_a, w_a), (lrs_t, w_t) = stepped(attn, make), stepped(torch, make)
+    assert lrs_a == lrs_t
+    np.testing.assert_allclose(w_a, w_t, rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_warm_restarts_with_fractional_epochs_and_in_sequential_lr():
+    epochs = [i / 3 for i in range(1, 26)]
+    make = PY_SCHEDULERS[2]
+    assert stepped(attn, make, epochs)[0] == stepped(torch, make, epochs)[0]
+    case = ([lambda sch, o: sch.LinearLR(o, 0.1, 1.0, 4),
+             lambda sch, o: sch.PolynomialLR(o, total_iters=10, power=1.5),
+             lambda sch, o: sch.CosineAnnealingWarmRestarts(o, T_0=3)], [4, 15])
+    a, t = sequential(attn, *case), sequential(torch, *case)
+    assert a[0] == t[0] and a[1] == t[1]
+    for M in (torch, attn):
+        opt = M.optim.SGD([M.nn.Parameter(M.ones(1))], lr=0.1)
+        with pytest.raises(ValueError, match="positive integer T_0"):
+            M.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=0)

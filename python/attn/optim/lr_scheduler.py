@@ -1,18 +1,21 @@
 """attn.optim.lr_scheduler: torch.optim.lr_scheduler's LambdaLR, StepLR, MultiStepLR,
 CosineAnnealingLR and LinearLR (1.13), over attn's C++ schedulers (attn/lr_scheduler.h), which
-compute torch's recursive formulas in the same double arithmetic; SequentialLR over them and
-ReduceLROnPlateau (plateau.py) in Python."""
+compute torch's recursive formulas in the same double arithmetic; SequentialLR over them,
+ReduceLROnPlateau (plateau.py), PolynomialLR, MultiplicativeLR, CosineAnnealingWarmRestarts and
+ChainedScheduler (py_schedulers.py) in Python."""
 from collections import Counter
 
 from .. import _C
 from .optimizer import Optimizer, _unsupported
 from .plateau import ReduceLROnPlateau  # noqa: F401 (torch keeps it in this module)
+from .py_schedulers import (ChainedScheduler, CosineAnnealingWarmRestarts,  # noqa: F401
+                            MultiplicativeLR, PolynomialLR)
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR",
-           "CosineAnnealingLR", "LinearLR", "OneCycleLR", "ReduceLROnPlateau", "SequentialLR"]
+           "CosineAnnealingLR", "LinearLR", "OneCycleLR", "ReduceLROnPlateau", "SequentialLR",
+           "PolynomialLR", "MultiplicativeLR", "CosineAnnealingWarmRestarts", "ChainedScheduler"]
 
-_MISSING = {"ChainedScheduler", "CosineAnnealingWarmRestarts", "CyclicLR", "MultiplicativeLR",
-            "PolynomialLR"}
+_MISSING = {"CyclicLR"}
 
 
 def __getattr__(name):
@@ -382,7 +385,10 @@ class SequentialLR:
         for g in optimizer.param_groups:
             g["lr"] = g["initial_lr"]
         for s in schedulers:
-            s._impl.load_state(s.base_lrs, s.last_epoch - 1, s._step_count, s.get_last_lr())
+            if hasattr(s, "_impl"):
+                s._impl.load_state(s.base_lrs, s.last_epoch - 1, s._step_count, s.get_last_lr())
+            else:  # the Python schedulers (py_schedulers.py)
+                s.last_epoch -= 1
         schedulers[0].step()
         self._last_lr = schedulers[0].get_last_lr()
 
@@ -390,7 +396,12 @@ class SequentialLR:
         self.last_epoch += 1
         idx = sum(1 for m in self._milestones if m <= self.last_epoch)
         s = self._schedulers[idx]
-        if idx > 0 and self._milestones[idx - 1] == self.last_epoch:
+        if idx > 0 and self._milestones[idx - 1] == self.last_epoch and not hasattr(s, "_impl"):
+            import warnings
+            with warnings.catch_warnings():  # step(epoch)'s deprecation is torch's own doing here
+                warnings.simplefilter("ignore")
+                s.step(0)
+        elif idx > 0 and self._milestones[idx - 1] == self.last_epoch:
             lrs = _lrs_at_zero(s)
             for g, lr in zip(self.optimizer.param_groups, lrs):
                 g["lr"] = lr
