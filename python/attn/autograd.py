@@ -173,7 +173,8 @@ class FunctionCtx:
 class _FunctionMeta(type):
     def __init__(cls, name, bases, attrs):
         super().__init__(name, bases, attrs)
-        cls._backward_name = name + "Backward"
+        if "_backward_name" not in attrs:  # a class may name its node as torch names it
+            cls._backward_name = name + "Backward"
 
 
 class Function(metaclass=_FunctionMeta):
