@@ -1,7 +1,7 @@
 """More torch names composed of attn's ops: movedim / moveaxis, swapaxes / swapdims, as_tensor,
 addcmul and addcdiv (with their in-place forms, which hand-written optimizers use), lerp_, unique
-and unique_consecutive (dim=None), searchsorted and bucketize, median, kthvalue, quantile and
-cdist.
+and unique_consecutive (dim=None), searchsorted and bucketize, median, kthvalue, quantile,
+cdist, index_fill(_) and index_copy(_), aminmax, and the mT / H / mH transposes.
 
 addcmul and addcdiv round as torch's CPU kernels do, (value * t1) * t2 and (value * t1) / t2
 before the addition; unique sorts (torch's CPU unique sorts whatever `sorted` says) and gives
@@ -304,18 +304,80 @@ def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
     return vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, -1)
 
 
+# ---- index_fill / index_copy, aminmax, matrix transposes --------------------------------------
+
+def _index_key(self, dim, index, fn):
+    if not isinstance(index, Tensor) or index.dim() > 1:
+        raise IndexError("{}(): Index is supposed to be a vector".format(fn))
+    d = dim % _builtins.max(self.dim(), 1)
+    return (slice(None),) * d + (index.reshape(-1),)
+
+
+def _index_fill_(self, dim, index, value):
+    self[_index_key(self, dim, index, "index_fill_")] = value
+    return self
+
+
+def _index_copy_(self, dim, index, source):
+    key = _index_key(self, dim, index, "index_copy_")
+    if source.dim() and source.shape[dim] != index.numel():
+        raise RuntimeError("index_copy_(): Number of indices ({}) should be equal to "
+                           "source.size(dim) ({})".format(index.numel(), source.shape[dim]))
+    self[key] = source
+    return self
+
+
+def index_fill(input, dim, index, value):
+    return _index_fill_(input.clone(), dim, index, value)
+
+
+def index_copy(input, dim, index, source):
+    return _index_copy_(input.clone(), dim, index, source)
+
+
+def aminmax(input, *, dim=None, keepdim=False):
+    """torch.aminmax: (min, max) of all elements, or along dim."""
+    from . import return_types
+    if dim is None:
+        lo, hi = -((-input).amax()), input.amax()
+        if keepdim:
+            lo, hi = lo.reshape([1] * input.dim()), hi.reshape([1] * input.dim())
+        return return_types.aminmax(lo, hi)
+    return return_types.aminmax(-((-input).amax(dim, keepdim=keepdim)),
+                                input.amax(dim, keepdim=keepdim))
+
+
+def _mT(self):  # noqa: N802 (torch's name)
+    if self.dim() < 2:
+        raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. Got "
+                           "{}-D tensor.".format(self.dim()))
+    return self.transpose(-2, -1)
+
+
+def _H(self):  # noqa: N802
+    if self.dim() not in (0, 2):
+        raise RuntimeError("tensor.H is only supported on matrices (2-D tensors). Got {}-D "
+                           "tensor.".format(self.dim()))
+    return self.transpose(0, 1) if self.dim() == 2 else self
+
+
 def install(module):
     """Puts the functions above into `module` (attn) and the methods onto Tensor."""
     for name in ("movedim moveaxis swapaxes swapdims as_tensor addcmul addcdiv unique "
                  "unique_consecutive searchsorted bucketize median kthvalue quantile "
-                 "cdist").split():
+                 "cdist index_fill index_copy aminmax").split():
         if name not in vars(module):
             setattr(module, name, globals()[name])
     methods = {"movedim": movedim, "moveaxis": moveaxis, "swapaxes": swapaxes,
                "swapdims": swapdims, "addcmul": addcmul, "addcdiv": addcdiv,
                "addcmul_": _addcmul_, "addcdiv_": _addcdiv_, "lerp_": _lerp_,
                "unique": unique, "unique_consecutive": unique_consecutive,
-               "median": median, "kthvalue": kthvalue, "quantile": quantile}
+               "median": median, "kthvalue": kthvalue, "quantile": quantile,
+               "index_fill": index_fill, "index_copy": index_copy, "index_fill_": _index_fill_,
+               "index_copy_": _index_copy_, "aminmax": aminmax}
     for name, fn in methods.items():
         if not any(name in vars(k) for k in Tensor.__mro__ if k is not object):
             setattr(Tensor, name, fn)
+    for name, fn in (("mT", _mT), ("H", _H), ("mH", _mT)):  # real tensors: H and mH transpose
+        if not any(name in vars(k) for k in Tensor.__mro__ if k is not object):
+            setattr(Tensor, name, property(fn))

@@ -42,3 +42,19 @@ class median(_ValuesIndices):
 
 class kthvalue(_ValuesIndices):
     _name = "kthvalue"
+
+
+class aminmax(tuple):  # noqa: N801 (torch.return_types.aminmax: min, max)
+    def __new__(cls, min, max):  # noqa: A002
+        return tuple.__new__(cls, (min, max))
+
+    @property
+    def min(self):  # noqa: A003
+        return self[0]
+
+    @property
+    def max(self):  # noqa: A003
+        return self[1]
+
+    def __repr__(self):
+        return "torch.return_types.aminmax(\nmin=%r,\nmax=%r)" % (self[0], self[1])

@@ -123,3 +123,26 @@ def test_order_statistics_errors_as_torch():
             M.cdist(M.ones(2, 3), M.ones(2, 4))
         with pytest.raises(RuntimeError, match="boundaries tensor"):
             M.searchsorted(M.ones(2, 3), M.ones(3, 2))
+
+
+def indexing_and_transposes(M):
+    rs = np.random.RandomState(3)
+    x = M.tensor(rs.standard_normal((3, 5)).astype(np.float32), requires_grad=True)
+    y = x * 1.0
+    y.index_fill_(1, M.tensor([0, 3]), -2.0)
+    src = M.tensor(rs.standard_normal((2, 5)).astype(np.float32), requires_grad=True)
+    z = y.index_copy(0, M.tensor([2, 0]), src)
+    (z * M.tensor(rs.standard_normal((3, 5)).astype(np.float32))).sum().backward()
+    mm = M.aminmax(x.detach())
+    md = M.aminmax(x.detach(), dim=1, keepdim=True)
+    b = M.tensor(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    return [z.tolist(), x.grad.tolist(), src.grad.tolist(), mm.min.tolist(), mm.max.tolist(),
+            md.min.tolist(), md.max.tolist(), x.index_fill(0, M.tensor([1]), 9.0).tolist(),
+            b.mT.tolist(), b[0].H.tolist(), b.mH.shape == b.mT.shape]
+
+
+def test_index_fill_copy_aminmax_transposes_as_torch():
+    same(indexing_and_transposes(attn), indexing_and_transposes(torch))
+    for M in (torch, attn):
+        with pytest.raises(RuntimeError, match="H is only supported"):
+            M.ones(3).H
