@@ -96,7 +96,9 @@ def sequential(M, schedulers, milestones):
         opt.zero_grad()
         s.step()
         lrs.append([g["lr"] for g in opt.param_groups] + s.get_last_lr())
-    return lrs, s.last_epoch, w.tolist()
+    state = s.state_dict()
+    s.load_state_dict(state)  # a round trip keeps the schedule
+    return lrs, s.last_epoch, w.tolist(), sorted(state), s.get_last_lr()
 
 
 WARMUP_COSINE = ([lambda sch, o: sch.LinearLR(o, 0.01, 1.0, 5),
@@ -110,9 +112,10 @@ FOUR = ([lambda sch, o: sch.LambdaLR(o, lambda e: 1.0 / (e + 1)),
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch's step(0) warns of its epoch argument
 @pytest.mark.parametrize("case", [WARMUP_COSINE, FOUR])
 def test_sequential_lr(case):
-    lrs_a, last_a, w_a = sequential(attn, *case)
-    lrs_t, last_t, w_t = sequential(torch, *case)
+    lrs_a, last_a, w_a, keys_a, after_a = sequential(attn, *case)
+    lrs_t, last_t, w_t, keys_t, after_t = sequential(torch, *case)
     assert lrs_a == lrs_t and last_a == last_t  # the same double arithmetic
+    assert keys_a == keys_t and after_a == after_t
     np.testing.assert_allclose(w_a, w_t, rtol=1e-6)
 
 

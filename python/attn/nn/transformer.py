@@ -26,6 +26,13 @@ def _activation(activation):
     raise RuntimeError("activation should be relu/gelu, not {}".format(activation))
 
 
+def _add_feed_forward(layer, d_model, dim_feedforward, dropout, bias):
+    """The feed-forward block's modules, in torch's order (the generator draws their weights)."""
+    layer.linear1 = Linear(d_model, dim_feedforward, bias=bias)
+    layer.dropout = Dropout(dropout)
+    layer.linear2 = Linear(dim_feedforward, d_model, bias=bias)
+
+
 def _clones(module, n):
     return ModuleList([copy.deepcopy(module) for _ in range(n)])
 
@@ -41,9 +48,7 @@ class TransformerEncoderLayer(Module):
         from .multihead import MultiheadAttention
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
                                             batch_first=batch_first)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
+        _add_feed_forward(self, d_model, dim_feedforward, dropout, bias)
         self.norm_first = norm_first
         self.norm1 = LayerNorm(d_model, eps=layer_norm_eps)
         self.norm2 = LayerNorm(d_model, eps=layer_norm_eps)
@@ -84,9 +89,7 @@ class TransformerDecoderLayer(Module):
                                             batch_first=batch_first)
         self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
                                                  batch_first=batch_first)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias)
+        _add_feed_forward(self, d_model, dim_feedforward, dropout, bias)
         self.norm_first = norm_first
         self.norm1 = LayerNorm(d_model, eps=layer_norm_eps)
         self.norm2 = LayerNorm(d_model, eps=layer_norm_eps)

@@ -9,7 +9,7 @@ from .. import _C
 from .optimizer import Optimizer, _unsupported
 from .plateau import ReduceLROnPlateau  # noqa: F401 (torch keeps it in this module)
 from .py_schedulers import (ChainedScheduler, CosineAnnealingWarmRestarts,  # noqa: F401
-                            MultiplicativeLR, PolynomialLR)
+                            MultiplicativeLR, PolynomialLR, _SchedulerList)
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR",
            "CosineAnnealingLR", "LinearLR", "OneCycleLR", "ReduceLROnPlateau", "SequentialLR",
@@ -361,7 +361,7 @@ def _lrs_at_zero(s):
     return list(base)  # StepLR, ExponentialLR, CosineAnnealingLR
 
 
-class SequentialLR:
+class SequentialLR(_SchedulerList):
     """torch.optim.lr_scheduler.SequentialLR: schedulers[i] drives the lr from milestone i - 1
     on; at each milestone the next one starts again from its epoch 0."""
 
@@ -411,17 +411,3 @@ class SequentialLR:
             s.step()
         self._last_lr = s.get_last_lr()
 
-    def get_last_lr(self):
-        return list(self._last_lr)
-
-    def state_dict(self):
-        out = {k: v for k, v in self.__dict__.items() if k not in ("optimizer", "_schedulers")}
-        out["_schedulers"] = [s.state_dict() for s in self._schedulers]
-        return out
-
-    def load_state_dict(self, state_dict):
-        state = dict(state_dict)
-        inner = state.pop("_schedulers")
-        self.__dict__.update(state)
-        for s, st in zip(self._schedulers, inner):
-            s.load_state_dict(st)

@@ -149,18 +149,9 @@ class CosineAnnealingWarmRestarts(_Scheduler):
         self._apply(self.get_lr())
 
 
-class ChainedScheduler:
-    """Steps every scheduler in turn, each on the lrs the one before wrote."""
-
-    def __init__(self, schedulers):
-        self._schedulers = list(schedulers)
-        self.optimizer = self._schedulers[0].optimizer
-        self._last_lr = [g["lr"] for g in self._schedulers[-1].optimizer.param_groups]
-
-    def step(self):
-        for s in self._schedulers:
-            s.step()
-        self._last_lr = [g["lr"] for g in self._schedulers[-1].optimizer.param_groups]
+class _SchedulerList:
+    """What ChainedScheduler and SequentialLR share: their state is theirs plus each of their
+    schedulers' (torch's layout)."""
 
     def get_last_lr(self):
         return list(self._last_lr)
@@ -176,3 +167,17 @@ class ChainedScheduler:
         self.__dict__.update(state)
         for s, st in zip(self._schedulers, inner):
             s.load_state_dict(st)
+
+
+class ChainedScheduler(_SchedulerList):
+    """Steps every scheduler in turn, each on the lrs the one before wrote."""
+
+    def __init__(self, schedulers):
+        self._schedulers = list(schedulers)
+        self.optimizer = self._schedulers[0].optimizer
+        self._last_lr = [g["lr"] for g in self._schedulers[-1].optimizer.param_groups]
+
+    def step(self):
+        for s in self._schedulers:
+            s.step()
+        self._last_lr = [g["lr"] for g in self._schedulers[-1].optimizer.param_groups]
