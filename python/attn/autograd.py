@@ -18,8 +18,8 @@ import itertools as _itertools
 from . import _C
 from ._C import Tensor
 
-__all__ = ["Function", "backward", "grad", "no_grad", "enable_grad", "set_grad_enabled",
-           "inference_mode"]
+__all__ = ["Function", "Variable", "backward", "grad", "no_grad", "enable_grad",
+           "set_grad_enabled", "inference_mode"]
 
 
 def __getattr__(name):  # the grad-mode managers live in attn (imported after this module)
@@ -27,6 +27,15 @@ def __getattr__(name):  # the grad-mode managers live in attn (imported after th
         import attn
         return getattr(attn, name)
     raise AttributeError("module 'attn.autograd' has no attribute %r" % name)
+
+
+def Variable(data, requires_grad=False, volatile=False):  # noqa: N802 (torch's legacy name)
+    """The tensor itself (torch's Variable has been a tensor since 0.4); requires_grad=True sets
+    it on the tensor."""
+    if not isinstance(data, Tensor):
+        raise TypeError("Variable data has to be a tensor, but got {}".format(
+            type(data).__name__))
+    return data.requires_grad_(True) if requires_grad else data
 
 
 def _as_tuple(x, what):

@@ -363,3 +363,13 @@ def test_post_accumulate_grad_hook():
             return [seen, w.grad]
 
         same(case)
+
+
+def test_legacy_variable():
+    def case(M):
+        x = M.autograd.Variable(M.tensor([1.0, 2.0]), requires_grad=True)
+        y = M.autograd.Variable(x * 3)
+        y.sum().backward()
+        return [x.grad, x.requires_grad, y.requires_grad, y is not None]
+
+    same(case)
