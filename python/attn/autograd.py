@@ -30,12 +30,12 @@ def __getattr__(name):  # the grad-mode managers live in attn (imported after th
 
 
 def Variable(data, requires_grad=False, volatile=False):  # noqa: N802 (torch's legacy name)
-    """The tensor itself (torch's Variable has been a tensor since 0.4); requires_grad=True sets
-    it on the tensor."""
+    """torch's legacy Variable(data): a new leaf on data's elements (detached from any graph),
+    requiring grad if asked."""
     if not isinstance(data, Tensor):
         raise TypeError("Variable data has to be a tensor, but got {}".format(
             type(data).__name__))
-    return data.requires_grad_(True) if requires_grad else data
+    return data.detach().requires_grad_(bool(requires_grad))
 
 
 def _as_tuple(x, what):

@@ -367,9 +367,11 @@ def test_post_accumulate_grad_hook():
 
 def test_legacy_variable():
     def case(M):
-        x = M.autograd.Variable(M.tensor([1.0, 2.0]), requires_grad=True)
-        y = M.autograd.Variable(x * 3)
-        y.sum().backward()
-        return [x.grad, x.requires_grad, y.requires_grad, y is not None]
+        data = M.tensor([1.0, 2.0])
+        x = M.autograd.Variable(data, requires_grad=True)
+        y = M.autograd.Variable(x * 3)  # detached: a leaf that does not require grad
+        (x * x).sum().backward()
+        return [x.grad, x.requires_grad, data.requires_grad, y.requires_grad, y.grad_fn is None,
+                y, x is data]
 
     same(case)
