@@ -48,6 +48,38 @@ py::object tensor_or_none(const Tensor& t) {
   return py::cast(t);
 }
 
+// A custom Function's backward, called with the GIL held: backward(grads, saved_tensors) (the
+// node's n_saved saved tensors, version-checked: a freed graph throws), its result one Tensor or
+// None per input of the node, each of that input's shape.
+std::vector<Tensor> call_backward(const py::object& backward, const std::string& name,
+                                  const Node& node, std::size_t n_saved, const py::object& grads) {
+  py::tuple saved(n_saved);
+  for (std::size_t i = 0; i < n_saved; ++i) saved[i] = tensor_or_none(node.saved_tensor(i));
+  py::object r = backward(grads, saved);
+  std::vector<Tensor> out;
+  for (py::handle h : r) {
+    if (h.is_none())
+      out.emplace_back();
+    else if (py::isinstance<Tensor>(h))
+      out.push_back(h.cast<Tensor>());
+    else
+      throw py::type_error("function " + name + " returned a gradient of type " +
+                           std::string(py::str(py::type::of(h).attr("__name__"))) +
+                           ", expected a Tensor or None");
+  }
+  const std::size_t n = node.inputs.size();
+  if (out.size() != n)
+    throw Error("[backward] function " + name +
+                " returned an incorrect number of gradients (expected " + std::to_string(n) +
+                ", got " + std::to_string(out.size()) + ")");
+  for (std::size_t i = 0; i < n; ++i)
+    if (out[i].defined() && node.inputs[i].defined() && out[i].shape() != node.inputs[i].shape)
+      throw Error("[backward] function " + name + " returned an invalid gradient at index " +
+                  std::to_string(i) + " - got " + shape_str(out[i].shape()) +
+                  " but expected shape compatible with " + shape_str(node.inputs[i].shape));
+  return out;
+}
+
 }  // namespace
 
 void register_autograd(py::module_& root) {
@@ -118,35 +150,10 @@ void register_autograd(py::module_& root) {
         std::vector<const Tensor*> ptrs;
         for (const Tensor& t : in) ptrs.push_back(&t);
         auto fn = hold(backward);
-        const std::size_t n_inputs = in.size(), n_saved = keep.size();
-        BackwardFn formula = [fn, name, n_inputs, n_saved](const Node& node, const Tensor& grad) {
+        const std::size_t n_saved = keep.size();
+        BackwardFn formula = [fn, name, n_saved](const Node& node, const Tensor& grad) {
           py::gil_scoped_acquire gil;
-          py::tuple saved_now(n_saved);
-          for (std::size_t i = 0; i < n_saved; ++i)
-            saved_now[i] = tensor_or_none(node.saved_tensor(i));
-          py::object r = (*fn)(grad, saved_now);
-          std::vector<Tensor> grads;
-          for (py::handle h : r) {
-            if (h.is_none())
-              grads.emplace_back();
-            else if (py::isinstance<Tensor>(h))
-              grads.push_back(h.cast<Tensor>());
-            else
-              throw py::type_error("function " + name + " returned a gradient of type " +
-                                   std::string(py::str(py::type::of(h).attr("__name__"))) +
-                                   ", expected a Tensor or None");
-          }
-          if (grads.size() != n_inputs)
-            throw Error("[backward] function " + name +
-                        " returned an incorrect number of gradients (expected " +
-                        std::to_string(n_inputs) + ", got " + std::to_string(grads.size()) + ")");
-          for (std::size_t i = 0; i < n_inputs; ++i)
-            if (grads[i].defined() && grads[i].shape() != node.inputs[i].shape &&
-                node.inputs[i].defined())
-              throw Error("[backward] function " + name + " returned an invalid gradient at " +
-                          "index " + std::to_string(i) + " - got " + shape_str(grads[i].shape()) +
-                          " but expected shape compatible with " + shape_str(node.inputs[i].shape));
-          return grads;
+          return call_backward(*fn, name, node, n_saved, py::cast(grad));
         };
         return detail::record(out, name, ptrs, std::move(formula), keep);
       },
@@ -183,10 +190,10 @@ void register_autograd(py::module_& root) {
         std::vector<const Tensor*> ptrs;
         for (const Tensor& t : in) ptrs.push_back(&t);
         auto fn = hold(backward);
-        const std::size_t n_inputs = in.size(), n_saved = keep.size(), n_out = outs.size();
+        const std::size_t n_saved = keep.size(), n_out = outs.size();
         std::vector<bool> recorded;
         for (const Tensor& o : outs) recorded.push_back(o.defined());
-        BackwardFn joint_formula = [fn, name, n_inputs, n_saved, n_out, offsets, shapes, recorded](
+        BackwardFn joint_formula = [fn, name, n_saved, n_out, offsets, shapes, recorded](
                                        const Node& node, const Tensor& flat) {
           py::gil_scoped_acquire gil;
           py::tuple grads_out(n_out);
@@ -195,17 +202,7 @@ void register_autograd(py::module_& root) {
             grads_out[k] = recorded[k] ? py::cast(flat.narrow(0, offsets[k], n).reshape(shapes[k]))
                                        : py::none();
           }
-          py::tuple saved_now(n_saved);
-          for (std::size_t i = 0; i < n_saved; ++i)
-            saved_now[i] = tensor_or_none(node.saved_tensor(i));
-          py::object r = (*fn)(grads_out, saved_now);
-          std::vector<Tensor> grads;
-          for (py::handle h : r) grads.push_back(h.is_none() ? Tensor() : h.cast<Tensor>());
-          if (grads.size() != n_inputs)
-            throw Error("[backward] function " + name +
-                        " returned an incorrect number of gradients (expected " +
-                        std::to_string(n_inputs) + ", got " + std::to_string(grads.size()) + ")");
-          return grads;
+          return call_backward(*fn, name, node, n_saved, grads_out);
         };
         Tensor joint = zeros({1}, *dtype).expand({total});
         joint = detail::record(joint, name, ptrs, std::move(joint_formula), keep);
