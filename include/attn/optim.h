@@ -1,7 +1,7 @@
-// Optimisation as torch.optim computes it, step for step: Adam, AdamW and SGD over parameter
-// groups with their own hyper-parameters, gradient clipping (torch.nn.utils.clip_grad_norm_ /
-// clip_grad_value_), nanoGPT's learning-rate schedule and torch's lr schedulers
-// (attn/lr_scheduler.h).
+// Optimisation as torch.optim computes it, step for step: Adam, AdamW, SGD, RMSprop and Adagrad
+// over parameter groups with their own hyper-parameters, gradient clipping
+// (torch.nn.utils.clip_grad_norm_ / clip_grad_value_), nanoGPT's learning-rate schedule and torch's
+// lr schedulers (attn/lr_scheduler.h).
 #pragma once
 
 #include <attn/nn.h>
@@ -26,6 +26,9 @@ struct ParamGroup {
   std::optional<bool> amsgrad = {};                        // Adam, AdamW
   std::optional<double> momentum = {}, dampening = {};     // SGD
   std::optional<bool> nesterov = {};                       // SGD
+  std::optional<double> alpha = {};                        // RMSprop (momentum, eps too)
+  std::optional<bool> centered = {};                       // RMSprop
+  std::optional<double> lr_decay = {}, initial_accumulator_value = {};  // Adagrad (eps too)
   std::optional<bool> maximize = {};  // every optimizer: ascend (the gradient negated)
   // torch's 'initial_lr': the lr a scheduler starts from, set by the first scheduler made over
   // the optimizer (attn/lr_scheduler.h).
@@ -187,6 +190,81 @@ class SGD : public Optimizer {
 
  private:
   std::vector<Tensor> momentum_buffer_;  // one per parameter, in group order
+};
+
+struct RMSpropOptions {
+  double lr = 1e-2;
+  double alpha = 0.99;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  double momentum = 0.0;
+  bool centered = false;
+  bool maximize = false;
+};
+
+// torch.optim.RMSprop (1.13, foreach=False):
+//   g = -g (maximize);  g += wd p;  sq = alpha sq + (1 - alpha) g g
+//   centered: ga = alpha ga + (1 - alpha) g, avg = sqrt(sq - ga ga) + eps; else sqrt(sq) + eps
+//   momentum > 0: buf = momentum buf + g / avg, p -= lr buf;  else p -= lr g / avg
+// The state is made at a parameter's first step with a gradient (momentum_buffer when its
+// group's momentum is > 0 then, grad_avg when centered), in the parameter's dtype.
+// state_dict: "state.{i}.step" (int64 scalar), "state.{i}.square_avg", "state.{i}.momentum_buffer",
+// "state.{i}.grad_avg".
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(std::vector<ParamGroup> groups, const RMSpropOptions& options);
+  RMSprop(const std::vector<Tensor>& params, const RMSpropOptions& options);
+
+  void step() override;
+  nn::NamedTensors state_dict() const override;
+
+ protected:
+  void load_state(const nn::NamedTensors& state, bool adopt) override;
+  void check_group(const ParamGroup& g) const override;
+
+ private:
+  struct State {
+    Tensor square_avg, momentum_buffer, grad_avg;
+    int64_t step = 0;
+  };
+  std::vector<State> state_;  // one per parameter, in group order
+};
+
+struct AdagradOptions {
+  double lr = 1e-2;
+  double lr_decay = 0.0;
+  double weight_decay = 0.0;
+  double initial_accumulator_value = 0.0;
+  double eps = 1e-10;
+  bool maximize = false;
+};
+
+// torch.optim.Adagrad (1.13, dense gradients, foreach=False), at a parameter's t-th step:
+//   g = -g (maximize);  g += wd p;  sum += g g;  p -= lr / (1 + (t - 1) lr_decay) g / (sqrt(sum)
+//   + eps)
+// As torch, every parameter given to the constructor has a state from the start (step 0, sum =
+// the options' initial_accumulator_value: torch uses its constructor's value, not a group's); one
+// added later by add_param_group gets it at its first step (torch 1.13 fails there).
+// state_dict: "state.{i}.step" (int64 scalar), "state.{i}.sum" (the parameter's shape and dtype).
+class Adagrad : public Optimizer {
+ public:
+  Adagrad(std::vector<ParamGroup> groups, const AdagradOptions& options);
+  Adagrad(const std::vector<Tensor>& params, const AdagradOptions& options);
+
+  void step() override;
+  nn::NamedTensors state_dict() const override;
+
+ protected:
+  void load_state(const nn::NamedTensors& state, bool adopt) override;
+  void check_group(const ParamGroup& g) const override;
+
+ private:
+  struct State {
+    Tensor sum;
+    int64_t step = 0;
+  };
+  void init_state();
+  std::vector<State> state_;  // one per parameter, in group order
 };
 
 // torch.nn.utils.clip_grad_norm_: the total norm_type-norm of all gradients (the norm of the

@@ -1,6 +1,7 @@
-// attn.optim (_C.optim): the optimizers (Adam, AdamW, SGD) over parameter groups, the lr
-// schedulers, gradient clipping and nanoGPT's cosine learning-rate schedule. python/attn/optim
-// wraps them in torch's classes (param_groups as dicts, state_dict in torch's structure).
+// attn.optim (_C.optim): the optimizers (Adam, AdamW, SGD, RMSprop, Adagrad) over parameter groups,
+// the lr schedulers, gradient clipping and nanoGPT's cosine learning-rate schedule.
+// python/attn/optim wraps them in torch's classes (param_groups as dicts, state_dict in torch's
+// structure).
 #include <attn/attn.h>
 #include <attn/optim.h>
 #include <pybind11/functional.h>
@@ -43,6 +44,14 @@ optim::ParamGroup group_options(const py::dict& d) {
       g.maximize = py::cast<bool>(v);
     else if (key == "initial_lr")
       g.initial_lr = py::cast<double>(v);
+    else if (key == "alpha")
+      g.alpha = py::cast<double>(v);
+    else if (key == "centered")
+      g.centered = py::cast<bool>(v);
+    else if (key == "lr_decay")
+      g.lr_decay = py::cast<double>(v);
+    else if (key == "initial_accumulator_value")
+      g.initial_accumulator_value = py::cast<double>(v);
     else
       throw Error("[optim] unknown parameter group option '" + key + "'");
   }
@@ -78,6 +87,10 @@ py::dict group_dict(const optim::ParamGroup& g) {
   put("nesterov", g.nesterov);
   put("maximize", g.maximize);
   put("initial_lr", g.initial_lr);
+  put("alpha", g.alpha);
+  put("centered", g.centered);
+  put("lr_decay", g.lr_decay);
+  put("initial_accumulator_value", g.initial_accumulator_value);
   return d;
 }
 
@@ -134,6 +147,24 @@ void register_optim(py::module_& m) {
            }),
            py::arg("groups"), py::arg("lr"), py::arg("momentum"), py::arg("dampening"),
            py::arg("weight_decay"), py::arg("nesterov"));
+  py::class_<optim::RMSprop, optim::Optimizer>(opt, "RMSprop")
+      .def(py::init([](const Groups& groups, double lr, double alpha, double eps,
+                       double weight_decay, double momentum, bool centered) {
+             return optim::RMSprop(
+                 to_groups(groups),
+                 optim::RMSpropOptions{lr, alpha, eps, weight_decay, momentum, centered});
+           }),
+           py::arg("groups"), py::arg("lr"), py::arg("alpha"), py::arg("eps"),
+           py::arg("weight_decay"), py::arg("momentum"), py::arg("centered"));
+  py::class_<optim::Adagrad, optim::Optimizer>(opt, "Adagrad")
+      .def(py::init([](const Groups& groups, double lr, double lr_decay, double weight_decay,
+                       double initial_accumulator_value, double eps) {
+             return optim::Adagrad(
+                 to_groups(groups),
+                 optim::AdagradOptions{lr, lr_decay, weight_decay, initial_accumulator_value, eps});
+           }),
+           py::arg("groups"), py::arg("lr"), py::arg("lr_decay"), py::arg("weight_decay"),
+           py::arg("initial_accumulator_value"), py::arg("eps"));
 
   // Schedulers: each keeps its optimizer alive (keep_alive<1, 2>).
   py::class_<optim::LRScheduler>(opt, "LRScheduler")

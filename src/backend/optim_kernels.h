@@ -1,7 +1,7 @@
-// The kernels of the optimizers' ops (src/ops/optim_ops.h): the Adam/AdamW and SGD updates, the
-// norms and scaling of gradient clipping, and the element loops over one vector that ZeRO and the
-// communicator run on their flat buffers; one table per backend indexed by the parameters' dtype
-// (src/backend/dispatch.h). Every operand is contiguous.
+// The kernels of the optimizers' ops (src/ops/optim_ops.h): the Adam/AdamW, SGD, RMSprop and
+// Adagrad updates, the norms and scaling of gradient clipping, and the element loops over one
+// vector that ZeRO and the communicator run on their flat buffers; one table per backend indexed by
+// the parameters' dtype (src/backend/dispatch.h). Every operand is contiguous.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +48,30 @@ struct SgdStep {
 };
 using SgdStepFn = void(const SgdStep&);
 
+// torch.optim.RMSprop's step on one parameter (1.13, foreach=False): d = gsign g + wd p; sq =
+// alpha sq + one_minus_alpha d d; centered (ga not null): ga = alpha ga + one_minus_alpha d and
+// avg = sqrt(sq - ga ga), else avg = sqrt(sq); avg += eps; with momentum (buf not null) buf =
+// momentum buf + d / avg and p += neg_lr buf, else p += neg_lr d / avg.
+struct RmspropStep {
+  void* p;
+  const void* g;
+  void *square_avg, *grad_avg, *buf;
+  int64_t n;
+  float gsign, wd, alpha, one_minus_alpha, eps, momentum, neg_lr;
+};
+using RmspropStepFn = void(const RmspropStep&);
+
+// torch.optim.Adagrad's step on one parameter (1.13, dense gradients): d = gsign g + wd p; sum +=
+// d d; p += neg_clr d / (sqrt(sum) + eps), neg_clr = -lr / (1 + (step - 1) lr_decay).
+struct AdagradStep {
+  void* p;
+  const void* g;
+  void* sum;
+  int64_t n;
+  float gsign, wd, eps, neg_clr;
+};
+using AdagradStepFn = void(const AdagradStep&);
+
 // out[i] = the p-norm of xs[i] (ns[i] elements) for i < count, as torch.linalg.vector_norm.
 struct VectorNorms {
   const void* const* xs;
@@ -85,6 +109,8 @@ using VectorFn = void(const Vector&);
 #define ATTN_OPTIM_KERNELS(X)      \
   X(AdamStepFn, adam_step)         \
   X(SgdStepFn, sgd_step)           \
+  X(RmspropStepFn, rmsprop_step)   \
+  X(AdagradStepFn, adagrad_step)   \
   X(VectorNormsFn, vector_norms)   \
   X(ForeachScaleFn, foreach_scale) \
   X(VectorFn, vector)

@@ -139,6 +139,21 @@ void fused_sgd_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& 
           nesterov, first});
 }
 
+void fused_rmsprop_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& square_avg,
+                    const Tensor& grad_avg, const Tensor& buf, float gsign, float wd, float alpha,
+                    float one_minus_alpha, float eps, float momentum, float neg_lr) {
+  const auto kernel = pick_for(fn, {&p, &g, &square_avg, &grad_avg, &buf}, be::cpu::rmsprop_step,
+                               be::cuda::rmsprop_step);
+  kernel({ptr(p), ptr(g), ptr(square_avg), ptr(grad_avg), ptr(buf), p.numel(), gsign, wd, alpha,
+          one_minus_alpha, eps, momentum, neg_lr});
+}
+
+void fused_adagrad_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& sum,
+                    float gsign, float wd, float eps, float neg_clr) {
+  const auto kernel = pick_for(fn, {&p, &g, &sum}, be::cpu::adagrad_step, be::cuda::adagrad_step);
+  kernel({ptr(p), ptr(g), ptr(sum), p.numel(), gsign, wd, eps, neg_clr});
+}
+
 std::vector<float> foreach_norm(const char* fn, const std::vector<Tensor>& xs, double norm_type) {
   std::vector<float> norms(xs.size());
   for (const auto& group : by_dtype(xs, tensor_dtype)) {

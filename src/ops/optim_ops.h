@@ -41,6 +41,16 @@ void fused_sgd_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& 
                 float wd, float momentum, float one_minus_dampening, bool nesterov, bool first,
                 float neg_lr);
 
+// RMSprop's update of one parameter (backend::RmspropStep); grad_avg undefined unless centered,
+// buf undefined without momentum.
+void fused_rmsprop_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& square_avg,
+                    const Tensor& grad_avg, const Tensor& buf, float gsign, float wd, float alpha,
+                    float one_minus_alpha, float eps, float momentum, float neg_lr);
+
+// Adagrad's update of one parameter (backend::AdagradStep).
+void fused_adagrad_(const char* fn, const Tensor& p, const Tensor& g, const Tensor& sum,
+                    float gsign, float wd, float eps, float neg_clr);
+
 // The norm of every tensor (float32, bfloat16 or float16, any strides), each one thread's, so that
 // the result does not depend on the thread count, rounded to the tensor's dtype (as
 // torch.linalg.vector_norm); and the norm of such norms (kernels::p_norm).

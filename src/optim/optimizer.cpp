@@ -1,5 +1,5 @@
-// optim::Optimizer: parameter groups, their hyper-parameters and zero_grad, shared by Adam, AdamW
-// and SGD.
+// optim::Optimizer: parameter groups, their hyper-parameters and zero_grad, shared by Adam, AdamW,
+// SGD, RMSprop and Adagrad.
 #include <attn/autograd.h>
 #include <attn/optim.h>
 
@@ -26,6 +26,10 @@ void merge(ParamGroup& to, const ParamGroup& from) {
   take(to.momentum, from.momentum);
   take(to.dampening, from.dampening);
   take(to.nesterov, from.nesterov);
+  take(to.alpha, from.alpha);
+  take(to.centered, from.centered);
+  take(to.lr_decay, from.lr_decay);
+  take(to.initial_accumulator_value, from.initial_accumulator_value);
   take(to.maximize, from.maximize);
   take(to.initial_lr, from.initial_lr);
 }
@@ -40,6 +44,11 @@ const char* foreign_field(const ParamGroup& g, const ParamGroup& defaults) {
   if (g.momentum && !defaults.momentum) return "momentum";
   if (g.dampening && !defaults.dampening) return "dampening";
   if (g.nesterov && !defaults.nesterov) return "nesterov";
+  if (g.alpha && !defaults.alpha) return "alpha";
+  if (g.centered && !defaults.centered) return "centered";
+  if (g.lr_decay && !defaults.lr_decay) return "lr_decay";
+  if (g.initial_accumulator_value && !defaults.initial_accumulator_value)
+    return "initial_accumulator_value";
   if (g.maximize && !defaults.maximize) return "maximize";
   return nullptr;
 }

@@ -285,7 +285,14 @@ OPTIMIZERS = {
                                                      weight_decay=0.01),
     "sgd_nesterov_maximize": lambda lib, ps: lib.optim.SGD(ps, lr=0.02, momentum=0.8,
                                                            nesterov=True, maximize=True),
+    "rmsprop_centered_momentum": lambda lib, ps: lib.optim.RMSprop(
+        ps, lr=1e-3, momentum=0.9, centered=True, weight_decay=0.01),
+    "rmsprop_maximize": lambda lib, ps: lib.optim.RMSprop(ps, lr=1e-3, alpha=0.9, maximize=True),
+    "adagrad": lambda lib, ps: lib.optim.Adagrad(ps, lr=0.02, lr_decay=0.05, weight_decay=0.01,
+                                                 initial_accumulator_value=0.1),
 }
+STATE_KEY = {"adam": "exp_avg", "adamw": "exp_avg", "sgd": "momentum_buffer",
+             "rmsprop": "square_avg", "adagrad": "sum"}
 
 
 @needs_torch2
@@ -312,7 +319,7 @@ def test_optimizer_steps_on_2_byte_parameters_equal_torch2(dt, name):
             opt.step()
         sides[lib.__name__] = ps + [q]
         if name != "sgd":  # the state in the parameter's dtype (plain SGD keeps none)
-            key = "exp_avg" if name.startswith("adam") else "momentum_buffer"
+            key = STATE_KEY[name.split("_")[0]]
             assert opt.state_dict()["state"][0][key].dtype == ps[0].dtype
     ulp = 2.0 ** (-7 if dt == "bf16" else -10)
     for i, (a, t) in enumerate(zip(sides["attn"], sides["torch"])):

@@ -1,14 +1,17 @@
-"""attn.optim: torch.optim's Adam, AdamW and SGD with parameter groups, torch's lr schedulers
-(attn.optim.lr_scheduler) and nanoGPT's cosine schedule, over attn's C++ optimizers."""
+"""attn.optim: torch.optim's Adam, AdamW, SGD, RMSprop and Adagrad with parameter groups,
+torch's lr schedulers (attn.optim.lr_scheduler) and nanoGPT's cosine schedule, over attn's C++
+optimizers."""
 from .. import _C
 from . import lr_scheduler
+from .adaptive import Adagrad, RMSprop
 from .optimizer import SGD, Adam, AdamW, Optimizer
 
-__all__ = ["Optimizer", "Adam", "AdamW", "SGD", "lr_scheduler", "cosine_lr"]
+__all__ = ["Optimizer", "Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "lr_scheduler",
+           "cosine_lr"]
 
 # torch.optim names attn does not implement: NotImplementedError naming them, not AttributeError.
-_MISSING = {"Adadelta", "Adagrad", "Adamax", "ASGD", "LBFGS", "NAdam", "RAdam", "RMSprop",
-            "Rprop", "SparseAdam", "swa_utils"}
+_MISSING = {"Adadelta", "Adamax", "ASGD", "LBFGS", "NAdam", "RAdam", "Rprop", "SparseAdam",
+            "swa_utils"}
 
 
 def __getattr__(name):

@@ -46,7 +46,8 @@ class Optimizer:
     def __init__(self, params, defaults):
         if not hasattr(self, "_make"):
             raise _unsupported(type(self).__name__, "an optimizer written in Python on "
-                               "attn.optim.Optimizer (only Adam, AdamW and SGD are)")
+                               "attn.optim.Optimizer (only Adam, AdamW, SGD, RMSprop and "
+                               "Adagrad are)")
         self.defaults = defaults
         if _is_tensor(params):
             raise TypeError("params argument given to the optimizer should be an iterable of "
