@@ -116,7 +116,7 @@ def test_step_for_step_with_groups(case):
 
 
 # The optimizers whose float32 steps are torch 1.13's to the bit on x86-64 (AVX2 or AVX-512).
-BIT_EXACT = ("RMSprop", "Adagrad")
+BIT_EXACT = ("RMSprop", "Adagrad", "Adam", "AdamW", "SGD")
 
 
 def close_state(sa, st):

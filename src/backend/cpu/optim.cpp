@@ -53,12 +53,20 @@ float p_norm(int64_t n, double p, Get get) {
 
 }  // namespace
 
-// Adam's and AdamW's element loop, torch's operations in torch's order per element. kGeneral
-// false is AdamW without amsgrad or maximize, fused: the five element-wise passes of torch's
-// single-tensor AdamW in one loop with nothing else in it (gsign 1, l2 0, vmax null). kGeneral
-// true adds the gradient's sign gsign (-1: maximize), Adam's L2 term (g + l2 p; l2 = 0 for
-// AdamW) and, when vmax is not null, amsgrad's running maximum of v. Each gradient is first
-// multiplied by gscale (gradient clipping's factor; 1 leaves it exact).
+// Adam's and AdamW's element loop, torch 1.13's single-tensor operations in torch's order per
+// element, each rounded to float as its CPU kernels round them: a fused multiply-add where torch's
+// build has one (add(other, alpha=a) is Vectorized::fmadd; addcmul's self + (value t1) t2 is
+// contracted by its compiler), separate roundings elsewhere (mul, sqrt, the division, addcdiv's
+// self + (value t1) / t2). So the float32 steps are torch's to the bit on x86-64
+// (tests/python/test_optim_vs_torch.py):
+//   g = gsign g (+ fma(p, l2, g)); p = p decay; m = fma(g, 1 - beta1, m beta1);
+//   v = fma((1 - beta2) g, g, v beta2); vmax = max(vmax, v); d = sqrt(v) / bc2_sqrt + eps;
+//   p = p + (neg_step_size m) / d.
+// kGeneral false is AdamW without amsgrad or maximize, fused: the five element-wise passes of
+// torch's single-tensor AdamW in one loop with nothing else in it (gsign 1, l2 0, vmax null).
+// kGeneral true adds the gradient's sign gsign (-1: maximize), Adam's L2 term (l2 = 0 for AdamW)
+// and, when vmax is not null, amsgrad's running maximum of v. Each gradient is first multiplied
+// by gscale (gradient clipping's factor; 1 leaves it exact).
 template <bool kGeneral>
 __attribute__((always_inline)) inline void adam_loop(float* p, const float* g, float* m, float* v,
                                                      float* vmax, int64_t n, float gsign, float l2,
@@ -71,11 +79,11 @@ __attribute__((always_inline)) inline void adam_loop(float* p, const float* g, f
     float gi = g[i] * gscale;
     if constexpr (kGeneral) {
       gi = gsign * gi;
-      if (l2 != 0.0f) gi = gi + l2 * pi;
+      if (l2 != 0.0f) gi = std::fma(pi, l2, gi);
     }
     pi = pi * decay;
-    const float mi = m[i] * beta1 + one_minus_beta1 * gi;
-    const float vi = v[i] * beta2 + one_minus_beta2 * (gi * gi);
+    const float mi = std::fma(gi, one_minus_beta1, m[i] * beta1);
+    const float vi = std::fma(one_minus_beta2 * gi, gi, v[i] * beta2);
     float vu = vi;
     if constexpr (kGeneral) {
       if (vmax) {
@@ -84,7 +92,7 @@ __attribute__((always_inline)) inline void adam_loop(float* p, const float* g, f
       }
     }
     const float denom = std::sqrt(vu) / bc2_sqrt + eps;
-    pi = pi + neg_step_size * (mi / denom);
+    pi = pi + (neg_step_size * mi) / denom;
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
@@ -121,20 +129,21 @@ ATTN_ISA_VARIANTS(void, adam_update,
                   (p, g, m, v, vmax, n, gsign, l2, decay, beta1, one_minus_beta1, beta2,
                    one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale))
 
-// One parameter's update, torch's operations in torch's order per element: d = g + wd p; then
-// with momentum buf = momentum buf + (1 - dampening) d (or buf = d when `first`), d = nesterov ?
-// d + momentum buf : buf; p = p - lr d (p + (-lr) d).
+// One parameter's update, torch 1.13's operations in torch's order per element, its add(other,
+// alpha=a) a fused multiply-add as in torch (Vectorized::fmadd): d = fma(p, wd, g); then with
+// momentum buf = fma(d, 1 - dampening, buf momentum) (or buf = d when `first`), d = nesterov ?
+// fma(buf, momentum, d) : buf; p = fma(d, -lr, p).
 ATTN_ISA_INLINE void sgd_update_body(float* p, const float* g, float* buf, int64_t n, float gsign,
                                      float wd, float momentum, float one_minus_dampening,
                                      bool nesterov, bool first, float neg_lr) {
   for (int64_t i = 0; i < n; ++i) {
-    float d = wd != 0.0f ? gsign * g[i] + wd * p[i] : gsign * g[i];
+    float d = wd != 0.0f ? std::fma(p[i], wd, gsign * g[i]) : gsign * g[i];
     if (buf) {
-      const float b = first ? d : buf[i] * momentum + one_minus_dampening * d;
+      const float b = first ? d : std::fma(d, one_minus_dampening, buf[i] * momentum);
       buf[i] = b;
-      d = nesterov ? d + momentum * b : b;
+      d = nesterov ? std::fma(b, momentum, d) : b;
     }
-    p[i] = p[i] + neg_lr * d;
+    p[i] = std::fma(d, neg_lr, p[i]);
   }
 }
 ATTN_ISA_VARIANTS(void, sgd_update,
