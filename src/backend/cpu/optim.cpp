@@ -66,8 +66,11 @@ float p_norm(int64_t n, double p, Get get) {
 // torch's single-tensor AdamW in one loop with nothing else in it (gsign 1, l2 0, vmax null).
 // kGeneral true adds the gradient's sign gsign (-1: maximize), Adam's L2 term (l2 = 0 for AdamW)
 // and, when vmax is not null, amsgrad's running maximum of v. Each gradient is first multiplied
-// by gscale (gradient clipping's factor; 1 leaves it exact).
-template <bool kGeneral>
+// by gscale (gradient clipping's factor; 1 leaves it exact). kL2 (l2 != 0) and kAmsgrad (vmax not
+// null) are template arguments: a branch on them in the loop became masked loads from the null
+// vmax (AVX-512), each a slow fault-suppressing load on Zen 4 (Adam with weight decay took 6x
+// AdamW's time).
+template <bool kGeneral, bool kL2 = false, bool kAmsgrad = false>
 __attribute__((always_inline)) inline void adam_loop(float* p, const float* g, float* m, float* v,
                                                      float* vmax, int64_t n, float gsign, float l2,
                                                      float decay, float beta1,
@@ -79,17 +82,15 @@ __attribute__((always_inline)) inline void adam_loop(float* p, const float* g, f
     float gi = g[i] * gscale;
     if constexpr (kGeneral) {
       gi = gsign * gi;
-      if (l2 != 0.0f) gi = std::fma(pi, l2, gi);
+      if constexpr (kL2) gi = std::fma(pi, l2, gi);  // a template argument: no branch in the loop
     }
     pi = pi * decay;
     const float mi = std::fma(gi, one_minus_beta1, m[i] * beta1);
     const float vi = std::fma(one_minus_beta2 * gi, gi, v[i] * beta2);
     float vu = vi;
-    if constexpr (kGeneral) {
-      if (vmax) {
-        vu = std::max(vmax[i], vi);
-        vmax[i] = vu;
-      }
+    if constexpr (kAmsgrad) {
+      vu = std::max(vmax[i], vi);
+      vmax[i] = vu;
     }
     const float denom = std::sqrt(vu) / bc2_sqrt + eps;
     pi = pi + (neg_step_size * mi) / denom;
@@ -118,8 +119,14 @@ ATTN_ISA_INLINE void adam_update_body(float* p, const float* g, float* m, float*
                                       float one_minus_beta1, float beta2, float one_minus_beta2,
                                       float bc2_sqrt, float eps, float neg_step_size,
                                       float gscale) {
-  adam_loop<true>(p, g, m, v, vmax, n, gsign, l2, decay, beta1, one_minus_beta1, beta2,
-                  one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale);
+  auto run = [&]<bool kL2, bool kAmsgrad>() {
+    adam_loop<true, kL2, kAmsgrad>(p, g, m, v, vmax, n, gsign, l2, decay, beta1, one_minus_beta1,
+                                   beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale);
+  };
+  if (l2 != 0.0f)
+    vmax ? run.template operator()<true, true>() : run.template operator()<true, false>();
+  else
+    vmax ? run.template operator()<false, true>() : run.template operator()<false, false>();
 }
 ATTN_ISA_VARIANTS(void, adam_update,
                   (float* p, const float* g, float* m, float* v, float* vmax, int64_t n,

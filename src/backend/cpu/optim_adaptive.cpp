@@ -51,24 +51,26 @@ struct Elems {
 //   else avg = square_avg.sqrt();  avg.add_(eps)
 //   momentum: buf.mul_(momentum).addcdiv_(grad, avg); param.add_(buf, alpha=-lr)
 //   else param.addcdiv_(grad, avg, value=-lr)
-template <int kKind>
+// The branches on weight decay, centered and momentum are template arguments, so that the loop
+// has none and vectorises.
+template <int kKind, bool kWd, bool kCentered, bool kMomentum>
 ATTN_ISA_INLINE void rmsprop_range(const backend::RmspropStep& s, int64_t i0, int64_t i1) {
   using X = Elems<kKind>;
   using E = typename X::E;
   auto* p = static_cast<E*>(s.p);
   const auto* g = static_cast<const E*>(s.g);
   auto* sq = static_cast<E*>(s.square_avg);
-  auto* ga = static_cast<E*>(s.grad_avg);
-  auto* buf = static_cast<E*>(s.buf);
+  [[maybe_unused]] auto* ga = static_cast<E*>(s.grad_avg);
+  [[maybe_unused]] auto* buf = static_cast<E*>(s.buf);
   const float eps = kKind == 0 ? s.eps : X::R(s.eps);
   for (int64_t i = i0; i < i1; ++i) {
     const float pi = X::ld(p[i]);
     float d = s.gsign * X::ld(g[i]);
-    if (s.wd != 0.0f) d = X::add_alpha(d, pi, s.wd);
+    if constexpr (kWd) d = X::add_alpha(d, pi, s.wd);
     const float sa = X::addcmul(X::R(X::ld(sq[i]) * s.alpha), d, d, s.one_minus_alpha);
     sq[i] = X::st(sa);
     float avg;
-    if (ga) {
+    if constexpr (kCentered) {
       const float a = X::add_alpha(X::R(X::ld(ga[i]) * s.alpha), d, s.one_minus_alpha);
       ga[i] = X::st(a);
       avg = X::R(std::sqrt(X::addcmul(sa, a, a, -1.0f)));
@@ -76,7 +78,7 @@ ATTN_ISA_INLINE void rmsprop_range(const backend::RmspropStep& s, int64_t i0, in
       avg = X::R(std::sqrt(sa));
     }
     avg = X::R(avg + eps);
-    if (buf) {
+    if constexpr (kMomentum) {
       const float b = X::R(X::R(X::ld(buf[i]) * s.momentum) + 1.0f * d / avg);
       buf[i] = X::st(b);
       p[i] = X::st(X::add_alpha(pi, b, s.neg_lr));
@@ -90,7 +92,7 @@ ATTN_ISA_INLINE void rmsprop_range(const backend::RmspropStep& s, int64_t i0, in
 //   grad = -grad (maximize); grad = grad.add(param, alpha=wd)
 //   state_sum.addcmul_(grad, grad, value=1); std = state_sum.sqrt().add_(eps)
 //   param.addcdiv_(grad, std, value=-clr)
-template <int kKind>
+template <int kKind, bool kWd>
 ATTN_ISA_INLINE void adagrad_range(const backend::AdagradStep& s, int64_t i0, int64_t i1) {
   using X = Elems<kKind>;
   using E = typename X::E;
@@ -101,7 +103,7 @@ ATTN_ISA_INLINE void adagrad_range(const backend::AdagradStep& s, int64_t i0, in
   for (int64_t i = i0; i < i1; ++i) {
     const float pi = X::ld(p[i]);
     float d = s.gsign * X::ld(g[i]);
-    if (s.wd != 0.0f) d = X::add_alpha(d, pi, s.wd);
+    if constexpr (kWd) d = X::add_alpha(d, pi, s.wd);
     const float acc = X::addcmul(X::ld(sum[i]), d, d, 1.0f);
     sum[i] = X::st(acc);
     const float std_ = X::R(X::R(std::sqrt(acc)) + eps);
@@ -109,14 +111,33 @@ ATTN_ISA_INLINE void adagrad_range(const backend::AdagradStep& s, int64_t i0, in
   }
 }
 
+// The loop for the step's weight decay, centered and momentum.
+template <int kKind, bool kWd>
+ATTN_ISA_INLINE void rmsprop_pick(const backend::RmspropStep& s, int64_t i0, int64_t i1) {
+  if (s.grad_avg)
+    s.buf ? rmsprop_range<kKind, kWd, true, true>(s, i0, i1)
+          : rmsprop_range<kKind, kWd, true, false>(s, i0, i1);
+  else
+    s.buf ? rmsprop_range<kKind, kWd, false, true>(s, i0, i1)
+          : rmsprop_range<kKind, kWd, false, false>(s, i0, i1);
+}
+template <int kKind>
+ATTN_ISA_INLINE void rmsprop_any(const backend::RmspropStep& s, int64_t i0, int64_t i1) {
+  s.wd != 0.0f ? rmsprop_pick<kKind, true>(s, i0, i1) : rmsprop_pick<kKind, false>(s, i0, i1);
+}
+template <int kKind>
+ATTN_ISA_INLINE void adagrad_any(const backend::AdagradStep& s, int64_t i0, int64_t i1) {
+  s.wd != 0.0f ? adagrad_range<kKind, true>(s, i0, i1) : adagrad_range<kKind, false>(s, i0, i1);
+}
+
 // float32 in the instruction-set builds of isa.h (fma is one instruction from AVX2 on).
 ATTN_ISA_INLINE void rmsprop_f32_body(const backend::RmspropStep& s, int64_t i0, int64_t i1) {
-  rmsprop_range<0>(s, i0, i1);
+  rmsprop_any<0>(s, i0, i1);
 }
 ATTN_ISA_VARIANTS(void, rmsprop_f32, (const backend::RmspropStep& s, int64_t i0, int64_t i1),
                   (s, i0, i1))
 ATTN_ISA_INLINE void adagrad_f32_body(const backend::AdagradStep& s, int64_t i0, int64_t i1) {
-  adagrad_range<0>(s, i0, i1);
+  adagrad_any<0>(s, i0, i1);
 }
 ATTN_ISA_VARIANTS(void, adagrad_f32, (const backend::AdagradStep& s, int64_t i0, int64_t i1),
                   (s, i0, i1))
@@ -127,7 +148,7 @@ void rmsprop_step(const backend::RmspropStep& s) {
     if constexpr (kKind == 0)
       rmsprop_f32(s, i0, i1);
     else
-      rmsprop_range<kKind>(s, i0, i1);
+      rmsprop_any<kKind>(s, i0, i1);
   });
 }
 
@@ -137,7 +158,7 @@ void adagrad_step(const backend::AdagradStep& s) {
     if constexpr (kKind == 0)
       adagrad_f32(s, i0, i1);
     else
-      adagrad_range<kKind>(s, i0, i1);
+      adagrad_any<kKind>(s, i0, i1);
   });
 }
 
