@@ -46,7 +46,8 @@ struct Elems {
 // torch.optim.RMSprop's _single_tensor_rmsprop on elements [i0, i1):
 //   grad = -grad (maximize); grad = grad.add(param, alpha=wd)
 //   square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-//   centered: grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha);
+//   centered: grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha) (torch 2.x, the oracle of the
+//             2-byte dtypes: grad_avg.lerp_(grad, 1 - alpha));
 //             avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
 //   else avg = square_avg.sqrt();  avg.add_(eps)
 //   momentum: buf.mul_(momentum).addcdiv_(grad, avg); param.add_(buf, alpha=-lr)
@@ -71,7 +72,13 @@ ATTN_ISA_INLINE void rmsprop_range(const backend::RmspropStep& s, int64_t i0, in
     sq[i] = X::st(sa);
     float avg;
     if constexpr (kCentered) {
-      const float a = X::add_alpha(X::R(X::ld(ga[i]) * s.alpha), d, s.one_minus_alpha);
+      float a;
+      if constexpr (kKind == 0) {  // torch 1.13: grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha)
+        a = X::add_alpha(X::R(X::ld(ga[i]) * s.alpha), d, s.one_minus_alpha);
+      } else {  // torch 2.x, the oracle for 2-byte dtypes: grad_avg.lerp_(grad, 1 - alpha)
+        const float go = X::ld(ga[i]), w = s.one_minus_alpha;
+        a = X::R(std::fabs(w) < 0.5f ? go + w * (d - go) : d - (d - go) * (1.0f - w));
+      }
       ga[i] = X::st(a);
       avg = X::R(std::sqrt(X::addcmul(sa, a, a, -1.0f)));
     } else {
