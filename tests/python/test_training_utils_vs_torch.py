@@ -136,6 +136,13 @@ PY_SCHEDULERS = [
     lambda sch, o: sch.CosineAnnealingWarmRestarts(o, T_0=4, T_mult=2, eta_min=1e-5),
     lambda sch, o: sch.ChainedScheduler([sch.ExponentialLR(o, 0.9),
                                          sch.PolynomialLR(o, total_iters=20)]),
+    lambda sch, o: sch.CyclicLR(o, base_lr=0.01, max_lr=[0.1, 0.2], step_size_up=3,
+                                step_size_down=5, mode="triangular2"),
+    lambda sch, o: sch.CyclicLR(o, 0.01, 0.1, step_size_up=4, mode="exp_range", gamma=0.9,
+                                base_momentum=[0.7, 0.75], max_momentum=0.95),
+    lambda sch, o: sch.CyclicLR(o, [0.02, 0.01], 0.1, step_size_up=2,
+                                scale_fn=lambda x: 0.5 ** x, scale_mode="iterations",
+                                cycle_momentum=False),
 ]
 
 
@@ -149,7 +156,8 @@ def stepped(M, make, epochs=None):
         opt.step()
         opt.zero_grad()
         s.step() if epochs is None else s.step(epochs[i])
-        lrs.append([g["lr"] for g in opt.param_groups] + s.get_last_lr())
+        lrs.append([g["lr"] for g in opt.param_groups] + s.get_last_lr()
+                   + [g["momentum"] for g in opt.param_groups])  # CyclicLR cycles it
     return lrs, w.tolist()
 
 
@@ -158,6 +166,35 @@ def test_python_schedulers(make):
     (lrs_a, w_a), (lrs_t, w_t) = stepped(attn, make), stepped(torch, make)
     assert lrs_a == lrs_t
     np.testing.assert_allclose(w_a, w_t, rtol=1e-6)
+
+
+def test_cyclic_lr_errors_and_other_optimizers():
+    for M in (torch, attn):
+        p = [M.nn.Parameter(M.ones(2))]
+        with pytest.raises(ValueError, match="optimizer must support momentum"):
+            M.optim.lr_scheduler.CyclicLR(M.optim.Adam(p), 0.01, 0.1)
+        with pytest.raises(ValueError, match="mode is invalid and scale_fn is None"):
+            M.optim.lr_scheduler.CyclicLR(M.optim.SGD(p, lr=0.1), 0.01, 0.1, mode="sine")
+        with pytest.raises(ValueError, match="expected 1 values for max_lr, got 2"):
+            M.optim.lr_scheduler.CyclicLR(M.optim.SGD(p, lr=0.1), 0.01, [0.1, 0.2])
+        with pytest.raises(TypeError, match="is not an Optimizer"):
+            M.optim.lr_scheduler.CyclicLR(object(), 0.01, 0.1)
+
+    def run(M):  # RMSprop's momentum cycles too, and reaches its steps
+        w = M.nn.Parameter(M.ones(3))
+        opt = M.optim.RMSprop([w], lr=0.01, momentum=0.9)
+        s = M.optim.lr_scheduler.CyclicLR(opt, 0.001, 0.01, step_size_up=3)
+        out = []
+        for _ in range(8):
+            (w * w).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            s.step()
+            out.append((opt.param_groups[0]["lr"], opt.param_groups[0]["momentum"]))
+        return out, w.tolist()
+    (a, wa), (t, wt) = run(attn), run(torch)
+    assert a == t
+    np.testing.assert_allclose(wa, wt, rtol=1e-6)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

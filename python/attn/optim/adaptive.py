@@ -5,7 +5,7 @@ param_groups and state_dict() have torch 1.13's keys and order: RMSprop's state 
 first step; Adagrad's is {'step': a float tensor, 'sum'}, made for every parameter when the
 optimizer is."""
 from .. import _C
-from .optimizer import Optimizer, _as_tensor, _flag, _is_tensor, _number, _unsupported
+from .optimizer import Optimizer, _as_tensor, _flag, _is_tensor, _number
 
 __all__ = ["RMSprop", "Adagrad"]
 

@@ -1,26 +1,23 @@
 """attn.optim.lr_scheduler: torch.optim.lr_scheduler's LambdaLR, StepLR, MultiStepLR,
 CosineAnnealingLR and LinearLR (1.13), over attn's C++ schedulers (attn/lr_scheduler.h), which
 compute torch's recursive formulas in the same double arithmetic; SequentialLR over them,
-ReduceLROnPlateau (plateau.py), PolynomialLR, MultiplicativeLR, CosineAnnealingWarmRestarts and
-ChainedScheduler (py_schedulers.py) in Python."""
+ReduceLROnPlateau (plateau.py), PolynomialLR, MultiplicativeLR, CosineAnnealingWarmRestarts,
+CyclicLR and ChainedScheduler (py_schedulers.py) in Python."""
 from collections import Counter
 
 from .. import _C
 from .optimizer import Optimizer, _unsupported
 from .plateau import ReduceLROnPlateau  # noqa: F401 (torch keeps it in this module)
 from .py_schedulers import (ChainedScheduler, CosineAnnealingWarmRestarts,  # noqa: F401
-                            MultiplicativeLR, PolynomialLR, _SchedulerList)
+                            CyclicLR, MultiplicativeLR, PolynomialLR, _SchedulerList)
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "ConstantLR",
            "CosineAnnealingLR", "LinearLR", "OneCycleLR", "ReduceLROnPlateau", "SequentialLR",
-           "PolynomialLR", "MultiplicativeLR", "CosineAnnealingWarmRestarts", "ChainedScheduler"]
-
-_MISSING = {"CyclicLR"}
+           "PolynomialLR", "MultiplicativeLR", "CosineAnnealingWarmRestarts", "ChainedScheduler",
+           "CyclicLR"]
 
 
 def __getattr__(name):
-    if name in _MISSING:
-        raise _unsupported("lr_scheduler." + name, "this scheduler")
     raise AttributeError("module 'attn.optim.lr_scheduler' has no attribute '{}'".format(name))
 
 

@@ -1,5 +1,5 @@
-"""torch.optim.lr_scheduler's PolynomialLR, MultiplicativeLR, CosineAnnealingWarmRestarts and
-ChainedScheduler in Python (attn's other schedulers run in C++, lr_scheduler.py). They follow
+"""torch.optim.lr_scheduler's PolynomialLR, MultiplicativeLR, CosineAnnealingWarmRestarts,
+CyclicLR and ChainedScheduler in Python (attn's other schedulers run in C++, lr_scheduler.py). They follow
 torch 1.13's LRScheduler: initial_lr is set in each group (or required when resuming), the
 constructor makes the first step, step() applies torch's recursive formula to the groups' current
 lrs and step(epoch) its closed form. They write param_groups' lr, which the optimizer sends to
@@ -147,6 +147,83 @@ class CosineAnnealingWarmRestarts(_Scheduler):
                 self.T_cur = epoch
         self.last_epoch = math.floor(epoch)
         self._apply(self.get_lr())
+
+
+class CyclicLR(_Scheduler):
+    """torch 1.13's CyclicLR: the lr cycles between base_lr and max_lr (triangular, triangular2,
+    exp_range or a scale_fn of the cycle or the iteration), stepped once per batch; with
+    cycle_momentum the groups' momentum cycles the other way (SGD and RMSprop have one; Adam's
+    betas are not cycled, as in 1.13, which raises ValueError)."""
+
+    def __init__(self, optimizer, base_lr, max_lr, step_size_up=2000, step_size_down=None,
+                 mode="triangular", gamma=1.0, scale_fn=None, scale_mode="cycle",
+                 cycle_momentum=True, base_momentum=0.8, max_momentum=0.9, last_epoch=-1,
+                 verbose=False):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError("{} is not an Optimizer".format(type(optimizer).__name__))
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, group in zip(base_lrs, optimizer.param_groups):
+                group["lr"] = lr
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        step_size_up = float(step_size_up)
+        step_size_down = float(step_size_down) if step_size_down is not None else step_size_up
+        self.total_size = step_size_up + step_size_down
+        self.step_ratio = step_size_up / self.total_size
+        if mode not in ("triangular", "triangular2", "exp_range") and scale_fn is None:
+            raise ValueError("mode is invalid and scale_fn is None")
+        self.mode, self.gamma = mode, gamma
+        self._scale_fn_custom = scale_fn
+        self.scale_mode = (scale_mode if scale_fn is not None
+                           else "iterations" if mode == "exp_range" else "cycle")
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum with `cycle_momentum` option "
+                                 "enabled")
+            base_momentums = _per_group("base_momentum", optimizer, base_momentum)
+            if last_epoch == -1:
+                for momentum, group in zip(base_momentums, optimizer.param_groups):
+                    group["momentum"] = momentum
+            self.base_momentums = [g["momentum"] for g in optimizer.param_groups]
+            self.max_momentums = _per_group("max_momentum", optimizer, max_momentum)
+        super().__init__(optimizer, last_epoch, verbose)
+        self.base_lrs = base_lrs
+
+    def scale_fn(self, x):
+        if self._scale_fn_custom is not None:
+            return self._scale_fn_custom(x)
+        if self.mode == "triangular":
+            return 1.0
+        if self.mode == "triangular2":
+            return 1 / (2.0 ** (x - 1))
+        return self.gamma ** x
+
+    def get_lr(self):
+        cycle = math.floor(1 + self.last_epoch / self.total_size)
+        x = 1.0 + self.last_epoch / self.total_size - cycle
+        if x <= self.step_ratio:
+            scale_factor = x / self.step_ratio
+        else:
+            scale_factor = (x - 1) / (self.step_ratio - 1)
+        at = cycle if self.scale_mode == "cycle" else self.last_epoch
+        lrs = [base_lr + (max_lr - base_lr) * scale_factor * self.scale_fn(at)
+               for base_lr, max_lr in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for group, base_m, max_m in zip(self.optimizer.param_groups, self.base_momentums,
+                                            self.max_momentums):
+                group["momentum"] = max_m - (max_m - base_m) * scale_factor * self.scale_fn(at)
+        return lrs
+
+
+def _per_group(name, optimizer, param):
+    """torch's _format_param: one value per group (a list of them, or one for all)."""
+    if isinstance(param, (list, tuple)):
+        if len(param) != len(optimizer.param_groups):
+            raise ValueError("expected {} values for {}, got {}".format(
+                len(optimizer.param_groups), name, len(param)))
+        return list(param)
+    return [param] * len(optimizer.param_groups)
 
 
 class _SchedulerList:
