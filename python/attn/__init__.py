@@ -509,6 +509,8 @@ from . import _composite_extra  # noqa: E402
 _composite_extra.install(_sys.modules[__name__])  # movedim, addcmul_, unique, ...
 from . import _composite_scan  # noqa: E402
 _composite_scan.install(_sys.modules[__name__])  # cummax, cummin, scatter_reduce
+from . import _random  # noqa: E402
+_random.install(_sys.modules[__name__])  # normal, bernoulli, randint_like
 from . import nn  # noqa: E402  (nn uses the names above)
 from .nn._composite import norm  # noqa: E402  (torch.norm, Tensor.norm: p-norms)
 Tensor.norm = (lambda self, p="fro", dim=None, keepdim=False, dtype=None:
