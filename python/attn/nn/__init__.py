@@ -1,5 +1,5 @@
 """attn.nn: modules with torch.nn's names (Module, Parameter, Linear, Embedding, Dropout,
-MultiheadAttention, activations, containers, ...). Numeric work and initialisation happen in
+MultiheadAttention, Conv1d / Conv2d, activations, containers, ...). Numeric work and initialisation happen in
 C++."""
 from .. import _unsupported
 from . import functional, init, parallel, utils
@@ -10,12 +10,16 @@ from .activation import (CELU, ELU, GELU, GLU, SELU, CosineSimilarity, Flatten, 
 from .loss import (BCELoss, BCEWithLogitsLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                    SmoothL1Loss)
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
+from . import conv
+from .conv import Conv1d, Conv2d
 from .decoder import Decoder
 from .multihead import MultiheadAttention
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer)
 from .modules import (GPT, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Linear, Module,
                       NonDynamicallyQuantizableLinear, Parameter, RMSNorm)
+
+functional.conv1d, functional.conv2d = conv.conv1d, conv.conv2d  # conv.py uses F.pad
 
 __all__ = sorted(n for n, v in list(globals().items()) if not n.startswith("_") and (
     not isinstance(v, type(_unsupported)) or n in ("functional", "init", "parallel", "utils")))
