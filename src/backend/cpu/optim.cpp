@@ -140,18 +140,29 @@ ATTN_ISA_VARIANTS(void, adam_update,
 // alpha=a) a fused multiply-add as in torch (Vectorized::fmadd): d = fma(p, wd, g); then with
 // momentum buf = fma(d, 1 - dampening, buf momentum) (or buf = d when `first`), d = nesterov ?
 // fma(buf, momentum, d) : buf; p = fma(d, -lr, p).
-ATTN_ISA_INLINE void sgd_update_body(float* p, const float* g, float* buf, int64_t n, float gsign,
-                                     float wd, float momentum, float one_minus_dampening,
-                                     bool nesterov, bool first, float neg_lr) {
+// The buffer's presence is a template argument (no branch in the loop: see adam_loop).
+template <bool kBuf>
+ATTN_ISA_INLINE void sgd_loop(float* p, const float* g, float* buf, int64_t n, float gsign,
+                              float wd, float momentum, float one_minus_dampening, bool nesterov,
+                              bool first, float neg_lr) {
   for (int64_t i = 0; i < n; ++i) {
     float d = wd != 0.0f ? std::fma(p[i], wd, gsign * g[i]) : gsign * g[i];
-    if (buf) {
+    if constexpr (kBuf) {
       const float b = first ? d : std::fma(d, one_minus_dampening, buf[i] * momentum);
       buf[i] = b;
       d = nesterov ? std::fma(b, momentum, d) : b;
     }
     p[i] = std::fma(d, neg_lr, p[i]);
   }
+}
+ATTN_ISA_INLINE void sgd_update_body(float* p, const float* g, float* buf, int64_t n, float gsign,
+                                     float wd, float momentum, float one_minus_dampening,
+                                     bool nesterov, bool first, float neg_lr) {
+  if (buf)
+    sgd_loop<true>(p, g, buf, n, gsign, wd, momentum, one_minus_dampening, nesterov, first, neg_lr);
+  else
+    sgd_loop<false>(p, g, buf, n, gsign, wd, momentum, one_minus_dampening, nesterov, first,
+                    neg_lr);
 }
 ATTN_ISA_VARIANTS(void, sgd_update,
                   (float* p, const float* g, float* buf, int64_t n, float gsign, float wd,
@@ -236,8 +247,12 @@ void adam_step_f32(const backend::AdamStep& s) {
 //   d = R(R(R(sqrt(v)) / bc2_sqrt) + R(eps)), p = R(p + neg_step_size (m / d)).
 // (torch's add(other, alpha=a) and add(scalar) round the scalar to the dtype; mul, lerp, addcmul
 // and addcdiv do not.)
-template <int kKind>  // 1 bfloat16, 2 float16
-void adam_half_range(const backend::AdamParam& u, int64_t i0, int64_t i1, float gscale) {
+// kL2 (l2 != 0) and kAmsgrad (vmax not null) are template arguments, so that the loop has no
+// branch and vectorises where the dtype's conversions do (bfloat16); a decay or gscale of 1 is
+// exact (R(x * 1) = x).
+template <int kKind, bool kL2, bool kAmsgrad>  // kKind: 1 bfloat16, 2 float16
+ATTN_ISA_INLINE void adam_half_loop(const backend::AdamParam& u, int64_t i0, int64_t i1,
+                                    float gscale) {
   auto ld = [](uint16_t b) { return load_elem<kKind>(b); };
   auto st = [](float x) { return store_elem<kKind, uint16_t>(x); };
   auto R = [](float x) { return round_elem<kKind>(x); };
@@ -245,21 +260,20 @@ void adam_half_range(const backend::AdamParam& u, int64_t i0, int64_t i1, float 
   const auto* g = static_cast<const uint16_t*>(u.g);
   auto* m = static_cast<uint16_t*>(u.m);
   auto* v = static_cast<uint16_t*>(u.v);
-  auto* vmax = static_cast<uint16_t*>(u.vmax);
+  [[maybe_unused]] auto* vmax = static_cast<uint16_t*>(u.vmax);
   const float w = u.one_minus_beta1;
+  const bool lerp_from_start = std::fabs(w) < 0.5f;
   const float l2 = R(u.l2), eps = R(u.eps);  // torch's add rounds alpha / the scalar to the dtype
   for (int64_t i = i0; i < i1; ++i) {
-    float gi = ld(g[i]);
-    if (gscale != 1.0f) gi = R(gi * gscale);
-    gi = u.gsign * gi;
+    const float gi = u.gsign * R(ld(g[i]) * gscale);
     float pi = ld(p[i]);
-    if (u.l2 != 0.0f) gi = R(gi + l2 * pi);
-    if (u.decay != 1.0f) pi = R(pi * u.decay);
+    const float gd = kL2 ? R(gi + l2 * pi) : gi;
+    pi = R(pi * u.decay);
     const float mo = ld(m[i]);
-    const float mi = R(std::fabs(w) < 0.5f ? mo + w * (gi - mo) : gi - (gi - mo) * (1.0f - w));
-    const float vi = R(R(ld(v[i]) * u.beta2) + u.one_minus_beta2 * gi * gi);
+    const float mi = R(lerp_from_start ? mo + w * (gd - mo) : gd - (gd - mo) * (1.0f - w));
+    const float vi = R(R(ld(v[i]) * u.beta2) + u.one_minus_beta2 * gd * gd);
     float vu = vi;
-    if (vmax) {
+    if constexpr (kAmsgrad) {
       vu = std::max(ld(vmax[i]), vi);
       vmax[i] = st(vu);
     }
@@ -271,15 +285,40 @@ void adam_half_range(const backend::AdamParam& u, int64_t i0, int64_t i1, float 
 }
 
 template <int kKind>
+ATTN_ISA_INLINE void adam_half_pick(const backend::AdamParam& u, int64_t i0, int64_t i1,
+                                    float gscale) {
+  if (u.l2 != 0.0f)
+    u.vmax ? adam_half_loop<kKind, true, true>(u, i0, i1, gscale)
+           : adam_half_loop<kKind, true, false>(u, i0, i1, gscale);
+  else
+    u.vmax ? adam_half_loop<kKind, false, true>(u, i0, i1, gscale)
+           : adam_half_loop<kKind, false, false>(u, i0, i1, gscale);
+}
+ATTN_ISA_INLINE void adam_bf16_body(const backend::AdamParam& u, int64_t i0, int64_t i1,
+                                    float gscale) {
+  adam_half_pick<1>(u, i0, i1, gscale);
+}
+ATTN_ISA_VARIANTS(void, adam_bf16,
+                  (const backend::AdamParam& u, int64_t i0, int64_t i1, float gscale),
+                  (u, i0, i1, gscale))
+
+template <int kKind>
 void adam_step_half(const backend::AdamStep& s) {
   for_each_share(s, [&s](const backend::AdamParam& u, int64_t i0, int64_t i1) {
-    adam_half_range<kKind>(u, i0, i1, s.grad_scale);
+    if constexpr (kKind == 1)
+      adam_bf16(u, i0, i1, s.grad_scale);
+    else
+      adam_half_pick<kKind>(u, i0, i1, s.grad_scale);
   });
 }
 
+// The elements split among the threads (each element's arithmetic is the same whatever the split).
 void sgd_step_f32(const backend::SgdStep& s) {
-  sgd_update(static_cast<float*>(s.p), static_cast<const float*>(s.g), static_cast<float*>(s.buf),
-             s.n, s.gsign, s.wd, s.momentum, s.one_minus_dampening, s.nesterov, s.first, s.neg_lr);
+  parallel_ranges(s.n, threads_for(s.n), [&s](int64_t i0, int64_t i1) {
+    sgd_update(static_cast<float*>(s.p) + i0, static_cast<const float*>(s.g) + i0,
+               s.buf ? static_cast<float*>(s.buf) + i0 : nullptr, i1 - i0, s.gsign, s.wd,
+               s.momentum, s.one_minus_dampening, s.nesterov, s.first, s.neg_lr);
+  });
 }
 
 // bfloat16 / float16 parameters, their momentum buffer in their dtype: torch's single-tensor step
@@ -287,28 +326,60 @@ void sgd_step_f32(const backend::SgdStep& s) {
 //   d = gsign g (exact), then R(d + R(wd) p); buf = d (first step) or R(R(buf momentum) +
 //   R(1 - dampening) d); d = nesterov ? R(d + R(momentum) buf) : buf; p = R(p + R(neg_lr) d).
 // (torch's add(other, alpha=a) and add(scalar) round the scalar to the dtype; mul does not.)
-template <int kKind>  // 1 bfloat16, 2 float16
-void sgd_step_half(const backend::SgdStep& s) {
+// Weight decay, the buffer's presence, the first step and Nesterov are template arguments (no
+// branch in the loop; with them as selects the bfloat16 loop took 10x torch's time).
+template <int kKind, bool kWd, bool kBuf, bool kFirst, bool kNesterov>
+ATTN_ISA_INLINE void sgd_half_loop(const backend::SgdStep& s, int64_t i0, int64_t i1) {
   auto ld = [](uint16_t b) { return load_elem<kKind>(b); };
   auto st = [](float x) { return store_elem<kKind, uint16_t>(x); };
   auto R = [](float x) { return round_elem<kKind>(x); };
   auto* p = static_cast<uint16_t*>(s.p);
   const auto* g = static_cast<const uint16_t*>(s.g);
-  auto* buf = static_cast<uint16_t*>(s.buf);
+  [[maybe_unused]] auto* buf = static_cast<uint16_t*>(s.buf);
   const float wd = R(s.wd), one_minus_dampening = R(s.one_minus_dampening),
               nesterov_momentum = R(s.momentum), neg_lr = R(s.neg_lr);
-  parallel_ranges(s.n, threads_for(s.n), [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const float pi = ld(p[i]);
-      float d = s.gsign * ld(g[i]);
-      if (s.wd != 0.0f) d = R(d + wd * pi);
-      if (buf) {
-        const float b = s.first ? d : R(R(ld(buf[i]) * s.momentum) + one_minus_dampening * d);
-        buf[i] = st(b);
-        d = s.nesterov ? R(d + nesterov_momentum * b) : b;
-      }
-      p[i] = st(pi + neg_lr * d);
+  for (int64_t i = i0; i < i1; ++i) {
+    const float pi = ld(p[i]);
+    float d = s.gsign * ld(g[i]);
+    if constexpr (kWd) d = R(d + wd * pi);
+    if constexpr (kBuf) {
+      const float b = kFirst ? d : R(R(ld(buf[i]) * s.momentum) + one_minus_dampening * d);
+      buf[i] = st(b);
+      d = kNesterov ? R(d + nesterov_momentum * b) : b;
     }
+    p[i] = st(pi + neg_lr * d);
+  }
+}
+
+template <int kKind>
+ATTN_ISA_INLINE void sgd_half_pick(const backend::SgdStep& s, int64_t i0, int64_t i1) {
+  auto run = [&]<bool kWd, bool kBuf, bool kFirst, bool kNesterov>() {
+    sgd_half_loop<kKind, kWd, kBuf, kFirst, kNesterov>(s, i0, i1);
+  };
+  auto with_buf = [&]<bool kWd>() {
+    if (!s.buf)
+      run.template operator()<kWd, false, false, false>();
+    else if (s.first)
+      s.nesterov ? run.template operator()<kWd, true, true, true>()
+                 : run.template operator()<kWd, true, true, false>();
+    else
+      s.nesterov ? run.template operator()<kWd, true, false, true>()
+                 : run.template operator()<kWd, true, false, false>();
+  };
+  s.wd != 0.0f ? with_buf.template operator()<true>() : with_buf.template operator()<false>();
+}
+ATTN_ISA_INLINE void sgd_bf16_body(const backend::SgdStep& s, int64_t i0, int64_t i1) {
+  sgd_half_pick<1>(s, i0, i1);
+}
+ATTN_ISA_VARIANTS(void, sgd_bf16, (const backend::SgdStep& s, int64_t i0, int64_t i1), (s, i0, i1))
+
+template <int kKind>
+void sgd_step_half(const backend::SgdStep& s) {
+  parallel_ranges(s.n, threads_for(s.n), [&s](int64_t i0, int64_t i1) {
+    if constexpr (kKind == 1)
+      sgd_bf16(s, i0, i1);
+    else
+      sgd_half_pick<kKind>(s, i0, i1);
   });
 }
 

@@ -149,11 +149,25 @@ ATTN_ISA_INLINE void adagrad_f32_body(const backend::AdagradStep& s, int64_t i0,
 ATTN_ISA_VARIANTS(void, adagrad_f32, (const backend::AdagradStep& s, int64_t i0, int64_t i1),
                   (s, i0, i1))
 
+// bfloat16 too, whose conversions vectorise (float16's do not: it runs the baseline build).
+ATTN_ISA_INLINE void rmsprop_bf16_body(const backend::RmspropStep& s, int64_t i0, int64_t i1) {
+  rmsprop_any<1>(s, i0, i1);
+}
+ATTN_ISA_VARIANTS(void, rmsprop_bf16, (const backend::RmspropStep& s, int64_t i0, int64_t i1),
+                  (s, i0, i1))
+ATTN_ISA_INLINE void adagrad_bf16_body(const backend::AdagradStep& s, int64_t i0, int64_t i1) {
+  adagrad_any<1>(s, i0, i1);
+}
+ATTN_ISA_VARIANTS(void, adagrad_bf16, (const backend::AdagradStep& s, int64_t i0, int64_t i1),
+                  (s, i0, i1))
+
 template <int kKind>
 void rmsprop_step(const backend::RmspropStep& s) {
   parallel_ranges(s.n, threads_for(s.n), [&s](int64_t i0, int64_t i1) {
     if constexpr (kKind == 0)
       rmsprop_f32(s, i0, i1);
+    else if constexpr (kKind == 1)
+      rmsprop_bf16(s, i0, i1);
     else
       rmsprop_any<kKind>(s, i0, i1);
   });
@@ -164,6 +178,8 @@ void adagrad_step(const backend::AdagradStep& s) {
   parallel_ranges(s.n, threads_for(s.n), [&s](int64_t i0, int64_t i1) {
     if constexpr (kKind == 0)
       adagrad_f32(s, i0, i1);
+    else if constexpr (kKind == 1)
+      adagrad_bf16(s, i0, i1);
     else
       adagrad_any<kKind>(s, i0, i1);
   });
