@@ -29,6 +29,21 @@ def _tuple(v, n, name):
     return v
 
 
+def window_views(x, kernel, stride, dilation, out):
+    """The strided window of x (N, C, *spatial) for each kernel offset, in row-major order of the
+    offsets: views of shape (N, C, *out)."""
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        idx = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + s * (m - 1) + 1, s)
+            for o, d, s, m in zip(offset, dilation, stride, out))
+        yield x[idx]
+
+
+def windows(x, kernel, stride, dilation, out):
+    """window_views stacked into one copy: (N, C, K, *out), K = prod(kernel)."""
+    return _C.stack(list(window_views(x, kernel, stride, dilation, out)), 2)
+
+
 def _conv(fn, nd, input, weight, bias, stride, padding, dilation, groups):
     if input.dim() not in (nd + 1, nd + 2):
         raise RuntimeError("Expected {}D (unbatched) or {}D (batched) input to {}, but got input "
@@ -83,16 +98,10 @@ def _conv(fn, nd, input, weight, bias, stride, padding, dilation, groups):
                            "Kernel size can't be greater than actual input size".format(
                                tuple(size), kernel))
     n = x.shape[0]
-    windows = []
-    for offset in itertools.product(*(range(k) for k in kernel)):
-        idx = (slice(None), slice(None)) + tuple(
-            slice(o * d, o * d + s * (m - 1) + 1, s)
-            for o, d, s, m in zip(offset, dilation, stride, out))
-        windows.append(x[idx])
     positions = math.prod(out)
-    kpos = len(windows)
+    kpos = math.prod(kernel)
     # (N, C, K, *out) -> (N, *out, C, K) -> (N, positions, C x K)
-    cols = _C.stack(windows, 2).permute(0, *range(3, 3 + nd), 1, 2)
+    cols = windows(x, kernel, stride, dilation, out).permute(0, *range(3, 3 + nd), 1, 2)
     og = out_ch // groups
     results = []
     for g in range(groups):
