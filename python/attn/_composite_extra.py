@@ -354,10 +354,18 @@ def _mT(self):  # noqa: N802 (torch's name)
     return self.transpose(-2, -1)
 
 
+def _mH(self):  # noqa: N802
+    if self.dim() < 2:
+        raise RuntimeError("tensor.mH is only supported on matrices or batches of matrices. Got "
+                           "{}-D tensor.".format(self.dim()))
+    return self.transpose(-2, -1)
+
+
 def _H(self):  # noqa: N802
     if self.dim() not in (0, 2):
         raise RuntimeError("tensor.H is only supported on matrices (2-D tensors). Got {}-D "
-                           "tensor.".format(self.dim()))
+                           "tensor. For batches of matrices, consider using tensor.mH".format(
+                               self.dim()))
     return self.transpose(0, 1) if self.dim() == 2 else self
 
 
@@ -378,6 +386,7 @@ def install(module):
     for name, fn in methods.items():
         if not any(name in vars(k) for k in Tensor.__mro__ if k is not object):
             setattr(Tensor, name, fn)
-    for name, fn in (("mT", _mT), ("H", _H), ("mH", _mT)):  # real tensors: H and mH transpose
+    for name, fn in (("H", _H), ("mH", _mH)):  # real tensors: H and mH transpose
         if not any(name in vars(k) for k in Tensor.__mro__ if k is not object):
             setattr(Tensor, name, property(fn))
+    Tensor.mT = property(_mT)  # over the C++ property: torch's RuntimeError below 2 dims

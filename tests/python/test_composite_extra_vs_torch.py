@@ -146,3 +146,7 @@ def test_index_fill_copy_aminmax_transposes_as_torch():
     for M in (torch, attn):
         with pytest.raises(RuntimeError, match="H is only supported"):
             M.ones(3).H
+        for name in ("mT", "mH"):  # torch's RuntimeError and words below 2 dims
+            with pytest.raises(RuntimeError, match="tensor.{} is only supported on matrices or "
+                               "batches of matrices. Got 1-D tensor.".format(name)):
+                getattr(M.ones(3), name)
