@@ -1,7 +1,7 @@
 """More torch names composed of attn's ops: movedim / moveaxis, swapaxes / swapdims, as_tensor,
 addcmul and addcdiv (with their in-place forms, which hand-written optimizers use), lerp_, unique
 and unique_consecutive (dim=None), searchsorted and bucketize, median, kthvalue, quantile,
-cdist, index_fill(_) and index_copy(_), aminmax, and the mT / H / mH transposes.
+cdist, index_fill(_) and index_copy(_), aminmax, Tensor.unfold, and the mT / H / mH transposes.
 
 addcmul and addcdiv round as torch's CPU kernels do, (value * t1) * t2 and (value * t1) / t2
 before the addition; unique sorts (torch's CPU unique sorts whatever `sorted` says) and gives
@@ -369,6 +369,43 @@ def _H(self):  # noqa: N802
     return self.transpose(0, 1) if self.dim() == 2 else self
 
 
+def _unfold(self, dimension, size, step):
+    """Tensor.unfold: every slice of `size` elements along `dimension`, `step` apart, as a new
+    last dim. A copy (torch's is a view of self), made of `size` strided slices, so its gradient
+    comes from the ops."""
+    n = self.dim()
+    if n == 0:
+        if dimension not in (0, -1):
+            raise IndexError("Dimension out of range (expected to be in range of [-1, 0], but "
+                             "got {})".format(dimension))
+        if size > 1:
+            raise RuntimeError("maximum size for tensor at dimension 0 is 1 but size is "
+                               "{}".format(size))
+        if step <= 0:
+            raise RuntimeError("step is {} but must be > 0".format(step))
+        return self.reshape(1)
+    d = _dim_list(dimension, n, "dimension")[0]
+    length = self.shape[d]
+    if size > length:
+        raise RuntimeError("maximum size for tensor at dimension {} is {} but size is {}".format(
+            d, length, size))
+    if step <= 0:
+        raise RuntimeError("step is {} but must be > 0".format(step))
+    if size < 0:
+        raise RuntimeError("unfold: size is {} but must be >= 0".format(size))
+    count = (length - size) // step + 1
+    if size == 0:
+        shape = list(self.shape)
+        shape[d] = count
+        return _C.zeros(shape + [0], dtype=self.dtype)
+    slices = []
+    for j in range(size):
+        idx = [slice(None)] * n
+        idx[d] = slice(j, j + step * (count - 1) + 1, step)
+        slices.append(self[tuple(idx)])
+    return _C.stack(slices, n)
+
+
 def install(module):
     """Puts the functions above into `module` (attn) and the methods onto Tensor."""
     for name in ("movedim moveaxis swapaxes swapdims as_tensor addcmul addcdiv unique "
@@ -382,7 +419,7 @@ def install(module):
                "unique": unique, "unique_consecutive": unique_consecutive,
                "median": median, "kthvalue": kthvalue, "quantile": quantile,
                "index_fill": index_fill, "index_copy": index_copy, "index_fill_": _index_fill_,
-               "index_copy_": _index_copy_, "aminmax": aminmax}
+               "index_copy_": _index_copy_, "aminmax": aminmax, "unfold": _unfold}
     for name, fn in methods.items():
         if not any(name in vars(k) for k in Tensor.__mro__ if k is not object):
             setattr(Tensor, name, fn)

@@ -150,3 +150,23 @@ def test_index_fill_copy_aminmax_transposes_as_torch():
             with pytest.raises(RuntimeError, match="tensor.{} is only supported on matrices or "
                                "batches of matrices. Got 1-D tensor.".format(name)):
                 getattr(M.ones(3), name)
+
+
+def unfolds(M):
+    x = M.tensor(np.arange(60, dtype=np.float32).reshape(3, 4, 5), requires_grad=True)
+    a, b, c = x.unfold(2, 3, 1), x.unfold(0, 2, 1), x.unfold(-2, 2, 3)
+    (a.sum() * 1.0 + (b * b).sum() + c.sum() * 2.0).backward()
+    return [a.tolist(), b.tolist(), c.tolist(), x.grad.tolist(),
+            M.arange(10.0).unfold(0, 4, 3).tolist(), M.tensor(5.0).unfold(0, 1, 1).tolist(),
+            tuple(M.arange(10.0).unfold(0, 0, 1).shape)]
+
+
+def test_unfold_as_torch():
+    same(unfolds(attn), unfolds(torch))
+    for bad in (lambda M: M.arange(10.0).unfold(0, 11, 1),
+                lambda M: M.arange(10.0).unfold(0, 3, 0),
+                lambda M: M.arange(10.0).unfold(1, 3, 1)):
+        with pytest.raises(Exception) as te:
+            bad(torch)
+        with pytest.raises(type(te.value)):
+            bad(attn)
