@@ -10,10 +10,11 @@ from .activation import (CELU, ELU, GELU, GLU, SELU, CosineSimilarity, Flatten, 
 from .loss import (BCELoss, BCEWithLogitsLoss, HuberLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss,
                    SmoothL1Loss)
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
-from . import conv, pooling
+from . import conv, pooling, upsample
 from .conv import Conv1d, Conv2d
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d,
                       MaxPool2d)
+from .upsample import Upsample
 from .decoder import Decoder
 from .multihead import MultiheadAttention
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
@@ -25,6 +26,7 @@ functional.conv1d, functional.conv2d = conv.conv1d, conv.conv2d  # conv.py uses 
 for _name in ("max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d",
               "adaptive_avg_pool2d"):
     setattr(functional, _name, getattr(pooling, _name))
+functional.interpolate = upsample.interpolate
 
 __all__ = sorted(n for n, v in list(globals().items()) if not n.startswith("_") and (
     not isinstance(v, type(_unsupported)) or n in ("functional", "init", "parallel", "utils")))
