@@ -12,6 +12,8 @@ from .loss import (BCELoss, BCEWithLogitsLoss, HuberLoss, KLDivLoss, L1Loss, MSE
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
 from . import conv, pooling, upsample
 from .conv import Conv1d, Conv2d
+from . import batchnorm
+from .batchnorm import BatchNorm1d, BatchNorm2d
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d,
                       MaxPool2d)
 from .upsample import Upsample
@@ -23,6 +25,7 @@ from .modules import (GPT, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Line
                       NonDynamicallyQuantizableLinear, Parameter, RMSNorm)
 
 functional.conv1d, functional.conv2d = conv.conv1d, conv.conv2d  # conv.py uses F.pad
+functional.batch_norm = batchnorm.batch_norm
 for _name in ("max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d",
               "adaptive_avg_pool2d"):
     setattr(functional, _name, getattr(pooling, _name))
