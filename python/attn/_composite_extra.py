@@ -55,9 +55,16 @@ swapdims = swapaxes
 
 
 def as_tensor(data, dtype=None, device=None):
-    """The tensor itself where it already is one of that dtype (no copy), else a new one."""
+    """The tensor itself where it already is one of that dtype (no copy); a NumPy array of a
+    dtype attn holds (float32, int64, bool, float16) shares its memory, as torch's; else a new
+    tensor."""
     if isinstance(data, Tensor):
         return data if dtype is None or data.dtype == dtype else data.to(dtype)
+    if type(data).__name__ == "ndarray" and type(data).__module__ == "numpy":
+        shared = _C.from_numpy(data)
+        if dtype is None or shared.dtype == dtype:
+            return shared
+        return shared.to(dtype)
     return _C.tensor(data, dtype=dtype) if dtype is not None else _C.tensor(data)
 
 

@@ -225,8 +225,12 @@ Tensor make_tensor(const py::object& data, const py::object& dtype, bool require
       return d ? c.to(*d) : c;
     });
   } else if (py::isinstance<py::array>(data)) {
-    t = from_numpy(data.cast<py::array>());
-    if (d) t = without_gil([&] { return t.to(*d); });
+    // torch.tensor copies: the result never shares the array's memory (from_numpy does).
+    const Tensor shared = from_numpy(data.cast<py::array>());
+    t = without_gil([&] {
+      if (d && *d != shared.dtype()) return shared.to(*d);
+      return shared.is_contiguous() ? shared.clone() : shared.contiguous();
+    });
   } else {
     NestedList values = to_nested(data);
     t = without_gil([&] { return tensor(values, d); });

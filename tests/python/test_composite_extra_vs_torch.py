@@ -170,3 +170,14 @@ def test_unfold_as_torch():
             bad(torch)
         with pytest.raises(type(te.value)):
             bad(attn)
+
+
+def test_tensor_copies_numpy_and_as_tensor_shares_it_as_torch():
+    for M in (torch, attn):
+        a = np.zeros(3, dtype=np.float32)
+        M.tensor(a).add_(1)  # torch.tensor copies
+        assert a.tolist() == [0.0, 0.0, 0.0], M.__name__
+        M.as_tensor(a).add_(1)  # as_tensor shares an array of the same dtype
+        assert a.tolist() == [1.0, 1.0, 1.0], M.__name__
+        b = np.zeros((3, 4), dtype=np.float32)[:, ::2]
+        assert M.tensor(b).is_contiguous() and tuple(M.tensor(b).shape) == (3, 2)

@@ -438,7 +438,7 @@ def test_grad_modes_as_decorators_and_contexts():
 
 
 def test_unsupported_names_raise_not_implemented_naming_them():
-    for owner, name in [(attn, "fft"), (attn.nn, "Conv2d"), (attn.nn.functional, "conv2d"),
+    for owner, name in [(attn, "fft"), (attn.nn, "Conv3d"), (attn.nn.functional, "conv3d"),
                         (attn.ones(1), "stft")]:
         with pytest.raises(NotImplementedError, match=r"\b%s\b.*attn %s" % (name,
                                                                             attn.__version__)):

@@ -398,7 +398,12 @@ def test_no_grad_and_grad_modes():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
 def test_numpy_to_attn_shares_memory(dtype):
-    for make in [attn.tensor, attn.from_numpy]:
+    # from_numpy and as_tensor share the array's memory; tensor copies it (as torch's three)
+    a = np.arange(4, dtype=dtype) if dtype is not np.bool_ else np.ones(4, dtype=dtype)
+    t = attn.tensor(a)
+    a[1] = 0
+    assert t[1].item() != a[1]
+    for make in [attn.from_numpy, attn.as_tensor]:
         a = (np.arange(12) % 3 == 0).astype(dtype).reshape(3, 4) if dtype is np.bool_ else \
             np.arange(12, dtype=dtype).reshape(3, 4)
         t = make(a)
