@@ -14,6 +14,8 @@ from . import conv, pooling, upsample
 from .conv import Conv1d, Conv2d
 from . import batchnorm
 from .batchnorm import BatchNorm1d, BatchNorm2d
+from . import groupnorm
+from .groupnorm import GroupNorm
 from .pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, MaxPool1d,
                       MaxPool2d)
 from .upsample import Upsample
@@ -26,6 +28,7 @@ from .modules import (GPT, CrossEntropyLoss, Dropout, Embedding, LayerNorm, Line
 
 functional.conv1d, functional.conv2d = conv.conv1d, conv.conv2d  # conv.py uses F.pad
 functional.batch_norm = batchnorm.batch_norm
+functional.group_norm = groupnorm.group_norm
 for _name in ("max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d",
               "adaptive_avg_pool2d"):
     setattr(functional, _name, getattr(pooling, _name))
