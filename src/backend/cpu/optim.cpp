@@ -119,14 +119,19 @@ ATTN_ISA_INLINE void adam_update_body(float* p, const float* g, float* m, float*
                                       float one_minus_beta1, float beta2, float one_minus_beta2,
                                       float bc2_sqrt, float eps, float neg_step_size,
                                       float gscale) {
-  auto run = [&]<bool kL2, bool kAmsgrad>() {
-    adam_loop<true, kL2, kAmsgrad>(p, g, m, v, vmax, n, gsign, l2, decay, beta1, one_minus_beta1,
-                                   beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale);
-  };
-  if (l2 != 0.0f)
-    vmax ? run.template operator()<true, true>() : run.template operator()<true, false>();
+  // Plain branches, not a lambda (see sgd_half_flags).
+  if (l2 != 0.0f && vmax)
+    adam_loop<true, true, true>(p, g, m, v, vmax, n, gsign, l2, decay, beta1, one_minus_beta1,
+                                beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale);
+  else if (l2 != 0.0f)
+    adam_loop<true, true, false>(p, g, m, v, vmax, n, gsign, l2, decay, beta1, one_minus_beta1,
+                                 beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale);
+  else if (vmax)
+    adam_loop<true, false, true>(p, g, m, v, vmax, n, gsign, l2, decay, beta1, one_minus_beta1,
+                                 beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale);
   else
-    vmax ? run.template operator()<false, true>() : run.template operator()<false, false>();
+    adam_loop<true, false, false>(p, g, m, v, vmax, n, gsign, l2, decay, beta1, one_minus_beta1,
+                                  beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size, gscale);
 }
 ATTN_ISA_VARIANTS(void, adam_update,
                   (float* p, const float* g, float* m, float* v, float* vmax, int64_t n,
@@ -351,22 +356,22 @@ ATTN_ISA_INLINE void sgd_half_loop(const backend::SgdStep& s, int64_t i0, int64_
   }
 }
 
+// The dispatch on the step's flags, in always-inline functions (not lambdas, which GCC may keep
+// out of line and so compile for the baseline instruction set, not the caller's).
+template <int kKind, bool kWd>
+ATTN_ISA_INLINE void sgd_half_flags(const backend::SgdStep& s, int64_t i0, int64_t i1) {
+  if (!s.buf)
+    sgd_half_loop<kKind, kWd, false, false, false>(s, i0, i1);
+  else if (s.first)
+    s.nesterov ? sgd_half_loop<kKind, kWd, true, true, true>(s, i0, i1)
+               : sgd_half_loop<kKind, kWd, true, true, false>(s, i0, i1);
+  else
+    s.nesterov ? sgd_half_loop<kKind, kWd, true, false, true>(s, i0, i1)
+               : sgd_half_loop<kKind, kWd, true, false, false>(s, i0, i1);
+}
 template <int kKind>
 ATTN_ISA_INLINE void sgd_half_pick(const backend::SgdStep& s, int64_t i0, int64_t i1) {
-  auto run = [&]<bool kWd, bool kBuf, bool kFirst, bool kNesterov>() {
-    sgd_half_loop<kKind, kWd, kBuf, kFirst, kNesterov>(s, i0, i1);
-  };
-  auto with_buf = [&]<bool kWd>() {
-    if (!s.buf)
-      run.template operator()<kWd, false, false, false>();
-    else if (s.first)
-      s.nesterov ? run.template operator()<kWd, true, true, true>()
-                 : run.template operator()<kWd, true, true, false>();
-    else
-      s.nesterov ? run.template operator()<kWd, true, false, true>()
-                 : run.template operator()<kWd, true, false, false>();
-  };
-  s.wd != 0.0f ? with_buf.template operator()<true>() : with_buf.template operator()<false>();
+  s.wd != 0.0f ? sgd_half_flags<kKind, true>(s, i0, i1) : sgd_half_flags<kKind, false>(s, i0, i1);
 }
 ATTN_ISA_INLINE void sgd_bf16_body(const backend::SgdStep& s, int64_t i0, int64_t i1) {
   sgd_half_pick<1>(s, i0, i1);
