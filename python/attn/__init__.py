@@ -511,6 +511,10 @@ from . import _composite_scan  # noqa: E402
 _composite_scan.install(_sys.modules[__name__])  # cummax, cummin, scatter_reduce
 from . import _random  # noqa: E402
 _random.install(_sys.modules[__name__])  # normal, bernoulli, randint_like
+from . import _composite_math  # noqa: E402
+_composite_math.install(_sys.modules[__name__])  # atan2, hypot, aliases, in-place forms, ...
+from . import _composite_shape  # noqa: E402
+_composite_shape.install(_sys.modules[__name__])  # tensordot, cov, isin, histc, mode, ...
 from . import nn  # noqa: E402  (nn uses the names above)
 from .nn._composite import norm  # noqa: E402  (torch.norm, Tensor.norm: p-norms)
 Tensor.norm = (lambda self, p="fro", dim=None, keepdim=False, dtype=None:
