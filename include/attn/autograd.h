@@ -223,8 +223,9 @@ Tensor record(Tensor out, const std::string& name, const std::vector<const Tenso
               BackwardFn backward = nullptr, std::vector<Tensor> saved = {});
 // Throws attn::Error naming `op` when `self` is a leaf that requires grad (or a view of one) and
 // grad mode is on: modifying it in place would lose the value its gradient refers to (PyTorch
-// refuses too). In-place ops call it before they touch any element, so a refused call changes
-// nothing.
+// refuses too); and, whatever the grad mode, when `self` is a broadcast view (a stride of 0 over
+// more than one element), whose elements share memory. In-place ops call it before they touch
+// any element, so a refused call changes nothing.
 void check_inplace(const Tensor& self, const char* op);
 // The in-place form: `self` (inputs[0]) was modified by op `name` reading `inputs`. The node's
 // backward returns the gradient for the old value of self first. Callers run check_inplace first

@@ -900,7 +900,8 @@ def signbit(input):
     import numpy as np
     x = input.detach()
     x = x if x.dtype == _C.dtype.float32 else x.float()  # widening keeps the sign bit
-    return _C.from_numpy(np.ascontiguousarray(np.signbit(x.numpy()))).clone()
+    bits = np.ascontiguousarray(np.signbit(x.numpy())).reshape(_shape(input))  # 0-d stays 0-d
+    return _C.from_numpy(bits).clone()
 
 
 def tensor_split(input, indices_or_sections, dim=0):

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <queue>
 #include <unordered_map>
@@ -312,6 +313,19 @@ Tensor record(Tensor out, const std::string& name, const std::vector<const Tenso
 }
 
 void check_inplace(const Tensor& self, const char* op) {
+  // A write through a broadcast view (a stride of 0 over more than one element) would write
+  // each memory location several times: torch refuses it, and so does attn, except where torch
+  // lets it through: masked_fill_ and index_put_ (deprecated there), fill_ (attn's is copy_ of
+  // one element; copy_ checks itself).
+  const bool may_share = !std::strcmp(op, "masked_fill_") || !std::strcmp(op, "index_put_") ||
+                         !std::strcmp(op, "index_add_") || !std::strcmp(op, "copy_");
+  if (self.defined() && !may_share)
+    for (std::size_t d = 0; d < self.shape().size(); ++d)
+      if (self.strides()[d] == 0 && self.shape()[d] > 1)
+        fail(op, "unsupported operation: more than one element of the written-to tensor ",
+             shape_str(self.shape()), " refers to a single memory location (dim ", d,
+             " has stride 0, as expand makes it). Please clone() the tensor before performing "
+             "the operation.");
   if (!grad_enabled || !self.defined() || !self.requires_grad()) return;
   if (!grad_fn(self))
     fail(op, "a leaf tensor that requires grad (", shape_str(self.shape()),

@@ -24,6 +24,15 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
   checked();
   detail::check_inplace(*this, "copy_");
   if (!src_in.defined()) fail("copy_", "source tensor is undefined");
+  // Several elements of a broadcast destination share memory: refused, as torch refuses it,
+  // unless one value goes to all of them (fill_, which torch allows).
+  if (src_in.numel() > 1)
+    for (std::size_t d = 0; d < shape().size(); ++d)
+      if (strides()[d] == 0 && shape()[d] > 1)
+        fail("copy_", "unsupported operation: more than one element of the written-to tensor ",
+             shape_str(shape()), " refers to a single memory location (dim ", d,
+             " has stride 0, as expand makes it). Please clone() the tensor before performing "
+             "the operation.");
   try {
     Shape b = broadcast_shapes(shape(), src_in.shape(), "copy_");
     if (b != shape()) throw Error("");

@@ -1164,3 +1164,25 @@ def test_item_and_python_conversions():
         bool(o)
     assert [x.item() for x in attn.arange(3)] == [0, 1, 2]
     assert list(range(10))[attn.tensor(3)] == 3  # __index__
+
+
+def test_inplace_writes_through_a_broadcast_view_are_refused_as_torch():
+    # A stride of 0 over several elements: torch refuses in-place ops there (each memory
+    # location would be written several times) except fill_ / zero_ and masked_fill_; so does
+    # attn (its error is a ValueError, as its other argument errors). Nothing is written.
+    cases = [("exp_", lambda x, M: x.exp_()), ("mul_", lambda x, M: x.mul_(2)),
+             ("clamp_", lambda x, M: x.clamp_(0, 1)), ("copy_", lambda x, M: x.copy_(M.ones(3, 4))),
+             ("normal_", lambda x, M: x.normal_()),
+             ("scatter_", lambda x, M: x.scatter_(1, M.zeros(3, 1, dtype=M.int64), 1.0))]
+    for name, f in cases:
+        for M in (torch, attn):
+            base = M.zeros(3, 1)
+            with pytest.raises((RuntimeError, ValueError), match="more than one element of the "
+                               "written-to tensor"):
+                f(base.expand(3, 4), M)
+            assert base.sum().item() == 0.0, (name, M.__name__)
+    for M in (torch, attn):
+        base = M.zeros(3, 1)
+        base.expand(3, 4).fill_(2.0)
+        base.expand(3, 4).masked_fill_(M.tensor([[True, False, False, False]] * 3), 3.0)
+        assert base.flatten().tolist() == [3.0, 3.0, 3.0], M.__name__
