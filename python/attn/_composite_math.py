@@ -103,10 +103,21 @@ def _full_like(t, value):
 
 # ---- two-argument float functions --------------------------------------------------------------
 
-def atan2(input, other):
-    _need_tensor("atan2", "input", input, 1)
-    _need_tensor("atan2", "other", other, 2)
+def _binary_args(fn, input, other):
+    """A two-tensor function's checks: both tensors, broadcastable shapes."""
+    _need_tensor(fn, "input", input, 1)
+    _need_tensor(fn, "other", other, 2)
     _check_broadcast(input, other)
+
+
+def _float_only(fn, dt):
+    """torch's error for a function without an integer kernel."""
+    if _cat(dt) < 2:
+        raise RuntimeError('"{}_cpu" not implemented for \'{}\''.format(fn, _dtype_name(dt)))
+
+
+def atan2(input, other):
+    _binary_args("atan2", input, other)
     from . import where, atan, isinf, abs as abs_
     out, (y, x) = _compute(input, other)
     one = _full_like(x, 1.0)
@@ -127,12 +138,8 @@ arctan2 = atan2
 
 
 def hypot(input, other):
-    _need_tensor("hypot", "input", input, 1)
-    _need_tensor("hypot", "other", other, 2)
-    _check_broadcast(input, other)
-    dt = _promote(input, other)
-    if _cat(dt) < 2:
-        raise RuntimeError('"hypot_cpu" not implemented for \'{}\''.format(_dtype_name(dt)))
+    _binary_args("hypot", input, other)
+    _float_only("hypot", _promote(input, other))
     from . import where, isinf, isnan, sqrt, abs as abs_
     out, (a, b) = _compute(input, other)
     a, b = abs_(a), abs_(b)
@@ -154,9 +161,7 @@ def fmin(input, other):
 
 
 def _fmaxmin(fn, input, other, is_max):
-    _need_tensor(fn, "input", input, 1)
-    _need_tensor(fn, "other", other, 2)
-    _check_broadcast(input, other)
+    _binary_args(fn, input, other)
     from . import where, isnan
     dt = _promote(input, other)
     a, b = _as(input, dt), _as(other, dt)
@@ -168,9 +173,7 @@ def _fmaxmin(fn, input, other, is_max):
 
 def ldexp(input, other):
     """input * 2 ** other (torch's composition: exact but for overflow and subnormals)."""
-    _need_tensor("ldexp", "input", input, 1)
-    _need_tensor("ldexp", "other", other, 2)
-    _check_broadcast(input, other)
+    _binary_args("ldexp", input, other)
     from . import exp2
     if other.dtype == _dt()[0]:
         other = _as(other, _dt()[3])
@@ -199,13 +202,8 @@ def copysign(input, other):
 
 def logaddexp2(input, other):
     """log2(2 ** input + 2 ** other) by torch's formula: max + log1p(exp2(-|a - b|)) / ln 2."""
-    _need_tensor("logaddexp2", "input", input, 1)
-    _need_tensor("logaddexp2", "other", other, 2)
-    _check_broadcast(input, other)
-    dt = _promote(input, other)
-    if _cat(dt) < 2:
-        raise RuntimeError('"logaddexp2_cpu" not implemented for \'{}\''.format(
-            _dtype_name(dt)))
+    _binary_args("logaddexp2", input, other)
+    _float_only("logaddexp2", _promote(input, other))
     from . import where, isinf, log1p, exp2
     out, (a, b) = _compute(input, other)
     c = a >= b

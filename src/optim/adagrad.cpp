@@ -75,9 +75,7 @@ void Adagrad::step() {
       State& s = state_[k++];
       Tensor g = p.grad();
       if (!g.defined()) continue;
-      if (g.shape() != p.shape() || g.dtype() != p.dtype())
-        fail("Adagrad", "gradient ", detail::tensor_desc(g), " does not match parameter ",
-             detail::tensor_desc(p));
+      names::check_grad("Adagrad", g, p);
       g = g.contiguous();
       s.step += 1;
       // torch: clr = lr / (1 + (step - 1) * lr_decay) in Python floats (double).
@@ -111,17 +109,11 @@ void Adagrad::load_state(const nn::NamedTensors& state, bool adopt) {
     const std::size_t i = key.index;
     if (!t.defined()) fail(fn, "'", name, "' is undefined");
     if (key.field == "step") {
-      if (t.dtype() != Dtype::Int64 || t.numel() != 1)
-        fail(fn, "'", name, "' must be one int64, got ", detail::tensor_desc(t));
-      const int64_t step = t.contiguous().data_ptr<int64_t>()[0];
-      if (step < 0) fail(fn, "'", name, "' must be >= 0, got ", step);
-      fresh[i].step = step;
+      fresh[i].step = names::state_step(fn, name, t, 0);
       seen[i] |= 1;
       continue;
     }
-    if (t.dtype() != params[i]->dtype() || t.shape() != params[i]->shape())
-      fail(fn, "'", name, "' ", detail::tensor_desc(t), " does not match parameter ", i, " ",
-           detail::tensor_desc(*params[i]));
+    names::check_state_like(fn, name, t, *params[i], i);
     fresh[i].sum = state_tensor(t, adopt);
     seen[i] |= 2;
   }

@@ -99,9 +99,7 @@ void Adam::step_scaled(float grad_scale) {
       State& s = state_[k++];
       Tensor g = p.grad();
       if (!g.defined()) continue;
-      if (g.shape() != p.shape() || g.dtype() != p.dtype())
-        fail(name_.c_str(), "gradient ", detail::tensor_desc(g), " does not match parameter ",
-             detail::tensor_desc(p));
+      names::check_grad(name_.c_str(), g, p);
       if (!g.is_contiguous()) keep.push_back(g = g.contiguous());
       if (!s.exp_avg.defined()) {  // in the parameter's dtype, as torch's zeros_like
         s.exp_avg = zeros(p.shape(), p.dtype());
@@ -151,17 +149,11 @@ void Adam::load_state(const nn::NamedTensors& state, bool adopt) {
     const std::size_t i = key.index;
     if (!t.defined()) fail(fn, "'", name, "' is undefined");
     if (key.field == "step") {
-      if (t.dtype() != Dtype::Int64 || t.numel() != 1)
-        fail(fn, "'", name, "' must be one int64, got ", detail::tensor_desc(t));
-      const int64_t step = t.contiguous().data_ptr<int64_t>()[0];
-      if (step < 1) fail(fn, "'", name, "' must be >= 1, got ", step);
-      fresh[i].step = step;
+      fresh[i].step = names::state_step(fn, name, t, 1);
       seen[i] |= 1;
       continue;
     }
-    if (t.dtype() != params[i]->dtype() || t.shape() != params[i]->shape())
-      fail(fn, "'", name, "' ", detail::tensor_desc(t), " does not match parameter ", i, " ",
-           shape_str(params[i]->shape()));
+    names::check_state_like(fn, name, t, *params[i], i);
     Tensor copy = state_tensor(t, adopt);
     if (key.field == "exp_avg") {
       fresh[i].exp_avg = copy;

@@ -187,4 +187,26 @@ StateKey parse_state_key(const char* fn, const std::string& name,
   return key;
 }
 
+int64_t state_step(const char* fn, const std::string& name, const attn::Tensor& t,
+                   int64_t min_step) {
+  if (t.dtype() != attn::Dtype::Int64 || t.numel() != 1)
+    attn::detail::fail(fn, "'", name, "' must be one int64, got ", attn::detail::tensor_desc(t));
+  const int64_t step = t.contiguous().data_ptr<int64_t>()[0];
+  if (step < min_step) attn::detail::fail(fn, "'", name, "' must be >= ", min_step, ", got ", step);
+  return step;
+}
+
+void check_state_like(const char* fn, const std::string& name, const attn::Tensor& t,
+                      const attn::Tensor& param, std::size_t i) {
+  if (t.dtype() != param.dtype() || t.shape() != param.shape())
+    attn::detail::fail(fn, "'", name, "' ", attn::detail::tensor_desc(t),
+                       " does not match parameter ", i, " ", attn::detail::tensor_desc(param));
+}
+
+void check_grad(const char* fn, const attn::Tensor& g, const attn::Tensor& param) {
+  if (g.shape() != param.shape() || g.dtype() != param.dtype())
+    attn::detail::fail(fn, "gradient ", attn::detail::tensor_desc(g), " does not match parameter ",
+                       attn::detail::tensor_desc(param));
+}
+
 }  // namespace attn::optim::names

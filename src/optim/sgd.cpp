@@ -62,9 +62,7 @@ void SGD::step() {
       Tensor& buf = momentum_buffer_[k++];
       Tensor g = p.grad();
       if (!g.defined()) continue;
-      if (g.shape() != p.shape() || g.dtype() != p.dtype())
-        fail("SGD", "gradient ", detail::tensor_desc(g), " does not match parameter ",
-             detail::tensor_desc(p));
+      names::check_grad("SGD", g, p);
       g = g.contiguous();
       const bool first = momentum != 0.0 && !buf.defined();
       if (first) buf = detail::make_tensor("SGD", p.shape(), p.dtype(), false);
@@ -94,9 +92,7 @@ void SGD::load_state(const nn::NamedTensors& state, bool adopt) {
     const names::StateKey key =
         names::parse_state_key(fn, name, {"momentum_buffer"}, params.size());
     if (!t.defined()) fail(fn, "'", name, "' is undefined");
-    if (t.dtype() != params[key.index]->dtype() || t.shape() != params[key.index]->shape())
-      fail(fn, "'", name, "' ", detail::tensor_desc(t), " does not match parameter ", key.index,
-           " ", detail::tensor_desc(*params[key.index]));
+    names::check_state_like(fn, name, t, *params[key.index], key.index);
     fresh[key.index] = state_tensor(t, adopt);
   }
   momentum_buffer_ = std::move(fresh);
