@@ -1,5 +1,6 @@
 // Hugging Face checkpoints of the decoder families (include/attn/hf_decoder.h).
 #include <attn/autograd.h>
+#include <attn/device.h>
 #include <attn/hf_decoder.h>
 #include <attn/io.h>
 #include <attn/mxfp4.h>
@@ -797,6 +798,10 @@ std::shared_ptr<Decoder> load_hf_decoder(const std::string& dir, Dtype dtype,
     detail::fail(kLoad, "'", dir, "': ", m);
   }
   model->eval();
+  // The placeholders that the file's pages replaced went to the host cache (up to 1 GiB of
+  // blocks that no step of a model this size asks for again): given back, so that a loaded model
+  // holds its weights and nothing else.
+  cpu::empty_cache();
   return model;
 }
 
